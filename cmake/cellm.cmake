@@ -1,0 +1,44 @@
+# Helpers that give every library and test the same shape.
+
+add_library(cellm_options INTERFACE)
+target_compile_options(cellm_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>)
+if(CELLM_WERROR)
+  target_compile_options(cellm_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+if(CELLM_SANITIZE)
+  string(REPLACE ";" "," _cellm_san "${CELLM_SANITIZE}")
+  target_compile_options(cellm_options INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${_cellm_san} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+  target_link_options(cellm_options INTERFACE -fsanitize=${_cellm_san})
+endif()
+
+# cellm_library(NAME SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
+# Builds the static library cellm_NAME (alias cellm::NAME). Everything includes
+# from include/ (public API) and src/ ("core/status.h" style).
+function(cellm_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(cellm_${name} STATIC ${A_SOURCES})
+  add_library(cellm::${name} ALIAS cellm_${name})
+  target_include_directories(cellm_${name} PUBLIC
+    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(cellm_${name} PUBLIC ${A_DEPS} cellm_options PRIVATE ${A_PRIVATE_DEPS})
+endfunction()
+
+# cellm_test(NAME SOURCES ... DEPS ... LABEL unit|golden|text|e2e|gpu [TIMEOUT s])
+# One GoogleTest binary; every TEST becomes its own ctest entry carrying LABEL.
+function(cellm_test name)
+  cmake_parse_arguments(A "" "LABEL;TIMEOUT" "SOURCES;DEPS" ${ARGN})
+  if(NOT A_LABEL)
+    message(FATAL_ERROR "cellm_test(${name}) needs a LABEL")
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} cellm_test_support GTest::gtest GTest::gmock
+                        GTest::gtest_main cellm_options)
+  gtest_discover_tests(${name}
+    DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS ${A_LABEL} TIMEOUT ${A_TIMEOUT})
+endfunction()

@@ -1,0 +1,86 @@
+// Program: a set of named methods over one set of weights, plus constants,
+// built by a backend from a model (DESIGN §2). The executor discovers methods
+// by name and validates their signatures, so any program (a CPU or CUDA
+// backend, or a test double) can be driven the same way.
+//
+// Forward methods take (tokens Long[1,T], positions Long[T], selector Long[R])
+// and return logits [R, V] (+ optional taps [T, D]). Before running one, the
+// executor places the step's real tokens in the bound CellCache; rows past the
+// placed count are padding and use the scratch cell.
+//
+// Thread-safety: not thread-safe. One thread (the engine thread) binds, loads
+// and executes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cellm/status.h"
+#include "core/tensor.h"
+
+namespace cellm::cache {
+class CellCache;
+}
+
+namespace cellm::program {
+
+// Method and constant names the executor looks for.
+inline constexpr std::string_view kStaticMethodPrefix = "forward_";
+inline constexpr std::string_view kDynamicMethod = "forward_others";
+inline constexpr std::string_view kModuleMethod = "forward";
+inline constexpr std::string_view kSampleMethod = "sample";
+inline constexpr std::string_view kArgmaxMethod = "sample_argmax";
+inline constexpr std::string_view kVocabSizeConstant = "get_vocab_size";
+inline constexpr std::string_view kMaxContextConstant = "get_max_context_len";
+inline constexpr std::string_view kMaxCellsConstant = "get_offgraph_kv_max_cells";
+inline constexpr std::string_view kMinSelectedRowsConstant = "get_min_prefill_chunk";
+
+// One input or output of a method. For a dynamic dimension the shape holds
+// its upper bound.
+struct TensorSpec {
+  DType dtype = DType::kF32;
+  Shape shape;
+  Device device = Device::kCpu;
+};
+
+struct MethodMeta {
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  // Backends that run parts of the method; a well-formed forward has exactly one.
+  std::vector<std::string> backends;
+  bool dynamic = false;  // the token extent may be anything in [1, shape bound]
+};
+
+// What the cache must look like: one entry per layer, its sliding window (0 =
+// full history). K/V shapes are the backend's business.
+struct CacheLayout {
+  std::vector<std::int32_t> layer_windows;
+};
+
+class Program {
+ public:
+  virtual ~Program() = default;
+
+  virtual std::string backend_name() const = 0;
+  virtual std::vector<std::string> method_names() const = 0;
+  virtual Result<MethodMeta> method_meta(std::string_view method) const = 0;
+  // A published constant (kVocabSizeConstant, ...); nullopt when not exported.
+  virtual std::optional<std::int64_t> constant(std::string_view name) const = 0;
+  virtual CacheLayout cache_layout() const = 0;
+
+  // Binds the cache every forward reads and writes; call before load_method.
+  virtual Status bind_cache(std::shared_ptr<cache::CellCache> cache) = 0;
+  // Prepares a method (and, for CUDA, captures its graph when asked to).
+  virtual Status load_method(std::string_view method) = 0;
+  // Runs a loaded method. Output tensors are borrowed: valid until the next
+  // execute() of any method.
+  virtual Result<std::vector<Tensor>> execute(std::string_view method,
+                                              std::span<const Tensor> inputs) = 0;
+};
+
+}  // namespace cellm::program
