@@ -42,3 +42,28 @@ function(cellm_test name)
     DISCOVERY_MODE PRE_TEST
     PROPERTIES LABELS ${A_LABEL} TIMEOUT ${A_TIMEOUT})
 endfunction()
+
+# cellm_fuzz_target(NAME SOURCES ... DEPS ... [CORPUS dir])
+# A parser fuzz target exporting LLVMFuzzerTestOneInput. Under the `fuzz`
+# preset (clang, CELLM_FUZZ=ON) it becomes a libFuzzer binary that .ci/run
+# drives for a bounded time. In every other build it becomes a ctest (label
+# unit) that replays the corpus files and some mutations of them through the
+# same entry point, so parsers stay crash-free under the sanitizers too.
+function(cellm_fuzz_target name)
+  cmake_parse_arguments(A "" "CORPUS" "SOURCES;DEPS" ${ARGN})
+  if(CELLM_FUZZ)
+    add_executable(${name} ${A_SOURCES})
+    target_link_libraries(${name} PRIVATE ${A_DEPS} cellm_options)
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  else()
+    add_executable(${name}_replay ${A_SOURCES} ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cpp)
+    target_link_libraries(${name}_replay PRIVATE ${A_DEPS} cellm_options)
+    if(A_CORPUS)
+      add_test(NAME ${name}_replay COMMAND ${name}_replay ${A_CORPUS})
+    else()
+      add_test(NAME ${name}_replay COMMAND ${name}_replay)
+    endif()
+    set_tests_properties(${name}_replay PROPERTIES LABELS unit TIMEOUT 300)
+  endif()
+endfunction()
