@@ -8,7 +8,17 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
+# Debian installs cblas.h per BLAS flavour behind alternatives; look in the
+# flavour folders too so an unpacked (not installed) package works as well.
+find_path(CELLM_CBLAS_INCLUDE_DIR cblas.h
+  PATH_SUFFIXES openblas-pthread openblas x86_64-linux-gnu/openblas-pthread
+                x86_64-linux-gnu/openblas x86_64-linux-gnu)
+if(NOT CELLM_CBLAS_INCLUDE_DIR)
+  message(FATAL_ERROR "cblas.h not found: run scripts/setup (installs libopenblas-dev)")
+endif()
+set_property(TARGET BLAS::BLAS APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${CELLM_CBLAS_INCLUDE_DIR})
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(CLI11 CONFIG QUIET)
 find_package(httplib CONFIG QUIET)
