@@ -49,6 +49,15 @@ endfunction()
 # drives for a bounded time. In every other build it becomes a ctest (label
 # unit) that replays the corpus files and some mutations of them through the
 # same entry point, so parsers stay crash-free under the sanitizers too.
+if(CELLM_FUZZ)
+  add_custom_target(cellm_fuzzers)
+  file(WRITE ${CMAKE_BINARY_DIR}/fuzzers.txt "")
+  # The libraries the fuzzers link must carry the same instrumentation.
+  target_compile_options(cellm_options INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined>)
+  target_link_options(cellm_options INTERFACE -fsanitize=address,undefined)
+endif()
+
 function(cellm_fuzz_target name)
   cmake_parse_arguments(A "" "CORPUS" "SOURCES;DEPS" ${ARGN})
   if(CELLM_FUZZ)
@@ -56,6 +65,9 @@ function(cellm_fuzz_target name)
     target_link_libraries(${name} PRIVATE ${A_DEPS} cellm_options)
     target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    add_dependencies(cellm_fuzzers ${name})
+    # scripts/fuzz reads this manifest: one "binary corpus-dir" line per target.
+    file(APPEND ${CMAKE_BINARY_DIR}/fuzzers.txt "${name} ${A_CORPUS}\n")
   else()
     add_executable(${name}_replay ${A_SOURCES} ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cpp)
     target_link_libraries(${name}_replay PRIVATE ${A_DEPS} cellm_options)
