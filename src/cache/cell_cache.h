@@ -13,8 +13,8 @@
 //   - rewind(seq, pos) drops entries at and after `pos`; a cell returns to the
 //     free list when its count reaches zero.
 // A query of sequence s at position p on a layer with window w attends
-// table[s][max(0, p - w + 1) .. p]; windows never evict (rewinds and clones
-// always work).
+// table[s][max(0, p - w + 1) .. p] (w = 0: the whole prefix); windows never
+// evict (rewinds and clones always work).
 //
 // Every refused call changes nothing. Costs: place_step O(tokens log cells),
 // clone O(upto), rewind O(dropped), seq_new O(log sequences).
@@ -48,11 +48,19 @@ struct CellCacheConfig {
 struct CellCacheMetrics {
   std::int32_t cells_used = 0;     // cells with a positive reference count
   std::int32_t cells_free = 0;     // cells that can be placed (scratch excluded)
-  std::int32_t used_end = 0;       // one past the highest used cell: the read extent
+  std::int32_t used_end = 0;       // one past the highest used cell (0 if none): the read extent
   std::int32_t capacity = 0;       // max_cells
   std::int32_t sequences = 0;      // live sequences
   std::int32_t high_water = 0;     // largest used_end ever seen
   std::uint64_t placements = 0;    // tokens placed since creation
+  friend bool operator==(const CellCacheMetrics&, const CellCacheMetrics&) = default;
+};
+
+// Positions [begin, end) of one sequence that a query attends.
+struct PositionRange {
+  std::int32_t begin = 0;
+  std::int32_t end = 0;
+  friend bool operator==(const PositionRange&, const PositionRange&) = default;
 };
 
 // One placed step: token i of sequence seq_ids[i] at positions[i] went to
@@ -62,6 +70,7 @@ struct StepPlacement {
   std::vector<SeqId> seq_ids;
   std::vector<std::int32_t> positions;
   std::vector<CellId> cells;
+  friend bool operator==(const StepPlacement&, const StepPlacement&) = default;
 };
 
 class CellCache {
@@ -101,11 +110,22 @@ class CellCache {
 
   // The sequence's cells by position: table[p] holds position p. Empty if not live.
   std::span<const CellId> cell_table(SeqId seq) const;
-  // Reference count of a cell (0 = free); the scratch cell reports 0.
+  // Reference count of a cell (0 = free); the scratch cell and ids outside
+  // the pool report 0.
   std::int32_t refcount(CellId cell) const;
 
+  // The positions a query of `seq` at `position` attends on a layer with
+  // `window` (0 = full history): [max(0, position - window + 1), position + 1).
+  // nullopt unless seq is live, 0 <= position < pos(seq) and window >= 0.
+  std::optional<PositionRange> attend_range(SeqId seq, std::int32_t position,
+                                            std::int32_t window) const;
+  // The cells of attend_range, in position order; empty when it is nullopt.
+  std::span<const CellId> attend_cells(SeqId seq, std::int32_t position,
+                                       std::int32_t window) const;
+
   CellCacheMetrics metrics() const;
-  // Frees every sequence and cell.
+  // Frees every sequence and cell. Lifetime counters (high_water,
+  // placements) keep counting.
   void clear();
 
  private:
