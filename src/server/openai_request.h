@@ -1,0 +1,73 @@
+// Parsing and validation of OpenAI-style request bodies (/v1/completions and
+// /v1/chat/completions). Every field is checked for type and range; a field
+// cellm does not implement is refused with its name, never silently ignored
+// (a few are accepted only at their neutral value, e.g. presence_penalty 0).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cellm/status.h"
+
+namespace cellm::server {
+
+enum class RequestKind : std::uint8_t { kCompletion, kChat };
+
+// One chat message as the template sees it (content flattened to text).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+  nlohmann::json extra;  // other fields (name, tool_calls, reasoning_content...) passed to the template
+};
+
+struct GenerationRequest {
+  RequestKind kind = RequestKind::kCompletion;
+  std::string model;
+  // Completions: either text or token ids.
+  std::optional<std::string> prompt_text;
+  std::optional<std::vector<std::int64_t>> prompt_tokens;
+  // Chat: the conversation; tools and template variables go to the template.
+  std::vector<ChatMessage> messages;
+  nlohmann::json tools;                 // null when absent
+  nlohmann::json chat_template_kwargs;  // object; e.g. {"enable_thinking": false}
+  bool add_generation_prompt = true;
+
+  std::optional<std::int32_t> max_tokens;  // max_tokens or max_completion_tokens
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::int32_t top_k = 0;  // 0 or -1: disabled
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+  std::int32_t n = 1;
+  bool ignore_eos = false;
+  std::int32_t min_tokens = 0;
+  bool stream = false;
+  bool include_usage = false;
+  std::string user;
+};
+
+// Why a request was refused: the HTTP status comes from the Status code,
+// `param` names the offending field (empty when the body as a whole is bad).
+struct RequestError {
+  Status status;
+  std::string param;
+};
+
+struct RequestLimits {
+  std::int32_t max_n = 16;
+  std::int32_t max_stop_strings = 16;
+  std::size_t max_stop_length = 256;
+};
+
+// Parses a JSON body; on failure fills *error and returns nullopt.
+std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_view body,
+                                               const RequestLimits& limits, RequestError* error);
+
+}  // namespace cellm::server
