@@ -1,0 +1,271 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/check.h"
+
+namespace cellm::sampling {
+namespace {
+
+// Reused per thread so a 262k-entry row does not allocate on every draw.
+struct Scratch {
+  std::vector<float> probs;
+  std::vector<std::int32_t> order;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// Ranks: descending probability, ties to the lower id (what a stable
+// descending sort of the id-ordered row yields).
+struct RankBefore {
+  const float* p;
+  bool operator()(std::int32_t a, std::int32_t b) const {
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+  }
+};
+
+// The first kept rank whose kept cumulative mass exceeds coin * kept mass;
+// the last kept rank when rounding leaves none.
+std::int64_t pick_kept(const float* p, std::span<const std::int32_t> kept, float coin) {
+  double mass = 0.0;
+  for (std::int32_t id : kept) mass += p[id];
+  const double target = static_cast<double>(coin) * mass;
+  double cum = 0.0;
+  for (std::int32_t id : kept) {
+    cum += p[id];
+    if (target < cum) return id;
+  }
+  return kept.back();
+}
+
+std::int64_t sample_top_k(const float* p, std::int64_t vocab, int top_k, float coin,
+                          std::vector<std::int32_t>& order) {
+  order.resize(static_cast<std::size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const auto kth = order.begin() + top_k;
+  std::nth_element(order.begin(), kth, order.end(), RankBefore{p});
+  std::sort(order.begin(), kth, RankBefore{p});
+  return pick_kept(p, std::span(order.data(), static_cast<std::size_t>(top_k)), coin);
+}
+
+// Sorts only as many ranks as the nucleus needs: each round partitions the
+// next chunk of the unsorted tail to the front and sorts it, which yields the
+// same prefix a full stable sort would.
+std::int64_t sample_top_p(const float* p, std::int64_t vocab, float top_p, float coin,
+                          std::vector<std::int32_t>& order) {
+  order.resize(static_cast<std::size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::size_t sorted = 0;
+  std::size_t chunk = 256;
+  double preceding = 0.0;
+  const std::size_t n = order.size();
+  while (true) {
+    const std::size_t end = std::min(n, sorted + chunk);
+    if (end < n) {
+      std::nth_element(order.begin() + static_cast<std::ptrdiff_t>(sorted),
+                       order.begin() + static_cast<std::ptrdiff_t>(end), order.end(),
+                       RankBefore{p});
+    }
+    std::sort(order.begin() + static_cast<std::ptrdiff_t>(sorted),
+              order.begin() + static_cast<std::ptrdiff_t>(end), RankBefore{p});
+    for (std::size_t r = sorted; r < end; ++r) {
+      if (preceding > static_cast<double>(top_p)) {
+        return pick_kept(p, std::span(order.data(), r), coin);
+      }
+      preceding += p[order[r]];
+    }
+    if (end == n) return pick_kept(p, std::span(order.data(), n), coin);
+    sorted = end;
+    chunk *= 4;
+  }
+}
+
+std::int64_t sample_in_token_order(const float* p, std::int64_t vocab, float coin) {
+  double cum = 0.0;
+  const double c = coin;
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    cum += p[i];
+    if (cum > c) return i;
+  }
+  return vocab - 1;
+}
+
+bool float_like(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+Status check_logits(const Tensor& logits) {
+  if (logits.device() != Device::kCpu) {
+    return invalid_argument("logits {} are not on the host", logits.describe());
+  }
+  if (logits.rank() != 2 || logits.dim(1) <= 0) {
+    return invalid_argument("logits {} must be [rows, vocab] with vocab > 0", logits.describe());
+  }
+  if (!float_like(logits.dtype())) {
+    return invalid_argument("logits {} must be f32, f16 or bf16", logits.describe());
+  }
+  if (logits.dim(1) > std::numeric_limits<std::int32_t>::max()) {
+    return invalid_argument("logits {} have a vocabulary past int32", logits.describe());
+  }
+  if (logits.numel() > 0 && logits.data() == nullptr) {
+    return invalid_argument("logits {} have no data", logits.describe());
+  }
+  return Status::ok();
+}
+
+// top_k travels as a float; anything outside (0, V) (NaN included) disables it.
+int top_k_from_param(float value, std::int64_t vocab) {
+  if (!(value >= 1.0f) || value >= static_cast<float>(vocab)) return 0;
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+std::int64_t argmax_row(std::span<const float> logits) {
+  CELLM_CHECK(!logits.empty(), "argmax of an empty row");
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) {
+      best = i;
+    }
+  }
+  return static_cast<std::int64_t>(best);
+}
+
+std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p,
+                        int top_k, float coin) {
+  CELLM_CHECK(!logits.empty(), "sampling an empty row");
+  if (!(temperature > 0.0f)) return argmax_row(logits);
+  const auto vocab = static_cast<std::int64_t>(logits.size());
+  Scratch& s = scratch();
+  s.probs.resize(logits.size());
+  float* p = s.probs.data();
+  float max_z = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    // NaN logits get zero probability.
+    const float z = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity()
+                                          : logits[i] / temperature;
+    p[i] = z;
+    max_z = std::max(max_z, z);
+  }
+  if (!std::isfinite(max_z)) return argmax_row(logits);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    p[i] = std::exp(p[i] - max_z);
+    sum += p[i];
+  }
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    p[i] = static_cast<float>(static_cast<double>(p[i]) / sum);
+  }
+  if (top_k > 0 && top_k < vocab) return sample_top_k(p, vocab, top_k, coin, s.order);
+  if (top_p > 0.0f && top_p < 1.0f) return sample_top_p(p, vocab, top_p, coin, s.order);
+  return sample_in_token_order(p, vocab, coin);
+}
+
+Sampler::Sampler(std::int64_t vocab_size, const SamplingParams& params, std::uint64_t seed)
+    : vocab_size_(vocab_size), params_(params), rng_(seed) {}
+
+std::optional<std::int64_t> Sampler::sample(std::span<const float> logits) {
+  if (vocab_size_ <= 0 || static_cast<std::int64_t>(logits.size()) != vocab_size_) {
+    return std::nullopt;
+  }
+  if (greedy()) return argmax_row(logits);
+  const float coin = rng_.next_f32();
+  return sample_row(logits, params_.temperature, params_.top_p, params_.top_k, coin);
+}
+
+std::optional<std::int64_t> Sampler::sample(std::span<const std::uint16_t> logits, DType dtype) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return std::nullopt;
+  std::vector<float> row(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    row[i] = dtype == DType::kBF16 ? bf16_to_f32(logits[i]) : f16_to_f32(logits[i]);
+  }
+  return sample(std::span<const float>(row));
+}
+
+void row_to_f32(const Tensor& logits, std::int64_t row, std::vector<float>& out) {
+  const auto vocab = static_cast<std::size_t>(logits.dim(1));
+  out.resize(vocab);
+  const std::size_t base = static_cast<std::size_t>(row) * vocab;
+  switch (logits.dtype()) {
+    case DType::kF32: {
+      const float* src = logits.data_as<float>() + base;
+      std::copy(src, src + vocab, out.begin());
+      return;
+    }
+    case DType::kBF16: {
+      const std::uint16_t* src = logits.data_as<std::uint16_t>() + base;
+      for (std::size_t i = 0; i < vocab; ++i) out[i] = bf16_to_f32(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      const std::uint16_t* src = logits.data_as<std::uint16_t>() + base;
+      for (std::size_t i = 0; i < vocab; ++i) out[i] = f16_to_f32(src[i]);
+      return;
+    }
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kU8:
+      break;
+  }
+  CELLM_CHECK(false, "row_to_f32 of {} logits", dtype_name(logits.dtype()));
+}
+
+Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor& params) {
+  CELLM_RETURN_IF_ERROR(check_logits(logits));
+  const std::int64_t rows = logits.dim(0);
+  if (params.device() != Device::kCpu || params.dtype() != DType::kF32 || params.rank() != 2 ||
+      params.dim(0) != rows || params.dim(1) != kNumParams) {
+    return invalid_argument("sampler params {} must be host f32[{}, {}] for logits {}",
+                            params.describe(), rows, kNumParams, logits.describe());
+  }
+  const std::int64_t vocab = logits.dim(1);
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(rows));
+  std::vector<float> row;
+  const float* prm = params.data_as<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* q = prm + r * kNumParams;
+    const float coin = q[kParamCoin];
+    if (!(coin >= 0.0f && coin < 1.0f) && q[kParamTemperature] > 0.0f) {
+      return invalid_argument("sampler params row {}: coin {} is outside [0, 1)", r, coin);
+    }
+    const int top_k = top_k_from_param(q[kParamTopK], vocab);
+    if (logits.dtype() == DType::kF32) {
+      const float* src = logits.data_as<float>() + r * vocab;
+      tokens[static_cast<std::size_t>(r)] =
+          sample_row(std::span(src, static_cast<std::size_t>(vocab)), q[kParamTemperature],
+                     q[kParamTopP], top_k, coin);
+    } else {
+      row_to_f32(logits, r, row);
+      tokens[static_cast<std::size_t>(r)] =
+          sample_row(row, q[kParamTemperature], q[kParamTopP], top_k, coin);
+    }
+  }
+  return tokens;
+}
+
+Result<std::vector<std::int64_t>> argmax_rows(const Tensor& logits) {
+  CELLM_RETURN_IF_ERROR(check_logits(logits));
+  const std::int64_t rows = logits.dim(0);
+  const std::int64_t vocab = logits.dim(1);
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(rows));
+  std::vector<float> row;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (logits.dtype() == DType::kF32) {
+      const float* src = logits.data_as<float>() + r * vocab;
+      tokens[static_cast<std::size_t>(r)] =
+          argmax_row(std::span(src, static_cast<std::size_t>(vocab)));
+    } else {
+      row_to_f32(logits, r, row);
+      tokens[static_cast<std::size_t>(r)] = argmax_row(row);
+    }
+  }
+  return tokens;
+}
+
+}  // namespace cellm::sampling
