@@ -1,0 +1,97 @@
+#include "server/openai_response.h"
+
+namespace cellm::server {
+namespace {
+
+using nlohmann::json;
+
+const char* object_name(RequestKind kind, bool chunk) {
+  if (kind == RequestKind::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+
+json finish_json(const std::optional<std::string>& reason) {
+  return reason ? json(*reason) : json(nullptr);
+}
+
+json header(RequestKind kind, const ResponseIds& ids, bool chunk) {
+  return json{{"id", ids.id}, {"object", object_name(kind, chunk)}, {"created", ids.created},
+              {"model", ids.model}};
+}
+
+}  // namespace
+
+json usage_json(const Usage& usage) {
+  json u{{"prompt_tokens", usage.prompt_tokens},
+         {"completion_tokens", usage.completion_tokens},
+         {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  u["prompt_tokens_details"] = json{{"cached_tokens", usage.cached_tokens}};
+  return u;
+}
+
+json response_json(RequestKind kind, const ResponseIds& ids, const std::vector<Choice>& choices,
+                   const Usage& usage) {
+  json body = header(kind, ids, false);
+  json list = json::array();
+  for (const Choice& c : choices) {
+    if (kind == RequestKind::kChat) {
+      list.push_back({{"index", c.index},
+                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", finish_json(c.finish_reason)}});
+    } else {
+      list.push_back({{"index", c.index},
+                      {"text", c.text},
+                      {"logprobs", nullptr},
+                      {"finish_reason", finish_json(c.finish_reason)}});
+    }
+  }
+  body["choices"] = std::move(list);
+  body["usage"] = usage_json(usage);
+  return body;
+}
+
+json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta, bool first_of_choice) {
+  json body = header(kind, ids, true);
+  json choice{{"index", delta.index}, {"logprobs", nullptr},
+              {"finish_reason", finish_json(delta.finish_reason)}};
+  if (kind == RequestKind::kChat) {
+    json d = json::object();
+    if (first_of_choice) d["role"] = "assistant";
+    if (!delta.text.empty() || first_of_choice) d["content"] = delta.text;
+    choice["delta"] = std::move(d);
+  } else {
+    choice["text"] = delta.text;
+  }
+  body["choices"] = json::array({std::move(choice)});
+  return body;
+}
+
+json usage_chunk_json(RequestKind kind, const ResponseIds& ids, const Usage& usage) {
+  json body = header(kind, ids, true);
+  body["choices"] = json::array();
+  body["usage"] = usage_json(usage);
+  return body;
+}
+
+std::string sse_event(const json& payload) {
+  // Replacement of invalid UTF-8 keeps a stream well formed even if a model
+  // emits a broken byte sequence.
+  return "data: " + payload.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+json error_json(const Status& status, std::string_view param) {
+  const int http = http_status(status.code());
+  const char* type = http == 400 || http == 404 ? "invalid_request_error"
+                     : http == 429            ? "rate_limit_error"
+                     : http == 501            ? "not_implemented_error"
+                     : http == 503            ? "service_unavailable_error"
+                                              : "server_error";
+  return json{{"error",
+               {{"message", std::string(status.message())},
+                {"type", type},
+                {"param", param.empty() ? json(nullptr) : json(std::string(param))},
+                {"code", std::string(status_code_name(status.code()))}}}};
+}
+
+}  // namespace cellm::server

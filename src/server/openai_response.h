@@ -1,0 +1,55 @@
+// Response bodies in the OpenAI wire format: completion and chat objects,
+// their streaming chunks (server-sent events), usage, and error bodies.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "cellm/status.h"
+#include "server/openai_request.h"
+
+namespace cellm::server {
+
+struct Usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+// "stop" (a stop token or string), "length" (the token budget) or "abort".
+struct Choice {
+  std::int32_t index = 0;
+  std::string text;
+  std::optional<std::string> finish_reason;
+};
+
+struct ResponseIds {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  std::int64_t created = 0;
+  std::string model;
+};
+
+nlohmann::json usage_json(const Usage& usage);
+// The non-streaming body for `kind` with every choice.
+nlohmann::json response_json(RequestKind kind, const ResponseIds& ids,
+                             const std::vector<Choice>& choices, const Usage& usage);
+// One streaming chunk for one choice (text delta and/or finish reason). The
+// first chat chunk of a choice carries the assistant role.
+nlohmann::json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
+                          bool first_of_choice);
+// The final usage-only chunk (stream_options.include_usage).
+nlohmann::json usage_chunk_json(RequestKind kind, const ResponseIds& ids, const Usage& usage);
+// "data: <json>\n\n".
+std::string sse_event(const nlohmann::json& payload);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// {"error": {"message", "type", "param", "code"}} with the OpenAI type for the status.
+nlohmann::json error_json(const Status& status, std::string_view param = {});
+
+}  // namespace cellm::server
