@@ -1,0 +1,247 @@
+#include "executor/session_table.h"
+
+#include <limits>
+#include <random>
+#include <utility>
+#include <variant>
+
+#include "core/check.h"
+
+namespace cellm::executor {
+
+SliceRows select_rows(const PackedStep& step, std::int64_t offset, std::int64_t length) {
+  SliceRows rows;
+  for (std::size_t i = 0; i < step.logit_indices.size(); ++i) {
+    const std::int64_t index = step.logit_indices[i];
+    if (index >= offset && index < offset + length) {
+      rows.selector.push_back(index - offset);
+      rows.inputs.push_back(i);
+    }
+  }
+  if (rows.selector.empty()) rows.selector.push_back(length - 1);
+  return rows;
+}
+
+SessionTable::SessionTable(cache::CellCache& cache, int max_sessions, int max_session_tokens,
+                           std::int64_t vocab_size)
+    : cache_(cache),
+      max_sessions_(max_sessions),
+      max_session_tokens_(max_session_tokens),
+      vocab_size_(vocab_size) {
+  CELLM_CHECK(max_sessions > 0 && max_session_tokens > 0, "session limits {} x {}", max_sessions,
+              max_session_tokens);
+}
+
+std::optional<SessionId> SessionTable::publish(cache::SeqId seq) {
+  const SessionId id = next_id_;
+  sessions_.emplace(id, Entry{seq, std::nullopt, std::nullopt});
+  next_id_ = id == std::numeric_limits<SessionId>::max() ? 0 : id + 1;
+  return id;
+}
+
+std::optional<SessionId> SessionTable::open() {
+  if (sessions_.size() >= static_cast<std::size_t>(max_sessions_) || next_id_ == 0) {
+    return std::nullopt;
+  }
+  const std::optional<cache::SeqId> seq = cache_.seq_new();
+  if (!seq) return std::nullopt;
+  if (cache_.pos(*seq) != 0) {
+    cache_.seq_rm(*seq);
+    return std::nullopt;
+  }
+  return publish(*seq);
+}
+
+void SessionTable::close(SessionId session) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  cache_.seq_rm(it->second.seq);
+  sessions_.erase(it);
+}
+
+std::optional<SessionId> SessionTable::clone(SessionId source, Position upto) {
+  const auto it = sessions_.find(source);
+  if (it == sessions_.end() || upto < 0 || upto > max_session_tokens_ ||
+      sessions_.size() >= static_cast<std::size_t>(max_sessions_) || next_id_ == 0 ||
+      upto > cache_.pos(it->second.seq)) {
+    return std::nullopt;
+  }
+  const std::optional<cache::SeqId> seq = cache_.seq_clone(it->second.seq, upto);
+  if (!seq) return std::nullopt;
+  return publish(*seq);
+}
+
+void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
+                                std::optional<std::uint64_t> seed) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  const std::uint64_t s = seed ? *seed
+                               : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^
+                                     std::random_device{}();
+  it->second.sampler.emplace(vocab_size_, params, s);
+  it->second.device_rng.emplace(s);
+}
+
+Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
+  struct Cursor {
+    std::int64_t end = 0;
+    bool seen = false;
+  };
+  std::unordered_map<SessionId, Cursor> cursors;
+  std::vector<std::pair<cache::SeqId, Position>> rewinds;
+  PackedStep step;
+  step.logit_indices.reserve(batch.inputs.size());
+  constexpr std::int64_t kMaxPosition = std::numeric_limits<std::int32_t>::max();
+
+  for (std::size_t i = 0; i < batch.inputs.size(); ++i) {
+    const Input& in = batch.inputs[i];
+    const auto it = sessions_.find(in.sid);
+    if (it == sessions_.end()) {
+      return invalid_argument("input {}: session {} at position {} is not open", i, in.sid,
+                              in.position);
+    }
+    const cache::SeqId seq = it->second.seq;
+    const auto* tokens_ptr = std::get_if<TokenInputPtr>(&in.payload);
+    if (tokens_ptr == nullptr) {
+      return invalid_argument(
+          "input {}: session {} at position {}: prepared inputs are not accepted here; send tokens",
+          i, in.sid, in.position);
+    }
+    if (!*tokens_ptr) {
+      return invalid_argument("input {}: session {} at position {}: the token payload is null", i,
+                              in.sid, in.position);
+    }
+    const std::vector<Token>& tokens = **tokens_ptr;
+    if (!valid_position_count(tokens.size())) {
+      return invalid_argument(
+          "input {}: session {} at position {}: the payload holds {} tokens (need 1 to 2^31-1)", i,
+          in.sid, in.position, tokens.size());
+    }
+    if (in.size == 0) {
+      return invalid_argument("input {}: session {} at position {}: the slice is empty", i, in.sid,
+                              in.position);
+    }
+    if (in.offset > tokens.size() || in.size > tokens.size() - in.offset) {
+      return invalid_argument(
+          "input {}: session {} at position {}: slice [{}, {}) is outside its payload of {} tokens",
+          i, in.sid, in.position, in.offset, in.offset + in.size, tokens.size());
+    }
+    const std::int64_t start = static_cast<std::int64_t>(in.position) +
+                               static_cast<std::int64_t>(in.offset);
+    const std::int64_t end = start + static_cast<std::int64_t>(in.size);
+    if (in.position < 0 || end > kMaxPosition) {
+      return invalid_argument(
+          "input {}: session {}: positions [{}, {}) are outside [0, 2^31-1)", i, in.sid, start, end);
+    }
+    for (std::size_t k = in.offset; k < in.offset + in.size; ++k) {
+      if (vocab_size_ > 0 && tokens[k] >= static_cast<Token>(vocab_size_)) {
+        return invalid_argument(
+            "input {}: session {} at position {}: token {} is outside the vocabulary of {}", i,
+            in.sid, start + static_cast<std::int64_t>(k - in.offset), tokens[k], vocab_size_);
+      }
+    }
+
+    auto [cursor_it, fresh] = cursors.try_emplace(in.sid);
+    Cursor& cursor = cursor_it->second;
+    if (fresh) cursor.end = cache_.pos(seq);
+    if (start > cursor.end) {
+      return invalid_argument(
+          "input {}: session {} at position {}: leaves a gap after position {} where the session "
+          "ends",
+          i, in.sid, start, cursor.end);
+    }
+    if (start < cursor.end) {
+      if (cursor.seen) {
+        return invalid_argument(
+            "input {}: session {} at position {}: overlaps its earlier input in this batch, which "
+            "ends at {}",
+            i, in.sid, start, cursor.end);
+      }
+      if (start == 0) {
+        return invalid_argument(
+            "input {}: session {} at position 0: reopens from the start of a session of {} "
+            "positions; close it and open a new one",
+            i, in.sid, cursor.end);
+      }
+      rewinds.emplace_back(seq, static_cast<Position>(start));
+    }
+    if (end > max_session_tokens_) {
+      return out_of_resources(
+          "input {}: session {} at position {}: ends at {}, past the limit of {} tokens per "
+          "session",
+          i, in.sid, start, end, max_session_tokens_);
+    }
+    cursor.end = end;
+    cursor.seen = true;
+
+    for (std::size_t k = 0; k < in.size; ++k) {
+      step.tokens.push_back(static_cast<std::int64_t>(tokens[in.offset + k]));
+      step.positions.push_back(start + static_cast<std::int64_t>(k));
+      step.seq_ids.push_back(seq);
+    }
+    step.logit_indices.push_back(
+        in.produce_output ? static_cast<std::int64_t>(step.tokens.size()) - 1 : -1);
+  }
+
+  for (const auto& [seq, position] : rewinds) {
+    if (!cache_.rewind(seq, position)) {
+      return internal_error("sequence {} refused a rewind to position {} it had validated", seq,
+                            position);
+    }
+  }
+  return step;
+}
+
+std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logits,
+                                          std::int64_t row) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.sampler) return std::nullopt;
+  if (logits.device() != Device::kCpu || logits.rank() != 2 || logits.dim(1) != vocab_size_ ||
+      row < 0 || row >= logits.dim(0) || logits.data() == nullptr) {
+    return std::nullopt;
+  }
+  std::optional<std::int64_t> token;
+  const auto vocab = static_cast<std::size_t>(vocab_size_);
+  switch (logits.dtype()) {
+    case DType::kF32:
+      token = it->second.sampler->sample(
+          std::span(logits.data_as<float>() + row * vocab_size_, vocab));
+      break;
+    case DType::kF16:
+    case DType::kBF16:
+      token = it->second.sampler->sample(
+          std::span(logits.data_as<std::uint16_t>() + row * vocab_size_, vocab), logits.dtype());
+      break;
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kU8:
+      return std::nullopt;
+  }
+  if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
+  return static_cast<Token>(*token);
+}
+
+std::optional<DeviceSamplingRow> SessionTable::device_sampling(SessionId session) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.sampler) return std::nullopt;
+  const SamplingParams& p = it->second.sampler->params();
+  DeviceSamplingRow row;
+  row.temperature = p.temperature > 0.0f ? p.temperature : 0.0f;
+  row.top_p = p.top_p;
+  row.top_k = static_cast<float>(p.top_k);
+  if (p.temperature > 0.0f) row.coin = it->second.device_rng->next_f32();
+  return row;
+}
+
+bool SessionTable::greedy(SessionId session) const {
+  const auto it = sessions_.find(session);
+  return it != sessions_.end() && (!it->second.sampler || it->second.sampler->greedy());
+}
+
+std::optional<cache::SeqId> SessionTable::sequence(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.seq;
+}
+
+}  // namespace cellm::executor
