@@ -63,9 +63,8 @@ struct CellCache::Impl {
 
   // Takes a sequence slot; the caller checked that one is free.
   SeqId claim_slot() {
-    const auto slot = free_slots.lowest();
+    const auto slot = free_slots.pop_lowest();
     CELLM_CHECK(slot.has_value(), "no free sequence slot although one was checked");
-    free_slots.erase(*slot);
     ++sequences;
     has_step = false;
     return *slot;
@@ -73,9 +72,8 @@ struct CellCache::Impl {
 
   // The lowest free cell, now owned once; the caller checked that one is free.
   CellId claim_cell() {
-    const auto cell = free_cells.lowest();
+    const auto cell = free_cells.pop_lowest();
     CELLM_CHECK(cell.has_value(), "no free cell although enough were checked");
-    free_cells.erase(*cell);
     used_cells.insert(*cell);
     refcounts[static_cast<std::size_t>(*cell)] = 1;
     ++cells_used;

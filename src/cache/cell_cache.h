@@ -98,6 +98,10 @@ class CellCache {
   // Checks that a step could be placed: every id live, positions continuing
   // each sequence exactly (per sequence: pos(seq), pos(seq)+1, ... in order),
   // no sequence past max_seq_len, and enough free cells. Changes nothing.
+  // Refusals: invalid_argument (empty or mismatched spans, an id outside the
+  // slots, a position that does not continue its sequence), not_found (a
+  // sequence not live), out_of_resources (past max_seq_len, too few cells).
+  // The first bad token decides; the cell count is checked last.
   Status check_step(std::span<const SeqId> seq_ids, std::span<const std::int32_t> positions) const;
   // check_step, then claims the lowest free cell for each token and appends it
   // to its sequence's table. All or nothing.

@@ -52,6 +52,22 @@ TEST(BitTreeTest, LowestAndHighestFollowInsertAndErase) {
   EXPECT_FALSE(tree.highest().has_value());
 }
 
+TEST(BitTreeTest, PopLowestDrainsInOrderAcrossLevels) {
+  BitTree tree(300000);
+  const std::int32_t members[] = {5, 63, 64, 4095, 4096, 262143, 262144, 299999};
+  for (std::int32_t i : members) tree.insert(i);
+  for (std::int32_t i : members) {
+    EXPECT_EQ(tree.highest(), 299999);
+    EXPECT_EQ(tree.pop_lowest(), i);
+    EXPECT_FALSE(tree.contains(i));
+  }
+  EXPECT_FALSE(tree.pop_lowest().has_value());
+  EXPECT_FALSE(tree.highest().has_value());
+  tree.fill(true);
+  for (std::int32_t i = 0; i < 300000; ++i) ASSERT_EQ(tree.pop_lowest(), i);
+  EXPECT_FALSE(tree.lowest().has_value());
+}
+
 TEST(BitTreeTest, AgreesWithStdSetUnderRandomOps) {
   for (std::int32_t size : {5, 64, 200, 5000, 70000}) {
     std::mt19937 rng(static_cast<unsigned>(size));
@@ -60,9 +76,18 @@ TEST(BitTreeTest, AgreesWithStdSetUnderRandomOps) {
     std::set<std::int32_t> ref;
     for (int op = 0; op < 4000; ++op) {
       const std::int32_t i = pick(rng);
-      if (rng() % 2) {
+      const unsigned choice = rng() % 5;
+      if (choice < 2) {
         tree.insert(i);
         ref.insert(i);
+      } else if (choice == 2) {
+        const auto popped = tree.pop_lowest();
+        if (ref.empty()) {
+          ASSERT_FALSE(popped.has_value());
+        } else {
+          ASSERT_EQ(popped, *ref.begin());
+          ref.erase(ref.begin());
+        }
       } else {
         tree.erase(i);
         ref.erase(i);
