@@ -1,0 +1,37 @@
+// ProgramOptions: what a backend builds into a program besides the weights —
+// the static forward widths, the widest step, the KV budget, taps and device
+// sampling (DESIGN §2). Backends read it once in load_program.
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace cellm::program {
+
+struct ProgramOptions {
+  // Token extents of the static `forward_N` methods. Widths above max_step
+  // are not exported; `forward_others` covers (widest static, max_step].
+  std::vector<std::int32_t> static_widths = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  // Most tokens one forward takes (the dynamic methods' upper bound).
+  std::int32_t max_step = 2048;
+  // KV pool size in cells, scratch cell included (published as
+  // get_offgraph_kv_max_cells). 0: the backend's default — the CPU program
+  // sizes it for 4 sequences of min(max_context, 8192) tokens plus the
+  // scratch cell; the CUDA program uses kv_memory_fraction.
+  std::int32_t kv_cells = 0;
+  // CUDA only, when kv_cells is 0: the fraction of free device memory given
+  // to weights, workspace and the KV pool together.
+  double kv_memory_fraction = 0.9;
+  // Forwards also return taps [T, D]: every row's final hidden state, the
+  // exact input of the LM head (after the final norm).
+  bool taps = false;
+  // Export `sample` and `sample_argmax`.
+  bool device_sampling = true;
+  // Published as get_min_prefill_chunk when > 0: the dynamic methods then
+  // expect at least this many selector rows.
+  std::int32_t min_prefill_chunk = 0;
+};
+
+}  // namespace cellm::program
