@@ -1,0 +1,232 @@
+#include "text/bpe_model.h"
+
+#include <algorithm>
+#include <queue>
+
+#include <fmt/format.h>
+
+#include "text/utf8.h"
+
+namespace cellm::text {
+namespace {
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
+         static_cast<std::uint32_t>(b);
+}
+
+std::size_t utf8_char_len(std::string_view s, std::size_t i) {
+  char32_t cp;
+  const std::size_t n = utf8_next(s, i, &cp);
+  return n > 0 ? n : utf8_invalid_span(s, i);
+}
+
+}  // namespace
+
+BpeModel::BpeModel(std::vector<std::string> tokens, BpeOptions options)
+    : tokens_(std::move(tokens)), options_(std::move(options)), cache_(new CacheShard[kCacheShards]) {
+  vocab_.reserve(tokens_.size());
+  for (std::size_t id = 0; id < tokens_.size(); ++id) {
+    if (!tokens_[id].empty()) vocab_.emplace(tokens_[id], static_cast<std::int32_t>(id));
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
+    byte_tokens_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+  if (options_.unk_token) {
+    auto it = vocab_.find(*options_.unk_token);
+    if (it != vocab_.end()) unk_id_ = it->second;
+  }
+}
+
+Result<std::unique_ptr<BpeModel>> BpeModel::from_merges(
+    std::vector<std::string> tokens, const std::vector<std::pair<std::string, std::string>>& merges,
+    BpeOptions options) {
+  std::unique_ptr<BpeModel> model(new BpeModel(std::move(tokens), std::move(options)));
+  if (model->options_.unk_token && model->unk_id_ < 0) {
+    return invalid_argument("BPE unk_token '{}' is not in the vocabulary", *model->options_.unk_token);
+  }
+  const std::size_t prefix_len = model->options_.continuing_subword_prefix.size();
+  model->merges_.reserve(merges.size());
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [a, b] = merges[rank];
+    auto ia = model->vocab_.find(a);
+    auto ib = model->vocab_.find(b);
+    if (ia == model->vocab_.end() || ib == model->vocab_.end()) {
+      return invalid_argument("BPE merge {} ('{}' '{}') uses a token missing from the vocabulary",
+                              rank, a, b);
+    }
+    std::string merged = a + b.substr(std::min(prefix_len, b.size()));
+    auto im = model->vocab_.find(merged);
+    if (im == model->vocab_.end()) {
+      return invalid_argument("BPE merge {} ('{}' '{}') makes '{}', which is not in the vocabulary",
+                              rank, a, b, merged);
+    }
+    // The first (lowest-rank) occurrence of a pair wins, as in HF.
+    model->merges_.emplace(pair_key(ia->second, ib->second),
+                           Merge{static_cast<std::uint32_t>(rank), im->second});
+  }
+  return model;
+}
+
+Result<std::unique_ptr<BpeModel>> BpeModel::from_scores(std::vector<std::string> tokens,
+                                                        const std::vector<float>& scores,
+                                                        BpeOptions options) {
+  if (scores.size() != tokens.size()) {
+    return invalid_argument("SentencePiece vocabulary has {} tokens but {} scores", tokens.size(),
+                            scores.size());
+  }
+  std::unique_ptr<BpeModel> model(new BpeModel(std::move(tokens), std::move(options)));
+  // Rank every token by descending score (ties by id); every split of a token
+  // into two vocabulary pieces at a character boundary becomes a merge with
+  // that token's rank, which is what SentencePiece's greedy loop computes.
+  const std::size_t n = model->tokens_.size();
+  std::vector<std::int32_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::int32_t>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return scores[static_cast<std::size_t>(a)] > scores[static_cast<std::size_t>(b)]; });
+  for (std::size_t rank = 0; rank < n; ++rank) {
+    const std::int32_t id = order[rank];
+    const std::string& t = model->tokens_[static_cast<std::size_t>(id)];
+    for (std::size_t cut = utf8_char_len(t, 0); cut < t.size(); cut += utf8_char_len(t, cut)) {
+      auto ia = model->vocab_.find(std::string_view(t).substr(0, cut));
+      auto ib = model->vocab_.find(std::string_view(t).substr(cut));
+      if (ia == model->vocab_.end() || ib == model->vocab_.end()) continue;
+      model->merges_.emplace(pair_key(ia->second, ib->second),
+                             Merge{static_cast<std::uint32_t>(rank), id});
+    }
+  }
+  return model;
+}
+
+std::optional<std::int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(token);
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BpeModel::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
+  if (word.empty()) return;
+  if (options_.ignore_merges) {
+    auto it = vocab_.find(word);
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  if (word.size() > kCacheMaxWord) {
+    merge_word(word, out);
+    return;
+  }
+  CacheShard& shard = cache_[std::hash<std::string_view>()(word) % kCacheShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.map.find(word);
+    if (it != shard.map.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const std::size_t start = out.size();
+  merge_word(word, out);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.map.size() >= kCacheMaxEntries) shard.map.clear();
+  shard.map.emplace(std::string(word),
+                    std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+}
+
+void BpeModel::merge_word(std::string_view word, std::vector<std::int32_t>& out) const {
+  struct Symbol {
+    std::int32_t id;
+    std::int32_t prev;
+    std::int32_t next;
+    bool alive;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  auto add = [&](std::int32_t id) {
+    const auto idx = static_cast<std::int32_t>(symbols.size());
+    symbols.push_back(Symbol{id, idx - 1, -1, true});
+    if (idx > 0) symbols[static_cast<std::size_t>(idx - 1)].next = idx;
+  };
+
+  // Split into characters; characters outside the vocabulary become byte
+  // tokens (byte fallback) or the unknown token (fused when asked).
+  bool pending_unk = false;
+  std::string piece;
+  for (std::size_t i = 0; i < word.size();) {
+    const std::size_t len = utf8_char_len(word, i);
+    const bool first = i == 0, last = i + len >= word.size();
+    std::string_view ch = word.substr(i, len);
+    std::optional<std::int32_t> id;
+    if (options_.continuing_subword_prefix.empty() && options_.end_of_word_suffix.empty()) {
+      auto it = vocab_.find(ch);
+      if (it != vocab_.end()) id = it->second;
+    } else {
+      piece.clear();
+      if (!first) piece += options_.continuing_subword_prefix;
+      piece += ch;
+      if (last) piece += options_.end_of_word_suffix;
+      auto it = vocab_.find(piece);
+      if (it != vocab_.end()) id = it->second;
+    }
+    i += len;
+    if (id) {
+      if (pending_unk) add(unk_id_);
+      pending_unk = false;
+      add(*id);
+      continue;
+    }
+    if (options_.byte_fallback) {
+      bool all = true;
+      for (char c : ch) all = all && byte_token(static_cast<unsigned char>(c)) >= 0;
+      if (all) {
+        for (char c : ch) add(byte_token(static_cast<unsigned char>(c)));
+        continue;
+      }
+    }
+    if (unk_id_ >= 0) {
+      if (pending_unk && !options_.fuse_unk) add(unk_id_);
+      pending_unk = true;
+    }
+  }
+  if (pending_unk) add(unk_id_);
+
+  struct Candidate {
+    std::uint32_t rank;
+    std::int32_t pos;
+    std::int32_t new_id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  auto consider = [&](std::int32_t left) {
+    if (left < 0) return;
+    const Symbol& l = symbols[static_cast<std::size_t>(left)];
+    if (l.next < 0) return;
+    auto it = merges_.find(pair_key(l.id, symbols[static_cast<std::size_t>(l.next)].id));
+    if (it != merges_.end()) queue.push(Candidate{it->second.rank, left, it->second.new_id});
+  };
+  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) consider(static_cast<std::int32_t>(i));
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& l = symbols[static_cast<std::size_t>(c.pos)];
+    if (!l.alive || l.next < 0) continue;
+    Symbol& r = symbols[static_cast<std::size_t>(l.next)];
+    auto it = merges_.find(pair_key(l.id, r.id));
+    if (it == merges_.end() || it->second.new_id != c.new_id) continue;  // stale
+    l.id = c.new_id;
+    r.alive = false;
+    l.next = r.next;
+    if (r.next >= 0) symbols[static_cast<std::size_t>(r.next)].prev = c.pos;
+    consider(l.prev);
+    consider(c.pos);
+  }
+  for (const Symbol& s : symbols) {
+    if (s.alive) out.push_back(s.id);
+  }
+}
+
+}  // namespace cellm::text
