@@ -71,8 +71,9 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_merges(
 
 Result<std::unique_ptr<BpeModel>> BpeModel::from_scores(std::vector<std::string> tokens,
                                                         const std::vector<float>& scores,
+                                                        const std::vector<bool>& mergeable,
                                                         BpeOptions options) {
-  if (scores.size() != tokens.size()) {
+  if (scores.size() != tokens.size() || (!mergeable.empty() && mergeable.size() != tokens.size())) {
     return invalid_argument("SentencePiece vocabulary has {} tokens but {} scores", tokens.size(),
                             scores.size());
   }
@@ -87,6 +88,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_scores(std::vector<std::string>
                    [&](std::int32_t a, std::int32_t b) { return scores[static_cast<std::size_t>(a)] > scores[static_cast<std::size_t>(b)]; });
   for (std::size_t rank = 0; rank < n; ++rank) {
     const std::int32_t id = order[rank];
+    if (!mergeable.empty() && !mergeable[static_cast<std::size_t>(id)]) continue;
     const std::string& t = model->tokens_[static_cast<std::size_t>(id)];
     for (std::size_t cut = utf8_char_len(t, 0); cut < t.size(); cut += utf8_char_len(t, cut)) {
       auto ia = model->vocab_.find(std::string_view(t).substr(0, cut));

@@ -38,9 +38,12 @@ class BpeModel {
       std::vector<std::string> tokens, const std::vector<std::pair<std::string, std::string>>& merges,
       BpeOptions options);
   // SentencePiece BPE: a pair merges when its concatenation is a token; the
-  // higher the merged token's score, the earlier.
+  // higher the merged token's score, the earlier. Only tokens whose
+  // `mergeable` entry is true (normal text pieces) can result from a merge;
+  // an empty `mergeable` means all.
   static Result<std::unique_ptr<BpeModel>> from_scores(std::vector<std::string> tokens,
                                                        const std::vector<float>& scores,
+                                                       const std::vector<bool>& mergeable,
                                                        BpeOptions options);
 
   // Appends the ids of one pre-tokenized word.
