@@ -110,7 +110,10 @@ struct CellCache::Impl {
   BitTree free_cells;                   // cells a placement may take
   BitTree used_cells;                   // cells with a positive count
   BitTree free_slots;                   // sequence ids not live
-  std::vector<std::vector<CellId>> tables;  // [max_sequences][pos(seq)]
+  // [max_sequences][pos(seq)]. Tables keep their capacity across rewind and
+  // seq_rm so steady-state steps do not allocate; the total stays bounded by
+  // max_sequences x max_seq_len, the size of the device-side table array.
+  std::vector<std::vector<CellId>> tables;
   std::int32_t cells_used = 0;
   std::int32_t sequences = 0;
   std::int32_t high_water = 0;
