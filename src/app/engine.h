@@ -1,0 +1,90 @@
+// Engine: everything needed to serve one model, assembled from a path —
+// the loaded model, its tokenizer and chat template, a program on the best
+// available backend (CUDA when built and a device is present, else CPU), the
+// CudaExecutor over it, a Runner with a DecodeFirstScheduler sized from the
+// executor, and a PrefixCache. The CLI and the server build on this; nothing
+// above it touches kernels or the cache.
+//
+// Thread-safety: load() on any thread. Afterwards the accessors are safe from
+// any thread; runner() follows the Runner's own contract. Destruction shuts
+// the runner down first (ending live generations), then frees the executor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cellm/runner.h"
+#include "cellm/status.h"
+#include "model/model_spec.h"
+#include "program/program_options.h"
+
+namespace cellm {
+class PrefixCache;
+}
+namespace cellm::text {
+class Tokenizer;
+}
+
+namespace cellm::app {
+
+struct EngineOptions {
+  std::filesystem::path model;       // Hugging Face folder or .gguf file
+  std::string backend = "auto";      // "auto", "cpu" or "cuda"
+  std::int32_t max_sessions = 64;    // resident sessions: requests, clones, prefix snapshots
+  std::int32_t max_session_tokens = 0;  // 0: divide the pool across sessions, capped by context
+  std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
+  std::int32_t max_batch_tokens = 0;  // 0: the executor's preferred width plus decodes
+  std::int32_t max_decode_sequences = 0;  // 0: max_sessions
+  program::ProgramOptions program;
+};
+
+struct LoadProgress {
+  std::string stage;  // "reading model", "building program", "capturing graphs", ...
+  double fraction = 0.0;
+};
+using ProgressCallback = std::function<void(const LoadProgress&)>;
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> load(const EngineOptions& options,
+                                              const ProgressCallback& progress = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Runner& runner();
+  // Null when prefix caching is disabled. Caller-thread only (see prefix_cache.h).
+  PrefixCache* prefix_cache();
+  const text::Tokenizer& tokenizer() const;
+
+  // Renders `messages` (OpenAI-style list) through the model's chat template.
+  // `extra` holds template variables (tools, enable_thinking, ...). NotFound
+  // when the model ships no template.
+  Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt,
+                                  const nlohmann::json& extra = nlohmann::json::object()) const;
+  // Token ids that end a generation (the model's EOS set).
+  const std::vector<Token>& stop_tokens() const;
+  // Prompt text to token ids, adding BOS the way the model expects.
+  Result<std::vector<Token>> encode(std::string_view text, bool add_special) const;
+
+  const model::ModelSpec& spec() const;
+  const std::string& model_name() const;    // file or folder name
+  const std::string& backend_name() const;  // "cpu" or "cuda"
+  std::int32_t max_session_tokens() const;  // the per-session position limit
+  std::int32_t max_sessions() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cellm::app
