@@ -1,0 +1,53 @@
+// GGUF models: ModelSpec from GGUF metadata (architectures "llama" and
+// "gemma3") and a TensorSource that maps GGUF tensor names onto the canonical
+// Hugging Face ones, dequantizes block-quantized tensors, and undoes the
+// Q/K row interleaving GGUF's converter applies to llama-family attention.
+//
+// Gemma 3 GGUFs store RMSNorm weights with the +1 already added, so their spec
+// has norm_weight_offset = false (adding it again would double it).
+//
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "format/gguf.h"
+#include "model/model_spec.h"
+#include "model/tensor_source.h"
+
+namespace cellm::model {
+
+Result<ModelSpec> spec_from_gguf(const format::GgufFile& file);
+
+// The canonical name of GGUF tensor `gguf_name` for `arch`; the name itself
+// when it has no mapping (it then shows up as an unexpected tensor).
+std::string canonical_tensor_name(Architecture arch, std::string_view gguf_name);
+
+// Reorders the rows of a [heads*head_dim, in] projection from GGUF's
+// interleaved rotary layout back to Hugging Face's half-split layout.
+Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads);
+
+class GgufTensorSource final : public TensorSource {
+ public:
+  GgufTensorSource(std::shared_ptr<const format::GgufFile> file, const ModelSpec& spec,
+                   DType dequant_dtype);
+
+  std::string description() const override { return file_->path(); }
+  std::vector<std::string> names() const override;
+  std::optional<Shape> shape(std::string_view name) const override;
+  std::string stored_type(std::string_view name) const override;
+  Result<Tensor> load(std::string_view name) const override;
+
+ private:
+  const format::GgufTensorInfo* info(std::string_view name) const;
+
+  std::shared_ptr<const format::GgufFile> file_;
+  ModelSpec spec_;
+  DType dequant_dtype_;
+  std::map<std::string, const format::GgufTensorInfo*, std::less<>> by_canonical_;
+};
+
+}  // namespace cellm::model

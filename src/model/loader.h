@@ -1,0 +1,55 @@
+// load_model: the one entry point that turns a path into a checked model —
+// a Hugging Face folder (config.json, safetensors shards, generation_config)
+// or a single GGUF file. The result holds the ModelSpec, the canonical
+// Weights and, for GGUF, the parsed file whose metadata tokenizers read
+// (tokenizer.ggml.tokens, merges, scores, chat template, ...).
+//
+// Thread-safety: load_model is reentrant; a LoadedModel is immutable after
+// loading and safe to read from any thread.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cellm/status.h"
+#include "core/dtype.h"
+#include "format/gguf.h"
+#include "model/model_spec.h"
+#include "model/weights.h"
+
+namespace cellm::model {
+
+enum class ModelFormat : std::uint8_t { kHuggingFace, kGguf };
+
+struct LoadOptions {
+  // GGUF block-quantized tensors are dequantized to this dtype (kF32 or kBF16).
+  DType dequant_dtype = DType::kF32;
+  // Tensors the spec does not use are an error unless this is set (then logged).
+  bool allow_extra_tensors = false;
+  // HF folders: read this config file instead of <folder>/config.json
+  // (e.g. config_legacy.json). generation_config.json still comes from the folder.
+  std::optional<std::filesystem::path> config_path;
+};
+
+struct LoadedModel {
+  ModelSpec spec;
+  Weights weights;
+  ModelFormat format = ModelFormat::kHuggingFace;
+  std::filesystem::path path;  // the folder or file given
+  std::string source;          // "HF folder …: model.safetensors, config.json" / "GGUF v3 …"
+  // GGUF only: the whole file (metadata and tensor table); null for HF folders.
+  std::shared_ptr<const format::GgufFile> gguf;
+
+  const format::GgufFile* gguf_metadata() const { return gguf.get(); }
+};
+
+// A folder is read as Hugging Face; a file ending in .gguf (or starting with
+// the GGUF magic) as GGUF. Errors name the file and tensor or field at fault.
+Result<LoadedModel> load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// The spec alone (no weights touched beyond the GGUF header): for inspection.
+Result<ModelSpec> load_spec(const std::filesystem::path& path, const LoadOptions& options = {});
+
+}  // namespace cellm::model
