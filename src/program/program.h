@@ -39,6 +39,8 @@ inline constexpr std::string_view kVocabSizeConstant = "get_vocab_size";
 inline constexpr std::string_view kMaxContextConstant = "get_max_context_len";
 inline constexpr std::string_view kMaxCellsConstant = "get_offgraph_kv_max_cells";
 inline constexpr std::string_view kMinSelectedRowsConstant = "get_min_prefill_chunk";
+// Optional: K and V bytes one cell holds over every layer (memory reporting).
+inline constexpr std::string_view kKvCellBytesConstant = "get_kv_cell_bytes";
 
 // One input or output of a method. For a dynamic dimension the shape holds
 // its upper bound.

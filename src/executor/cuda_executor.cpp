@@ -1,0 +1,324 @@
+#include "executor/cuda_executor.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "core/log.h"
+#include "sampling/sampler.h"
+
+namespace cellm::executor {
+namespace {
+
+// Resets a flag when a scope ends, however it ends.
+class FlagGuard {
+ public:
+  explicit FlagGuard(bool& flag) : flag_(flag) { flag_ = true; }
+  ~FlagGuard() { flag_ = false; }
+  FlagGuard(const FlagGuard&) = delete;
+  FlagGuard& operator=(const FlagGuard&) = delete;
+
+ private:
+  bool& flag_;
+};
+
+std::vector<Token> to_tokens(const std::vector<std::int64_t>& ids) {
+  return std::vector<Token>(ids.begin(), ids.end());
+}
+
+}  // namespace
+
+CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
+                           std::shared_ptr<cache::CellCache> cache, const Plan& plan)
+    : program_(std::move(program)),
+      cache_(std::move(cache)),
+      vocab_size_(plan.vocab),
+      max_session_tokens_(plan.max_session_tokens),
+      methods_(plan.methods),
+      calls_(plan.methods.size(), 0),
+      min_selected_rows_(plan.min_selected_rows),
+      kv_cell_bytes_(plan.kv_cell_bytes),
+      sessions_(*cache_, plan.max_sessions, plan.max_session_tokens, plan.vocab),
+      has_sampler_(plan.has_sampler),
+      has_argmax_(plan.has_argmax) {}
+
+CudaExecutor::~CudaExecutor() = default;
+
+bool CudaExecutor::initialize() {
+  if (initialized_) return true;
+  Status status = program_->bind_cache(cache_);
+  for (std::size_t i = 0; status.is_ok() && i < methods_.size(); ++i) {
+    status = program_->load_method(methods_[i].name);
+  }
+  if (status.is_ok() && has_sampler_) status = program_->load_method(program::kSampleMethod);
+  if (status.is_ok() && has_argmax_) status = program_->load_method(program::kArgmaxMethod);
+  if (!status.is_ok()) {
+    CELLM_LOG_ERROR("executor: initialization failed: {}", status.to_string());
+    return false;
+  }
+  initialized_ = true;
+  return true;
+}
+
+std::optional<SessionId> CudaExecutor::open_session() { return sessions_.open(); }
+void CudaExecutor::close_session(SessionId session) { sessions_.close(session); }
+std::optional<SessionId> CudaExecutor::clone(SessionId source, Position upto) {
+  return sessions_.clone(source, upto);
+}
+void CudaExecutor::set_sampling(SessionId session, const SamplingParams& params,
+                                std::optional<std::uint64_t> seed) {
+  sessions_.set_sampling(session, params, seed);
+}
+
+Result<ForwardOutputs> CudaExecutor::run_slice(const program::StepSlice& slice,
+                                               std::span<const std::int64_t> tokens,
+                                               std::span<const std::int64_t> positions,
+                                               std::span<const cache::SeqId> seq_ids,
+                                               std::vector<std::int64_t> selector) {
+  const program::ForwardMethod& method = methods_[slice.method];
+  const auto rows = static_cast<std::int64_t>(selector.size());
+  const std::int64_t padded_rows =
+      method.is_static ? slice.width : std::max<std::int64_t>(rows, min_selected_rows_);
+  selector = pad_selector(std::move(selector), padded_rows);
+  const auto begin = static_cast<std::size_t>(slice.offset);
+  const auto length = static_cast<std::size_t>(slice.length);
+  ForwardInputs inputs;
+  inputs.method = method.name;
+  inputs.width = slice.width;
+  inputs.tokens = tokens.subspan(begin, length);
+  inputs.positions = positions.subspan(begin, length);
+  inputs.seq_ids = seq_ids.subspan(begin, length);
+  inputs.selector = selector;
+  inputs.selects_rows = true;
+  auto out = run_forward(*program_, *cache_, inputs, vocab_size_);
+  if (out.ok()) ++calls_[slice.method];
+  return out;
+}
+
+Status CudaExecutor::check_logits_home(const Tensor& logits) {
+  const bool on_device = logits.device() == Device::kCuda;
+  if (on_device && !has_sampler_) {
+    return invalid_program("forwards return device logits but the program exports no {} method",
+                           program::kSampleMethod);
+  }
+  if (device_logits_ && *device_logits_ != on_device) {
+    return internal_error("a forward returned {} logits after earlier ones returned {} logits",
+                          on_device ? "device" : "host", on_device ? "host" : "device");
+  }
+  device_logits_ = on_device;
+  return Status::ok();
+}
+
+Result<std::vector<Token>> CudaExecutor::run_device_sampler(const Tensor& logits,
+                                                            std::size_t rows,
+                                                            const std::vector<float>& params,
+                                                            bool all_greedy) {
+  const Tensor view = logits.slice_rows(0, static_cast<std::int64_t>(rows));
+  Result<std::vector<Tensor>> out = [&]() -> Result<std::vector<Tensor>> {
+    if (all_greedy && has_argmax_) {
+      const std::vector<Tensor> inputs = {view};
+      return program_->execute(program::kArgmaxMethod, inputs);
+    }
+    const std::vector<Tensor> inputs = {
+        view, Tensor::view(params.data(), DType::kF32,
+                           {static_cast<std::int64_t>(rows), sampling::kNumParams})};
+    return program_->execute(program::kSampleMethod, inputs);
+  }();
+  if (!out.ok()) return out.status().with_context("device sampler");
+  if (out->size() != 1 || (*out)[0].dtype() != DType::kI64 ||
+      (*out)[0].numel() != static_cast<std::int64_t>(rows) ||
+      (*out)[0].device() != Device::kCpu || (rows > 0 && (*out)[0].data() == nullptr)) {
+    return internal_error("device sampler returned {} tensors ({}); expected host i64[{}]",
+                          out->size(), out->empty() ? std::string("-") : (*out)[0].describe(),
+                          rows);
+  }
+  std::vector<Token> tokens;
+  tokens.reserve(rows);
+  for (std::int64_t id : (*out)[0].span<const std::int64_t>()) {
+    if (id < 0 || id >= vocab_size_) {
+      return internal_error("device sampler drew token {} outside the vocabulary of {}", id,
+                            vocab_size_);
+    }
+    tokens.push_back(static_cast<Token>(id));
+  }
+  return tokens;
+}
+
+Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
+                                                        const std::vector<SessionId>& sessions) {
+  CELLM_RETURN_IF_ERROR(check_logits_home(logits));
+  if (logits.device() == Device::kCuda) {
+    std::vector<float> params;
+    params.reserve(sessions.size() * sampling::kNumParams);
+    bool all_greedy = true;
+    for (SessionId sid : sessions) {
+      // A session without a policy samples greedily.
+      const DeviceSamplingRow row = sessions_.device_sampling(sid).value_or(DeviceSamplingRow{});
+      params.insert(params.end(), {row.temperature, row.top_p, row.top_k, row.coin});
+      all_greedy = all_greedy && !(row.temperature > 0.0f);
+    }
+    return run_device_sampler(logits, sessions.size(), params, all_greedy);
+  }
+  std::vector<Token> tokens;
+  tokens.reserve(sessions.size());
+  std::vector<float> row;
+  for (std::size_t r = 0; r < sessions.size(); ++r) {
+    const auto index = static_cast<std::int64_t>(r);
+    std::optional<Token> token = sessions_.sample(sessions[r], logits, index);
+    if (!token && sessions_.greedy(sessions[r])) {
+      sampling::row_to_f32(logits, index, row);
+      token = static_cast<Token>(sampling::argmax_row(row));
+    }
+    if (!token) {
+      return internal_error("session {}: sampling row {} of {} failed", sessions[r], r,
+                            logits.describe());
+    }
+    tokens.push_back(*token);
+  }
+  return tokens;
+}
+
+bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
+  out.outputs.assign(batch.inputs.size(), std::nullopt);
+  if (!initialized_ || raw_executing_) {
+    CELLM_LOG_ERROR("executor: execute() {}",
+                    initialized_ ? "inside execute_raw()" : "before initialize()");
+    return false;
+  }
+  Result<PackedStep> packed = sessions_.pack(batch);
+  if (!packed.ok()) {
+    CELLM_LOG_WARN("executor: batch refused: {}", packed.status().to_string());
+    return false;
+  }
+  const PackedStep& step = *packed;
+  for (const program::StepSlice& slice :
+       program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
+    SliceRows rows = select_rows(step, slice.offset, slice.length);
+    const std::vector<std::size_t> wanted = rows.inputs;
+    auto forward = run_slice(slice, step.tokens, step.positions, step.seq_ids,
+                             std::move(rows.selector));
+    if (!forward.ok()) {
+      CELLM_LOG_ERROR("executor: forward at token {} failed: {}", slice.offset,
+                      forward.status().to_string());
+      return false;
+    }
+    if (wanted.empty()) continue;
+    std::vector<SessionId> sessions;
+    for (std::size_t input : wanted) sessions.push_back(batch.inputs[input].sid);
+    auto tokens = sample_outputs(forward->logits, sessions);
+    if (!tokens.ok()) {
+      CELLM_LOG_ERROR("executor: sampling failed: {}", tokens.status().to_string());
+      return false;
+    }
+    for (std::size_t r = 0; r < wanted.size(); ++r) {
+      out.outputs[wanted[r]] = Output{sessions[r], {(*tokens)[r]}};
+    }
+  }
+  return true;
+}
+
+bool CudaExecutor::execute_raw(const RawTargetStep& step,
+                               const std::function<bool(const RawTargetOutput&)>& consume) {
+  if (!initialized_ || raw_executing_) {
+    CELLM_LOG_ERROR("executor: execute_raw() {}",
+                    initialized_ ? "called from its own callback" : "before initialize()");
+    return false;
+  }
+  FlagGuard guard(raw_executing_);
+  const std::size_t n = step.tokens.size();
+  if (n == 0 || step.positions.size() != n || step.seq_ids.size() != n) {
+    CELLM_LOG_ERROR("executor: raw step has {} tokens, {} positions and {} sequence ids", n,
+                    step.positions.size(), step.seq_ids.size());
+    return false;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (step.tokens[i] < 0 || step.tokens[i] >= vocab_size_ || step.positions[i] < 0 ||
+        step.positions[i] >= std::numeric_limits<std::int32_t>::max()) {
+      CELLM_LOG_ERROR("executor: raw step token {} ({} at position {}) is out of range", i,
+                      step.tokens[i], step.positions[i]);
+      return false;
+    }
+  }
+  for (std::int64_t index : step.logit_indices) {
+    if (index < -1 || index >= static_cast<std::int64_t>(n)) {
+      CELLM_LOG_ERROR("executor: raw logit index {} is outside [-1, {})", index, n);
+      return false;
+    }
+  }
+  for (const program::StepSlice& slice :
+       program::plan_slices(static_cast<std::int64_t>(n), methods_)) {
+    std::vector<std::int64_t> selector;
+    std::vector<std::size_t> selected;
+    for (std::size_t j = 0; j < step.logit_indices.size(); ++j) {
+      const std::int64_t index = step.logit_indices[j];
+      if (index >= slice.offset && index < slice.offset + slice.length) {
+        selector.push_back(index - slice.offset);
+        selected.push_back(j);
+      }
+    }
+    if (selector.empty()) selector.push_back(slice.length - 1);
+    auto forward =
+        run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(selector));
+    if (!forward.ok()) {
+      CELLM_LOG_ERROR("executor: raw forward at token {} failed: {}", slice.offset,
+                      forward.status().to_string());
+      return false;
+    }
+    const RawTargetOutput output{slice.offset, slice.length, forward->logits,
+                                 forward->taps ? &*forward->taps : nullptr, selected};
+    if (!consume(output)) return false;
+  }
+  return true;
+}
+
+std::optional<std::vector<Token>> CudaExecutor::argmax_rows(const Tensor& logits,
+                                                            std::size_t rows) {
+  if (!initialized_ || logits.rank() != 2 || logits.dim(1) != vocab_size_ || rows == 0 ||
+      static_cast<std::int64_t>(rows) > logits.dim(0)) {
+    return std::nullopt;
+  }
+  if (logits.device() == Device::kCuda) {
+    if (!has_argmax_) return std::nullopt;
+    auto tokens = run_device_sampler(logits, rows, {}, true);
+    if (!tokens.ok()) return std::nullopt;
+    return std::move(tokens).value();
+  }
+  auto ids = sampling::argmax_rows(logits.slice_rows(0, static_cast<std::int64_t>(rows)));
+  if (!ids.ok()) return std::nullopt;
+  return to_tokens(*ids);
+}
+
+std::optional<std::vector<Token>> CudaExecutor::sample_rows(const Tensor& logits,
+                                                            std::size_t rows,
+                                                            const std::vector<float>& params) {
+  if (!initialized_ || logits.rank() != 2 || logits.dim(1) != vocab_size_ || rows == 0 ||
+      static_cast<std::int64_t>(rows) > logits.dim(0) ||
+      params.size() != rows * sampling::kNumParams) {
+    return std::nullopt;
+  }
+  if (logits.device() == Device::kCuda) {
+    if (!has_sampler_) return std::nullopt;
+    bool all_greedy = true;
+    for (std::size_t r = 0; r < rows; ++r) {
+      all_greedy = all_greedy && !(params[r * sampling::kNumParams] > 0.0f);
+    }
+    auto tokens = run_device_sampler(logits, rows, params, all_greedy);
+    if (!tokens.ok()) return std::nullopt;
+    return std::move(tokens).value();
+  }
+  const Tensor view = Tensor::view(params.data(), DType::kF32,
+                                   {static_cast<std::int64_t>(rows), sampling::kNumParams});
+  auto ids = sampling::sample_rows(logits.slice_rows(0, static_cast<std::int64_t>(rows)), view);
+  if (!ids.ok()) return std::nullopt;
+  return to_tokens(*ids);
+}
+
+OffGraphKVMetrics CudaExecutor::kv_metrics() const { return kv_metrics_of(*cache_, kv_cell_bytes_); }
+
+std::vector<ForwardMethodCalls> CudaExecutor::method_calls() const {
+  std::vector<ForwardMethodCalls> calls;
+  for (std::size_t i = 0; i < methods_.size(); ++i) calls.push_back({methods_[i].name, calls_[i]});
+  return calls;
+}
+
+}  // namespace cellm::executor

@@ -1,0 +1,172 @@
+// CudaExecutor: the batching executor over a program of several forward
+// methods (DESIGN §4, batching_spec §4): static `forward_N` methods of
+// exactly N tokens (graph-captured on CUDA) and an optional dynamic
+// `forward_others` for anything wider. Every session is one sequence of a
+// CellCache the executor builds from the program's constants; a batch is
+// packed onto one token axis and cut by plan_slices into forwards, each on
+// the narrowest method that holds it, static ones padded with token 0 at
+// position 0 (the scratch cell). Tokens are sampled on the host, or by the
+// program's `sample`/`sample_argmax` methods when logits stay on the device.
+// Nothing here depends on a backend: the CPU program drives it in CI.
+//
+// Thread-safety: not thread-safe; every call happens on the engine thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/cell_cache.h"
+#include "cellm/executor.h"
+#include "cellm/status.h"
+#include "core/tensor.h"
+#include "executor/forward_pass.h"
+#include "executor/kv_metrics.h"
+#include "executor/session_table.h"
+#include "program/program.h"
+#include "program/step_plan.h"
+
+namespace cellm::executor {
+
+// How often a forward method ran, for reporting.
+struct ForwardMethodCalls {
+  std::string name;
+  std::uint64_t calls = 0;
+};
+
+// A packed step whose sequences the caller owns (created through
+// cache_control(), rewound by the caller). Do not mix these sequences with
+// sessions.
+struct RawTargetStep {
+  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> positions;
+  std::vector<cache::SeqId> seq_ids;
+  // Global token rows whose logits are wanted; -1 discards. Repeats and any
+  // order are allowed: RawTargetOutput::selected_indices maps each returned
+  // row back to its entry here.
+  std::vector<std::int64_t> logit_indices;
+};
+
+// One forward's results, borrowed until the callback returns.
+struct RawTargetOutput {
+  std::int64_t offset = 0;  // first token of the step in this forward
+  std::int64_t length = 0;  // real tokens in this forward
+  const Tensor& logits;     // [rows, V]; rows beyond selected_indices.size() are padding
+  const Tensor* taps;       // [width, D] for every row, padding included; null if none
+  const std::vector<std::size_t>& selected_indices;  // logits row i answers logit_indices[it]
+};
+
+class CudaExecutor final : public Executor {
+ public:
+  ~CudaExecutor() override;
+
+  // Validates the program (batching_spec §4.1 translated; each malformed
+  // program gets InvalidProgram naming the method or constant) and builds the
+  // cell cache. `max_sessions` counts every resident session, clones
+  // included, and each reserves `max_session_tokens` cells; together they must
+  // fit in get_offgraph_kv_max_cells minus the scratch cell
+  // (InvalidArgument otherwise). `max_session_tokens = 0` divides the pool
+  // evenly across sessions, capped by the context length. Methods load in
+  // initialize().
+  static Result<std::unique_ptr<CudaExecutor>> create(std::shared_ptr<program::Program> program,
+                                                      int max_sessions, int max_session_tokens);
+
+  int max_session_tokens() const { return max_session_tokens_; }
+  std::int64_t vocab_size() const { return vocab_size_; }
+  // The widest method's step; a wider batch runs as several forwards.
+  std::size_t preferred_batch_tokens() const override {
+    return static_cast<std::size_t>(methods_.back().max_tokens);
+  }
+
+  // Binds the cache and loads every forward and sampler method, on the
+  // thread that will run them. False (logged) on any failure.
+  bool initialize() override;
+
+  std::optional<SessionId> open_session() override;
+  void close_session(SessionId session) override;
+  std::optional<SessionId> clone(SessionId source, Position upto) override;
+  void set_sampling(SessionId session, const SamplingParams& params,
+                    std::optional<std::uint64_t> seed) override;
+  // A session without a policy samples greedily.
+  bool execute(const BatchInput& batch, BatchOutput& out) override;
+
+  // Raw access for model adapters. The callback must not call execute_raw()
+  // again and must copy what it needs before returning. A failed step or
+  // callback may have written KV; the sequences' owners must not continue.
+  bool execute_raw(const RawTargetStep& step,
+                   const std::function<bool(const RawTargetOutput&)>& consume);
+  // Argmax of the first `rows` rows; no policy, no generator. Device logits
+  // need the program's sample_argmax.
+  std::optional<std::vector<Token>> argmax_rows(const Tensor& logits, std::size_t rows);
+  // Samples the first `rows` rows with params [rows, 4] (temperature, top_p,
+  // top_k, coin). Device logits need the program's sample method (all-greedy
+  // rows take sample_argmax when it exists).
+  std::optional<std::vector<Token>> sample_rows(const Tensor& logits, std::size_t rows,
+                                                const std::vector<float>& params);
+
+  program::Program& program() { return *program_; }
+  cache::CellCache& cache_control() { return *cache_; }
+  OffGraphKVMetrics kv_metrics() const;
+  // Every forward method, narrowest first (dynamic last), with its calls.
+  std::vector<ForwardMethodCalls> method_calls() const;
+  // Whether the program samples (device logits go to its `sample` method).
+  bool samples_on_device() const { return has_sampler_; }
+  // Selector rows the dynamic method needs at least.
+  int min_selected_rows() const { return min_selected_rows_; }
+
+ private:
+  // What inspect() learned from the program.
+  struct Plan {
+    std::int64_t vocab = 0;
+    int max_session_tokens = 0;
+    int max_sessions = 0;
+    std::int32_t max_cells = 0;
+    std::vector<program::ForwardMethod> methods;
+    int min_selected_rows = 1;
+    bool has_sampler = false;
+    bool has_argmax = false;
+    std::uint64_t kv_cell_bytes = 0;
+  };
+  CudaExecutor(std::shared_ptr<program::Program> program, std::shared_ptr<cache::CellCache> cache,
+               const Plan& plan);
+  static Result<Plan> inspect(const program::Program& program, int max_sessions,
+                              int max_session_tokens);
+
+  // Runs the slice's forward; `selector` is the unpadded row list.
+  Result<ForwardOutputs> run_slice(const program::StepSlice& slice,
+                                          std::span<const std::int64_t> tokens,
+                                          std::span<const std::int64_t> positions,
+                                          std::span<const cache::SeqId> seq_ids,
+                                          std::vector<std::int64_t> selector);
+  // Tokens for the first `rows` rows of device logits through the program.
+  Result<std::vector<Token>> run_device_sampler(const Tensor& logits, std::size_t rows,
+                                                const std::vector<float>& params,
+                                                bool all_greedy);
+  Result<std::vector<Token>> sample_outputs(const Tensor& logits,
+                                            const std::vector<SessionId>& sessions);
+  Status check_logits_home(const Tensor& logits);
+
+  std::shared_ptr<program::Program> program_;
+  std::shared_ptr<cache::CellCache> cache_;
+  std::int64_t vocab_size_;
+  int max_session_tokens_;
+  // Sorted by max_tokens ascending; the dynamic method, if any, is last.
+  std::vector<program::ForwardMethod> methods_;
+  std::vector<std::uint64_t> calls_;
+  int min_selected_rows_;
+  std::uint64_t kv_cell_bytes_;
+  SessionTable sessions_;
+  bool has_sampler_;
+  bool has_argmax_;
+  // Where the first sampled logits lived. Host and device sampling advance
+  // separate generators, so every later forward must agree.
+  std::optional<bool> device_logits_;
+  bool initialized_ = false;
+  bool raw_executing_ = false;
+};
+
+}  // namespace cellm::executor
