@@ -1,0 +1,88 @@
+// Device-side helpers shared by the kernels: bf16 vector loads and stores,
+// warp reductions and deterministic block reductions (a fixed tree, so the
+// same inputs give the same bits on every run and every launch shape of the
+// same block size).
+//
+// Thread-safety: device code; block helpers need every thread of the block.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_types.h"
+
+namespace cellm::cuda {
+
+// Eight bf16 values moved as one 16-byte access.
+struct alignas(16) Bf16x8 {
+  bf16 v[8];
+};
+
+__device__ __forceinline__ void load8(const bf16* src, float (&out)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ void store8(bf16* dst, const float (&in)[8]) {
+  uint4 raw;
+  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    pairs[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+  }
+  *reinterpret_cast<uint4*>(dst) = raw;
+}
+
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+__device__ __forceinline__ float warp_max(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds 32 floats.
+// Deterministic: lanes reduce by xor-butterfly, warps in index order.
+__device__ __forceinline__ float block_sum(float value, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  value = warp_sum(value);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += scratch[w];
+  return total;
+}
+
+__device__ __forceinline__ float block_max(float value, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  value = warp_max(value);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  float result = -INFINITY;
+  for (int w = 0; w < warps; ++w) result = fmaxf(result, scratch[w]);
+  return result;
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,215 @@
+#include "backend/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <functional>
+#include <unordered_map>
+
+#include "backend/cuda/kernels/validate_util.h"
+
+namespace cellm::cuda {
+namespace {
+
+struct PlanKey {
+  std::int64_t m, n, k, lda, ldb, ldc;
+  DType out_dtype;
+  bool bias;
+  bool accumulate;
+  friend bool operator==(const PlanKey&, const PlanKey&) = default;
+};
+
+struct PlanKeyHash {
+  std::size_t operator()(const PlanKey& key) const {
+    std::size_t h = 1469598103934665603ull;
+    for (const std::int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc,
+                                 static_cast<std::int64_t>(key.out_dtype),
+                                 static_cast<std::int64_t>(key.bias),
+                                 static_cast<std::int64_t>(key.accumulate)}) {
+      h = (h ^ std::hash<std::int64_t>{}(v)) * 1099511628211ull;
+    }
+    return h;
+  }
+};
+
+struct DescDeleter {
+  void operator()(cublasLtMatmulDesc_t d) const noexcept { cublasLtMatmulDescDestroy(d); }
+};
+struct LayoutDeleter {
+  void operator()(cublasLtMatrixLayout_t l) const noexcept { cublasLtMatrixLayoutDestroy(l); }
+};
+struct PrefDeleter {
+  void operator()(cublasLtMatmulPreference_t p) const noexcept { cublasLtMatmulPreferenceDestroy(p); }
+};
+struct HandleDeleter {
+  void operator()(cublasLtHandle_t h) const noexcept { cublasLtDestroy(h); }
+};
+
+using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
+using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
+using PrefPtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PrefDeleter>;
+
+struct Plan {
+  DescPtr desc;
+  LayoutPtr a_layout;  // the weight, as cuBLASLt's A (column-major k x n, transposed)
+  LayoutPtr b_layout;  // the activations, as cuBLASLt's B (column-major k x m)
+  LayoutPtr c_layout;  // the output, column-major n x m
+  cublasLtMatmulAlgo_t algo{};
+};
+
+Status lt_status(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return internal_error("cuda gemm: {} failed: {}", what, cublasGetStatusString(status));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+struct GemmRunner::Impl {
+  std::unique_ptr<cublasLtContext, HandleDeleter> handle;
+  std::size_t workspace_bytes = 0;
+  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+
+  Result<const Plan*> plan_for(const GemmArgs& args) {
+    const PlanKey key{args.m,   args.n,         args.k,          args.lda,       args.ldb,
+                      args.ldc, args.out_dtype, args.bias != nullptr, args.accumulate};
+    if (auto it = plans.find(key); it != plans.end()) {
+      return &it->second;
+    }
+    Plan plan;
+    cublasLtMatmulDesc_t desc = nullptr;
+    CELLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                                    "cublasLtMatmulDescCreate"));
+    plan.desc.reset(desc);
+    const cublasOperation_t trans_a = CUBLAS_OP_T;
+    const cublasOperation_t trans_b = CUBLAS_OP_N;
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
+        "set TRANSA"));
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
+        "set TRANSB"));
+    if (args.bias != nullptr) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_16BF;
+      CELLM_RETURN_IF_ERROR(lt_status(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                         sizeof(epilogue)),
+          "set EPILOGUE"));
+      CELLM_RETURN_IF_ERROR(lt_status(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                         sizeof(bias_type)),
+          "set BIAS_DATA_TYPE"));
+    }
+    const cudaDataType_t out_type = args.out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+    cublasLtMatrixLayout_t layout = nullptr;
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, args.k, args.n, args.ldb), "A layout"));
+    plan.a_layout.reset(layout);
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, args.k, args.m, args.lda), "B layout"));
+    plan.b_layout.reset(layout);
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatrixLayoutCreate(&layout, out_type, args.n, args.m, args.ldc), "C layout"));
+    plan.c_layout.reset(layout);
+
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    CELLM_RETURN_IF_ERROR(
+        lt_status(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate"));
+    PrefPtr pref(raw_pref);
+    const std::uint64_t max_workspace = workspace_bytes;
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &max_workspace, sizeof(max_workspace)),
+        "set MAX_WORKSPACE_BYTES"));
+    // Operands may be column slices of fused buffers: promise 16 bytes only.
+    const std::uint32_t alignment = 16;
+    for (const auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      CELLM_RETURN_IF_ERROR(lt_status(
+          cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &alignment, sizeof(alignment)),
+          "set MIN_ALIGNMENT"));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(), plan.b_layout.get(),
+                                       plan.c_layout.get(), plan.c_layout.get(), raw_pref, 1,
+                                       &result, &count),
+        "cublasLtMatmulAlgoGetHeuristic"));
+    if (count == 0) {
+      return not_supported("cuda gemm: no cuBLASLt algorithm for m={} n={} k={} ({} output)",
+                           args.m, args.n, args.k, dtype_name(args.out_dtype));
+    }
+    plan.algo = result.algo;
+    auto [it, inserted] = plans.emplace(key, std::move(plan));
+    return &it->second;
+  }
+};
+
+Status GemmArgs::validate() const {
+  CELLM_RETURN_IF_ERROR(require_ptr(a, "gemm", "a"));
+  CELLM_RETURN_IF_ERROR(require_ptr(b, "gemm", "b"));
+  CELLM_RETURN_IF_ERROR(require_ptr(out, "gemm", "out"));
+  if (m <= 0 || n <= 0 || k <= 0 || lda < k || ldb < k || ldc < n) {
+    return invalid_argument("cuda gemm: m={} n={} k={} lda={} ldb={} ldc={} (need positive sizes, "
+                            "lda, ldb >= k and ldc >= n)",
+                            m, n, k, lda, ldb, ldc);
+  }
+  if (lda % 8 != 0 || ldb % 8 != 0 || ldc % 8 != 0) {
+    return invalid_argument("cuda gemm: leading dims lda={} ldb={} ldc={} must be multiples of 8",
+                            lda, ldb, ldc);
+  }
+  if (out_dtype != DType::kBF16 && out_dtype != DType::kF32) {
+    return not_supported("cuda gemm: output dtype {} (bf16 or f32 only)", dtype_name(out_dtype));
+  }
+  for (const void* ptr : {a, b, static_cast<const void*>(out)}) {
+    CELLM_RETURN_IF_ERROR(require_aligned16(ptr, "gemm", "a/b/out"));
+  }
+  if (bias != nullptr) {
+    CELLM_RETURN_IF_ERROR(require_aligned16(bias, "gemm", "bias"));
+  }
+  return Status::ok();
+}
+
+Result<GemmRunner> GemmRunner::create(std::size_t workspace_bytes) {
+  cublasLtHandle_t raw = nullptr;
+  CELLM_RETURN_IF_ERROR(lt_status(cublasLtCreate(&raw), "cublasLtCreate"));
+  auto impl = std::make_unique<Impl>();
+  impl->handle.reset(raw);
+  impl->workspace_bytes = workspace_bytes;
+  return GemmRunner(std::move(impl));
+}
+
+GemmRunner::GemmRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GemmRunner::GemmRunner(GemmRunner&&) noexcept = default;
+GemmRunner& GemmRunner::operator=(GemmRunner&&) noexcept = default;
+GemmRunner::~GemmRunner() = default;
+
+std::size_t GemmRunner::workspace_bytes() const { return impl_->workspace_bytes; }
+std::size_t GemmRunner::cached_plans() const { return impl_->plans.size(); }
+
+Status GemmRunner::run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
+  CELLM_RETURN_IF_ERROR(args.validate());
+  if (workspace == nullptr && impl_->workspace_bytes > 0) {
+    return invalid_argument("cuda gemm: a workspace of {} bytes is required",
+                            impl_->workspace_bytes);
+  }
+  CELLM_ASSIGN_OR_RETURN(const Plan* plan, impl_->plan_for(args));
+  if (args.bias != nullptr) {
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatmulDescSetAttribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                       &args.bias, sizeof(args.bias)),
+        "set BIAS_POINTER"));
+  }
+  const float alpha = 1.0f;
+  const float beta = args.accumulate ? 1.0f : 0.0f;
+  return lt_status(cublasLtMatmul(impl_->handle.get(), plan->desc.get(), &alpha, args.b,
+                                  plan->a_layout.get(), args.a, plan->b_layout.get(), &beta,
+                                  args.out, plan->c_layout.get(), args.out, plan->c_layout.get(),
+                                  &plan->algo, workspace, impl_->workspace_bytes, stream),
+                   "cublasLtMatmul");
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,87 @@
+// Attention over cell tables, for a packed token axis of mixed sessions.
+// Token t of the step belongs to sequence slot seq_slots[t] at position
+// positions[t]; it attends that sequence's positions [lo, positions[t]],
+// lo = max(0, position - window + 1) (window 0 = all history), reading K/V
+// through cell_table[slot][position] -> cell of the bf16 pools. The step's
+// own tokens must already be scattered (kv_scatter writes their cells and
+// table entries), which makes attention causal within the step by position.
+// Padding rows (slot < 0) and table entries outside the pool give zeros /
+// are skipped. Everything step-dependent is read from device memory and the
+// grids depend only on num_tokens, so a captured graph replays for any mix.
+//
+// Two kernels share these params:
+// - prefill: flash-attention tiles (64 queries x 64 keys, tensor cores,
+//   online softmax). Best when a sequence's tokens are contiguous; correct
+//   for any order (a tile holding several sequences runs them one by one).
+// - decode: split-KV flash-decoding; each token's KV range is cut into
+//   num_splits chunks processed by separate blocks (all q heads of a KV group
+//   share the K/V reads), then a combine kernel merges the partials in split
+//   order. Correct for any mix; meant for few query tokens per sequence.
+//
+// Thread-safety: launch_* are reentrant; params are plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_types.h"
+// Status is only declared here: .cu files must not pull fmt through nvcc
+// (validate() is defined in the family's .cpp).
+namespace cellm {
+class Status;
+}  // namespace cellm
+
+namespace cellm::cuda {
+
+inline constexpr int kAttentionMaxSplits = 64;
+
+struct AttentionParams {
+  const bf16* q = nullptr;                   // [num_tokens, q_stride], heads first
+  bf16* out = nullptr;                       // [num_tokens, out_stride], heads first
+  const bf16* k_pool = nullptr;              // [max_cells, num_kv_heads, head_dim]
+  const bf16* v_pool = nullptr;              // [max_cells, num_kv_heads, head_dim]
+  const std::int32_t* cell_table = nullptr;  // [max_seqs, table_stride]
+  const std::int32_t* seq_slots = nullptr;   // [num_tokens]; < 0 = padding row
+  const std::int32_t* positions = nullptr;   // [num_tokens]
+  std::int64_t q_stride = 0;
+  std::int64_t out_stride = 0;
+  std::int32_t num_tokens = 0;
+  std::int32_t num_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_dim = 0;  // multiple of 8, at most 256
+  std::int32_t max_cells = 0;
+  std::int32_t max_seqs = 0;
+  std::int32_t table_stride = 0;
+  std::int32_t window = 0;  // 0 = full history
+  float scale = 0.0f;       // softmax scale, e.g. 1/sqrt(head_dim)
+  float softcap = 0.0f;     // tanh cap on scaled scores; 0 = none
+
+  // Decode only: 1..kAttentionMaxSplits; with more than one split the
+  // partials go to `workspace` (attention_decode_workspace_bytes).
+  std::int32_t num_splits = 1;
+  float* workspace = nullptr;
+
+  Status validate() const;
+  Status validate_decode() const;  // validate() plus the split fields
+};
+
+// Float scratch for the decode partials: [num_tokens, num_heads, splits, head_dim + 2].
+std::size_t attention_decode_workspace_bytes(std::int64_t num_tokens, std::int64_t num_heads,
+                                             std::int64_t head_dim, std::int32_t num_splits);
+
+// A split count that fills `sm_count` multiprocessors for this width; depends
+// only on the captured width and the configured maximum KV length, so graphs
+// can bake it in. At least 64 keys per split.
+std::int32_t attention_decode_splits(std::int32_t num_tokens, std::int32_t num_heads,
+                                     std::int32_t num_kv_heads, std::int32_t max_kv_len,
+                                     int sm_count);
+
+// Dynamic shared memory of the prefill kernel for this head dim (for checks).
+std::size_t attention_prefill_smem_bytes(std::int32_t head_dim);
+
+void launch_attention_prefill(const AttentionParams& params, cudaStream_t stream);
+void launch_attention_decode(const AttentionParams& params, cudaStream_t stream);
+
+}  // namespace cellm::cuda

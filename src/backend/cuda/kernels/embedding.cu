@@ -1,0 +1,33 @@
+#include "backend/cuda/kernels/embedding.cuh"
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
+  const int t = blockIdx.x;
+  const std::int32_t token = p.tokens[t];
+  const bool valid = token >= 0 && token < p.vocab;
+  const bf16* src = p.table + static_cast<std::int64_t>(valid ? token : 0) * p.dim;
+  bf16* dst = p.out + static_cast<std::int64_t>(t) * p.dim;
+  for (int c = threadIdx.x * 8; c < p.dim; c += kThreads * 8) {
+    float v[8];
+    load8(src + c, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = valid ? v[i] * p.scale : 0.0f;
+    store8(dst + c, v);
+  }
+}
+
+}  // namespace
+
+void launch_embedding(const EmbeddingParams& params, cudaStream_t stream) {
+  launch(embedding_kernel, LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream},
+         params);
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,36 @@
+// Embedding gather: out[t] = table[tokens[t]] * scale, bf16 rows. A token id
+// outside [0, vocab) yields a zero row (ids are validated on the host; the
+// device only guarantees defined, in-bounds behaviour).
+//
+// Thread-safety: launch_* are reentrant; params are plain values.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_types.h"
+// Status is only declared here: .cu files must not pull fmt through nvcc
+// (validate() is defined in the family's .cpp).
+namespace cellm {
+class Status;
+}  // namespace cellm
+
+namespace cellm::cuda {
+
+struct EmbeddingParams {
+  const std::int32_t* tokens = nullptr;  // [num_tokens]
+  const bf16* table = nullptr;           // [vocab, dim]
+  bf16* out = nullptr;                   // [num_tokens, dim]
+  std::int32_t num_tokens = 0;
+  std::int32_t vocab = 0;
+  std::int32_t dim = 0;  // multiple of 8 (16-byte rows)
+  // Gemma multiplies by sqrt(hidden) rounded to bf16; the caller rounds.
+  float scale = 1.0f;
+
+  Status validate() const;
+};
+
+void launch_embedding(const EmbeddingParams& params, cudaStream_t stream);
+
+}  // namespace cellm::cuda

@@ -1,0 +1,49 @@
+#include "backend/cuda/kernels/gated_mlp.cuh"
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+template <GateActivation kAct>
+__global__ void __launch_bounds__(kThreads) gated_mlp_kernel(const __grid_constant__ GatedMlpParams p) {
+  const std::int64_t row = blockIdx.y;
+  const int c = (blockIdx.x * kThreads + threadIdx.x) * 8;
+  if (c >= p.inter) return;
+  float g[8];
+  float u[8];
+  load8(p.gate + row * p.gate_stride + c, g);
+  load8(p.up + row * p.up_stride + c, u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    g[i] = (kAct == GateActivation::kSilu ? silu(g[i]) : gelu_tanh(g[i])) * u[i];
+  }
+  store8(p.out + row * p.out_stride + c, g);
+}
+
+}  // namespace
+
+void launch_gated_mlp(const GatedMlpParams& params, cudaStream_t stream) {
+  const LaunchConfig config{dim3(ceil_div(params.inter, kThreads * 8), params.rows), dim3(kThreads),
+                            0, stream};
+  switch (params.activation) {
+    case GateActivation::kSilu:
+      launch(gated_mlp_kernel<GateActivation::kSilu>, config, params);
+      return;
+    case GateActivation::kGeluTanh:
+      launch(gated_mlp_kernel<GateActivation::kGeluTanh>, config, params);
+      return;
+  }
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,41 @@
+#include "backend/cuda/kernels/kv_scatter.cuh"
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// Moves bytes only, 16 at a time.
+__global__ void __launch_bounds__(kThreads) kv_scatter_kernel(const __grid_constant__ KvScatterParams p) {
+  const std::int64_t token = blockIdx.x;
+  const std::int32_t cell = p.cells[token];
+  if (p.cell_table != nullptr && threadIdx.x == 0) {
+    const std::int32_t slot = p.seq_slots[token];
+    const std::int32_t position = p.positions[token];
+    if (slot >= 0 && slot < p.max_seqs && position >= 0 && position < p.table_stride &&
+        cell >= 0 && cell < p.max_cells) {
+      p.cell_table[static_cast<std::int64_t>(slot) * p.table_stride + position] = cell;
+    }
+  }
+  if (cell < 0 || cell >= p.max_cells) return;
+  const int row_elems = p.num_kv_heads * p.head_dim;
+  const std::int64_t dst = static_cast<std::int64_t>(cell) * row_elems;
+  const bf16* k_src = p.k + token * p.k_stride;
+  const bf16* v_src = p.v + token * p.v_stride;
+  for (int c = threadIdx.x * 8; c < row_elems; c += kThreads * 8) {
+    *reinterpret_cast<uint4*>(p.k_pool + dst + c) = *reinterpret_cast<const uint4*>(k_src + c);
+    *reinterpret_cast<uint4*>(p.v_pool + dst + c) = *reinterpret_cast<const uint4*>(v_src + c);
+  }
+}
+
+}  // namespace
+
+void launch_kv_scatter(const KvScatterParams& params, cudaStream_t stream) {
+  launch(kv_scatter_kernel, LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream},
+         params);
+}
+
+}  // namespace cellm::cuda

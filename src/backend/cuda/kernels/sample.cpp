@@ -1,0 +1,22 @@
+#include "backend/cuda/kernels/sample.cuh"
+
+#include "backend/cuda/kernels/validate_util.h"
+
+namespace cellm::cuda {
+
+Status SampleParams::validate_argmax() const {
+  CELLM_RETURN_IF_ERROR(require_ptr(logits, "sample", "logits"));
+  CELLM_RETURN_IF_ERROR(require_ptr(out, "sample", "out"));
+  if (rows < 0 || vocab <= 0 || logits_stride < vocab) {
+    return invalid_argument("cuda sample: rows={} vocab={} logits_stride={} (stride >= vocab > 0)",
+                            rows, vocab, logits_stride);
+  }
+  return Status::ok();
+}
+
+Status SampleParams::validate() const {
+  CELLM_RETURN_IF_ERROR(validate_argmax());
+  return require_ptr(params, "sample", "params");
+}
+
+}  // namespace cellm::cuda

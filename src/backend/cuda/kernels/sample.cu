@@ -1,0 +1,341 @@
+#include "backend/cuda/kernels/sample.cuh"
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr double kFixedOne = 4503599627370496.0;  // 2^52
+
+using u64 = unsigned long long;
+
+struct ArgMax {
+  float value;
+  int index;
+};
+
+__device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
+  return v > best || (v == best && i < best_i);
+}
+
+// Max and first arg-max of a row; every thread gets the result.
+__device__ ArgMax block_argmax(const float* row, int vocab, ArgMax* scratch) {
+  float best = -INFINITY;
+  int best_i = vocab;  // sentinel: loses every tie
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = row[i];
+    if (better(v, i, best, best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+    if (better(v, i, best, best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = ArgMax{best, best_i};
+  __syncthreads();
+  ArgMax result = scratch[0];
+  for (int w = 1; w < kWarps; ++w) {
+    if (better(scratch[w].value, scratch[w].index, result.value, result.index)) result = scratch[w];
+  }
+  if (result.index >= vocab) result = ArgMax{result.value, 0};  // all NaN / -inf
+  return result;
+}
+
+__device__ __forceinline__ u64 block_sum_u64(u64 value, u64* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = value;
+  __syncthreads();
+  u64 total = 0;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  return total;
+}
+
+__device__ __forceinline__ float block_sum_f32(float value, float* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  return total;
+}
+
+// Exclusive prefix of `value` over threads in index order (exact integers).
+__device__ u64 block_exclusive_scan_u64(u64 value, u64* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  u64 inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const u64 n = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += n;
+  }
+  __syncthreads();
+  if (lane == 31) scratch[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    u64 w = scratch[lane];
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const u64 n = __shfl_up_sync(0xffffffffu, w, offset);
+      if (lane >= offset) w += n;
+    }
+    scratch[lane] = w;
+  }
+  __syncthreads();
+  return (warp > 0 ? scratch[warp - 1] : 0ull) + inclusive - value;
+}
+
+// The row's probabilities, recomputed bit-identically wherever needed.
+struct Softmax {
+  const float* row;
+  int vocab;
+  float temperature;
+  float max_scaled;  // max of x / T
+  float sum;         // Z
+
+  __device__ __forceinline__ float prob(int i) const {
+    const float y = __fdiv_rn(row[i], temperature);
+    return __fdiv_rn(expf(__fsub_rn(y, max_scaled)), sum);
+  }
+};
+
+__device__ __forceinline__ u64 fixed(float p) {
+  return __double2ull_rz(static_cast<double>(p) * kFixedOne);
+}
+
+struct SelectShared {
+  unsigned count[256];
+  u64 mass[256];
+  int digit;
+  u64 above_count;
+  u64 above_mass;
+  bool found;
+};
+
+struct Selection {
+  bool found;
+  unsigned bits;    // the selected value of p, as bits
+  u64 above_count;  // eligible tokens with p above it
+  u64 above_mass;   // and their fixed-point mass
+  u64 tie_count;    // eligible tokens with exactly this p
+};
+
+// Radix select over the bits of p (non-negative floats order like their
+// bits): the largest v such that the weight (count or fixed mass) of the
+// eligible tokens with p >= v exceeds `target`. Eligible: bits > floor_bits,
+// or every token when has_floor is false.
+__device__ Selection radix_select(const Softmax& sm, bool by_mass, u64 target, bool has_floor,
+                                  unsigned floor_bits, SelectShared& sh) {
+  unsigned prefix = 0;
+  unsigned mask = 0;
+  if (threadIdx.x == 0) {
+    sh.above_count = 0;
+    sh.above_mass = 0;
+    sh.found = true;
+  }
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    __syncthreads();
+    for (int d = threadIdx.x; d < 256; d += kThreads) {
+      sh.count[d] = 0;
+      sh.mass[d] = 0;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < sm.vocab; i += kThreads) {
+      const float p = sm.prob(i);
+      const unsigned bits = __float_as_uint(p);
+      if ((has_floor && bits <= floor_bits) || (bits & mask) != prefix) continue;
+      const int d = (bits >> shift) & 255;
+      atomicAdd(&sh.count[d], 1u);
+      atomicAdd(&sh.mass[d], fixed(p));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1;
+      if (sh.found) {
+        for (int d = 255; d >= 0; --d) {
+          const u64 above = by_mass ? sh.above_mass : sh.above_count;
+          const u64 weight = by_mass ? sh.mass[d] : static_cast<u64>(sh.count[d]);
+          if (above + weight > target) {
+            chosen = d;
+            break;
+          }
+          sh.above_count += sh.count[d];
+          sh.above_mass += sh.mass[d];
+        }
+      }
+      if (chosen < 0) {
+        sh.found = false;
+        chosen = 0;
+      }
+      sh.digit = chosen;
+    }
+    __syncthreads();
+    prefix |= static_cast<unsigned>(sh.digit) << shift;
+    mask |= 255u << shift;
+  }
+  Selection result;
+  result.found = sh.found;
+  result.bits = prefix;
+  result.above_count = sh.above_count;
+  result.above_mass = sh.above_mass;
+  result.tie_count = sh.count[sh.digit];
+  __syncthreads();
+  return result;
+}
+
+// The index of the j-th token (0-based, id order) whose p has exactly `bits`.
+__device__ int nth_with_bits(const Softmax& sm, unsigned bits, u64 j, u64* scan_scratch,
+                             int* result) {
+  const int per = (sm.vocab + kThreads - 1) / kThreads;
+  const int begin = threadIdx.x * per;
+  const int end = min(sm.vocab, begin + per);
+  u64 count = 0;
+  for (int i = begin; i < end; ++i) count += __float_as_uint(sm.prob(i)) == bits ? 1 : 0;
+  if (threadIdx.x == 0) *result = -1;
+  const u64 before = block_exclusive_scan_u64(count, scan_scratch);
+  if (j >= before && j < before + count) {
+    u64 seen = before;
+    for (int i = begin; i < end; ++i) {
+      if (__float_as_uint(sm.prob(i)) == bits) {
+        if (seen == j) {
+          *result = i;
+          break;
+        }
+        ++seen;
+      }
+    }
+  }
+  __syncthreads();
+  return *result;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_argmax_kernel(const __grid_constant__ SampleParams p) {
+  __shared__ ArgMax scratch[kWarps];
+  const float* row = p.logits + static_cast<std::int64_t>(blockIdx.x) * p.logits_stride;
+  const ArgMax best = block_argmax(row, p.vocab, scratch);
+  if (threadIdx.x == 0) p.out[blockIdx.x] = best.index;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+  __shared__ ArgMax argmax_scratch[kWarps];
+  __shared__ float f32_scratch[kWarps];
+  __shared__ u64 u64_scratch[kWarps];
+  __shared__ SelectShared select_shared;
+  __shared__ int found_index;
+
+  const int r = blockIdx.x;
+  const float* row = p.logits + static_cast<std::int64_t>(r) * p.logits_stride;
+  const float temperature = p.params[r * kSampleParamsPerRow + 0];
+  const float top_p = p.params[r * kSampleParamsPerRow + 1];
+  const float top_k = p.params[r * kSampleParamsPerRow + 2];
+  const float coin = p.params[r * kSampleParamsPerRow + 3];
+  const int vocab = p.vocab;
+
+  const ArgMax greedy = block_argmax(row, vocab, argmax_scratch);
+  if (!(temperature > 0.0f) || greedy.value == -INFINITY || isnan(greedy.value)) {
+    if (threadIdx.x == 0) p.out[r] = greedy.index;
+    return;
+  }
+  Softmax sm{row, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
+  float partial = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    partial += expf(__fsub_rn(__fdiv_rn(row[i], temperature), sm.max_scaled));
+  }
+  sm.sum = block_sum_f32(partial, f32_scratch);
+
+  const bool use_top_k = top_k > 0.0f && top_k < static_cast<float>(vocab);
+  const bool use_top_p = !use_top_k && top_p > 0.0f && top_p < 1.0f;
+
+  if (!use_top_k && !use_top_p) {
+    // Token order: count the tokens whose cumulative mass is <= coin.
+    const u64 coin_fixed = __double2ull_rz(static_cast<double>(coin) * kFixedOne);
+    const int per = (vocab + kThreads - 1) / kThreads;
+    const int begin = threadIdx.x * per;
+    const int end = min(vocab, begin + per);
+    u64 chunk = 0;
+    for (int i = begin; i < end; ++i) chunk += fixed(sm.prob(i));
+    u64 running = block_exclusive_scan_u64(chunk, u64_scratch);
+    u64 count = 0;
+    for (int i = begin; i < end; ++i) {
+      running += fixed(sm.prob(i));
+      count += running <= coin_fixed ? 1 : 0;
+    }
+    const u64 total = block_sum_u64(count, u64_scratch);
+    if (threadIdx.x == 0) p.out[r] = static_cast<int>(min(total, static_cast<u64>(vocab - 1)));
+    return;
+  }
+
+  // The kept set: every token with p above `kept.bits` plus the first
+  // `kept_ties` tokens (id order) with p equal to it.
+  Selection kept;
+  u64 kept_ties = 0;
+  if (use_top_k) {
+    const u64 k = static_cast<u64>(ceilf(top_k));
+    kept = radix_select(sm, /*by_mass=*/false, k - 1, false, 0, select_shared);
+    kept_ties = k - kept.above_count;
+  } else {
+    const u64 target = __double2ull_rz(static_cast<double>(top_p) * kFixedOne);
+    kept = radix_select(sm, /*by_mass=*/true, target, false, 0, select_shared);
+    if (kept.found) {
+      // Tied token n precedes with mass above + n * w; kept while <= top_p.
+      const u64 w = fixed(__uint_as_float(kept.bits));
+      kept_ties = w == 0 ? kept.tie_count : min(kept.tie_count, (target - kept.above_mass) / w + 1);
+    } else {
+      // Rounding left the whole row within top_p: keep everything.
+      kept = radix_select(sm, /*by_mass=*/false, static_cast<u64>(vocab) - 1, false, 0,
+                          select_shared);
+      kept_ties = kept.tie_count;
+    }
+  }
+  const u64 tie_weight = fixed(__uint_as_float(kept.bits));
+  const u64 kept_mass = kept.above_mass + kept_ties * tie_weight;
+  const u64 u = __double2ull_rz(static_cast<double>(coin) * static_cast<double>(kept_mass));
+
+  // The first kept rank whose cumulative mass exceeds u.
+  unsigned chosen_bits = kept.bits;
+  u64 nth = 0;
+  bool in_kept_ties = true;
+  if (kept.above_mass > u) {
+    const Selection above = radix_select(sm, /*by_mass=*/true, u, true, kept.bits, select_shared);
+    if (above.found) {
+      const u64 w = fixed(__uint_as_float(above.bits));
+      chosen_bits = above.bits;
+      nth = w == 0 ? 0 : min(above.tie_count - 1, (u - above.above_mass) / w);
+      in_kept_ties = false;
+    }
+  }
+  if (in_kept_ties) {
+    const u64 last = kept_ties > 0 ? kept_ties - 1 : 0;
+    nth = (tie_weight == 0 || u < kept.above_mass) ? last
+                                                   : min(last, (u - kept.above_mass) / tie_weight);
+  }
+  const int index = nth_with_bits(sm, chosen_bits, nth, u64_scratch, &found_index);
+  if (threadIdx.x == 0) p.out[r] = index >= 0 ? index : greedy.index;
+}
+
+}  // namespace
+
+void launch_sample_argmax(const SampleParams& params, cudaStream_t stream) {
+  launch(sample_argmax_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream}, params);
+}
+
+void launch_sample(const SampleParams& params, cudaStream_t stream) {
+  launch(sample_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream}, params);
+}
+
+}  // namespace cellm::cuda

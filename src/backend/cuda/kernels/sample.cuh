@@ -1,0 +1,56 @@
+// The device sampler over float32 logits [rows, vocab], one block per row.
+//
+// sample_argmax: the first index of the row maximum (ties -> lower id; NaN
+// logits are ignored).
+//
+// sample: batching_spec.md section 4.8. params[r] = (temperature, top_p,
+// top_k, coin). temperature <= 0 -> argmax. Otherwise p = softmax(x / T);
+// top-k (0 < top_k < vocab) wins over top-p (0 < top_p < 1); the kept prefix
+// of p sorted descending (ties -> lower id) is found by radix select on the
+// bits of p instead of a sort, and the coin picks the first kept rank whose
+// cumulative mass exceeds coin * kept mass. With neither, the coin is placed
+// in token order: the result is the number of tokens whose cumulative
+// probability is <= coin, clamped to vocab - 1.
+//
+// Arithmetic and determinism: p is float32 computed as the host does
+// (y = x / T, e = expf(y - max y), p = e / Z). Z is a fixed-tree block sum
+// (the host sums sequentially, so Z may differ in the last bits). Every
+// cumulative mass is summed exactly in 52-bit fixed point (p * 2^52,
+// truncated) instead of a sequential float32 cumsum; the host and device can
+// therefore disagree only when the coin or top_p lands within float rounding
+// (~1e-7 relative) of a boundary. The same inputs always give the same token.
+// Rows whose logits are all -inf or contain NaN return an in-range token only.
+//
+// Thread-safety: launch_* are reentrant; params are plain values.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+// Status is only declared here: .cu files must not pull fmt through nvcc
+// (validate() is defined in the family's .cpp).
+namespace cellm {
+class Status;
+}  // namespace cellm
+
+namespace cellm::cuda {
+
+inline constexpr int kSampleParamsPerRow = 4;  // temperature, top_p, top_k, coin
+
+struct SampleParams {
+  const float* logits = nullptr;  // [rows, logits_stride], first `vocab` columns used
+  const float* params = nullptr;  // [rows, 4]; unused by sample_argmax
+  std::int32_t* out = nullptr;    // [rows]
+  std::int64_t logits_stride = 0;
+  std::int32_t rows = 0;
+  std::int32_t vocab = 0;
+
+  Status validate() const;         // for sample
+  Status validate_argmax() const;  // for sample_argmax (params may be null)
+};
+
+void launch_sample_argmax(const SampleParams& params, cudaStream_t stream);
+void launch_sample(const SampleParams& params, cudaStream_t stream);
+
+}  // namespace cellm::cuda

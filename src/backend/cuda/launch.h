@@ -1,0 +1,63 @@
+// The single kernel-launch path: launch(kernel, LaunchConfig, args...) wraps
+// cudaLaunchKernelEx, raises a kernel's dynamic shared-memory limit the first
+// time it needs more than the default 48 KiB, and checks the launch. No raw
+// <<<>>> launches exist outside this header.
+//
+// Thread-safety: launch() is safe from any thread; the shared-memory limit
+// registry is guarded by a mutex (it is touched once per kernel).
+#pragma once
+
+#include <cstddef>
+#include <source_location>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace cellm::cuda {
+
+struct LaunchConfig {
+  dim3 grid;
+  dim3 block;
+  std::size_t smem_bytes = 0;
+  cudaStream_t stream = nullptr;
+  // Programmatic dependent launch: lets this kernel's prologue overlap the
+  // previous kernel's tail (kernels must call cudaGridDependencySynchronize).
+  bool pdl = false;
+};
+
+// Raises `kernel`'s dynamic shared-memory limit to at least `bytes`, once.
+void ensure_dynamic_smem(const void* kernel, std::size_t bytes);
+
+// The device's multiprocessor count (cached per device).
+int multiprocessor_count();
+
+template <typename... KernelArgs, typename... Args>
+void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&... args) {
+  if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) {
+    return;  // an empty problem is not an error
+  }
+  if (config.smem_bytes > 48 * 1024) {
+    ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), config.smem_bytes);
+  }
+  cudaLaunchAttribute attributes[1];
+  cudaLaunchConfig_t raw{};
+  raw.gridDim = config.grid;
+  raw.blockDim = config.block;
+  raw.dynamicSmemBytes = config.smem_bytes;
+  raw.stream = config.stream;
+  raw.numAttrs = 0;
+  if (config.pdl) {
+    attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[0].val.programmaticStreamSerializationAllowed = 1;
+    raw.attrs = attributes;
+    raw.numAttrs = 1;
+  }
+  CELLM_CUDA_CHECK(cudaLaunchKernelEx(&raw, kernel, std::forward<Args>(args)...));
+  check_launch(config.stream, "cudaLaunchKernelEx");
+}
+
+inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace cellm::cuda
