@@ -170,7 +170,6 @@ Result<std::vector<Tensor>> ToyProgram::forward(std::string_view method,
   if (step == nullptr || placements == placements_seen_) {
     return internal_error("toy {}: no step was placed before this forward", method);
   }
-  placements_seen_ = placements;
   const auto real = static_cast<std::int64_t>(step->cells.size());
   if (real > t) return internal_error("toy {}: {} placed tokens in {} rows", method, real, t);
   const std::int64_t* tok = inputs[0].data_as<std::int64_t>();
@@ -186,6 +185,7 @@ Result<std::vector<Tensor>> ToyProgram::forward(std::string_view method,
                             tok[i], pos[i]);
     }
   }
+  placements_seen_ = placements;
   // Write every row: real rows into their cells, padding into the scratch cell.
   for (std::size_t l = 0; l < kv_.size(); ++l) {
     for (std::int64_t i = 0; i < t; ++i) {
