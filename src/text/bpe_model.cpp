@@ -53,13 +53,13 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_merges(
     auto ia = model->vocab_.find(a);
     auto ib = model->vocab_.find(b);
     if (ia == model->vocab_.end() || ib == model->vocab_.end()) {
-      return invalid_argument("BPE merge {} ('{}' '{}') uses a token missing from the vocabulary",
+      return invalid_argument("model.merges[{}] ('{}' '{}') uses a token missing from model.vocab",
                               rank, a, b);
     }
     std::string merged = a + b.substr(std::min(prefix_len, b.size()));
     auto im = model->vocab_.find(merged);
     if (im == model->vocab_.end()) {
-      return invalid_argument("BPE merge {} ('{}' '{}') makes '{}', which is not in the vocabulary",
+      return invalid_argument("model.merges[{}] ('{}' '{}') makes '{}', which is not in model.vocab",
                               rank, a, b, merged);
     }
     // The first (lowest-rank) occurrence of a pair wins, as in HF.
