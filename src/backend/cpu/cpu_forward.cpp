@@ -112,11 +112,11 @@ std::size_t KvStore::bytes() const {
   return total;
 }
 
-CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights)
+CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType checkpoint_dtype)
     : spec_(std::move(spec)), weights_(std::move(weights)) {
   CELLM_CHECK(check_spec(spec_).is_ok(), "CpuForward built from an unchecked spec");
   for (const model::LayerSpec& layer : spec_.layers) {
-    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim));
+    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, checkpoint_dtype));
   }
   attention_scale_ = spec_.attention_scale > 0.0f
                          ? spec_.attention_scale

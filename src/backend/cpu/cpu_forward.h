@@ -51,8 +51,10 @@ struct StepRows {
 
 class CpuForward {
  public:
-  // `weights` must come from to_f32_weights(spec, ...); `spec` must pass check_spec.
-  CpuForward(model::ModelSpec spec, model::Weights weights);
+  // `weights` must come from to_f32_weights(spec, ...); `spec` must pass
+  // check_spec. `checkpoint_dtype` is the float dtype the weights were stored
+  // in; RoPE frequencies are rounded to it (see rope_inv_freq).
+  CpuForward(model::ModelSpec spec, model::Weights weights, DType checkpoint_dtype = DType::kF32);
 
   const model::ModelSpec& spec() const { return spec_; }
 

@@ -66,7 +66,9 @@ Result<std::unique_ptr<CpuProgram>> CpuProgram::create(const model::ModelSpec& s
                             options.kv_cells);
   }
   CELLM_ASSIGN_OR_RETURN(model::Weights f32, to_f32_weights(spec, weights));
-  auto forward = std::make_unique<CpuForward>(spec, std::move(f32));
+  // The embedding's stored dtype stands for the checkpoint's.
+  const DType stored = weights.embed_tokens.dtype();
+  auto forward = std::make_unique<CpuForward>(spec, std::move(f32), stored);
   auto program = std::unique_ptr<CpuProgram>(new CpuProgram(options, kv_cells, std::move(forward)));
   for (std::int32_t w : widths) {
     program->methods_.emplace(std::string(program::kStaticMethodPrefix) + std::to_string(w),

@@ -26,7 +26,8 @@ void rms_norm(const float* x, const float* weight, std::int64_t rows, std::int64
   }
 }
 
-std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_dim) {
+std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_dim,
+                                 DType table_dtype) {
   const std::int32_t dim = rope.rotary_dim > 0 ? rope.rotary_dim : head_dim;
   CELLM_CHECK(dim > 0 && dim % 2 == 0 && dim <= head_dim, "rotary dim {} of head dim {}", dim,
               head_dim);
@@ -63,6 +64,16 @@ std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_
         }
       }
       break;
+    }
+  }
+  CELLM_CHECK(table_dtype == DType::kF32 || table_dtype == DType::kBF16 ||
+                  table_dtype == DType::kF16,
+              "rope table dtype {}", dtype_name(table_dtype));
+  for (float& f : inv) {
+    if (table_dtype == DType::kBF16) {
+      f = bf16_to_f32(f32_to_bf16(f));
+    } else if (table_dtype == DType::kF16) {
+      f = f16_to_f32(f32_to_f16(f));
     }
   }
   return inv;

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/model_spec.h"
 
 namespace cellm::cpu {
@@ -23,8 +24,12 @@ void rms_norm(const float* x, const float* weight, std::int64_t rows, std::int64
 // The inverse frequencies of a rotary table, one per rotated pair:
 // rotary_dim / 2 entries (rotary_dim 0 means the whole head). Computed in
 // float32 exactly as Hugging Face builds its inv_freq buffer, including the
-// llama3 band scaling and linear scaling.
-std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_dim);
+// llama3 band scaling and linear scaling, then rounded to `table_dtype`
+// (kF32, kBF16 or kF16): transformers keeps that buffer in the dtype of the
+// checkpoint it loaded, so a 16-bit checkpoint rotates with 16-bit
+// frequencies and matching it needs the same rounding.
+std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_dim,
+                                 DType table_dtype = DType::kF32);
 
 // Rotates x [rows, heads, head_dim] in place: for row r at positions[r] the
 // first 2*inv_freq.size() dims of every head are rotated with rotate_half

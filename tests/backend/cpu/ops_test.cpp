@@ -64,6 +64,21 @@ TEST(CpuOps, RopeDefaultAndLinearFrequencies) {
   EXPECT_NEAR(part[1], std::pow(10000.0, -2.0 / 16), 1e-7);
 }
 
+TEST(CpuOps, RopeTableFollowsTheCheckpointDtype) {
+  model::RopeSpec rope;
+  rope.theta = 1000000.0;
+  const std::vector<float> f32 = rope_inv_freq(rope, 16);
+  const std::vector<float> bf = rope_inv_freq(rope, 16, DType::kBF16);
+  const std::vector<float> hf = rope_inv_freq(rope, 16, DType::kF16);
+  bool differs = false;
+  for (std::size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_EQ(bf[i], bf16_to_f32(f32_to_bf16(f32[i])));
+    EXPECT_EQ(hf[i], f16_to_f32(f32_to_f16(f32[i])));
+    differs = differs || bf[i] != f32[i];
+  }
+  EXPECT_TRUE(differs);
+}
+
 TEST(CpuOps, RopeLlama3BandsFollowTheFormula) {
   model::RopeSpec rope;
   rope.type = model::RopeType::kLlama3;

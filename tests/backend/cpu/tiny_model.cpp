@@ -257,7 +257,11 @@ std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
   for (int l = 0; l < s.num_layers; ++l) {
     const model::LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
     const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
-    const std::vector<double> inv = reference_inv_freq(ls.rope, hd);
+    std::vector<double> inv = reference_inv_freq(ls.rope, hd);
+    if (w.embed_tokens.dtype() == DType::kBF16) {
+      // transformers keeps inv_freq in the checkpoint's dtype.
+      for (double& f : inv) f = bf16_to_f32(f32_to_bf16(static_cast<float>(f)));
+    }
     std::vector<std::vector<double>> q(t), k(t), v(t);
     for (std::size_t r = 0; r < t; ++r) {
       const std::vector<double> h = rms(x[r], 0, d, lw.attn_norm, eps, off);

@@ -27,7 +27,8 @@ struct TinyModel {
 TinyModel make_tiny_model(model::Architecture arch, std::uint64_t seed = 1);
 
 // Logits [T][V] of one uncached forward over `tokens` (positions 0..T-1),
-// computed in double straight from the model definition.
+// computed in double straight from the model definition (RoPE frequencies
+// rounded to bf16 for a bf16 checkpoint, as transformers does).
 std::vector<std::vector<double>> reference_logits(const model::ModelSpec& spec,
                                                   const model::Weights& weights,
                                                   const std::vector<std::int64_t>& tokens);
