@@ -1,0 +1,153 @@
+// Runner: continuous batching over one Executor. A single engine thread owns
+// the executor and the scheduler's consumer side; Sessions and
+// GenerationHandles are the caller's view of its work.
+//
+// Thread-safety: Runner, Session and GenerationHandle methods may be called
+// from any thread (a Session object itself must not be used by two threads at
+// once). Callbacks of admitted generations run on the engine thread, in order,
+// and must not block on runner work (no wait(), no future.get()).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "cellm/executor.h"
+#include "cellm/metrics.h"
+#include "cellm/scheduler.h"
+#include "cellm/types.h"
+
+namespace cellm {
+
+namespace detail {
+class EngineCore;
+struct GenerationState;
+struct SessionState;
+}  // namespace detail
+
+enum class FinishReason { kStopToken, kNewTokenLimit, kCancelled, kFailed };
+std::string_view finish_reason_name(FinishReason reason);
+
+// No finish_reason: more updates follow. With one: the last update (its token
+// list may be empty after a failure or cancellation). error_message is set
+// only for kFailed.
+struct GenerationUpdate {
+  std::vector<Token> tokens;
+  std::optional<FinishReason> finish_reason;
+  std::string error_message;
+};
+using GenerationCallback = std::function<void(const GenerationUpdate&)>;
+using SettledCallback = std::function<void()>;
+
+// Raw tokens, or a prepared backing that only an accepting executor consumes.
+using GenerationInput = std::variant<std::vector<Token>, PreparedInputPtr>;
+
+struct GenConfig {
+  std::int64_t max_new_tokens = 256;  // must be > 0
+  SamplingParams sampling;
+  std::vector<Token> stop_tokens;      // the matched token is delivered and kept
+  std::optional<std::uint64_t> seed;   // nullopt: nondeterministic
+};
+
+// A copyable view of one generation's outcome. Dropping it does not cancel;
+// it may outlive the runner.
+class GenerationHandle {
+ public:
+  GenerationHandle() = default;
+
+  bool valid() const { return state_ != nullptr; }
+  // Takes effect within one engine step; never interrupts a running execute().
+  void cancel() const;
+  // True once the terminal update has returned (or thrown).
+  bool done() const;
+  // Blocks until done(). Never call it from a callback of the same runner.
+  void wait() const;
+  std::optional<FinishReason> finish_reason() const;
+  std::string error_message() const;
+  // Empty until done().
+  GenerationMetrics metrics() const;
+
+ private:
+  friend class Session;
+  explicit GenerationHandle(std::shared_ptr<detail::GenerationState> state)
+      : state_(std::move(state)) {}
+  std::shared_ptr<detail::GenerationState> state_;
+};
+
+// Sole owner of one executor session. Destruction closes it through the
+// engine thread without waiting; an active generation then ends kCancelled.
+class Session {
+ public:
+  Session() = default;
+  ~Session();
+  Session(Session&& other) noexcept;
+  Session& operator=(Session&& other) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // False for default, moved-from and closed sessions.
+  bool valid() const;
+  // The committed position (a pending, not yet fed token excluded). Updated
+  // before each callback; 0 for a default session.
+  Position position() const;
+  // The executor's id; 0 for a default session.
+  SessionId id() const;
+
+  // A new session holding this one's committed [0, upto); nullopt when
+  // refused. The future is ready at once when this session is not valid.
+  std::future<std::optional<Session>> clone_async(Position upto) const;
+
+  // Starts a generation continuing the session's context with `delta`.
+  // Rejections found before the engine admits it call back inline on this
+  // thread, possibly before this returns. on_settled runs exactly once, after
+  // the outcome is published.
+  GenerationHandle generate_async(GenerationInput delta, GenConfig config,
+                                  GenerationCallback on_update, SettledCallback on_settled = {});
+
+ private:
+  friend class detail::EngineCore;
+  friend class PrefixCache;
+  friend class PromptCapture;
+  Session(std::shared_ptr<detail::EngineCore> core, std::shared_ptr<detail::SessionState> state);
+  void release();
+
+  std::shared_ptr<detail::EngineCore> core_;
+  std::shared_ptr<detail::SessionState> state_;
+};
+
+enum class InitializationState { kPending, kReady, kFailed };
+enum class AcceptanceError { kUnavailable, kFailed };
+using AcceptanceResult = std::variant<bool, AcceptanceError>;
+
+class Runner {
+ public:
+  // The executor is borrowed and must outlive shutdown(); the scheduler is
+  // owned. Starts the engine thread, which initializes the executor first.
+  Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler);
+  ~Runner();
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  InitializationState initialization_state() const;
+  // nullopt at capacity, while stopping, or after a failed initialization.
+  std::future<std::optional<Session>> open_session_async();
+  // Whether the executor consumes this kind of prepared input. Reserves nothing.
+  std::future<AcceptanceResult> accepts_async(PreparedInputPtr input);
+  // Idempotent. Blocks until the engine has stopped, live generations ended
+  // kCancelled and every session closed; from a callback it only requests
+  // the stop.
+  void shutdown();
+  // Consistent per engine step; final after shutdown().
+  EngineMetrics metrics() const;
+
+ private:
+  std::shared_ptr<detail::EngineCore> core_;
+};
+
+}  // namespace cellm

@@ -1,0 +1,181 @@
+// EngineCore: the runner's shared internals. Public objects (Runner, Session,
+// GenerationHandle) hold it by shared_ptr so they may outlive the Runner.
+//
+// Thread-safety: push(), request_stop(), join() and the accessors are safe from
+// any thread; everything named with a trailing underscore runs on the engine
+// thread only, which alone touches the executor and the session records.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "cellm/runner.h"
+
+namespace cellm::detail {
+
+// Shared between a Session object and the engine.
+struct SessionState {
+  explicit SessionState(SessionId id, Position start) : sid(id), position(start) {}
+  const SessionId sid;
+  std::atomic<bool> closed{false};
+  std::atomic<Position> position;
+};
+
+// Shared between GenerationHandles and the engine.
+struct GenerationState {
+  std::atomic<bool> cancel_requested{false};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::optional<FinishReason> reason;
+  std::string error;
+  GenerationMetrics metrics;
+
+  void publish(FinishReason r, std::string e, const GenerationMetrics& m);
+};
+
+// Delivers the terminal update; a throwing callback turns the outcome into
+// kFailed with the exception's message.
+void deliver_terminal(const GenerationCallback& on_update, std::vector<Token> tokens,
+                      FinishReason& reason, std::string& error);
+// Runs on_settled, swallowing anything it throws.
+void run_settled(const SettledCallback& on_settled) noexcept;
+
+struct OpenCommand {
+  std::promise<std::optional<Session>> reply;
+};
+struct CloseCommand {
+  SessionId sid = 0;
+};
+struct CloneCommand {
+  SessionId sid = 0;
+  Position upto = 0;
+  std::promise<std::optional<Session>> reply;
+};
+struct StartCommand {
+  std::shared_ptr<GenerationState> state;
+  std::shared_ptr<SessionState> session;
+  GenerationInput delta;
+  GenConfig config;
+  GenerationCallback on_update;
+  SettledCallback on_settled;
+  GenerationMetrics metrics;  // t_submit and counts stamped by the caller
+};
+struct AcceptsCommand {
+  PreparedInputPtr input;
+  std::promise<AcceptanceResult> reply;
+};
+using Command =
+    std::variant<OpenCommand, CloseCommand, CloneCommand, StartCommand, AcceptsCommand>;
+
+class EngineCore : public std::enable_shared_from_this<EngineCore> {
+ public:
+  EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler);
+  ~EngineCore();
+
+  // Launches the engine thread (it keeps the core alive while it runs).
+  void start();
+  // False (the command untouched) once the engine no longer accepts work.
+  bool push(Command&& command);
+  bool accepting() const;
+  void request_stop();
+  // Waits for the engine thread; concurrent callers all wait for the same end.
+  void join();
+  bool on_engine_thread() const;
+  InitializationState initialization_state() const { return init_state_.load(); }
+  EngineMetrics metrics() const;
+
+ private:
+  // One live generation, engine side.
+  struct Generation {
+    std::uint64_t id = 0;
+    std::shared_ptr<GenerationState> state;
+    SessionId sid = 0;
+    GenConfig config;
+    GenerationCallback on_update;
+    SettledCallback on_settled;
+    std::int64_t budget_left = 0;
+    GenerationMetrics metrics;
+    bool first_token = false;
+    MetricsClock::time_point last_delivery;
+    std::uint64_t last_counted_step = 0;
+  };
+  struct SessionRecord {
+    std::shared_ptr<SessionState> state;
+    Position position = 0;
+    std::optional<Token> pending;  // delivered but not yet fed back
+    bool poisoned = false;
+    std::shared_ptr<Generation> active;
+  };
+  // What the engine remembers about a dispatched task once its input moved
+  // into the batch.
+  struct Slot {
+    SessionId sid = 0;
+    bool is_decode = false;
+    bool produce_output = false;
+    std::size_t size = 0;
+    Position end = 0;
+    std::uint64_t generation = 0;
+  };
+
+  void run_();
+  void drain_commands_(bool running);
+  void handle_(OpenCommand& c, bool running);
+  void handle_(CloseCommand& c, bool running);
+  void handle_(CloneCommand& c, bool running);
+  void handle_(StartCommand& c, bool running);
+  void handle_(AcceptsCommand& c, bool running);
+  void reap_();
+  bool step_();
+  void fail_batch_(const std::vector<Slot>& slots, const std::string& message);
+  void handle_output_(const Slot& slot, const std::optional<Output>& output);
+  bool submit_tasks_(Generation& gen, std::vector<Task> tasks);
+  Task make_task_(const Generation& gen, Input input, bool is_decode);
+  // Ends `gen`: detaches it from its session (if installed), drops its queued
+  // tasks, delivers the terminal update, publishes, then runs on_settled.
+  void finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
+               std::vector<Token> tokens, std::string error, bool notify = true);
+  void count_completion_(const Generation& gen, FinishReason reason);
+  void stop_path_();
+  void publish_metrics_();
+  Session make_session_(const std::shared_ptr<SessionState>& state);
+
+  Executor& executor_;
+  const std::unique_ptr<Scheduler> scheduler_;
+
+  // Inbox and stop flag.
+  mutable std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::deque<Command> inbox_;
+  bool accepting_ = true;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<InitializationState> init_state_{InitializationState::kPending};
+
+  std::mutex join_mu_;
+  std::thread thread_;
+  std::atomic<std::thread::id> engine_thread_id_{};
+
+  mutable std::mutex metrics_mu_;
+  EngineMetrics published_;
+
+  // Engine-thread state.
+  EngineMetrics em_;
+  std::unordered_map<SessionId, SessionRecord> sessions_;
+  std::unordered_map<TaskId, std::uint64_t> task_owner_;  // queued task -> generation
+  TaskId next_tid_ = 1;
+  std::uint64_t next_generation_ = 1;
+  std::uint64_t step_count_ = 0;
+};
+
+}  // namespace cellm::detail

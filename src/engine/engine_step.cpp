@@ -1,0 +1,299 @@
+// One engine step: take a batch, execute it, account for it, interpret the
+// outputs (stop tokens, budgets, the pending token) and end generations.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "core/check.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "engine/engine_core.h"
+
+namespace cellm::detail {
+namespace {
+
+constexpr std::int64_t kMaxPosition = std::numeric_limits<Position>::max();
+
+}  // namespace
+
+bool EngineCore::step_() {
+  std::vector<Task> tasks = scheduler_->get_work();
+  if (tasks.empty()) return false;
+  ++step_count_;
+
+  std::vector<Slot> slots;
+  slots.reserve(tasks.size());
+  for (const Task& t : tasks) {
+    Slot s;
+    s.sid = t.input.sid;
+    s.is_decode = t.is_decode;
+    s.produce_output = t.input.produce_output;
+    s.size = t.input.size;
+    s.end = static_cast<Position>(t.input.position + static_cast<std::int64_t>(t.input.offset) +
+                                  static_cast<std::int64_t>(t.input.size));
+    if (auto it = task_owner_.find(t.tid); it != task_owner_.end()) {
+      s.generation = it->second;
+      task_owner_.erase(it);
+    }
+    slots.push_back(s);
+  }
+
+  // Measure the step before executing it.
+  struct PerSession {
+    bool decode = false;
+    bool prefill = false;
+    Position context = 0;
+  };
+  std::map<SessionId, PerSession> per_session;
+  std::size_t decode_tokens = 0, prefill_tokens = 0;
+  for (const Slot& s : slots) {
+    PerSession& p = per_session[s.sid];
+    (s.is_decode ? p.decode : p.prefill) = true;
+    p.context = std::max(p.context, s.end);
+    (s.is_decode ? decode_tokens : prefill_tokens) += s.size;
+  }
+  const auto now = Clock::now();
+  std::int64_t decode_sessions = 0, prefill_sessions = 0, context = 0;
+  for (const auto& [sid, p] : per_session) {
+    decode_sessions += p.decode ? 1 : 0;
+    prefill_sessions += p.prefill ? 1 : 0;
+    context += p.context;
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end() || !it->second.active) continue;
+    Generation& gen = *it->second.active;
+    if (!stamped(gen.metrics.t_first_step)) gen.metrics.t_first_step = now;
+    if (gen.last_counted_step != step_count_) {
+      gen.last_counted_step = step_count_;
+      ++(p.decode ? gen.metrics.n_decode_steps : gen.metrics.n_prefill_steps);
+    }
+  }
+  std::int64_t live = 0, ready = 0;
+  for (const auto& [sid, rec] : sessions_) {
+    if (!rec.active) continue;
+    ++live;
+    ready += rec.active->first_token ? 1 : 0;
+  }
+  ++em_.steps;
+  em_.decode_sessions_total += decode_sessions;
+  em_.prefill_sessions_total += prefill_sessions;
+  em_.ready_total += ready;
+  em_.peak_concurrent_generations = std::max(em_.peak_concurrent_generations, live);
+  em_.context_sum += context;
+  em_.context_max = std::max(em_.context_max, context);
+  em_.steps_with_decode += decode_sessions > 0 ? 1 : 0;
+  em_.steps_with_prefill += prefill_sessions > 0 ? 1 : 0;
+
+  BatchInput batch = to_batch_input(tasks);
+  BatchOutput out;
+  const auto t0 = Clock::now();
+  if (!stamped(em_.t_first_step)) em_.t_first_step = t0;
+  bool ok = false;
+  try {
+    ok = executor_.execute(batch, out);
+  } catch (const std::exception& e) {
+    CELLM_LOG_ERROR("runner: execute threw: {}", e.what());
+  } catch (...) {
+    CELLM_LOG_ERROR("runner: execute threw a non-standard exception");
+  }
+  const auto t1 = Clock::now();
+  const std::int64_t latency = us_between(t0, t1);
+  em_.t_last_step = t1;
+  em_.step_latency_sum_us += latency;
+  em_.step_latency_max_us = std::max(em_.step_latency_max_us, latency);
+  em_.decode_session_time_sum_us += latency * decode_sessions;
+  if (decode_sessions > 0 && prefill_sessions > 0) {
+    em_.mixed_latency_sum_us += latency;
+  } else if (decode_sessions > 0) {
+    em_.decode_only_latency_sum_us += latency;
+  } else {
+    em_.prefill_only_latency_sum_us += latency;
+  }
+
+  if (!ok) {
+    fail_batch_(slots, "executor failed to execute the batch");
+    return true;
+  }
+  if (out.outputs.size() != slots.size()) {
+    fail_batch_(slots, "executor returned an incomplete batch output");
+    return true;
+  }
+  em_.decode_tokens_total += static_cast<std::int64_t>(decode_tokens);
+  em_.prefill_tokens_total += static_cast<std::int64_t>(prefill_tokens);
+  if (prefill_sessions == 0) em_.decode_only_tokens += static_cast<std::int64_t>(decode_tokens);
+  for (const Slot& s : slots) {
+    if (s.is_decode) continue;
+    auto it = sessions_.find(s.sid);
+    if (it == sessions_.end() || !it->second.active) continue;
+    Generation& gen = *it->second.active;
+    if (gen.id == s.generation && !gen.first_token) {
+      gen.metrics.n_prefilled_tokens += static_cast<std::int64_t>(s.size);
+    }
+  }
+
+  // A stop that landed during execute() discards the results before they
+  // touch any session.
+  if (stop_requested_.load()) return true;
+
+  // Every consumed slice moves its session before any callback sees it.
+  for (const Slot& s : slots) {
+    auto it = sessions_.find(s.sid);
+    if (it == sessions_.end()) continue;
+    it->second.position = s.end;
+    it->second.pending.reset();
+    it->second.state->position.store(s.end);
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) handle_output_(slots[i], out.outputs[i]);
+  return true;
+}
+
+void EngineCore::fail_batch_(const std::vector<Slot>& slots, const std::string& message) {
+  ++em_.steps_failed;
+  std::vector<std::shared_ptr<Generation>> failed;
+  for (const Slot& s : slots) {
+    auto it = sessions_.find(s.sid);
+    if (it == sessions_.end()) continue;
+    // The executor's state for this session is unknown now.
+    it->second.poisoned = true;
+    if (it->second.active &&
+        std::find(failed.begin(), failed.end(), it->second.active) == failed.end()) {
+      failed.push_back(it->second.active);
+    }
+  }
+  for (const auto& gen : failed) finish_(gen, FinishReason::kFailed, {}, message);
+}
+
+void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& output) {
+  auto it = sessions_.find(slot.sid);
+  if (it == sessions_.end()) return;
+  SessionRecord& rec = it->second;
+  const std::shared_ptr<Generation> gen = rec.active;
+  if (!gen || gen->id != slot.generation) return;
+  if (stop_requested_.load() || gen->state->cancel_requested.load() || rec.state->closed.load()) {
+    finish_(gen, FinishReason::kCancelled, {}, "");
+    return;
+  }
+  auto invalid = [&] {
+    rec.poisoned = true;
+    finish_(gen, FinishReason::kFailed, {}, "executor returned an invalid output");
+  };
+  if (output.has_value() != slot.produce_output) return invalid();
+  if (!output) return;
+  const std::vector<Token>& produced = output->tokens;
+  if (produced.empty() || output->sid != slot.sid ||
+      static_cast<std::int64_t>(produced.size()) - 1 > kMaxPosition - slot.end) {
+    return invalid();
+  }
+
+  std::vector<Token> emitted;
+  std::optional<FinishReason> reason;
+  const auto& stops = gen->config.stop_tokens;
+  for (Token t : produced) {
+    emitted.push_back(t);
+    --gen->budget_left;
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+      reason = FinishReason::kStopToken;
+      break;
+    }
+    if (gen->budget_left <= 0) {
+      reason = FinishReason::kNewTokenLimit;
+      break;
+    }
+  }
+  // All but the last delivered token are committed by the executor; the last
+  // one is pending until fed back. A run cut short keeps no pending token and
+  // the next input rewinds past the dropped suffix.
+  const std::size_t committed = std::min(emitted.size(), produced.size() - 1);
+  rec.position = static_cast<Position>(slot.end + static_cast<std::int64_t>(committed));
+  rec.pending.reset();
+  if (emitted.size() == produced.size()) rec.pending = emitted.back();
+  rec.state->position.store(rec.position);
+
+  const auto now = Clock::now();
+  GenerationMetrics& m = gen->metrics;
+  const auto k = static_cast<std::int64_t>(emitted.size());
+  if (!gen->first_token) {
+    gen->first_token = true;
+    m.t_first_token = now;
+    if (k > 1) {
+      m.itl_count += k - 1;
+      m.itl_min_us = 0;
+    }
+  } else {
+    const std::int64_t gap = us_between(gen->last_delivery, now);
+    m.itl_count += k;
+    m.itl_sum_us += gap;
+    m.itl_min_us = std::min(m.itl_min_us, k > 1 ? std::int64_t{0} : gap);
+    m.itl_max_us = std::max(m.itl_max_us, gap);
+  }
+  gen->last_delivery = now;
+  m.n_generated_tokens += k;
+
+  if (reason) {
+    finish_(gen, *reason, std::move(emitted), "");
+    return;
+  }
+  try {
+    if (gen->on_update) gen->on_update(GenerationUpdate{std::move(emitted), std::nullopt, ""});
+  } catch (const std::exception& e) {
+    // The callback already saw this step; it is not called a second time.
+    finish_(gen, FinishReason::kFailed, {}, e.what(), /*notify=*/false);
+    return;
+  } catch (...) {
+    finish_(gen, FinishReason::kFailed, {}, "generation callback threw a non-standard exception",
+            /*notify=*/false);
+    return;
+  }
+  if (rec.active != gen) return;
+  Input in;
+  in.sid = slot.sid;
+  in.produce_output = true;
+  in.size = 1;
+  in.payload = std::make_shared<const std::vector<Token>>(1, *rec.pending);
+  in.position = rec.position;
+  std::vector<Task> next;
+  next.push_back(make_task_(*gen, std::move(in), true));
+  if (!submit_tasks_(*gen, std::move(next))) {
+    finish_(gen, FinishReason::kFailed, {}, "scheduler rejected generation tasks");
+  }
+}
+
+void EngineCore::finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
+                         std::vector<Token> tokens, std::string error, bool notify) {
+  CELLM_CHECK(gen != nullptr);
+  if (auto it = sessions_.find(gen->sid); it != sessions_.end() && it->second.active == gen) {
+    it->second.active.reset();
+    for (const Task& t : scheduler_->cancel(gen->sid)) task_owner_.erase(t.tid);
+  }
+  gen->metrics.t_end = Clock::now();
+  if (notify) deliver_terminal(gen->on_update, std::move(tokens), reason, error);
+  count_completion_(*gen, reason);
+  gen->state->publish(reason, std::move(error), gen->metrics);
+  run_settled(gen->on_settled);
+  // Release the captures now rather than whenever the last reference goes.
+  GenerationCallback update = std::move(gen->on_update);
+  SettledCallback settled = std::move(gen->on_settled);
+  gen->on_update = nullptr;
+  gen->on_settled = nullptr;
+}
+
+void EngineCore::count_completion_(const Generation& gen, FinishReason reason) {
+  ++em_.generations_completed;
+  switch (reason) {
+    case FinishReason::kStopToken: ++em_.finished_stop_token; break;
+    case FinishReason::kNewTokenLimit: ++em_.finished_token_limit; break;
+    case FinishReason::kCancelled: ++em_.finished_cancelled; break;
+    case FinishReason::kFailed: ++em_.finished_failed; break;
+  }
+  const GenerationMetrics& m = gen.metrics;
+  em_.total_generated_tokens += m.n_generated_tokens;
+  if (gen.first_token) {
+    const std::int64_t ttft = m.ttft_us();
+    ++em_.ttft_count;
+    em_.ttft_sum_us += ttft;
+    em_.ttft_min_us = std::min(em_.ttft_min_us, ttft);
+    em_.ttft_max_us = std::max(em_.ttft_max_us, ttft);
+  }
+}
+
+}  // namespace cellm::detail

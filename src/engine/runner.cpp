@@ -1,0 +1,196 @@
+// The caller-facing objects: Runner, Session and GenerationHandle. Each call
+// either queues a command for the engine thread or, when the engine cannot
+// take it, settles inline on the calling thread.
+#include "cellm/runner.h"
+
+#include <utility>
+
+#include "core/check.h"
+#include "core/clock.h"
+#include "engine/engine_core.h"
+
+namespace cellm {
+namespace {
+
+template <typename T>
+std::future<T> ready_future(T value) {
+  std::promise<T> p;
+  p.set_value(std::move(value));
+  return p.get_future();
+}
+
+// Settles a generation the engine never saw, on the caller's thread.
+void settle_inline(detail::GenerationState& state, GenerationMetrics metrics, FinishReason reason,
+                   std::string error, GenerationCallback on_update, SettledCallback on_settled) {
+  metrics.t_end = Clock::now();
+  detail::deliver_terminal(on_update, {}, reason, error);
+  state.publish(reason, std::move(error), metrics);
+  detail::run_settled(on_settled);
+  // on_update and on_settled are released when this returns.
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStopToken: return "stop_token";
+    case FinishReason::kNewTokenLimit: return "new_token_limit";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+// ---- GenerationHandle ----
+
+void GenerationHandle::cancel() const {
+  if (state_) state_->cancel_requested.store(true);
+}
+
+bool GenerationHandle::done() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+void GenerationHandle::wait() const {
+  if (!state_) return;
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [this] { return state_->done; });
+}
+
+std::optional<FinishReason> GenerationHandle::finish_reason() const {
+  if (!state_) return std::nullopt;
+  std::lock_guard lock(state_->mu);
+  return state_->done ? state_->reason : std::nullopt;
+}
+
+std::string GenerationHandle::error_message() const {
+  if (!state_) return {};
+  std::lock_guard lock(state_->mu);
+  return state_->done ? state_->error : std::string();
+}
+
+GenerationMetrics GenerationHandle::metrics() const {
+  if (!state_) return {};
+  std::lock_guard lock(state_->mu);
+  return state_->done ? state_->metrics : GenerationMetrics{};
+}
+
+// ---- Session ----
+
+Session::Session(std::shared_ptr<detail::EngineCore> core,
+                 std::shared_ptr<detail::SessionState> state)
+    : core_(std::move(core)), state_(std::move(state)) {}
+
+Session::~Session() { release(); }
+
+Session::Session(Session&& other) noexcept
+    : core_(std::move(other.core_)), state_(std::move(other.state_)) {}
+
+Session& Session::operator=(Session&& other) noexcept {
+  if (this != &other) {
+    release();
+    core_ = std::move(other.core_);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+void Session::release() {
+  if (core_ && state_ && !state_->closed.exchange(true)) {
+    // Never waits: a stopped engine has closed every session already.
+    (void)core_->push(detail::CloseCommand{state_->sid});
+  }
+  core_.reset();
+  state_.reset();
+}
+
+bool Session::valid() const { return core_ && state_ && !state_->closed.load(); }
+
+Position Session::position() const { return state_ ? state_->position.load() : 0; }
+
+SessionId Session::id() const { return state_ ? state_->sid : 0; }
+
+std::future<std::optional<Session>> Session::clone_async(Position upto) const {
+  if (!valid()) return ready_future<std::optional<Session>>(std::nullopt);
+  detail::CloneCommand cmd;
+  cmd.sid = state_->sid;
+  cmd.upto = upto;
+  auto future = cmd.reply.get_future();
+  if (!core_->push(std::move(cmd))) return ready_future<std::optional<Session>>(std::nullopt);
+  return future;
+}
+
+GenerationHandle Session::generate_async(GenerationInput delta, GenConfig config,
+                                         GenerationCallback on_update,
+                                         SettledCallback on_settled) {
+  auto state = std::make_shared<detail::GenerationState>();
+  GenerationHandle handle(state);
+  GenerationMetrics metrics;
+  metrics.t_submit = Clock::now();
+  metrics.sid = id();
+  if (const auto* raw = std::get_if<std::vector<Token>>(&delta)) {
+    metrics.n_prompt_tokens = static_cast<std::int64_t>(raw->size());
+  } else if (const auto& prepared = std::get<PreparedInputPtr>(delta)) {
+    metrics.n_prompt_tokens = static_cast<std::int64_t>(prepared->size());
+  }
+  if (!core_ || !state_) {
+    settle_inline(*state, metrics, FinishReason::kFailed, "session is not initialized",
+                  std::move(on_update), std::move(on_settled));
+    return handle;
+  }
+  if (state_->closed.load()) {
+    settle_inline(*state, metrics, FinishReason::kCancelled, "", std::move(on_update),
+                  std::move(on_settled));
+    return handle;
+  }
+  detail::Command command{detail::StartCommand{state, state_, std::move(delta), std::move(config),
+                                                std::move(on_update), std::move(on_settled),
+                                                metrics}};
+  if (!core_->push(std::move(command))) {
+    // push() leaves a refused command untouched, so its callbacks are still here.
+    auto& cmd = std::get<detail::StartCommand>(command);
+    settle_inline(*state, metrics, FinishReason::kCancelled, "", std::move(cmd.on_update),
+                  std::move(cmd.on_settled));
+  }
+  return handle;
+}
+
+// ---- Runner ----
+
+Runner::Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler)
+    : core_(std::make_shared<detail::EngineCore>(executor, std::move(scheduler))) {
+  core_->start();
+}
+
+Runner::~Runner() { shutdown(); }
+
+InitializationState Runner::initialization_state() const { return core_->initialization_state(); }
+
+std::future<std::optional<Session>> Runner::open_session_async() {
+  detail::OpenCommand cmd;
+  auto future = cmd.reply.get_future();
+  if (!core_->push(std::move(cmd))) return ready_future<std::optional<Session>>(std::nullopt);
+  return future;
+}
+
+std::future<AcceptanceResult> Runner::accepts_async(PreparedInputPtr input) {
+  detail::AcceptsCommand cmd;
+  cmd.input = std::move(input);
+  auto future = cmd.reply.get_future();
+  if (!core_->push(std::move(cmd))) {
+    return ready_future<AcceptanceResult>(AcceptanceError::kUnavailable);
+  }
+  return future;
+}
+
+void Runner::shutdown() {
+  core_->request_stop();
+  if (core_->on_engine_thread()) return;  // a callback: the engine stops after this step
+  core_->join();
+}
+
+EngineMetrics Runner::metrics() const { return core_->metrics(); }
+
+}  // namespace cellm
