@@ -371,8 +371,7 @@ class Parser {
   Result<StmtPtr> filter_stmt() {
     auto s = std::make_unique<Stmt>();
     s->kind = StmtKind::kFilterBlock;
-    s->pos = cur().pos;
-    advance();
+    s->pos = cur().pos;  // filter() skips the tag name as it skips '|'
     ExprPtr chain = node(ExprKind::kName, s->pos);  // the name "" stands for the body
     CELLM_ASSIGN_OR_RETURN(chain, filter(std::move(chain)));
     while (at_op("|")) {
