@@ -32,7 +32,8 @@ struct PrefillLayout {
   static constexpr std::size_t kS = kV + sizeof(bf16) * kBk * kLdq;
   static constexpr std::size_t kP = kS + sizeof(float) * kBq * kLds;
   static constexpr std::size_t kO = kP + sizeof(bf16) * kBq * kLdp;
-  static constexpr std::size_t kBytes = kO + sizeof(float) * kBq * kLdo;
+  static constexpr std::size_t kMeta = kO + sizeof(float) * kBq * kLdo;  // ints below
+  static constexpr std::size_t kBytes = kMeta + sizeof(int) * (4 * kBq + kBk + 4);
 };
 
 enum RowState : int { kInactive = 0, kPending = 1, kCurrent = 2, kDone = 3 };
@@ -48,14 +49,14 @@ __global__ void __launch_bounds__(kThreads)
   float* s_s = reinterpret_cast<float*>(smem + L::kS);
   bf16* p_s = reinterpret_cast<bf16*>(smem + L::kP);
   float* o_s = reinterpret_cast<float*>(smem + L::kO);
-  __shared__ int row_pos[kBq];
-  __shared__ int row_lo[kBq];
-  __shared__ int row_slot[kBq];
-  __shared__ int row_state[kBq];
-  __shared__ int key_cell[kBk];
-  __shared__ int seg_slot;
-  __shared__ int seg_lo;
-  __shared__ int seg_hi;
+  int* row_pos = reinterpret_cast<int*>(smem + L::kMeta);
+  int* row_lo = row_pos + kBq;
+  int* row_slot = row_lo + kBq;
+  int* row_state = row_slot + kBq;
+  int* key_cell = row_state + kBq;
+  int& seg_slot = key_cell[kBk];
+  int& seg_lo = key_cell[kBk + 1];
+  int& seg_hi = key_cell[kBk + 2];
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;

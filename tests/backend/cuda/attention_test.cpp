@@ -1,0 +1,260 @@
+// Prefill and split-KV decode attention over cell tables against a float64
+// CPU reference: mixed sessions on one token axis (a prefill chunk, decode
+// tokens, interleaved sequences and a padding row), shuffled cells, GQA/MQA,
+// windows, soft caps, head dims 16..256 and contexts beyond 8192. Also
+// checks that a captured decode graph replays correctly for a new mix.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/resources.h"
+#include "cellm/status.h"
+#include "gpu_test_util.h"
+
+namespace cellm::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::nmse;
+using testing::random_bf16;
+using testing::to_float;
+
+struct AttnCase {
+  int heads;
+  int kv_heads;
+  int head_dim;
+  int window;
+  float softcap;
+  int long_len;  // history of the longest sequence (its last 70 tokens are this step's chunk)
+  int splits;
+};
+
+// The fixture: three sequences in a shuffled pool, plus the step's tokens.
+struct Scenario {
+  int max_seqs = 4;
+  int table_stride = 0;
+  int max_cells = 0;
+  std::vector<int> lengths;           // per slot
+  std::vector<std::int32_t> table;    // [max_seqs, table_stride]
+  std::vector<std::int32_t> slots;    // per step token
+  std::vector<std::int32_t> positions;
+  std::vector<bf16> k_pool, v_pool, q;
+  std::int64_t q_stride = 0;
+};
+
+Scenario make_scenario(const AttnCase& c, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  Scenario s;
+  s.lengths = {c.long_len, 21, 300, 0};
+  s.table_stride = c.long_len + 8;
+  int total = 0;
+  for (int len : s.lengths) total += len;
+  s.max_cells = total + 1;  // cell 0 is scratch
+  std::vector<std::int32_t> cells(total);
+  std::iota(cells.begin(), cells.end(), 1);
+  std::shuffle(cells.begin(), cells.end(), rng);
+  s.table.assign(static_cast<std::size_t>(s.max_seqs) * s.table_stride, -1);
+  int next = 0;
+  for (int slot = 0; slot < s.max_seqs; ++slot) {
+    for (int p = 0; p < s.lengths[slot]; ++p) s.table[slot * s.table_stride + p] = cells[next++];
+  }
+  // Step: seq 1 decodes, seq 0's 70-token chunk with one seq 2 token inside
+  // it, a padding row, then seq 2's other two tokens.
+  const int chunk = std::min(70, c.long_len);
+  s.slots.push_back(1);
+  s.positions.push_back(s.lengths[1] - 1);
+  for (int i = 0; i < chunk; ++i) {
+    if (i == 40) {
+      s.slots.push_back(2);
+      s.positions.push_back(s.lengths[2] - 3);
+    }
+    s.slots.push_back(0);
+    s.positions.push_back(c.long_len - chunk + i);
+  }
+  s.slots.push_back(-1);
+  s.positions.push_back(0);
+  for (int i = 2; i >= 1; --i) {
+    s.slots.push_back(2);
+    s.positions.push_back(s.lengths[2] - i);
+  }
+  const std::size_t pool = static_cast<std::size_t>(s.max_cells) * c.kv_heads * c.head_dim;
+  s.k_pool = random_bf16(pool, rng, -1.0f, 1.0f);
+  s.v_pool = random_bf16(pool, rng, -1.0f, 1.0f);
+  s.q_stride = static_cast<std::int64_t>(c.heads + 2 * c.kv_heads) * c.head_dim;  // fused qkv
+  s.q = random_bf16(s.slots.size() * s.q_stride, rng, -3.0f, 3.0f);
+  return s;
+}
+
+std::vector<double> reference(const AttnCase& c, const Scenario& s, float scale) {
+  const auto q = to_float(s.q);
+  const auto k = to_float(s.k_pool);
+  const auto v = to_float(s.v_pool);
+  const int tokens = static_cast<int>(s.slots.size());
+  const int hd = c.head_dim;
+  std::vector<double> out(static_cast<std::size_t>(tokens) * c.heads * hd, 0.0);
+  std::vector<double> scores;
+  for (int t = 0; t < tokens; ++t) {
+    if (s.slots[t] < 0) continue;
+    const int pos = s.positions[t];
+    const int lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
+    for (int h = 0; h < c.heads; ++h) {
+      const int kvh = h / (c.heads / c.kv_heads);
+      scores.assign(pos - lo + 1, 0.0);
+      double mx = -INFINITY;
+      for (int j = lo; j <= pos; ++j) {
+        const int cell = s.table[s.slots[t] * s.table_stride + j];
+        double dot = 0.0;
+        for (int d = 0; d < hd; ++d) {
+          dot += double(q[t * s.q_stride + h * hd + d]) * k[(cell * c.kv_heads + kvh) * hd + d];
+        }
+        double sc = dot * scale;
+        if (c.softcap > 0.0f) sc = c.softcap * std::tanh(sc / c.softcap);
+        scores[j - lo] = sc;
+        mx = std::max(mx, sc);
+      }
+      double sum = 0.0;
+      for (double& sc : scores) {
+        sc = std::exp(sc - mx);
+        sum += sc;
+      }
+      for (int j = lo; j <= pos; ++j) {
+        const int cell = s.table[s.slots[t] * s.table_stride + j];
+        const double w = scores[j - lo] / sum;
+        for (int d = 0; d < hd; ++d) {
+          out[(static_cast<std::size_t>(t) * c.heads + h) * hd + d] +=
+              w * v[(cell * c.kv_heads + kvh) * hd + d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct DeviceScenario {
+  DeviceArray<bf16> q, k_pool, v_pool, out;
+  DeviceArray<std::int32_t> table, slots, positions;
+  DeviceArray<float> workspace;
+
+  DeviceScenario(const AttnCase& c, const Scenario& s)
+      : q(s.q), k_pool(s.k_pool), v_pool(s.v_pool),
+        out(s.slots.size() * c.heads * c.head_dim), table(s.table), slots(s.slots),
+        positions(s.positions),
+        workspace(std::max<std::size_t>(1, attention_decode_workspace_bytes(
+                                               s.slots.size(), c.heads, c.head_dim, c.splits) /
+                                               sizeof(float))) {}
+
+  AttentionParams params(const AttnCase& c, const Scenario& s, float scale) const {
+    return AttentionParams{.q = q.data(), .out = out.data(), .k_pool = k_pool.data(),
+                           .v_pool = v_pool.data(), .cell_table = table.data(),
+                           .seq_slots = slots.data(), .positions = positions.data(),
+                           .q_stride = s.q_stride, .out_stride = c.heads * c.head_dim,
+                           .num_tokens = static_cast<int>(s.slots.size()), .num_heads = c.heads,
+                           .num_kv_heads = c.kv_heads, .head_dim = c.head_dim,
+                           .max_cells = s.max_cells, .max_seqs = s.max_seqs,
+                           .table_stride = s.table_stride, .window = c.window, .scale = scale,
+                           .softcap = c.softcap, .num_splits = c.splits,
+                           .workspace = workspace.data()};
+  }
+};
+
+// bf16 probabilities inside the kernels cost ~2^-9 relative per weight.
+constexpr double kAttentionNmse = 2e-4;
+
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTest, PrefillMatchesReference) {
+  CELLM_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const Scenario s = make_scenario(c, 100 + c.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DeviceScenario d(c, s);
+  d.out.poison();
+  const AttentionParams p = d.params(c, s, scale);
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  launch_attention_prefill(p, nullptr);
+  EXPECT_LT(nmse(to_float(d.out.download()), reference(c, s, scale)), kAttentionNmse);
+}
+
+TEST_P(AttentionTest, SplitDecodeMatchesReference) {
+  CELLM_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const Scenario s = make_scenario(c, 200 + c.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DeviceScenario d(c, s);
+  d.out.poison();
+  const AttentionParams p = d.params(c, s, scale);
+  ASSERT_TRUE(p.validate_decode().is_ok()) << p.validate_decode().to_string();
+  launch_attention_decode(p, nullptr);
+  const auto ref = reference(c, s, scale);
+  const auto got = to_float(d.out.download());
+  EXPECT_LT(nmse(got, ref), kAttentionNmse);
+  // The padding row is exactly zero.
+  const int pad = static_cast<int>(std::find(s.slots.begin(), s.slots.end(), -1) - s.slots.begin());
+  for (int i = 0; i < c.heads * c.head_dim; ++i) {
+    ASSERT_EQ(got[static_cast<std::size_t>(pad) * c.heads * c.head_dim + i], 0.0f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttnCase{4, 2, 16, 0, 0.0f, 40, 1},       // the fixtures' shape
+                      AttnCase{8, 2, 64, 0, 0.0f, 300, 4},      // GQA
+                      AttnCase{8, 8, 128, 0, 0.0f, 1000, 3},    // MHA
+                      AttnCase{4, 1, 256, 0, 0.0f, 600, 2},     // MQA, Gemma head dim
+                      AttnCase{16, 1, 64, 0, 0.0f, 200, 1},     // group of 16 (> 8 per block)
+                      AttnCase{8, 2, 128, 64, 0.0f, 8300, 16},  // long context, window
+                      AttnCase{8, 2, 80, 0, 50.0f, 500, 5},     // generic head dim, soft cap
+                      AttnCase{4, 2, 128, 0, 0.0f, 9000, 64},   // long context, max splits
+                      AttnCase{6, 2, 256, 1024, 0.0f, 8500, 8}  // window, head dim 256
+                      ),
+    [](const auto& info) {
+      const AttnCase& c = info.param;
+      return fmt::format("h{}_kv{}_hd{}_win{}{}_len{}_split{}", c.heads, c.kv_heads, c.head_dim,
+                         c.window, c.softcap > 0 ? "_softcap" : "", c.long_len, c.splits);
+    });
+
+TEST(AttentionGraphTest, CapturedDecodeReplaysForANewMix) {
+  CELLM_REQUIRE_GPU();
+  const AttnCase c{8, 2, 64, 0, 0.0f, 500, 4};
+  Scenario s = make_scenario(c, 7);
+  const float scale = 0.125f;
+  DeviceScenario d(c, s);
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok());
+  const AttentionParams p = d.params(c, s, scale);
+  ASSERT_TRUE(p.validate_decode().is_ok());
+  launch_attention_decode(p, stream->get());  // warm-up outside the capture
+  GraphExec::begin_capture(stream->get());
+  launch_attention_decode(p, stream->get());
+  auto graph = GraphExec::end_capture(stream->get());
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+
+  // A different mix in the same fixed-address buffers: reversed token order,
+  // one more padding row in place of seq 1, shorter positions.
+  std::reverse(s.slots.begin(), s.slots.end());
+  std::reverse(s.positions.begin(), s.positions.end());
+  for (std::size_t t = 0; t < s.slots.size(); ++t) {
+    if (s.slots[t] == 1) {
+      s.slots[t] = -1;
+      s.positions[t] = 0;
+    } else if (s.slots[t] == 0) {
+      s.positions[t] -= 100;
+    }
+  }
+  d.slots.assign(s.slots);
+  d.positions.assign(s.positions);
+  d.out.poison();
+  graph->launch(stream->get());
+  stream->synchronize();
+  EXPECT_LT(nmse(to_float(d.out.download()), reference(c, s, scale)), kAttentionNmse);
+}
+
+}  // namespace
+}  // namespace cellm::cuda

@@ -1,0 +1,274 @@
+// The device sampler against a host transcription of batching_spec.md 4.8.
+// The reference follows the spec step by step; cumulative sums are kept in
+// a chosen precision (float for the literal host, double for the exact sums
+// the device approximates in fixed point). A device token is accepted when
+// it equals the reference, or equals the reference for a coin / top_p nudged
+// by 1e-5 relative (a boundary case where float rounding decides).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cuda/kernels/sample.cuh"
+#include "cellm/status.h"
+#include "gpu_test_util.h"
+
+namespace cellm::cuda {
+namespace {
+
+using testing::DeviceArray;
+
+struct RowParams {
+  float temperature;
+  float top_p;
+  float top_k;
+  float coin;
+};
+
+int host_argmax(const float* x, int vocab) {
+  int best = -1;
+  for (int i = 0; i < vocab; ++i) {
+    if (std::isnan(x[i])) continue;
+    if (best < 0 || x[i] > x[best]) best = i;
+  }
+  return best < 0 ? 0 : best;
+}
+
+// One row's softmax and its stable descending order, computed once.
+struct SpecRow {
+  const float* x;
+  int vocab;
+  float temperature;
+  int greedy;
+  std::vector<float> p;
+  std::vector<int> order;
+
+  SpecRow(const float* logits, int v, float t) : x(logits), vocab(v), temperature(t) {
+    greedy = host_argmax(x, vocab);
+    if (!(temperature > 0.0f)) return;
+    const float m = x[greedy] / temperature;
+    p.resize(vocab);
+    float z = 0.0f;
+    for (int i = 0; i < vocab; ++i) {
+      p[i] = std::exp(x[i] / temperature - m);
+      z += p[i];
+    }
+    for (float& v2 : p) v2 = v2 / z;
+    order.resize(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+  }
+
+  template <typename Acc>
+  int pick(const RowParams& r) const {
+    if (!(temperature > 0.0f)) return greedy;
+    const bool use_top_k = r.top_k > 0.0f && r.top_k < static_cast<float>(vocab);
+    const bool use_top_p = !use_top_k && r.top_p > 0.0f && r.top_p < 1.0f;
+    if (!use_top_k && !use_top_p) {
+      Acc cum = 0;
+      int count = 0;
+      for (int i = 0; i < vocab; ++i) {
+        cum += static_cast<Acc>(p[i]);
+        if (cum <= static_cast<Acc>(r.coin)) ++count;
+      }
+      return std::min(count, vocab - 1);
+    }
+    int kept = 0;
+    Acc cum = 0;
+    for (int rank = 0; rank < vocab; ++rank) {
+      const Acc pr = static_cast<Acc>(p[order[rank]]);
+      cum += pr;
+      const bool keep = use_top_k ? static_cast<float>(rank) < r.top_k
+                                  : (cum - pr) <= static_cast<Acc>(r.top_p);
+      if (!keep) break;
+      kept = rank + 1;
+    }
+    Acc mass = 0;
+    for (int rank = 0; rank < kept; ++rank) mass += static_cast<Acc>(p[order[rank]]);
+    const Acc target = static_cast<Acc>(r.coin) * mass;
+    Acc kept_cum = 0;
+    for (int rank = 0; rank < kept; ++rank) {
+      kept_cum += static_cast<Acc>(p[order[rank]]);
+      if (target < kept_cum) return order[rank];
+    }
+    return order[kept - 1];
+  }
+
+  // The reference token and its neighbours under 1e-5 nudges of coin/top_p.
+  template <typename Acc>
+  std::set<int> acceptable(const RowParams& r) const {
+    std::set<int> ok;
+    for (const double nudge : {0.0, 1e-5, -1e-5}) {
+      RowParams q = r;
+      q.coin = static_cast<float>(std::clamp(r.coin * (1.0 + nudge), 0.0, 0.99999994));
+      ok.insert(pick<Acc>(q));
+      q = r;
+      q.top_p = static_cast<float>(r.top_p * (1.0 + nudge));
+      ok.insert(pick<Acc>(q));
+    }
+    return ok;
+  }
+};
+
+std::vector<std::int32_t> run_sampler(const std::vector<float>& logits, int rows, int vocab,
+                                      const std::vector<RowParams>& params) {
+  DeviceArray<float> dl(logits);
+  std::vector<float> flat;
+  for (const auto& r : params) flat.insert(flat.end(), {r.temperature, r.top_p, r.top_k, r.coin});
+  DeviceArray<float> dp(flat);
+  DeviceArray<std::int32_t> out(rows);
+  out.poison();
+  SampleParams p{.logits = dl.data(), .params = dp.data(), .out = out.data(),
+                 .logits_stride = vocab, .rows = rows, .vocab = vocab};
+  EXPECT_TRUE(p.validate().is_ok());
+  launch_sample(p, nullptr);
+  return out.download();
+}
+
+std::vector<RowParams> policy_mix(int vocab, std::mt19937& rng) {
+  std::uniform_real_distribution<float> coin(0.0f, 1.0f);
+  std::vector<RowParams> rows = {
+      {0.0f, 0.9f, 40.0f, 0.5f},           // greedy regardless of the rest
+      {-1.0f, 0.0f, 0.0f, 0.3f},           // negative temperature: greedy
+      {1.0f, 0.0f, 0.0f, 0.0f},            // full distribution, coin 0
+      {0.7f, 0.0f, 0.0f, 0.999f},          // full distribution, high coin
+      {1.0f, 1.0f, 0.0f, 0.42f},           // top_p = 1: full distribution
+      {1.0f, 0.0f, static_cast<float>(vocab), 0.42f},  // top_k = V: disabled
+      {1.0f, 0.0f, 1.0f, 0.9f},            // top-k 1 = argmax
+      {0.8f, 0.0f, 40.0f, 0.0f},
+      {1.3f, 0.0f, 40.0f, 0.77f},
+      {1.0f, 0.0f, 2.5f, 0.95f},           // fractional k keeps ranks 0..2
+      {1.0f, 0.0f, static_cast<float>(vocab - 1), 0.61f},
+      {1.0f, 0.9f, 0.0f, 0.5f},
+      {0.6f, 0.5f, 0.0f, 0.05f},
+      {1.5f, 0.99f, 0.0f, 0.8f},
+      {1.0f, 0.05f, 0.0f, 0.7f},           // tiny top_p: the first token only
+      {1.0f, 0.3f, 5.0f, 0.6f},            // top-k takes precedence over top-p
+  };
+  for (int i = 0; i < 8; ++i) {
+    rows.push_back({0.5f + coin(rng), i % 2 ? 0.0f : 0.2f + 0.75f * coin(rng),
+                    i % 2 ? std::floor(1.0f + 100.0f * coin(rng)) : 0.0f, coin(rng)});
+  }
+  return rows;
+}
+
+void check_rows(const std::vector<float>& logits, int vocab, const std::vector<RowParams>& rows,
+                bool float_reference) {
+  const int n = static_cast<int>(rows.size());
+  const auto got = run_sampler(logits, n, vocab, rows);
+  int exact = 0;
+  for (int r = 0; r < n; ++r) {
+    const SpecRow spec(logits.data() + static_cast<std::size_t>(r) * vocab, vocab,
+                       rows[r].temperature);
+    const int want = float_reference ? spec.pick<float>(rows[r]) : spec.pick<double>(rows[r]);
+    const auto ok =
+        float_reference ? spec.acceptable<float>(rows[r]) : spec.acceptable<double>(rows[r]);
+    exact += got[r] == want ? 1 : 0;
+    EXPECT_TRUE(ok.count(got[r])) << "row " << r << " got " << got[r] << " want " << want
+                                  << " (T=" << rows[r].temperature << " top_p=" << rows[r].top_p
+                                  << " top_k=" << rows[r].top_k << " coin=" << rows[r].coin << ")";
+  }
+  EXPECT_GE(exact, n - 2) << "too many boundary cases: suspicious";
+}
+
+std::vector<float> random_logits(int rows, int vocab, float stddev, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> logits(static_cast<std::size_t>(rows) * vocab);
+  for (auto& x : logits) x = dist(rng);
+  return logits;
+}
+
+TEST(SampleArgmaxTest, FirstMaximumWinsAndNaNIsIgnored) {
+  CELLM_REQUIRE_GPU();
+  const int vocab = 262144, rows = 4;
+  std::mt19937 rng(1);
+  auto logits = random_logits(rows, vocab, 2.0f, rng);
+  logits[0 * vocab + 70000] = 50.0f;
+  logits[0 * vocab + 260000] = 50.0f;
+  logits[1 * vocab + 5] = NAN;
+  logits[1 * vocab + 6] = 40.0f;
+  for (int i = 0; i < vocab; ++i) logits[2 * vocab + i] = -1.0f;  // all equal
+  DeviceArray<float> dl(logits);
+  DeviceArray<std::int32_t> out(rows);
+  SampleParams p{.logits = dl.data(), .out = out.data(), .logits_stride = vocab, .rows = rows,
+                 .vocab = vocab};
+  ASSERT_TRUE(p.validate_argmax().is_ok());
+  launch_sample_argmax(p, nullptr);
+  const auto got = out.download();
+  EXPECT_EQ(got[0], 70000);
+  EXPECT_EQ(got[1], 6);
+  EXPECT_EQ(got[2], 0);
+  EXPECT_EQ(got[3], host_argmax(logits.data() + 3 * vocab, vocab));
+}
+
+TEST(SampleTest, MatchesSpecOnFixtureVocabularyWithFloatSums) {
+  CELLM_REQUIRE_GPU();
+  const int vocab = 384;
+  std::mt19937 rng(2);
+  auto rows = policy_mix(vocab, rng);
+  check_rows(random_logits(static_cast<int>(rows.size()), vocab, 2.0f, rng), vocab, rows, true);
+}
+
+TEST(SampleTest, MatchesSpecOnLargeVocabularies) {
+  CELLM_REQUIRE_GPU();
+  for (const int vocab : {32000, 262144}) {
+    for (const float stddev : {4.0f, 0.05f}) {  // peaked and nearly flat
+      std::mt19937 rng(vocab + static_cast<int>(stddev * 100));
+      auto rows = policy_mix(vocab, rng);
+      check_rows(random_logits(static_cast<int>(rows.size()), vocab, stddev, rng), vocab, rows,
+                 false);
+    }
+  }
+}
+
+TEST(SampleTest, TiesInProbabilityGoToTheLowerId) {
+  CELLM_REQUIRE_GPU();
+  const int vocab = 5000;
+  std::mt19937 rng(3);
+  auto rows = policy_mix(vocab, rng);
+  std::uniform_int_distribution<int> level(0, 7);
+  std::vector<float> logits(rows.size() * vocab);
+  for (auto& x : logits) x = 0.5f * static_cast<float>(level(rng));  // heavy exact ties
+  check_rows(logits, vocab, rows, false);
+}
+
+TEST(SampleTest, EmpiricalDistributionMatchesSoftmax) {
+  CELLM_REQUIRE_GPU();
+  const int vocab = 16, draws = 4000;
+  std::mt19937 rng(4);
+  const auto one = random_logits(1, vocab, 1.0f, rng);
+  std::vector<float> logits;
+  std::vector<RowParams> rows;
+  std::uniform_real_distribution<float> coin(0.0f, 1.0f);
+  for (int i = 0; i < draws; ++i) {
+    logits.insert(logits.end(), one.begin(), one.end());
+    rows.push_back({1.0f, 0.0f, 0.0f, coin(rng)});
+  }
+  const auto got = run_sampler(logits, draws, vocab, rows);
+  std::vector<double> freq(vocab, 0.0);
+  for (int t : got) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, vocab);
+    freq[t] += 1.0 / draws;
+  }
+  double z = 0.0;
+  for (float x : one) z += std::exp(double(x));
+  for (int i = 0; i < vocab; ++i) EXPECT_NEAR(freq[i], std::exp(double(one[i])) / z, 0.03);
+}
+
+TEST(SampleTest, SameInputsGiveSameTokens) {
+  CELLM_REQUIRE_GPU();
+  const int vocab = 262144;
+  std::mt19937 rng(5);
+  auto rows = policy_mix(vocab, rng);
+  const auto logits = random_logits(static_cast<int>(rows.size()), vocab, 0.3f, rng);
+  const int n = static_cast<int>(rows.size());
+  EXPECT_EQ(run_sampler(logits, n, vocab, rows), run_sampler(logits, n, vocab, rows));
+}
+
+}  // namespace
+}  // namespace cellm::cuda
