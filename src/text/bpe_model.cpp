@@ -37,6 +37,28 @@ BpeModel::BpeModel(std::vector<std::string> tokens, BpeOptions options)
     auto it = vocab_.find(*options_.unk_token);
     if (it != vocab_.end()) unk_id_ = it->second;
   }
+  find_spanning_tokens();
+}
+
+void BpeModel::find_spanning_tokens() {
+  static constexpr std::string_view kBar = "\xE2\x96\x81";
+  std::size_t with_bar = 0;
+  std::vector<std::pair<std::string, std::size_t>> spanning;
+  for (const std::string& t : tokens_) {
+    if (t.compare(0, kBar.size(), kBar) == 0) ++with_bar;
+    for (std::size_t p = t.find(kBar, 1); p != std::string::npos; p = t.find(kBar, p + 1)) {
+      if (p >= kBar.size() && t.compare(p - kBar.size(), kBar.size(), kBar) == 0) continue;
+      spanning.emplace_back(t, p);
+    }
+  }
+  // Only worth it (and only checked) for ▁-based vocabularies with few
+  // tokens that cross a word start.
+  if (with_bar * 20 < tokens_.size() || spanning.size() > 256 || !options_.continuing_subword_prefix.empty() ||
+      !options_.end_of_word_suffix.empty()) {
+    return;
+  }
+  spanning_ = std::move(spanning);
+  cut_at_bar_ = true;
 }
 
 Result<std::unique_ptr<BpeModel>> BpeModel::from_merges(
@@ -109,18 +131,14 @@ std::optional<std::int32_t> BpeModel::token_to_id(std::string_view token) const 
 
 void BpeModel::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
   if (word.empty()) return;
-  if (options_.ignore_merges) {
-    auto it = vocab_.find(word);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
   if (word.size() > kCacheMaxWord) {
-    merge_word(word, out);
+    encode_uncached(word, out);
     return;
   }
-  CacheShard& shard = cache_[std::hash<std::string_view>()(word) % kCacheShards];
+  // The cache sits in front of everything, including the whole-word vocabulary
+  // check, because its table is far smaller and hotter than the vocabulary's.
+  const std::size_t hash = std::hash<std::string_view>()(word);
+  CacheShard& shard = cache_[hash % kCacheShards];
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     auto it = shard.map.find(word);
@@ -130,11 +148,55 @@ void BpeModel::encode_word(std::string_view word, std::vector<std::int32_t>& out
     }
   }
   const std::size_t start = out.size();
-  merge_word(word, out);
+  encode_uncached(word, out);
   std::lock_guard<std::mutex> lock(shard.mu);
   if (shard.map.size() >= kCacheMaxEntries) shard.map.clear();
   shard.map.emplace(std::string(word),
                     std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+}
+
+void BpeModel::encode_uncached(std::string_view word, std::vector<std::int32_t>& out) const {
+  if (options_.ignore_merges) {
+    auto it = vocab_.find(word);
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  if (!cut_at_bar_ || word.size() <= kCacheMaxWord) {
+    merge_word(word, out);
+    return;
+  }
+  // SentencePiece-style vocabularies: no merge can cross a ▁ that follows
+  // another character unless some token spells that crossing, so long words
+  // are cut there and each part goes through the cache.
+  static constexpr std::string_view kBar = "\xE2\x96\x81";
+  std::size_t begin = 0;
+  for (std::size_t p = word.find(kBar, 1); p != std::string_view::npos; p = word.find(kBar, p + 1)) {
+    if (p >= kBar.size() && word.compare(p - kBar.size(), kBar.size(), kBar) == 0) continue;  // inside a ▁ run
+    if (!can_cut_before(word, p)) continue;
+    encode_part(word.substr(begin, p - begin), out);
+    begin = p;
+  }
+  encode_part(word.substr(begin), out);
+}
+
+void BpeModel::encode_part(std::string_view part, std::vector<std::int32_t>& out) const {
+  // Short parts go through the cache; long ones straight to merging (never
+  // back into cutting, which would not terminate).
+  if (part.size() <= kCacheMaxWord) {
+    encode_word(part, out);
+  } else {
+    merge_word(part, out);
+  }
+}
+
+bool BpeModel::can_cut_before(std::string_view word, std::size_t p) const {
+  for (const auto& [token, offset] : spanning_) {
+    if (offset > p || p - offset + token.size() > word.size()) continue;
+    if (word.compare(p - offset, token.size(), token) == 0) return false;
+  }
+  return true;
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<std::int32_t>& out) const {

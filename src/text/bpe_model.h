@@ -55,6 +55,10 @@ class BpeModel {
  private:
   BpeModel(std::vector<std::string> tokens, BpeOptions options);
   void merge_word(std::string_view word, std::vector<std::int32_t>& out) const;
+  void encode_uncached(std::string_view word, std::vector<std::int32_t>& out) const;
+  void encode_part(std::string_view part, std::vector<std::int32_t>& out) const;
+  void find_spanning_tokens();
+  bool can_cut_before(std::string_view word, std::size_t p) const;
   std::int32_t byte_token(unsigned char b) const { return byte_tokens_[b]; }
 
   struct Merge {
@@ -72,6 +76,10 @@ class BpeModel {
   BpeOptions options_;
   std::int32_t unk_id_ = -1;
   std::int32_t byte_tokens_[256];  // <0xXX> ids for byte fallback, -1 if absent
+  // Tokens with a ▁ after another character, with that ▁'s offset: words
+  // may be cut before a ▁ unless one of these spans the cut.
+  std::vector<std::pair<std::string, std::size_t>> spanning_;
+  bool cut_at_bar_ = false;
 
   static constexpr int kCacheShards = 16;
   static constexpr std::size_t kCacheMaxWord = 64;

@@ -120,3 +120,32 @@ TEST(Decoders, MetaspaceStripsOnlyTheFirstLeadingSpace) {
 
 }  // namespace
 }  // namespace cellm::text
+
+namespace cellm::text {
+namespace {
+
+// Long ▁-words are cut before each ▁ for caching, except where a vocabulary
+// token (here ">▁<") spans the cut; the result must equal plain merging.
+TEST(BpeModel, LongMetaspaceWordsKeepTokensThatSpanACut) {
+  auto tok = Tokenizer::from_json(
+      R"({"model": {"type": "BPE", "vocab": {"▁": 0, "a": 1, ">": 2, "<": 3, "▁a": 4, ">▁": 5, ">▁<": 6},
+          "merges": [["▁", "a"], [">", "▁"], [">▁", "<"]]}})");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  std::string text;
+  std::vector<std::int32_t> expected;
+  for (int i = 0; i < 40; ++i) {
+    text += "\xE2\x96\x81" "a";
+    expected.push_back(4);
+  }
+  text += ">\xE2\x96\x81<";
+  expected.push_back(6);
+  for (int i = 0; i < 30; ++i) {
+    text += "a\xE2\x96\x81";
+    expected.push_back(1);
+    expected.push_back(0);
+  }
+  EXPECT_EQ(tok->encode(text, false), expected);
+}
+
+}  // namespace
+}  // namespace cellm::text
