@@ -116,6 +116,10 @@ class Session {
   friend class PromptCapture;
   Session(std::shared_ptr<detail::EngineCore> core, std::shared_ptr<detail::SessionState> state);
   void release();
+  // Clones by identity, so a capture does not depend on a Session object.
+  static std::future<std::optional<Session>> clone_of(
+      const std::shared_ptr<detail::EngineCore>& core,
+      const std::shared_ptr<detail::SessionState>& state, Position upto);
 
   std::shared_ptr<detail::EngineCore> core_;
   std::shared_ptr<detail::SessionState> state_;

@@ -113,12 +113,21 @@ Position Session::position() const { return state_ ? state_->position.load() : 0
 SessionId Session::id() const { return state_ ? state_->sid : 0; }
 
 std::future<std::optional<Session>> Session::clone_async(Position upto) const {
-  if (!valid()) return ready_future<std::optional<Session>>(std::nullopt);
+  return clone_of(core_, state_, upto);
+}
+
+std::future<std::optional<Session>> Session::clone_of(
+    const std::shared_ptr<detail::EngineCore>& core,
+    const std::shared_ptr<detail::SessionState>& state, Position upto) {
+  if (!core || !state || state->closed.load()) {
+    return ready_future<std::optional<Session>>(std::nullopt);
+  }
   detail::CloneCommand cmd;
-  cmd.sid = state_->sid;
+  cmd.sid = state->sid;
   cmd.upto = upto;
   auto future = cmd.reply.get_future();
-  if (!core_->push(std::move(cmd))) return ready_future<std::optional<Session>>(std::nullopt);
+  detail::Command command{std::move(cmd)};
+  if (!core->push(std::move(command))) return ready_future<std::optional<Session>>(std::nullopt);
   return future;
 }
 
@@ -171,7 +180,8 @@ InitializationState Runner::initialization_state() const { return core_->initial
 std::future<std::optional<Session>> Runner::open_session_async() {
   detail::OpenCommand cmd;
   auto future = cmd.reply.get_future();
-  if (!core_->push(std::move(cmd))) return ready_future<std::optional<Session>>(std::nullopt);
+  detail::Command command{std::move(cmd)};
+  if (!core_->push(std::move(command))) return ready_future<std::optional<Session>>(std::nullopt);
   return future;
 }
 
@@ -179,7 +189,8 @@ std::future<AcceptanceResult> Runner::accepts_async(PreparedInputPtr input) {
   detail::AcceptsCommand cmd;
   cmd.input = std::move(input);
   auto future = cmd.reply.get_future();
-  if (!core_->push(std::move(cmd))) {
+  detail::Command command{std::move(cmd)};
+  if (!core_->push(std::move(command))) {
     return ready_future<AcceptanceResult>(AcceptanceError::kUnavailable);
   }
   return future;
