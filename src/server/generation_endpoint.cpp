@@ -1,0 +1,229 @@
+// POST /v1/completions and /v1/chat/completions: parse, build the prompt,
+// check it against the context, queue for capacity, start the job and answer
+// with JSON or an SSE stream.
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "server/connection_probe.h"
+#include "server/server_impl.h"
+
+namespace cellm::server {
+namespace {
+
+using nlohmann::json;
+
+std::string random_id(std::string_view prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<std::uint32_t>(rng()));
+}
+
+// Token ids, or a refusal with the parameter it concerns.
+struct PromptResult {
+  std::vector<Token> tokens;
+  Status status;
+  std::string param;
+};
+
+PromptResult build_prompt(const GenerationService& svc, const GenerationRequest& r) {
+  PromptResult out;
+  if (r.kind == RequestKind::kChat) {
+    json messages = json::array();
+    for (const ChatMessage& m : r.messages) {
+      json msg = m.extra.is_object() ? m.extra : json::object();
+      msg["role"] = m.role;
+      msg["content"] = m.content;
+      messages.push_back(std::move(msg));
+    }
+    json extra = r.chat_template_kwargs.is_object() ? r.chat_template_kwargs : json::object();
+    if (!r.tools.is_null()) extra["tools"] = r.tools;
+    Result<std::string> text = svc.render_chat(messages, extra, r.add_generation_prompt);
+    if (!text.ok()) {
+      out.status = text.status().code() == StatusCode::kNotFound
+                       ? invalid_argument("this model has no chat template; use /v1/completions")
+                       : invalid_argument("rendering the chat template failed: {}",
+                                          text.status().message());
+      out.param = "messages";
+      return out;
+    }
+    // The template writes the special tokens it wants (BOS included).
+    Result<std::vector<Token>> ids = svc.tokenize(*text, /*add_special=*/false);
+    if (!ids.ok()) {
+      out.status = ids.status();
+      out.param = "messages";
+      return out;
+    }
+    out.tokens = std::move(*ids);
+  } else if (r.prompt_tokens) {
+    const std::int64_t vocab = svc.vocab_size();
+    for (std::size_t i = 0; i < r.prompt_tokens->size(); ++i) {
+      const std::int64_t id = (*r.prompt_tokens)[i];
+      if (id < 0 || id >= vocab) {
+        out.status = invalid_argument("prompt token {} (at index {}) is outside the vocabulary of {}",
+                                      id, i, vocab);
+        out.param = "prompt";
+        return out;
+      }
+      out.tokens.push_back(static_cast<Token>(id));
+    }
+  } else {
+    Result<std::vector<Token>> ids = svc.tokenize(r.prompt_text.value_or(""), /*add_special=*/true);
+    if (!ids.ok()) {
+      out.status = ids.status();
+      out.param = "prompt";
+      return out;
+    }
+    out.tokens = std::move(*ids);
+  }
+  if (out.tokens.empty()) {
+    out.status = invalid_argument("the prompt is empty: it must hold at least one token");
+    out.param = r.kind == RequestKind::kChat ? "messages" : "prompt";
+  }
+  return out;
+}
+
+Outcome outcome_for(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kOutOfResources: return Outcome::kQueueFull;
+    case StatusCode::kUnavailable: return Outcome::kUnavailable;
+    case StatusCode::kCancelled: return Outcome::kCancelled;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kNotSupported: return Outcome::kInvalid;
+    case StatusCode::kOk:
+    case StatusCode::kInternal:
+    case StatusCode::kInvalidProgram:
+    case StatusCode::kInvalidType:
+    case StatusCode::kDataLoss:
+    case StatusCode::kDeadlineExceeded: return Outcome::kFailed;
+  }
+  return Outcome::kFailed;
+}
+
+}  // namespace
+
+void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& req,
+                                     httplib::Response& res) {
+  const auto arrival = std::chrono::steady_clock::now();
+  const Endpoint endpoint = kind == RequestKind::kChat ? Endpoint::kChat : Endpoint::kCompletions;
+  auto refuse = [&](const Status& s, std::string_view param = {}) {
+    metrics.record_request(endpoint, outcome_for(s));
+    reply_error(res, s, param);
+  };
+
+  std::shared_ptr<const ReadyState> state = ready_state();
+  if (state == nullptr) {
+    metrics.record_request(endpoint, Outcome::kUnavailable);
+    ready_or_reply(res);
+    return;
+  }
+  if (draining.load()) return refuse(unavailable("the server is shutting down"));
+
+  RequestError error;
+  std::optional<GenerationRequest> parsed = parse_request(kind, req.body, options.limits, &error);
+  if (!parsed) return refuse(error.status, error.param);
+  const GenerationRequest& r = *parsed;
+  GenerationService& svc = *state->service;
+
+  if (r.min_tokens > 0) {
+    // The runner samples on the device and cannot mask EOS logits, so the
+    // promise "no EOS before min_tokens" cannot be kept; refuse rather than
+    // emulate it with text that continues past an end-of-sequence token.
+    return refuse(invalid_argument("'min_tokens' is not supported: cellm cannot suppress the "
+                                   "end-of-sequence token; use ignore_eos with max_tokens instead"),
+                  "min_tokens");
+  }
+  if (!r.model.empty() && r.model != state->model_name) {
+    return refuse(not_found("the model '{}' does not exist here; this server serves '{}'", r.model,
+                            state->model_name),
+                  "model");
+  }
+
+  PromptResult prompt = build_prompt(svc, r);
+  if (!prompt.status.is_ok()) return refuse(prompt.status, prompt.param);
+  const std::int64_t context = svc.context_length();
+  const auto prompt_len = static_cast<std::int64_t>(prompt.tokens.size());
+  if (prompt_len >= context) {
+    return refuse(invalid_argument("the prompt has {} tokens but the context holds {}: it must leave "
+                                   "room for at least one generated token",
+                                   prompt_len, context),
+                  prompt.param.empty() ? (kind == RequestKind::kChat ? "messages" : "prompt")
+                                       : prompt.param);
+  }
+  const std::int64_t max_new = r.max_tokens ? *r.max_tokens : context - prompt_len;
+  if (prompt_len + max_new > context) {
+    return refuse(invalid_argument("max_tokens {} plus the prompt's {} tokens exceed the context of "
+                                   "{} tokens; ask for at most {}",
+                                   max_new, prompt_len, context, context - prompt_len),
+                  kind == RequestKind::kChat && req.body.find("max_completion_tokens") != std::string::npos
+                      ? "max_completion_tokens"
+                      : "max_tokens");
+  }
+
+  GenerationSpec spec;
+  spec.prompt = std::move(prompt.tokens);
+  spec.n = r.n;
+  spec.max_new_tokens = max_new;
+  spec.sampling.temperature = r.temperature;
+  spec.sampling.top_p = r.top_p;
+  spec.sampling.top_k = r.top_k;
+  spec.seed = r.seed;
+  spec.ignore_eos = r.ignore_eos;
+
+  RunSetup setup;
+  setup.kind = kind;
+  setup.ids.id = random_id(kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-");
+  setup.ids.created = static_cast<std::int64_t>(std::time(nullptr));
+  setup.ids.model = state->model_name;
+  setup.n = r.n;
+  setup.include_usage = r.include_usage;
+  setup.prompt_tokens = prompt_len;
+  setup.stop = r.stop;
+  setup.arrival = arrival;
+  setup.record_prefix_lookup = svc.prefix_caching();
+  Result<std::shared_ptr<GenerationRun>> created = GenerationRun::create(setup, svc, metrics);
+  if (!created.ok()) return refuse(created.status(), "stop");
+  std::shared_ptr<GenerationRun> run = std::move(*created);
+
+  auto probe = std::make_shared<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
+                                                 req.remote_port);
+  auto gone = [probe] { return probe->closed(); };
+  Result<AdmissionQueue::Ticket> ticket = state->admission->acquire(svc.sequences_for(r.n), gone);
+  if (!ticket.ok()) {
+    return refuse(ticket.status(), ticket.status().code() == StatusCode::kInvalidArgument ? "n" : "");
+  }
+  Result<std::unique_ptr<GenerationJob>> job = svc.start(spec, run->sink(), gone);
+  if (!job.ok()) {
+    CELLM_LOG_WARN("server: could not start a generation: {}", job.status().to_string());
+    return refuse(job.status());
+  }
+  run->attach(std::move(*job), std::move(*ticket));
+  register_run(run);
+
+  if (!r.stream) {
+    auto [status, body] = run->collect(gone);
+    unregister_run(run.get());
+    reply_json(res, status, body);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, run, gone](std::size_t, httplib::DataSink& sink) {
+        run->stream([&sink](std::string_view s) { return sink.write(s.data(), s.size()); }, gone);
+        unregister_run(run.get());
+        sink.done();
+        return true;
+      },
+      [this, run](bool) {
+        // Also reached when the provider never ran (the client left first).
+        run->finish();
+        unregister_run(run.get());
+      });
+}
+
+}  // namespace cellm::server

@@ -1,0 +1,249 @@
+#include "server/generation_run.h"
+
+#include <utility>
+
+namespace cellm::server {
+namespace {
+
+constexpr std::chrono::milliseconds kPollInterval(50);
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+const char* finish_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStopToken: return "stop";
+    case FinishReason::kNewTokenLimit: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kFailed: return "abort";
+  }
+  return "abort";
+}
+
+}  // namespace
+
+void EventChannel::push(ChoiceEvent event) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_one();
+}
+
+void EventChannel::wait(std::vector<ChoiceEvent>* out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !events_.empty() || woken_; });
+  woken_ = false;
+  for (ChoiceEvent& e : events_) out->push_back(std::move(e));
+  events_.clear();
+}
+
+void EventChannel::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
+}
+
+Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
+                                                             const GenerationService& service,
+                                                             ServerMetrics& metrics) {
+  std::shared_ptr<GenerationRun> run(new GenerationRun(std::move(setup), metrics));
+  run->choices_.resize(static_cast<std::size_t>(run->setup_.n));
+  for (ChoiceState& c : run->choices_) {
+    Result<text::StopMatcher> stops = text::StopMatcher::create(run->setup_.stop);
+    if (!stops.ok()) return stops.status();
+    c.text.emplace(service.text_stream(), std::move(*stops));
+  }
+  return run;
+}
+
+GenerationRun::GenerationRun(RunSetup setup, ServerMetrics& metrics)
+    : setup_(std::move(setup)), metrics_(metrics) {}
+
+GenerationRun::~GenerationRun() { finish(); }
+
+EventSink GenerationRun::sink() const {
+  // The channel, not the run, is captured: the job holding this sink is owned
+  // by the run, so capturing the run would make a cycle.
+  std::shared_ptr<EventChannel> channel = channel_;
+  return [channel](ChoiceEvent event) { channel->push(std::move(event)); };
+}
+
+void GenerationRun::attach(std::unique_ptr<GenerationJob> job, AdmissionQueue::Ticket ticket) {
+  job_ = std::move(job);
+  ticket_ = std::move(ticket);
+  cached_tokens_ = job_ ? job_->cached_tokens() : 0;
+  if (setup_.record_prefix_lookup) metrics_.record_prefix_lookup(cached_tokens_);
+}
+
+void GenerationRun::abort() {
+  aborted_.store(true);
+  channel_->wake();
+}
+
+bool GenerationRun::all_finished() const {
+  for (const ChoiceState& c : choices_) {
+    if (!c.finish_reason) return false;
+  }
+  return true;
+}
+
+void GenerationRun::cancel_unfinished(const char* reason) {
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    if (choices_[i].finish_reason) continue;
+    choices_[i].finish_reason = reason;
+    if (job_) job_->cancel_choice(static_cast<std::int32_t>(i));
+  }
+}
+
+void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
+  if (event.choice < 0 || event.choice >= setup_.n) return;
+  ChoiceState& c = choices_[static_cast<std::size_t>(event.choice)];
+  if (c.finish_reason) return;  // late output of a choice we already ended
+  if (!event.tokens.empty()) {
+    if (!first_token_at_) {
+      first_token_at_ = event.at;
+      metrics_.observe_ttft(seconds(event.at - setup_.arrival));
+    }
+    // A burst of k tokens: the gap since the last delivery, then k-1 zeros.
+    std::size_t zeros = event.tokens.size() - 1;
+    if (c.last_token_at) {
+      metrics_.observe_itl(seconds(event.at - *c.last_token_at));
+    }
+    for (std::size_t i = 0; i < zeros; ++i) metrics_.observe_itl(0.0);
+    c.last_token_at = event.at;
+  }
+  Delta d;
+  d.choice = event.choice;
+  d.text = c.text->push(event.tokens);
+  if (c.text->stopped_by_string()) {
+    d.finish_reason = "stop";
+    if (!event.finish && job_) job_->cancel_choice(event.choice);
+  } else if (event.finish) {
+    d.text += c.text->finish();
+    d.finish_reason = finish_name(*event.finish);
+    if (*event.finish == FinishReason::kFailed && failure_.empty()) {
+      failure_ = event.error.empty() ? std::string("the generation failed") : event.error;
+    }
+  }
+  if (d.finish_reason) c.finish_reason = d.finish_reason;
+  if (!d.text.empty() || d.finish_reason) deltas->push_back(std::move(d));
+}
+
+bool GenerationRun::next(std::vector<Delta>* deltas, const std::function<bool()>& client_gone) {
+  if (aborted_.load()) {
+    for (std::size_t i = 0; i < choices_.size(); ++i) {
+      if (choices_[i].finish_reason) continue;
+      deltas->push_back({static_cast<std::int32_t>(i), {}, "abort"});
+      abort_applied_ = true;
+    }
+    cancel_unfinished("abort");
+    return true;
+  }
+  if (client_gone && client_gone()) {
+    client_gone_ = true;
+    cancel_unfinished("abort");
+    return false;
+  }
+  std::vector<ChoiceEvent> events;
+  channel_->wait(&events, kPollInterval);
+  for (ChoiceEvent& e : events) apply(e, deltas);
+  return true;
+}
+
+Usage GenerationRun::usage() const {
+  Usage u;
+  u.prompt_tokens = setup_.prompt_tokens;
+  u.cached_tokens = cached_tokens_;
+  for (const ChoiceState& c : choices_) u.completion_tokens += c.text->tokens();
+  return u;
+}
+
+void GenerationRun::stream(const Writer& write, const std::function<bool()>& client_gone) {
+  bool writable = true;
+  auto send = [&](const nlohmann::json& payload) {
+    if (writable && !write(sse_event(payload))) writable = false;
+  };
+  auto chunk = [&](const Choice& choice, bool first) {
+    nlohmann::json body = chunk_json(setup_.kind, setup_.ids, choice, first);
+    if (setup_.include_usage) body["usage"] = nullptr;
+    send(body);
+  };
+  if (setup_.kind == RequestKind::kChat) {
+    for (std::int32_t i = 0; i < setup_.n; ++i) chunk(Choice{i, {}, std::nullopt}, true);
+  }
+  std::vector<Delta> deltas;
+  while (writable && !all_finished()) {
+    deltas.clear();
+    if (!next(&deltas, client_gone)) break;
+    for (Delta& d : deltas) chunk(Choice{d.choice, std::move(d.text), d.finish_reason}, false);
+  }
+  if (!writable) {
+    client_gone_ = true;
+    cancel_unfinished("abort");
+  }
+  if (writable && !client_gone_) {
+    if (!failure_.empty()) send(error_json(internal_error("{}", failure_)));
+    if (setup_.include_usage) send(usage_chunk_json(setup_.kind, setup_.ids, usage()));
+    if (writable) write(kSseDone);
+  }
+  finish();
+}
+
+std::pair<int, nlohmann::json> GenerationRun::collect(const std::function<bool()>& client_gone) {
+  std::vector<Choice> result(static_cast<std::size_t>(setup_.n));
+  for (std::int32_t i = 0; i < setup_.n; ++i) result[static_cast<std::size_t>(i)].index = i;
+  std::vector<Delta> deltas;
+  while (!all_finished()) {
+    deltas.clear();
+    if (!next(&deltas, client_gone)) break;
+    for (Delta& d : deltas) {
+      Choice& c = result[static_cast<std::size_t>(d.choice)];
+      c.text += d.text;
+      if (d.finish_reason) c.finish_reason = d.finish_reason;
+    }
+  }
+  for (std::size_t i = 0; i < result.size(); ++i) {
+    if (!result[i].finish_reason) result[i].finish_reason = choices_[i].finish_reason;
+  }
+  std::pair<int, nlohmann::json> answer;
+  if (client_gone_) {
+    const Status s = cancelled("the client closed the connection");
+    answer = {http_status(s.code()), error_json(s)};
+  } else if (!failure_.empty()) {
+    const Status s = internal_error("generation failed: {}", failure_);
+    answer = {http_status(s.code()), error_json(s)};
+  } else {
+    answer = {200, response_json(setup_.kind, setup_.ids, result, usage())};
+  }
+  finish();
+  return answer;
+}
+
+void GenerationRun::finish() {
+  if (finished_) return;
+  finished_ = true;
+  const bool started = job_ != nullptr;
+  if (job_) {
+    cancel_unfinished("abort");
+    job_.reset();  // waits for the engine to let go, frees the sessions
+  }
+  ticket_.release();
+  if (!started) return;
+  const Endpoint endpoint =
+      setup_.kind == RequestKind::kChat ? Endpoint::kChat : Endpoint::kCompletions;
+  Outcome outcome = Outcome::kOk;
+  if (client_gone_ || abort_applied_) {
+    outcome = Outcome::kCancelled;
+  } else if (!failure_.empty()) {
+    outcome = Outcome::kFailed;
+  }
+  metrics_.record_request(endpoint, outcome);
+  metrics_.observe_e2e(seconds(std::chrono::steady_clock::now() - setup_.arrival));
+  metrics_.add_tokens(setup_.prompt_tokens, usage().completion_tokens);
+}
+
+}  // namespace cellm::server

@@ -1,0 +1,127 @@
+// GenerationRun: one admitted generation request from start to last byte.
+// The engine thread queues ChoiceEvents into it; the request's HTTP thread
+// turns them into text (ChoiceText per choice), writes SSE chunks or builds
+// the final body, cancels choices that hit a stop string, cancels everything
+// when the client goes away or the server aborts it, and finally releases the
+// job (freeing its sessions) before its admission ticket, recording metrics.
+//
+// Thread-safety: sink() events and abort() may come from any thread; every
+// other method belongs to the request's HTTP thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/admission.h"
+#include "server/choice_text.h"
+#include "server/generation_service.h"
+#include "server/openai_response.h"
+#include "server/server_metrics.h"
+
+namespace cellm::server {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// Engine thread → HTTP thread.
+class EventChannel {
+ public:
+  void push(ChoiceEvent event);
+  // Waits up to `timeout` for events (or wake()); appends them to *out.
+  void wait(std::vector<ChoiceEvent>* out, std::chrono::milliseconds timeout);
+  void wake();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ChoiceEvent> events_;
+  bool woken_ = false;
+};
+
+struct RunSetup {
+  RequestKind kind = RequestKind::kCompletion;
+  ResponseIds ids;
+  std::int32_t n = 1;
+  bool include_usage = false;
+  std::int64_t prompt_tokens = 0;
+  std::vector<std::string> stop;
+  SteadyTime arrival;
+  bool record_prefix_lookup = false;
+};
+
+class GenerationRun {
+ public:
+  // Fails only when a stop string is invalid (InvalidArgument).
+  static Result<std::shared_ptr<GenerationRun>> create(RunSetup setup,
+                                                       const GenerationService& service,
+                                                       ServerMetrics& metrics);
+  ~GenerationRun();
+
+  // The sink to hand to GenerationService::start.
+  EventSink sink() const;
+  // Takes ownership of the started job and the ticket that admitted it.
+  void attach(std::unique_ptr<GenerationJob> job, AdmissionQueue::Ticket ticket);
+
+  // Any thread: ends every choice with finish_reason "abort" (server stop).
+  void abort();
+
+  // Writes the SSE stream until every choice finished, the client went away
+  // (`write` failed or `client_gone` answered true) or the run was aborted.
+  using Writer = std::function<bool(std::string_view)>;
+  void stream(const Writer& write, const std::function<bool()>& client_gone);
+  // Waits for every choice; the HTTP status and body to answer.
+  std::pair<int, nlohmann::json> collect(const std::function<bool()>& client_gone);
+
+  // Releases the job, then the ticket, and records metrics. Idempotent; runs
+  // from the destructor too.
+  void finish();
+
+ private:
+  struct ChoiceState {
+    std::optional<ChoiceText> text;
+    std::optional<std::string> finish_reason;
+    std::optional<SteadyTime> last_token_at;
+    bool role_sent = false;
+  };
+  // Text that one event produced for one choice.
+  struct Delta {
+    std::int32_t choice = 0;
+    std::string text;
+    std::optional<std::string> finish_reason;
+  };
+
+  GenerationRun(RunSetup setup, ServerMetrics& metrics);
+  bool all_finished() const;
+  void cancel_unfinished(const char* reason);
+  // Waits for the next events and turns them into deltas; false when the
+  // client went away or the run was aborted (the choices are then ended).
+  bool next(std::vector<Delta>* deltas, const std::function<bool()>& client_gone);
+  void apply(ChoiceEvent& event, std::vector<Delta>* deltas);
+  Usage usage() const;
+
+  RunSetup setup_;
+  ServerMetrics& metrics_;
+  std::shared_ptr<EventChannel> channel_ = std::make_shared<EventChannel>();
+  std::unique_ptr<GenerationJob> job_;
+  AdmissionQueue::Ticket ticket_;
+  std::vector<ChoiceState> choices_;
+  std::atomic<bool> aborted_{false};
+  bool client_gone_ = false;
+  bool abort_applied_ = false;  // abort() ended at least one choice
+  std::string failure_;  // first kFailed message
+  std::optional<SteadyTime> first_token_at_;
+  std::int64_t cached_tokens_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace cellm::server

@@ -1,0 +1,110 @@
+// GenerationService: everything the HTTP layer needs from a model — text ↔
+// tokens, chat rendering, streaming detokenization and generations of n
+// choices — behind one interface, so the server's HTTP, SSE, queueing and
+// cancellation logic runs against a fake in unit tests and against the
+// Runner (runner_service.h) in production.
+//
+// Thread-safety: every GenerationService method may be called from any thread
+// concurrently. A GenerationJob is driven by one HTTP thread; its EventSink is
+// called on the engine thread and must not block.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cellm/runner.h"
+#include "cellm/status.h"
+#include "cellm/types.h"
+
+namespace cellm::server {
+
+// One delivery for one choice. A set `finish` marks the choice's last event.
+struct ChoiceEvent {
+  std::int32_t choice = 0;
+  std::vector<Token> tokens;
+  std::optional<FinishReason> finish;
+  std::string error;  // only with FinishReason::kFailed
+  std::chrono::steady_clock::time_point at;
+};
+// Called on the engine thread (or inline for early rejections); must only
+// queue the event.
+using EventSink = std::function<void(ChoiceEvent)>;
+
+struct GenerationSpec {
+  std::vector<Token> prompt;  // non-empty
+  std::int32_t n = 1;         // choices sharing the prompt
+  std::int64_t max_new_tokens = 1;
+  SamplingParams sampling;
+  std::optional<std::uint64_t> seed;  // choice i uses seed + i
+  bool ignore_eos = false;
+};
+
+// A running request. Destruction cancels whatever still runs, waits until the
+// engine has let go of it (one step at most) and frees its sessions.
+class GenerationJob {
+ public:
+  virtual ~GenerationJob() = default;
+  // Non-blocking; the choice's terminal event follows within one step.
+  virtual void cancel_choice(std::int32_t choice) = 0;
+  // Prompt tokens that were served from the prefix cache instead of prefilled.
+  virtual std::int64_t cached_tokens() const = 0;
+};
+
+// Token ids in, final UTF-8 text out (see text/detokenizer.h).
+class TokenTextStream {
+ public:
+  virtual ~TokenTextStream() = default;
+  virtual std::string push(Token token) = 0;
+  virtual std::string finish() = 0;
+};
+
+struct ServiceStats {
+  std::int64_t kv_cells_used = -1;  // -1: unknown
+  std::int64_t kv_cells_total = -1;
+};
+
+class GenerationService {
+ public:
+  virtual ~GenerationService() = default;
+
+  virtual std::string model_name() const = 0;
+  // The per-session position limit: prompt + completion must fit.
+  virtual std::int32_t context_length() const = 0;
+  virtual std::int32_t vocab_size() const = 0;
+  // Sequences that may generate at once, and what a request of n choices
+  // occupies of them (prefix snapshots may need one more).
+  virtual std::int32_t max_sequences() const = 0;
+  virtual std::int32_t sequences_for(std::int32_t n) const { return n; }
+  // Whether start() looks prompts up in a prefix cache (GenerationJob::
+  // cached_tokens() then reports the hits).
+  virtual bool prefix_caching() const { return false; }
+
+  virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
+  // `messages` is the OpenAI list; `extra` the template variables.
+  virtual Result<std::string> render_chat(const nlohmann::json& messages,
+                                          const nlohmann::json& extra,
+                                          bool add_generation_prompt) const = 0;
+  virtual std::string detokenize(std::span<const Token> tokens) const = 0;
+  virtual std::unique_ptr<TokenTextStream> text_stream() const = 0;
+
+  // Starts every choice of `spec`. May block (opening sessions, prefix
+  // lookups, waiting for the shared prefill when n > 1); `abandoned` is polled
+  // while it does and, once true, makes start() give up with kCancelled.
+  // Errors: kOutOfResources when no session is free, kUnavailable while
+  // stopping.
+  virtual Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
+                                                       const std::function<bool()>& abandoned) = 0;
+
+  virtual ServiceStats stats() const = 0;
+};
+
+}  // namespace cellm::server
