@@ -1,0 +1,189 @@
+#include "program/forward_methods.h"
+
+#include <limits>
+#include <set>
+
+namespace cellm::program {
+
+Status check_host_input(std::string_view method, std::string_view what, const Tensor& t,
+                        DType dtype, int rank) {
+  if (t.device() != Device::kCpu) {
+    return invalid_argument("{}: input '{}' must be a host tensor, got {}", method, what,
+                            t.describe());
+  }
+  if (t.dtype() != dtype || t.rank() != rank) {
+    return invalid_argument("{}: input '{}' is {}; expected a rank-{} {} tensor", method, what,
+                            t.describe(), rank, dtype_name(dtype));
+  }
+  if (t.numel() > 0 && t.data() == nullptr) {
+    return invalid_argument("{}: input '{}' has no data", method, what);
+  }
+  return Status::ok();
+}
+
+Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std::string backend) {
+  if (options.max_step <= 0) {
+    return invalid_argument("program options: max_step {} must be positive", options.max_step);
+  }
+  std::set<std::int32_t> widths;
+  for (std::int32_t w : options.static_widths) {
+    if (w <= 0) return invalid_argument("program options: static width {} must be positive", w);
+    if (w <= options.max_step) widths.insert(w);
+  }
+  if (widths.empty()) {
+    return invalid_argument("program options: no static width fits max_step {}", options.max_step);
+  }
+  if (options.min_prefill_chunk < 0 || options.min_prefill_chunk > options.max_step) {
+    return invalid_argument("program options: min_prefill_chunk {} must lie in [0, max_step {}]",
+                            options.min_prefill_chunk, options.max_step);
+  }
+  ForwardMethods m;
+  m.options_ = options;
+  m.backend_ = std::move(backend);
+  for (std::int32_t w : widths) {
+    m.methods_.emplace(std::string(kStaticMethodPrefix) + std::to_string(w),
+                       MethodEntry{MethodKind::kStatic, w});
+  }
+  if (options.max_step > *widths.rbegin()) {
+    m.methods_.emplace(std::string(kDynamicMethod), MethodEntry{MethodKind::kDynamic, options.max_step});
+  }
+  m.methods_.emplace(std::string(kModuleMethod), MethodEntry{MethodKind::kModule, options.max_step});
+  if (options.device_sampling) {
+    m.methods_.emplace(std::string(kSampleMethod), MethodEntry{MethodKind::kSample, 0});
+    m.methods_.emplace(std::string(kArgmaxMethod), MethodEntry{MethodKind::kArgmax, 0});
+  }
+  return m;
+}
+
+std::vector<std::string> ForwardMethods::names() const {
+  std::vector<std::string> names;
+  names.reserve(methods_.size());
+  for (const auto& entry : methods_) names.push_back(entry.first);
+  return names;
+}
+
+MethodEntry* ForwardMethods::find(std::string_view name) {
+  auto it = methods_.find(name);
+  return it == methods_.end() ? nullptr : &it->second;
+}
+
+const MethodEntry* ForwardMethods::find(std::string_view name) const {
+  auto it = methods_.find(name);
+  return it == methods_.end() ? nullptr : &it->second;
+}
+
+Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t vocab,
+                                        std::int64_t hidden, Device logits_device) const {
+  const MethodEntry* m = find(name);
+  if (m == nullptr) return not_found("method '{}' is not exported by the {} program", name, backend_);
+  MethodMeta meta;
+  meta.backends = {backend_};
+  const std::int64_t rows = options_.max_step;
+  switch (m->kind) {
+    case MethodKind::kStatic:
+    case MethodKind::kDynamic:
+    case MethodKind::kModule: {
+      const std::int64_t t = m->width;
+      meta.dynamic = m->kind != MethodKind::kStatic;
+      meta.inputs = {TensorSpec{DType::kI64, {1, t}}, TensorSpec{DType::kI64, {t}},
+                     TensorSpec{DType::kI64, {t}}};
+      meta.outputs = {TensorSpec{DType::kF32, {t, vocab}, logits_device}};
+      if (options_.taps) meta.outputs.push_back(TensorSpec{DType::kF32, {t, hidden}, logits_device});
+      return meta;
+    }
+    case MethodKind::kSample:
+      meta.dynamic = true;
+      meta.inputs = {TensorSpec{DType::kF32, {rows, vocab}, logits_device},
+                     TensorSpec{DType::kF32, {rows, 4}}};
+      meta.outputs = {TensorSpec{DType::kI64, {rows}}};
+      return meta;
+    case MethodKind::kArgmax:
+      meta.dynamic = true;
+      meta.inputs = {TensorSpec{DType::kF32, {rows, vocab}, logits_device}};
+      meta.outputs = {TensorSpec{DType::kI64, {rows}}};
+      return meta;
+  }
+  return internal_error("method '{}' has an unknown kind", name);
+}
+
+Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const MethodEntry& method,
+                                                  std::span<const Tensor> inputs,
+                                                  std::int64_t vocab,
+                                                  const cache::CellCache& cache) const {
+  if (inputs.size() != 3) {
+    return invalid_argument("{}: takes 3 inputs (tokens, positions, selector), got {}", name,
+                            inputs.size());
+  }
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "tokens", inputs[0], DType::kI64, 2));
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "positions", inputs[1], DType::kI64, 1));
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "selector", inputs[2], DType::kI64, 1));
+  const std::int64_t t = inputs[0].dim(1);
+  if (inputs[0].dim(0) != 1 || inputs[1].dim(0) != t) {
+    return invalid_argument("{}: tokens {} and positions {} must be [1, T] and [T]", name,
+                            inputs[0].describe(), inputs[1].describe());
+  }
+  const bool is_static = method.kind == MethodKind::kStatic;
+  if (is_static ? t != method.width : (t < 1 || t > method.width)) {
+    return invalid_argument("{}: takes {} tokens, got {}", name,
+                            is_static ? std::to_string(method.width)
+                                      : "1 to " + std::to_string(method.width),
+                            t);
+  }
+  const std::int64_t r_count = inputs[2].dim(0);
+  const std::int64_t r_max = is_static ? method.width : options_.max_step;
+  if (r_count < 1 || r_count > r_max) {
+    return invalid_argument("{}: the selector has {} rows; expected 1 to {}", name, r_count, r_max);
+  }
+  ForwardCall call;
+  call.tokens = inputs[0].span<std::int64_t>();
+  call.positions = inputs[1].span<std::int64_t>();
+  call.selector = inputs[2].span<std::int64_t>();
+  for (std::size_t i = 0; i < call.selector.size(); ++i) {
+    if (call.selector[i] < 0 || call.selector[i] >= t) {
+      return invalid_argument("{}: selector entry {} is row {}, outside [0, {})", name, i,
+                              call.selector[i], t);
+    }
+  }
+  for (std::size_t r = 0; r < call.tokens.size(); ++r) {
+    if (call.tokens[r] < 0 || call.tokens[r] >= vocab) {
+      return invalid_argument("{}: row {} has token id {} outside the vocabulary [0, {})", name, r,
+                              call.tokens[r], vocab);
+    }
+    if (call.positions[r] < 0 || call.positions[r] > std::numeric_limits<std::int32_t>::max()) {
+      return invalid_argument("{}: row {} has position {} outside [0, 2^31)", name, r,
+                              call.positions[r]);
+    }
+  }
+  const cache::StepPlacement* step = cache.current_step();
+  if (step == nullptr) {
+    return invalid_argument("{}: no step is placed in the bound CellCache; place_step first", name);
+  }
+  const std::size_t real = step->cells.size();
+  if (real > call.tokens.size() || step->positions.size() != real || step->seq_ids.size() != real) {
+    return invalid_argument("{}: the placed step has {} tokens but the forward has {} rows", name,
+                            real, call.tokens.size());
+  }
+  call.rows.resize(call.tokens.size());
+  for (std::size_t r = 0; r < real; ++r) {
+    const cache::SeqId seq = step->seq_ids[r];
+    const std::int32_t pos = step->positions[r];
+    if (call.positions[r] != pos) {
+      return invalid_argument(
+          "{}: row {} is at position {} but the cache placed sequence {} at position {}", name, r,
+          call.positions[r], seq, pos);
+    }
+    std::span<const cache::CellId> table = cache.cell_table(seq);
+    const cache::CellId cell = step->cells[r];
+    if (pos >= static_cast<std::int32_t>(table.size()) ||
+        table[static_cast<std::size_t>(pos)] != cell) {
+      return invalid_argument("{}: row {} (sequence {}, position {}) no longer matches its cell "
+                              "table; the placement is stale",
+                              name, r, seq, pos);
+    }
+    call.rows[r] = PlacedRow{seq, pos, cell};
+  }
+  call.placed = static_cast<std::int32_t>(real);
+  return call;
+}
+
+}  // namespace cellm::program

@@ -1,0 +1,85 @@
+// ForwardMethods: the method family every backend's program exports, built
+// from ProgramOptions — static forward_N, dynamic forward_others and
+// forward, and the optional samplers — with their signatures and the
+// validation of a forward's inputs against the cache's placed step. Backends
+// share it so that a CPU and a CUDA program answer discovery identically and
+// refuse the same malformed calls with the same messages.
+//
+// Thread-safety: not thread-safe; owned by one program.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/cell_cache.h"
+#include "cellm/status.h"
+#include "core/tensor.h"
+#include "program/program.h"
+#include "program/program_options.h"
+
+namespace cellm::program {
+
+enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax };
+
+struct MethodEntry {
+  MethodKind kind = MethodKind::kStatic;
+  std::int32_t width = 0;  // static: exact token count; dynamic: upper bound; samplers: 0
+  bool loaded = false;
+};
+
+// One row of a forward as the cache placed it. Padding rows (past the placed
+// tokens) have seq -1 and the scratch cell.
+struct PlacedRow {
+  cache::SeqId seq = -1;
+  std::int32_t position = 0;
+  cache::CellId cell = cache::kScratchCell;
+};
+
+// A validated forward call.
+struct ForwardCall {
+  std::span<const std::int64_t> tokens;     // [T]
+  std::span<const std::int64_t> positions;  // [T]
+  std::span<const std::int64_t> selector;   // [R]
+  std::vector<PlacedRow> rows;              // [T]
+  std::int32_t placed = 0;                  // real rows; the rest are padding
+};
+
+class ForwardMethods {
+ public:
+  // Checks the widths, max_step and min_prefill_chunk of `options`.
+  static Result<ForwardMethods> build(const ProgramOptions& options, std::string backend);
+
+  std::vector<std::string> names() const;
+  // Null when the program does not export `name`.
+  MethodEntry* find(std::string_view name);
+  const MethodEntry* find(std::string_view name) const;
+
+  // Signatures. Forward logits live on `logits_device`; taps (when enabled)
+  // are f32 [T, hidden].
+  Result<MethodMeta> meta(std::string_view name, std::int64_t vocab, std::int64_t hidden,
+                          Device logits_device) const;
+
+  // Checks a forward's three host inputs (shapes, widths, token ids inside
+  // the vocabulary, selector rows inside [0, T)) and matches the first rows to
+  // the cache's current placement. Nothing is changed on refusal.
+  Result<ForwardCall> check_forward(std::string_view name, const MethodEntry& method,
+                                    std::span<const Tensor> inputs, std::int64_t vocab,
+                                    const cache::CellCache& cache) const;
+
+  const ProgramOptions& options() const { return options_; }
+
+ private:
+  ProgramOptions options_;
+  std::string backend_;
+  std::map<std::string, MethodEntry, std::less<>> methods_;
+};
+
+// The usual input checks of a host tensor argument.
+Status check_host_input(std::string_view method, std::string_view what, const Tensor& t,
+                        DType dtype, int rank);
+
+}  // namespace cellm::program
