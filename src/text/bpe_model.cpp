@@ -24,7 +24,7 @@ std::size_t utf8_char_len(std::string_view s, std::size_t i) {
 }  // namespace
 
 BpeModel::BpeModel(std::vector<std::string> tokens, BpeOptions options)
-    : tokens_(std::move(tokens)), options_(std::move(options)), cache_(new CacheShard[kCacheShards]) {
+    : tokens_(std::move(tokens)), options_(std::move(options)) {
   vocab_.reserve(tokens_.size());
   for (std::size_t id = 0; id < tokens_.size(); ++id) {
     if (!tokens_[id].empty()) vocab_.emplace(tokens_[id], static_cast<std::int32_t>(id));
@@ -137,22 +137,10 @@ void BpeModel::encode_word(std::string_view word, std::vector<std::int32_t>& out
   }
   // The cache sits in front of everything, including the whole-word vocabulary
   // check, because its table is far smaller and hotter than the vocabulary's.
-  const std::size_t hash = std::hash<std::string_view>()(word);
-  CacheShard& shard = cache_[hash % kCacheShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(word);
-    if (it != shard.map.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (cache_.lookup(word, out)) return;
   const std::size_t start = out.size();
   encode_uncached(word, out);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kCacheMaxEntries) shard.map.clear();
-  shard.map.emplace(std::string(word),
-                    std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+  cache_.insert(word, out.data() + start, out.size() - start);
 }
 
 void BpeModel::encode_uncached(std::string_view word, std::vector<std::int32_t>& out) const {

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "cellm/status.h"
+#include "text/word_cache.h"
 
 namespace cellm::text {
 
@@ -81,14 +81,8 @@ class BpeModel {
   std::vector<std::pair<std::string, std::size_t>> spanning_;
   bool cut_at_bar_ = false;
 
-  static constexpr int kCacheShards = 16;
-  static constexpr std::size_t kCacheMaxWord = 64;
-  static constexpr std::size_t kCacheMaxEntries = 16384;  // per shard
-  struct CacheShard {
-    std::mutex mu;
-    std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>> map;
-  };
-  mutable std::unique_ptr<CacheShard[]> cache_;
+  static constexpr std::size_t kCacheMaxWord = WordCache::kMaxWordBytes;
+  WordCache cache_;
 };
 
 }  // namespace cellm::text

@@ -61,12 +61,14 @@ Status build_gpt2(const GgufVocab& v, TokenizerState& st) {
   std::vector<std::unique_ptr<PreTokenizer>> steps;
   if (pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe" || pre == "dbrx") {
     CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(kLlama3Pattern));
+    st.byte_level_split = r;
     steps.push_back(make_split_pre_tokenizer("", std::move(r), SplitBehavior::kIsolated, false));
     CELLM_ASSIGN_OR_RETURN(auto bl, make_byte_level_pre_tokenizer(false, false));
     steps.push_back(std::move(bl));
   } else if (pre == "qwen2" || pre == "deepseek-r1-qwen") {
     st.normalizer = make_nfc_normalizer();
     CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(kQwen2Pattern));
+    st.byte_level_split = r;
     steps.push_back(make_split_pre_tokenizer("", std::move(r), SplitBehavior::kIsolated, false));
     CELLM_ASSIGN_OR_RETURN(auto bl, make_byte_level_pre_tokenizer(false, false));
     steps.push_back(std::move(bl));
@@ -75,6 +77,8 @@ Status build_gpt2(const GgufVocab& v, TokenizerState& st) {
     CELLM_ASSIGN_OR_RETURN(auto bl, make_byte_level_pre_tokenizer(false, true));
     steps.push_back(std::move(bl));
   } else if (pre.empty() || pre == "default" || pre == "gpt2" || pre == "gpt-2") {
+    CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(kGpt2Pattern));
+    st.byte_level_split = std::move(r);
     CELLM_ASSIGN_OR_RETURN(auto bl, make_byte_level_pre_tokenizer(false, true));
     steps.push_back(std::move(bl));
   } else {

@@ -45,6 +45,31 @@ namespace {
 
 void encode_plain(const TokenizerState& st, std::string_view text, bool first_segment,
                   std::vector<std::int32_t>& out) {
+  if (st.byte_level_split) {
+    // Fast path: words are cut by the regex and looked up by their raw bytes;
+    // only a miss pays for the byte-level mapping and the merges.
+    thread_local std::vector<std::pair<std::size_t, std::size_t>> spans;
+    thread_local std::string mapped;
+    spans.clear();
+    st.byte_level_split->find_all(text, spans);
+    auto word = [&](std::size_t b, std::size_t e) {
+      const std::string_view raw = text.substr(b, e - b);
+      if (st.raw_word_cache->lookup(raw, out)) return;
+      mapped.clear();
+      for (char c : raw) mapped += byte_level_char(static_cast<unsigned char>(c));
+      const std::size_t start = out.size();
+      st.model->encode_word(mapped, out);
+      st.raw_word_cache->insert(raw, out.data() + start, out.size() - start);
+    };
+    std::size_t prev = 0;
+    for (auto [b, e] : spans) {
+      if (b > prev) word(prev, b);
+      word(b, e);
+      prev = e;
+    }
+    if (prev < text.size()) word(prev, text.size());
+    return;
+  }
   std::vector<std::string> words;
   words.emplace_back(text);
   if (st.pre_tokenizer) st.pre_tokenizer->split(words, first_segment);

@@ -358,6 +358,32 @@ std::optional<std::string> config_token(const json& config, const char* key) {
   return std::nullopt;
 }
 
+// The regex of a "Split(regex, Isolated) then ByteLevel" pre-tokenizer (or
+// of a lone regex ByteLevel), for the encode fast path; nullopt otherwise.
+Result<std::optional<Regex>> byte_level_split_of(const json& pre) {
+  auto plain_byte_level = [](const json& j, bool use_regex) {
+    return type_of(j) == "ByteLevel" && !bool_or(j, "add_prefix_space", true) &&
+           bool_or(j, "use_regex", true) == use_regex;
+  };
+  if (plain_byte_level(pre, true)) {
+    CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(kGpt2Pattern));
+    return std::optional<Regex>(std::move(r));
+  }
+  if (type_of(pre) != "Sequence" || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
+      pre["pretokenizers"].size() != 2) {
+    return std::optional<Regex>();
+  }
+  const json& split = pre["pretokenizers"][0];
+  if (type_of(split) != "Split" || !plain_byte_level(pre["pretokenizers"][1], false) ||
+      bool_or(split, "invert", false) || !split.contains("behavior") || split["behavior"] != "Isolated" ||
+      !split.contains("pattern") || !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
+      !split["pattern"]["Regex"].is_string()) {
+    return std::optional<Regex>();
+  }
+  CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(split["pattern"]["Regex"].get<std::string>()));
+  return std::optional<Regex>(std::move(r));
+}
+
 // Builds the tokenizer; `config` (tokenizer_config.json) may name bos/eos.
 Result<Tokenizer> load(std::string_view text, const json* config) {
   json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -371,6 +397,7 @@ Result<Tokenizer> load(std::string_view text, const json* config) {
   }
   if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null()) {
     CELLM_ASSIGN_OR_RETURN(st->pre_tokenizer, parse_pre_tokenizer(root["pre_tokenizer"], "pre_tokenizer"));
+    CELLM_ASSIGN_OR_RETURN(st->byte_level_split, byte_level_split_of(root["pre_tokenizer"]));
   }
   if (root.contains("post_processor") && !root["post_processor"].is_null()) {
     CELLM_RETURN_IF_ERROR(parse_post_processor(root["post_processor"], "post_processor", *st));

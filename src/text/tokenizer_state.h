@@ -17,6 +17,7 @@
 #include "text/normalizer.h"
 #include "text/pre_tokenizer.h"
 #include "text/tokenizer.h"
+#include "text/word_cache.h"
 
 namespace cellm::text {
 
@@ -30,6 +31,11 @@ struct TokenizerState {
   DecoderChain decoder;
   std::optional<std::int32_t> bos;
   std::optional<std::int32_t> eos;
+  // Set when the pre-tokenizer is exactly "split with this regex (isolated),
+  // then byte-level map" (Llama 3, Qwen, GPT-2): encode then skips building
+  // word strings and caches ids by the raw word. pre_tokenizer stays set.
+  std::optional<Regex> byte_level_split;
+  std::unique_ptr<WordCache> raw_word_cache = std::make_unique<WordCache>();
 
   // Filled by make_tokenizer.
   AddedTokenMatcher raw_matcher;         // added tokens with normalized=false
