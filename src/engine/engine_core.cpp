@@ -85,7 +85,9 @@ void EngineCore::start() {
 bool EngineCore::push(Command&& command) {
   {
     std::lock_guard lock(inbox_mu_);
-    if (!accepting_) return false;
+    // Once a stop is requested nothing new is queued; the stop path answers
+    // what is already in the inbox.
+    if (!accepting_ || stop_requested_.load()) return false;
     inbox_.push_back(std::move(command));
   }
   inbox_cv_.notify_one();
