@@ -31,7 +31,8 @@ struct CellCache::Impl {
         used_cells(c.max_cells),
         free_slots(c.max_sequences),
         tables(static_cast<std::size_t>(c.max_sequences)),
-        step_next(static_cast<std::size_t>(c.max_sequences), -1) {
+        step_next(static_cast<std::size_t>(c.max_sequences), -1),
+        epochs(static_cast<std::size_t>(c.max_sequences), 0) {
     step_seen.reserve(static_cast<std::size_t>(c.max_sequences));
     reset();
   }
@@ -67,6 +68,7 @@ struct CellCache::Impl {
     CELLM_CHECK(slot.has_value(), "no free sequence slot although one was checked");
     ++sequences;
     has_step = false;
+    ++epochs[static_cast<std::size_t>(*slot)];
     return *slot;
   }
 
@@ -125,6 +127,7 @@ struct CellCache::Impl {
   // step_next[s] is the position the next token of s must carry (-1 = s not
   // yet seen in this step); step_seen lists the entries to reset.
   mutable std::vector<std::int32_t> step_next;
+  std::vector<std::uint64_t> epochs;  // per slot: bumped when it starts a new sequence
   mutable std::vector<SeqId> step_seen;
 };
 
@@ -178,6 +181,11 @@ CellCache::CellCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CellCache::~CellCache() = default;
 
 const CellCacheConfig& CellCache::config() const { return impl_->config; }
+
+std::uint64_t CellCache::seq_epoch(SeqId seq) const {
+  if (seq < 0 || seq >= impl_->config.max_sequences) return 0;
+  return impl_->epochs[static_cast<std::size_t>(seq)];
+}
 
 std::optional<SeqId> CellCache::seq_new() {
   if (impl_->sequences >= impl_->config.max_sequences) return std::nullopt;

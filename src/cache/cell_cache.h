@@ -94,6 +94,10 @@ class CellCache {
   // One past the sequence's newest position (its length); 0 if not live.
   std::int32_t pos(SeqId seq) const;
   bool is_live(SeqId seq) const;
+  // Bumped each time the slot starts a new sequence (seq_new, seq_clone), so a
+  // device mirror of the cell tables knows when a row must be reloaded rather
+  // than extended. Rewinds keep the epoch: entries below the new length stand.
+  std::uint64_t seq_epoch(SeqId seq) const;
 
   // Checks that a step could be placed: every id live, positions continuing
   // each sequence exactly (per sequence: pos(seq), pos(seq)+1, ... in order),

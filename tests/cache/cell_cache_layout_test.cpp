@@ -421,3 +421,30 @@ TEST(CellLayoutTest, AtLeast256SequencesDecodeInOneStep) {
 
 }  // namespace
 }  // namespace cellm::cache
+
+namespace cellm::cache {
+namespace {
+
+TEST(CellCacheEpochTest, NewAndClonedSequencesBumpTheirSlotsEpoch) {
+  auto cache = CellCache::create({/*max_cells=*/16, /*max_sequences=*/2, /*max_seq_len=*/8});
+  ASSERT_TRUE(cache.ok());
+  CellCache& c = **cache;
+  const SeqId a = *c.seq_new();
+  const std::uint64_t e0 = c.seq_epoch(a);
+  const std::int32_t pos[] = {0, 1};
+  const SeqId ids[] = {a, a};
+  ASSERT_TRUE(c.place_step(ids, pos).ok());
+  EXPECT_EQ(c.seq_epoch(a), e0) << "placing extends the row; no reload needed";
+  ASSERT_TRUE(c.rewind(a, 1));
+  EXPECT_EQ(c.seq_epoch(a), e0) << "a rewind keeps the entries below it";
+  const SeqId b = *c.seq_clone(a, 1);
+  const std::uint64_t eb = c.seq_epoch(b);
+  ASSERT_TRUE(c.seq_rm(b));
+  const SeqId b2 = *c.seq_new();
+  EXPECT_EQ(b2, b);
+  EXPECT_NE(c.seq_epoch(b2), eb) << "a reused slot holds a different sequence";
+  EXPECT_EQ(c.seq_epoch(-1), 0u);
+}
+
+}  // namespace
+}  // namespace cellm::cache
