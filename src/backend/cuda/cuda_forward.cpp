@@ -1,0 +1,331 @@
+#include "backend/cuda/cuda_forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/embedding.cuh"
+#include "backend/cuda/kernels/gated_mlp.cuh"
+#include "backend/cuda/kernels/kv_scatter.cuh"
+#include "backend/cuda/kernels/qk_norm.cuh"
+#include "backend/cuda/kernels/rms_norm.cuh"
+#include "backend/cuda/kernels/rope.cuh"
+#include "backend/cuda/kernels/soft_cap.cuh"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/rope_table.h"
+
+namespace cellm::cuda {
+namespace {
+
+// The split-KV kernel serves widths up to this; its partials buffer is sized for it.
+constexpr std::int32_t kMaxDecodeWidth = 256;
+
+template <typename T>
+Status alloc(DeviceBuffer<T>& buffer, std::size_t count) {
+  CELLM_ASSIGN_OR_RETURN(buffer, DeviceBuffer<T>::allocate(count));
+  return Status::ok();
+}
+
+}  // namespace
+
+std::size_t CudaForward::kv_bytes_per_cell(const model::ModelSpec& spec) {
+  return static_cast<std::size_t>(spec.num_layers) * 2 * static_cast<std::size_t>(spec.num_kv_heads) *
+         static_cast<std::size_t>(spec.head_dim) * sizeof(bf16);
+}
+
+std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_t max_step) {
+  const auto t = static_cast<std::size_t>(max_step);
+  const std::size_t q = static_cast<std::size_t>(s.num_heads) * s.head_dim;
+  const std::size_t kv = static_cast<std::size_t>(s.num_kv_heads) * s.head_dim;
+  const std::size_t h = static_cast<std::size_t>(s.hidden_size);
+  const std::size_t bf16_elems = t * (4 * h + (q + 2 * kv) + q + 2 * static_cast<std::size_t>(s.intermediate_size));
+  const std::size_t decode_width = std::min<std::size_t>(t, kMaxDecodeWidth);
+  return bf16_elems * sizeof(bf16) + t * static_cast<std::size_t>(s.vocab_size) * sizeof(float) +
+         attention_decode_workspace_bytes(static_cast<std::int64_t>(decode_width), s.num_heads,
+                                          s.head_dim, kAttentionMaxSplits) +
+         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t);
+}
+
+CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm)
+    : spec_(spec), weights_(std::move(weights)), gemm_(std::move(gemm)) {}
+
+Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec& spec,
+                                                         DeviceWeights weights,
+                                                         std::int32_t max_step,
+                                                         std::int32_t kv_cells) {
+  if (max_step <= 0 || kv_cells < 2) {
+    return invalid_argument("cuda forward: max_step {} and kv_cells {} must be positive (cells >= 2)",
+                            max_step, kv_cells);
+  }
+  CELLM_ASSIGN_OR_RETURN(GemmRunner gemm, GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes));
+  auto f = std::unique_ptr<CudaForward>(new CudaForward(spec, std::move(weights), std::move(gemm)));
+  f->max_step_ = max_step;
+  f->kv_cells_ = kv_cells;
+  f->sm_count_ = multiprocessor_count();
+  f->q_dim_ = static_cast<std::int64_t>(spec.num_heads) * spec.head_dim;
+  f->kv_dim_ = static_cast<std::int64_t>(spec.num_kv_heads) * spec.head_dim;
+  f->qkv_dim_ = f->q_dim_ + 2 * f->kv_dim_;
+  f->attention_scale_ = spec.attention_scale > 0.0f
+                            ? spec.attention_scale
+                            : 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+  const auto t = static_cast<std::size_t>(max_step);
+  const auto h = static_cast<std::size_t>(spec.hidden_size);
+  CELLM_RETURN_IF_ERROR(alloc(f->step_, t * StepArrays::kCount));
+  CELLM_CUDA_CHECK(cudaMemset(f->step_.data(), 0, f->step_.bytes()));
+  CELLM_RETURN_IF_ERROR(alloc(f->x_, t * h));
+  CELLM_RETURN_IF_ERROR(alloc(f->h_, t * h));
+  CELLM_RETURN_IF_ERROR(alloc(f->tmp_, t * h));
+  CELLM_RETURN_IF_ERROR(alloc(f->sel_, t * h));
+  CELLM_RETURN_IF_ERROR(alloc(f->qkv_, t * static_cast<std::size_t>(f->qkv_dim_)));
+  CELLM_RETURN_IF_ERROR(alloc(f->attn_, t * static_cast<std::size_t>(f->q_dim_)));
+  CELLM_RETURN_IF_ERROR(alloc(f->gu_, t * 2 * static_cast<std::size_t>(spec.intermediate_size)));
+  CELLM_RETURN_IF_ERROR(alloc(f->logits_, t * static_cast<std::size_t>(spec.vocab_size)));
+  const std::int64_t decode_width = std::min(max_step, kMaxDecodeWidth);
+  CELLM_RETURN_IF_ERROR(alloc(f->attn_ws_, attention_decode_workspace_bytes(
+                                               decode_width, spec.num_heads, spec.head_dim,
+                                               kAttentionMaxSplits) / sizeof(float) + 1));
+  CELLM_RETURN_IF_ERROR(alloc(f->gemm_ws_, f->gemm_.workspace_bytes()));
+  // K/V pools: every layer keeps a full pool; windows only bound the reads.
+  CELLM_RETURN_IF_ERROR(alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec) /
+                                          sizeof(bf16)));
+  // Cell 0 is the scratch cell padding rows read; keep it finite.
+  CELLM_CUDA_CHECK(cudaMemset(f->kv_.data(), 0, f->kv_.bytes()));
+
+  std::int32_t max_rotary = 2;
+  for (const auto& layer : spec.layers) {
+    const int rd = rope_rotary_dim(layer.rope, spec.head_dim);
+    f->rotary_dims_.push_back(rd);
+    max_rotary = std::max(max_rotary, rd);
+  }
+  f->inv_freq_stride_ = max_rotary / 2;
+  std::vector<float> freqs(static_cast<std::size_t>(spec.num_layers) * f->inv_freq_stride_, 0.0f);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    std::vector<float> inv = rope_inv_freq(spec.layers[static_cast<std::size_t>(l)].rope, spec.head_dim);
+    std::copy(inv.begin(), inv.end(), freqs.begin() + static_cast<std::ptrdiff_t>(l) * f->inv_freq_stride_);
+  }
+  CELLM_RETURN_IF_ERROR(alloc(f->inv_freq_, freqs.size()));
+  CELLM_CUDA_CHECK(cudaMemcpy(f->inv_freq_.data(), freqs.data(), freqs.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
+  return f;
+}
+
+std::size_t CudaForward::workspace_bytes() const {
+  return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
+         gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + gemm_ws_.bytes() + step_.bytes();
+}
+
+Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
+  if (max_seqs <= 0 || max_seq_len <= 0) {
+    return invalid_argument("cell tables need positive sizes, got {} x {}", max_seqs, max_seq_len);
+  }
+  CELLM_RETURN_IF_ERROR(alloc(table_, static_cast<std::size_t>(max_seqs) * max_seq_len));
+  CELLM_CUDA_CHECK(cudaMemset(table_.data(), 0, table_.bytes()));
+  max_seqs_ = max_seqs;
+  table_stride_ = max_seq_len;
+  return Status::ok();
+}
+
+Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
+                         std::int64_t k, void* out, DType out_dtype, std::int32_t m,
+                         const bf16* bias, cudaStream_t stream) {
+  GemmArgs args;
+  args.a = a;
+  args.b = w;
+  args.out = out;
+  args.bias = bias;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.lda = lda;
+  args.ldb = k;
+  args.ldc = n;
+  args.out_dtype = out_dtype;
+  return gemm_.run(args, gemm_ws_.data(), stream);
+}
+
+Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
+  const model::ModelSpec& s = spec_;
+  const std::int32_t w = shape.width;
+  if (w <= 0 || w > max_step_ || shape.rows <= 0 || shape.rows > w) {
+    return invalid_argument("cuda forward: width {} / rows {} outside [1, {}]", w, shape.rows, max_step_);
+  }
+  if (shape.decode_attention && w > kMaxDecodeWidth) {
+    return invalid_argument("cuda forward: split-KV attention serves at most {} rows", kMaxDecodeWidth);
+  }
+  if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
+  const std::int32_t* tokens = step_.data() + StepArrays::kTokens * static_cast<std::size_t>(max_step_);
+  const std::int32_t* positions = step_.data() + StepArrays::kPositions * static_cast<std::size_t>(max_step_);
+  const std::int32_t* slots = step_.data() + StepArrays::kSlots * static_cast<std::size_t>(max_step_);
+  const std::int32_t* cells = step_.data() + StepArrays::kCells * static_cast<std::size_t>(max_step_);
+  const std::int32_t* selector = step_.data() + StepArrays::kSelector * static_cast<std::size_t>(max_step_);
+  const std::int64_t hidden = s.hidden_size;
+  const std::int64_t inter = s.intermediate_size;
+  const float offset = s.norm_weight_offset ? 1.0f : 0.0f;
+  const std::size_t pool_elems = static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+
+  EmbeddingParams emb;
+  emb.tokens = tokens;
+  emb.table = weights_.embed;
+  emb.out = x_.data();
+  emb.num_tokens = w;
+  emb.vocab = s.vocab_size;
+  emb.dim = s.hidden_size;
+  emb.scale = s.embedding_scale;
+  launch_embedding(emb, stream);
+
+  auto norm = [&](const bf16* x, bf16* residual, const bf16* weight, bf16* out) {
+    RmsNormParams p;
+    p.x = x;
+    p.residual = residual;
+    p.weight = weight;
+    p.out = out;
+    p.rows = w;
+    p.dim = s.hidden_size;
+    p.eps = s.norm_eps;
+    p.weight_offset = offset;
+    launch_rms_norm(p, stream);
+  };
+
+  const std::int32_t splits =
+      shape.decode_attention
+          ? std::min(kAttentionMaxSplits,
+                     attention_decode_splits(w, s.num_heads, s.num_kv_heads, table_stride_, sm_count_))
+          : 1;
+  for (int l = 0; l < s.num_layers; ++l) {
+    const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
+    const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
+    bf16* k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
+    bf16* v_pool = k_pool + pool_elems;
+    if (l == 0) {
+      norm(x_.data(), nullptr, lw.attn_norm, h_.data());
+    } else {
+      norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data());
+    }
+    CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
+                               DType::kBF16, w, lw.qkv_bias, stream));
+    bf16* q = qkv_.data();
+    bf16* k = q + q_dim_;
+    bf16* v = k + kv_dim_;
+    if (s.qk_norm) {
+      QkNormParams p;
+      p.q = q;
+      p.k = k;
+      p.q_weight = lw.q_norm;
+      p.k_weight = lw.k_norm;
+      p.q_stride = qkv_dim_;
+      p.k_stride = qkv_dim_;
+      p.num_tokens = w;
+      p.num_heads = s.num_heads;
+      p.num_kv_heads = s.num_kv_heads;
+      p.head_dim = s.head_dim;
+      p.eps = s.norm_eps;
+      p.weight_offset = offset;
+      launch_qk_norm(p, stream);
+    }
+    RopeParams rope;
+    rope.q = q;
+    rope.k = k;
+    rope.positions = positions;
+    rope.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
+    rope.q_stride = qkv_dim_;
+    rope.k_stride = qkv_dim_;
+    rope.num_tokens = w;
+    rope.num_heads = s.num_heads;
+    rope.num_kv_heads = s.num_kv_heads;
+    rope.head_dim = s.head_dim;
+    rope.rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
+    launch_rope(rope, stream);
+
+    KvScatterParams sc;
+    sc.k = k;
+    sc.v = v;
+    sc.k_pool = k_pool;
+    sc.v_pool = v_pool;
+    sc.cells = cells;
+    sc.seq_slots = slots;
+    sc.positions = positions;
+    sc.cell_table = l == 0 ? table_.data() : nullptr;  // the tables are shared by every layer
+    sc.k_stride = qkv_dim_;
+    sc.v_stride = qkv_dim_;
+    sc.num_tokens = w;
+    sc.num_kv_heads = s.num_kv_heads;
+    sc.head_dim = s.head_dim;
+    sc.max_cells = kv_cells_;
+    sc.max_seqs = max_seqs_;
+    sc.table_stride = table_stride_;
+    launch_kv_scatter(sc, stream);
+
+    AttentionParams at;
+    at.q = q;
+    at.out = attn_.data();
+    at.k_pool = k_pool;
+    at.v_pool = v_pool;
+    at.cell_table = table_.data();
+    at.seq_slots = slots;
+    at.positions = positions;
+    at.q_stride = qkv_dim_;
+    at.out_stride = q_dim_;
+    at.num_tokens = w;
+    at.num_heads = s.num_heads;
+    at.num_kv_heads = s.num_kv_heads;
+    at.head_dim = s.head_dim;
+    at.max_cells = kv_cells_;
+    at.max_seqs = max_seqs_;
+    at.table_stride = table_stride_;
+    at.window = ls.window;
+    at.scale = attention_scale_;
+    at.softcap = s.attn_logit_softcap.value_or(0.0f);
+    at.num_splits = splits;
+    at.workspace = attn_ws_.data();
+    if (shape.decode_attention) {
+      launch_attention_decode(at, stream);
+    } else {
+      launch_attention_prefill(at, stream);
+    }
+    CELLM_RETURN_IF_ERROR(gemm(attn_.data(), q_dim_, lw.o, hidden, q_dim_, tmp_.data(),
+                               DType::kBF16, w, nullptr, stream));
+    if (lw.post_attn_norm != nullptr) norm(tmp_.data(), nullptr, lw.post_attn_norm, tmp_.data());
+    norm(tmp_.data(), x_.data(), lw.mlp_norm, h_.data());
+    CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.gate_up, 2 * inter, hidden, gu_.data(),
+                               DType::kBF16, w, nullptr, stream));
+    GatedMlpParams mlp;
+    mlp.gate = gu_.data();
+    mlp.up = gu_.data() + inter;
+    mlp.out = gu_.data();
+    mlp.gate_stride = 2 * inter;
+    mlp.up_stride = 2 * inter;
+    mlp.out_stride = 2 * inter;
+    mlp.rows = w;
+    mlp.inter = s.intermediate_size;
+    mlp.activation = s.activation == model::Activation::kGeluTanh ? GateActivation::kGeluTanh
+                                                                  : GateActivation::kSilu;
+    launch_gated_mlp(mlp, stream);
+    CELLM_RETURN_IF_ERROR(gemm(gu_.data(), 2 * inter, lw.down, hidden, inter, tmp_.data(),
+                               DType::kBF16, w, nullptr, stream));
+    if (lw.post_mlp_norm != nullptr) norm(tmp_.data(), nullptr, lw.post_mlp_norm, tmp_.data());
+  }
+  norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data());
+
+  EmbeddingParams gather;  // the selected rows of the final hidden state
+  gather.tokens = selector;
+  gather.table = h_.data();
+  gather.out = sel_.data();
+  gather.num_tokens = shape.rows;
+  gather.vocab = w;
+  gather.dim = s.hidden_size;
+  gather.scale = 1.0f;
+  launch_embedding(gather, stream);
+  CELLM_RETURN_IF_ERROR(gemm(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
+                             logits_.data(), DType::kF32, shape.rows, nullptr, stream));
+  if (s.final_logit_softcap) {
+    SoftCapParams cap;
+    cap.logits = logits_.data();
+    cap.count = static_cast<std::int64_t>(shape.rows) * s.vocab_size;
+    cap.cap = *s.final_logit_softcap;
+    launch_soft_cap(cap, stream);
+  }
+  return Status::ok();
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,99 @@
+// CudaForward: one forward pass of a decoder over a packed token axis, as a
+// sequence of kernel launches on one stream with every buffer allocated up
+// front (sized for max_step), so the same launches can be captured into a
+// CUDA graph per static width and replayed for any mix of sessions.
+//
+// Step inputs live in fixed device buffers written by one host-to-device copy
+// per step (tokens, positions, sequence slots, cells, selector). The K/V
+// pools and the device copy of the cell tables live here too; the forward's
+// KV scatter keeps the tables current for the tokens it writes.
+//
+// Thread-safety: not thread-safe; the program's engine thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/cuda_types.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/resources.h"
+#include "cellm/status.h"
+#include "model/model_spec.h"
+
+namespace cellm::cuda {
+
+// Host-visible layout of the per-step inputs: five int32 arrays of max_step.
+struct StepArrays {
+  static constexpr int kCount = 5;
+  enum Index { kTokens = 0, kPositions, kSlots, kCells, kSelector };
+};
+
+struct ForwardShape {
+  std::int32_t width = 0;  // token rows, padding included
+  std::int32_t rows = 0;   // selected rows (logits rows)
+  bool decode_attention = true;  // split-KV kernel; else flash-prefill tiles
+};
+
+class CudaForward {
+ public:
+  // Allocates weights-independent buffers: activations for max_step rows, the
+  // K/V pools for `kv_cells` cells. The cell table comes with bind_tables.
+  static Result<std::unique_ptr<CudaForward>> create(const model::ModelSpec& spec,
+                                                     DeviceWeights weights, std::int32_t max_step,
+                                                     std::int32_t kv_cells);
+
+  // (Re)allocates the device cell tables [max_seqs, max_seq_len], zeroed.
+  Status bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len);
+
+  // Enqueues the forward. No allocation, no synchronisation: capturable.
+  Status enqueue(const ForwardShape& shape, cudaStream_t stream);
+
+  std::int32_t* step_device() const { return step_.data(); }  // [5, max_step]
+  std::int32_t* table_device() const { return table_.data(); }
+  std::int32_t max_step() const { return max_step_; }
+  std::int32_t kv_cells() const { return kv_cells_; }
+  std::int32_t table_stride() const { return table_stride_; }
+  const float* logits() const { return logits_.data(); }  // [max_step, vocab]
+  const bf16* final_hidden() const { return h_.data(); }  // [max_step, hidden], after the final norm
+  std::size_t kv_bytes() const { return kv_.bytes(); }
+  std::size_t weight_bytes() const { return weights_.bytes(); }
+  std::size_t workspace_bytes() const;
+  const model::ModelSpec& spec() const { return spec_; }
+
+  // Bytes of K+V per cell over all layers.
+  static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
+  // Activation and workspace bytes for max_step rows.
+  static std::size_t activation_bytes(const model::ModelSpec& spec, std::int32_t max_step);
+
+ private:
+  CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm);
+  Status gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n, std::int64_t k,
+              void* out, DType out_dtype, std::int32_t m, const bf16* bias, cudaStream_t stream);
+
+  model::ModelSpec spec_;
+  DeviceWeights weights_;
+  GemmRunner gemm_;
+  std::int32_t max_step_ = 0;
+  std::int32_t kv_cells_ = 0;
+  std::int32_t max_seqs_ = 0;
+  std::int32_t table_stride_ = 0;
+  int sm_count_ = 0;
+  std::int64_t q_dim_ = 0, kv_dim_ = 0, qkv_dim_ = 0;
+  float attention_scale_ = 0.0f;
+
+  DeviceBuffer<std::int32_t> step_;   // [5, max_step]
+  DeviceBuffer<std::int32_t> table_;  // [max_seqs, table_stride]
+  DeviceBuffer<bf16> kv_;             // [layers, 2, cells, kv_heads, head_dim]
+  DeviceBuffer<float> inv_freq_;      // [layers, max_rotary / 2]
+  std::vector<std::int32_t> rotary_dims_;
+  std::int32_t inv_freq_stride_ = 0;
+  DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;
+  DeviceBuffer<float> logits_;
+  DeviceBuffer<float> attn_ws_;
+  DeviceBuffer<std::byte> gemm_ws_;
+  std::int32_t max_decode_splits_ = 1;
+};
+
+}  // namespace cellm::cuda

@@ -1,0 +1,378 @@
+#include "backend/cuda/cuda_program.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/kernels/sample.cuh"
+#include "backend/cuda/resources.h"
+#include "cache/cell_cache.h"
+#include "core/log.h"
+#include "program/forward_methods.h"
+
+namespace cellm::cuda {
+namespace {
+
+using program::MethodKind;
+
+constexpr std::string_view kBackend = "cuda";
+// Static widths up to this use the split-KV attention kernel (decode-heavy
+// batches); everything wider uses the flash-prefill tiles.
+constexpr std::int32_t kDecodeKernelMaxWidth = 256;
+// Device memory kept out of the K/V pool for the cell tables and the
+// runtime's own needs.
+constexpr std::size_t kReserveBytes = std::size_t{1} << 30;
+
+class CudaProgram final : public program::Program {
+ public:
+  static Result<std::unique_ptr<CudaProgram>> create(const model::ModelSpec& spec,
+                                                     DeviceWeights weights,
+                                                     const program::ProgramOptions& options);
+
+  std::string backend_name() const override { return std::string(kBackend); }
+  std::vector<std::string> method_names() const override { return methods_.names(); }
+  Result<program::MethodMeta> method_meta(std::string_view name) const override {
+    return methods_.meta(name, spec().vocab_size, spec().hidden_size, Device::kCuda);
+  }
+  std::optional<std::int64_t> constant(std::string_view name) const override;
+  program::CacheLayout cache_layout() const override;
+  Status bind_cache(std::shared_ptr<cache::CellCache> cache) override;
+  Status load_method(std::string_view name) override;
+  Result<std::vector<Tensor>> execute(std::string_view name,
+                                      std::span<const Tensor> inputs) override;
+
+  CudaProgramKnobs knobs;
+
+ private:
+  CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
+      : methods_(std::move(methods)), forward_(std::move(forward)) {}
+  const model::ModelSpec& spec() const { return forward_->spec(); }
+  std::int32_t max_step() const { return forward_->max_step(); }
+  std::int32_t* staging(StepArrays::Index which) const {
+    return staging_.data() + static_cast<std::size_t>(which) * static_cast<std::size_t>(max_step());
+  }
+  static bool uses_decode_kernel(const program::MethodEntry& m) {
+    return m.kind == MethodKind::kStatic && m.width <= kDecodeKernelMaxWidth;
+  }
+
+  Status capture(const std::string& name, const program::MethodEntry& method);
+  void stage_padding_step(std::int32_t width);
+  Status sync_tables(const program::ForwardCall& call);
+  Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
+                                          std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
+                                          std::span<const Tensor> inputs);
+
+  program::ForwardMethods methods_;
+  std::unique_ptr<CudaForward> forward_;
+  std::shared_ptr<cache::CellCache> cache_;
+  Stream stream_;
+  PinnedBuffer<std::int32_t> staging_;  // [5, max_step], mirrors the device step buffer
+  std::map<std::int32_t, GraphExec> graphs_;
+  // Device mirror of the cell tables: per slot, the epoch it was loaded for
+  // and how many leading entries are current on the device.
+  std::vector<std::uint64_t> table_epoch_;
+  std::vector<std::int32_t> table_valid_;
+  // Sampler staging.
+  PinnedBuffer<float> params_host_;     // [max_step, 4]
+  DeviceBuffer<float> params_device_;   // [max_step, 4]
+  PinnedBuffer<std::int32_t> tokens_host_;
+  DeviceBuffer<std::int32_t> tokens_device_;
+  std::vector<std::int64_t> sampled_;
+  std::vector<float> host_logits_;  // only without device sampling
+};
+
+Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec& spec,
+                                                         DeviceWeights weights,
+                                                         const program::ProgramOptions& options) {
+  CELLM_RETURN_IF_ERROR(spec.validate());
+  if (options.taps) {
+    return not_supported("the CUDA program does not export taps yet; use the CPU program for "
+                         "execute_raw taps");
+  }
+  CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
+                         program::ForwardMethods::build(options, std::string(kBackend)));
+  std::int64_t cells = options.kv_cells;
+  if (cells == 0) {
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    CELLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double keep = (1.0 - options.kv_memory_fraction) * static_cast<double>(total_bytes);
+    const double budget = static_cast<double>(free_bytes) - keep -
+                          static_cast<double>(CudaForward::activation_bytes(spec, options.max_step)) -
+                          static_cast<double>(kReserveBytes);
+    cells = static_cast<std::int64_t>(budget / static_cast<double>(CudaForward::kv_bytes_per_cell(spec)));
+    cells = std::min<std::int64_t>(cells, std::numeric_limits<std::int32_t>::max() / 2);
+    if (cells < 2) {
+      return out_of_resources("the device has no room for a KV pool after the weights ({} MiB free); "
+                              "use a smaller model or raise kv_memory_fraction",
+                              free_bytes >> 20);
+    }
+  }
+  CELLM_ASSIGN_OR_RETURN(auto forward, CudaForward::create(spec, std::move(weights), options.max_step,
+                                                          static_cast<std::int32_t>(cells)));
+  auto p = std::unique_ptr<CudaProgram>(new CudaProgram(std::move(methods), std::move(forward)));
+  CELLM_ASSIGN_OR_RETURN(p->stream_, Stream::create());
+  const auto steps = static_cast<std::size_t>(options.max_step);
+  CELLM_ASSIGN_OR_RETURN(p->staging_, PinnedBuffer<std::int32_t>::allocate(steps * StepArrays::kCount));
+  std::memset(p->staging_.data(), 0, p->staging_.bytes());
+  CELLM_ASSIGN_OR_RETURN(p->params_host_, PinnedBuffer<float>::allocate(steps * 4));
+  CELLM_ASSIGN_OR_RETURN(p->params_device_, DeviceBuffer<float>::allocate(steps * 4));
+  CELLM_ASSIGN_OR_RETURN(p->tokens_host_, PinnedBuffer<std::int32_t>::allocate(steps));
+  CELLM_ASSIGN_OR_RETURN(p->tokens_device_, DeviceBuffer<std::int32_t>::allocate(steps));
+  CELLM_LOG_INFO("cuda: weights {} MiB, workspace {} MiB, KV pool {} cells ({} MiB)",
+                 p->forward_->weight_bytes() >> 20, p->forward_->workspace_bytes() >> 20, cells,
+                 p->forward_->kv_bytes() >> 20);
+  return p;
+}
+
+std::optional<std::int64_t> CudaProgram::constant(std::string_view name) const {
+  if (name == program::kVocabSizeConstant) return spec().vocab_size;
+  if (name == program::kMaxContextConstant) return spec().max_context;
+  if (name == program::kMaxCellsConstant) return forward_->kv_cells();
+  if (name == program::kMinSelectedRowsConstant && methods_.options().min_prefill_chunk > 0) {
+    return methods_.options().min_prefill_chunk;
+  }
+  return std::nullopt;
+}
+
+program::CacheLayout CudaProgram::cache_layout() const {
+  program::CacheLayout layout;
+  for (const model::LayerSpec& layer : spec().layers) layout.layer_windows.push_back(layer.window);
+  return layout;
+}
+
+Status CudaProgram::bind_cache(std::shared_ptr<cache::CellCache> cache) {
+  if (cache == nullptr) return invalid_argument("bind_cache: the cache is null");
+  const cache::CellCacheConfig& c = cache->config();
+  if (c.max_cells < 2 || c.max_cells > forward_->kv_cells()) {
+    return invalid_argument("bind_cache: the cache has {} cells; the CUDA program's pool holds {} "
+                            "(get_offgraph_kv_max_cells)",
+                            c.max_cells, forward_->kv_cells());
+  }
+  CELLM_RETURN_IF_ERROR(forward_->bind_tables(c.max_sequences, c.max_seq_len));
+  table_epoch_.assign(static_cast<std::size_t>(c.max_sequences), 0);
+  table_valid_.assign(static_cast<std::size_t>(c.max_sequences), 0);
+  graphs_.clear();  // captured against the previous tables
+  cache_ = std::move(cache);
+  return Status::ok();
+}
+
+void CudaProgram::stage_padding_step(std::int32_t width) {
+  for (std::int32_t i = 0; i < width; ++i) {
+    staging(StepArrays::kTokens)[i] = 0;
+    staging(StepArrays::kPositions)[i] = 0;
+    staging(StepArrays::kSlots)[i] = -1;
+    staging(StepArrays::kCells)[i] = cache::kScratchCell;
+    staging(StepArrays::kSelector)[i] = 0;
+  }
+}
+
+Status CudaProgram::capture(const std::string& name, const program::MethodEntry& method) {
+  // A padding-only step touches nothing but the scratch cell; run it eagerly
+  // once so every GEMM plan exists, then capture the same launches.
+  stage_padding_step(method.width);
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(), staging_.bytes(),
+                                   cudaMemcpyHostToDevice, stream_.get()));
+  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method)};
+  CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
+  stream_.synchronize();
+  GraphExec::begin_capture(stream_.get());
+  Status enqueued = forward_->enqueue(shape, stream_.get());
+  auto graph = GraphExec::end_capture(stream_.get());
+  CELLM_RETURN_IF_ERROR(enqueued.with_context(name));
+  if (!graph.ok()) return graph.status().with_context(name);
+  graphs_[method.width] = std::move(graph).value();
+  return Status::ok();
+}
+
+Status CudaProgram::load_method(std::string_view name) {
+  program::MethodEntry* m = methods_.find(name);
+  if (m == nullptr) return not_found("load_method: method '{}' is not exported by the CUDA program", name);
+  const bool forward = m->kind == MethodKind::kStatic || m->kind == MethodKind::kDynamic ||
+                       m->kind == MethodKind::kModule;
+  if (forward && cache_ == nullptr) {
+    return invalid_argument("load_method '{}': bind a CellCache first", name);
+  }
+  if (m->kind == MethodKind::kStatic && knobs.use_graphs && !graphs_.contains(m->width)) {
+    CELLM_RETURN_IF_ERROR(capture(std::string(name), *m));
+  }
+  m->loaded = true;
+  return Status::ok();
+}
+
+Status CudaProgram::sync_tables(const program::ForwardCall& call) {
+  const std::int32_t stride = forward_->table_stride();
+  for (std::int32_t r = 0; r < call.placed; ++r) {
+    const program::PlacedRow& row = call.rows[static_cast<std::size_t>(r)];
+    const auto slot = static_cast<std::size_t>(row.seq);
+    if (row.position >= stride) {
+      return invalid_argument("row {} is at position {}, past the cell table's {} entries", r,
+                              row.position, stride);
+    }
+    const std::uint64_t epoch = cache_->seq_epoch(row.seq);
+    if (table_epoch_[slot] != epoch) {
+      table_epoch_[slot] = epoch;
+      table_valid_[slot] = 0;
+    }
+    if (table_valid_[slot] < row.position) {
+      // The slot holds a clone (or a fresh reuse): load the prefix the step
+      // does not write itself.
+      std::span<const cache::CellId> host = cache_->cell_table(row.seq);
+      const std::int32_t from = table_valid_[slot];
+      CELLM_CUDA_CHECK(cudaMemcpyAsync(
+          forward_->table_device() + slot * static_cast<std::size_t>(stride) + from,
+          host.data() + from, static_cast<std::size_t>(row.position - from) * sizeof(std::int32_t),
+          cudaMemcpyHostToDevice, stream_.get()));
+    }
+    // The forward writes this row's entry.
+    table_valid_[slot] = row.position + 1;
+  }
+  return Status::ok();
+}
+
+Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
+                                                     const program::MethodEntry& method,
+                                                     std::span<const Tensor> inputs) {
+  CELLM_ASSIGN_OR_RETURN(program::ForwardCall call,
+                         methods_.check_forward(name, method, inputs, spec().vocab_size, *cache_));
+  const auto width = static_cast<std::int32_t>(call.tokens.size());
+  const auto rows = static_cast<std::int32_t>(call.selector.size());
+  const bool is_static = method.kind == MethodKind::kStatic;
+  CELLM_RETURN_IF_ERROR(sync_tables(call));
+  for (std::int32_t i = 0; i < width; ++i) {
+    const program::PlacedRow& row = call.rows[static_cast<std::size_t>(i)];
+    staging(StepArrays::kTokens)[i] = static_cast<std::int32_t>(call.tokens[static_cast<std::size_t>(i)]);
+    staging(StepArrays::kPositions)[i] = static_cast<std::int32_t>(call.positions[static_cast<std::size_t>(i)]);
+    staging(StepArrays::kSlots)[i] = i < call.placed ? row.seq : -1;
+    staging(StepArrays::kCells)[i] = i < call.placed ? row.cell : cache::kScratchCell;
+  }
+  // A captured graph computes `width` selected rows: pad by repeating the last.
+  const std::int32_t computed = is_static ? width : rows;
+  for (std::int32_t i = 0; i < computed; ++i) {
+    staging(StepArrays::kSelector)[i] =
+        static_cast<std::int32_t>(call.selector[static_cast<std::size_t>(std::min(i, rows - 1))]);
+  }
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(), staging_.bytes(),
+                                   cudaMemcpyHostToDevice, stream_.get()));
+  auto graph = graphs_.find(width);
+  if (is_static && knobs.use_graphs && graph != graphs_.end()) {
+    graph->second.launch(stream_.get());
+  } else {
+    CELLM_RETURN_IF_ERROR(forward_->enqueue(ForwardShape{width, computed, uses_decode_kernel(method)},
+                                            stream_.get()));
+  }
+  const std::int64_t vocab = spec().vocab_size;
+  std::vector<Tensor> out;
+  if (methods_.options().device_sampling) {
+    out.push_back(Tensor::view(forward_->logits(), DType::kF32, {rows, vocab}, Device::kCuda));
+    return out;
+  }
+  host_logits_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab));
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), forward_->logits(),
+                                   host_logits_.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                   stream_.get()));
+  stream_.synchronize();  // SYNC POINT (host sampling): the step's only wait
+  out.push_back(Tensor::view(host_logits_.data(), DType::kF32, {rows, vocab}));
+  return out;
+}
+
+Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
+                                                     const program::MethodEntry& method,
+                                                     std::span<const Tensor> inputs) {
+  const bool argmax = method.kind == MethodKind::kArgmax;
+  const std::size_t want = argmax ? 1 : 2;
+  if (inputs.size() != want) {
+    return invalid_argument("{}: takes {} inputs, got {}", name, want, inputs.size());
+  }
+  const Tensor& logits = inputs[0];
+  const std::int64_t vocab = spec().vocab_size;
+  if (logits.device() != Device::kCuda || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
+      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > max_step()) {
+    return invalid_argument("{}: logits must be device f32 [1..{}, {}], got {}", name, max_step(),
+                            vocab, logits.describe());
+  }
+  const auto rows = static_cast<std::int32_t>(logits.dim(0));
+  SampleParams p;
+  p.logits = static_cast<const float*>(logits.data());
+  p.out = tokens_device_.data();
+  p.logits_stride = vocab;
+  p.rows = rows;
+  p.vocab = static_cast<std::int32_t>(vocab);
+  if (argmax) {
+    launch_sample_argmax(p, stream_.get());
+  } else {
+    CELLM_RETURN_IF_ERROR(program::check_host_input(name, "params", inputs[1], DType::kF32, 2));
+    if (inputs[1].dim(0) != rows || inputs[1].dim(1) != 4) {
+      return invalid_argument("{}: params must be [{}, 4], got {}", name, rows, inputs[1].describe());
+    }
+    std::memcpy(params_host_.data(), inputs[1].data(), static_cast<std::size_t>(rows) * 4 * sizeof(float));
+    CELLM_CUDA_CHECK(cudaMemcpyAsync(params_device_.data(), params_host_.data(),
+                                     static_cast<std::size_t>(rows) * 4 * sizeof(float),
+                                     cudaMemcpyHostToDevice, stream_.get()));
+    p.params = params_device_.data();
+    launch_sample(p, stream_.get());
+  }
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.data(), tokens_device_.data(),
+                                   static_cast<std::size_t>(rows) * sizeof(std::int32_t),
+                                   cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.synchronize();  // SYNC POINT: the step's only wait, for its tokens
+  sampled_.assign(tokens_host_.data(), tokens_host_.data() + rows);
+  std::vector<Tensor> out;
+  out.push_back(Tensor::view(sampled_.data(), DType::kI64, {rows}));
+  return out;
+}
+
+Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
+                                                 std::span<const Tensor> inputs) {
+  program::MethodEntry* m = methods_.find(name);
+  if (m == nullptr) return not_found("execute: method '{}' is not exported by the CUDA program", name);
+  if (!m->loaded) return invalid_argument("execute: method '{}' is not loaded", name);
+  switch (m->kind) {
+    case MethodKind::kStatic:
+    case MethodKind::kDynamic:
+    case MethodKind::kModule:
+      return run_forward(name, *m, inputs);
+    case MethodKind::kSample:
+    case MethodKind::kArgmax:
+      return run_sampler(name, *m, inputs);
+  }
+  return internal_error("method '{}' has an unknown kind", name);
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
+                                                       const model::Weights& weights,
+                                                       const program::ProgramOptions& options) {
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, upload_weights(spec, weights));
+  CELLM_ASSIGN_OR_RETURN(auto p, CudaProgram::create(spec, std::move(w), options));
+  return std::unique_ptr<program::Program>(std::move(p));
+}
+
+Result<std::unique_ptr<program::Program>> load_random_program(const model::ModelSpec& spec,
+                                                              std::uint64_t seed,
+                                                              const program::ProgramOptions& options) {
+  CELLM_RETURN_IF_ERROR(spec.validate());
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, random_weights(spec, seed));
+  CELLM_ASSIGN_OR_RETURN(auto p, CudaProgram::create(spec, std::move(w), options));
+  return std::unique_ptr<program::Program>(std::move(p));
+}
+
+CudaProgramKnobs* cuda_program_knobs(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? nullptr : &p->knobs;
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,47 @@
+// CudaProgram: the Program of the CUDA backend (DESIGN §7). It exports the
+// same method family as the CPU program; static forward_N methods are
+// captured as CUDA graphs when loaded and replayed, wider steps run eagerly.
+// Logits stay on the device (Device::kCuda) and the `sample` /
+// `sample_argmax` methods draw tokens there, so a step costs one pinned
+// host-to-device copy, a graph launch, the sampler and one synchronisation
+// when the tokens come back.
+//
+// Memory plan at load: weights (bf16), one workspace for max_step rows, then
+// the K/V pool from what `kv_memory_fraction` of the device leaves (or
+// ProgramOptions::kv_cells). Nothing is allocated while stepping.
+//
+// Thread-safety: not thread-safe; one engine thread binds, loads, executes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/cuda/device_weights.h"
+#include "cellm/status.h"
+#include "model/model_spec.h"
+#include "model/weights.h"
+#include "program/program.h"
+#include "program/program_options.h"
+
+namespace cellm::cuda {
+
+// Visible CUDA devices (0 when there is no driver or device).
+int device_count();
+
+// Uploads `weights` and builds the program.
+Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
+                                                       const model::Weights& weights,
+                                                       const program::ProgramOptions& options);
+// A program over random weights in the spec's shapes (benchmarks).
+Result<std::unique_ptr<program::Program>> load_random_program(const model::ModelSpec& spec,
+                                                              std::uint64_t seed,
+                                                              const program::ProgramOptions& options);
+
+// Options a program can toggle after creation (tests compare both ways).
+struct CudaProgramKnobs {
+  bool use_graphs = true;
+};
+// The knobs of a program made by this backend; null for other programs.
+CudaProgramKnobs* cuda_program_knobs(program::Program& program);
+
+}  // namespace cellm::cuda

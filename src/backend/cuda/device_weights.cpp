@@ -1,0 +1,234 @@
+#include "backend/cuda/device_weights.h"
+
+#include <cstring>
+#include <functional>
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_weights_fill.cuh"
+#include "core/dtype.h"
+
+namespace cellm::cuda {
+namespace {
+
+struct Dims {
+  std::int64_t hidden, q_dim, kv_dim, qkv_dim, inter, vocab, head_dim;
+};
+
+Dims dims_of(const model::ModelSpec& s) {
+  Dims d{};
+  d.hidden = s.hidden_size;
+  d.head_dim = s.head_dim;
+  d.q_dim = static_cast<std::int64_t>(s.num_heads) * s.head_dim;
+  d.kv_dim = static_cast<std::int64_t>(s.num_kv_heads) * s.head_dim;
+  d.qkv_dim = d.q_dim + 2 * d.kv_dim;
+  d.inter = s.intermediate_size;
+  d.vocab = s.vocab_size;
+  return d;
+}
+
+// Element offsets of every tensor inside the one allocation. Each tensor
+// starts on a 256-byte boundary so vectorised kernels may load 16 bytes.
+struct Layout {
+  struct LayerOffsets {
+    std::size_t attn_norm, qkv, qkv_bias, q_norm, k_norm, o, post_attn_norm, mlp_norm, gate_up,
+        down, post_mlp_norm;
+  };
+  std::size_t embed = 0, final_norm = 0, lm_head = 0, total = 0;
+  std::vector<LayerOffsets> layers;
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  std::size_t take(std::int64_t count) {
+    const std::size_t at = total;
+    total += align_up(static_cast<std::size_t>(count) * sizeof(bf16)) / sizeof(bf16);
+    return at;
+  }
+};
+
+Layout plan(const model::ModelSpec& s) {
+  const Dims d = dims_of(s);
+  Layout l;
+  l.embed = l.take(d.vocab * d.hidden);
+  l.final_norm = l.take(d.hidden);
+  l.lm_head = s.tie_word_embeddings ? l.embed : l.take(d.vocab * d.hidden);
+  const bool sandwich = s.sandwich_norms;
+  for (int i = 0; i < s.num_layers; ++i) {
+    Layout::LayerOffsets o{};
+    o.attn_norm = l.take(d.hidden);
+    o.qkv = l.take(d.qkv_dim * d.hidden);
+    o.qkv_bias = s.attention_bias ? l.take(d.qkv_dim) : Layout::kNone;
+    o.q_norm = s.qk_norm ? l.take(d.head_dim) : Layout::kNone;
+    o.k_norm = s.qk_norm ? l.take(d.head_dim) : Layout::kNone;
+    o.o = l.take(d.hidden * d.q_dim);
+    o.post_attn_norm = sandwich ? l.take(d.hidden) : Layout::kNone;
+    o.mlp_norm = l.take(d.hidden);
+    o.gate_up = l.take(2 * d.inter * d.hidden);
+    o.down = l.take(d.hidden * d.inter);
+    o.post_mlp_norm = sandwich ? l.take(d.hidden) : Layout::kNone;
+    l.layers.push_back(o);
+  }
+  return l;
+}
+
+Result<DeviceWeights> allocate(const model::ModelSpec& spec, const Layout& layout) {
+  DeviceWeights w;
+  CELLM_ASSIGN_OR_RETURN(w.storage, DeviceBuffer<bf16>::allocate(layout.total));
+  const bf16* base = w.storage.data();
+  auto at = [&](std::size_t off) -> const bf16* { return off == Layout::kNone ? nullptr : base + off; };
+  w.embed = at(layout.embed);
+  w.final_norm = at(layout.final_norm);
+  w.lm_head = at(layout.lm_head);
+  for (const auto& o : layout.layers) {
+    DeviceLayer l;
+    l.attn_norm = at(o.attn_norm);
+    l.qkv = at(o.qkv);
+    l.qkv_bias = at(o.qkv_bias);
+    l.q_norm = at(o.q_norm);
+    l.k_norm = at(o.k_norm);
+    l.o = at(o.o);
+    l.post_attn_norm = at(o.post_attn_norm);
+    l.mlp_norm = at(o.mlp_norm);
+    l.gate_up = at(o.gate_up);
+    l.down = at(o.down);
+    l.post_mlp_norm = at(o.post_mlp_norm);
+    w.layers.push_back(l);
+  }
+  (void)spec;
+  return w;
+}
+
+// Converts a host float tensor to bf16 and copies it to device offset `off`.
+Status upload(bf16* base, std::size_t off, const Tensor& t, std::int64_t expected,
+              std::string_view name, std::vector<std::uint16_t>& staging) {
+  if (!t.defined() || t.numel() != expected) {
+    return invalid_argument("weight {}: expected {} elements, got {}", name, expected,
+                            t.defined() ? t.describe() : std::string("nothing"));
+  }
+  if (t.device() != Device::kCpu) return invalid_argument("weight {} is not a host tensor", name);
+  const auto n = static_cast<std::size_t>(expected);
+  staging.resize(n);
+  switch (t.dtype()) {
+    case DType::kBF16:
+      std::memcpy(staging.data(), t.data(), n * sizeof(std::uint16_t));
+      break;
+    case DType::kF32: {
+      const float* src = t.data_as<float>();
+      for (std::size_t i = 0; i < n; ++i) staging[i] = f32_to_bf16(src[i]);
+      break;
+    }
+    case DType::kF16: {
+      const auto* src = t.data_as<std::uint16_t>();
+      for (std::size_t i = 0; i < n; ++i) staging[i] = f32_to_bf16(f16_to_f32(src[i]));
+      break;
+    }
+    case DType::kI32:
+    case DType::kI64:
+    case DType::kU8:
+      return invalid_argument("weight {} has dtype {}; expected a float type", name,
+                              dtype_name(t.dtype()));
+  }
+  CELLM_CUDA_CHECK(cudaMemcpy(base + off, staging.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+}  // namespace
+
+std::size_t device_weight_bytes(const model::ModelSpec& spec) {
+  return plan(spec).total * sizeof(bf16);
+}
+
+Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights) {
+  if (static_cast<int>(weights.layers.size()) != spec.num_layers) {
+    return invalid_argument("weights hold {} layers; the spec says {}", weights.layers.size(),
+                            spec.num_layers);
+  }
+  const Layout layout = plan(spec);
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
+  bf16* base = w.storage.data();
+  const Dims d = dims_of(spec);
+  std::vector<std::uint16_t> staging;
+  CELLM_RETURN_IF_ERROR(upload(base, layout.embed, weights.embed_tokens, d.vocab * d.hidden,
+                               "embed_tokens", staging));
+  CELLM_RETURN_IF_ERROR(
+      upload(base, layout.final_norm, weights.final_norm, d.hidden, "final_norm", staging));
+  if (!spec.tie_word_embeddings) {
+    CELLM_RETURN_IF_ERROR(
+        upload(base, layout.lm_head, weights.lm_head, d.vocab * d.hidden, "lm_head", staging));
+  }
+  for (int i = 0; i < spec.num_layers; ++i) {
+    const model::LayerWeights& lw = weights.layers[static_cast<std::size_t>(i)];
+    const auto& o = layout.layers[static_cast<std::size_t>(i)];
+    auto name = [i](std::string_view what) { return fmt::format("layers.{}.{}", i, what); };
+    CELLM_RETURN_IF_ERROR(upload(base, o.attn_norm, lw.attn_norm, d.hidden, name("attn_norm"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base, o.qkv, lw.q_proj, d.q_dim * d.hidden, name("q_proj"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden), lw.k_proj,
+                                 d.kv_dim * d.hidden, name("k_proj"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden),
+                                 lw.v_proj, d.kv_dim * d.hidden, name("v_proj"), staging));
+    if (o.qkv_bias != Layout::kNone) {
+      CELLM_RETURN_IF_ERROR(upload(base, o.qkv_bias, lw.q_bias, d.q_dim, name("q_bias"), staging));
+      CELLM_RETURN_IF_ERROR(upload(base, o.qkv_bias + static_cast<std::size_t>(d.q_dim), lw.k_bias,
+                                   d.kv_dim, name("k_bias"), staging));
+      CELLM_RETURN_IF_ERROR(upload(base, o.qkv_bias + static_cast<std::size_t>(d.q_dim + d.kv_dim),
+                                   lw.v_bias, d.kv_dim, name("v_bias"), staging));
+    }
+    if (o.q_norm != Layout::kNone) {
+      CELLM_RETURN_IF_ERROR(upload(base, o.q_norm, lw.q_norm, d.head_dim, name("q_norm"), staging));
+      CELLM_RETURN_IF_ERROR(upload(base, o.k_norm, lw.k_norm, d.head_dim, name("k_norm"), staging));
+    }
+    CELLM_RETURN_IF_ERROR(upload(base, o.o, lw.o_proj, d.hidden * d.q_dim, name("o_proj"), staging));
+    if (o.post_attn_norm != Layout::kNone) {
+      CELLM_RETURN_IF_ERROR(upload(base, o.post_attn_norm, lw.post_attn_norm, d.hidden,
+                                   name("post_attn_norm"), staging));
+      CELLM_RETURN_IF_ERROR(upload(base, o.post_mlp_norm, lw.post_mlp_norm, d.hidden,
+                                   name("post_mlp_norm"), staging));
+    }
+    CELLM_RETURN_IF_ERROR(upload(base, o.mlp_norm, lw.mlp_norm, d.hidden, name("mlp_norm"), staging));
+    CELLM_RETURN_IF_ERROR(
+        upload(base, o.gate_up, lw.gate_proj, d.inter * d.hidden, name("gate_proj"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base, o.gate_up + static_cast<std::size_t>(d.inter * d.hidden),
+                                 lw.up_proj, d.inter * d.hidden, name("up_proj"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base, o.down, lw.down_proj, d.hidden * d.inter, name("down_proj"), staging));
+  }
+  return w;
+}
+
+Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed) {
+  const Layout layout = plan(spec);
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
+  bf16* base = w.storage.data();
+  const Dims d = dims_of(spec);
+  const float bound = 0.02f * 1.7320508f;  // uniform with std 0.02
+  const float norm_value = spec.norm_weight_offset ? 0.0f : 1.0f;
+  std::uint64_t stream_id = seed * 1000003ull;
+  auto matrix = [&](std::size_t off, std::int64_t count) {
+    launch_fill_uniform(base + off, static_cast<std::size_t>(count), bound, ++stream_id, nullptr);
+  };
+  auto norm = [&](std::size_t off, std::int64_t count) {
+    if (off != Layout::kNone) {
+      launch_fill_constant(base + off, static_cast<std::size_t>(count), norm_value, nullptr);
+    }
+  };
+  matrix(layout.embed, d.vocab * d.hidden);
+  norm(layout.final_norm, d.hidden);
+  if (!spec.tie_word_embeddings) matrix(layout.lm_head, d.vocab * d.hidden);
+  for (const auto& o : layout.layers) {
+    norm(o.attn_norm, d.hidden);
+    matrix(o.qkv, d.qkv_dim * d.hidden);
+    if (o.qkv_bias != Layout::kNone) {
+      launch_fill_constant(base + o.qkv_bias, static_cast<std::size_t>(d.qkv_dim), 0.0f, nullptr);
+    }
+    norm(o.q_norm, d.head_dim);
+    norm(o.k_norm, d.head_dim);
+    matrix(o.o, d.hidden * d.q_dim);
+    norm(o.post_attn_norm, d.hidden);
+    norm(o.mlp_norm, d.hidden);
+    matrix(o.gate_up, 2 * d.inter * d.hidden);
+    matrix(o.down, d.hidden * d.inter);
+    norm(o.post_mlp_norm, d.hidden);
+  }
+  CELLM_CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,55 @@
+// DeviceWeights: a model's weights in device memory as bf16, in the layout
+// the CUDA forward wants: per layer one fused QKV matrix [q + 2 kv, hidden]
+// (and its bias), o_proj, one fused gate_up matrix [2 I, hidden] and
+// down_proj, plus the norms. Everything lives in one allocation. Built from
+// host Weights (converted once at load) or filled with random values of the
+// right scale on the device (benchmarks in real shapes, no files).
+//
+// Thread-safety: immutable after construction; read by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_types.h"
+#include "backend/cuda/resources.h"
+#include "cellm/status.h"
+#include "model/model_spec.h"
+#include "model/weights.h"
+
+namespace cellm::cuda {
+
+struct DeviceLayer {
+  const bf16* attn_norm = nullptr;       // [hidden]
+  const bf16* qkv = nullptr;             // [q_dim + 2 kv_dim, hidden]
+  const bf16* qkv_bias = nullptr;        // [q_dim + 2 kv_dim] or null
+  const bf16* q_norm = nullptr;          // [head_dim] or null
+  const bf16* k_norm = nullptr;          // [head_dim] or null
+  const bf16* o = nullptr;               // [hidden, q_dim]
+  const bf16* post_attn_norm = nullptr;  // [hidden] or null (gemma3)
+  const bf16* mlp_norm = nullptr;        // [hidden]
+  const bf16* gate_up = nullptr;         // [2 intermediate, hidden]: gate rows, then up rows
+  const bf16* down = nullptr;            // [hidden, intermediate]
+  const bf16* post_mlp_norm = nullptr;   // [hidden] or null (gemma3)
+};
+
+struct DeviceWeights {
+  DeviceBuffer<bf16> storage;
+  const bf16* embed = nullptr;       // [vocab, hidden]
+  const bf16* final_norm = nullptr;  // [hidden]
+  const bf16* lm_head = nullptr;     // [vocab, hidden]; == embed when tied
+  std::vector<DeviceLayer> layers;
+
+  std::size_t bytes() const { return storage.bytes(); }
+};
+
+// Converts and uploads `weights` (checked against `spec`).
+Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights);
+// Random weights in the spec's shapes: matrices uniform in ±sqrt(3)·0.02
+// (std 0.02), norms 1 (0 with the (1 + w) offset), biases 0.
+Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed);
+
+// Bytes the weights of `spec` occupy on the device.
+std::size_t device_weight_bytes(const model::ModelSpec& spec);
+
+}  // namespace cellm::cuda
