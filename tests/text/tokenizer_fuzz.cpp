@@ -70,7 +70,10 @@ Tokenizer build(bool byte_level) {
   int id = 0;
   auto add = [&](const std::string& t) {
     if (id > 0) vocab += ",";
-    vocab += "\"" + json_escape(t) + "\": " + std::to_string(id++);
+    vocab += '"';
+    vocab += json_escape(t);
+    vocab += "\": ";
+    vocab += std::to_string(id++);
   };
   std::string json;
   if (byte_level) {
