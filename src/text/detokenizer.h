@@ -9,6 +9,8 @@
 //     U+FFFD per byte;
 //   - start-of-text rules (Metaspace / Strip dropping the first space) apply
 //     only to the first token, later leading spaces are kept.
+// Not handled: a Strip decoder with stop > 0 after Fuse (trailing strip of the
+// whole text) is applied per released piece; no shipped tokenizer uses it.
 //
 // Thread-safety: one StreamingDetokenizer per stream; not for concurrent use.
 #pragma once
