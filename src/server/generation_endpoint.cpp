@@ -31,14 +31,10 @@ struct PromptResult {
 PromptResult build_prompt(const GenerationService& svc, const GenerationRequest& r) {
   PromptResult out;
   if (r.kind == RequestKind::kChat) {
-    json messages = json::array();
-    for (const ChatMessage& m : r.messages) {
-      json msg = m.extra.is_object() ? m.extra : json::object();
-      msg["role"] = m.role;
-      msg["content"] = m.content;
-      messages.push_back(std::move(msg));
-    }
-    json extra = r.chat_template_kwargs.is_object() ? r.chat_template_kwargs : json::object();
+    const nlohmann::ordered_json messages = chat_messages_json(r);
+    nlohmann::ordered_json extra = r.chat_template_kwargs.is_object()
+                                       ? r.chat_template_kwargs
+                                       : nlohmann::ordered_json::object();
     if (!r.tools.is_null()) extra["tools"] = r.tools;
     Result<std::string> text = svc.render_chat(messages, extra, r.add_generation_prompt);
     if (!text.ok()) {
@@ -104,6 +100,20 @@ Outcome outcome_for(const Status& s) {
 }
 
 }  // namespace
+
+nlohmann::ordered_json chat_messages_json(const GenerationRequest& r) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : r.messages) {
+    nlohmann::ordered_json msg = nlohmann::ordered_json::object();
+    msg["role"] = m.role;
+    msg["content"] = m.content;
+    if (m.extra.is_object()) {
+      for (auto it = m.extra.begin(); it != m.extra.end(); ++it) msg[it.key()] = it.value();
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
+}
 
 void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& req,
                                      httplib::Response& res) {

@@ -90,8 +90,8 @@ class GenerationService {
 
   virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
   // `messages` is the OpenAI list; `extra` the template variables.
-  virtual Result<std::string> render_chat(const nlohmann::json& messages,
-                                          const nlohmann::json& extra,
+  virtual Result<std::string> render_chat(const nlohmann::ordered_json& messages,
+                                          const nlohmann::ordered_json& extra,
                                           bool add_generation_prompt) const = 0;
   virtual std::string detokenize(std::span<const Token> tokens) const = 0;
   virtual std::unique_ptr<TokenTextStream> text_stream() const = 0;

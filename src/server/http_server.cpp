@@ -59,27 +59,22 @@ void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Respons
   std::shared_ptr<const ReadyState> state = ready_or_reply(res);
   if (!state) return;
   const GenerationService& svc = *state->service;
-  const json body = json::parse(req.body, nullptr, false);
+  const auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) {
     return reply_error(res, invalid_argument("the request body must be a JSON object"));
   }
   Result<std::vector<Token>> ids = invalid_argument("unset");
   if (body.contains("messages")) {
     // Reuse the chat parser so /tokenize counts exactly what a chat request would.
-    json chat = json{{"messages", body["messages"]}};
+    nlohmann::ordered_json chat = nlohmann::ordered_json::object();
+    chat["messages"] = body["messages"];
     if (body.contains("add_generation_prompt")) chat["add_generation_prompt"] = body["add_generation_prompt"];
     RequestError error;
     std::optional<GenerationRequest> r =
         parse_request(RequestKind::kChat, chat.dump(), options.limits, &error);
     if (!r) return reply_error(res, error.status, error.param);
-    json messages = json::array();
-    for (const ChatMessage& m : r->messages) {
-      json msg = m.extra.is_object() ? m.extra : json::object();
-      msg["role"] = m.role;
-      msg["content"] = m.content;
-      messages.push_back(std::move(msg));
-    }
-    Result<std::string> text = svc.render_chat(messages, json::object(), r->add_generation_prompt);
+    Result<std::string> text = svc.render_chat(chat_messages_json(*r), nlohmann::ordered_json::object(),
+                                               r->add_generation_prompt);
     if (!text.ok()) return reply_error(res, invalid_argument("{}", text.status().message()), "messages");
     ids = svc.tokenize(*text, false);
   } else {

@@ -7,7 +7,7 @@
 namespace cellm::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Parsing state: the first error wins and names its field.
 class Parser {

@@ -24,7 +24,7 @@ enum class RequestKind : std::uint8_t { kCompletion, kChat };
 struct ChatMessage {
   std::string role;
   std::string content;
-  nlohmann::json extra;  // other fields (name, tool_calls, reasoning_content...) passed to the template
+  nlohmann::ordered_json extra;  // other fields (name, tool_calls, reasoning_content...) passed to the template
 };
 
 struct GenerationRequest {
@@ -35,8 +35,9 @@ struct GenerationRequest {
   std::optional<std::vector<std::int64_t>> prompt_tokens;
   // Chat: the conversation; tools and template variables go to the template.
   std::vector<ChatMessage> messages;
-  nlohmann::json tools;                 // null when absent
-  nlohmann::json chat_template_kwargs;  // object; e.g. {"enable_thinking": false}
+  // Ordered: templates that print JSON (tool schemas) keep the client's key order.
+  nlohmann::ordered_json tools;                 // null when absent
+  nlohmann::ordered_json chat_template_kwargs;  // object; e.g. {"enable_thinking": false}
   bool add_generation_prompt = true;
 
   std::optional<std::int32_t> max_tokens;  // max_tokens or max_completion_tokens

@@ -66,6 +66,9 @@ struct Server::Impl {
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);
 };
 
+// The OpenAI message list as the chat template sees it.
+nlohmann::ordered_json chat_messages_json(const GenerationRequest& r);
+
 void reply_json(httplib::Response& res, int status, const nlohmann::json& body);
 void reply_error(httplib::Response& res, const Status& status, std::string_view param = {});
 

@@ -86,7 +86,8 @@ class FakeService : public GenerationService {
     for (unsigned char c : text) ids.push_back(c);
     return ids;
   }
-  Result<std::string> render_chat(const nlohmann::json& messages, const nlohmann::json& extra,
+  Result<std::string> render_chat(const nlohmann::ordered_json& messages,
+                                  const nlohmann::ordered_json& extra,
                                   bool add_generation_prompt) const override {
     std::string out;
     for (const auto& m : messages) {

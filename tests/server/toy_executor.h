@@ -1,0 +1,126 @@
+// ToyExecutor: a deterministic Executor for driving a real Runner in server
+// tests. Each session keeps its committed history exactly as the executor
+// contract says; the next token is a hash of the whole history (and of the
+// seed when sampling is not greedy), mapped to a lower-case letter, or EOS
+// (257) when the hash says so. A wrong prefix restore or a mixed-up clone
+// therefore changes the output. Records every executed input.
+//
+// Thread-safety: Executor methods run on the engine thread; the records are
+// read by the test thread under the mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "cellm/executor.h"
+
+namespace cellm::server::testing {
+
+class ToyExecutor final : public Executor {
+ public:
+  static constexpr Token kEos = 257;
+
+  struct Executed {
+    SessionId sid;
+    Position position;  // absolute position of the slice's first token
+    std::size_t size;
+  };
+
+  explicit ToyExecutor(std::size_t max_sessions, std::uint64_t eos_every = 0)
+      : max_sessions_(max_sessions), eos_every_(eos_every) {}
+
+  std::optional<SessionId> open_session() override {
+    std::lock_guard lock(mu_);
+    if (sessions_.size() >= max_sessions_) return std::nullopt;
+    const SessionId sid = next_id_++;
+    sessions_[sid] = {};
+    return sid;
+  }
+  void close_session(SessionId sid) override {
+    std::lock_guard lock(mu_);
+    sessions_.erase(sid);
+  }
+  std::optional<SessionId> clone(SessionId source, Position upto) override {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(source);
+    if (it == sessions_.end() || upto < 0 ||
+        static_cast<std::size_t>(upto) > it->second.history.size() ||
+        sessions_.size() >= max_sessions_) {
+      return std::nullopt;
+    }
+    const SessionId sid = next_id_++;
+    State s;
+    s.history.assign(it->second.history.begin(), it->second.history.begin() + upto);
+    sessions_[sid] = std::move(s);
+    return sid;
+  }
+  void set_sampling(SessionId sid, const SamplingParams& params,
+                    std::optional<std::uint64_t> seed) override {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end()) return;
+    it->second.greedy = params.temperature <= 0.0f;
+    it->second.seed = seed.value_or(0x9e3779b97f4a7c15ULL);
+  }
+  bool execute(const BatchInput& batch, BatchOutput& out) override {
+    std::lock_guard lock(mu_);
+    out.outputs.assign(batch.inputs.size(), std::nullopt);
+    for (std::size_t i = 0; i < batch.inputs.size(); ++i) {
+      const Input& in = batch.inputs[i];
+      auto it = sessions_.find(in.sid);
+      const auto* tokens = std::get_if<TokenInputPtr>(&in.payload);
+      if (it == sessions_.end() || tokens == nullptr || *tokens == nullptr) return false;
+      State& s = it->second;
+      const std::size_t start = static_cast<std::size_t>(in.position) + in.offset;
+      if (start > s.history.size()) return false;  // a gap
+      s.history.resize(start);                      // a lower start rewinds
+      for (std::size_t k = 0; k < in.size; ++k) s.history.push_back((**tokens)[in.offset + k]);
+      executed_.push_back({in.sid, static_cast<Position>(start), in.size});
+      if (in.produce_output) out.outputs[i] = Output{in.sid, {next_token(s)}};
+    }
+    return true;
+  }
+
+  std::vector<Executed> executed() const {
+    std::lock_guard lock(mu_);
+    return executed_;
+  }
+  std::size_t open_sessions() const {
+    std::lock_guard lock(mu_);
+    return sessions_.size();
+  }
+  // Total tokens executed (prefill and decode).
+  std::size_t executed_tokens() const {
+    std::lock_guard lock(mu_);
+    std::size_t n = 0;
+    for (const Executed& e : executed_) n += e.size;
+    return n;
+  }
+
+ private:
+  struct State {
+    std::vector<Token> history;
+    bool greedy = true;
+    std::uint64_t seed = 0;
+  };
+  Token next_token(const State& s) const {
+    std::uint64_t h = 1469598103934665603ULL;
+    for (Token t : s.history) h = (h ^ t) * 1099511628211ULL;
+    if (!s.greedy) h = (h ^ s.seed) * 1099511628211ULL;
+    h ^= h >> 29;
+    if (eos_every_ > 0 && h % eos_every_ == 0) return kEos;
+    return 'a' + (h % 26);
+  }
+
+  mutable std::mutex mu_;
+  std::size_t max_sessions_;
+  std::uint64_t eos_every_;
+  SessionId next_id_ = 1;
+  std::map<SessionId, State> sessions_;
+  std::vector<Executed> executed_;
+};
+
+}  // namespace cellm::server::testing
