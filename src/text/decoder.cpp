@@ -118,11 +118,11 @@ std::string DecoderChain::decode(std::vector<std::string> tokens, bool at_start)
         for (auto& t : tokens) t = replace_all(t, step.pattern, step.content);
         break;
       case DecoderKind::kMetaspace:
+        // HF drops every replacement character of the first token (not just
+        // a leading one) unless the prepend scheme is "never".
         for (std::size_t i = 0; i < tokens.size(); ++i) {
-          tokens[i] = replace_all(tokens[i], step.pattern, " ");
-          if (i == 0 && at_start && step.prepend && !tokens[i].empty() && tokens[i][0] == ' ') {
-            tokens[i].erase(0, 1);
-          }
+          const bool first = i == 0 && at_start && step.prepend;
+          tokens[i] = replace_all(tokens[i], step.pattern, first ? "" : " ");
         }
         break;
     }

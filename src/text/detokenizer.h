@@ -7,8 +7,9 @@
 //   - a run of byte-fallback tokens (<0xE6><0x97><0xA5>) is held until a
 //     non-byte token ends it, because HF turns a whole invalid run into
 //     U+FFFD per byte;
-//   - start-of-text rules (Metaspace / Strip dropping the first space) apply
-//     only to the first token, later leading spaces are kept.
+//   - start-of-text rules (Strip dropping the leading space, Metaspace dropping
+//     the ▁ of the first token) apply only to the stream's first token; later
+//     leading spaces are kept.
 // Not handled: a Strip decoder with stop > 0 after Fuse (trailing strip of the
 // whole text) is applied per released piece; no shipped tokenizer uses it.
 //

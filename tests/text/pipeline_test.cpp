@@ -109,13 +109,20 @@ TEST(PostProcessor, RobertaAndTemplate) {
   EXPECT_EQ(tmpl->bos_id(), 5);
 }
 
-TEST(Decoders, MetaspaceStripsOnlyTheFirstLeadingSpace) {
+TEST(Decoders, MetaspaceDropsReplacementsOfTheFirstTokenOnly) {
   auto tok = Tokenizer::from_json(
       R"({"decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
-          "model": {"type": "BPE", "vocab": {"▁a": 0, "▁b": 1, "c": 2}, "merges": []}})");
+          "model": {"type": "BPE", "vocab": {"▁a": 0, "▁b": 1, "c": 2, "▁▁": 3}, "merges": []}})");
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   EXPECT_EQ(tok->decode(std::vector<std::int32_t>{0, 1, 2}, false), "a bc");
   EXPECT_EQ(tok->decode(std::vector<std::int32_t>{2, 0}, false), "c a");
+  // HF's rule: every ▁ of token 0 goes, later ones become spaces.
+  EXPECT_EQ(tok->decode(std::vector<std::int32_t>{3, 0, 3}, false), " a  ");
+  auto never = Tokenizer::from_json(
+      R"({"decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never"},
+          "model": {"type": "BPE", "vocab": {"▁a": 0}, "merges": []}})");
+  ASSERT_TRUE(never.ok()) << never.status().to_string();
+  EXPECT_EQ(never->decode(std::vector<std::int32_t>{0, 0}, false), " a a");
 }
 
 }  // namespace
