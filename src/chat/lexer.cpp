@@ -100,14 +100,24 @@ class Lexer {
   }
 
  private:
+  // Tokens are emitted left to right, so columns are counted on from the
+  // previous position (a megabyte-long line must not cost a rescan per token).
   SourcePos pos_of(std::size_t offset) const {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const std::size_t line = static_cast<std::size_t>(it - line_starts_.begin());
-    const std::size_t start = line_starts_[line - 1];
+    std::size_t start = line_starts_[line - 1];
+    std::size_t column = 1;
+    if (cached_line_ == line && cached_offset_ <= offset) {
+      start = cached_offset_;
+      column = cached_column_;
+    }
+    column += utf8::length(std::string_view(src_).substr(start, offset - start));
+    cached_line_ = line;
+    cached_offset_ = offset;
+    cached_column_ = column;
     SourcePos p;
     p.line = static_cast<std::uint32_t>(line);
-    p.column = static_cast<std::uint32_t>(
-        utf8::length(std::string_view(src_).substr(start, offset - start)) + 1);
+    p.column = static_cast<std::uint32_t>(column);
     return p;
   }
 
@@ -408,6 +418,9 @@ class Lexer {
   std::vector<std::size_t> line_starts_;
   std::vector<Token> out_;
   bool line_starting_ = false;
+  mutable std::size_t cached_line_ = 0;
+  mutable std::size_t cached_offset_ = 0;
+  mutable std::size_t cached_column_ = 1;
 };
 
 }  // namespace

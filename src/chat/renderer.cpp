@@ -193,6 +193,9 @@ Result<Renderer::Flow> Renderer::exec_for(const Stmt& s, Frame& frame, std::stri
   if (s.condition) {
     std::vector<Value> kept;
     for (Value& item : items) {
+      if (++steps_ > limits_.max_steps) {
+        return at(s.pos, out_of_resources("the render exceeded {} steps", limits_.max_steps));
+      }
       Frame probe;
       probe.parent = &frame;
       CELLM_RETURN_IF_ERROR(assign(s, s.targets, item, probe));
@@ -208,6 +211,9 @@ Result<Renderer::Flow> Renderer::exec_for(const Stmt& s, Frame& frame, std::stri
   }
   const auto n = static_cast<std::int64_t>(items.size());
   for (std::int64_t i = 0; i < n; ++i) {
+    if (++steps_ > limits_.max_steps) {  // an empty body still costs a step per item
+      return at(s.pos, out_of_resources("the render exceeded {} steps", limits_.max_steps));
+    }
     Frame inner;
     inner.parent = &frame;
     std::vector<std::pair<std::string, Value>> loop;

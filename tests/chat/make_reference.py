@@ -201,9 +201,17 @@ CONVERSATIONS = [
                             {"role": "tool", "content": "cold"}],
      True, {"tools": [WEATHER_TOOL]}, {"bos_token": "<s>"}),
     ("inline:tools_macro", [{"role": "narrator", "content": "x"}], False, {}, {"bos_token": "<s>"}),
+    # how transformers hands messages over: null keys dropped, reasoning aliased
+    ("inline:dump", [{"role": "assistant", "content": "a", "tool_calls": None, "reasoning": "r"},
+                     {"role": "assistant", "thinking": "t", "content": "b", "reasoning_content": "rc"},
+                     {"role": "user", "content": None}],
+     True, {"custom": [1, {"x": None}], "eos_token": "<override>"}, {"eos_token": "</s>", "pad_token": "<pad>"}),
 ]
 
-INLINE = {"smollm2": SMOLLM2, "tools_macro": TOOLS_MACRO}
+DUMP = ("{% for m in messages %}{{ m|tojson }}\n{% endfor %}{{ tools is none }} {{ documents is none }} "
+        "{{ add_generation_prompt }} {{ custom|tojson }} {{ eos_token }} {{ pad_token }} {{ bos_token is defined }}")
+
+INLINE = {"smollm2": SMOLLM2, "tools_macro": TOOLS_MACRO, "dump": DUMP}
 
 
 def jinja_env():
