@@ -58,10 +58,10 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     return data_loss("{}: tensor '{}' has rank {} (at most {} supported)", path, name,
                      shape_it->size(), kMaxRank);
   }
-  // The element count can never exceed the bytes in the file; checking against
-  // that bound as we multiply keeps absurd dimensions from overflowing.
+  // Bounding the product as we multiply keeps absurd dimensions from
+  // overflowing; the byte-size check below then catches any other mismatch.
   const std::uint64_t elem = dtype_size(out.dtype);
-  const std::uint64_t max_elems = data_size / elem;
+  const std::uint64_t max_elems = (std::uint64_t{1} << 62) / elem;
   std::uint64_t numel = 1;
   for (const json& d : *shape_it) {
     if (!d.is_number_unsigned()) {
@@ -70,8 +70,7 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     }
     const std::uint64_t dim = d.get<std::uint64_t>();
     if (dim != 0 && numel > max_elems / dim) {
-      return data_loss("{}: tensor '{}' has absurd shape {} for a data area of {} bytes", path,
-                       name, shape_it->dump(), data_size);
+      return data_loss("{}: tensor '{}' has absurd shape {}", path, name, shape_it->dump());
     }
     numel *= dim;
     out.shape.push_back(static_cast<std::int64_t>(dim));
