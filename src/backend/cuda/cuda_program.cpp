@@ -353,12 +353,19 @@ int device_count() {
   return n;
 }
 
+Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& spec,
+                                                       DeviceWeights weights,
+                                                       const program::ProgramOptions& options) {
+  CELLM_ASSIGN_OR_RETURN(auto p, CudaProgram::create(spec, std::move(weights), options));
+  return std::unique_ptr<program::Program>(std::move(p));
+}
+
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
                                                        const program::ProgramOptions& options) {
+  CELLM_RETURN_IF_ERROR(spec.validate());
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w, upload_weights(spec, weights));
-  CELLM_ASSIGN_OR_RETURN(auto p, CudaProgram::create(spec, std::move(w), options));
-  return std::unique_ptr<program::Program>(std::move(p));
+  return make_program(spec, std::move(w), options);
 }
 
 Result<std::unique_ptr<program::Program>> load_random_program(const model::ModelSpec& spec,
@@ -366,8 +373,15 @@ Result<std::unique_ptr<program::Program>> load_random_program(const model::Model
                                                               const program::ProgramOptions& options) {
   CELLM_RETURN_IF_ERROR(spec.validate());
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w, random_weights(spec, seed));
-  CELLM_ASSIGN_OR_RETURN(auto p, CudaProgram::create(spec, std::move(w), options));
-  return std::unique_ptr<program::Program>(std::move(p));
+  return make_program(spec, std::move(w), options);
+}
+
+Result<Tensor> copy_to_host(const Tensor& tensor) {
+  if (tensor.device() == Device::kCpu) return tensor.clone();
+  Tensor host = Tensor::empty(tensor.dtype(), tensor.shape());
+  CELLM_CUDA_CHECK(cudaDeviceSynchronize());
+  CELLM_CUDA_CHECK(cudaMemcpy(host.data(), tensor.data(), tensor.nbytes(), cudaMemcpyDeviceToHost));
+  return host;
 }
 
 CudaProgramKnobs* cuda_program_knobs(program::Program& program) {

@@ -32,10 +32,17 @@ int device_count();
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
                                                        const program::ProgramOptions& options);
+// A program over weights already on the device.
+Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& spec,
+                                                       DeviceWeights weights,
+                                                       const program::ProgramOptions& options);
 // A program over random weights in the spec's shapes (benchmarks).
 Result<std::unique_ptr<program::Program>> load_random_program(const model::ModelSpec& spec,
                                                               std::uint64_t seed,
                                                               const program::ProgramOptions& options);
+
+// A host copy of a device (or host) tensor; synchronises the device.
+Result<Tensor> copy_to_host(const Tensor& tensor);
 
 // Options a program can toggle after creation (tests compare both ways).
 struct CudaProgramKnobs {

@@ -209,9 +209,14 @@ Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t
       launch_fill_constant(base + off, static_cast<std::size_t>(count), norm_value, nullptr);
     }
   };
-  matrix(layout.embed, d.vocab * d.hidden);
+  const float embed_bound = 1.7320508f;  // std 1
+  launch_fill_uniform(base + layout.embed, static_cast<std::size_t>(d.vocab * d.hidden), embed_bound,
+                      ++stream_id, nullptr);
   norm(layout.final_norm, d.hidden);
-  if (!spec.tie_word_embeddings) matrix(layout.lm_head, d.vocab * d.hidden);
+  if (!spec.tie_word_embeddings) {
+    launch_fill_uniform(base + layout.lm_head, static_cast<std::size_t>(d.vocab * d.hidden),
+                        embed_bound, ++stream_id, nullptr);
+  }
   for (const auto& o : layout.layers) {
     norm(o.attn_norm, d.hidden);
     matrix(o.qkv, d.qkv_dim * d.hidden);
@@ -228,6 +233,51 @@ Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t
     norm(o.post_mlp_norm, d.hidden);
   }
   CELLM_CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+}  // namespace cellm::cuda
+
+namespace cellm::cuda {
+
+Result<model::Weights> download_weights(const model::ModelSpec& spec, const DeviceWeights& weights) {
+  const Layout layout = plan(spec);
+  const Dims d = dims_of(spec);
+  auto host = std::shared_ptr<std::uint16_t[]>(new std::uint16_t[layout.total]);
+  CELLM_CUDA_CHECK(cudaMemcpy(host.get(), weights.storage.data(), layout.total * sizeof(bf16),
+                              cudaMemcpyDeviceToHost));
+  std::shared_ptr<void> owner = host;
+  auto view = [&](std::size_t off, Shape shape) -> Tensor {
+    if (off == Layout::kNone) return Tensor();
+    return Tensor::view_owned(host.get() + off, DType::kBF16, std::move(shape), Device::kCpu, owner);
+  };
+  model::Weights w;
+  w.embed_tokens = view(layout.embed, {d.vocab, d.hidden});
+  w.final_norm = view(layout.final_norm, {d.hidden});
+  w.lm_head = view(layout.lm_head, {d.vocab, d.hidden});
+  for (const auto& o : layout.layers) {
+    model::LayerWeights l;
+    l.attn_norm = view(o.attn_norm, {d.hidden});
+    l.q_proj = view(o.qkv, {d.q_dim, d.hidden});
+    l.k_proj = view(o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden), {d.kv_dim, d.hidden});
+    l.v_proj = view(o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden), {d.kv_dim, d.hidden});
+    if (o.qkv_bias != Layout::kNone) {
+      l.q_bias = view(o.qkv_bias, {d.q_dim});
+      l.k_bias = view(o.qkv_bias + static_cast<std::size_t>(d.q_dim), {d.kv_dim});
+      l.v_bias = view(o.qkv_bias + static_cast<std::size_t>(d.q_dim + d.kv_dim), {d.kv_dim});
+    }
+    l.q_norm = view(o.q_norm, {d.head_dim});
+    l.k_norm = view(o.k_norm, {d.head_dim});
+    l.o_proj = view(o.o, {d.hidden, d.q_dim});
+    l.post_attn_norm = view(o.post_attn_norm, {d.hidden});
+    l.mlp_norm = view(o.mlp_norm, {d.hidden});
+    l.gate_proj = view(o.gate_up, {d.inter, d.hidden});
+    l.up_proj = view(o.gate_up + static_cast<std::size_t>(d.inter * d.hidden), {d.inter, d.hidden});
+    l.down_proj = view(o.down, {d.hidden, d.inter});
+    l.post_mlp_norm = view(o.post_mlp_norm, {d.hidden});
+    w.layers.push_back(std::move(l));
+  }
+  w.keep_alive.push_back(owner);
   return w;
 }
 

@@ -45,9 +45,14 @@ struct DeviceWeights {
 
 // Converts and uploads `weights` (checked against `spec`).
 Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights);
-// Random weights in the spec's shapes: matrices uniform in ±sqrt(3)·0.02
-// (std 0.02), norms 1 (0 with the (1 + w) offset), biases 0.
+// Random weights in the spec's shapes: matrices uniform with std 0.02, the
+// embedding (and an untied head) with std 1 so logits have a real spread,
+// norms 1 (0 with the (1 + w) offset), biases 0.
 Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed);
+
+// A host copy (bf16 tensors) in the canonical per-layer form, e.g. to run the
+// CPU program over the very values a random device model holds.
+Result<model::Weights> download_weights(const model::ModelSpec& spec, const DeviceWeights& weights);
 
 // Bytes the weights of `spec` occupy on the device.
 std::size_t device_weight_bytes(const model::ModelSpec& spec);

@@ -1,0 +1,64 @@
+// Test driver for GPU suites: teacher-forced steps through
+// CudaExecutor::execute_raw over caller-owned cache sequences, collecting the
+// logits of every position (copied to the host), so whole, chunked, batched
+// and cloned feeding can be compared with reference logits.
+//
+// Thread-safety: single-threaded test code.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_program.h"
+#include "executor/cuda_executor.h"
+
+namespace cellm::gpu_testing {
+
+// One sequence being fed a fixed token list (prompt + forced continuation).
+struct FedSeq {
+  cache::SeqId seq = -1;
+  const std::vector<std::int64_t>* inputs = nullptr;
+  std::size_t fed = 0;
+  std::map<std::size_t, std::vector<float>> logits;  // by position
+};
+
+// Feeds `count` next tokens of each listed sequence in one raw step and
+// records the logits of every fed row.
+inline bool feed(executor::CudaExecutor& ex, std::vector<std::pair<FedSeq*, std::size_t>> parts) {
+  executor::RawTargetStep step;
+  std::vector<std::pair<FedSeq*, std::size_t>> row_owner;
+  for (auto& [s, count] : parts) {
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t pos = s->fed + k;
+      step.tokens.push_back((*s->inputs)[pos]);
+      step.positions.push_back(static_cast<std::int64_t>(pos));
+      step.seq_ids.push_back(s->seq);
+      step.logit_indices.push_back(static_cast<std::int64_t>(row_owner.size()));
+      row_owner.emplace_back(s, pos);
+    }
+  }
+  bool copied = true;
+  const bool ok = ex.execute_raw(step, [&](const executor::RawTargetOutput& out) {
+    auto host = cuda::copy_to_host(out.logits);
+    if (!host.ok()) {
+      copied = false;
+      return false;
+    }
+    const std::int64_t v = host->dim(1);
+    for (std::size_t i = 0; i < out.selected_indices.size(); ++i) {
+      const auto& [s, pos] = row_owner[out.selected_indices[i]];
+      const float* row = host->data_as<float>() + static_cast<std::int64_t>(i) * v;
+      s->logits[pos] = std::vector<float>(row, row + v);
+    }
+    return true;
+  });
+  if (!ok || !copied) return false;
+  for (auto& [s, count] : parts) s->fed += count;
+  return true;
+}
+
+}  // namespace cellm::gpu_testing
