@@ -58,30 +58,29 @@ __device__ __forceinline__ float warp_max(float value) {
 }
 
 // Sum over the block; every thread gets the result. `scratch` holds 32 floats.
-// Deterministic: lanes reduce by xor-butterfly, warps in index order.
+// Deterministic: lanes reduce by xor-butterfly, then every warp reduces the
+// per-warp partials with the same butterfly (no serial loop over warps).
 __device__ __forceinline__ float block_sum(float value, float* scratch) {
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   const int warps = (blockDim.x + 31) >> 5;
   value = warp_sum(value);
   __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = value;
+  if (lane == 0) scratch[threadIdx.x >> 5] = value;
   __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < warps; ++w) total += scratch[w];
+  const float total = warp_sum(lane < warps ? scratch[lane] : 0.0f);
+  __syncthreads();
   return total;
 }
 
 __device__ __forceinline__ float block_max(float value, float* scratch) {
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   const int warps = (blockDim.x + 31) >> 5;
   value = warp_max(value);
   __syncthreads();
-  if (lane == 0) scratch[warp] = value;
+  if (lane == 0) scratch[threadIdx.x >> 5] = value;
   __syncthreads();
-  float result = -INFINITY;
-  for (int w = 0; w < warps; ++w) result = fmaxf(result, scratch[w]);
+  const float result = warp_max(lane < warps ? scratch[lane] : -INFINITY);
+  __syncthreads();
   return result;
 }
 

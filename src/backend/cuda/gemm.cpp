@@ -170,6 +170,10 @@ Status GemmArgs::validate() const {
     CELLM_RETURN_IF_ERROR(require_aligned16(ptr, "gemm", "a/b/out"));
   }
   if (bias != nullptr) {
+    if (out_dtype != DType::kBF16) {
+      // cuBLASLt wants the bias in the output type; our biases are bf16.
+      return not_supported("cuda gemm: a bias needs bf16 output (got {})", dtype_name(out_dtype));
+    }
     CELLM_RETURN_IF_ERROR(require_aligned16(bias, "gemm", "bias"));
   }
   return Status::ok();

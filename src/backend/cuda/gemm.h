@@ -23,7 +23,7 @@ struct GemmArgs {
   const void* a = nullptr;     // bf16 [m, lda], first k columns
   const void* b = nullptr;     // bf16 [n, ldb], first k columns
   void* out = nullptr;         // out_dtype [m, ldc], first n columns
-  const void* bias = nullptr;  // bf16 [n] or null
+  const void* bias = nullptr;  // bf16 [n] or null; only with bf16 output
   std::int64_t m = 0;
   std::int64_t n = 0;
   std::int64_t k = 0;

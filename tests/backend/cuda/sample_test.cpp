@@ -2,13 +2,13 @@
 // The reference follows the spec step by step; cumulative sums are kept in
 // a chosen precision (float for the literal host, double for the exact sums
 // the device approximates in fixed point). A device token is accepted when
-// it equals the reference, or equals the reference for a coin / top_p nudged
-// by 1e-5 relative (a boundary case where float rounding decides).
+// its cumulative position (in the reference's order) lies within 1e-5 of the
+// coin's, i.e. only float rounding (exp, Z, summation order) separates it
+// from the reference token; most rows must match exactly.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -47,17 +47,22 @@ struct SpecRow {
   std::vector<float> p;
   std::vector<int> order;
 
-  SpecRow(const float* logits, int v, float t) : x(logits), vocab(v), temperature(t) {
+  // `float_z`: sum Z sequentially in float as the literal host does; that sum
+  // drifts by ~sqrt(V) ulps, so large vocabularies use a double Z instead.
+  SpecRow(const float* logits, int v, float t, bool float_z)
+      : x(logits), vocab(v), temperature(t) {
     greedy = host_argmax(x, vocab);
     if (!(temperature > 0.0f)) return;
     const float m = x[greedy] / temperature;
     p.resize(vocab);
     float z = 0.0f;
+    double z_exact = 0.0;
     for (int i = 0; i < vocab; ++i) {
       p[i] = std::exp(x[i] / temperature - m);
       z += p[i];
+      z_exact += p[i];
     }
-    for (float& v2 : p) v2 = v2 / z;
+    for (float& v2 : p) v2 = float_z ? v2 / z : static_cast<float>(v2 / z_exact);
     order.resize(vocab);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
@@ -98,19 +103,51 @@ struct SpecRow {
     return order[kept - 1];
   }
 
-  // The reference token and its neighbours under 1e-5 nudges of coin/top_p.
-  template <typename Acc>
-  std::set<int> acceptable(const RowParams& r) const {
-    std::set<int> ok;
-    for (const double nudge : {0.0, 1e-5, -1e-5}) {
-      RowParams q = r;
-      q.coin = static_cast<float>(std::clamp(r.coin * (1.0 + nudge), 0.0, 0.99999994));
-      ok.insert(pick<Acc>(q));
-      q = r;
-      q.top_p = static_cast<float>(r.top_p * (1.0 + nudge));
-      ok.insert(pick<Acc>(q));
+  // Whether `token` is a valid draw for a coin within `slack` (relative to
+  // the mass the coin scales) of the real one: the host and device compute p
+  // with different exp roundings and sum orders, so tokens whose cumulative
+  // position lies within rounding of the coin's are all correct answers.
+  bool accepts(int token, const RowParams& r, double slack = 1e-5) const {
+    if (!(temperature > 0.0f)) return token == greedy;
+    if (token < 0 || token >= vocab) return false;
+    const bool use_top_k = r.top_k > 0.0f && r.top_k < static_cast<float>(vocab);
+    const bool use_top_p = !use_top_k && r.top_p > 0.0f && r.top_p < 1.0f;
+    if (!use_top_k && !use_top_p) {
+      double before = 0.0;
+      for (int i = 0; i < token; ++i) before += p[i];
+      const double through = before + p[token];
+      return before <= r.coin + slack && (through > r.coin - slack || token == vocab - 1);
     }
-    return ok;
+    // The kept prefix may move by one boundary token under rounding of top_p:
+    // accept a draw that is valid for any of the three prefixes.
+    for (const double top_p_slack : {0.0, slack, -slack}) {
+      int kept = 0;
+      double cum = 0.0;
+      for (int rank = 0; rank < vocab; ++rank) {
+        const double pr = p[order[rank]];
+        cum += pr;
+        const bool keep = use_top_k ? static_cast<float>(rank) < r.top_k
+                                    : (cum - pr) <= r.top_p + top_p_slack;
+        if (!keep) break;
+        kept = rank + 1;
+      }
+      double mass = 0.0;
+      for (int rank = 0; rank < kept; ++rank) mass += p[order[rank]];
+      const double target = r.coin * mass;
+      double before = 0.0;
+      for (int rank = 0; rank < kept; ++rank) {
+        const double through = before + p[order[rank]];
+        if (order[rank] == token) {
+          if (before <= target + slack * mass &&
+              (through > target - slack * mass || rank == kept - 1)) {
+            return true;
+          }
+          break;
+        }
+        before = through;
+      }
+    }
+    return false;  // not in the kept set
   }
 };
 
@@ -163,16 +200,17 @@ void check_rows(const std::vector<float>& logits, int vocab, const std::vector<R
   int exact = 0;
   for (int r = 0; r < n; ++r) {
     const SpecRow spec(logits.data() + static_cast<std::size_t>(r) * vocab, vocab,
-                       rows[r].temperature);
+                       rows[r].temperature, float_reference);
     const int want = float_reference ? spec.pick<float>(rows[r]) : spec.pick<double>(rows[r]);
-    const auto ok =
-        float_reference ? spec.acceptable<float>(rows[r]) : spec.acceptable<double>(rows[r]);
     exact += got[r] == want ? 1 : 0;
-    EXPECT_TRUE(ok.count(got[r])) << "row " << r << " got " << got[r] << " want " << want
-                                  << " (T=" << rows[r].temperature << " top_p=" << rows[r].top_p
-                                  << " top_k=" << rows[r].top_k << " coin=" << rows[r].coin << ")";
+    EXPECT_TRUE(spec.accepts(got[r], rows[r]))
+        << "row " << r << " got " << got[r] << " want " << want << " (T=" << rows[r].temperature
+        << " top_p=" << rows[r].top_p << " top_k=" << rows[r].top_k << " coin=" << rows[r].coin
+        << ")";
   }
-  EXPECT_GE(exact, n - 2) << "too many boundary cases: suspicious";
+  // Rounding may move a draw to a neighbour of equal cumulative position;
+  // more than a few such rows would mean a real disagreement.
+  EXPECT_GE(exact, n - 4) << "too many rows differ from the reference token";
 }
 
 std::vector<float> random_logits(int rows, int vocab, float stddev, std::mt19937& rng) {

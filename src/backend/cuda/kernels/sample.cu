@@ -21,17 +21,7 @@ __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
   return v > best || (v == best && i < best_i);
 }
 
-// Max and first arg-max of a row; every thread gets the result.
-__device__ ArgMax block_argmax(const float* row, int vocab, ArgMax* scratch) {
-  float best = -INFINITY;
-  int best_i = vocab;  // sentinel: loses every tie
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = row[i];
-    if (better(v, i, best, best_i)) {
-      best = v;
-      best_i = i;
-    }
-  }
+__device__ __forceinline__ void warp_argmax(float& best, int& best_i) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float v = __shfl_xor_sync(0xffffffffu, best, offset);
@@ -41,36 +31,66 @@ __device__ ArgMax block_argmax(const float* row, int vocab, ArgMax* scratch) {
       best_i = i;
     }
   }
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = ArgMax{best, best_i};
-  __syncthreads();
-  ArgMax result = scratch[0];
-  for (int w = 1; w < kWarps; ++w) {
-    if (better(scratch[w].value, scratch[w].index, result.value, result.index)) result = scratch[w];
+}
+
+// The cross-warp step of every block reduction below: each warp loads the 32
+// per-warp partials lane by lane and reduces them with the same butterfly,
+// so every thread gets the same, deterministic result without a serial loop.
+static_assert(kWarps == 32, "block reductions assume 32 warps of partials");
+
+// Max and first arg-max of a row; every thread gets the result.
+__device__ __forceinline__ ArgMax block_argmax(const float* row, int vocab, ArgMax* scratch) {
+  float best = -INFINITY;
+  int best_i = vocab;  // sentinel: loses every tie
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = row[i];
+    if (better(v, i, best, best_i)) {
+      best = v;
+      best_i = i;
+    }
   }
-  if (result.index >= vocab) result = ArgMax{result.value, 0};  // all NaN / -inf
-  return result;
+  warp_argmax(best, best_i);
+  const int lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) scratch[threadIdx.x >> 5] = ArgMax{best, best_i};
+  __syncthreads();
+  best = scratch[lane].value;
+  best_i = scratch[lane].index;
+  warp_argmax(best, best_i);
+  __syncthreads();  // scratch may be reused
+  if (best_i >= vocab) best_i = 0;  // all NaN / -inf
+  return ArgMax{best, best_i};
+}
+
+__device__ __forceinline__ u64 warp_sum_u64(u64 value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
 }
 
 __device__ __forceinline__ u64 block_sum_u64(u64 value, u64* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  value = warp_sum_u64(value);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = value;
   __syncthreads();
-  u64 total = 0;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  const u64 total = warp_sum_u64(scratch[threadIdx.x & 31]);
+  __syncthreads();
   return total;
 }
 
-__device__ __forceinline__ float block_sum_f32(float value, float* scratch) {
+__device__ __forceinline__ float warp_sum_f32(float value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ float block_sum_f32(float value, float* scratch) {
+  value = warp_sum_f32(value);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = value;
   __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  const float total = warp_sum_f32(scratch[threadIdx.x & 31]);
+  __syncthreads();
   return total;
 }
 
@@ -97,7 +117,9 @@ __device__ u64 block_exclusive_scan_u64(u64 value, u64* scratch) {
     scratch[lane] = w;
   }
   __syncthreads();
-  return (warp > 0 ? scratch[warp - 1] : 0ull) + inclusive - value;
+  const u64 before = (warp > 0 ? scratch[warp - 1] : 0ull) + inclusive - value;
+  __syncthreads();  // scratch may be reused
+  return before;
 }
 
 // The row's probabilities, recomputed bit-identically wherever needed.
@@ -164,25 +186,57 @@ __device__ Selection radix_select(const Softmax& sm, bool by_mass, u64 target, b
       atomicAdd(&sh.mass[d], fixed(p));
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int chosen = -1;
-      if (sh.found) {
-        for (int d = 255; d >= 0; --d) {
-          const u64 above = by_mass ? sh.above_mass : sh.above_count;
+    if (threadIdx.x < 32) {
+      // Warp 0 finds the bin where the weight from the top crosses `target`:
+      // lane l owns bins 255 - 8l .. 248 - 8l, lanes scan their chunk totals.
+      const int lane = threadIdx.x;
+      u64 chunk_count = 0;
+      u64 chunk_mass = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        chunk_count += sh.count[255 - lane * 8 - j];
+        chunk_mass += sh.mass[255 - lane * 8 - j];
+      }
+      u64 incl_count = chunk_count;
+      u64 incl_mass = chunk_mass;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const u64 c = __shfl_up_sync(0xffffffffu, incl_count, offset);
+        const u64 m = __shfl_up_sync(0xffffffffu, incl_mass, offset);
+        if (lane >= offset) {
+          incl_count += c;
+          incl_mass += m;
+        }
+      }
+      const bool found_so_far = sh.found;
+      const u64 above_count = sh.above_count;
+      const u64 above_mass = sh.above_mass;
+      const u64 reach = (by_mass ? above_mass + incl_mass : above_count + incl_count);
+      const unsigned crossing = __ballot_sync(0xffffffffu, found_so_far && reach > target);
+      if (crossing == 0) {
+        if (lane == 0) {
+          sh.found = false;
+          sh.digit = 0;
+        }
+      } else if (lane == __ffs(crossing) - 1) {
+        u64 acc_count = above_count + incl_count - chunk_count;
+        u64 acc_mass = above_mass + incl_mass - chunk_mass;
+        int chosen = 255 - lane * 8 - 7;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int d = 255 - lane * 8 - j;
           const u64 weight = by_mass ? sh.mass[d] : static_cast<u64>(sh.count[d]);
-          if (above + weight > target) {
+          if ((by_mass ? acc_mass : acc_count) + weight > target) {
             chosen = d;
             break;
           }
-          sh.above_count += sh.count[d];
-          sh.above_mass += sh.mass[d];
+          acc_count += sh.count[d];
+          acc_mass += sh.mass[d];
         }
+        sh.above_count = acc_count;
+        sh.above_mass = acc_mass;
+        sh.digit = chosen;
       }
-      if (chosen < 0) {
-        sh.found = false;
-        chosen = 0;
-      }
-      sh.digit = chosen;
     }
     __syncthreads();
     prefix |= static_cast<unsigned>(sh.digit) << shift;
