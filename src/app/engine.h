@@ -67,8 +67,12 @@ class Engine {
   // Renders `messages` (OpenAI-style list) through the model's chat template.
   // `extra` holds template variables (tools, enable_thinking, ...). NotFound
   // when the model ships no template.
-  Result<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt,
-                                  const nlohmann::json& extra = nlohmann::json::object()) const;
+  // Ordered JSON keeps key order as the client sent it, which `tojson` in a
+  // template exposes (tool schemas, arguments).
+  Result<std::string> render_chat(
+      const nlohmann::ordered_json& messages, bool add_generation_prompt,
+      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+  bool has_chat_template() const;
   // Token ids that end a generation (the model's EOS set).
   const std::vector<Token>& stop_tokens() const;
   // Prompt text to token ids, adding BOS the way the model expects.

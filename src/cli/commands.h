@@ -13,10 +13,7 @@ namespace cellm::cli {
 // Runs a parsed subcommand; returns the process exit code.
 using Command = std::function<int()>;
 
-Command add_inspect(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_chat(CLI::App& app);
-Command add_bench(CLI::App& app);
-Command add_serve(CLI::App& app);
 
 }  // namespace cellm::cli

@@ -25,9 +25,6 @@ int main(int argc, char** argv) {
   };
   add(cellm::cli::add_run);
   add(cellm::cli::add_chat);
-  add(cellm::cli::add_serve);
-  add(cellm::cli::add_bench);
-  add(cellm::cli::add_inspect);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,33 @@
+// Picks the backend a program is built on: CUDA when this build has it and a
+// device is present (or when asked for by name), else the CPU reference.
+//
+// Thread-safety: pure, apart from querying the CUDA runtime.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cellm/status.h"
+#include "model/model_spec.h"
+#include "model/weights.h"
+#include "program/program.h"
+#include "program/program_options.h"
+
+namespace cellm::app {
+
+struct BackendChoice {
+  std::string name;  // "cpu" or "cuda"
+  // The CUDA program sizes its KV pool from free device memory; the CPU one
+  // needs an explicit cell count.
+  bool sizes_pool_from_memory = false;
+  std::function<Result<std::shared_ptr<program::Program>>(
+      const model::ModelSpec&, const model::Weights&, const program::ProgramOptions&)>
+      load;
+};
+
+// "auto", "cpu" or "cuda"; asking for CUDA where it is unavailable is an error
+// that says why.
+Result<BackendChoice> choose_backend(const std::string& requested);
+
+}  // namespace cellm::app

@@ -1,0 +1,156 @@
+#include "app/engine.h"
+
+#include <algorithm>
+
+#include "app/backend_select.h"
+#include "app/model_text.h"
+#include "cellm/decode_first_scheduler.h"
+#include "chat/chat_template.h"
+#include "core/log.h"
+#include "executor/cuda_executor.h"
+#include "model/loader.h"
+#include "text/tokenizer.h"
+
+namespace cellm::app {
+
+struct Engine::Impl {
+  model::LoadedModel model;
+  std::optional<text::Tokenizer> tokenizer;
+  std::optional<chat::ChatTemplate> chat_template;
+  SpecialTokenText special_tokens;
+  std::vector<Token> stop_tokens;
+  std::shared_ptr<program::Program> program;
+  std::unique_ptr<executor::CudaExecutor> executor;
+  std::unique_ptr<Runner> runner;
+  std::string model_name;
+  std::string backend_name;
+  std::int32_t max_sessions = 0;
+};
+
+namespace {
+
+void report(const ProgressCallback& progress, std::string stage, double fraction) {
+  CELLM_LOG_INFO("engine: {}", stage);
+  if (progress) progress(LoadProgress{std::move(stage), fraction});
+}
+
+std::string name_of(const std::filesystem::path& path) {
+  auto p = path;
+  if (p.filename().empty()) p = p.parent_path();  // "folder/"
+  return p.filename().string();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
+                                             const ProgressCallback& progress) {
+  if (options.max_sessions <= 0) {
+    return invalid_argument("max_sessions must be positive, got {}", options.max_sessions);
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->model_name = name_of(options.model);
+  impl->max_sessions = options.max_sessions;
+
+  report(progress, fmt::format("reading {}", options.model.string()), 0.0);
+  model::LoadOptions load_options;
+  CELLM_ASSIGN_OR_RETURN(impl->model, model::load_model(options.model, load_options));
+
+  report(progress, "loading tokenizer", 0.4);
+  CELLM_ASSIGN_OR_RETURN(impl->tokenizer, load_tokenizer(impl->model));  // NOLINT
+  impl->special_tokens = special_token_text(*impl->tokenizer);
+  impl->stop_tokens = stop_token_ids(impl->model, *impl->tokenizer);
+  CELLM_ASSIGN_OR_RETURN(auto template_source, load_chat_template_source(impl->model));
+  if (template_source) {
+    auto parsed = chat::ChatTemplate::parse(*template_source);
+    if (!parsed.ok()) {
+      // A model whose template we cannot run still serves completions.
+      CELLM_LOG_WARN("engine: chat template unusable, chat is disabled: {}",
+                     parsed.status().message());
+    } else {
+      impl->chat_template.emplace(std::move(parsed).value());
+    }
+  }
+
+  report(progress, "building program", 0.5);
+  program::ProgramOptions program_options = options.program;
+  CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(options.backend));
+  impl->backend_name = backend.name;
+  std::int32_t session_tokens = options.max_session_tokens;
+  const std::int32_t context = impl->model.spec.max_context;
+  if (program_options.kv_cells == 0 && !backend.sizes_pool_from_memory) {
+    // A CPU pool holds every session's reservation outright.
+    if (session_tokens == 0) session_tokens = std::min<std::int32_t>(context, 4096);
+    program_options.kv_cells = options.max_sessions * session_tokens + 1;
+  }
+  CELLM_ASSIGN_OR_RETURN(impl->program,
+                         backend.load(impl->model.spec, impl->model.weights, program_options));
+
+  report(progress, "creating executor", 0.8);
+  CELLM_ASSIGN_OR_RETURN(impl->executor, executor::CudaExecutor::create(
+                                             impl->program, options.max_sessions, session_tokens));
+
+  const std::size_t preferred = impl->executor->preferred_batch_tokens();
+  const std::size_t decodes = options.max_decode_sequences > 0
+                                  ? static_cast<std::size_t>(options.max_decode_sequences)
+                                  : static_cast<std::size_t>(options.max_sessions);
+  const std::size_t chunk = std::min<std::size_t>(256, preferred);
+  std::size_t batch = options.max_batch_tokens > 0 ? static_cast<std::size_t>(options.max_batch_tokens)
+                                                   : decodes + 2 * chunk;
+  batch = std::max(batch, decodes + chunk);
+  auto scheduler = DecodeFirstScheduler::create(batch, decodes, chunk);
+  if (!scheduler) {
+    return invalid_argument("no valid scheduler for batch {} tokens, {} decodes, chunk {}", batch,
+                            decodes, chunk);
+  }
+  report(progress, "initializing", 0.9);
+  impl->runner = std::make_unique<Runner>(*impl->executor, std::move(scheduler));
+  auto ready = impl->runner->open_session_async().get();  // waits for initialize()
+  if (impl->runner->initialization_state() != InitializationState::kReady) {
+    return internal_error("the {} backend failed to initialize (see the log above)",
+                          impl->backend_name);
+  }
+  ready.reset();
+  report(progress, "ready", 1.0);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  if (impl_ && impl_->runner) impl_->runner->shutdown();
+}
+
+Runner& Engine::runner() { return *impl_->runner; }
+PrefixCache* Engine::prefix_cache() { return nullptr; }
+const text::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+
+bool Engine::has_chat_template() const { return impl_->chat_template.has_value(); }
+
+Result<std::string> Engine::render_chat(const nlohmann::ordered_json& messages,
+                                        bool add_generation_prompt,
+                                        const nlohmann::ordered_json& extra) const {
+  if (!impl_->chat_template) {
+    return not_found("model {} has no usable chat template: send a plain completion instead",
+                     impl_->model_name);
+  }
+  nlohmann::ordered_json special = nlohmann::ordered_json::object();
+  special["bos_token"] = impl_->special_tokens.bos;
+  special["eos_token"] = impl_->special_tokens.eos;
+  return chat::apply_chat_template(*impl_->chat_template, messages, add_generation_prompt, extra,
+                                   special);
+}
+
+const std::vector<Token>& Engine::stop_tokens() const { return impl_->stop_tokens; }
+
+Result<std::vector<Token>> Engine::encode(std::string_view text, bool add_special) const {
+  std::vector<std::int32_t> ids = impl_->tokenizer->encode(text, add_special);
+  return std::vector<Token>(ids.begin(), ids.end());
+}
+
+const model::ModelSpec& Engine::spec() const { return impl_->model.spec; }
+const std::string& Engine::model_name() const { return impl_->model_name; }
+const std::string& Engine::backend_name() const { return impl_->backend_name; }
+std::int32_t Engine::max_session_tokens() const { return impl_->executor->max_session_tokens(); }
+std::int32_t Engine::max_sessions() const { return impl_->max_sessions; }
+
+}  // namespace cellm::app

@@ -1,0 +1,141 @@
+#include "cli/generate.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <future>
+
+#include <nlohmann/json.hpp>
+
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+namespace cellm::cli {
+namespace {
+
+constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+}  // namespace
+
+void add_model_options(CLI::App& cmd, ModelArgs& args) {
+  cmd.add_option("model", args.model,
+                 "Hugging Face folder or .gguf file (default: the fetched SmolLM2-135M)");
+  cmd.add_option("--backend", args.backend, "auto, cpu or cuda")->capture_default_str();
+  cmd.add_option("--max-sessions", args.max_sessions, "sessions the KV pool is sized for")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd.add_option("--max-session-tokens", args.max_session_tokens,
+                 "per-session token limit (0: divide the pool, capped by the context)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_sampling_options(CLI::App& cmd, SamplingArgs& args) {
+  cmd.add_option("-n,--max-tokens", args.max_tokens, "tokens to generate at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  cmd.add_option("--temperature", args.temperature, "0 = greedy")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 10.0f));
+  cmd.add_option("--top-p", args.top_p, "nucleus mass kept (1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd.add_option("--top-k", args.top_k, "tokens kept (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--seed", args.seed, "makes sampling reproducible");
+}
+
+std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress) {
+  app::EngineOptions options;
+  options.model = std::filesystem::path(args.model.empty() ? std::string(kDefaultModel) : args.model);
+  if (!std::filesystem::exists(options.model)) {
+    if (args.model.empty()) {
+      std::fprintf(stderr,
+                   "cellm: the default model is not here (%s): run `scripts/fetch-model smollm2` "
+                   "first, or name a model folder or .gguf file\n",
+                   kDefaultModel);
+    } else {
+      std::fprintf(stderr, "cellm: model not found: %s (give a Hugging Face folder or a .gguf)\n",
+                   args.model.c_str());
+    }
+    return nullptr;
+  }
+  options.backend = args.backend;
+  options.max_sessions = args.max_sessions;
+  options.max_session_tokens = args.max_session_tokens;
+  options.prefix_cache_entries = 0;
+  app::ProgressCallback progress;
+  if (show_progress) {
+    progress = [](const app::LoadProgress& p) {
+      std::fprintf(stderr, "\r\033[2Kloading: %3.0f%% %s", p.fraction * 100.0, p.stage.c_str());
+      if (p.fraction >= 1.0) std::fputc('\n', stderr);
+      std::fflush(stderr);
+    };
+  }
+  auto engine = app::Engine::load(options, progress);
+  if (!engine.ok()) {
+    if (show_progress) std::fputc('\n', stderr);
+    std::fprintf(stderr, "cellm: %s\n", engine.status().to_string().c_str());
+    return nullptr;
+  }
+  return std::move(engine).value();
+}
+
+StreamResult stream_generation(app::Engine& engine, Session& session, std::vector<Token> delta,
+                               const SamplingArgs& sampling,
+                               const std::function<void(std::string_view)>& sink) {
+  StreamResult result;
+  GenConfig config;
+  config.max_new_tokens = sampling.max_tokens;
+  config.sampling.temperature = sampling.temperature;
+  config.sampling.top_p = sampling.top_p;
+  config.sampling.top_k = sampling.top_k;
+  config.seed = sampling.seed;
+  config.stop_tokens = engine.stop_tokens();
+
+  text::StreamingDetokenizer detok(engine.tokenizer(), /*skip_special=*/true);
+  std::promise<void> finished;
+  GenerationHandle handle = session.generate_async(
+      std::move(delta), config,
+      [&](const GenerationUpdate& update) {
+        for (Token t : update.tokens) {
+          result.tokens.push_back(t);
+          std::string piece = detok.push(static_cast<std::int32_t>(t));
+          if (!piece.empty()) {
+            result.text += piece;
+            sink(piece);
+          }
+        }
+        if (update.finish_reason) {
+          std::string rest = detok.finish();
+          if (!rest.empty()) {
+            result.text += rest;
+            sink(rest);
+          }
+          result.reason = *update.finish_reason;
+          result.error = update.error_message;
+        }
+      },
+      [&] { finished.set_value(); });
+  finished.get_future().wait();
+  result.metrics = handle.metrics();
+  return result;
+}
+
+std::string metrics_json(const StreamResult& result, const app::Engine& engine) {
+  const GenerationMetrics& m = result.metrics;
+  nlohmann::json j{{"model", engine.model_name()},
+                   {"backend", engine.backend_name()},
+                   {"finish_reason", std::string(finish_reason_name(result.reason))},
+                   {"prompt_tokens", m.n_prompt_tokens},
+                   {"prefilled_tokens", m.n_prefilled_tokens},
+                   {"generated_tokens", m.n_generated_tokens},
+                   {"ttft_ms", static_cast<double>(m.ttft_us()) / 1000.0},
+                   {"e2e_ms", static_cast<double>(m.e2e_us()) / 1000.0},
+                   {"itl_mean_ms", m.itl_mean_us() / 1000.0},
+                   {"decode_tokens_per_s", m.decode_tokens_per_sec()},
+                   {"prefill_tokens_per_s", m.prefill_tokens_per_sec()}};
+  if (!result.error.empty()) j["error"] = result.error;
+  return j.dump();
+}
+
+}  // namespace cellm::cli

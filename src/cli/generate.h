@@ -1,0 +1,61 @@
+// Shared by `cellm run` and `cellm chat`: loading the engine with a progress
+// line, the sampling options, and streaming one generation's text to a sink
+// as it is produced.
+//
+// Thread-safety: the sink is called on the engine thread, one call at a time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "app/engine.h"
+#include "cellm/metrics.h"
+#include "cellm/runner.h"
+
+namespace cellm::cli {
+
+struct ModelArgs {
+  std::string model;  // empty: the fetched SmolLM2
+  std::string backend = "auto";
+  int max_sessions = 4;
+  int max_session_tokens = 0;
+};
+
+struct SamplingArgs {
+  int max_tokens = 256;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  std::optional<std::uint64_t> seed;
+};
+
+void add_model_options(CLI::App& cmd, ModelArgs& args);
+void add_sampling_options(CLI::App& cmd, SamplingArgs& args);
+
+// The engine, or nullptr after printing one line that says what to do.
+std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress);
+
+struct StreamResult {
+  std::vector<Token> tokens;  // every delivered token (the stop token included)
+  std::string text;           // the streamed text (stop tokens not rendered)
+  FinishReason reason = FinishReason::kFailed;
+  std::string error;
+  GenerationMetrics metrics;
+};
+
+// Runs one generation of `delta` on `session`, calling `sink` with each
+// piece of final text.
+StreamResult stream_generation(app::Engine& engine, Session& session, std::vector<Token> delta,
+                               const SamplingArgs& sampling,
+                               const std::function<void(std::string_view)>& sink);
+
+// The metrics as one JSON object (for --json).
+std::string metrics_json(const StreamResult& result, const app::Engine& engine);
+
+}  // namespace cellm::cli
