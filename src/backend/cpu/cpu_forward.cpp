@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -96,20 +97,27 @@ Status check_spec(const model::ModelSpec& spec) {
   return Status::ok();
 }
 
-KvStore::KvStore(std::int32_t layers, std::int32_t cells, std::int32_t kv_heads,
-                 std::int32_t head_dim)
-    : cells_(cells), cell_floats_(static_cast<std::int64_t>(kv_heads) * head_dim) {
-  const auto n = static_cast<std::size_t>(cells_ * cell_floats_);
-  k_.assign(static_cast<std::size_t>(layers), std::vector<float>(n, 0.0f));
-  v_.assign(static_cast<std::size_t>(layers), std::vector<float>(n, 0.0f));
+void KvStore::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+Result<std::unique_ptr<KvStore>> KvStore::create(std::int32_t layers, std::int32_t cells,
+                                                  std::int32_t kv_heads, std::int32_t head_dim) {
+  const std::int64_t cell_floats = static_cast<std::int64_t>(kv_heads) * head_dim;
+  std::unique_ptr<KvStore> store(new KvStore(cells, cell_floats));
+  const auto n = static_cast<std::size_t>(cells) * static_cast<std::size_t>(cell_floats);
+  for (std::int32_t l = 0; l < layers; ++l) {
+    store->k_.emplace_back(static_cast<float*>(std::calloc(n, sizeof(float))));
+    store->v_.emplace_back(static_cast<float*>(std::calloc(n, sizeof(float))));
+    if (store->k_.back() == nullptr || store->v_.back() == nullptr) {
+      return out_of_resources("cannot allocate K/V for {} cells of layer {} ({} bytes each)",
+                              cells, l, n * sizeof(float));
+    }
+  }
+  return store;
 }
 
 std::size_t KvStore::bytes() const {
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < k_.size(); ++i) {
-    total += (k_[i].size() + v_[i].size()) * sizeof(float);
-  }
-  return total;
+  return 2 * k_.size() * static_cast<std::size_t>(cells_) *
+         static_cast<std::size_t>(cell_floats_) * sizeof(float);
 }
 
 CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType checkpoint_dtype)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,20 +23,31 @@ namespace cellm::cpu {
 Status check_spec(const model::ModelSpec& spec);
 
 // K and V of every layer: [cells, kv_heads, head_dim] float32 each, zeroed.
+// The storage comes from calloc, so pages the pool never reaches are never
+// touched: a generous cell budget costs address space, not memory.
 class KvStore {
  public:
-  KvStore(std::int32_t layers, std::int32_t cells, std::int32_t kv_heads, std::int32_t head_dim);
+  // OutOfResources when the allocation fails.
+  static Result<std::unique_ptr<KvStore>> create(std::int32_t layers, std::int32_t cells,
+                                                 std::int32_t kv_heads, std::int32_t head_dim);
   std::int32_t cells() const { return cells_; }
   std::int64_t cell_floats() const { return cell_floats_; }  // kv_heads * head_dim
-  float* k(std::int32_t layer) { return k_[static_cast<std::size_t>(layer)].data(); }
-  float* v(std::int32_t layer) { return v_[static_cast<std::size_t>(layer)].data(); }
+  float* k(std::int32_t layer) { return k_[static_cast<std::size_t>(layer)].get(); }
+  float* v(std::int32_t layer) { return v_[static_cast<std::size_t>(layer)].get(); }
+  // Bytes reserved for K and V together.
   std::size_t bytes() const;
 
  private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  using Buffer = std::unique_ptr<float[], FreeDeleter>;
+  KvStore(std::int32_t cells, std::int64_t cell_floats) : cells_(cells), cell_floats_(cell_floats) {}
+
   std::int32_t cells_;
   std::int64_t cell_floats_;
-  std::vector<std::vector<float>> k_;
-  std::vector<std::vector<float>> v_;
+  std::vector<Buffer> k_;
+  std::vector<Buffer> v_;
 };
 
 // One step as the forward sees it. Row r writes its K/V into write_cells[r]

@@ -173,7 +173,8 @@ Status CpuProgram::bind_cache(std::shared_ptr<cache::CellCache> cache) {
         "(get_offgraph_kv_max_cells)",
         cells, kv_cells_);
   }
-  kv_ = std::make_unique<KvStore>(spec().num_layers, cells, spec().num_kv_heads, spec().head_dim);
+  CELLM_ASSIGN_OR_RETURN(kv_, KvStore::create(spec().num_layers, cells, spec().num_kv_heads,
+                                              spec().head_dim));
   cache_ = std::move(cache);
   return Status::ok();
 }

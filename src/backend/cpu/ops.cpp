@@ -148,7 +148,16 @@ void attend_cells(const float* q, const float* k, const float* v,
   const std::int64_t group = heads / params.kv_heads;
   const std::int64_t kv_stride = static_cast<std::int64_t>(params.kv_heads) * dim;
 
-#pragma omp parallel
+  // Small steps (decode of a few rows) run on one thread: waking a team
+  // costs more than it saves there, and a busy machine makes it far worse.
+  std::int64_t work = 0;
+  for (const auto& cells : row_cells) {
+    work += static_cast<std::int64_t>(cells.size());
+  }
+  work *= heads * dim;
+  constexpr std::int64_t kParallelWork = std::int64_t{1} << 16;
+
+#pragma omp parallel if (work >= kParallelWork)
   {
     std::vector<double> scores;
     std::vector<double> acc(static_cast<std::size_t>(dim));
