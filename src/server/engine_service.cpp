@@ -1,0 +1,113 @@
+#include "server/engine_service.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "cellm/prefix_cache.h"
+#include "server/runner_service.h"
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+namespace cellm::server {
+namespace {
+
+std::int32_t to_id(Token t) {
+  // Ids beyond int32 cannot name a vocabulary entry; -1 decodes to nothing.
+  return t > static_cast<Token>(std::numeric_limits<std::int32_t>::max()) ? -1
+                                                                          : static_cast<std::int32_t>(t);
+}
+
+class DetokenizerStream final : public TokenTextStream {
+ public:
+  explicit DetokenizerStream(const text::Tokenizer& tokenizer) : detok_(tokenizer, true) {}
+  std::string push(Token token) override {
+    const std::int32_t id = to_id(token);
+    return id < 0 ? std::string() : detok_.push(id);
+  }
+  std::string finish() override { return detok_.finish(); }
+
+ private:
+  text::StreamingDetokenizer detok_;
+};
+
+// Owns what the RunnerService borrows besides the engine: a PrefixCache when
+// the engine has none. Declared before the service so it outlives it.
+class EngineService final : public GenerationService {
+ public:
+  EngineService(app::Engine& engine, const EngineServiceOptions& options) {
+    PrefixCache* cache = engine.prefix_cache();
+    // Snapshots occupy sessions; keep three quarters of them for requests.
+    std::int32_t entries = std::min(options.prefix_cache_entries, engine.max_sessions() / 4);
+    if (cache == nullptr && entries > 0) {
+      own_cache_ = std::make_unique<PrefixCache>(static_cast<std::size_t>(entries));
+      cache = own_cache_.get();
+    }
+    if (cache == nullptr) entries = 0;
+    const text::Tokenizer& tok = engine.tokenizer();
+    ModelText t;
+    t.tokenize = [&engine](std::string_view s, bool add_special) { return engine.encode(s, add_special); };
+    t.render_chat = [&engine](const nlohmann::ordered_json& messages,
+                              const nlohmann::ordered_json& extra, bool add_generation_prompt) {
+      return engine.render_chat(messages, add_generation_prompt, extra);
+    };
+    t.detokenize = [tok](std::span<const Token> ids) {
+      std::vector<std::int32_t> v;
+      v.reserve(ids.size());
+      for (Token id : ids) {
+        if (to_id(id) >= 0) v.push_back(to_id(id));
+      }
+      return tok.decode(v, /*skip_special=*/true);
+    };
+    t.text_stream = [tok] { return std::unique_ptr<TokenTextStream>(new DetokenizerStream(tok)); };
+    RunnerServiceConfig c;
+    c.model_name = engine.model_name();
+    c.context_length = engine.max_session_tokens();
+    c.vocab_size = engine.spec().vocab_size > 0 ? engine.spec().vocab_size : tok.vocab_size();
+    c.max_sessions = engine.max_sessions();
+    c.prefix_cache_entries = entries;
+    c.stop_tokens = engine.stop_tokens();
+    inner_ = std::make_unique<RunnerService>(engine.runner(), cache, std::move(t), std::move(c));
+  }
+  ~EngineService() override {
+    inner_.reset();
+    // Snapshots close through the runner, which is still alive here.
+    if (own_cache_) own_cache_->clear();
+  }
+
+  std::string model_name() const override { return inner_->model_name(); }
+  std::int32_t context_length() const override { return inner_->context_length(); }
+  std::int32_t vocab_size() const override { return inner_->vocab_size(); }
+  std::int32_t max_sequences() const override { return inner_->max_sequences(); }
+  std::int32_t sequences_for(std::int32_t n) const override { return inner_->sequences_for(n); }
+  bool prefix_caching() const override { return inner_->prefix_caching(); }
+  Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
+    return inner_->tokenize(text, add_special);
+  }
+  Result<std::string> render_chat(const nlohmann::ordered_json& messages,
+                                  const nlohmann::ordered_json& extra,
+                                  bool add_generation_prompt) const override {
+    return inner_->render_chat(messages, extra, add_generation_prompt);
+  }
+  std::string detokenize(std::span<const Token> tokens) const override {
+    return inner_->detokenize(tokens);
+  }
+  std::unique_ptr<TokenTextStream> text_stream() const override { return inner_->text_stream(); }
+  Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
+                                               const std::function<bool()>& abandoned) override {
+    return inner_->start(spec, std::move(sink), abandoned);
+  }
+  ServiceStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<PrefixCache> own_cache_;
+  std::unique_ptr<RunnerService> inner_;
+};
+
+}  // namespace
+
+std::shared_ptr<GenerationService> make_engine_service(app::Engine& engine,
+                                                       const EngineServiceOptions& options) {
+  return std::make_shared<EngineService>(engine, options);
+}
+
+}  // namespace cellm::server
