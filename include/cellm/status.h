@@ -151,6 +151,7 @@ const Status& status_of(const Result<T>& r) {
 #define CELLM_CONCAT(a, b) CELLM_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` (a Status or Result) from the caller when it is not OK.
+// Pass the Result itself, not `.status()` of a temporary (that reference dangles).
 #define CELLM_RETURN_IF_ERROR(expr)                                      \
   do {                                                                   \
     auto&& cellm_status_or_ = (expr);                                    \

@@ -5,6 +5,7 @@
 #include "app/backend_select.h"
 #include "app/model_text.h"
 #include "cellm/decode_first_scheduler.h"
+#include "cellm/prefix_cache.h"
 #include "chat/chat_template.h"
 #include "core/log.h"
 #include "executor/cuda_executor.h"
@@ -22,6 +23,8 @@ struct Engine::Impl {
   std::shared_ptr<program::Program> program;
   std::unique_ptr<executor::CudaExecutor> executor;
   std::unique_ptr<Runner> runner;
+  // Snapshots are sessions of the runner: released before it shuts down.
+  std::unique_ptr<PrefixCache> prefix_cache;
   std::string model_name;
   std::string backend_name;
   std::int32_t max_sessions = 0;
@@ -110,6 +113,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
                           impl->backend_name);
   }
   ready.reset();
+  if (options.prefix_cache_entries > 0) {
+    impl->prefix_cache =
+        std::make_unique<PrefixCache>(static_cast<std::size_t>(options.prefix_cache_entries));
+  }
   report(progress, "ready", 1.0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -117,11 +124,13 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
-  if (impl_ && impl_->runner) impl_->runner->shutdown();
+  if (!impl_) return;
+  impl_->prefix_cache.reset();
+  if (impl_->runner) impl_->runner->shutdown();
 }
 
 Runner& Engine::runner() { return *impl_->runner; }
-PrefixCache* Engine::prefix_cache() { return nullptr; }
+PrefixCache* Engine::prefix_cache() { return impl_->prefix_cache.get(); }
 const text::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 
 bool Engine::has_chat_template() const { return impl_->chat_template.has_value(); }

@@ -15,5 +15,6 @@ using Command = std::function<int()>;
 
 Command add_run(CLI::App& app);
 Command add_chat(CLI::App& app);
+Command add_bench(CLI::App& app);
 
 }  // namespace cellm::cli

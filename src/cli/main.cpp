@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   };
   add(cellm::cli::add_run);
   add(cellm::cli::add_chat);
+  add(cellm::cli::add_bench);
 
   try {
     app.parse(argc, argv);

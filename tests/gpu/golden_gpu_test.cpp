@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -50,19 +51,32 @@ std::unique_ptr<Rig> make_rig(const std::string& fixture, bool graphs) {
   return rig;
 }
 
-// Checks every position a sequence recorded from `from` on.
+// Checks every position a sequence recorded from `from` on: each within the
+// per-position bound, and the run's mean within the mean bound.
 void expect_matches(const FedSeq& s, const GoldenCase& c, std::size_t from, const std::string& what) {
+  const cellm::testing::GoldenTolerance& tol = cellm::testing::kBf16Tolerance;
   int failures = 0;
+  double sum = 0.0;
+  double worst = 0.0;
+  std::size_t n = 0;
   for (std::size_t pos = from; pos < c.inputs.size(); ++pos) {
     auto it = s.logits.find(pos);
     if (it == s.logits.end()) {
       ADD_FAILURE() << what << ": no logits for position " << pos;
       return;
     }
-    const std::string err = cellm::testing::check_golden_row(it->second, c, pos,
-                                                             cellm::testing::kBf16Tolerance);
+    const std::string err = cellm::testing::check_golden_row(it->second, c, pos, tol);
     if (!err.empty() && ++failures <= 3) ADD_FAILURE() << what << " position " << pos << ": " << err;
+    const double e = cellm::testing::golden_row_error(it->second, c, pos);
+    sum += e;
+    worst = std::max(worst, e);
+    ++n;
   }
+  const double mean = n == 0 ? 0.0 : sum / static_cast<double>(n);
+  EXPECT_LE(mean, tol.mean_relative_error) << what << ": mean relative error over " << n
+                                           << " positions";
+  std::printf("golden %-28s positions %4zu  mean rel err %.4f  worst %.4f\n", what.c_str(), n, mean,
+              worst);
 }
 
 FedSeq new_seq(executor::CudaExecutor& ex, const GoldenCase& c) {

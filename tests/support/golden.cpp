@@ -62,6 +62,20 @@ Result<std::vector<GoldenCase>> load_golden_cases(const fs::path& dir) {
   return cases;
 }
 
+double golden_row_error(std::span<const float> got, const GoldenCase& c, std::size_t pos) {
+  const auto v = static_cast<std::size_t>(c.logits.dim(1));
+  if (got.size() != v) return std::nan("");
+  const float* ref = c.logits.data_as<float>() + pos * v;
+  double diff = 0.0;
+  double norm = 0.0;
+  for (std::size_t i = 0; i < v; ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    diff += d * d;
+    norm += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
 std::string check_golden_row(std::span<const float> got, const GoldenCase& c, std::size_t pos,
                              const GoldenTolerance& tol) {
   const auto v = static_cast<std::size_t>(c.logits.dim(1));

@@ -28,9 +28,19 @@ struct GoldenCase {
 struct GoldenTolerance {
   double max_relative_error;  // per position, ||got - ref|| / ||ref||
   double argmax_margin;       // argmax must match where the top-2 margin exceeds this
+  double mean_relative_error; // over all positions of a run
 };
-inline constexpr GoldenTolerance kFloat32Tolerance{1e-4, 1e-3};
-inline constexpr GoldenTolerance kBf16Tolerance{3e-2, 0.25};
+inline constexpr GoldenTolerance kFloat32Tolerance{1e-4, 1e-3, 1e-4};
+// bf16: testdata/README.md suggests 3e-2 per position and argmax where the
+// margin exceeds 0.25, but Hugging Face transformers itself, run in bf16 on an
+// H200 over these fixtures (bench/tools/hf_bf16_error.py, 2026-11-30), reaches
+// 5.7e-2 per position (llama) and flips the argmax at margins up to 0.46
+// (llama_long, qwen3). A bf16 forward is held to that yardstick per position
+// and to the suggested 3e-2 on average over each run.
+inline constexpr GoldenTolerance kBf16Tolerance{6e-2, 0.5, 3e-2};
+
+// The relative error of one position (for means); NaN when sizes differ.
+double golden_row_error(std::span<const float> got, const GoldenCase& c, std::size_t pos);
 
 std::filesystem::path golden_root();
 // Fixture folder names under golden_root(), sorted.
