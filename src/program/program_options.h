@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace cellm::program {
 
 struct ProgramOptions {
@@ -32,6 +34,11 @@ struct ProgramOptions {
   // Published as get_min_prefill_chunk when > 0: the dynamic methods then
   // expect at least this many selector rows.
   std::int32_t min_prefill_chunk = 0;
+  // RoPE inverse frequencies are rounded to this dtype (kF32, kBF16, kF16)
+  // before use. kF32 is the exact table. Hugging Face transformers keeps its
+  // inv_freq buffer in the dtype of the checkpoint it loaded, so reproducing
+  // its outputs for a bf16 checkpoint (the golden fixtures) needs kBF16.
+  DType rope_table_dtype = DType::kF32;
 };
 
 }  // namespace cellm::program

@@ -120,11 +120,11 @@ std::size_t KvStore::bytes() const {
          static_cast<std::size_t>(cell_floats_) * sizeof(float);
 }
 
-CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType checkpoint_dtype)
+CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype)
     : spec_(std::move(spec)), weights_(std::move(weights)) {
   CELLM_CHECK(check_spec(spec_).is_ok(), "CpuForward built from an unchecked spec");
   for (const model::LayerSpec& layer : spec_.layers) {
-    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, checkpoint_dtype));
+    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, rope_table_dtype));
   }
   attention_scale_ = spec_.attention_scale > 0.0f
                          ? spec_.attention_scale

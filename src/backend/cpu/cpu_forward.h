@@ -64,9 +64,9 @@ struct StepRows {
 class CpuForward {
  public:
   // `weights` must come from to_f32_weights(spec, ...); `spec` must pass
-  // check_spec. `checkpoint_dtype` is the float dtype the weights were stored
-  // in; RoPE frequencies are rounded to it (see rope_inv_freq).
-  CpuForward(model::ModelSpec spec, model::Weights weights, DType checkpoint_dtype = DType::kF32);
+  // check_spec. RoPE frequencies are rounded to `rope_table_dtype` (see
+  // rope_inv_freq and ProgramOptions::rope_table_dtype).
+  CpuForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype = DType::kF32);
 
   const model::ModelSpec& spec() const { return spec_; }
 

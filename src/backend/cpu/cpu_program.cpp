@@ -57,6 +57,11 @@ Result<std::unique_ptr<CpuProgram>> CpuProgram::create(const model::ModelSpec& s
     return invalid_argument("program options: min_prefill_chunk {} must lie in [0, max_step {}]",
                             options.min_prefill_chunk, options.max_step);
   }
+  if (options.rope_table_dtype != DType::kF32 && options.rope_table_dtype != DType::kBF16 &&
+      options.rope_table_dtype != DType::kF16) {
+    return invalid_argument("program options: rope_table_dtype {} must be f32, bf16 or f16",
+                            dtype_name(options.rope_table_dtype));
+  }
   std::int32_t kv_cells = options.kv_cells;
   if (kv_cells == 0) {
     kv_cells = 4 * std::min(spec.max_context > 0 ? spec.max_context : 8192, 8192) + 1;
@@ -66,9 +71,7 @@ Result<std::unique_ptr<CpuProgram>> CpuProgram::create(const model::ModelSpec& s
                             options.kv_cells);
   }
   CELLM_ASSIGN_OR_RETURN(model::Weights f32, to_f32_weights(spec, weights));
-  // The embedding's stored dtype stands for the checkpoint's.
-  const DType stored = weights.embed_tokens.dtype();
-  auto forward = std::make_unique<CpuForward>(spec, std::move(f32), stored);
+  auto forward = std::make_unique<CpuForward>(spec, std::move(f32), options.rope_table_dtype);
   auto program = std::unique_ptr<CpuProgram>(new CpuProgram(options, kv_cells, std::move(forward)));
   for (std::int32_t w : widths) {
     program->methods_.emplace(std::string(program::kStaticMethodPrefix) + std::to_string(w),

@@ -26,8 +26,8 @@ void rms_norm(const float* x, const float* weight, std::int64_t rows, std::int64
 // float32 exactly as Hugging Face builds its inv_freq buffer, including the
 // llama3 band scaling and linear scaling, then rounded to `table_dtype`
 // (kF32, kBF16 or kF16): transformers keeps that buffer in the dtype of the
-// checkpoint it loaded, so a 16-bit checkpoint rotates with 16-bit
-// frequencies and matching it needs the same rounding.
+// checkpoint it loaded, so matching its outputs for a 16-bit checkpoint
+// needs the same rounding.
 std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_dim,
                                  DType table_dtype = DType::kF32);
 

@@ -127,6 +127,8 @@ class CpuGolden : public ::testing::TestWithParam<std::string> {
     o.static_widths = {1, 2, 4, 8, 16, 32};
     o.max_step = 2048;
     o.kv_cells = 4096;
+    // transformers rotates a 16-bit checkpoint with 16-bit frequencies.
+    o.rope_table_dtype = loaded->weights.embed_tokens.dtype();
     auto program = CpuProgram::create(loaded->spec, loaded->weights, o);
     EXPECT_TRUE(program.ok()) << program.status().to_string();
     if (!program.ok()) return nullptr;

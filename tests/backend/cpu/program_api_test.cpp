@@ -112,6 +112,7 @@ TEST(CpuProgramApi, RefusesBadOptions) {
   EXPECT_EQ(bad([](auto& o) { o.static_widths = {128}; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](auto& o) { o.kv_cells = 1; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad([](auto& o) { o.min_prefill_chunk = 65; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](auto& o) { o.rope_table_dtype = DType::kI64; }), StatusCode::kInvalidArgument);
   // Default KV budget: 4 sequences of the context plus the scratch cell.
   auto o = small_options();
   o.kv_cells = 0;
@@ -148,6 +149,29 @@ TEST(CpuProgramApi, RefusesMissingOrMisshapenWeightsAndBadSpecs) {
   rotary.spec.layers[0].rope.rotary_dim = 5;
   EXPECT_EQ(CpuProgram::create(rotary.spec, rotary.weights, small_options()).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(CpuProgramApi, RopeTableDtypeOptionRoundsFrequencies) {
+  const auto m = testing::make_tiny_model(Architecture::kQwen2);
+  std::vector<std::int64_t> tokens(40);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int64_t>(i * 5 % 61);
+  const auto ref_f32 = testing::reference_logits(m.spec, m.weights, tokens, DType::kF32);
+  const auto ref_bf16 = testing::reference_logits(m.spec, m.weights, tokens, DType::kBF16);
+  auto options = small_options();
+  options.rope_table_dtype = DType::kBF16;
+  auto made = CpuProgram::create(m.spec, m.weights, options);
+  ASSERT_TRUE(made.ok());
+  auto d = StepDriver::create(std::move(made).value(), {64, 2, 64});
+  ASSERT_TRUE(d.ok());
+  const auto seq = (*d)->cache().seq_new();
+  auto got = (*d)->feed(*seq, tokens, 8);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  double worst_vs_f32 = 0;
+  for (std::size_t p = 0; p < tokens.size(); ++p) {
+    EXPECT_LE(testing::relative_error((*got)[p], ref_bf16[p]), 1e-4) << p;
+    worst_vs_f32 = std::max(worst_vs_f32, testing::relative_error((*got)[p], ref_f32[p]));
+  }
+  EXPECT_GT(worst_vs_f32, 1e-4);  // the rounding is visible at these positions
 }
 
 TEST(CpuProgramApi, BindAndLoadOrder) {

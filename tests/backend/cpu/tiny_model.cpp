@@ -237,7 +237,8 @@ TinyModel make_tiny_model(Architecture arch, std::uint64_t seed) {
 
 std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
                                                   const model::Weights& w,
-                                                  const std::vector<std::int64_t>& tokens) {
+                                                  const std::vector<std::int64_t>& tokens,
+                                                  DType rope_table_dtype) {
   const std::size_t t = tokens.size();
   const std::size_t d = static_cast<std::size_t>(s.hidden_size);
   const int hd = s.head_dim;
@@ -258,9 +259,9 @@ std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
     const model::LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
     const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
     std::vector<double> inv = reference_inv_freq(ls.rope, hd);
-    if (w.embed_tokens.dtype() == DType::kBF16) {
-      // transformers keeps inv_freq in the checkpoint's dtype.
-      for (double& f : inv) f = bf16_to_f32(f32_to_bf16(static_cast<float>(f)));
+    for (double& f : inv) {
+      if (rope_table_dtype == DType::kBF16) f = bf16_to_f32(f32_to_bf16(static_cast<float>(f)));
+      if (rope_table_dtype == DType::kF16) f = f16_to_f32(f32_to_f16(static_cast<float>(f)));
     }
     std::vector<std::vector<double>> q(t), k(t), v(t);
     for (std::size_t r = 0; r < t; ++r) {

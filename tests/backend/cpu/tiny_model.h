@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/model_spec.h"
 #include "model/weights.h"
 
@@ -27,11 +28,12 @@ struct TinyModel {
 TinyModel make_tiny_model(model::Architecture arch, std::uint64_t seed = 1);
 
 // Logits [T][V] of one uncached forward over `tokens` (positions 0..T-1),
-// computed in double straight from the model definition (RoPE frequencies
-// rounded to bf16 for a bf16 checkpoint, as transformers does).
+// computed in double straight from the model definition; RoPE frequencies
+// are rounded to `rope_table_dtype` first (ProgramOptions::rope_table_dtype).
 std::vector<std::vector<double>> reference_logits(const model::ModelSpec& spec,
                                                   const model::Weights& weights,
-                                                  const std::vector<std::int64_t>& tokens);
+                                                  const std::vector<std::int64_t>& tokens,
+                                                  DType rope_table_dtype = DType::kF32);
 
 // ||a - b|| / ||b||.
 double relative_error(const std::vector<float>& a, const std::vector<double>& b);
