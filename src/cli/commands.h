@@ -16,5 +16,12 @@ using Command = std::function<int()>;
 Command add_run(CLI::App& app);
 Command add_chat(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_inspect(CLI::App& app);
+#ifdef CELLM_HAVE_SERVER
+Command add_serve(CLI::App& app);
+#endif
+
+// The fetched SmolLM2 that run, chat and serve use when no model is named.
+const char* default_model_path();
 
 }  // namespace cellm::cli

@@ -16,6 +16,8 @@ constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 }  // namespace
 
+const char* default_model_path() { return kDefaultModel; }
+
 void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("model", args.model,
                  "Hugging Face folder or .gguf file (default: the fetched SmolLM2-135M)");

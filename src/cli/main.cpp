@@ -25,7 +25,11 @@ int main(int argc, char** argv) {
   };
   add(cellm::cli::add_run);
   add(cellm::cli::add_chat);
+#ifdef CELLM_HAVE_SERVER
+  add(cellm::cli::add_serve);
+#endif
   add(cellm::cli::add_bench);
+  add(cellm::cli::add_inspect);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,36 @@
+// `cellm serve [MODEL]`: the OpenAI-compatible HTTP server (src/server).
+#include "cli/commands.h"
+#include "server/serve_main.h"
+
+namespace cellm::cli {
+
+Command add_serve(CLI::App& app) {
+  auto args = std::make_shared<server::ServeArgs>();
+  auto model = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible HTTP API");
+  cmd->add_option("model", *model,
+                  "Hugging Face folder or .gguf file (default: the fetched SmolLM2-135M)");
+  cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "port (0: any free port)")->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--max-sessions", args->max_sessions, "resident sessions")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-session-tokens", args->max_session_tokens,
+                  "per-session token limit (0: divide the pool, capped by the context)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefix-cache", args->prefix_cache_entries, "prefix-cache entries (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--served-model-name", args->served_model_name, "name reported by /v1/models");
+  return [args, model] {
+    args->model = std::filesystem::path(model->empty() ? std::string(default_model_path()) : *model);
+    return server::run_serve(*args);
+  };
+}
+
+}  // namespace cellm::cli
