@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "app/backend_select.h"
+#include "app/executor_factory.h"
 #include "app/model_text.h"
 #include "cellm/decode_first_scheduler.h"
 #include "cellm/prefix_cache.h"
@@ -75,22 +75,17 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   }
 
   report(progress, "building program", 0.5);
-  program::ProgramOptions program_options = options.program;
-  CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(options.backend));
-  impl->backend_name = backend.name;
-  std::int32_t session_tokens = options.max_session_tokens;
-  const std::int32_t context = impl->model.spec.max_context;
-  if (program_options.kv_cells == 0 && !backend.sizes_pool_from_memory) {
-    // A CPU pool holds every session's reservation outright.
-    if (session_tokens == 0) session_tokens = std::min<std::int32_t>(context, 4096);
-    program_options.kv_cells = options.max_sessions * session_tokens + 1;
-  }
-  CELLM_ASSIGN_OR_RETURN(impl->program,
-                         backend.load(impl->model.spec, impl->model.weights, program_options));
-
-  report(progress, "creating executor", 0.8);
-  CELLM_ASSIGN_OR_RETURN(impl->executor, executor::CudaExecutor::create(
-                                             impl->program, options.max_sessions, session_tokens));
+  CudaExecutorConfig config;
+  config.model_path = options.model.string();
+  config.backend = options.backend;
+  config.max_sessions = options.max_sessions;
+  config.max_session_tokens = options.max_session_tokens;
+  config.program = options.program;
+  CELLM_ASSIGN_OR_RETURN(LoadedExecutor loaded, create_executor(std::move(impl->model), config));
+  impl->program = std::move(loaded.program);
+  impl->executor = std::move(loaded.executor);
+  impl->backend_name = loaded.backend;
+  impl->model = std::move(loaded.model);
 
   const std::size_t preferred = impl->executor->preferred_batch_tokens();
   const std::size_t decodes = options.max_decode_sequences > 0

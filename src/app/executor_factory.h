@@ -1,0 +1,58 @@
+// CudaExecutor::create from a configuration naming a model path — the form of
+// the public executor header (`CudaExecutorConfig`). It lives here rather than
+// in src/executor because loading a model and choosing a backend are
+// assembly, which the executor library must not depend on.
+//
+// Thread-safety: create_executor may run on any thread; the executor it
+// returns belongs to one engine thread afterwards.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cellm/status.h"
+#include "core/dtype.h"
+#include "executor/cuda_executor.h"
+#include "model/loader.h"
+#include "program/program.h"
+#include "program/program_options.h"
+
+namespace cellm::app {
+
+struct CudaExecutorOptions {
+  // Every method shares one copy of the weights (always true here: a program
+  // is one set of weights with many methods).
+  bool weight_sharing_across_methods = true;
+  // Capture each static forward_N as a CUDA graph when it loads.
+  bool cuda_graph_for_static_methods = true;
+  // Other static methods to capture; the programs here export none.
+  std::vector<std::string> additional_cuda_graph_methods;
+};
+
+struct CudaExecutorConfig {
+  std::string model_path;               // Hugging Face folder or .gguf file
+  std::vector<std::string> data_files;  // shards are found through the index; keep empty
+  int max_sessions = 1;
+  int max_session_tokens = 0;  // 0: divide the pool across sessions, capped by the context
+  DType kv_dtype = DType::kBF16;
+  int initial_capacity = -1;   // the pool is sized at load; must be -1 or fit it
+  std::string backend = "auto";  // "auto", "cpu" or "cuda"
+  program::ProgramOptions program;
+  CudaExecutorOptions options;
+};
+
+struct LoadedExecutor {
+  model::LoadedModel model;
+  std::shared_ptr<program::Program> program;
+  std::unique_ptr<executor::CudaExecutor> executor;
+  std::string backend;  // "cpu" or "cuda"
+};
+
+// Loads the model, builds its program on the chosen backend and the executor
+// over it. Methods load (and graphs are captured) in executor->initialize().
+Result<LoadedExecutor> create_executor(const CudaExecutorConfig& config);
+// The same over a model already loaded (config.model_path is then only a label).
+Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecutorConfig& config);
+
+}  // namespace cellm::app
