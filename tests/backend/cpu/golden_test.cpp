@@ -29,20 +29,22 @@ using testing::StepDriver;
 constexpr double kRelTol = 1e-4;
 constexpr double kMarginForArgmax = 1e-3;
 
+// $CELLM_GOLDEN_DIR, else <testdata>/hf_models. Resolved without
+// testdata_dir() because test registration runs before any test does.
 fs::path golden_root() {
   if (auto p = cellm::testing::env_path("CELLM_GOLDEN_DIR")) return *p;
-  return cellm::testing::testdata_dir() / "hf_models";
+  if (auto p = cellm::testing::env_path("CELLM_TESTDATA")) return *p / "hf_models";
+  const fs::path src = cellm::testing::source_dir();
+  for (const fs::path& c : {src.parent_path() / "shared" / "testdata", src / ".testdata"}) {
+    if (fs::is_directory(c)) return c / "hf_models";
+  }
+  return src.parent_path() / "shared" / "testdata" / "hf_models";
 }
 
 std::vector<std::string> fixture_names() {
   std::vector<std::string> names;
   std::error_code ec;
-  const fs::path root = cellm::testing::env_path("CELLM_GOLDEN_DIR")
-                            .value_or(cellm::testing::env_path("CELLM_TESTDATA")
-                                          .value_or(cellm::testing::source_dir().parent_path() /
-                                                    "shared" / "testdata") /
-                                      "hf_models");
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
+  for (const auto& entry : fs::directory_iterator(golden_root(), ec)) {
     if (entry.is_directory() && fs::exists(entry.path() / "expected.safetensors")) {
       names.push_back(entry.path().filename().string());
     }
