@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +119,15 @@ TEST(ChatInterpreterTest, UndefinedBehavesLikeJinjasDefault) {
   EXPECT_THAT(render_error("{{ missing|tojson }}"), HasSubstr("not JSON serializable"));
   EXPECT_THAT(render_error("{% for x in n %}{% endfor %}", ctx), HasSubstr("not iterable"));
   EXPECT_THAT(render_error("{{ 5() }}"), HasSubstr("not callable"));
+}
+
+TEST(ChatInterpreterTest, StrftimeNowFormatsTheLocalDate) {
+  auto out = render("{{ strftime_now('%Y-%m-%d') }}|{{ strftime_now('') }}|");
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->size(), 12u) << *out;
+  EXPECT_TRUE(std::isdigit(static_cast<unsigned char>((*out)[0])));
+  EXPECT_EQ((*out)[4], '-');
+  EXPECT_EQ(out->substr(10), "||");
 }
 
 TEST(ChatInterpreterTest, ImmutableInputsAndNamespaceRules) {

@@ -32,6 +32,9 @@ CASES = [
     ("{% raw %}{{ not parsed }}{% endraw %}|{%- raw -%}  x  {%- endraw -%}|", {}),
     ("line1\r\nline2\r\n{% if true %}\r\nyes\r\n{% endif %}", {}),
     ("trailing newline kept once\n\n", {}),
+    ("a\n  {# c #}\nb\n  {{ 'v' }} x  {% if true %}y{% endif %}\n{{ 'a' }}   {% if true %}b{% endif %}", {}),
+    ("   {% if true %}\n   {% if true %}x{% endif %}\n{% endif %}\t{% if true %}z{% endif %}", {}),
+    ("{% for m in ms %}\n    {%- if m %}\n        {{- m }}\n    {% endif %}\n{% endfor %}", {"ms": ["a", "", "b"]}),
     # operators
     ("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 7 / 2 }} {{ 6 / 3 }}", {}),
     ("{{ 7.5 // 2 }} {{ -7.5 % 2 }} {{ 1 + 2.0 }} {{ true + 1 }} {{ 'ab' * 2 }} {{ [1] * 3 }} {{ 3 * 'x' }}", {}),
