@@ -38,7 +38,7 @@ class SafetensorsFile {
   static Result<SafetensorsFile> open(const std::filesystem::path& path);
   static Result<SafetensorsFile> parse(std::shared_ptr<const MappedFile> file);
 
-  // Entries in header order.
+  // Entries sorted by name (the JSON header is an unordered object).
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   const SafetensorsEntry* find(std::string_view name) const;
   // A view of the named tensor that keeps the mapping alive (a copy when the

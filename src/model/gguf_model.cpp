@@ -287,6 +287,11 @@ Result<Tensor> GgufTensorSource::load(std::string_view name) const {
     CELLM_ASSIGN_OR_RETURN(t, file_->dequantize(*i, dequant_dtype_));
   }
   // GGUF's llama converter interleaves each head's rotary halves in Q and K.
+  if (spec_.arch == Architecture::kLlama && spec_.head_dim % 2 != 0 &&
+      (name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.k_proj.weight"))) {
+    return invalid_argument("{}: head_dim {} is odd, so '{}' cannot hold rotary pairs",
+                            file_->path(), spec_.head_dim, name);
+  }
   if (spec_.arch == Architecture::kLlama) {
     if (name.ends_with("self_attn.q_proj.weight")) return unpermute_rotary_rows(t, spec_.num_heads);
     if (name.ends_with("self_attn.k_proj.weight")) return unpermute_rotary_rows(t, spec_.num_kv_heads);

@@ -169,6 +169,7 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
     for (const auto& [ty, cb] : stored) {
       r += fmt::format("{} {} in {} tensors; ", ty, human_bytes(static_cast<double>(cb.second)), cb.first);
     }
+    r.resize(r.size() - 2);
     r += "\n";
   }
 

@@ -50,7 +50,7 @@ Result<LoadedModel> load_hf(const std::filesystem::path& folder, const LoadOptio
   out.weights = std::move(weights);
   out.format = ModelFormat::kHuggingFace;
   out.path = folder;
-  out.source = fmt::format("Hugging Face folder {} ({})", source.description(),
+  out.source = fmt::format("Hugging Face folder {}, spec from {}", source.description(),
                            config.filename().string());
   return out;
 }

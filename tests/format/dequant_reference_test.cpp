@@ -136,30 +136,24 @@ std::vector<std::uint8_t> random_blocks(GgmlType type, std::size_t blocks, std::
     if ((h & 0x7C00) == 0x7C00) h = static_cast<std::uint16_t>(h & ~0x4000);
     std::memcpy(b.data() + at, &h, 2);
   };
-  std::vector<std::size_t> halves;  // offsets of f16 fields in one block
-  switch (type) {
-    case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ8_0: halves = {0}; break;
-    case GgmlType::kQ4_1: case GgmlType::kQ4_K: case GgmlType::kQ5_K: halves = {0, 2}; break;
-    case GgmlType::kQ6_K: halves = {208}; break;
-    case GgmlType::kF16: halves = {0}; break;
-    case GgmlType::kBF16: {
-      for (std::size_t i = 0; i + 1 < b.size(); i += 2) {
-        if ((b[i + 1] & 0x7F) == 0x7F && (b[i] & 0x80)) b[i + 1] &= 0xBF;  // no inf/NaN
-      }
-      return b;
+  if (type == GgmlType::kBF16) {
+    for (std::size_t i = 0; i + 1 < b.size(); i += 2) {
+      if ((b[i + 1] & 0x7F) == 0x7F && (b[i] & 0x80)) b[i + 1] &= 0xBF;  // no inf/NaN
     }
-    case GgmlType::kF32: {
-      std::uniform_real_distribution<float> d(-100.0f, 100.0f);
-      for (std::size_t i = 0; i < blocks; ++i) {
-        const float v = d(rng);
-        std::memcpy(b.data() + 4 * i, &v, 4);
-      }
-      return b;
-    }
-    default:
-      ADD_FAILURE() << "no generator for " << ggml_type_name(type);
-      return b;
+    return b;
   }
+  if (type == GgmlType::kF32) {
+    std::uniform_real_distribution<float> d(-100.0f, 100.0f);
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const float v = d(rng);
+      std::memcpy(b.data() + 4 * i, &v, 4);
+    }
+    return b;
+  }
+  // Offsets of the f16 fields in one block.
+  std::vector<std::size_t> halves = {0};
+  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) halves = {0, 2};
+  if (type == GgmlType::kQ6_K) halves = {208};
   for (std::size_t blk = 0; blk < blocks; ++blk) {
     for (std::size_t off : halves) finite_half(blk * info.block_bytes + off);
   }
