@@ -17,7 +17,7 @@ namespace {
 
 std::filesystem::path testdata_dir() {
   if (auto env = cellm::env_string("CELLM_TESTDATA")) return *env;
-  for (auto dir = std::filesystem::current_path(); ; dir = dir.parent_path()) {
+  for (auto dir = std::filesystem::current_path();; dir = dir.parent_path()) {
     for (const char* rel : {"shared/testdata", "../shared/testdata", ".testdata"}) {
       if (std::filesystem::exists(dir / rel / "tokenizers")) return dir / rel;
     }
@@ -43,25 +43,177 @@ const cellm::text::Tokenizer* tokenizer(const std::string& name) {
 const std::string& prose() {
   static const std::string text = [] {
     static const char* kWords[] = {
-        "the", "of", "and", "to", "a", "in", "that", "it", "was", "he", "for", "on", "is", "with", "as",
-        "his", "be", "at", "by", "had", "not", "but", "from", "this", "have", "which", "or", "she", "they",
-        "were", "her", "an", "one", "all", "would", "there", "their", "we", "him", "been", "has", "when",
-        "who", "will", "more", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into",
-        "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may",
-        "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even",
-        "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years",
-        "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those",
-        "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own",
-        "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under",
-        "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old",
-        "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three",
-        "morning", "river", "garden", "window", "letter", "mountain", "silence", "journey", "harbour",
-        "lantern", "whispered", "remembered", "extraordinary", "nevertheless", "circumstances",
-        "understanding", "particularly", "conversation", "immediately", "neighbourhood",
+        "the",
+        "of",
+        "and",
+        "to",
+        "a",
+        "in",
+        "that",
+        "it",
+        "was",
+        "he",
+        "for",
+        "on",
+        "is",
+        "with",
+        "as",
+        "his",
+        "be",
+        "at",
+        "by",
+        "had",
+        "not",
+        "but",
+        "from",
+        "this",
+        "have",
+        "which",
+        "or",
+        "she",
+        "they",
+        "were",
+        "her",
+        "an",
+        "one",
+        "all",
+        "would",
+        "there",
+        "their",
+        "we",
+        "him",
+        "been",
+        "has",
+        "when",
+        "who",
+        "will",
+        "more",
+        "no",
+        "if",
+        "out",
+        "so",
+        "said",
+        "what",
+        "up",
+        "its",
+        "about",
+        "into",
+        "than",
+        "them",
+        "can",
+        "only",
+        "other",
+        "new",
+        "some",
+        "could",
+        "time",
+        "these",
+        "two",
+        "may",
+        "then",
+        "do",
+        "first",
+        "any",
+        "my",
+        "now",
+        "such",
+        "like",
+        "our",
+        "over",
+        "man",
+        "me",
+        "even",
+        "most",
+        "made",
+        "after",
+        "also",
+        "did",
+        "many",
+        "before",
+        "must",
+        "through",
+        "back",
+        "years",
+        "where",
+        "much",
+        "your",
+        "way",
+        "well",
+        "down",
+        "should",
+        "because",
+        "each",
+        "just",
+        "those",
+        "people",
+        "how",
+        "too",
+        "little",
+        "state",
+        "good",
+        "very",
+        "make",
+        "world",
+        "still",
+        "own",
+        "see",
+        "men",
+        "work",
+        "long",
+        "get",
+        "here",
+        "between",
+        "both",
+        "life",
+        "being",
+        "under",
+        "never",
+        "day",
+        "same",
+        "another",
+        "know",
+        "while",
+        "last",
+        "might",
+        "us",
+        "great",
+        "old",
+        "year",
+        "off",
+        "come",
+        "since",
+        "against",
+        "go",
+        "came",
+        "right",
+        "used",
+        "take",
+        "three",
+        "morning",
+        "river",
+        "garden",
+        "window",
+        "letter",
+        "mountain",
+        "silence",
+        "journey",
+        "harbour",
+        "lantern",
+        "whispered",
+        "remembered",
+        "extraordinary",
+        "nevertheless",
+        "circumstances",
+        "understanding",
+        "particularly",
+        "conversation",
+        "immediately",
+        "neighbourhood",
     };
     constexpr std::size_t kCount = sizeof(kWords) / sizeof(kWords[0]);
-    static const char* kSyllables[] = {"ka", "lor", "men", "di", "ther", "os", "ving", "bra", "quel",
-                                       "sto", "ne", "phi", "rum", "ta", "ist", "cor", "ald", "une"};
+    static const char* kSyllables[] = {"ka",   "lor", "men",  "di",  "ther", "os",
+                                       "ving", "bra", "quel", "sto", "ne",   "phi",
+                                       "rum",  "ta",  "ist",  "cor", "ald",  "une"};
     std::mt19937 rng(42);
     std::vector<double> weights(kCount);
     for (std::size_t i = 0; i < kCount; ++i) weights[i] = 1.0 / static_cast<double>(i + 1);
@@ -72,12 +224,14 @@ const std::string& prose() {
     while (out.size() < (1u << 20)) {
       std::string word;
       if (rng() % 10 == 0) {
-        for (int s = 0, n = 2 + static_cast<int>(rng() % 3); s < n; ++s) word += kSyllables[rng() % 18];
+        for (int s = 0, n = 2 + static_cast<int>(rng() % 3); s < n; ++s)
+          word += kSyllables[rng() % 18];
       } else {
         word = kWords[pick(rng)];
       }
       if (rng() % 60 == 0) word = std::to_string(rng() % 2000);
-      if (sentence_start) word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+      if (sentence_start)
+        word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
       if (rng() % 80 == 0) word = "\"" + word + "\"";
       out += word;
       sentence_start = false;
@@ -113,10 +267,18 @@ void encode_prose(benchmark::State& state, const std::string& name) {
   state.counters["tokens"] = static_cast<double>(tokens);
 }
 
-void BM_EncodeProseLlama3(benchmark::State& state) { encode_prose(state, "llama3"); }
-void BM_EncodeProseQwen3(benchmark::State& state) { encode_prose(state, "qwen3"); }
-void BM_EncodeProseLlama2(benchmark::State& state) { encode_prose(state, "llama2"); }
-void BM_EncodeProseGemma3(benchmark::State& state) { encode_prose(state, "gemma3"); }
+void BM_EncodeProseLlama3(benchmark::State& state) {
+  encode_prose(state, "llama3");
+}
+void BM_EncodeProseQwen3(benchmark::State& state) {
+  encode_prose(state, "qwen3");
+}
+void BM_EncodeProseLlama2(benchmark::State& state) {
+  encode_prose(state, "llama2");
+}
+void BM_EncodeProseGemma3(benchmark::State& state) {
+  encode_prose(state, "gemma3");
+}
 BENCHMARK(BM_EncodeProseLlama3)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_EncodeProseQwen3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeProseLlama2)->Unit(benchmark::kMillisecond);

@@ -32,7 +32,9 @@ void run_with_mutations(const std::vector<std::uint8_t>& seed, std::mt19937_64& 
       switch (rng() % 3) {
         case 0: m[at] ^= static_cast<std::uint8_t>(1u << (rng() % 8)); break;
         case 1: m[at] = static_cast<std::uint8_t>(rng()); break;
-        default: m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::uint8_t>(rng())); break;
+        default:
+          m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::uint8_t>(rng()));
+          break;
       }
     }
     run(m);

@@ -22,7 +22,7 @@
 namespace cellm {
 
 struct PrefixMatch {
-  Session session;              // a fresh clone holding the first matched_tokens tokens
+  Session session;  // a fresh clone holding the first matched_tokens tokens
   std::size_t matched_tokens = 0;
 };
 

@@ -51,8 +51,8 @@ using GenerationInput = std::variant<std::vector<Token>, PreparedInputPtr>;
 struct GenConfig {
   std::int64_t max_new_tokens = 256;  // must be > 0
   SamplingParams sampling;
-  std::vector<Token> stop_tokens;      // the matched token is delivered and kept
-  std::optional<std::uint64_t> seed;   // nullopt: nondeterministic
+  std::vector<Token> stop_tokens;     // the matched token is delivered and kept
+  std::optional<std::uint64_t> seed;  // nullopt: nondeterministic
 };
 
 // A copyable view of one generation's outcome. Dropping it does not cancel;

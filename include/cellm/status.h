@@ -79,9 +79,9 @@ class [[nodiscard]] Status {
 };
 
 // Factories with fmt-style messages: invalid_argument("session {} is not open", sid).
-#define CELLM_STATUS_FACTORY(fn, code)                                               \
-  template <typename... Args>                                                      \
-  Status fn(fmt::format_string<Args...> format, Args&&... args) {                  \
+#define CELLM_STATUS_FACTORY(fn, code)                                                 \
+  template <typename... Args>                                                          \
+  Status fn(fmt::format_string<Args...> format, Args&&... args) {                      \
     return Status(StatusCode::code, fmt::format(format, std::forward<Args>(args)...)); \
   }
 CELLM_STATUS_FACTORY(invalid_argument, kInvalidArgument)
@@ -103,16 +103,15 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::decay_t<T>, Status>, "Result<Status> is meaningless");
 
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.is_ok()) {
       status_ = Status(StatusCode::kInternal, "Result built from an OK status without a value");
     }
   }
-  template <typename U,
-            typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
-                                        !std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, T>>>
+  template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
+                                                    !std::is_same_v<std::decay_t<U>, Status> &&
+                                                    !std::is_same_v<std::decay_t<U>, T>>>
   Result(U&& value) : value_(T(std::forward<U>(value))) {}  // NOLINT
 
   bool ok() const { return value_.has_value(); }
@@ -138,7 +137,9 @@ class [[nodiscard]] Result {
 };
 
 namespace detail {
-inline const Status& status_of(const Status& s) { return s; }
+inline const Status& status_of(const Status& s) {
+  return s;
+}
 template <typename T>
 const Status& status_of(const Result<T>& r) {
   return r.status();
@@ -152,12 +153,12 @@ const Status& status_of(const Result<T>& r) {
 
 // Returns the Status of `expr` (a Status or Result) from the caller when it is not OK.
 // Pass the Result itself, not `.status()` of a temporary (that reference dangles).
-#define CELLM_RETURN_IF_ERROR(expr)                                      \
-  do {                                                                   \
-    auto&& cellm_status_or_ = (expr);                                    \
-    if (!::cellm::detail::status_of(cellm_status_or_).is_ok()) {         \
-      return ::cellm::detail::status_of(cellm_status_or_);               \
-    }                                                                    \
+#define CELLM_RETURN_IF_ERROR(expr)                              \
+  do {                                                           \
+    auto&& cellm_status_or_ = (expr);                            \
+    if (!::cellm::detail::status_of(cellm_status_or_).is_ok()) { \
+      return ::cellm::detail::status_of(cellm_status_or_);       \
+    }                                                            \
   } while (false)
 
 // CELLM_ASSIGN_OR_RETURN(auto x, make_x()): binds the value or returns the error.

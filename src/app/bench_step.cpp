@@ -25,8 +25,9 @@ namespace cellm::app {
 #ifndef CELLM_HAVE_CUDA
 
 Status run_step_bench(const StepBenchOptions&, std::FILE*) {
-  return not_supported("cellm bench step measures the CUDA backend; this build has none "
-                       "(build the cuda-release preset on a machine with a GPU)");
+  return not_supported(
+      "cellm bench step measures the CUDA backend; this build has none "
+      "(build the cuda-release preset on a machine with a GPU)");
 }
 
 #else
@@ -68,9 +69,10 @@ double prefill_flops(const model::ModelSpec& s, double tokens) {
   return matmuls + attention + 2.0 * h * s.vocab_size;
 }
 
-Result<std::unique_ptr<executor::CudaExecutor>> make_executor(std::shared_ptr<program::Program> p,
-                                                             int sessions, int session_tokens) {
-  CELLM_ASSIGN_OR_RETURN(auto ex, executor::CudaExecutor::create(std::move(p), sessions, session_tokens));
+Result<std::unique_ptr<executor::CudaExecutor> > make_executor(std::shared_ptr<program::Program> p,
+                                                               int sessions, int session_tokens) {
+  CELLM_ASSIGN_OR_RETURN(auto ex,
+                         executor::CudaExecutor::create(std::move(p), sessions, session_tokens));
   if (!ex->initialize()) return internal_error("the executor failed to initialize");
   return ex;
 }
@@ -90,17 +92,18 @@ Status timed_step(executor::CudaExecutor& ex, const executor::RawTargetStep& ste
   return Status::ok();
 }
 
-Result<std::vector<Point>> decode_points(const StepBenchOptions& o, const model::ModelSpec& spec,
-                                         std::shared_ptr<program::Program> program,
-                                         const cuda::DeviceCeilings& dev, std::FILE* out) {
+Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model::ModelSpec& spec,
+                                          std::shared_ptr<program::Program> program,
+                                          const cuda::DeviceCeilings& dev, std::FILE* out) {
   std::vector<Point> points;
   const std::int64_t cells = *program->constant(program::kMaxCellsConstant);
   const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
   const int extra = o.warmup_steps + o.steps + 1;
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
   for (int batch : o.batches) {
-    const std::int64_t per_session = std::min<std::int64_t>(
-        {(cells - 1) / batch - 1, static_cast<std::int64_t>(max_context) + extra, spec.max_context});
+    const std::int64_t per_session =
+        std::min<std::int64_t>({(cells - 1) / batch - 1,
+                                static_cast<std::int64_t>(max_context) + extra, spec.max_context});
     std::unique_ptr<executor::CudaExecutor> ex;
     if (per_session > extra) {
       CELLM_ASSIGN_OR_RETURN(ex, make_executor(program, batch, static_cast<int>(per_session)));
@@ -136,7 +139,8 @@ Result<std::vector<Point>> decode_points(const StepBenchOptions& o, const model:
         const auto t0 = Clock::now();
         CELLM_RETURN_IF_ERROR(timed_step(*ex, step, &tokens));
         const auto t1 = Clock::now();
-        if (i >= o.warmup_steps) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        if (i >= o.warmup_steps)
+          ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
       for (cache::SeqId s : seqs) cache.seq_rm(s);
       p.ms = median(ms);
@@ -144,8 +148,9 @@ Result<std::vector<Point>> decode_points(const StepBenchOptions& o, const model:
       const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
                         (context + o.warmup_steps + o.steps / 2.0);
       p.floor_ms = (weight_bytes_read(spec) + kv) / dev.copy_bytes_per_s * 1e3;
-      std::fprintf(out, "decode batch %4d context %5d: %8.3f ms/step  %9.0f tok/s  (%.0f%% of roofline)\n",
-                   batch, context, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms);
+      std::fprintf(
+          out, "decode batch %4d context %5d: %8.3f ms/step  %9.0f tok/s  (%.0f%% of roofline)\n",
+          batch, context, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms);
       std::fflush(out);
       points.push_back(p);
     }
@@ -153,9 +158,9 @@ Result<std::vector<Point>> decode_points(const StepBenchOptions& o, const model:
   return points;
 }
 
-Result<std::vector<Point>> prefill_points(const StepBenchOptions& o, const model::ModelSpec& spec,
-                                          std::shared_ptr<program::Program> program,
-                                          const cuda::DeviceCeilings& dev, std::FILE* out) {
+Result<std::vector<Point> > prefill_points(const StepBenchOptions& o, const model::ModelSpec& spec,
+                                           std::shared_ptr<program::Program> program,
+                                           const cuda::DeviceCeilings& dev, std::FILE* out) {
   std::vector<Point> points;
   const int longest = *std::max_element(o.prompts.begin(), o.prompts.end());
   const int session_tokens = std::min(longest + 8, spec.max_context);
@@ -208,7 +213,8 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   CELLM_ASSIGN_OR_RETURN(cuda::DeviceCeilings dev, cuda::measure_device_ceilings());
   std::fprintf(out, "%s: copy %.2f TB/s (read + write), bf16 GEMM %.0f TFLOP/s\n", dev.name.c_str(),
                dev.copy_bytes_per_s / 1e12, dev.gemm_flops_per_s / 1e12);
-  const int longest_prompt = o.prompts.empty() ? 0 : *std::max_element(o.prompts.begin(), o.prompts.end());
+  const int longest_prompt =
+      o.prompts.empty() ? 0 : *std::max_element(o.prompts.begin(), o.prompts.end());
   program::ProgramOptions popts;
   popts.max_step = std::max(2048, longest_prompt);
   model::ModelSpec spec;
@@ -233,8 +239,12 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (!o.json_path.empty()) {
     std::ofstream json(o.json_path, std::ios::app);
     for (const Point& p : all) {
-      nlohmann::json j{{"bench", "step"}, {"kind", p.kind}, {"gpu", dev.name}, {"commit", commit},
-                       {"model", o.model}, {"batch", p.batch},
+      nlohmann::json j{{"bench", "step"},
+                       {"kind", p.kind},
+                       {"gpu", dev.name},
+                       {"commit", commit},
+                       {"model", o.model},
+                       {"batch", p.batch},
                        {p.kind == "decode" ? "context" : "prompt", p.context},
                        {"copy_bytes_per_s", dev.copy_bytes_per_s},
                        {"gemm_flops_per_s", dev.gemm_flops_per_s}};
@@ -249,7 +259,8 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
       json << j.dump() << "\n";
     }
   }
-  std::fprintf(out, "\n| %s | kind | batch | ctx/prompt | ms | tok/s | roofline ms | of roofline |\n",
+  std::fprintf(out,
+               "\n| %s | kind | batch | ctx/prompt | ms | tok/s | roofline ms | of roofline |\n",
                o.model.c_str());
   std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");
   for (const Point& p : all) {

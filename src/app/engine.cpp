@@ -92,8 +92,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
                                   ? static_cast<std::size_t>(options.max_decode_sequences)
                                   : static_cast<std::size_t>(options.max_sessions);
   const std::size_t chunk = std::min<std::size_t>(256, preferred);
-  std::size_t batch = options.max_batch_tokens > 0 ? static_cast<std::size_t>(options.max_batch_tokens)
-                                                   : decodes + 2 * chunk;
+  std::size_t batch = options.max_batch_tokens > 0
+                          ? static_cast<std::size_t>(options.max_batch_tokens)
+                          : decodes + 2 * chunk;
   batch = std::max(batch, decodes + chunk);
   auto scheduler = DecodeFirstScheduler::create(batch, decodes, chunk);
   if (!scheduler) {
@@ -124,11 +125,19 @@ Engine::~Engine() {
   if (impl_->runner) impl_->runner->shutdown();
 }
 
-Runner& Engine::runner() { return *impl_->runner; }
-PrefixCache* Engine::prefix_cache() { return impl_->prefix_cache.get(); }
-const text::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+Runner& Engine::runner() {
+  return *impl_->runner;
+}
+PrefixCache* Engine::prefix_cache() {
+  return impl_->prefix_cache.get();
+}
+const text::Tokenizer& Engine::tokenizer() const {
+  return *impl_->tokenizer;
+}
 
-bool Engine::has_chat_template() const { return impl_->chat_template.has_value(); }
+bool Engine::has_chat_template() const {
+  return impl_->chat_template.has_value();
+}
 
 Result<std::string> Engine::render_chat(const nlohmann::ordered_json& messages,
                                         bool add_generation_prompt,
@@ -144,17 +153,29 @@ Result<std::string> Engine::render_chat(const nlohmann::ordered_json& messages,
                                    special);
 }
 
-const std::vector<Token>& Engine::stop_tokens() const { return impl_->stop_tokens; }
+const std::vector<Token>& Engine::stop_tokens() const {
+  return impl_->stop_tokens;
+}
 
 Result<std::vector<Token>> Engine::encode(std::string_view text, bool add_special) const {
   std::vector<std::int32_t> ids = impl_->tokenizer->encode(text, add_special);
   return std::vector<Token>(ids.begin(), ids.end());
 }
 
-const model::ModelSpec& Engine::spec() const { return impl_->model.spec; }
-const std::string& Engine::model_name() const { return impl_->model_name; }
-const std::string& Engine::backend_name() const { return impl_->backend_name; }
-std::int32_t Engine::max_session_tokens() const { return impl_->executor->max_session_tokens(); }
-std::int32_t Engine::max_sessions() const { return impl_->max_sessions; }
+const model::ModelSpec& Engine::spec() const {
+  return impl_->model.spec;
+}
+const std::string& Engine::model_name() const {
+  return impl_->model_name;
+}
+const std::string& Engine::backend_name() const {
+  return impl_->backend_name;
+}
+std::int32_t Engine::max_session_tokens() const {
+  return impl_->executor->max_session_tokens();
+}
+std::int32_t Engine::max_sessions() const {
+  return impl_->max_sessions;
+}
 
 }  // namespace cellm::app

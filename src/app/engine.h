@@ -35,13 +35,13 @@ class Tokenizer;
 namespace cellm::app {
 
 struct EngineOptions {
-  std::filesystem::path model;       // Hugging Face folder or .gguf file
-  std::string backend = "auto";      // "auto", "cpu" or "cuda"
-  std::int32_t max_sessions = 64;    // resident sessions: requests, clones, prefix snapshots
-  std::int32_t max_session_tokens = 0;  // 0: divide the pool across sessions, capped by context
+  std::filesystem::path model;             // Hugging Face folder or .gguf file
+  std::string backend = "auto";            // "auto", "cpu" or "cuda"
+  std::int32_t max_sessions = 64;          // resident sessions: requests, clones, prefix snapshots
+  std::int32_t max_session_tokens = 0;     // 0: divide the pool across sessions, capped by context
   std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
-  std::int32_t max_batch_tokens = 0;  // 0: the executor's preferred width plus decodes
-  std::int32_t max_decode_sequences = 0;  // 0: max_sessions
+  std::int32_t max_batch_tokens = 0;       // 0: the executor's preferred width plus decodes
+  std::int32_t max_decode_sequences = 0;   // 0: max_sessions
   program::ProgramOptions program;
 };
 

@@ -27,12 +27,14 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
                          dtype_name(config.kv_dtype));
   }
   if (!config.data_files.empty()) {
-    return not_supported("data_files: weights are read from the model path itself (sharded "
-                         "checkpoints through model.safetensors.index.json)");
+    return not_supported(
+        "data_files: weights are read from the model path itself (sharded "
+        "checkpoints through model.safetensors.index.json)");
   }
   if (!config.options.additional_cuda_graph_methods.empty()) {
-    return not_supported("additional_cuda_graph_methods: the programs export no other static "
-                         "method to capture");
+    return not_supported(
+        "additional_cuda_graph_methods: the programs export no other static "
+        "method to capture");
   }
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
@@ -45,7 +47,8 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
     if (session_tokens == 0) session_tokens = std::min<int>(out.model.spec.max_context, 4096);
     options.kv_cells = config.max_sessions * session_tokens + 1;
   }
-  if (config.initial_capacity >= 0 && options.kv_cells > 0 && config.initial_capacity > options.kv_cells) {
+  if (config.initial_capacity >= 0 && options.kv_cells > 0 &&
+      config.initial_capacity > options.kv_cells) {
     return invalid_argument("initial_capacity {} exceeds the pool of {} cells",
                             config.initial_capacity, options.kv_cells);
   }
@@ -55,8 +58,8 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
     knobs->use_graphs = config.options.cuda_graph_for_static_methods;
   }
 #endif
-  CELLM_ASSIGN_OR_RETURN(out.executor, executor::CudaExecutor::create(out.program, config.max_sessions,
-                                                                       session_tokens));
+  CELLM_ASSIGN_OR_RETURN(out.executor, executor::CudaExecutor::create(
+                                           out.program, config.max_sessions, session_tokens));
   return out;
 }
 

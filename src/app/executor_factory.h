@@ -36,7 +36,7 @@ struct CudaExecutorConfig {
   int max_sessions = 1;
   int max_session_tokens = 0;  // 0: divide the pool across sessions, capped by the context
   DType kv_dtype = DType::kBF16;
-  int initial_capacity = -1;   // the pool is sized at load; must be -1 or fit it
+  int initial_capacity = -1;     // the pool is sized at load; must be -1 or fit it
   std::string backend = "auto";  // "auto", "cpu" or "cuda"
   program::ProgramOptions program;
   CudaExecutorOptions options;

@@ -10,9 +10,10 @@ namespace cellm::app {
 namespace {
 
 Status missing_key(std::string_view key, const std::string& path) {
-  return data_loss("{}: GGUF metadata lacks '{}', so no tokenizer can be built; use a GGUF "
-                   "converted with its vocabulary, or a Hugging Face folder",
-                   path, key);
+  return data_loss(
+      "{}: GGUF metadata lacks '{}', so no tokenizer can be built; use a GGUF "
+      "converted with its vocabulary, or a Hugging Face folder",
+      path, key);
 }
 
 Result<std::vector<std::string>> string_array(const format::GgufFile& gguf, std::string_view key) {
@@ -119,7 +120,8 @@ SpecialTokenText special_token_text(const text::Tokenizer& tokenizer) {
   return out;
 }
 
-std::vector<Token> stop_token_ids(const model::LoadedModel& model, const text::Tokenizer& tokenizer) {
+std::vector<Token> stop_token_ids(const model::LoadedModel& model,
+                                  const text::Tokenizer& tokenizer) {
   std::vector<Token> ids;
   auto add = [&](std::int64_t id) {
     if (id >= 0 && id < tokenizer.vocab_size() &&

@@ -35,6 +35,7 @@ SpecialTokenText special_token_text(const text::Tokenizer& tokenizer);
 
 // EOS ids from the model (generation_config / GGUF) plus the tokenizer's EOS,
 // and the chat template's end-of-turn token when the vocabulary has one.
-std::vector<Token> stop_token_ids(const model::LoadedModel& model, const text::Tokenizer& tokenizer);
+std::vector<Token> stop_token_ids(const model::LoadedModel& model,
+                                  const text::Tokenizer& tokenizer);
 
 }  // namespace cellm::app

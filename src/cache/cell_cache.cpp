@@ -154,8 +154,8 @@ Status CellCache::Impl::check_tokens(std::span<const SeqId> seq_ids,
                          : position < static_cast<std::int32_t>(table(seq).size())
                              ? "is already held by the sequence (rewind first)"
                              : "repeats or goes back within the step";
-      return invalid_argument("step token {}: sequence {} position {} {}; expected position {}",
-                              i, seq, position, what, next);
+      return invalid_argument("step token {}: sequence {} position {} {}; expected position {}", i,
+                              seq, position, what, next);
     }
     if (position >= config.max_seq_len) {
       return out_of_resources(
@@ -180,7 +180,9 @@ Result<std::unique_ptr<CellCache>> CellCache::create(const CellCacheConfig& conf
 CellCache::CellCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CellCache::~CellCache() = default;
 
-const CellCacheConfig& CellCache::config() const { return impl_->config; }
+const CellCacheConfig& CellCache::config() const {
+  return impl_->config;
+}
 
 std::uint64_t CellCache::seq_epoch(SeqId seq) const {
   if (seq < 0 || seq >= impl_->config.max_sequences) return 0;
@@ -226,7 +228,9 @@ std::int32_t CellCache::pos(SeqId seq) const {
   return impl_->live(seq) ? static_cast<std::int32_t>(impl_->table(seq).size()) : 0;
 }
 
-bool CellCache::is_live(SeqId seq) const { return impl_->live(seq); }
+bool CellCache::is_live(SeqId seq) const {
+  return impl_->live(seq);
+}
 
 Status CellCache::check_step(std::span<const SeqId> seq_ids,
                              std::span<const std::int32_t> positions) const {
@@ -304,6 +308,8 @@ CellCacheMetrics CellCache::metrics() const {
   return out;
 }
 
-void CellCache::clear() { impl_->reset(); }
+void CellCache::clear() {
+  impl_->reset();
+}
 
 }  // namespace cellm::cache

@@ -46,13 +46,13 @@ struct CellCacheConfig {
 };
 
 struct CellCacheMetrics {
-  std::int32_t cells_used = 0;     // cells with a positive reference count
-  std::int32_t cells_free = 0;     // cells that can be placed (scratch excluded)
-  std::int32_t used_end = 0;       // one past the highest used cell (0 if none): the read extent
-  std::int32_t capacity = 0;       // max_cells
-  std::int32_t sequences = 0;      // live sequences
-  std::int32_t high_water = 0;     // largest used_end ever seen
-  std::uint64_t placements = 0;    // tokens placed since creation
+  std::int32_t cells_used = 0;   // cells with a positive reference count
+  std::int32_t cells_free = 0;   // cells that can be placed (scratch excluded)
+  std::int32_t used_end = 0;     // one past the highest used cell (0 if none): the read extent
+  std::int32_t capacity = 0;     // max_cells
+  std::int32_t sequences = 0;    // live sequences
+  std::int32_t high_water = 0;   // largest used_end ever seen
+  std::uint64_t placements = 0;  // tokens placed since creation
   friend bool operator==(const CellCacheMetrics&, const CellCacheMetrics&) = default;
 };
 
@@ -128,8 +128,7 @@ class CellCache {
   std::optional<PositionRange> attend_range(SeqId seq, std::int32_t position,
                                             std::int32_t window) const;
   // The cells of attend_range, in position order; empty when it is nullopt.
-  std::span<const CellId> attend_cells(SeqId seq, std::int32_t position,
-                                       std::int32_t window) const;
+  std::span<const CellId> attend_cells(SeqId seq, std::int32_t position, std::int32_t window) const;
 
   CellCacheMetrics metrics() const;
   // Frees every sequence and cell. Lifetime counters (high_water,

@@ -52,16 +52,16 @@ struct Expr {
 };
 
 enum class StmtKind : std::uint8_t {
-  kText,        // text
-  kOutput,      // {{ expr }}
-  kIf,          // conditions[i] → bodies[i]; else_body
-  kFor,         // targets in expr [if condition]; body; else_body
-  kSet,         // targets = expr
-  kSetAttr,     // targets[0].attribute = expr
-  kSetBlock,    // targets[0] = rendered body
-  kMacro,       // name(params) body
-  kFilterBlock, // body rendered then passed through expr (a filter chain over kName "")
-  kWith,        // assignments; body
+  kText,         // text
+  kOutput,       // {{ expr }}
+  kIf,           // conditions[i] → bodies[i]; else_body
+  kFor,          // targets in expr [if condition]; body; else_body
+  kSet,          // targets = expr
+  kSetAttr,      // targets[0].attribute = expr
+  kSetBlock,     // targets[0] = rendered body
+  kMacro,        // name(params) body
+  kFilterBlock,  // body rendered then passed through expr (a filter chain over kName "")
+  kWith,         // assignments; body
   kBreak,
   kContinue,
   kGeneration,  // transformers' {% generation %}: renders its body

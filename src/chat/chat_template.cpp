@@ -10,7 +10,8 @@ namespace {
 template <typename Json>
 Result<std::vector<std::pair<std::string, Value>>> context_vars(const Json& context) {
   if (!context.is_object()) {
-    return invalid_argument("chat template context must be a JSON object, got {}", context.type_name());
+    return invalid_argument("chat template context must be a JSON object, got {}",
+                            context.type_name());
   }
   std::vector<std::pair<std::string, Value>> vars;
   for (auto it = context.begin(); it != context.end(); ++it) {
@@ -23,7 +24,8 @@ Result<std::vector<std::pair<std::string, Value>>> context_vars(const Json& cont
 constexpr std::string_view kReasoningFields[] = {"reasoning_content", "thinking", "reasoning"};
 
 // One message as transformers hands it to the template.
-Result<nlohmann::ordered_json> normalize_message(const nlohmann::ordered_json& m, std::size_t index) {
+Result<nlohmann::ordered_json> normalize_message(const nlohmann::ordered_json& m,
+                                                 std::size_t index) {
   if (!m.is_object()) {
     return invalid_argument("messages[{}] must be an object, got {}", index, m.type_name());
   }
@@ -58,7 +60,8 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   return t;
 }
 
-Result<std::string> ChatTemplate::render(const nlohmann::json& context, const RenderLimits& limits) const {
+Result<std::string> ChatTemplate::render(const nlohmann::json& context,
+                                         const RenderLimits& limits) const {
   CELLM_ASSIGN_OR_RETURN(auto vars, context_vars(context));
   Renderer renderer(limits, std::move(vars));
   return renderer.render(*body_);
@@ -78,7 +81,8 @@ Result<std::string> apply_chat_template(const ChatTemplate& tmpl,
                                         const nlohmann::ordered_json& special_tokens,
                                         const RenderLimits& limits) {
   if (!messages.is_array()) return invalid_argument("messages must be a JSON array");
-  if (!extra.is_null() && !extra.is_object()) return invalid_argument("extra template variables must be a JSON object");
+  if (!extra.is_null() && !extra.is_object())
+    return invalid_argument("extra template variables must be a JSON object");
   if (!special_tokens.is_null() && !special_tokens.is_object()) {
     return invalid_argument("special tokens must be a JSON object");
   }
@@ -103,7 +107,8 @@ Result<std::string> apply_chat_template(const ChatTemplate& tmpl,
         return invalid_argument("'{}' cannot be passed as an extra template variable", it.key());
       }
       if (it.key() == "tools" && !it.value().is_null()) {
-        if (!it.value().is_array()) return invalid_argument("tools must be a JSON array of tool schemas");
+        if (!it.value().is_array())
+          return invalid_argument("tools must be a JSON array of tool schemas");
         for (const auto& tool : it.value()) {
           if (!tool.is_object()) return invalid_argument("each tool must be a JSON schema object");
         }

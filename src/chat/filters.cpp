@@ -17,7 +17,9 @@ namespace {
 
 using Args = std::vector<Value>;
 
-Value str_value(std::string s) { return Value::string(std::move(s)); }
+Value str_value(std::string s) {
+  return Value::string(std::move(s));
+}
 
 // Jinja's attribute getter for map/sort/...: "a.b.0", item lookup first.
 Result<Value> attribute_of(const Value& item, const Value& attribute) {
@@ -31,7 +33,8 @@ Result<Value> attribute_of(const Value& item, const Value& attribute) {
     if (dot == std::string::npos) dot = path.size();
     const std::string part = path.substr(start, dot - start);
     Value key = Value::string(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (!part.empty() &&
+        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       key = Value::integer(std::strtoll(part.c_str(), nullptr, 10));
     }
     CELLM_ASSIGN_OR_RETURN(cur, get_item(cur, key));
@@ -63,18 +66,23 @@ Result<Value> f_attr(Renderer&, const Value& v, CallArgs& args) {
   if (v.is_namespace()) return get_attr(v, a[0].as_string());
   if (auto m = find_method(v, a[0].as_string())) return *m;
   if (v.is_undefined()) return invalid_argument("{}", v.undefined_hint());
-  return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(v), a[0].as_string()));
+  return Value::undefined(
+      fmt::format("'{}' object has no attribute '{}'", type_name(v), a[0].as_string()));
 }
 
 Result<Value> f_batch(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("batch", args, {{"linecount", std::nullopt}, {"fill_with", Value::none()}}));
-  if (!a[0].is_int() || a[0].as_int() <= 0) return invalid_argument("batch() linecount must be a positive integer");
+  CELLM_ASSIGN_OR_RETURN(
+      Args a,
+      bind_args("batch", args, {{"linecount", std::nullopt}, {"fill_with", Value::none()}}));
+  if (!a[0].is_int() || a[0].as_int() <= 0)
+    return invalid_argument("batch() linecount must be a positive integer");
   CELLM_ASSIGN_OR_RETURN(auto items, iterate(v));
   const auto n = static_cast<std::size_t>(a[0].as_int());
   std::vector<Value> out;
   for (std::size_t i = 0; i < items.size(); i += n) {
-    std::vector<Value> row(items.begin() + static_cast<std::ptrdiff_t>(i),
-                           items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), i + n)));
+    std::vector<Value> row(
+        items.begin() + static_cast<std::ptrdiff_t>(i),
+        items.begin() + static_cast<std::ptrdiff_t>(std::min(items.size(), i + n)));
     if (!a[1].is_none()) {
       while (row.size() < n) row.push_back(a[1]);
     }
@@ -106,25 +114,32 @@ Result<Value> f_center(Renderer& r, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_default(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("default", args, {{"default_value", Value::string("")}, {"boolean", Value::boolean(false)}}));
+  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("default", args,
+                                           {{"default_value", Value::string("")},
+                                            {"boolean", Value::boolean(false)}}));
   if (v.is_undefined() || (truthy(a[1]) && !truthy(v))) return a[0];
   return v;
 }
 
 Result<Value> f_dictsort(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("dictsort", args, {{"case_sensitive", Value::boolean(false)}, {"by", Value::string("key")}, {"reverse", Value::boolean(false)}}));
+  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("dictsort", args,
+                                           {{"case_sensitive", Value::boolean(false)},
+                                            {"by", Value::string("key")},
+                                            {"reverse", Value::boolean(false)}}));
   if (!v.is_object()) return invalid_argument("dictsort() needs a mapping, got '{}'", type_name(v));
   const bool by_value = a[1].is_string() && a[1].as_string() == "value";
   if (!by_value && !(a[1].is_string() && a[1].as_string() == "key")) {
     return invalid_argument("dictsort() 'by' must be 'key' or 'value'");
   }
   std::vector<Value> pairs;
-  for (const auto& [k, val] : v.as_object().entries) pairs.push_back(Value::array({Value::string(k), val}, true));
+  for (const auto& [k, val] : v.as_object().entries)
+    pairs.push_back(Value::array({Value::string(k), val}, true));
   Status failure;
   const bool cs = truthy(a[0]);
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
     const std::size_t i = by_value ? 1 : 0;
-    auto less = value_less(sort_key(x.as_array().items[i], cs), sort_key(y.as_array().items[i], cs));
+    auto less =
+        value_less(sort_key(x.as_array().items[i], cs), sort_key(y.as_array().items[i], cs));
     if (!less.ok()) {
       failure = less.status();
       return false;
@@ -187,7 +202,8 @@ std::optional<double> parse_python_float(const std::string& raw) {
     const double d = body == "nan" ? NAN : INFINITY;
     return lower[0] == '-' ? -d : d;
   }
-  if (body.empty() || body.find_first_not_of("0123456789.e+-") != std::string::npos || body[0] == 'e') {
+  if (body.empty() || body.find_first_not_of("0123456789.e+-") != std::string::npos ||
+      body[0] == 'e') {
     return std::nullopt;
   }
   char* end = nullptr;
@@ -207,7 +223,9 @@ Result<Value> f_float(Renderer&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_int(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("int", args, {{"default", Value::integer(0)}, {"base", Value::integer(10)}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a,
+      bind_args("int", args, {{"default", Value::integer(0)}, {"base", Value::integer(10)}}));
   if (v.is_undefined()) return invalid_argument("{}", v.undefined_hint());
   if (v.is_int()) return v;
   if (v.is_bool()) return Value::integer(v.as_bool());
@@ -227,12 +245,14 @@ Result<Value> f_int(Renderer&, const Value& v, CallArgs& args) {
       errno = 0;
       char* end = nullptr;
       const long long i = std::strtoll(clean.c_str(), &end, base);
-      if (end == clean.c_str() + clean.size() && errno == 0 && clean.find(' ') == std::string::npos) {
+      if (end == clean.c_str() + clean.size() && errno == 0 &&
+          clean.find(' ') == std::string::npos) {
         return Value::integer(i);
       }
     }
     if (auto d = parse_python_float(v.as_string())) {
-      if (std::isfinite(*d) && std::fabs(*d) < 9.2e18) return Value::integer(static_cast<std::int64_t>(std::trunc(*d)));
+      if (std::isfinite(*d) && std::fabs(*d) < 9.2e18)
+        return Value::integer(static_cast<std::int64_t>(std::trunc(*d)));
     }
   }
   return a[0];
@@ -260,13 +280,17 @@ std::vector<std::string> split_lines(const std::string& s) {
 }
 
 Result<Value> f_indent(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("indent", args, {{"width", Value::integer(4)}, {"first", Value::boolean(false)}, {"blank", Value::boolean(false)}}));
+  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("indent", args,
+                                           {{"width", Value::integer(4)},
+                                            {"first", Value::boolean(false)},
+                                            {"blank", Value::boolean(false)}}));
   if (v.is_undefined()) return invalid_argument("{}", v.undefined_hint());
   std::string indention;
   if (a[0].is_string()) {
     indention = a[0].as_string();
   } else if (a[0].is_int()) {
-    indention.assign(static_cast<std::size_t>(std::clamp<std::int64_t>(a[0].as_int(), 0, 4096)), ' ');
+    indention.assign(static_cast<std::size_t>(std::clamp<std::int64_t>(a[0].as_int(), 0, 4096)),
+                     ' ');
   } else {
     return invalid_argument("indent() width must be an integer or a string");
   }
@@ -292,14 +316,17 @@ Result<Value> f_indent(Renderer&, const Value& v, CallArgs& args) {
 Result<Value> f_items(Renderer&, const Value& v, CallArgs& args) {
   CELLM_ASSIGN_OR_RETURN(Args a, bind_args("items", args, {}));
   if (v.is_undefined()) return Value::array({});
-  if (!v.is_object()) return invalid_argument("can only get item pairs from a mapping, not '{}'", type_name(v));
+  if (!v.is_object())
+    return invalid_argument("can only get item pairs from a mapping, not '{}'", type_name(v));
   std::vector<Value> out;
-  for (const auto& [k, val] : v.as_object().entries) out.push_back(Value::array({Value::string(k), val}, true));
+  for (const auto& [k, val] : v.as_object().entries)
+    out.push_back(Value::array({Value::string(k), val}, true));
   return Value::array(std::move(out));
 }
 
 Result<Value> f_join(Renderer& r, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("join", args, {{"d", Value::string("")}, {"attribute", Value::none()}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a, bind_args("join", args, {{"d", Value::string("")}, {"attribute", Value::none()}}));
   CELLM_ASSIGN_OR_RETURN(auto items, iterate(v));
   const std::string sep = to_display_string(a[0]);
   std::string out;
@@ -318,9 +345,12 @@ Result<Value> f_join(Renderer& r, const Value& v, CallArgs& args) {
 Result<Value> f_length(Renderer&, const Value& v, CallArgs& args) {
   CELLM_ASSIGN_OR_RETURN(Args a, bind_args("length", args, {}));
   switch (v.kind()) {
-    case ValueKind::kString: return Value::integer(static_cast<std::int64_t>(utf8::length(v.as_string())));
-    case ValueKind::kArray: return Value::integer(static_cast<std::int64_t>(v.as_array().items.size()));
-    case ValueKind::kObject: return Value::integer(static_cast<std::int64_t>(v.as_object().entries.size()));
+    case ValueKind::kString:
+      return Value::integer(static_cast<std::int64_t>(utf8::length(v.as_string())));
+    case ValueKind::kArray:
+      return Value::integer(static_cast<std::int64_t>(v.as_array().items.size()));
+    case ValueKind::kObject:
+      return Value::integer(static_cast<std::int64_t>(v.as_object().entries.size()));
     case ValueKind::kUndefined: return Value::integer(0);
     default: return invalid_argument("object of type '{}' has no len()", type_name(v));
   }
@@ -345,7 +375,8 @@ Result<Value> f_upper(Renderer&, const Value& v, CallArgs& args) {
 // Splits "name, *args, **kwargs" of map/select-style filters.
 CallArgs rest_args(const CallArgs& args, std::size_t skip) {
   CallArgs rest;
-  for (std::size_t i = skip; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
+  for (std::size_t i = skip; i < args.positional.size(); ++i)
+    rest.positional.push_back(args.positional[i]);
   return rest;
 }
 
@@ -364,7 +395,8 @@ Result<Value> f_map(Renderer& r, const Value& v, CallArgs& args) {
     }
   }
   if (attribute != nullptr) {
-    if (!args.positional.empty()) return invalid_argument("map() takes either attribute= or a filter name");
+    if (!args.positional.empty())
+      return invalid_argument("map() takes either attribute= or a filter name");
     for (const Value& item : items) {
       CELLM_ASSIGN_OR_RETURN(Value x, attribute_of(item, *attribute));
       if (x.is_undefined() && fallback != nullptr) x = *fallback;
@@ -396,7 +428,8 @@ Result<Value> select_impl(Renderer& r, const Value& v, CallArgs& args, bool by_a
   }
   std::optional<std::string> test;
   if (next < args.positional.size()) {
-    if (!args.positional[next].is_string()) return invalid_argument("the test name must be a string");
+    if (!args.positional[next].is_string())
+      return invalid_argument("the test name must be a string");
     test = args.positional[next++].as_string();
     if (find_test(*test) == nullptr) return invalid_argument("no test named '{}'", *test);
   }
@@ -419,13 +452,23 @@ Result<Value> select_impl(Renderer& r, const Value& v, CallArgs& args, bool by_a
   return Value::array(std::move(out));
 }
 
-Result<Value> f_select(Renderer& r, const Value& v, CallArgs& a) { return select_impl(r, v, a, false, true); }
-Result<Value> f_reject(Renderer& r, const Value& v, CallArgs& a) { return select_impl(r, v, a, false, false); }
-Result<Value> f_selectattr(Renderer& r, const Value& v, CallArgs& a) { return select_impl(r, v, a, true, true); }
-Result<Value> f_rejectattr(Renderer& r, const Value& v, CallArgs& a) { return select_impl(r, v, a, true, false); }
+Result<Value> f_select(Renderer& r, const Value& v, CallArgs& a) {
+  return select_impl(r, v, a, false, true);
+}
+Result<Value> f_reject(Renderer& r, const Value& v, CallArgs& a) {
+  return select_impl(r, v, a, false, false);
+}
+Result<Value> f_selectattr(Renderer& r, const Value& v, CallArgs& a) {
+  return select_impl(r, v, a, true, true);
+}
+Result<Value> f_rejectattr(Renderer& r, const Value& v, CallArgs& a) {
+  return select_impl(r, v, a, true, false);
+}
 
 Result<Value> min_max(const Value& v, CallArgs& args, bool want_max) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args(want_max ? "max" : "min", args, {{"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a, bind_args(want_max ? "max" : "min", args,
+                        {{"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}}));
   CELLM_ASSIGN_OR_RETURN(auto items, iterate(v));
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   const bool cs = truthy(a[0]);
@@ -441,7 +484,8 @@ Result<Value> min_max(const Value& v, CallArgs& args, bool want_max) {
       best_key = key;
       continue;
     }
-    CELLM_ASSIGN_OR_RETURN(bool better, want_max ? value_less(best_key, key) : value_less(key, best_key));
+    CELLM_ASSIGN_OR_RETURN(bool better,
+                           want_max ? value_less(best_key, key) : value_less(key, best_key));
     if (better) {
       best = i;
       best_key = key;
@@ -450,11 +494,17 @@ Result<Value> min_max(const Value& v, CallArgs& args, bool want_max) {
   return items[best];
 }
 
-Result<Value> f_max(Renderer&, const Value& v, CallArgs& a) { return min_max(v, a, true); }
-Result<Value> f_min(Renderer&, const Value& v, CallArgs& a) { return min_max(v, a, false); }
+Result<Value> f_max(Renderer&, const Value& v, CallArgs& a) {
+  return min_max(v, a, true);
+}
+Result<Value> f_min(Renderer&, const Value& v, CallArgs& a) {
+  return min_max(v, a, false);
+}
 
 Result<Value> f_replace(Renderer& r, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("replace", args, {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::none()}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a, bind_args("replace", args,
+                        {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::none()}}));
   CallArgs m;
   m.positional = {Value::string(to_display_string(a[0])), Value::string(to_display_string(a[1])),
                   a[2].is_none() ? Value::integer(-1) : a[2]};
@@ -475,7 +525,9 @@ Result<Value> f_reverse(Renderer&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_round(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("round", args, {{"precision", Value::integer(0)}, {"method", Value::string("common")}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a, bind_args("round", args,
+                        {{"precision", Value::integer(0)}, {"method", Value::string("common")}}));
   if (!v.is_numeric()) return invalid_argument("round() needs a number, got '{}'", type_name(v));
   if (!a[0].is_int()) return invalid_argument("round() precision must be an integer");
   const std::string method = a[1].is_string() ? a[1].as_string() : "";
@@ -486,7 +538,9 @@ Result<Value> f_round(Renderer&, const Value& v, CallArgs& args) {
     return Value::number((method == "ceil" ? std::ceil(x * scale) : std::floor(x * scale)) / scale);
   }
   if (method != "common") return invalid_argument("round() method must be common, ceil or floor");
-  if (!std::isfinite(x) || p < 0) return Value::number(std::nearbyint(x / std::pow(10.0, static_cast<double>(-p))) * std::pow(10.0, static_cast<double>(-p)));
+  if (!std::isfinite(x) || p < 0)
+    return Value::number(std::nearbyint(x / std::pow(10.0, static_cast<double>(-p))) *
+                         std::pow(10.0, static_cast<double>(-p)));
   // printf rounds the exact binary value half-to-even, as Python's round().
   char buf[512];
   std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(p), x);
@@ -499,7 +553,10 @@ Result<Value> f_safe(Renderer&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_sort(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("sort", args, {{"reverse", Value::boolean(false)}, {"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}}));
+  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("sort", args,
+                                           {{"reverse", Value::boolean(false)},
+                                            {"case_sensitive", Value::boolean(false)},
+                                            {"attribute", Value::none()}}));
   CELLM_ASSIGN_OR_RETURN(auto items, iterate(v));
   std::vector<std::pair<Value, Value>> keyed;
   for (Value& item : items) {
@@ -531,7 +588,8 @@ Result<Value> f_string(Renderer&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_sum(Renderer& r, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("sum", args, {{"attribute", Value::none()}, {"start", Value::integer(0)}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a, bind_args("sum", args, {{"attribute", Value::none()}, {"start", Value::integer(0)}}));
   CELLM_ASSIGN_OR_RETURN(auto items, iterate(v));
   Value total = a[1];
   for (const Value& item : items) {
@@ -552,10 +610,12 @@ Result<Value> f_title(Renderer&, const Value& v, CallArgs& args) {
   bool word_start = true;
   for (std::size_t i = 0; i < s.size();) {
     const char32_t cp = utf8::next(s, i);
-    const bool sep = utf8::is_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+    const bool sep =
+        utf8::is_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
     char32_t c = cp;
     if (!sep && cp < 0x80) {
-      c = static_cast<char32_t>(word_start ? std::toupper(static_cast<int>(cp)) : std::tolower(static_cast<int>(cp)));
+      c = static_cast<char32_t>(word_start ? std::toupper(static_cast<int>(cp))
+                                           : std::tolower(static_cast<int>(cp)));
     }
     utf8::append(out, c);
     word_start = sep;
@@ -564,7 +624,11 @@ Result<Value> f_title(Renderer&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_tojson(Renderer& r, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("tojson", args, {{"ensure_ascii", Value::boolean(false)}, {"indent", Value::none()}, {"separators", Value::none()}, {"sort_keys", Value::boolean(false)}}));
+  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("tojson", args,
+                                           {{"ensure_ascii", Value::boolean(false)},
+                                            {"indent", Value::none()},
+                                            {"separators", Value::none()},
+                                            {"sort_keys", Value::boolean(false)}}));
   JsonDumpOptions o;
   o.ensure_ascii = truthy(a[0]);
   if (a[1].is_int() || a[1].is_bool()) {
@@ -577,8 +641,8 @@ Result<Value> f_tojson(Renderer& r, const Value& v, CallArgs& args) {
   }
   if (o.indent) o.item_separator = ",";
   if (!a[2].is_none()) {
-    if (!a[2].is_array() || a[2].as_array().items.size() != 2 || !a[2].as_array().items[0].is_string() ||
-        !a[2].as_array().items[1].is_string()) {
+    if (!a[2].is_array() || a[2].as_array().items.size() != 2 ||
+        !a[2].as_array().items[0].is_string() || !a[2].as_array().items[1].is_string()) {
       return invalid_argument("tojson() separators must be a pair of strings");
     }
     o.item_separator = a[2].as_array().items[0].as_string();
@@ -598,7 +662,9 @@ Result<Value> f_trim(Renderer&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_unique(Renderer&, const Value& v, CallArgs& args) {
-  CELLM_ASSIGN_OR_RETURN(Args a, bind_args("unique", args, {{"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}}));
+  CELLM_ASSIGN_OR_RETURN(
+      Args a, bind_args("unique", args,
+                        {{"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}}));
   CELLM_ASSIGN_OR_RETURN(auto items, iterate(v));
   std::vector<Value> out;
   std::vector<Value> seen;
@@ -608,7 +674,8 @@ Result<Value> f_unique(Renderer&, const Value& v, CallArgs& args) {
       CELLM_ASSIGN_OR_RETURN(key, attribute_of(item, a[1]));
     }
     key = sort_key(key, truthy(a[0]));
-    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); })) continue;
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); }))
+      continue;
     seen.push_back(std::move(key));
     out.push_back(item);
   }
@@ -630,20 +697,48 @@ Result<Value> f_wordcount(Renderer&, const Value& v, CallArgs& args) {
 
 const std::unordered_map<std::string_view, FilterFn>& filter_table() {
   static const std::unordered_map<std::string_view, FilterFn> table = {
-      {"abs", f_abs},         {"attr", f_attr},           {"batch", f_batch},
-      {"capitalize", f_capitalize}, {"center", f_center}, {"count", f_length},
-      {"d", f_default},       {"default", f_default},     {"dictsort", f_dictsort},
-      {"e", f_escape},        {"escape", f_escape},       {"forceescape", f_escape},
-      {"first", f_first},     {"float", f_float},         {"indent", f_indent},
-      {"int", f_int},         {"items", f_items},         {"join", f_join},
-      {"last", f_last},       {"length", f_length},       {"list", f_list},
-      {"lower", f_lower},     {"map", f_map},             {"max", f_max},
-      {"min", f_min},         {"reject", f_reject},       {"rejectattr", f_rejectattr},
-      {"replace", f_replace}, {"reverse", f_reverse},     {"round", f_round},
-      {"safe", f_safe},       {"select", f_select},       {"selectattr", f_selectattr},
-      {"sort", f_sort},       {"string", f_string},       {"sum", f_sum},
-      {"title", f_title},     {"tojson", f_tojson},       {"trim", f_trim},
-      {"unique", f_unique},   {"upper", f_upper},         {"wordcount", f_wordcount},
+      {"abs", f_abs},
+      {"attr", f_attr},
+      {"batch", f_batch},
+      {"capitalize", f_capitalize},
+      {"center", f_center},
+      {"count", f_length},
+      {"d", f_default},
+      {"default", f_default},
+      {"dictsort", f_dictsort},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"forceescape", f_escape},
+      {"first", f_first},
+      {"float", f_float},
+      {"indent", f_indent},
+      {"int", f_int},
+      {"items", f_items},
+      {"join", f_join},
+      {"last", f_last},
+      {"length", f_length},
+      {"list", f_list},
+      {"lower", f_lower},
+      {"map", f_map},
+      {"max", f_max},
+      {"min", f_min},
+      {"reject", f_reject},
+      {"rejectattr", f_rejectattr},
+      {"replace", f_replace},
+      {"reverse", f_reverse},
+      {"round", f_round},
+      {"safe", f_safe},
+      {"select", f_select},
+      {"selectattr", f_selectattr},
+      {"sort", f_sort},
+      {"string", f_string},
+      {"sum", f_sum},
+      {"title", f_title},
+      {"tojson", f_tojson},
+      {"trim", f_trim},
+      {"unique", f_unique},
+      {"upper", f_upper},
+      {"wordcount", f_wordcount},
   };
   return table;
 }
@@ -657,9 +752,9 @@ FilterFn find_filter(std::string_view name) {
 }
 
 bool is_known_jinja_filter(std::string_view name) {
-  static constexpr std::string_view kOthers[] = {"filesizeformat", "format", "groupby", "pprint",
-                                                 "random", "slice", "striptags", "truncate",
-                                                 "urlencode", "urlize", "wordwrap", "xmlattr"};
+  static constexpr std::string_view kOthers[] = {
+      "filesizeformat", "format",   "groupby",   "pprint", "random",   "slice",
+      "striptags",      "truncate", "urlencode", "urlize", "wordwrap", "xmlattr"};
   return std::find(std::begin(kOthers), std::end(kOthers), name) != std::end(kOthers);
 }
 

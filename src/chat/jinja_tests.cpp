@@ -13,10 +13,10 @@ namespace {
 
 using Args = std::vector<Value>;
 
-#define CELLM_CHAT_SIMPLE_TEST(fn, expr)                                      \
-  Result<bool> fn(Renderer&, const Value& v, CallArgs& args) {                \
-    CELLM_ASSIGN_OR_RETURN(Args a, bind_args(#fn, args, {}));                 \
-    return (expr);                                                            \
+#define CELLM_CHAT_SIMPLE_TEST(fn, expr)                       \
+  Result<bool> fn(Renderer&, const Value& v, CallArgs& args) { \
+    CELLM_ASSIGN_OR_RETURN(Args a, bind_args(#fn, args, {}));  \
+    return (expr);                                             \
   }
 
 CELLM_CHAT_SIMPLE_TEST(t_defined, !v.is_undefined())
@@ -31,8 +31,10 @@ CELLM_CHAT_SIMPLE_TEST(t_number, v.is_numeric())
 CELLM_CHAT_SIMPLE_TEST(t_string, v.is_string())
 CELLM_CHAT_SIMPLE_TEST(t_mapping, v.is_object())
 // Jinja's Undefined iterates (as empty) and has a length, so it passes both.
-CELLM_CHAT_SIMPLE_TEST(t_iterable, v.is_string() || v.is_array() || v.is_object() || v.is_undefined())
-CELLM_CHAT_SIMPLE_TEST(t_sequence, v.is_string() || v.is_array() || v.is_object() || v.is_undefined())
+CELLM_CHAT_SIMPLE_TEST(t_iterable,
+                       v.is_string() || v.is_array() || v.is_object() || v.is_undefined())
+CELLM_CHAT_SIMPLE_TEST(t_sequence,
+                       v.is_string() || v.is_array() || v.is_object() || v.is_undefined())
 CELLM_CHAT_SIMPLE_TEST(t_callable, v.is_function() || v.is_undefined())
 CELLM_CHAT_SIMPLE_TEST(t_escaped, (static_cast<void>(v), false))
 CELLM_CHAT_SIMPLE_TEST(t_lower, v.is_string() && v.as_string() != utf8::to_upper(v.as_string()) &&
@@ -99,20 +101,44 @@ Result<bool> t_test(Renderer&, const Value& v, CallArgs& args) {
 
 const std::unordered_map<std::string_view, TestFn>& test_table() {
   static const std::unordered_map<std::string_view, TestFn> table = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},
-      {"boolean", t_boolean},   {"true", t_true},           {"false", t_false},
-      {"integer", t_integer},   {"float", t_float},         {"number", t_number},
-      {"string", t_string},     {"mapping", t_mapping},     {"iterable", t_iterable},
-      {"sequence", t_sequence}, {"callable", t_callable},   {"escaped", t_escaped},
-      {"lower", t_lower},       {"upper", t_upper},         {"odd", t_odd},
-      {"even", t_even},         {"divisibleby", t_divisibleby}, {"sameas", t_sameas},
-      {"filter", t_filter},     {"test", t_test},
-      {"eq", t_compare<0>},     {"equalto", t_compare<0>},  {"==", t_compare<0>},
-      {"ne", t_compare<1>},     {"!=", t_compare<1>},
-      {"lt", t_compare<2>},     {"lessthan", t_compare<2>}, {"<", t_compare<2>},
-      {"le", t_compare<3>},     {"<=", t_compare<3>},
-      {"gt", t_compare<4>},     {"greaterthan", t_compare<4>}, {">", t_compare<4>},
-      {"ge", t_compare<5>},     {">=", t_compare<5>},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"number", t_number},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"iterable", t_iterable},
+      {"sequence", t_sequence},
+      {"callable", t_callable},
+      {"escaped", t_escaped},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"sameas", t_sameas},
+      {"filter", t_filter},
+      {"test", t_test},
+      {"eq", t_compare<0>},
+      {"equalto", t_compare<0>},
+      {"==", t_compare<0>},
+      {"ne", t_compare<1>},
+      {"!=", t_compare<1>},
+      {"lt", t_compare<2>},
+      {"lessthan", t_compare<2>},
+      {"<", t_compare<2>},
+      {"le", t_compare<3>},
+      {"<=", t_compare<3>},
+      {"gt", t_compare<4>},
+      {"greaterthan", t_compare<4>},
+      {">", t_compare<4>},
+      {"ge", t_compare<5>},
+      {">=", t_compare<5>},
       {"in", t_compare<6>},
   };
   return table;
@@ -127,7 +153,8 @@ Result<Value> g_range(Renderer& r, CallArgs& args) {
   std::int64_t step = 1;
   std::vector<std::int64_t> n;
   for (const Value& v : args.positional) {
-    if (!v.is_int() && !v.is_bool()) return invalid_argument("range() arguments must be integers, not '{}'", type_name(v));
+    if (!v.is_int() && !v.is_bool())
+      return invalid_argument("range() arguments must be integers, not '{}'", type_name(v));
     n.push_back(v.is_bool() ? v.as_bool() : v.as_int());
   }
   if (n.size() == 1) {
@@ -140,16 +167,20 @@ Result<Value> g_range(Renderer& r, CallArgs& args) {
     return invalid_argument("range() takes 1 to 3 arguments, got {}", n.size());
   }
   if (step == 0) return invalid_argument("range() step must not be zero");
-  const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
+  const double count =
+      std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
+                              static_cast<double>(step)));
   CELLM_RETURN_IF_ERROR(r.check_size(static_cast<std::size_t>(std::min(count, 1e18))));
   std::vector<Value> out;
   out.reserve(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(count); ++i) out.push_back(Value::integer(start + i * step));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(count); ++i)
+    out.push_back(Value::integer(start + i * step));
   return Value::array(std::move(out));
 }
 
 // dict(mapping or pairs, **kwargs) / namespace(...): the entries.
-Result<std::vector<std::pair<std::string, Value>>> entries_of(std::string_view callee, CallArgs& args) {
+Result<std::vector<std::pair<std::string, Value>>> entries_of(std::string_view callee,
+                                                              CallArgs& args) {
   std::vector<std::pair<std::string, Value>> entries;
   const auto put = [&](std::string k, Value v) {
     for (auto& e : entries) {
@@ -160,14 +191,16 @@ Result<std::vector<std::pair<std::string, Value>>> entries_of(std::string_view c
     }
     entries.emplace_back(std::move(k), std::move(v));
   };
-  if (args.positional.size() > 1) return invalid_argument("{}() takes at most one positional argument", callee);
+  if (args.positional.size() > 1)
+    return invalid_argument("{}() takes at most one positional argument", callee);
   if (args.positional.size() == 1) {
     const Value& src = args.positional[0];
     if (src.is_object()) {
       for (const auto& [k, v] : src.as_object().entries) put(k, v);
     } else if (src.is_array()) {
       for (const Value& pair : src.as_array().items) {
-        if (!pair.is_array() || pair.as_array().items.size() != 2 || !pair.as_array().items[0].is_string()) {
+        if (!pair.is_array() || pair.as_array().items.size() != 2 ||
+            !pair.as_array().items[0].is_string()) {
           return invalid_argument("{}() needs (string key, value) pairs", callee);
         }
         put(pair.as_array().items[0].as_string(), pair.as_array().items[1]);
@@ -191,7 +224,8 @@ Result<Value> g_namespace(Renderer&, CallArgs& args) {
     if (!k.empty() && k[0] == '_') {
       return invalid_argument("namespace attributes may not start with '_' ('{}')", k);
     }
-    if (contains_namespace(v)) return invalid_argument("a namespace cannot be stored inside a namespace");
+    if (contains_namespace(v))
+      return invalid_argument("a namespace cannot be stored inside a namespace");
   }
   return Value::make_namespace(std::move(entries));
 }
@@ -209,7 +243,8 @@ Result<Value> g_strftime_now(Renderer&, CallArgs& args) {
   localtime_r(&now, &local);
   char buf[512];
   const std::size_t n = std::strftime(buf, sizeof(buf), a[0].as_string().c_str(), &local);
-  if (n == 0 && !a[0].as_string().empty()) return invalid_argument("strftime_now() format produced nothing or too much");
+  if (n == 0 && !a[0].as_string().empty())
+    return invalid_argument("strftime_now() format produced nothing or too much");
   return Value::string(std::string(buf, n));
 }
 
@@ -225,9 +260,12 @@ TestFn find_test(std::string_view name) {
   return it == t.end() ? nullptr : it->second;
 }
 
-bool is_known_jinja_test(std::string_view) { return false; }
+bool is_known_jinja_test(std::string_view) {
+  return false;
+}
 
-Result<bool> apply_test(Renderer& renderer, std::string_view name, const Value& input, CallArgs& args) {
+Result<bool> apply_test(Renderer& renderer, std::string_view name, const Value& input,
+                        CallArgs& args) {
   TestFn t = find_test(name);
   if (t == nullptr) return invalid_argument("no test named '{}'", name);
   return t(renderer, input, args);

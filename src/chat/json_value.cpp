@@ -58,7 +58,9 @@ class JsonWriter {
         }
         return Status::ok();
       }
-      case ValueKind::kString: append_json_string(out_, v.as_string(), o_.ensure_ascii); return Status::ok();
+      case ValueKind::kString:
+        append_json_string(out_, v.as_string(), o_.ensure_ascii);
+        return Status::ok();
       case ValueKind::kArray: {
         const auto& items = v.as_array().items;
         if (items.empty()) {

@@ -62,8 +62,8 @@ Result<Value> value_from_json(const Json& j, const std::string& path, int depth 
       items.reserve(j.size());
       std::size_t i = 0;
       for (const auto& e : j) {
-        CELLM_ASSIGN_OR_RETURN(Value v, value_from_json(e, path + "[" + std::to_string(i++) + "]",
-                                                        depth + 1));
+        CELLM_ASSIGN_OR_RETURN(
+            Value v, value_from_json(e, path + "[" + std::to_string(i++) + "]", depth + 1));
         items.push_back(std::move(v));
       }
       return Value::array(std::move(items));
@@ -75,7 +75,8 @@ Result<Value> value_from_json(const Json& j, const std::string& path, int depth 
         if (auto bad = utf8::find_invalid(it.key())) {
           return invalid_argument("{}: key is not valid UTF-8 (byte {})", path, *bad);
         }
-        CELLM_ASSIGN_OR_RETURN(Value v, value_from_json(it.value(), path + "." + it.key(), depth + 1));
+        CELLM_ASSIGN_OR_RETURN(Value v,
+                               value_from_json(it.value(), path + "." + it.key(), depth + 1));
         entries.emplace_back(it.key(), std::move(v));
       }
       return Value::object(std::move(entries));

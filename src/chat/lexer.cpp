@@ -18,9 +18,15 @@ namespace {
 bool is_ascii_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 // Jinja splits the source on any newline sequence and rejoins with "\n",
 // dropping one trailing newline (keep_trailing_newline is off).
@@ -50,7 +56,9 @@ std::size_t space_run(std::string_view s, std::size_t i) {
   return j - i;
 }
 
-std::string rstrip_spaces(std::string_view s) { return utf8::strip(s, std::nullopt, false, true); }
+std::string rstrip_spaces(std::string_view s) {
+  return utf8::strip(s, std::nullopt, false, true);
+}
 
 class Lexer {
  public:
@@ -222,7 +230,8 @@ class Lexer {
     while (true) {
       while (i < src_.size() && is_ascii_space(src_[i])) ++i;
       if (i >= src_.size()) {
-        return error(tag, block ? "unterminated tag: missing '%}'" : "unterminated tag: missing '}}'");
+        return error(tag,
+                     block ? "unterminated tag: missing '%}'" : "unterminated tag: missing '}}'");
       }
       if (balance == 0) {
         const std::string_view rest = std::string_view(src_).substr(i);
@@ -277,11 +286,11 @@ class Lexer {
   }
 
   Result<std::size_t> number(std::size_t i) {
-    const bool after_dot = !out_.empty() && out_.back().kind == TokenKind::kOperator &&
-                           out_.back().text == ".";
+    const bool after_dot =
+        !out_.empty() && out_.back().kind == TokenKind::kOperator && out_.back().text == ".";
     const auto digits = [&](std::size_t j, auto pred) {
-      while (j < src_.size() && (pred(src_[j]) || (src_[j] == '_' && j + 1 < src_.size() &&
-                                                   pred(src_[j + 1])))) {
+      while (j < src_.size() &&
+             (pred(src_[j]) || (src_[j] == '_' && j + 1 < src_.size() && pred(src_[j + 1])))) {
         ++j;
       }
       return j;
@@ -292,7 +301,8 @@ class Lexer {
         if (src_[k] != '_') clean.push_back(src_[k]);
       }
     };
-    if (src_[i] == '0' && i + 1 < src_.size() && std::string_view("xXoObB").find(src_[i + 1]) != std::string_view::npos) {
+    if (src_[i] == '0' && i + 1 < src_.size() &&
+        std::string_view("xXoObB").find(src_[i + 1]) != std::string_view::npos) {
       const char p = static_cast<char>(src_[i + 1] | 0x20);
       const int base = p == 'x' ? 16 : p == 'o' ? 8 : 2;
       const auto is_base_digit = [base](char d) {
@@ -303,7 +313,8 @@ class Lexer {
       keep(i + 2, end);
       std::int64_t v = 0;
       auto r = std::from_chars(clean.data(), clean.data() + clean.size(), v, base);
-      if (clean.empty() || r.ec != std::errc()) return error(i, "invalid or too large integer literal");
+      if (clean.empty() || r.ec != std::errc())
+        return error(i, "invalid or too large integer literal");
       emit(TokenKind::kInt, i);
       out_.back().int_value = v;
       return end;
@@ -333,7 +344,8 @@ class Lexer {
     } else {
       std::int64_t v = 0;
       auto r = std::from_chars(clean.data(), clean.data() + clean.size(), v);
-      if (r.ec != std::errc()) return error(i, "integer literal is too large (64-bit integers only)");
+      if (r.ec != std::errc())
+        return error(i, "integer literal is too large (64-bit integers only)");
       emit(TokenKind::kInt, i);
       out_.back().int_value = v;
     }
@@ -402,7 +414,10 @@ class Lexer {
         std::size_t k = i - 1;
         const char32_t cp = utf8::next(src_, k);
         char buf[16];
-        std::snprintf(buf, sizeof(buf), cp < 0x100 ? "x%02x" : cp < 0x10000 ? "u%04x" : "U%08x",
+        std::snprintf(buf, sizeof(buf),
+                      cp < 0x100     ? "x%02x"
+                      : cp < 0x10000 ? "u%04x"
+                                     : "U%08x",
                       static_cast<unsigned>(cp));
         value += buf;
         i = k;

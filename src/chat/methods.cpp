@@ -106,7 +106,8 @@ Result<std::vector<Value>> iterate(const Value& v) {
       std::vector<Value> chars;
       const std::string& s = v.as_string();
       const auto b = utf8::boundaries(s);
-      for (std::size_t i = 0; i + 1 < b.size(); ++i) chars.push_back(Value::string(s.substr(b[i], b[i + 1] - b[i])));
+      for (std::size_t i = 0; i + 1 < b.size(); ++i)
+        chars.push_back(Value::string(s.substr(b[i], b[i + 1] - b[i])));
       return chars;
     }
     case ValueKind::kUndefined: return std::vector<Value>{};
@@ -166,15 +167,17 @@ Result<Value> split(const std::string& s, const Value& sep_v, const Value& max_v
       for (auto [a, b] : words) parts.push_back(s.substr(a, b - a));
     } else if (!from_right) {
       for (std::int64_t k = 0; k < maxsplit; ++k) {
-        parts.push_back(s.substr(words[static_cast<std::size_t>(k)].first,
-                                 words[static_cast<std::size_t>(k)].second - words[static_cast<std::size_t>(k)].first));
+        parts.push_back(s.substr(
+            words[static_cast<std::size_t>(k)].first,
+            words[static_cast<std::size_t>(k)].second - words[static_cast<std::size_t>(k)].first));
       }
       const std::size_t rest = words[static_cast<std::size_t>(maxsplit)].first;
       parts.push_back(s.substr(rest));
     } else {
       const std::size_t cut = static_cast<std::size_t>(count - maxsplit);
       parts.push_back(s.substr(0, words[cut - 1].second));
-      for (std::size_t k = cut; k < words.size(); ++k) parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
+      for (std::size_t k = cut; k < words.size(); ++k)
+        parts.push_back(s.substr(words[k].first, words[k].second - words[k].first));
     }
   } else {
     const std::string& sep = sep_v.as_string();
@@ -270,7 +273,7 @@ Result<Value> format_string(Renderer& r, const std::string& fmt_s, CallArgs& arg
   std::size_t auto_index = 0;
   for (std::size_t i = 0; i < fmt_s.size(); ++i) {
     const char c = fmt_s[i];
-    if (c == '}' ) {
+    if (c == '}') {
       if (i + 1 < fmt_s.size() && fmt_s[i + 1] == '}') {
         out.push_back('}');
         ++i;
@@ -305,11 +308,14 @@ Result<Value> format_string(Renderer& r, const std::string& fmt_s, CallArgs& arg
     }
     const Value* v = nullptr;
     if (field.empty()) {
-      if (auto_index >= args.positional.size()) return invalid_argument("format(): not enough positional arguments");
+      if (auto_index >= args.positional.size())
+        return invalid_argument("format(): not enough positional arguments");
       v = &args.positional[auto_index++];
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char d) { return d >= '0' && d <= '9'; })) {
       const std::size_t k = std::stoul(field.substr(0, 9));
-      if (k >= args.positional.size()) return invalid_argument("format(): no positional argument {}", k);
+      if (k >= args.positional.size())
+        return invalid_argument("format(): no positional argument {}", k);
       v = &args.positional[k];
     } else {
       for (const auto& [name, val] : args.keyword) {
@@ -333,7 +339,8 @@ std::int64_t find_cp(const std::string& s, const std::string& sub, bool last) {
 template <typename Pred>
 bool all_chars(const std::string& s, Pred pred) {
   if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return pred(static_cast<unsigned char>(c)); });
+  return std::all_of(s.begin(), s.end(),
+                     [&](char c) { return pred(static_cast<unsigned char>(c)); });
 }
 
 Result<Value> string_method(Renderer& r, const std::string& s, const std::string& name,
@@ -353,24 +360,30 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
     }
     const bool starts = name == "startswith";
     for (const std::string& o : options) {
-      if (o.size() <= s.size() &&
-          (starts ? s.compare(0, o.size(), o) == 0 : s.compare(s.size() - o.size(), o.size(), o) == 0)) {
+      if (o.size() <= s.size() && (starts ? s.compare(0, o.size(), o) == 0
+                                          : s.compare(s.size() - o.size(), o.size(), o) == 0)) {
         return Value::boolean(true);
       }
     }
     return Value::boolean(false);
   }
   if (name == "split" || name == "rsplit") {
-    CELLM_ASSIGN_OR_RETURN(auto a, bind_args(callee, args, {{"sep", Value::none()}, {"maxsplit", Value::integer(-1)}}));
+    CELLM_ASSIGN_OR_RETURN(
+        auto a,
+        bind_args(callee, args, {{"sep", Value::none()}, {"maxsplit", Value::integer(-1)}}));
     return split(s, a[0], a[1], name == "rsplit");
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     CELLM_ASSIGN_OR_RETURN(auto a, bind_args(callee, args, {{"chars", Value::none()}}));
-    if (!a[0].is_none() && !a[0].is_string()) return invalid_argument("{}() argument must be a string or none", callee);
+    if (!a[0].is_none() && !a[0].is_string())
+      return invalid_argument("{}() argument must be a string or none", callee);
     return Value::string(utf8::strip(s, chars_arg(a[0]), name != "rstrip", name != "lstrip"));
   }
   if (name == "replace") {
-    CELLM_ASSIGN_OR_RETURN(auto a, bind_args(callee, args, {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}}));
+    CELLM_ASSIGN_OR_RETURN(
+        auto a,
+        bind_args(callee, args,
+                  {{"old", std::nullopt}, {"new", std::nullopt}, {"count", Value::integer(-1)}}));
     CELLM_ASSIGN_OR_RETURN(std::string old, string_arg(a[0], "replace() old"));
     CELLM_ASSIGN_OR_RETURN(std::string repl, string_arg(a[1], "replace() new"));
     if (!a[2].is_int()) return invalid_argument("replace() count must be an integer");
@@ -384,7 +397,8 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
     if (name == "lower") return Value::string(utf8::to_lower(s));
     if (name == "title") return Value::string(python_title(s));
     std::string out = utf8::to_lower(s);
-    if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 'a' + 'A');
+    if (!out.empty() && out[0] >= 'a' && out[0] <= 'z')
+      out[0] = static_cast<char>(out[0] - 'a' + 'A');
     return Value::string(std::move(out));
   }
   if (name == "format") return format_string(r, s, args);
@@ -394,11 +408,13 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
     if (name == "count") {
       if (sub.empty()) return Value::integer(static_cast<std::int64_t>(utf8::length(s)) + 1);
       std::int64_t n = 0;
-      for (std::size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
+      for (std::size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size()))
+        ++n;
       return Value::integer(n);
     }
     const std::int64_t at = find_cp(s, sub, name[0] == 'r');
-    if (at < 0 && name.find("index") != std::string::npos) return invalid_argument("substring not found");
+    if (at < 0 && name.find("index") != std::string::npos)
+      return invalid_argument("substring not found");
     return Value::integer(at);
   }
   if (name == "join") {
@@ -407,7 +423,8 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
     std::string out;
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
-        return invalid_argument("sequence item {}: expected str instance, {} found", i, type_name(items[i]));
+        return invalid_argument("sequence item {}: expected str instance, {} found", i,
+                                type_name(items[i]));
       }
       if (i) out += s;
       out += items[i].as_string();
@@ -418,7 +435,8 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
   if (name == "removeprefix" || name == "removesuffix") {
     CELLM_ASSIGN_OR_RETURN(auto a, bind_args(callee, args, {{"affix", std::nullopt}}));
     CELLM_ASSIGN_OR_RETURN(std::string affix, string_arg(a[0], callee + " argument"));
-    if (name == "removeprefix" && s.compare(0, affix.size(), affix) == 0) return Value::string(s.substr(affix.size()));
+    if (name == "removeprefix" && s.compare(0, affix.size(), affix) == 0)
+      return Value::string(s.substr(affix.size()));
     if (name == "removesuffix" && affix.size() <= s.size() && !affix.empty() &&
         s.compare(s.size() - affix.size(), affix.size(), affix) == 0) {
       return Value::string(s.substr(0, s.size() - affix.size()));
@@ -440,10 +458,16 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
     return Value::array(std::move(lines));
   }
   CELLM_ASSIGN_OR_RETURN(auto a, bind_args(callee, args, {}));
-  if (name == "isdigit") return Value::boolean(all_chars(s, [](unsigned char c) { return c >= '0' && c <= '9'; }));
-  if (name == "isalpha") return Value::boolean(all_chars(s, [](unsigned char c) { return std::isalpha(c) || c >= 0x80; }));
-  if (name == "isalnum") return Value::boolean(all_chars(s, [](unsigned char c) { return std::isalnum(c) || c >= 0x80; }));
-  if (name == "isspace") return Value::boolean(!s.empty() && utf8::strip(s, std::nullopt, true, true).empty());
+  if (name == "isdigit")
+    return Value::boolean(all_chars(s, [](unsigned char c) { return c >= '0' && c <= '9'; }));
+  if (name == "isalpha")
+    return Value::boolean(
+        all_chars(s, [](unsigned char c) { return std::isalpha(c) || c >= 0x80; }));
+  if (name == "isalnum")
+    return Value::boolean(
+        all_chars(s, [](unsigned char c) { return std::isalnum(c) || c >= 0x80; }));
+  if (name == "isspace")
+    return Value::boolean(!s.empty() && utf8::strip(s, std::nullopt, true, true).empty());
   if (name == "islower") return Value::boolean(s != utf8::to_upper(s) && s == utf8::to_lower(s));
   if (name == "isupper") return Value::boolean(s != utf8::to_lower(s) && s == utf8::to_upper(s));
   return internal_error("str.{} is listed but not implemented", name);
@@ -452,7 +476,8 @@ Result<Value> string_method(Renderer& r, const std::string& s, const std::string
 Result<Value> dict_method(const Value& self, const std::string& name, CallArgs& args) {
   const auto& entries = self.as_object().entries;
   if (name == "get") {
-    CELLM_ASSIGN_OR_RETURN(auto a, bind_args("dict.get", args, {{"key", std::nullopt}, {"default", Value::none()}}));
+    CELLM_ASSIGN_OR_RETURN(
+        auto a, bind_args("dict.get", args, {{"key", std::nullopt}, {"default", Value::none()}}));
     if (a[0].is_string()) {
       if (const Value* v = self.as_object().find(a[0].as_string())) return *v;
     }
@@ -488,15 +513,15 @@ Result<Value> list_method(const Value& self, const std::string& name, CallArgs& 
 }
 
 constexpr std::string_view kStringMethods[] = {
-    "startswith", "endswith", "split",  "rsplit",  "strip",   "lstrip",       "rstrip",
-    "replace",    "upper",    "lower",  "title",   "capitalize", "format",    "find",
-    "rfind",      "index",    "rindex", "count",   "join",    "removeprefix", "removesuffix",
-    "splitlines", "isdigit",  "isalpha", "isalnum", "isspace", "islower",     "isupper"};
+    "startswith", "endswith", "split",   "rsplit",  "strip",      "lstrip",       "rstrip",
+    "replace",    "upper",    "lower",   "title",   "capitalize", "format",       "find",
+    "rfind",      "index",    "rindex",  "count",   "join",       "removeprefix", "removesuffix",
+    "splitlines", "isdigit",  "isalpha", "isalnum", "isspace",    "islower",      "isupper"};
 constexpr std::string_view kDictMethods[] = {"items", "keys", "values", "get", "copy"};
 constexpr std::string_view kDictMutators[] = {"pop", "popitem", "setdefault", "update", "clear"};
 constexpr std::string_view kListMethods[] = {"index", "count"};
-constexpr std::string_view kListMutators[] = {"append", "extend", "insert", "pop",
-                                              "remove", "reverse", "sort",  "clear"};
+constexpr std::string_view kListMutators[] = {"append", "extend",  "insert", "pop",
+                                              "remove", "reverse", "sort",   "clear"};
 
 template <std::size_t N>
 bool listed(const std::string_view (&names)[N], std::string_view name) {
@@ -504,9 +529,10 @@ bool listed(const std::string_view (&names)[N], std::string_view name) {
 }
 
 Value unsafe(std::string_view name, std::string_view type) {
-  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe: "
-                                      "chat templates cannot modify their inputs",
-                                      name, type));
+  return Value::undefined(
+      fmt::format("access to attribute '{}' of '{}' object is unsafe: "
+                  "chat templates cannot modify their inputs",
+                  name, type));
 }
 
 }  // namespace
@@ -520,17 +546,15 @@ std::optional<Value> find_method(const Value& self, std::string_view name) {
   }
   if (self.is_object()) {
     if (listed(kDictMethods, name)) {
-      return Value::function("dict." + n, [self, n](Renderer&, CallArgs& args) {
-        return dict_method(self, n, args);
-      });
+      return Value::function(
+          "dict." + n, [self, n](Renderer&, CallArgs& args) { return dict_method(self, n, args); });
     }
     if (listed(kDictMutators, name)) return unsafe(name, "dict");
   }
   if (self.is_array()) {
     if (listed(kListMethods, name)) {
-      return Value::function("list." + n, [self, n](Renderer&, CallArgs& args) {
-        return list_method(self, n, args);
-      });
+      return Value::function(
+          "list." + n, [self, n](Renderer&, CallArgs& args) { return list_method(self, n, args); });
     }
     if (listed(kListMutators, name)) return unsafe(name, "list");
   }

@@ -16,7 +16,9 @@ Status unsupported_operands(std::string_view op, const Value& a, const Value& b)
                           type_name(b));
 }
 
-std::int64_t as_integer(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
+std::int64_t as_integer(const Value& v) {
+  return v.is_bool() ? v.as_bool() : v.as_int();
+}
 
 Status overflow() {
   return invalid_argument("integer overflow (template integers are 64-bit)");
@@ -26,19 +28,27 @@ Result<Value> repeat(Renderer& r, const Value& seq, std::int64_t times) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
-    if (!s.empty()) CELLM_RETURN_IF_ERROR(r.check_size(s.size() * static_cast<std::size_t>(std::min<std::int64_t>(times, std::numeric_limits<std::int32_t>::max()))));
+    if (!s.empty())
+      CELLM_RETURN_IF_ERROR(
+          r.check_size(s.size() * static_cast<std::size_t>(std::min<std::int64_t>(
+                                      times, std::numeric_limits<std::int32_t>::max()))));
     std::string out;
     for (std::int64_t i = 0; i < times; ++i) out += s;
     return Value::string(std::move(out));
   }
   const auto& items = seq.as_array().items;
-  if (!items.empty()) CELLM_RETURN_IF_ERROR(r.check_size(items.size() * static_cast<std::size_t>(std::min<std::int64_t>(times, std::numeric_limits<std::int32_t>::max()))));
+  if (!items.empty())
+    CELLM_RETURN_IF_ERROR(
+        r.check_size(items.size() * static_cast<std::size_t>(std::min<std::int64_t>(
+                                        times, std::numeric_limits<std::int32_t>::max()))));
   std::vector<Value> out;
   for (std::int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
   return Value::array(std::move(out), seq.as_array().is_tuple);
 }
 
-bool is_sequence(const Value& v) { return v.is_string() || v.is_array(); }
+bool is_sequence(const Value& v) {
+  return v.is_string() || v.is_array();
+}
 
 Result<Value> arithmetic(Renderer& r, std::string_view op, const Value& a, const Value& b) {
   if (op == "+") {
@@ -140,7 +150,8 @@ Result<bool> contains(const Value& container, const Value& item) {
   switch (container.kind()) {
     case ValueKind::kString:
       if (!item.is_string()) {
-        return invalid_argument("'in <string>' requires a string on the left, not '{}'", type_name(item));
+        return invalid_argument("'in <string>' requires a string on the left, not '{}'",
+                                type_name(item));
       }
       return container.as_string().find(item.as_string()) != std::string::npos;
     case ValueKind::kArray:

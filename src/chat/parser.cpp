@@ -34,9 +34,9 @@ std::string quote_tags(std::initializer_list<std::string_view> tags) {
   return out;
 }
 
-constexpr std::string_view kUnsupportedTags[] = {"extends", "block",      "include", "import",
-                                                 "from",    "call",       "do",      "autoescape",
-                                                 "trans",   "pluralize",  "endcall", "endblock"};
+constexpr std::string_view kUnsupportedTags[] = {"extends", "block",     "include", "import",
+                                                 "from",    "call",      "do",      "autoescape",
+                                                 "trans",   "pluralize", "endcall", "endblock"};
 
 class Parser {
  public:
@@ -75,8 +75,8 @@ class Parser {
   }
   Status expect_block_end(std::string_view tag) {
     if (cur().kind != TokenKind::kBlockEnd) {
-      return error(cur(), fmt::format("expected '%}}' to end '{{% {} %}}', found {}", tag,
-                                      describe(cur())));
+      return error(
+          cur(), fmt::format("expected '%}}' to end '{{% {} %}}', found {}", tag, describe(cur())));
     }
     advance();
     return Status::ok();
@@ -119,8 +119,9 @@ class Parser {
     for (const auto& [k, v] : e->kwargs) h = std::max(h, v->height);
     e->height = h + 1;
     if (e->height > kMaxNesting) {
-      return invalid_argument("{}", located(e->pos, fmt::format("expression nests deeper than {} levels",
-                                                               kMaxNesting)));
+      return invalid_argument(
+          "{}",
+          located(e->pos, fmt::format("expression nests deeper than {} levels", kMaxNesting)));
     }
     return e;
   }
@@ -138,10 +139,10 @@ class Parser {
       switch (tok.kind) {
         case TokenKind::kEof:
           if (ends.size() != 0) {
-            return error(tok, fmt::format("unexpected end of template: '{{% {} %}}' opened at {}:{} "
-                                          "is never closed (expected {})",
-                                          opener, opener_pos.line, opener_pos.column,
-                                          quote_tags(ends)));
+            return error(tok,
+                         fmt::format("unexpected end of template: '{{% {} %}}' opened at {}:{} "
+                                     "is never closed (expected {})",
+                                     opener, opener_pos.line, opener_pos.column, quote_tags(ends)));
           }
           return body;
         case TokenKind::kText: {
@@ -171,7 +172,8 @@ class Parser {
           advance();
           const Token& name = cur();
           if (name.kind != TokenKind::kName) {
-            return error(name, fmt::format("expected a tag name after '{{%', found {}", describe(name)));
+            return error(name,
+                         fmt::format("expected a tag name after '{{%', found {}", describe(name)));
           }
           if (std::find(ends.begin(), ends.end(), std::string_view(name.text)) != ends.end()) {
             return body;
@@ -186,8 +188,7 @@ class Parser {
         case TokenKind::kInt:
         case TokenKind::kFloat:
         case TokenKind::kString:
-        case TokenKind::kOperator:
-          return error(tok, fmt::format("unexpected {}", describe(tok)));
+        case TokenKind::kOperator: return error(tok, fmt::format("unexpected {}", describe(tok)));
       }
     }
   }
@@ -201,7 +202,8 @@ class Parser {
     if (n == "macro") return macro_stmt();
     if (n == "filter") return filter_stmt();
     if (n == "with") return with_stmt();
-    if (n == "generation") return simple_block(StmtKind::kGeneration, "generation", "endgeneration");
+    if (n == "generation")
+      return simple_block(StmtKind::kGeneration, "generation", "endgeneration");
     if (n == "break" || n == "continue") {
       if (loop_depth_ == 0) return error(tag, fmt::format("'{{% {} %}}' outside of a for loop", n));
       advance();
@@ -213,7 +215,8 @@ class Parser {
     }
     for (std::string_view u : kUnsupportedTags) {
       if (n == u) {
-        return unsupported(tag, fmt::format("the '{{% {} %}}' tag is not supported in chat templates", n));
+        return unsupported(
+            tag, fmt::format("the '{{% {} %}}' tag is not supported in chat templates", n));
       }
     }
     if (ends.size() != 0) {
@@ -371,7 +374,7 @@ class Parser {
   Result<StmtPtr> filter_stmt() {
     auto s = std::make_unique<Stmt>();
     s->kind = StmtKind::kFilterBlock;
-    s->pos = cur().pos;  // filter() skips the tag name as it skips '|'
+    s->pos = cur().pos;                             // filter() skips the tag name as it skips '|'
     ExprPtr chain = node(ExprKind::kName, s->pos);  // the name "" stands for the body
     CELLM_ASSIGN_OR_RETURN(chain, filter(std::move(chain)));
     while (at_op("|")) {
@@ -391,7 +394,8 @@ class Parser {
     s->pos = cur().pos;
     advance();
     while (cur().kind != TokenKind::kBlockEnd) {
-      if (!s->assignments.empty()) CELLM_RETURN_IF_ERROR(expect_op(",", "between 'with' assignments"));
+      if (!s->assignments.empty())
+        CELLM_RETURN_IF_ERROR(expect_op(",", "between 'with' assignments"));
       CELLM_ASSIGN_OR_RETURN(std::string name, expect_name("in 'with'"));
       CELLM_RETURN_IF_ERROR(expect_op("=", "in 'with'"));
       CELLM_ASSIGN_OR_RETURN(ExprPtr value, expression(true));
@@ -418,8 +422,8 @@ class Parser {
 
   // ---- expressions ---------------------------------------------------------
   bool at_tuple_end() const {
-    return cur().kind == TokenKind::kVarEnd || cur().kind == TokenKind::kBlockEnd ||
-           at_op(")") || at_name("recursive") || at_name("if");
+    return cur().kind == TokenKind::kVarEnd || cur().kind == TokenKind::kBlockEnd || at_op(")") ||
+           at_name("recursive") || at_name("if");
   }
 
   // Comma-separated expressions; a lone one without a comma is not a tuple.
@@ -662,7 +666,8 @@ class Parser {
     advance();
     while (!at_op(close)) {
       if (!e->args.empty()) {
-        CELLM_RETURN_IF_ERROR(expect_op(",", is_dict ? "between dict items" : "between list items"));
+        CELLM_RETURN_IF_ERROR(
+            expect_op(",", is_dict ? "between dict items" : "between list items"));
         if (at_op(close)) break;
       }
       CELLM_ASSIGN_OR_RETURN(ExprPtr item, expression(true));
@@ -752,15 +757,18 @@ class Parser {
         if (at_op(")")) break;
       }
       first = false;
-      if (at_op("*") || at_op("**")) return unsupported(cur(), "'*args' and '**kwargs' in calls are not supported");
-      if (cur().kind == TokenKind::kName && peek().kind == TokenKind::kOperator && peek().text == "=") {
+      if (at_op("*") || at_op("**"))
+        return unsupported(cur(), "'*args' and '**kwargs' in calls are not supported");
+      if (cur().kind == TokenKind::kName && peek().kind == TokenKind::kOperator &&
+          peek().text == "=") {
         std::string key = cur().text;
         advance();
         advance();
         CELLM_ASSIGN_OR_RETURN(ExprPtr v, expression(true));
         e.kwargs.emplace_back(std::move(key), std::move(v));
       } else {
-        if (!e.kwargs.empty()) return error(cur(), "a positional argument follows a keyword argument");
+        if (!e.kwargs.empty())
+          return error(cur(), "a positional argument follows a keyword argument");
         CELLM_ASSIGN_OR_RETURN(ExprPtr v, expression(true));
         e.args.push_back(std::move(v));
       }

@@ -49,9 +49,10 @@ Result<std::string> Renderer::render(const Body& body) {
 
 Status Renderer::check_size(std::size_t size) const {
   if (size > limits_.max_output_bytes) {
-    return out_of_resources("the render would build a string or list of {} elements, over the "
-                            "limit of {}",
-                            size, limits_.max_output_bytes);
+    return out_of_resources(
+        "the render would build a string or list of {} elements, over the "
+        "limit of {}",
+        size, limits_.max_output_bytes);
   }
   return Status::ok();
 }
@@ -91,8 +92,8 @@ Status Renderer::assign(const Stmt& s, const std::vector<std::string>& targets, 
   auto items = iterate(v);
   if (!items.ok()) return at(s.pos, items.status());
   if (items->size() != targets.size()) {
-    return error_at(s.pos, fmt::format("cannot unpack {} values into {} names", items->size(),
-                                       targets.size()));
+    return error_at(
+        s.pos, fmt::format("cannot unpack {} values into {} names", items->size(), targets.size()));
   }
   for (std::size_t i = 0; i < targets.size(); ++i) frame.set(targets[i], std::move((*items)[i]));
   return Status::ok();
@@ -131,8 +132,8 @@ Result<Renderer::Flow> Renderer::exec(const Stmt& s, Frame& frame, std::string& 
                                            s.attribute, s.targets[0]));
       }
       if (!s.attribute.empty() && s.attribute[0] == '_') {
-        return error_at(s.pos, fmt::format("namespace attributes may not start with '_' ('{}')",
-                                           s.attribute));
+        return error_at(
+            s.pos, fmt::format("namespace attributes may not start with '_' ('{}')", s.attribute));
       }
       const Value ns = *target;
       CELLM_ASSIGN_OR_RETURN(Value v, eval(*s.expr, frame));
@@ -231,12 +232,13 @@ Result<Renderer::Flow> Renderer::exec_for(const Stmt& s, Frame& frame, std::stri
                                         : Value::undefined("there is no previous item"));
     loop.emplace_back("nextitem", i + 1 < n ? items[static_cast<std::size_t>(i + 1)]
                                             : Value::undefined("there is no next item"));
-    loop.emplace_back("cycle", Value::function("loop.cycle", [i](Renderer&, CallArgs& args) -> Result<Value> {
-                        if (args.positional.empty()) {
-                          return invalid_argument("loop.cycle() needs at least one value");
-                        }
-                        return args.positional[static_cast<std::size_t>(i) % args.positional.size()];
-                      }));
+    loop.emplace_back(
+        "cycle", Value::function("loop.cycle", [i](Renderer&, CallArgs& args) -> Result<Value> {
+          if (args.positional.empty()) {
+            return invalid_argument("loop.cycle() needs at least one value");
+          }
+          return args.positional[static_cast<std::size_t>(i) % args.positional.size()];
+        }));
     inner.vars.emplace_back("loop", Value::object(std::move(loop)));
     CELLM_RETURN_IF_ERROR(assign(s, s.targets, items[static_cast<std::size_t>(i)], inner));
     CELLM_ASSIGN_OR_RETURN(Flow flow, exec_body(s.body, inner, out));
@@ -321,8 +323,9 @@ Result<Value> Renderer::call_macro(const Stmt& macro, CallArgs& args) {
       CELLM_ASSIGN_OR_RETURN(Value v, eval(*macro.params[i].default_value, frame));
       frame.set(macro.params[i].name, std::move(v));
     } else {
-      frame.set(macro.params[i].name,
-                Value::undefined(fmt::format("parameter '{}' was not provided", macro.params[i].name)));
+      frame.set(
+          macro.params[i].name,
+          Value::undefined(fmt::format("parameter '{}' was not provided", macro.params[i].name)));
     }
   }
   if (macro.uses_varargs) {
@@ -366,7 +369,8 @@ Result<Value> Renderer::eval_node(const Expr& e, Frame& frame) {
       for (std::size_t i = 0; i + 1 < e.args.size(); i += 2) {
         CELLM_ASSIGN_OR_RETURN(Value k, eval(*e.args[i], frame));
         if (!k.is_string()) {
-          return at(e.args[i]->pos, not_supported("dict keys must be strings, got '{}'", type_name(k)));
+          return at(e.args[i]->pos,
+                    not_supported("dict keys must be strings, got '{}'", type_name(k)));
         }
         CELLM_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1], frame));
         auto it = std::find_if(entries.begin(), entries.end(),
@@ -404,7 +408,8 @@ Result<Value> Renderer::eval_node(const Expr& e, Frame& frame) {
       if (obj.is_string()) {
         const std::string& s = obj.as_string();
         const auto bounds = utf8::boundaries(s);
-        auto idx = slice_indices(static_cast<std::int64_t>(bounds.size() - 1), parts[0], parts[1], parts[2]);
+        auto idx = slice_indices(static_cast<std::int64_t>(bounds.size() - 1), parts[0], parts[1],
+                                 parts[2]);
         if (!idx.ok()) return at(e.pos, idx.status());
         std::string out;
         for (std::int64_t i : *idx) {
@@ -415,7 +420,8 @@ Result<Value> Renderer::eval_node(const Expr& e, Frame& frame) {
       }
       if (obj.is_array()) {
         const auto& items = obj.as_array().items;
-        auto idx = slice_indices(static_cast<std::int64_t>(items.size()), parts[0], parts[1], parts[2]);
+        auto idx =
+            slice_indices(static_cast<std::int64_t>(items.size()), parts[0], parts[1], parts[2]);
         if (!idx.ok()) return at(e.pos, idx.status());
         std::vector<Value> out;
         out.reserve(idx->size());
@@ -450,7 +456,8 @@ Result<Value> Renderer::eval_node(const Expr& e, Frame& frame) {
         if (i == INT64_MIN) return error_at(e.pos, "integer overflow");
         return Value::integer(-i);
       }
-      return error_at(e.pos, fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
+      return error_at(e.pos,
+                      fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
     }
     case ExprKind::kBinary: {
       CELLM_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], frame));

@@ -202,9 +202,7 @@ void append_entries_repr(std::string& out, const std::vector<std::pair<std::stri
 
 void append_repr(std::string& out, const Value& v) {
   switch (v.kind()) {
-    case ValueKind::kString:
-      append_repr_string(out, v.as_string());
-      return;
+    case ValueKind::kString: append_repr_string(out, v.as_string()); return;
     case ValueKind::kArray: {
       const ArrayData& a = v.as_array();
       out.push_back(a.is_tuple ? '(' : '[');
@@ -216,9 +214,7 @@ void append_repr(std::string& out, const Value& v) {
       out.push_back(a.is_tuple ? ')' : ']');
       return;
     }
-    case ValueKind::kObject:
-      append_entries_repr(out, v.as_object().entries);
-      return;
+    case ValueKind::kObject: append_entries_repr(out, v.as_object().entries); return;
     case ValueKind::kNamespace:
       out += "<Namespace ";
       append_entries_repr(out, v.as_namespace().entries);
@@ -229,9 +225,7 @@ void append_repr(std::string& out, const Value& v) {
     case ValueKind::kBool:
     case ValueKind::kInt:
     case ValueKind::kFloat:
-    case ValueKind::kFunction:
-      out += to_display_string(v);
-      return;
+    case ValueKind::kFunction: out += to_display_string(v); return;
   }
 }
 

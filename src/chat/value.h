@@ -94,7 +94,9 @@ class Value {
   double to_double() const;
   const std::string& as_string() const { return std::get<std::string>(data_); }
   const ArrayData& as_array() const { return *std::get<std::shared_ptr<const ArrayData>>(data_); }
-  const ObjectData& as_object() const { return *std::get<std::shared_ptr<const ObjectData>>(data_); }
+  const ObjectData& as_object() const {
+    return *std::get<std::shared_ptr<const ObjectData>>(data_);
+  }
   NamespaceData& as_namespace() const { return *std::get<std::shared_ptr<NamespaceData>>(data_); }
   const FunctionData& as_function() const {
     return *std::get<std::shared_ptr<const FunctionData>>(data_);

@@ -11,7 +11,8 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("model", *model,
                   "Hugging Face folder or .gguf file (default: the fetched SmolLM2-135M)");
   cmd->add_option("--host", args->host, "address to listen on")->capture_default_str();
-  cmd->add_option("--port", args->port, "port (0: any free port)")->capture_default_str()
+  cmd->add_option("--port", args->port, "port (0: any free port)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--max-sessions", args->max_sessions, "resident sessions")
@@ -28,7 +29,8 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--served-model-name", args->served_model_name, "name reported by /v1/models");
   return [args, model] {
-    args->model = std::filesystem::path(model->empty() ? std::string(default_model_path()) : *model);
+    args->model =
+        std::filesystem::path(model->empty() ? std::string(default_model_path()) : *model);
     return server::run_serve(*args);
   };
 }

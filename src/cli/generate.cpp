@@ -16,7 +16,9 @@ constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 }  // namespace
 
-const char* default_model_path() { return kDefaultModel; }
+const char* default_model_path() {
+  return kDefaultModel;
+}
 
 void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("model", args.model,
@@ -48,7 +50,8 @@ void add_sampling_options(CLI::App& cmd, SamplingArgs& args) {
 
 std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress) {
   app::EngineOptions options;
-  options.model = std::filesystem::path(args.model.empty() ? std::string(kDefaultModel) : args.model);
+  options.model =
+      std::filesystem::path(args.model.empty() ? std::string(kDefaultModel) : args.model);
   if (!std::filesystem::exists(options.model)) {
     if (args.model.empty()) {
       std::fprintf(stderr,

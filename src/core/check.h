@@ -16,12 +16,12 @@ namespace cellm::detail {
 }  // namespace cellm::detail
 
 // CELLM_CHECK(cond) or CELLM_CHECK(cond, "fmt {}", args...).
-#define CELLM_CHECK(cond, ...)                                                          \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
-      ::cellm::detail::check_failed(__FILE__, __LINE__, #cond,                          \
-                                    ::cellm::detail::check_message(__VA_ARGS__));       \
-    }                                                                                   \
+#define CELLM_CHECK(cond, ...)                                                    \
+  do {                                                                            \
+    if (!(cond)) [[unlikely]] {                                                   \
+      ::cellm::detail::check_failed(__FILE__, __LINE__, #cond,                    \
+                                    ::cellm::detail::check_message(__VA_ARGS__)); \
+    }                                                                             \
   } while (false)
 
 #ifdef NDEBUG
@@ -34,7 +34,9 @@ namespace cellm::detail {
 #endif
 
 namespace cellm::detail {
-inline std::string check_message() { return {}; }
+inline std::string check_message() {
+  return {};
+}
 template <typename... Args>
 std::string check_message(fmt::format_string<Args...> format, Args&&... args) {
   return fmt::format(format, std::forward<Args>(args)...);

@@ -71,8 +71,8 @@ std::uint16_t f32_to_f16(float value) {
     return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
   }
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to infinity
-  if (abs < 0x38800000u) {                          // subnormal or zero in f16
-    if (abs < 0x33000000u) return sign;             // below half the smallest subnormal
+  if (abs < 0x38800000u) {                        // subnormal or zero in f16
+    if (abs < 0x33000000u) return sign;           // below half the smallest subnormal
     const std::uint32_t exp = abs >> 23;
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const std::uint32_t shift = 126 - exp;  // 14 + (112 - exp) ... bring to 10-bit subnormal

@@ -46,8 +46,12 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
 
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
-LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+void set_log_level(LogLevel level) {
+  g_level.store(static_cast<int>(level));
+}
+LogLevel log_level() {
+  return static_cast<LogLevel>(g_level.load());
+}
 
 void set_log_sink(LogSink sink) {
   std::lock_guard lock(holder().mu);

@@ -17,7 +17,9 @@ std::int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_string(const Shape& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
   Tensor t;
@@ -58,8 +60,8 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::slice_rows(std::int64_t begin, std::int64_t end) const {
-  CELLM_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
-              "rows [{}, {}) of {}", begin, end, describe());
+  CELLM_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "rows [{}, {}) of {}",
+              begin, end, describe());
   Tensor t = *this;
   const std::size_t row_bytes = shape_[0] == 0 ? 0 : nbytes() / static_cast<std::size_t>(shape_[0]);
   t.data_ = static_cast<char*>(data_) + static_cast<std::size_t>(begin) * row_bytes;

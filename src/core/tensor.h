@@ -63,12 +63,14 @@ class Tensor {
   // Typed access; checks that T matches the dtype's size and the tensor is on the host.
   template <typename T>
   T* data_as() {
-    CELLM_CHECK(sizeof(T) == dtype_size(dtype_), "element size mismatch for {}", dtype_name(dtype_));
+    CELLM_CHECK(sizeof(T) == dtype_size(dtype_), "element size mismatch for {}",
+                dtype_name(dtype_));
     return static_cast<T*>(data_);
   }
   template <typename T>
   const T* data_as() const {
-    CELLM_CHECK(sizeof(T) == dtype_size(dtype_), "element size mismatch for {}", dtype_name(dtype_));
+    CELLM_CHECK(sizeof(T) == dtype_size(dtype_), "element size mismatch for {}",
+                dtype_name(dtype_));
     return static_cast<const T*>(data_);
   }
   template <typename T>

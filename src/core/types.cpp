@@ -5,8 +5,7 @@
 namespace cellm {
 
 bool valid_position_count(std::size_t count) {
-  return count > 0 &&
-         count <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+  return count > 0 && count <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
 }
 
 std::size_t payload_size(const InputPayload& payload) {

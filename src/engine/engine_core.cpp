@@ -217,8 +217,7 @@ void EngineCore::handle_(CloseCommand& c, bool /*running*/) {
 
 void EngineCore::handle_(CloneCommand& c, bool running) {
   auto it = running ? sessions_.find(c.sid) : sessions_.end();
-  if (it == sessions_.end() || it->second.poisoned || c.upto < 0 ||
-      c.upto > it->second.position) {
+  if (it == sessions_.end() || it->second.poisoned || c.upto < 0 || c.upto > it->second.position) {
     c.reply.set_value(std::nullopt);
     return;
   }
@@ -378,8 +377,7 @@ bool EngineCore::submit_tasks_(Generation& /*gen*/, std::vector<Task> tasks) {
 void EngineCore::reap_() {
   std::vector<std::shared_ptr<Generation>> ended;
   for (auto& [sid, rec] : sessions_) {
-    if (rec.active &&
-        (rec.active->state->cancel_requested.load() || rec.state->closed.load())) {
+    if (rec.active && (rec.active->state->cancel_requested.load() || rec.state->closed.load())) {
       ended.push_back(rec.active);
     }
   }

@@ -76,8 +76,7 @@ struct AcceptsCommand {
   PreparedInputPtr input;
   std::promise<AcceptanceResult> reply;
 };
-using Command =
-    std::variant<OpenCommand, CloseCommand, CloneCommand, StartCommand, AcceptsCommand>;
+using Command = std::variant<OpenCommand, CloseCommand, CloneCommand, StartCommand, AcceptsCommand>;
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {
  public:

@@ -88,7 +88,9 @@ std::optional<PrefixMatch> PrefixCache::lookup(const std::vector<Token>& request
   return std::nullopt;
 }
 
-void PrefixCache::clear() { entries_.clear(); }
+void PrefixCache::clear() {
+  entries_.clear();
+}
 
 PromptCapture PrefixCache::capture_prompt(const Session& source, std::vector<Token> tokens) {
   PromptCapture capture;

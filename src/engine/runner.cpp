@@ -83,7 +83,9 @@ Session::Session(std::shared_ptr<detail::EngineCore> core,
                  std::shared_ptr<detail::SessionState> state)
     : core_(std::move(core)), state_(std::move(state)) {}
 
-Session::~Session() { release(); }
+Session::~Session() {
+  release();
+}
 
 Session::Session(Session&& other) noexcept
     : core_(std::move(other.core_)), state_(std::move(other.state_)) {}
@@ -106,11 +108,17 @@ void Session::release() {
   state_.reset();
 }
 
-bool Session::valid() const { return core_ && state_ && !state_->closed.load(); }
+bool Session::valid() const {
+  return core_ && state_ && !state_->closed.load();
+}
 
-Position Session::position() const { return state_ ? state_->position.load() : 0; }
+Position Session::position() const {
+  return state_ ? state_->position.load() : 0;
+}
 
-SessionId Session::id() const { return state_ ? state_->sid : 0; }
+SessionId Session::id() const {
+  return state_ ? state_->sid : 0;
+}
 
 std::future<std::optional<Session>> Session::clone_async(Position upto) const {
   return clone_of(core_, state_, upto);
@@ -132,8 +140,7 @@ std::future<std::optional<Session>> Session::clone_of(
 }
 
 GenerationHandle Session::generate_async(GenerationInput delta, GenConfig config,
-                                         GenerationCallback on_update,
-                                         SettledCallback on_settled) {
+                                         GenerationCallback on_update, SettledCallback on_settled) {
   auto state = std::make_shared<detail::GenerationState>();
   GenerationHandle handle(state);
   GenerationMetrics metrics;
@@ -155,8 +162,8 @@ GenerationHandle Session::generate_async(GenerationInput delta, GenConfig config
     return handle;
   }
   detail::Command command{detail::StartCommand{state, state_, std::move(delta), std::move(config),
-                                                std::move(on_update), std::move(on_settled),
-                                                metrics}};
+                                               std::move(on_update), std::move(on_settled),
+                                               metrics}};
   if (!core_->push(std::move(command))) {
     // push() leaves a refused command untouched, so its callbacks are still here.
     auto& cmd = std::get<detail::StartCommand>(command);
@@ -173,9 +180,13 @@ Runner::Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler)
   core_->start();
 }
 
-Runner::~Runner() { shutdown(); }
+Runner::~Runner() {
+  shutdown();
+}
 
-InitializationState Runner::initialization_state() const { return core_->initialization_state(); }
+InitializationState Runner::initialization_state() const {
+  return core_->initialization_state();
+}
 
 std::future<std::optional<Session>> Runner::open_session_async() {
   detail::OpenCommand cmd;
@@ -202,6 +213,8 @@ void Runner::shutdown() {
   core_->join();
 }
 
-EngineMetrics Runner::metrics() const { return core_->metrics(); }
+EngineMetrics Runner::metrics() const {
+  return core_->metrics();
+}
 
 }  // namespace cellm

@@ -60,8 +60,12 @@ bool CudaExecutor::initialize() {
   return true;
 }
 
-std::optional<SessionId> CudaExecutor::open_session() { return sessions_.open(); }
-void CudaExecutor::close_session(SessionId session) { sessions_.close(session); }
+std::optional<SessionId> CudaExecutor::open_session() {
+  return sessions_.open();
+}
+void CudaExecutor::close_session(SessionId session) {
+  sessions_.close(session);
+}
 std::optional<SessionId> CudaExecutor::clone(SessionId source, Position upto) {
   return sessions_.clone(source, upto);
 }
@@ -109,8 +113,7 @@ Status CudaExecutor::check_logits_home(const Tensor& logits) {
   return Status::ok();
 }
 
-Result<std::vector<Token>> CudaExecutor::run_device_sampler(const Tensor& logits,
-                                                            std::size_t rows,
+Result<std::vector<Token>> CudaExecutor::run_device_sampler(const Tensor& logits, std::size_t rows,
                                                             const std::vector<float>& params,
                                                             bool all_greedy) {
   const Tensor view = logits.slice_rows(0, static_cast<std::int64_t>(rows));
@@ -126,8 +129,8 @@ Result<std::vector<Token>> CudaExecutor::run_device_sampler(const Tensor& logits
   }();
   if (!out.ok()) return out.status().with_context("device sampler");
   if (out->size() != 1 || (*out)[0].dtype() != DType::kI64 ||
-      (*out)[0].numel() != static_cast<std::int64_t>(rows) ||
-      (*out)[0].device() != Device::kCpu || (rows > 0 && (*out)[0].data() == nullptr)) {
+      (*out)[0].numel() != static_cast<std::int64_t>(rows) || (*out)[0].device() != Device::kCpu ||
+      (rows > 0 && (*out)[0].data() == nullptr)) {
     return internal_error("device sampler returned {} tensors ({}); expected host i64[{}]",
                           out->size(), out->empty() ? std::string("-") : (*out)[0].describe(),
                           rows);
@@ -195,8 +198,8 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
     const std::vector<std::size_t> wanted = rows.inputs;
-    auto forward = run_slice(slice, step.tokens, step.positions, step.seq_ids,
-                             std::move(rows.selector));
+    auto forward =
+        run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(rows.selector));
     if (!forward.ok()) {
       CELLM_LOG_ERROR("executor: forward at token {} failed: {}", slice.offset,
                       forward.status().to_string());
@@ -257,8 +260,7 @@ bool CudaExecutor::execute_raw(const RawTargetStep& step,
       }
     }
     if (selector.empty()) selector.push_back(slice.length - 1);
-    auto forward =
-        run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(selector));
+    auto forward = run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(selector));
     if (!forward.ok()) {
       CELLM_LOG_ERROR("executor: raw forward at token {} failed: {}", slice.offset,
                       forward.status().to_string());
@@ -288,8 +290,7 @@ std::optional<std::vector<Token>> CudaExecutor::argmax_rows(const Tensor& logits
   return to_tokens(*ids);
 }
 
-std::optional<std::vector<Token>> CudaExecutor::sample_rows(const Tensor& logits,
-                                                            std::size_t rows,
+std::optional<std::vector<Token>> CudaExecutor::sample_rows(const Tensor& logits, std::size_t rows,
                                                             const std::vector<float>& params) {
   if (!initialized_ || logits.rank() != 2 || logits.dim(1) != vocab_size_ || rows == 0 ||
       static_cast<std::int64_t>(rows) > logits.dim(0) ||
@@ -313,7 +314,9 @@ std::optional<std::vector<Token>> CudaExecutor::sample_rows(const Tensor& logits
   return to_tokens(*ids);
 }
 
-OffGraphKVMetrics CudaExecutor::kv_metrics() const { return kv_metrics_of(*cache_, kv_cell_bytes_); }
+OffGraphKVMetrics CudaExecutor::kv_metrics() const {
+  return kv_metrics_of(*cache_, kv_cell_bytes_);
+}
 
 std::vector<ForwardMethodCalls> CudaExecutor::method_calls() const {
   std::vector<ForwardMethodCalls> calls;

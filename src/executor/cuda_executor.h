@@ -138,14 +138,13 @@ class CudaExecutor final : public Executor {
 
   // Runs the slice's forward; `selector` is the unpadded row list.
   Result<ForwardOutputs> run_slice(const program::StepSlice& slice,
-                                          std::span<const std::int64_t> tokens,
-                                          std::span<const std::int64_t> positions,
-                                          std::span<const cache::SeqId> seq_ids,
-                                          std::vector<std::int64_t> selector);
+                                   std::span<const std::int64_t> tokens,
+                                   std::span<const std::int64_t> positions,
+                                   std::span<const cache::SeqId> seq_ids,
+                                   std::vector<std::int64_t> selector);
   // Tokens for the first `rows` rows of device logits through the program.
   Result<std::vector<Token>> run_device_sampler(const Tensor& logits, std::size_t rows,
-                                                const std::vector<float>& params,
-                                                bool all_greedy);
+                                                const std::vector<float>& params, bool all_greedy);
   Result<std::vector<Token>> sample_outputs(const Tensor& logits,
                                             const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);

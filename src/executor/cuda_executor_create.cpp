@@ -28,8 +28,8 @@ Result<std::int64_t> required_constant(const program::Program& program, std::str
 
 }  // namespace
 
-Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program,
-                                                 int max_sessions, int max_session_tokens) {
+Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program, int max_sessions,
+                                                 int max_session_tokens) {
   Plan plan;
   if (max_sessions <= 0 || max_session_tokens < 0) {
     return invalid_argument(
@@ -72,9 +72,10 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
     CELLM_ASSIGN_OR_RETURN(ForwardSignature sig,
                            check_forward(name, *meta, SelectorRule::kRequired));
     if (n && (sig.dynamic || sig.width != *n)) {
-      return invalid_program("method {}: a static method must take exactly {} tokens, but it "
-                             "exports {}{}",
-                             name, *n, sig.dynamic ? "a dynamic extent up to " : "", sig.width);
+      return invalid_program(
+          "method {}: a static method must take exactly {} tokens, but it "
+          "exports {}{}",
+          name, *n, sig.dynamic ? "a dynamic extent up to " : "", sig.width);
     }
     if (is_dynamic && !sig.dynamic) {
       return invalid_program("method {}: must have a dynamic token extent", name);
@@ -115,9 +116,10 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
   }
   const std::int32_t widest = plan.methods.back().max_tokens;
   if (widest >= plan.max_cells) {
-    return invalid_program("the widest method {} ({} tokens) must be narrower than the pool of {} "
-                           "cells",
-                           plan.methods.back().name, widest, plan.max_cells);
+    return invalid_program(
+        "the widest method {} ({} tokens) must be narrower than the pool of {} "
+        "cells",
+        plan.methods.back().name, widest, plan.max_cells);
   }
   if (const auto min_rows = program.constant(program::kMinSelectedRowsConstant)) {
     plan.min_selected_rows = static_cast<int>(std::clamp<std::int64_t>(*min_rows, 1, kIntMax));
@@ -164,7 +166,8 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
   // scratch cell is nobody's.
   const std::int64_t usable = plan.max_cells - 1;
   if (max_session_tokens == 0) {
-    max_session_tokens = static_cast<int>(std::min<std::int64_t>(max_context, usable / max_sessions));
+    max_session_tokens =
+        static_cast<int>(std::min<std::int64_t>(max_context, usable / max_sessions));
     if (max_session_tokens == 0) {
       return invalid_argument("{} sessions cannot share a pool of {} cells (one is scratch)",
                               max_sessions, plan.max_cells);

@@ -10,14 +10,14 @@
 namespace cellm::executor {
 
 struct OffGraphKVMetrics {
-  std::int64_t logical_length = 0;   // read extent: one past the highest used cell
-  std::int64_t flat_capacity = 0;    // cells in the pool, scratch included
-  std::uint64_t growth_count = 0;    // the pool is sized at load and never grows
-  std::uint64_t allocated_bytes = 0; // pool bytes, when the program publishes its cell size
+  std::int64_t logical_length = 0;    // read extent: one past the highest used cell
+  std::int64_t flat_capacity = 0;     // cells in the pool, scratch included
+  std::uint64_t growth_count = 0;     // the pool is sized at load and never grows
+  std::uint64_t allocated_bytes = 0;  // pool bytes, when the program publishes its cell size
   std::int32_t cells_used = 0;
   std::int32_t cells_free = 0;
-  std::int32_t high_water = 0;       // largest read extent so far
-  std::int32_t sessions = 0;         // live cache sequences
+  std::int32_t high_water = 0;  // largest read extent so far
+  std::int32_t sessions = 0;    // live cache sequences
 };
 
 inline OffGraphKVMetrics kv_metrics_of(const cache::CellCache& cache, std::uint64_t cell_bytes) {

@@ -26,9 +26,10 @@ Status check_token_output(std::string_view method, const program::MethodMeta& me
     return invalid_program("method {}: must return exactly one i64[R] tensor of tokens", method);
   }
   if (meta.outputs[0].device != Device::kCpu) {
-    return invalid_program("method {}: returns its tokens on the device; they must come back to "
-                           "the host",
-                           method);
+    return invalid_program(
+        "method {}: returns its tokens on the device; they must come back to "
+        "the host",
+        method);
   }
   return Status::ok();
 }
@@ -69,8 +70,8 @@ Result<ForwardSignature> check_forward(std::string_view name, const program::Met
   const program::TensorSpec& tokens = meta.inputs[0];
   if (tokens.dtype != DType::kI64 || tokens.shape.size() != 2 || tokens.shape[0] != 1 ||
       tokens.shape[1] <= 0) {
-    return invalid_program("method {}: input 0 (tokens) must be i64[1, T] with T > 0, got {}",
-                           name, spec_string(tokens));
+    return invalid_program("method {}: input 0 (tokens) must be i64[1, T] with T > 0, got {}", name,
+                           spec_string(tokens));
   }
   sig.width = tokens.shape[1];
   const program::TensorSpec& positions = meta.inputs[1];

@@ -20,12 +20,12 @@ namespace cellm::executor {
 // What an executor needs to know about one forward method.
 struct ForwardSignature {
   std::string name;
-  std::int64_t width = 0;      // exported token extent (upper bound if dynamic)
+  std::int64_t width = 0;  // exported token extent (upper bound if dynamic)
   bool dynamic = false;
-  bool selects_rows = false;   // takes a selector (else returns a row per token)
-  std::int64_t vocab = 0;      // last dimension of the logits
+  bool selects_rows = false;  // takes a selector (else returns a row per token)
+  std::int64_t vocab = 0;     // last dimension of the logits
   std::string backend;
-  bool has_taps = false;       // output 1 is [T, D]
+  bool has_taps = false;  // output 1 is [T, D]
 };
 
 // N for a name "forward_<N>" with N a positive decimal that fits int32;

@@ -44,7 +44,8 @@ Result<std::unique_ptr<ModuleExecutor>> ModuleExecutor::create(
   if (sig.width > std::numeric_limits<int>::max()) {
     return invalid_program("method {}: width {} overflows int", method, sig.width);
   }
-  if (const auto vocab = program->constant(program::kVocabSizeConstant); vocab && *vocab != sig.vocab) {
+  if (const auto vocab = program->constant(program::kVocabSizeConstant);
+      vocab && *vocab != sig.vocab) {
     return invalid_program("{} is {} but method {} returns logits over {} tokens",
                            program::kVocabSizeConstant, *vocab, method, sig.vocab);
   }
@@ -70,8 +71,8 @@ Result<std::unique_ptr<ModuleExecutor>> ModuleExecutor::create(
   if (const auto bytes = program->constant(program::kKvCellBytesConstant); bytes && *bytes > 0) {
     cell_bytes = static_cast<std::uint64_t>(*bytes);
   }
-  auto cache = cache::CellCache::create(cache::CellCacheConfig{
-      static_cast<std::int32_t>(max_cells), max_sessions, max_session_tokens});
+  auto cache = cache::CellCache::create(cache::CellCacheConfig{static_cast<std::int32_t>(max_cells),
+                                                               max_sessions, max_session_tokens});
   if (!cache.ok()) return cache.status().with_context("building the cell cache");
   std::shared_ptr<cache::CellCache> shared(std::move(cache).value());
   return std::unique_ptr<ModuleExecutor>(new ModuleExecutor(
@@ -106,8 +107,12 @@ bool ModuleExecutor::initialize() {
   return true;
 }
 
-std::optional<SessionId> ModuleExecutor::open_session() { return sessions_.open(); }
-void ModuleExecutor::close_session(SessionId session) { sessions_.close(session); }
+std::optional<SessionId> ModuleExecutor::open_session() {
+  return sessions_.open();
+}
+void ModuleExecutor::close_session(SessionId session) {
+  sessions_.close(session);
+}
 std::optional<SessionId> ModuleExecutor::clone(SessionId source, Position upto) {
   return sessions_.clone(source, upto);
 }

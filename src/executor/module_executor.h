@@ -33,9 +33,7 @@ class ModuleExecutor final : public Executor {
       std::shared_ptr<program::Program> program, int max_sessions, int max_session_tokens,
       std::string method = std::string(program::kModuleMethod));
 
-  std::size_t preferred_batch_tokens() const override {
-    return static_cast<std::size_t>(width_);
-  }
+  std::size_t preferred_batch_tokens() const override { return static_cast<std::size_t>(width_); }
   bool initialize() override;
   std::optional<SessionId> open_session() override;
   void close_session(SessionId session) override;
@@ -51,10 +49,10 @@ class ModuleExecutor final : public Executor {
   int max_session_tokens() const { return sessions_.max_session_tokens(); }
 
  private:
-  ModuleExecutor(std::shared_ptr<program::Program> program,
-                 std::shared_ptr<cache::CellCache> cache, std::string method, std::int64_t width,
-                 bool selects_rows, int min_selected_rows, std::int64_t vocab, int max_sessions,
-                 int max_session_tokens, std::uint64_t kv_cell_bytes);
+  ModuleExecutor(std::shared_ptr<program::Program> program, std::shared_ptr<cache::CellCache> cache,
+                 std::string method, std::int64_t width, bool selects_rows, int min_selected_rows,
+                 std::int64_t vocab, int max_sessions, int max_session_tokens,
+                 std::uint64_t kv_cell_bytes);
 
   std::shared_ptr<program::Program> program_;
   std::shared_ptr<cache::CellCache> cache_;

@@ -75,9 +75,9 @@ void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
                                 std::optional<std::uint64_t> seed) {
   const auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
-  const std::uint64_t s = seed ? *seed
-                               : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^
-                                     std::random_device{}();
+  const std::uint64_t s =
+      seed ? *seed
+           : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   it->second.sampler.emplace(vocab_size_, params, s);
   it->second.device_rng.emplace(s);
 }
@@ -126,12 +126,12 @@ Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
           "input {}: session {} at position {}: slice [{}, {}) is outside its payload of {} tokens",
           i, in.sid, in.position, in.offset, in.offset + in.size, tokens.size());
     }
-    const std::int64_t start = static_cast<std::int64_t>(in.position) +
-                               static_cast<std::int64_t>(in.offset);
+    const std::int64_t start =
+        static_cast<std::int64_t>(in.position) + static_cast<std::int64_t>(in.offset);
     const std::int64_t end = start + static_cast<std::int64_t>(in.size);
     if (in.position < 0 || end > kMaxPosition) {
-      return invalid_argument(
-          "input {}: session {}: positions [{}, {}) are outside [0, 2^31-1)", i, in.sid, start, end);
+      return invalid_argument("input {}: session {}: positions [{}, {}) are outside [0, 2^31-1)", i,
+                              in.sid, start, end);
     }
     for (std::size_t k = in.offset; k < in.offset + in.size; ++k) {
       if (vocab_size_ > 0 && tokens[k] >= static_cast<Token>(vocab_size_)) {
@@ -204,8 +204,8 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   switch (logits.dtype()) {
     case DType::kF32:
-      token = it->second.sampler->sample(
-          std::span(logits.data_as<float>() + row * vocab_size_, vocab));
+      token =
+          it->second.sampler->sample(std::span(logits.data_as<float>() + row * vocab_size_, vocab));
       break;
     case DType::kF16:
     case DType::kBF16:
@@ -214,8 +214,7 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
       break;
     case DType::kI32:
     case DType::kI64:
-    case DType::kU8:
-      return std::nullopt;
+    case DType::kU8: return std::nullopt;
   }
   if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
   return static_cast<Token>(*token);

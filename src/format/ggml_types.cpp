@@ -119,8 +119,8 @@ void block_q5_k(const std::uint8_t* b, float* out) {
   const float dmin = half_at(b + 2);
   std::uint8_t sc[8], mn[8];
   unpack_scale_min(b + 4, sc, mn);
-  const std::uint8_t* qh = b + 16;   // 32 bytes: bit k of byte l is the fifth bit of sub-block k
-  const std::uint8_t* qs = b + 48;   // 128 bytes of nibbles
+  const std::uint8_t* qh = b + 16;  // 32 bytes: bit k of byte l is the fifth bit of sub-block k
+  const std::uint8_t* qs = b + 48;  // 128 bytes of nibbles
   for (int sub = 0; sub < 8; ++sub) {
     const float dl = d * static_cast<float>(sc[sub]);
     const float ml = dmin * static_cast<float>(mn[sub]);
@@ -134,8 +134,8 @@ void block_q5_k(const std::uint8_t* b, float* out) {
 }
 
 void block_q6_k(const std::uint8_t* b, float* out) {
-  const std::uint8_t* ql = b;                                  // 128 bytes: low 4 bits
-  const std::uint8_t* qh = b + 128;                            // 64 bytes: high 2 bits
+  const std::uint8_t* ql = b;                                          // 128 bytes: low 4 bits
+  const std::uint8_t* qh = b + 128;                                    // 64 bytes: high 2 bits
   const auto* scales = reinterpret_cast<const std::int8_t*>(b + 192);  // 16 signed scales
   const float d = half_at(b + 208);
   for (int half = 0; half < 2; ++half) {  // 128 elements each
@@ -166,11 +166,19 @@ BlockFn block_fn(GgmlType type) {
     case GgmlType::kQ4_K: return block_q4_k;
     case GgmlType::kQ5_K: return block_q5_k;
     case GgmlType::kQ6_K: return block_q6_k;
-    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ5_1:
-    case GgmlType::kQ8_1: case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ8_K:
-    case GgmlType::kI8: case GgmlType::kI16: case GgmlType::kI32: case GgmlType::kI64:
-    case GgmlType::kF64:
-      return nullptr;
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_1:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ8_K:
+    case GgmlType::kI8:
+    case GgmlType::kI16:
+    case GgmlType::kI32:
+    case GgmlType::kI64:
+    case GgmlType::kF64: return nullptr;
   }
   return nullptr;
 }
@@ -182,8 +190,10 @@ Status check_sizes(const GgmlTypeInfo& info, std::size_t src_bytes, std::size_t 
                             info.name, src_bytes, dst_elems);
   }
   if (!info.dequantizable) {
-    return not_supported("dequantize: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, "
-                         "Q5_0, Q8_0, Q4_K, Q5_K, Q6_K are)", info.name);
+    return not_supported(
+        "dequantize: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, "
+        "Q5_0, Q8_0, Q4_K, Q5_K, Q6_K are)",
+        info.name);
   }
   return Status::ok();
 }
@@ -247,9 +257,9 @@ Status dequantize_bf16(GgmlType type, std::span<const std::uint8_t> src,
   for (std::size_t first = 0; first < blocks; first += kChunkBlocks) {
     const std::size_t count = std::min(kChunkBlocks, blocks - first);
     const std::size_t elems = count * info->block_elems;
-    CELLM_RETURN_IF_ERROR(dequantize_f32(
-        type, src.subspan(first * info->block_bytes, count * info->block_bytes),
-        std::span<float>(tmp.data(), elems)));
+    CELLM_RETURN_IF_ERROR(
+        dequantize_f32(type, src.subspan(first * info->block_bytes, count * info->block_bytes),
+                       std::span<float>(tmp.data(), elems)));
     std::uint16_t* out = dst.data() + first * info->block_elems;
     for (std::size_t i = 0; i < elems; ++i) out[i] = f32_to_bf16(tmp[i]);
   }

@@ -41,10 +41,10 @@ enum class GgmlType : std::uint32_t {
 
 struct GgmlTypeInfo {
   GgmlType type;
-  std::string_view name;        // "Q4_K"
-  std::uint32_t block_elems;    // elements per block (1 for plain types)
-  std::uint32_t block_bytes;    // bytes per block
-  bool dequantizable;           // cellm can turn it into floats
+  std::string_view name;      // "Q4_K"
+  std::uint32_t block_elems;  // elements per block (1 for plain types)
+  std::uint32_t block_bytes;  // bytes per block
+  bool dequantizable;         // cellm can turn it into floats
 };
 
 // Geometry of a raw type id from a file; nullopt for ids cellm does not know.

@@ -54,17 +54,26 @@ class Cursor {
 // The fewest bytes one serialized value of `type` can take (strings: their length).
 std::uint64_t min_value_bytes(GgufType type) {
   switch (type) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool: return 1;
+    case GgufType::kU16:
+    case GgufType::kI16: return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32: return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64: return 8;
     case GgufType::kString: return 8;
     case GgufType::kArray: return 12;  // element type + count
   }
   return 1;
 }
 
-bool valid_type(std::uint32_t raw) { return raw <= static_cast<std::uint32_t>(GgufType::kF64); }
+bool valid_type(std::uint32_t raw) {
+  return raw <= static_cast<std::uint32_t>(GgufType::kF64);
+}
 
 Status read_value(Cursor& c, GgufType type, GgufValue& out, const std::string& key, int depth);
 
@@ -76,14 +85,62 @@ Status read_scalar(Cursor& c, const std::string& key, T& v) {
 Status read_integer(Cursor& c, GgufType type, const std::string& key, std::int64_t& i,
                     std::uint64_t& u) {
   switch (type) {
-    case GgufType::kU8: { std::uint8_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); u = v; i = v; break; }
-    case GgufType::kI8: { std::int8_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); i = v; u = static_cast<std::uint64_t>(v); break; }
-    case GgufType::kU16: { std::uint16_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); u = v; i = v; break; }
-    case GgufType::kI16: { std::int16_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); i = v; u = static_cast<std::uint64_t>(v); break; }
-    case GgufType::kU32: { std::uint32_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); u = v; i = v; break; }
-    case GgufType::kI32: { std::int32_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); i = v; u = static_cast<std::uint64_t>(v); break; }
-    case GgufType::kU64: { std::uint64_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); u = v; i = static_cast<std::int64_t>(v); break; }
-    case GgufType::kI64: { std::int64_t v; CELLM_RETURN_IF_ERROR(read_scalar(c, key, v)); i = v; u = static_cast<std::uint64_t>(v); break; }
+    case GgufType::kU8: {
+      std::uint8_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      u = v;
+      i = v;
+      break;
+    }
+    case GgufType::kI8: {
+      std::int8_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      i = v;
+      u = static_cast<std::uint64_t>(v);
+      break;
+    }
+    case GgufType::kU16: {
+      std::uint16_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      u = v;
+      i = v;
+      break;
+    }
+    case GgufType::kI16: {
+      std::int16_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      i = v;
+      u = static_cast<std::uint64_t>(v);
+      break;
+    }
+    case GgufType::kU32: {
+      std::uint32_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      u = v;
+      i = v;
+      break;
+    }
+    case GgufType::kI32: {
+      std::int32_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      i = v;
+      u = static_cast<std::uint64_t>(v);
+      break;
+    }
+    case GgufType::kU64: {
+      std::uint64_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      u = v;
+      i = static_cast<std::int64_t>(v);
+      break;
+    }
+    case GgufType::kI64: {
+      std::int64_t v;
+      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+      i = v;
+      u = static_cast<std::uint64_t>(v);
+      break;
+    }
     case GgufType::kBool: {
       std::uint8_t v;
       CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
@@ -92,8 +149,10 @@ Status read_integer(Cursor& c, GgufType type, const std::string& key, std::int64
       i = v;
       break;
     }
-    case GgufType::kF32: case GgufType::kF64: case GgufType::kString: case GgufType::kArray:
-      return internal_error("read_integer on a non-integer type");
+    case GgufType::kF32:
+    case GgufType::kF64:
+    case GgufType::kString:
+    case GgufType::kArray: return internal_error("read_integer on a non-integer type");
   }
   return Status::ok();
 }
@@ -140,7 +199,8 @@ Status read_array(Cursor& c, GgufValue& out, const std::string& key, int depth) 
   } else if (elem == GgufType::kString) {
     out.strings.resize(n);
     for (std::size_t k = 0; k < n; ++k) {
-      CELLM_RETURN_IF_ERROR(c.read_string(out.strings[k], fmt::format("element {} of '{}'", k, key)));
+      CELLM_RETURN_IF_ERROR(
+          c.read_string(out.strings[k], fmt::format("element {} of '{}'", k, key)));
     }
   } else {
     out.arrays.resize(n);
@@ -163,10 +223,15 @@ Status read_value(Cursor& c, GgufType type, GgufValue& out, const std::string& k
     case GgufType::kF64: return read_scalar(c, key, out.f);
     case GgufType::kString: return c.read_string(out.s, fmt::format("the string '{}'", key));
     case GgufType::kArray: return read_array(c, out, key, depth);
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
-    case GgufType::kBool:
-      return read_integer(c, type, key, out.i, out.u);
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kBool: return read_integer(c, type, key, out.i, out.u);
   }
   return internal_error("unreachable gguf type");
 }
@@ -228,16 +293,21 @@ std::optional<bool> GgufValue::as_bool() const {
 
 std::string GgufValue::summary() const {
   switch (type) {
-    case GgufType::kString: return s.size() > 60 ? fmt::format("string({} bytes)", s.size())
-                                                  : fmt::format("\"{}\"", s);
+    case GgufType::kString:
+      return s.size() > 60 ? fmt::format("string({} bytes)", s.size()) : fmt::format("\"{}\"", s);
     case GgufType::kArray:
       return fmt::format("array<{}>[{}]", gguf_type_name(elem_type), array_size());
-    case GgufType::kF32: case GgufType::kF64: return fmt::format("{} {}", gguf_type_name(type), f);
+    case GgufType::kF32:
+    case GgufType::kF64: return fmt::format("{} {}", gguf_type_name(type), f);
     case GgufType::kBool: return i ? "true" : "false";
-    case GgufType::kU8: case GgufType::kU16: case GgufType::kU32: case GgufType::kU64:
-      return fmt::format("{} {}", gguf_type_name(type), u);
-    case GgufType::kI8: case GgufType::kI16: case GgufType::kI32: case GgufType::kI64:
-      return fmt::format("{} {}", gguf_type_name(type), i);
+    case GgufType::kU8:
+    case GgufType::kU16:
+    case GgufType::kU32:
+    case GgufType::kU64: return fmt::format("{} {}", gguf_type_name(type), u);
+    case GgufType::kI8:
+    case GgufType::kI16:
+    case GgufType::kI32:
+    case GgufType::kI64: return fmt::format("{} {}", gguf_type_name(type), i);
   }
   return "?";
 }
@@ -274,8 +344,7 @@ Result<GgufFile> GgufFile::parse(std::shared_ptr<const MappedFile> file) {
     if ((out.version_ & 0xFFFF) == 0 && out.version_ != 0) {
       return not_supported("{}: big-endian GGUF is not supported", path);
     }
-    return not_supported("{}: GGUF version {} is not supported (2 and 3 are)", path,
-                         out.version_);
+    return not_supported("{}: GGUF version {} is not supported (2 and 3 are)", path, out.version_);
   }
   std::uint64_t tensor_count = 0;
   std::uint64_t kv_count = 0;
@@ -345,15 +414,18 @@ Result<GgufFile> GgufFile::parse(std::shared_ptr<const MappedFile> file) {
     }
     info.type = type_info->type;
     if (info.ne[0] % type_info->block_elems != 0) {
-      return data_loss("{}: tensor '{}' ({}) has a row of {} elements, not a multiple of the "
-                       "block size {}", path, info.name, type_info->name, info.ne[0],
-                       type_info->block_elems);
+      return data_loss(
+          "{}: tensor '{}' ({}) has a row of {} elements, not a multiple of the "
+          "block size {}",
+          path, info.name, type_info->name, info.ne[0], type_info->block_elems);
     }
     info.nbytes = numel / type_info->block_elems * type_info->block_bytes;
     CELLM_RETURN_IF_ERROR(c.read(info.offset, fmt::format("the offset of '{}'", info.name)));
     if (info.offset % out.alignment_ != 0) {
-      return data_loss("{}: tensor '{}' starts at data offset {}, not a multiple of the "
-                       "alignment {}", path, info.name, info.offset, out.alignment_);
+      return data_loss(
+          "{}: tensor '{}' starts at data offset {}, not a multiple of the "
+          "alignment {}",
+          path, info.name, info.offset, out.alignment_);
     }
     if (out.tensor_index_.count(info.name) != 0) {
       return data_loss("{}: tensor '{}' appears twice", path, info.name);
@@ -373,9 +445,10 @@ Result<GgufFile> GgufFile::parse(std::shared_ptr<const MappedFile> file) {
   std::vector<const GgufTensorInfo*> sorted;
   for (const auto& t : out.tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return data_loss("{}: tensor '{}' needs bytes [{}, {}) of a data area of {} bytes; the "
-                       "file is truncated", path, t.name, t.offset, t.offset + t.nbytes,
-                       data_size);
+      return data_loss(
+          "{}: tensor '{}' needs bytes [{}, {}) of a data area of {} bytes; the "
+          "file is truncated",
+          path, t.name, t.offset, t.offset + t.nbytes, data_size);
     }
     sorted.push_back(&t);
   }
@@ -399,8 +472,9 @@ Result<std::optional<std::uint64_t>> GgufFile::get_uint(std::string_view key) co
   const GgufValue* v = find(key);
   if (v == nullptr) return std::optional<std::uint64_t>();
   const auto u = v->as_uint();
-  if (!u) return invalid_argument("{}: metadata '{}' is {}, not a non-negative integer", path(), key,
-                                  v->summary());
+  if (!u)
+    return invalid_argument("{}: metadata '{}' is {}, not a non-negative integer", path(), key,
+                            v->summary());
   return std::optional<std::uint64_t>(*u);
 }
 
@@ -408,7 +482,8 @@ Result<std::optional<double>> GgufFile::get_float(std::string_view key) const {
   const GgufValue* v = find(key);
   if (v == nullptr) return std::optional<double>();
   const auto f = v->as_float();
-  if (!f) return invalid_argument("{}: metadata '{}' is {}, not a number", path(), key, v->summary());
+  if (!f)
+    return invalid_argument("{}: metadata '{}' is {}, not a number", path(), key, v->summary());
   return std::optional<double>(*f);
 }
 

@@ -52,16 +52,16 @@ std::string_view gguf_type_name(GgufType type);
 struct GgufValue {
   GgufType type = GgufType::kU8;
   // Scalars (the one matching `type` is set).
-  std::uint64_t u = 0;   // unsigned integers
-  std::int64_t i = 0;    // signed integers and bool (0/1)
-  double f = 0.0;        // f32, f64
-  std::string s;         // string
+  std::uint64_t u = 0;  // unsigned integers
+  std::int64_t i = 0;   // signed integers and bool (0/1)
+  double f = 0.0;       // f32, f64
+  std::string s;        // string
   // Arrays: `elem_type` says which vector holds the elements.
   GgufType elem_type = GgufType::kU8;
-  std::vector<std::int64_t> ints;      // every integer type and bool (u64 above 2^63 wraps)
-  std::vector<double> floats;          // f32, f64
-  std::vector<std::string> strings;    // string
-  std::vector<GgufValue> arrays;       // nested arrays
+  std::vector<std::int64_t> ints;    // every integer type and bool (u64 above 2^63 wraps)
+  std::vector<double> floats;        // f32, f64
+  std::vector<std::string> strings;  // string
+  std::vector<GgufValue> arrays;     // nested arrays
 
   bool is_array() const { return type == GgufType::kArray; }
   std::size_t array_size() const;

@@ -38,8 +38,8 @@ class MappedFile {
 
   const std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
-  bool mapped_ = false;                 // munmap on destruction
-  std::vector<std::uint8_t> owned_;     // from_bytes storage
+  bool mapped_ = false;              // munmap on destruction
+  std::vector<std::uint8_t> owned_;  // from_bytes storage
   std::string name_;
 };
 

@@ -25,13 +25,14 @@ Result<DType> parse_st_dtype(const std::string& path, const std::string& tensor,
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
   if (name == "U8") return DType::kU8;
-  static const std::set<std::string> kKnownOthers = {"F64", "I8", "I16", "U16", "U32", "U64",
-                                                     "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0",
-                                                     "F4", "F6_E2M3", "F6_E3M2", "C64"};
+  static const std::set<std::string> kKnownOthers = {
+      "F64",     "I8",      "I16",     "U16", "U32",     "U64",     "BOOL",
+      "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   if (kKnownOthers.count(name) != 0) {
-    return not_supported("{}: tensor '{}' has dtype {}, which cellm does not read "
-                         "(F32, F16, BF16, I32, I64, U8 are supported)",
-                         path, tensor, name);
+    return not_supported(
+        "{}: tensor '{}' has dtype {}, which cellm does not read "
+        "(F32, F16, BF16, I32, I64, U8 are supported)",
+        path, tensor, name);
   }
   return data_loss("{}: tensor '{}' has unknown dtype '{}'", path, tensor, name);
 }
@@ -65,8 +66,8 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
   std::uint64_t numel = 1;
   for (const json& d : *shape_it) {
     if (!d.is_number_unsigned()) {
-      return data_loss("{}: tensor '{}' has a shape entry that is not a non-negative integer",
-                       path, name);
+      return data_loss("{}: tensor '{}' has a shape entry that is not a non-negative integer", path,
+                       name);
     }
     const std::uint64_t dim = d.get<std::uint64_t>();
     if (dim != 0 && numel > max_elems / dim) {
@@ -78,8 +79,8 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
   out.begin = (*offsets_it)[0].get<std::uint64_t>();
   out.end = (*offsets_it)[1].get<std::uint64_t>();
   if (out.begin > out.end || out.end > data_size) {
-    return data_loss("{}: tensor '{}' spans bytes [{}, {}) outside the data area of {} bytes",
-                     path, name, out.begin, out.end, data_size);
+    return data_loss("{}: tensor '{}' spans bytes [{}, {}) outside the data area of {} bytes", path,
+                     name, out.begin, out.end, data_size);
   }
   if (out.end - out.begin != numel * elem) {
     return data_loss("{}: tensor '{}' is {} {} but spans {} bytes (expected {})", path, name,
@@ -100,14 +101,18 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::shared_ptr<const MappedFile>
   const std::string& path = file->name();
   const auto bytes = file->bytes();
   if (bytes.size() < 8) {
-    return data_loss("{}: {} bytes is too short for a safetensors file (the header length "
-                     "alone takes 8)", path, bytes.size());
+    return data_loss(
+        "{}: {} bytes is too short for a safetensors file (the header length "
+        "alone takes 8)",
+        path, bytes.size());
   }
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[static_cast<std::size_t>(i)];
   if (header_len > bytes.size() - 8) {
-    return data_loss("{}: header length {} runs past the end of the file ({} bytes); the file "
-                     "is truncated or not safetensors", path, header_len, bytes.size());
+    return data_loss(
+        "{}: header length {} runs past the end of the file ({} bytes); the file "
+        "is truncated or not safetensors",
+        path, header_len, bytes.size());
   }
   if (header_len > kMaxHeaderBytes) {
     return data_loss("{}: header length {} exceeds the {}-byte limit", path, header_len,
@@ -233,8 +238,10 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::filesystem:
     // Shards live beside the index; a path that climbs out is refused.
     if (shard_name.empty() || shard_name.find('/') != std::string::npos ||
         shard_name.find('\\') != std::string::npos || shard_name == "." || shard_name == "..") {
-      return data_loss("{}: weight_map entry '{}' names shard '{}', which is not a plain file "
-                       "name", ipath, tensor, shard_name);
+      return data_loss(
+          "{}: weight_map entry '{}' names shard '{}', which is not a plain file "
+          "name",
+          ipath, tensor, shard_name);
     }
     auto it = shard_index.find(shard_name);
     if (it == shard_index.end()) {
@@ -263,8 +270,8 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::filesystem:
       }
     }
   }
-  out.description_ = fmt::format("{} shard(s) via {}", out.shards_.size(),
-                                 index_path.filename().string());
+  out.description_ =
+      fmt::format("{} shard(s) via {}", out.shards_.size(), index_path.filename().string());
   return out;
 }
 

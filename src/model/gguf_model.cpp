@@ -19,13 +19,14 @@ class Meta {
 
   Result<std::int32_t> req_size(std::string_view suffix) const {
     CELLM_ASSIGN_OR_RETURN(auto v, f_.get_uint(key(suffix)));
-    if (!v) return invalid_argument("{}: metadata '{}' is missing (required)", f_.path(), key(suffix));
+    if (!v)
+      return invalid_argument("{}: metadata '{}' is missing (required)", f_.path(), key(suffix));
     return check(suffix, *v);
   }
   Result<std::int32_t> size_or(std::string_view suffix, std::int64_t fallback) const {
     if (const format::GgufValue* v = f_.find(key(suffix)); v != nullptr && v->is_array()) {
-      return not_supported("{}: metadata '{}' varies per layer, which is not supported",
-                           f_.path(), key(suffix));
+      return not_supported("{}: metadata '{}' varies per layer, which is not supported", f_.path(),
+                           key(suffix));
     }
     CELLM_ASSIGN_OR_RETURN(auto v, f_.get_uint(key(suffix)));
     return check(suffix, v ? *v : static_cast<std::uint64_t>(fallback));
@@ -105,16 +106,20 @@ Result<ModelSpec> spec_from_gguf(const format::GgufFile& f) {
 
   // Vocabulary: the embedding's row count is what the weights must match.
   const format::GgufTensorInfo* embed = f.find_tensor("token_embd.weight");
-  if (embed == nullptr) return invalid_argument("{}: tensor 'token_embd.weight' is missing", f.path());
+  if (embed == nullptr)
+    return invalid_argument("{}: tensor 'token_embd.weight' is missing", f.path());
   if (embed->ne.size() != 2 || embed->ne[1] > static_cast<std::uint64_t>(INT32_MAX)) {
-    return invalid_argument("{}: tensor 'token_embd.weight' is not a [vocab, hidden] matrix", f.path());
+    return invalid_argument("{}: tensor 'token_embd.weight' is not a [vocab, hidden] matrix",
+                            f.path());
   }
   CELLM_ASSIGN_OR_RETURN(spec.vocab_size,
                          m.size_or("vocab_size", static_cast<std::int64_t>(embed->ne[1])));
   spec.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
-    return not_supported("{}: per-dimension RoPE frequency factors (rope_freqs.weight, Llama 3.1 "
-                         "style) are not supported from GGUF; load the Hugging Face folder", f.path());
+    return not_supported(
+        "{}: per-dimension RoPE frequency factors (rope_freqs.weight, Llama 3.1 "
+        "style) are not supported from GGUF; load the Hugging Face folder",
+        f.path());
   }
 
   // RoPE.
@@ -294,7 +299,8 @@ Result<Tensor> GgufTensorSource::load(std::string_view name) const {
   }
   if (spec_.arch == Architecture::kLlama) {
     if (name.ends_with("self_attn.q_proj.weight")) return unpermute_rotary_rows(t, spec_.num_heads);
-    if (name.ends_with("self_attn.k_proj.weight")) return unpermute_rotary_rows(t, spec_.num_kv_heads);
+    if (name.ends_with("self_attn.k_proj.weight"))
+      return unpermute_rotary_rows(t, spec_.num_kv_heads);
   }
   return t;
 }

@@ -55,7 +55,8 @@ class Fields {
   Result<std::optional<double>> opt_double(std::string_view key) const {
     const json* v = raw(key);
     if (v == nullptr) return std::optional<double>();
-    if (!v->is_number()) return invalid_argument("{} is {}, expected a number", where(key), v->dump());
+    if (!v->is_number())
+      return invalid_argument("{} is {}, expected a number", where(key), v->dump());
     return std::optional<double>(v->get<double>());
   }
   Result<double> double_or(std::string_view key, double fallback) const {
@@ -70,13 +71,15 @@ class Fields {
   Result<bool> bool_or(std::string_view key, bool fallback) const {
     const json* v = raw(key);
     if (v == nullptr) return fallback;
-    if (!v->is_boolean()) return invalid_argument("{} is {}, expected true or false", where(key), v->dump());
+    if (!v->is_boolean())
+      return invalid_argument("{} is {}, expected true or false", where(key), v->dump());
     return v->get<bool>();
   }
   Result<std::optional<std::string>> opt_string(std::string_view key) const {
     const json* v = raw(key);
     if (v == nullptr) return std::optional<std::string>();
-    if (!v->is_string()) return invalid_argument("{} is {}, expected a string", where(key), v->dump());
+    if (!v->is_string())
+      return invalid_argument("{} is {}, expected a string", where(key), v->dump());
     return std::optional<std::string>(v->get<std::string>());
   }
 
@@ -100,8 +103,10 @@ Result<Architecture> parse_architecture(const std::string& model_type, const std
   if (model_type == "mistral") return Architecture::kMistral;
   if (model_type == "gemma3_text" || model_type == "gemma3") return Architecture::kGemma3;
   if (model_type == "phi3") return Architecture::kPhi3;
-  return not_supported("{}: model_type '{}' is not supported (llama, qwen2, qwen3, mistral, "
-                       "gemma3_text, gemma3, phi3 are)", source, model_type);
+  return not_supported(
+      "{}: model_type '{}' is not supported (llama, qwen2, qwen3, mistral, "
+      "gemma3_text, gemma3, phi3 are)",
+      source, model_type);
 }
 
 // One RoPE description: a transformers 5 rope_parameters entry or a
@@ -137,18 +142,21 @@ Result<RopeSpec> parse_rope(const json* obj, std::optional<double> theta, std::i
     CELLM_ASSIGN_OR_RETURN(rope.original_max_position,
                            f.req_size("original_max_position_embeddings"));
   } else {
-    return not_supported("{}: field '{}.rope_type' is '{}', which cellm does not implement "
-                         "(default, linear, llama3 are)", source, field, t);
+    return not_supported(
+        "{}: field '{}.rope_type' is '{}', which cellm does not implement "
+        "(default, linear, llama3 are)",
+        source, field, t);
   }
   return rope;
 }
 
-Result<std::int32_t> rotary_dim_of(const Fields& top, const json* rope_params, std::int32_t head_dim,
-                                   const std::string& source) {
+Result<std::int32_t> rotary_dim_of(const Fields& top, const json* rope_params,
+                                   std::int32_t head_dim, const std::string& source) {
   std::optional<double> factor;
   if (rope_params != nullptr && rope_params->is_object()) {
-    CELLM_ASSIGN_OR_RETURN(factor, Fields(*rope_params, source, "rope_parameters.")
-                                       .opt_double("partial_rotary_factor"));
+    CELLM_ASSIGN_OR_RETURN(
+        factor,
+        Fields(*rope_params, source, "rope_parameters.").opt_double("partial_rotary_factor"));
   }
   if (!factor) {
     CELLM_ASSIGN_OR_RETURN(factor, top.opt_double("partial_rotary_factor"));
@@ -177,8 +185,10 @@ Result<std::vector<std::int32_t>> layer_windows(const Fields& f, Architecture ar
       if (t == "sliding_attention") {
         sliding[i] = true;
       } else if (t != "full_attention") {
-        return not_supported("{}: field 'layer_types[{}]' is {} (full_attention and "
-                             "sliding_attention are supported)", source, i, t.dump());
+        return not_supported(
+            "{}: field 'layer_types[{}]' is {} (full_attention and "
+            "sliding_attention are supported)",
+            source, i, t.dump());
       }
     }
   } else {
@@ -204,23 +214,25 @@ Result<std::vector<std::int32_t>> layer_windows(const Fields& f, Architecture ar
           CELLM_ASSIGN_OR_RETURN(pattern, f.opt_int("_sliding_window_pattern"));
         }
         const std::int64_t p = pattern.value_or(6);
-        if (p <= 0) return invalid_argument("{}: sliding_window_pattern {} must be positive", source, p);
+        if (p <= 0)
+          return invalid_argument("{}: sliding_window_pattern {} must be positive", source, p);
         for (std::int32_t i = 0; i < num_layers; ++i) {
           sliding[static_cast<std::size_t>(i)] = (i + 1) % p != 0;
         }
         if (!window) window = 4096;  // Gemma3TextConfig's default
         break;
       }
-      case Architecture::kLlama:
-        break;
+      case Architecture::kLlama: break;
     }
   }
   std::vector<std::int32_t> windows(sliding.size(), 0);
   for (std::size_t i = 0; i < sliding.size(); ++i) {
     if (!sliding[i]) continue;
     if (!window || *window <= 0 || *window > std::numeric_limits<std::int32_t>::max()) {
-      return invalid_argument("{}: layer {} uses sliding attention but field 'sliding_window' "
-                              "is missing or not positive", source, i);
+      return invalid_argument(
+          "{}: layer {} uses sliding attention but field 'sliding_window' "
+          "is missing or not positive",
+          source, i);
     }
     windows[i] = static_cast<std::int32_t>(*window);
   }
@@ -233,7 +245,8 @@ Result<std::vector<std::int64_t>> token_ids(const json& v, const std::string& wh
     ids.push_back(v.get<std::int64_t>());
   } else if (v.is_array()) {
     for (const json& e : v) {
-      if (!e.is_number_integer()) return invalid_argument("{} holds {}, not a token id", where, e.dump());
+      if (!e.is_number_integer())
+        return invalid_argument("{} holds {}, not a token id", where, e.dump());
       ids.push_back(e.get<std::int64_t>());
     }
   } else if (!v.is_null()) {
@@ -301,7 +314,8 @@ Result<ModelSpec> spec_from_json(const json& root, const std::string& source) {
   CELLM_ASSIGN_OR_RETURN(spec.head_dim,
                          f.size_or("head_dim", gemma ? 256 : spec.hidden_size / spec.num_heads));
   if (spec.num_layers > 100000) {
-    return invalid_argument("{} is {}, which is absurd", f.where("num_hidden_layers"), spec.num_layers);
+    return invalid_argument("{} is {}, which is absurd", f.where("num_hidden_layers"),
+                            spec.num_layers);
   }
   CELLM_ASSIGN_OR_RETURN(const double eps,
                          f.double_or("rms_norm_eps", arch == Architecture::kPhi3 ? 1e-5 : 1e-6));
@@ -327,7 +341,8 @@ Result<ModelSpec> spec_from_json(const json& root, const std::string& source) {
 
   CELLM_ASSIGN_OR_RETURN(const bool attention_bias, f.bool_or("attention_bias", false));
   CELLM_ASSIGN_OR_RETURN(const bool mlp_bias, f.bool_or("mlp_bias", false));
-  if (mlp_bias) return not_supported("{} is true: MLP biases are not supported", f.where("mlp_bias"));
+  if (mlp_bias)
+    return not_supported("{} is true: MLP biases are not supported", f.where("mlp_bias"));
   if (arch == Architecture::kQwen2) {
     spec.attention_bias = true;  // Qwen2 always biases q/k/v (and never o)
   } else if (attention_bias) {
@@ -340,7 +355,8 @@ Result<ModelSpec> spec_from_json(const json& root, const std::string& source) {
   spec.attention_scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
   if (gemma) {
     CELLM_ASSIGN_OR_RETURN(const double scalar, f.double_or("query_pre_attn_scalar", 256.0));
-    if (!(scalar > 0)) return invalid_argument("{} must be positive", f.where("query_pre_attn_scalar"));
+    if (!(scalar > 0))
+      return invalid_argument("{} must be positive", f.where("query_pre_attn_scalar"));
     spec.attention_scale = static_cast<float>(1.0 / std::sqrt(scalar));
     spec.embedding_scale = std::sqrt(static_cast<float>(spec.hidden_size));
     CELLM_ASSIGN_OR_RETURN(auto final_cap, f.opt_double("final_logit_softcapping"));
@@ -372,13 +388,15 @@ Result<ModelSpec> spec_from_json(const json& root, const std::string& source) {
                                                  source, rp + ".full_attention"));
     sliding_rope = full_rope;
     if (entry("sliding_attention") != nullptr) {
-      CELLM_ASSIGN_OR_RETURN(sliding_rope, parse_rope(entry("sliding_attention"), std::nullopt,
-                                                      rotary_dim, source, rp + ".sliding_attention"));
+      CELLM_ASSIGN_OR_RETURN(
+          sliding_rope, parse_rope(entry("sliding_attention"), std::nullopt, rotary_dim, source,
+                                   rp + ".sliding_attention"));
     } else if (std::find(sliding.begin(), sliding.end(), true) != sliding.end()) {
       return invalid_argument("{}: field '{}.sliding_attention' is missing", source, rp);
     }
   } else if (rope_params != nullptr) {
-    CELLM_ASSIGN_OR_RETURN(full_rope, parse_rope(rope_params, std::nullopt, rotary_dim, source, rp));
+    CELLM_ASSIGN_OR_RETURN(full_rope,
+                           parse_rope(rope_params, std::nullopt, rotary_dim, source, rp));
     sliding_rope = full_rope;
   } else {
     // transformers 4: rope_theta + rope_scaling; gemma3 gives sliding layers

@@ -115,19 +115,23 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   std::string r;
   r += fmt::format("model        {}\n", m.path.string());
   r += fmt::format("source       {}\n", m.source);
-  r += fmt::format("architecture {} ({} layers, hidden {}, {} heads / {} kv heads of {}, ffn {}, "
-                   "vocab {}, context {})\n",
-                   s.arch_name, s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads,
-                   s.head_dim, s.intermediate_size, s.vocab_size, s.max_context);
+  r += fmt::format(
+      "architecture {} ({} layers, hidden {}, {} heads / {} kv heads of {}, ffn {}, "
+      "vocab {}, context {})\n",
+      s.arch_name, s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim,
+      s.intermediate_size, s.vocab_size, s.max_context);
   std::vector<std::string> features;
   if (s.tie_word_embeddings) features.push_back("tied embeddings");
   if (s.attention_bias) features.push_back("q/k/v biases");
   if (s.qk_norm) features.push_back("qk-norm");
   if (s.sandwich_norms) features.push_back("sandwich norms");
   if (s.norm_weight_offset) features.push_back("(1+w) norms");
-  if (s.embedding_scale != 1.0f) features.push_back(fmt::format("embedding x{:.4g}", s.embedding_scale));
-  if (s.final_logit_softcap) features.push_back(fmt::format("logit softcap {}", *s.final_logit_softcap));
-  if (s.attn_logit_softcap) features.push_back(fmt::format("attention softcap {}", *s.attn_logit_softcap));
+  if (s.embedding_scale != 1.0f)
+    features.push_back(fmt::format("embedding x{:.4g}", s.embedding_scale));
+  if (s.final_logit_softcap)
+    features.push_back(fmt::format("logit softcap {}", *s.final_logit_softcap));
+  if (s.attn_logit_softcap)
+    features.push_back(fmt::format("attention softcap {}", *s.attn_logit_softcap));
   features.push_back(s.activation == Activation::kSilu ? "SiLU MLP" : "GELU-tanh MLP");
   features.push_back(fmt::format("rms eps {:g}", s.norm_eps));
   features.push_back(fmt::format("attention scale {:.6g}", s.attention_scale));
@@ -155,7 +159,8 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   const std::int64_t wbytes = weight_bytes(m.weights);
   r += fmt::format("weights      {} as loaded:", human_bytes(static_cast<double>(wbytes)));
   for (const auto& [dt, cb] : per_dtype) {
-    r += fmt::format(" {} {} in {} tensors;", dt, human_bytes(static_cast<double>(cb.second)), cb.first);
+    r += fmt::format(" {} {} in {} tensors;", dt, human_bytes(static_cast<double>(cb.second)),
+                     cb.first);
   }
   r.back() = '\n';
   if (m.gguf) {
@@ -167,7 +172,8 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
     }
     r += "stored       ";
     for (const auto& [ty, cb] : stored) {
-      r += fmt::format("{} {} in {} tensors; ", ty, human_bytes(static_cast<double>(cb.second)), cb.first);
+      r += fmt::format("{} {} in {} tensors; ", ty, human_bytes(static_cast<double>(cb.second)),
+                       cb.first);
     }
     r.resize(r.size() - 2);
     r += "\n";
@@ -177,25 +183,29 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   const std::int64_t cells = context * std::max<std::int64_t>(o.sessions, 1);
   const std::int64_t kv = kv_cache_bytes(s, cells, o.kv_dtype);
   const std::int64_t device_weights = params * 2;  // the CUDA backend keeps weights in bf16
-  r += fmt::format("memory       {} session(s) x {} tokens = {} KV cells\n", o.sessions, context, cells);
-  r += fmt::format("  kv cache   2 x {} layers x {} kv heads x {} head_dim x {} cells x {} B ({}) = {}\n",
-                   s.num_layers, s.num_kv_heads, s.head_dim, cells, dtype_size(o.kv_dtype),
-                   dtype_name(o.kv_dtype), human_bytes(static_cast<double>(kv)));
-  r += fmt::format("  total      {} (weights as loaded) or {} (bf16 weights on a GPU) + activations\n",
-                   human_bytes(static_cast<double>(wbytes + kv)),
-                   human_bytes(static_cast<double>(device_weights + kv)));
+  r += fmt::format("memory       {} session(s) x {} tokens = {} KV cells\n", o.sessions, context,
+                   cells);
+  r += fmt::format(
+      "  kv cache   2 x {} layers x {} kv heads x {} head_dim x {} cells x {} B ({}) = {}\n",
+      s.num_layers, s.num_kv_heads, s.head_dim, cells, dtype_size(o.kv_dtype),
+      dtype_name(o.kv_dtype), human_bytes(static_cast<double>(kv)));
+  r += fmt::format(
+      "  total      {} (weights as loaded) or {} (bf16 weights on a GPU) + activations\n",
+      human_bytes(static_cast<double>(wbytes + kv)),
+      human_bytes(static_cast<double>(device_weights + kv)));
   if (o.list_tensors) {
     r += fmt::format("tensors      {}\n", named.size());
     for (const auto& [name, t] : named) {
       const bool alias = name == "lm_head" && s.tie_word_embeddings;
-      r += fmt::format("  {:<28} {:<5} {}{}\n", name, dtype_name(t.dtype()), shape_string(t.shape()),
-                       alias ? "  (= embed_tokens)" : "");
+      r += fmt::format("  {:<28} {:<5} {}{}\n", name, dtype_name(t.dtype()),
+                       shape_string(t.shape()), alias ? "  (= embed_tokens)" : "");
     }
   }
   return r;
 }
 
-Result<std::string> inspect_model(const std::filesystem::path& path, const InspectOptions& options) {
+Result<std::string> inspect_model(const std::filesystem::path& path,
+                                  const InspectOptions& options) {
   LoadOptions load;
   load.dequant_dtype = DType::kBF16;
   CELLM_ASSIGN_OR_RETURN(LoadedModel m, load_model(path, load));

@@ -18,13 +18,14 @@
 namespace cellm::model {
 
 struct InspectOptions {
-  std::int64_t context = 0;    // tokens per session; 0 = the model's max_context
-  std::int64_t sessions = 1;   // concurrent sessions sharing the KV pool
+  std::int64_t context = 0;   // tokens per session; 0 = the model's max_context
+  std::int64_t sessions = 1;  // concurrent sessions sharing the KV pool
   DType kv_dtype = DType::kBF16;
   bool list_tensors = true;
 };
 
-// KV cache bytes for `cells` cells: 2 (K and V) × layers × kv_heads × head_dim × cells × dtype size.
+// KV cache bytes for `cells` cells: 2 (K and V) × layers × kv_heads × head_dim × cells × dtype
+// size.
 std::int64_t kv_cache_bytes(const ModelSpec& spec, std::int64_t cells, DType kv_dtype);
 
 // Every weight under a short canonical name ("layers.3.q_proj"), in forward order.

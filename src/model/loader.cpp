@@ -84,8 +84,10 @@ Result<LoadedModel> load_model(const std::filesystem::path& path, const LoadOpti
     return not_found("{}: no such model folder or GGUF file", path.string());
   }
   if (looks_like_gguf(path)) return load_gguf(path, options);
-  return invalid_argument("{}: not a folder and not a GGUF file; give a Hugging Face model "
-                          "folder or a .gguf file", path.string());
+  return invalid_argument(
+      "{}: not a folder and not a GGUF file; give a Hugging Face model "
+      "folder or a .gguf file",
+      path.string());
 }
 
 Result<ModelSpec> load_spec(const std::filesystem::path& path, const LoadOptions& options) {

@@ -16,7 +16,8 @@ std::string_view architecture_name(Architecture arch) {
 
 Status ModelSpec::validate() const {
   const auto positive = [&](std::int64_t v, std::string_view field) -> Status {
-    if (v <= 0) return invalid_argument("model spec ({}): {} is {}, must be positive", arch_name, field, v);
+    if (v <= 0)
+      return invalid_argument("model spec ({}): {} is {}, must be positive", arch_name, field, v);
     return Status::ok();
   };
   CELLM_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
@@ -31,7 +32,8 @@ Status ModelSpec::validate() const {
     return invalid_argument("model spec ({}): {} attention heads are not a multiple of {} kv heads",
                             arch_name, num_heads, num_kv_heads);
   }
-  if (!(norm_eps > 0.0f)) return invalid_argument("model spec ({}): norm_eps {} must be positive", arch_name, norm_eps);
+  if (!(norm_eps > 0.0f))
+    return invalid_argument("model spec ({}): norm_eps {} must be positive", arch_name, norm_eps);
   if (!(attention_scale > 0.0f)) {
     return invalid_argument("model spec ({}): attention_scale {} must be positive", arch_name,
                             attention_scale);
@@ -43,16 +45,20 @@ Status ModelSpec::validate() const {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
     if (l.window < 0) return invalid_argument("layer {}: window {} is negative", i, l.window);
-    if (!(l.rope.theta > 0.0)) return invalid_argument("layer {}: rope theta {} must be positive", i, l.rope.theta);
+    if (!(l.rope.theta > 0.0))
+      return invalid_argument("layer {}: rope theta {} must be positive", i, l.rope.theta);
     if (l.rope.rotary_dim <= 0 || l.rope.rotary_dim > head_dim || l.rope.rotary_dim % 2 != 0) {
       return invalid_argument("layer {}: rotary_dim {} must be even and in (0, head_dim {}]", i,
                               l.rope.rotary_dim, head_dim);
     }
-    if (!(l.rope.factor > 0.0)) return invalid_argument("layer {}: rope factor {} must be positive", i, l.rope.factor);
-    if (l.rope.type == RopeType::kLlama3 &&
-        (l.rope.original_max_position <= 0 || !(l.rope.high_freq_factor > l.rope.low_freq_factor))) {
-      return invalid_argument("layer {}: llama3 rope needs original_max_position > 0 and "
-                              "high_freq_factor > low_freq_factor", i);
+    if (!(l.rope.factor > 0.0))
+      return invalid_argument("layer {}: rope factor {} must be positive", i, l.rope.factor);
+    if (l.rope.type == RopeType::kLlama3 && (l.rope.original_max_position <= 0 ||
+                                             !(l.rope.high_freq_factor > l.rope.low_freq_factor))) {
+      return invalid_argument(
+          "layer {}: llama3 rope needs original_max_position > 0 and "
+          "high_freq_factor > low_freq_factor",
+          i);
     }
   }
   return Status::ok();

@@ -27,11 +27,11 @@ enum class RopeType : std::uint8_t {
 struct RopeSpec {
   RopeType type = RopeType::kDefault;
   double theta = 10000.0;
-  double factor = 1.0;                           // linear and llama3
-  double low_freq_factor = 1.0;                  // llama3
-  double high_freq_factor = 4.0;                 // llama3
-  std::int32_t original_max_position = 8192;     // llama3
-  std::int32_t rotary_dim = 0;                   // rotated leading dims of a head (partial rotary)
+  double factor = 1.0;                        // linear and llama3
+  double low_freq_factor = 1.0;               // llama3
+  double high_freq_factor = 4.0;              // llama3
+  std::int32_t original_max_position = 8192;  // llama3
+  std::int32_t rotary_dim = 0;                // rotated leading dims of a head (partial rotary)
 
   friend bool operator==(const RopeSpec&, const RopeSpec&) = default;
 };
@@ -63,7 +63,7 @@ struct ModelSpec {
   bool attention_bias = false;       // qwen2: q/k/v projections carry biases
   bool tie_word_embeddings = false;  // the LM head reuses the embedding matrix
   float embedding_scale = 1.0f;      // gemma: sqrt(hidden_size)
-  float attention_scale = 0.0f;      // softmax scale; 1/sqrt(head_dim) unless the model says otherwise
+  float attention_scale = 0.0f;  // softmax scale; 1/sqrt(head_dim) unless the model says otherwise
   std::optional<float> final_logit_softcap;  // tanh soft cap on logits, if any
   std::optional<float> attn_logit_softcap;   // tanh soft cap on attention scores, if any
   Activation activation = Activation::kSilu;

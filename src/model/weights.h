@@ -30,11 +30,11 @@ struct LayerWeights {
   Tensor q_norm;          // [head_dim]            qk_norm only
   Tensor k_norm;          // [head_dim]            qk_norm only
   Tensor post_attn_norm;  // [hidden]  gemma3: post_attention_layernorm (applied to attn output)
-  Tensor mlp_norm;        // [hidden]  llama: post_attention_layernorm; gemma3: pre_feedforward_layernorm
-  Tensor post_mlp_norm;   // [hidden]  gemma3: post_feedforward_layernorm
-  Tensor gate_proj;       // [intermediate, hidden]
-  Tensor up_proj;         // [intermediate, hidden]
-  Tensor down_proj;       // [hidden, intermediate]
+  Tensor mlp_norm;  // [hidden]  llama: post_attention_layernorm; gemma3: pre_feedforward_layernorm
+  Tensor post_mlp_norm;  // [hidden]  gemma3: post_feedforward_layernorm
+  Tensor gate_proj;      // [intermediate, hidden]
+  Tensor up_proj;        // [intermediate, hidden]
+  Tensor down_proj;      // [hidden, intermediate]
 };
 
 struct Weights {

@@ -17,10 +17,14 @@ std::string layer_name(std::int32_t layer, std::string_view suffix) {
   return fmt::format("model.layers.{}.{}", layer, suffix);
 }
 
-bool fused_projections(const ModelSpec& spec) { return spec.arch == Architecture::kPhi3; }
+bool fused_projections(const ModelSpec& spec) {
+  return spec.arch == Architecture::kPhi3;
+}
 
 // Buffers some old checkpoints carry that no forward reads.
-bool harmless_extra(std::string_view name) { return name.ends_with("rotary_emb.inv_freq"); }
+bool harmless_extra(std::string_view name) {
+  return name.ends_with("rotary_emb.inv_freq");
+}
 
 }  // namespace
 
@@ -98,8 +102,11 @@ Result<Weights> build_weights(const ModelSpec& spec, const TensorSource& source,
     if (wanted.count(name) == 0 && !harmless_extra(name)) extras.push_back(name);
   }
   if (!extras.empty()) {
-    const std::string list = fmt::format("{}", fmt::join(extras.begin(),
-        extras.begin() + static_cast<std::ptrdiff_t>(std::min(extras.size(), kMaxListedProblems)), ", "));
+    const std::string list =
+        fmt::format("{}", fmt::join(extras.begin(),
+                                    extras.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                         extras.size(), kMaxListedProblems)),
+                                    ", "));
     if (options.allow_extra_tensors) {
       CELLM_LOG_WARN("{}: ignoring {} unexpected tensor(s): {}", source.description(),
                      extras.size(), list);
@@ -111,11 +118,11 @@ Result<Weights> build_weights(const ModelSpec& spec, const TensorSource& source,
   }
   if (!problems.empty()) {
     const std::size_t shown = std::min(problems.size(), kMaxListedProblems);
-    return invalid_argument("{}: {} problem(s) against the {} spec: {}{}", source.description(),
-                            problems.size(), spec.arch_name,
-                            fmt::join(problems.begin(),
-                                      problems.begin() + static_cast<std::ptrdiff_t>(shown), "; "),
-                            problems.size() > shown ? "; ..." : "");
+    return invalid_argument(
+        "{}: {} problem(s) against the {} spec: {}{}", source.description(), problems.size(),
+        spec.arch_name,
+        fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "; "),
+        problems.size() > shown ? "; ..." : "");
   }
 
   std::map<std::string, Tensor, std::less<>> loaded;

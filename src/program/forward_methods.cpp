@@ -45,9 +45,11 @@ Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std:
                        MethodEntry{MethodKind::kStatic, w});
   }
   if (options.max_step > *widths.rbegin()) {
-    m.methods_.emplace(std::string(kDynamicMethod), MethodEntry{MethodKind::kDynamic, options.max_step});
+    m.methods_.emplace(std::string(kDynamicMethod),
+                       MethodEntry{MethodKind::kDynamic, options.max_step});
   }
-  m.methods_.emplace(std::string(kModuleMethod), MethodEntry{MethodKind::kModule, options.max_step});
+  m.methods_.emplace(std::string(kModuleMethod),
+                     MethodEntry{MethodKind::kModule, options.max_step});
   if (options.device_sampling) {
     m.methods_.emplace(std::string(kSampleMethod), MethodEntry{MethodKind::kSample, 0});
     m.methods_.emplace(std::string(kArgmaxMethod), MethodEntry{MethodKind::kArgmax, 0});
@@ -75,7 +77,8 @@ const MethodEntry* ForwardMethods::find(std::string_view name) const {
 Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t vocab,
                                         std::int64_t hidden, Device logits_device) const {
   const MethodEntry* m = find(name);
-  if (m == nullptr) return not_found("method '{}' is not exported by the {} program", name, backend_);
+  if (m == nullptr)
+    return not_found("method '{}' is not exported by the {} program", name, backend_);
   MethodMeta meta;
   meta.backends = {backend_};
   const std::int64_t rows = options_.max_step;
@@ -88,7 +91,8 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
       meta.inputs = {TensorSpec{DType::kI64, {1, t}}, TensorSpec{DType::kI64, {t}},
                      TensorSpec{DType::kI64, {t}}};
       meta.outputs = {TensorSpec{DType::kF32, {t, vocab}, logits_device}};
-      if (options_.taps) meta.outputs.push_back(TensorSpec{DType::kF32, {t, hidden}, logits_device});
+      if (options_.taps)
+        meta.outputs.push_back(TensorSpec{DType::kF32, {t, hidden}, logits_device});
       return meta;
     }
     case MethodKind::kSample:
@@ -124,10 +128,9 @@ Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const M
   }
   const bool is_static = method.kind == MethodKind::kStatic;
   if (is_static ? t != method.width : (t < 1 || t > method.width)) {
-    return invalid_argument("{}: takes {} tokens, got {}", name,
-                            is_static ? std::to_string(method.width)
-                                      : "1 to " + std::to_string(method.width),
-                            t);
+    return invalid_argument(
+        "{}: takes {} tokens, got {}", name,
+        is_static ? std::to_string(method.width) : "1 to " + std::to_string(method.width), t);
   }
   const std::int64_t r_count = inputs[2].dim(0);
   const std::int64_t r_max = is_static ? method.width : options_.max_step;
@@ -176,9 +179,10 @@ Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const M
     const cache::CellId cell = step->cells[r];
     if (pos >= static_cast<std::int32_t>(table.size()) ||
         table[static_cast<std::size_t>(pos)] != cell) {
-      return invalid_argument("{}: row {} (sequence {}, position {}) no longer matches its cell "
-                              "table; the placement is stale",
-                              name, r, seq, pos);
+      return invalid_argument(
+          "{}: row {} (sequence {}, position {}) no longer matches its cell "
+          "table; the placement is stale",
+          name, r, seq, pos);
     }
     call.rows[r] = PlacedRow{seq, pos, cell};
   }

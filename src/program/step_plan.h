@@ -21,10 +21,10 @@ struct ForwardMethod {
 };
 
 struct StepSlice {
-  std::int64_t offset = 0;   // first token of the batch in this slice
-  std::int64_t length = 0;   // real tokens
-  std::size_t method = 0;    // index into the method list
-  std::int64_t width = 0;    // tokens the method runs: its width if static, else length
+  std::int64_t offset = 0;  // first token of the batch in this slice
+  std::int64_t length = 0;  // real tokens
+  std::size_t method = 0;   // index into the method list
+  std::int64_t width = 0;   // tokens the method runs: its width if static, else length
   friend bool operator==(const StepSlice&, const StepSlice&) = default;
 };
 

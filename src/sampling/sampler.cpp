@@ -137,8 +137,8 @@ std::int64_t argmax_row(std::span<const float> logits) {
   return static_cast<std::int64_t>(best);
 }
 
-std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p,
-                        int top_k, float coin) {
+std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p, int top_k,
+                        float coin) {
   CELLM_CHECK(!logits.empty(), "sampling an empty row");
   if (!(temperature > 0.0f)) return argmax_row(logits);
   const auto vocab = static_cast<std::int64_t>(logits.size());
@@ -148,8 +148,8 @@ std::int64_t sample_row(std::span<const float> logits, float temperature, float 
   float max_z = -std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < logits.size(); ++i) {
     // NaN logits get zero probability.
-    const float z = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity()
-                                          : logits[i] / temperature;
+    const float z =
+        std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i] / temperature;
     p[i] = z;
     max_z = std::max(max_z, z);
   }
@@ -210,8 +210,7 @@ void row_to_f32(const Tensor& logits, std::int64_t row, std::vector<float>& out)
     }
     case DType::kI32:
     case DType::kI64:
-    case DType::kU8:
-      break;
+    case DType::kU8: break;
   }
   CELLM_CHECK(false, "row_to_f32 of {} logits", dtype_name(logits.dtype()));
 }

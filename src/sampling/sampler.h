@@ -44,8 +44,8 @@ std::int64_t argmax_row(std::span<const float> logits);
 // the full distribution is sampled in token order: the first id whose
 // cumulative probability exceeds coin (clamped to V - 1).
 // Precondition: logits is not empty; coin in [0, 1).
-std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p,
-                        int top_k, float coin);
+std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p, int top_k,
+                        float coin);
 
 // A session's sampling policy and generator. The generator advances once per
 // non-greedy draw and never for greedy ones, which is what lets a device

@@ -37,9 +37,7 @@ class Xorshift64Star {
   }
 
   // Uniform in [0, 1) on a 2^-24 grid: exactly representable as float32.
-  constexpr float next_f32() {
-    return static_cast<float>(next_u32() >> 8) / 16777216.0f;
-  }
+  constexpr float next_f32() { return static_cast<float>(next_u32() >> 8) / 16777216.0f; }
 
   constexpr std::uint64_t state() const { return state_; }
 

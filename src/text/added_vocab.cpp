@@ -12,7 +12,8 @@ namespace {
 // digits, underscore, and any non-space character outside ASCII.
 bool is_word_char(char32_t cp) {
   if (cp < 0x80) {
-    return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
+    return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') ||
+           cp == '_';
   }
   return !is_unicode_space(cp);
 }
@@ -63,7 +64,8 @@ std::int32_t AddedTokenMatcher::child(std::int32_t node, unsigned char b) const 
   return it != kids.end() && it->first == b ? it->second : -1;
 }
 
-std::int32_t AddedTokenMatcher::longest_at(std::string_view s, std::size_t i, std::size_t* len) const {
+std::int32_t AddedTokenMatcher::longest_at(std::string_view s, std::size_t i,
+                                           std::size_t* len) const {
   std::int32_t best = -1;
   std::int32_t node = 0;
   for (std::size_t j = i; j < s.size(); ++j) {

@@ -53,8 +53,8 @@ void BpeModel::find_spanning_tokens() {
   }
   // Only worth it (and only checked) for ▁-based vocabularies with few
   // tokens that cross a word start.
-  if (with_bar * 20 < tokens_.size() || spanning.size() > 256 || !options_.continuing_subword_prefix.empty() ||
-      !options_.end_of_word_suffix.empty()) {
+  if (with_bar * 20 < tokens_.size() || spanning.size() > 256 ||
+      !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty()) {
     return;
   }
   spanning_ = std::move(spanning);
@@ -66,7 +66,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_merges(
     BpeOptions options) {
   std::unique_ptr<BpeModel> model(new BpeModel(std::move(tokens), std::move(options)));
   if (model->options_.unk_token && model->unk_id_ < 0) {
-    return invalid_argument("BPE unk_token '{}' is not in the vocabulary", *model->options_.unk_token);
+    return invalid_argument("BPE unk_token '{}' is not in the vocabulary",
+                            *model->options_.unk_token);
   }
   const std::size_t prefix_len = model->options_.continuing_subword_prefix.size();
   model->merges_.reserve(merges.size());
@@ -81,8 +82,9 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_merges(
     std::string merged = a + b.substr(std::min(prefix_len, b.size()));
     auto im = model->vocab_.find(merged);
     if (im == model->vocab_.end()) {
-      return invalid_argument("model.merges[{}] ('{}' '{}') makes '{}', which is not in model.vocab",
-                              rank, a, b, merged);
+      return invalid_argument(
+          "model.merges[{}] ('{}' '{}') makes '{}', which is not in model.vocab", rank, a, b,
+          merged);
     }
     // The first (lowest-rank) occurrence of a pair wins, as in HF.
     model->merges_.emplace(pair_key(ia->second, ib->second),
@@ -106,8 +108,9 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_scores(std::vector<std::string>
   const std::size_t n = model->tokens_.size();
   std::vector<std::int32_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::int32_t>(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::int32_t a, std::int32_t b) { return scores[static_cast<std::size_t>(a)] > scores[static_cast<std::size_t>(b)]; });
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return scores[static_cast<std::size_t>(a)] > scores[static_cast<std::size_t>(b)];
+  });
   for (std::size_t rank = 0; rank < n; ++rank) {
     const std::int32_t id = order[rank];
     if (!mergeable.empty() && !mergeable[static_cast<std::size_t>(id)]) continue;
@@ -160,8 +163,10 @@ void BpeModel::encode_uncached(std::string_view word, std::vector<std::int32_t>&
   // are cut there and each part goes through the cache.
   static constexpr std::string_view kBar = "\xE2\x96\x81";
   std::size_t begin = 0;
-  for (std::size_t p = word.find(kBar, 1); p != std::string_view::npos; p = word.find(kBar, p + 1)) {
-    if (p >= kBar.size() && word.compare(p - kBar.size(), kBar.size(), kBar) == 0) continue;  // inside a ▁ run
+  for (std::size_t p = word.find(kBar, 1); p != std::string_view::npos;
+       p = word.find(kBar, p + 1)) {
+    if (p >= kBar.size() && word.compare(p - kBar.size(), kBar.size(), kBar) == 0)
+      continue;  // inside a ▁ run
     if (!can_cut_before(word, p)) continue;
     encode_part(word.substr(begin, p - begin), out);
     begin = p;

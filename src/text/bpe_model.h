@@ -35,8 +35,8 @@ class BpeModel {
   // `tokens[id]` is the token text (empty string for an unused id).
   // `merges` are pairs of token texts in rank order.
   static Result<std::unique_ptr<BpeModel>> from_merges(
-      std::vector<std::string> tokens, const std::vector<std::pair<std::string, std::string>>& merges,
-      BpeOptions options);
+      std::vector<std::string> tokens,
+      const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
   // SentencePiece BPE: a pair merges when its concatenation is a token; the
   // higher the merged token's score, the earlier. Only tokens whose
   // `mergeable` entry is true (normal text pieces) can result from a merge;

@@ -69,10 +69,13 @@ void byte_fallback(std::vector<std::string>& tokens) {
 void strip(std::string& t, const std::string& ch, int start, int stop) {
   if (ch.empty()) return;
   std::size_t begin = 0, end = t.size();
-  for (int i = 0; i < start && t.compare(begin, ch.size(), ch) == 0 && begin + ch.size() <= end; ++i) {
+  for (int i = 0; i < start && t.compare(begin, ch.size(), ch) == 0 && begin + ch.size() <= end;
+       ++i) {
     begin += ch.size();
   }
-  for (int i = 0; i < stop && end >= begin + ch.size() && t.compare(end - ch.size(), ch.size(), ch) == 0; ++i) {
+  for (int i = 0;
+       i < stop && end >= begin + ch.size() && t.compare(end - ch.size(), ch.size(), ch) == 0;
+       ++i) {
     end -= ch.size();
   }
   t = t.substr(begin, end - begin);
@@ -81,7 +84,8 @@ void strip(std::string& t, const std::string& ch, int start, int stop) {
 }  // namespace
 
 int parse_byte_token(const std::string& token) {
-  if (token.size() != 6 || token[0] != '<' || token[1] != '0' || token[2] != 'x' || token[5] != '>') {
+  if (token.size() != 6 || token[0] != '<' || token[1] != '0' || token[2] != 'x' ||
+      token[5] != '>') {
     return -1;
   }
   const int hi = hex_digit(token[3]), lo = hex_digit(token[4]);
@@ -98,9 +102,7 @@ std::string DecoderChain::decode(std::vector<std::string> tokens, bool at_start)
         tokens = {byte_level_decode(tokens)};
         joined = true;
         break;
-      case DecoderKind::kByteFallback:
-        byte_fallback(tokens);
-        break;
+      case DecoderKind::kByteFallback: byte_fallback(tokens); break;
       case DecoderKind::kFuse: {
         std::string all;
         for (const auto& t : tokens) all += t;

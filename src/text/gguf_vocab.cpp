@@ -15,7 +15,8 @@ constexpr const char* kQwen2Pattern =
 constexpr const char* kSpace = "\xE2\x96\x81";  // ▁
 
 GgufTokenType type_of(const GgufVocab& v, std::size_t id) {
-  return v.token_types.empty() ? GgufTokenType::kNormal : static_cast<GgufTokenType>(v.token_types[id]);
+  return v.token_types.empty() ? GgufTokenType::kNormal
+                               : static_cast<GgufTokenType>(v.token_types[id]);
 }
 
 // Control and unknown tokens are special added tokens, user-defined ones plain
@@ -50,7 +51,8 @@ Status build_gpt2(const GgufVocab& v, TokenizerState& st) {
     const std::string& m = v.merges[i];
     const std::size_t sp = m.find(' ', 1);  // a merge may start with a literal space piece
     if (sp == std::string::npos) {
-      return invalid_argument("GGUF vocabulary: merges[{}] '{}' is not two tokens separated by a space", i, m);
+      return invalid_argument(
+          "GGUF vocabulary: merges[{}] '{}' is not two tokens separated by a space", i, m);
     }
     merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
   }
@@ -82,8 +84,10 @@ Status build_gpt2(const GgufVocab& v, TokenizerState& st) {
     CELLM_ASSIGN_OR_RETURN(auto bl, make_byte_level_pre_tokenizer(false, true));
     steps.push_back(std::move(bl));
   } else {
-    return not_supported("GGUF vocabulary: pre-tokenizer '{}' is not known (supported: llama-bpe, llama3, "
-                         "smaug-bpe, dbrx, qwen2, deepseek-r1-qwen, smollm, gpt2, default)", pre);
+    return not_supported(
+        "GGUF vocabulary: pre-tokenizer '{}' is not known (supported: llama-bpe, llama3, "
+        "smaug-bpe, dbrx, qwen2, deepseek-r1-qwen, smollm, gpt2, default)",
+        pre);
   }
   st.pre_tokenizer = make_sequence_pre_tokenizer(std::move(steps));
   st.decoder = DecoderChain({DecoderStep{DecoderKind::kByteLevel}}, false);
@@ -93,8 +97,8 @@ Status build_gpt2(const GgufVocab& v, TokenizerState& st) {
 
 Status build_llama(const GgufVocab& v, TokenizerState& st) {
   if (v.scores.size() != v.tokens.size()) {
-    return invalid_argument("GGUF vocabulary: {} tokens but {} scores (tokenizer.ggml.scores)", v.tokens.size(),
-                            v.scores.size());
+    return invalid_argument("GGUF vocabulary: {} tokens but {} scores (tokenizer.ggml.scores)",
+                            v.tokens.size(), v.scores.size());
   }
   std::vector<bool> mergeable(v.tokens.size());
   BpeOptions options;
@@ -114,9 +118,8 @@ Status build_llama(const GgufVocab& v, TokenizerState& st) {
   if (prefix) norm.push_back(make_prepend_normalizer(kSpace));
   norm.push_back(make_replace_normalizer(" ", std::nullopt, kSpace));
   st.normalizer = make_sequence_normalizer(std::move(norm));
-  std::vector<DecoderStep> steps = {{DecoderKind::kReplace, kSpace, " "},
-                                    {DecoderKind::kByteFallback},
-                                    {DecoderKind::kFuse}};
+  std::vector<DecoderStep> steps = {
+      {DecoderKind::kReplace, kSpace, " "}, {DecoderKind::kByteFallback}, {DecoderKind::kFuse}};
   if (prefix) {
     DecoderStep strip{DecoderKind::kStrip, " "};
     strip.start = 1;
@@ -130,9 +133,11 @@ Status build_llama(const GgufVocab& v, TokenizerState& st) {
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
-  if (v.tokens.empty()) return invalid_argument("GGUF vocabulary has no tokens (tokenizer.ggml.tokens)");
+  if (v.tokens.empty())
+    return invalid_argument("GGUF vocabulary has no tokens (tokenizer.ggml.tokens)");
   if (!v.token_types.empty() && v.token_types.size() != v.tokens.size()) {
-    return invalid_argument("GGUF vocabulary: {} tokens but {} token types", v.tokens.size(), v.token_types.size());
+    return invalid_argument("GGUF vocabulary: {} tokens but {} token types", v.tokens.size(),
+                            v.token_types.size());
   }
   for (std::size_t i = 0; i < v.token_types.size(); ++i) {
     if (v.token_types[i] < 0 || v.token_types[i] > 6) {
@@ -148,7 +153,8 @@ Result<Tokenizer> Tokenizer::from_gguf_vocab(const GgufVocab& v) {
   } else if (v.model == "llama") {
     CELLM_RETURN_IF_ERROR(build_llama(v, *st));
   } else {
-    return not_supported("GGUF tokenizer model '{}' is not supported (cellm reads gpt2 and llama)", v.model);
+    return not_supported("GGUF tokenizer model '{}' is not supported (cellm reads gpt2 and llama)",
+                         v.model);
   }
   if (v.add_eos.value_or(false) && v.eos) st->suffix.push_back(*v.eos);
   st->added = added_tokens(v);

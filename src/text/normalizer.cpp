@@ -86,7 +86,8 @@ class StripNormalizer final : public Normalizer {
 
 class SequenceNormalizer final : public Normalizer {
  public:
-  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
   void normalize(std::string& s) const override {
     for (const auto& step : steps_) step->normalize(s);
   }
@@ -97,10 +98,13 @@ class SequenceNormalizer final : public Normalizer {
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_nfc_normalizer() { return std::make_unique<NfcNormalizer>(); }
+std::unique_ptr<Normalizer> make_nfc_normalizer() {
+  return std::make_unique<NfcNormalizer>();
+}
 std::unique_ptr<Normalizer> make_replace_normalizer(std::string literal, std::optional<Regex> regex,
                                                     std::string content) {
-  return std::make_unique<ReplaceNormalizer>(std::move(literal), std::move(regex), std::move(content));
+  return std::make_unique<ReplaceNormalizer>(std::move(literal), std::move(regex),
+                                             std::move(content));
 }
 std::unique_ptr<Normalizer> make_prepend_normalizer(std::string prefix) {
   return std::make_unique<PrependNormalizer>(std::move(prefix));
@@ -108,7 +112,8 @@ std::unique_ptr<Normalizer> make_prepend_normalizer(std::string prefix) {
 std::unique_ptr<Normalizer> make_strip_normalizer(bool left, bool right) {
   return std::make_unique<StripNormalizer>(left, right);
 }
-std::unique_ptr<Normalizer> make_sequence_normalizer(std::vector<std::unique_ptr<Normalizer>> steps) {
+std::unique_ptr<Normalizer> make_sequence_normalizer(
+    std::vector<std::unique_ptr<Normalizer>> steps) {
   return std::make_unique<SequenceNormalizer>(std::move(steps));
 }
 

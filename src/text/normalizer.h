@@ -29,7 +29,8 @@ std::unique_ptr<Normalizer> make_replace_normalizer(std::string literal, std::op
 std::unique_ptr<Normalizer> make_prepend_normalizer(std::string prefix);
 // Removes Unicode whitespace from the left and/or right end.
 std::unique_ptr<Normalizer> make_strip_normalizer(bool left, bool right);
-std::unique_ptr<Normalizer> make_sequence_normalizer(std::vector<std::unique_ptr<Normalizer>> steps);
+std::unique_ptr<Normalizer> make_sequence_normalizer(
+    std::vector<std::unique_ptr<Normalizer>> steps);
 
 // Shared by normalizers, pre-tokenizers and decoders: every non-overlapping
 // occurrence of `from` in `s` replaced by `to` (empty `from`: no change).

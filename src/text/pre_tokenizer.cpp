@@ -14,8 +14,8 @@ using Span = std::pair<std::size_t, std::size_t>;
 
 // Applies HF's delimiter behaviour to `matches` (sorted, non-overlapping) in
 // `s` and appends the resulting non-empty pieces to `out`.
-void split_by_matches(const std::string& s, const std::vector<Span>& matches, SplitBehavior behavior,
-                      bool invert, std::vector<std::string>& out) {
+void split_by_matches(const std::string& s, const std::vector<Span>& matches,
+                      SplitBehavior behavior, bool invert, std::vector<std::string>& out) {
   // Every byte of s belongs to one entry, flagged as delimiter or not.
   std::vector<std::pair<Span, bool>> parts;
   std::size_t prev = 0;
@@ -81,15 +81,20 @@ void split_by_matches(const std::string& s, const std::vector<Span>& matches, Sp
 
 void find_literal(std::string_view s, std::string_view literal, std::vector<Span>& out) {
   if (literal.empty()) return;
-  for (std::size_t at = s.find(literal); at != std::string_view::npos; at = s.find(literal, at + literal.size())) {
+  for (std::size_t at = s.find(literal); at != std::string_view::npos;
+       at = s.find(literal, at + literal.size())) {
     out.emplace_back(at, at + literal.size());
   }
 }
 
 class SplitPreTokenizer final : public PreTokenizer {
  public:
-  SplitPreTokenizer(std::string literal, std::optional<Regex> regex, SplitBehavior behavior, bool invert)
-      : literal_(std::move(literal)), regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
+  SplitPreTokenizer(std::string literal, std::optional<Regex> regex, SplitBehavior behavior,
+                    bool invert)
+      : literal_(std::move(literal)),
+        regex_(std::move(regex)),
+        behavior_(behavior),
+        invert_(invert) {}
   void split(std::vector<std::string>& words, bool) const override {
     std::vector<std::string> out;
     out.reserve(words.size() * 4);
@@ -118,9 +123,10 @@ const std::array<std::string, 256>& byte_table() {
     auto* t = new std::array<std::string, 256>();
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      (*t)[static_cast<std::size_t>(b)] = utf8_encode(printable ? static_cast<char32_t>(b)
-                                                                : static_cast<char32_t>(256 + extra++));
+      const bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      (*t)[static_cast<std::size_t>(b)] =
+          utf8_encode(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++));
     }
     return t;
   }();
@@ -175,7 +181,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
         case PrependScheme::kFirst: prepend = first_segment && i == 0; break;
         case PrependScheme::kNever: prepend = false; break;
       }
-      if (prepend && w.compare(0, replacement_.size(), replacement_) != 0) w.insert(0, replacement_);
+      if (prepend && w.compare(0, replacement_.size(), replacement_) != 0)
+        w.insert(0, replacement_);
       if (!split_) {
         out.push_back(std::move(w));
         continue;
@@ -253,8 +260,9 @@ class DigitsPreTokenizer final : public PreTokenizer {
           matches.emplace_back(i, i + 1);
         }
       }
-      split_by_matches(w, matches, individual_ ? SplitBehavior::kIsolated : SplitBehavior::kContiguous,
-                       false, out);
+      split_by_matches(w, matches,
+                       individual_ ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, false,
+                       out);
     }
     words = std::move(out);
   }
@@ -265,7 +273,8 @@ class DigitsPreTokenizer final : public PreTokenizer {
 
 class SequencePreTokenizer final : public PreTokenizer {
  public:
-  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps)
+      : steps_(std::move(steps)) {}
   void split(std::vector<std::string>& words, bool first_segment) const override {
     for (const auto& step : steps_) step->split(words, first_segment);
   }
@@ -276,28 +285,33 @@ class SequencePreTokenizer final : public PreTokenizer {
 
 }  // namespace
 
-std::unique_ptr<PreTokenizer> make_split_pre_tokenizer(std::string literal, std::optional<Regex> regex,
+std::unique_ptr<PreTokenizer> make_split_pre_tokenizer(std::string literal,
+                                                       std::optional<Regex> regex,
                                                        SplitBehavior behavior, bool invert) {
-  return std::make_unique<SplitPreTokenizer>(std::move(literal), std::move(regex), behavior, invert);
+  return std::make_unique<SplitPreTokenizer>(std::move(literal), std::move(regex), behavior,
+                                             invert);
 }
 
-Result<std::unique_ptr<PreTokenizer>> make_byte_level_pre_tokenizer(bool add_prefix_space, bool use_regex) {
+Result<std::unique_ptr<PreTokenizer>> make_byte_level_pre_tokenizer(bool add_prefix_space,
+                                                                    bool use_regex) {
   std::optional<Regex> regex;
   if (use_regex) {
     CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(kGpt2Pattern));
     regex = std::move(r);
   }
-  return std::unique_ptr<PreTokenizer>(new ByteLevelPreTokenizer(add_prefix_space, std::move(regex)));
+  return std::unique_ptr<PreTokenizer>(
+      new ByteLevelPreTokenizer(add_prefix_space, std::move(regex)));
 }
 
-std::unique_ptr<PreTokenizer> make_metaspace_pre_tokenizer(std::string replacement, PrependScheme scheme,
-                                                           bool split) {
+std::unique_ptr<PreTokenizer> make_metaspace_pre_tokenizer(std::string replacement,
+                                                           PrependScheme scheme, bool split) {
   return std::make_unique<MetaspacePreTokenizer>(std::move(replacement), scheme, split);
 }
 
 Result<std::unique_ptr<PreTokenizer>> make_whitespace_pre_tokenizer() {
   CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(R"(\w+|[^\w\s]+)"));
-  return std::unique_ptr<PreTokenizer>(new RegexPreTokenizer(std::move(r), SplitBehavior::kRemoved, true));
+  return std::unique_ptr<PreTokenizer>(
+      new RegexPreTokenizer(std::move(r), SplitBehavior::kRemoved, true));
 }
 
 std::unique_ptr<PreTokenizer> make_whitespace_split_pre_tokenizer() {
@@ -308,11 +322,14 @@ std::unique_ptr<PreTokenizer> make_digits_pre_tokenizer(bool individual) {
   return std::make_unique<DigitsPreTokenizer>(individual);
 }
 
-std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) {
+std::unique_ptr<PreTokenizer> make_sequence_pre_tokenizer(
+    std::vector<std::unique_ptr<PreTokenizer>> steps) {
   return std::make_unique<SequencePreTokenizer>(std::move(steps));
 }
 
-const std::string& byte_level_char(unsigned char b) { return byte_table()[b]; }
+const std::string& byte_level_char(unsigned char b) {
+  return byte_table()[b];
+}
 
 int byte_level_byte(char32_t cp) {
   static const auto* inverse = [] {

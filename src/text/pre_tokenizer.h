@@ -30,7 +30,8 @@ class PreTokenizer {
   virtual void split(std::vector<std::string>& words, bool first_segment) const = 0;
 };
 
-std::unique_ptr<PreTokenizer> make_split_pre_tokenizer(std::string literal, std::optional<Regex> regex,
+std::unique_ptr<PreTokenizer> make_split_pre_tokenizer(std::string literal,
+                                                       std::optional<Regex> regex,
                                                        SplitBehavior behavior, bool invert);
 // Maps every byte to its printable stand-in (GPT-2 byte-to-unicode table);
 // with `use_regex` first splits with the GPT-2 pattern.

@@ -37,9 +37,9 @@ ThreadMatchData& thread_match_data() {
 Result<Regex> Regex::create(std::string_view pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset,
-                                   nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
@@ -53,17 +53,20 @@ Result<Regex> Regex::create(std::string_view pattern) {
   return Regex(std::move(impl));
 }
 
-const std::string& Regex::pattern() const { return impl_->pattern; }
+const std::string& Regex::pattern() const {
+  return impl_->pattern;
+}
 
-void Regex::find_all(std::string_view s, std::vector<std::pair<std::size_t, std::size_t>>& out) const {
+void Regex::find_all(std::string_view s,
+                     std::vector<std::pair<std::size_t, std::size_t>>& out) const {
   ThreadMatchData& tmd = thread_match_data();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   std::size_t pos = 0;
   while (pos < s.size()) {
-    const int rc = impl_->jit
-                       ? pcre2_jit_match(impl_->code, subject, s.size(), pos, 0, tmd.data, tmd.context)
-                       : pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, tmd.data,
-                                     tmd.context);
+    const int rc =
+        impl_->jit ? pcre2_jit_match(impl_->code, subject, s.size(), pos, 0, tmd.data, tmd.context)
+                   : pcre2_match(impl_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, tmd.data,
+                                 tmd.context);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     if (rc < 0) {
       out.emplace_back(pos, s.size());

@@ -17,9 +17,9 @@ namespace cellm::text {
 class StopMatcher {
  public:
   struct Output {
-    std::string text;     // safe to show now
-    bool stopped = false; // a stop string was found (now or before)
-    int stop_index = -1;  // which one, by position in the list
+    std::string text;      // safe to show now
+    bool stopped = false;  // a stop string was found (now or before)
+    int stop_index = -1;   // which one, by position in the list
   };
 
   // Stop strings must be non-empty valid UTF-8 (InvalidArgument otherwise).

@@ -33,10 +33,12 @@ Result<Tokenizer> make_tokenizer(std::unique_ptr<TokenizerState> state) {
   state->raw_matcher = AddedTokenMatcher(std::move(raw));
   state->normalized_matcher = AddedTokenMatcher(std::move(normalized));
   for (auto id : state->prefix) {
-    if (id < 0 || static_cast<std::size_t>(id) >= size) return invalid_argument("post-processor id {} is outside the vocabulary", id);
+    if (id < 0 || static_cast<std::size_t>(id) >= size)
+      return invalid_argument("post-processor id {} is outside the vocabulary", id);
   }
   for (auto id : state->suffix) {
-    if (id < 0 || static_cast<std::size_t>(id) >= size) return invalid_argument("post-processor id {} is outside the vocabulary", id);
+    if (id < 0 || static_cast<std::size_t>(id) >= size)
+      return invalid_argument("post-processor id {} is outside the vocabulary", id);
   }
   return Tokenizer(std::shared_ptr<const TokenizerState>(std::move(state)));
 }
@@ -110,7 +112,8 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_spec
       if (s.token_id >= 0) {
         ids.push_back(s.token_id);
       } else {
-        encode_plain(st, std::string_view(normalized).substr(s.begin, s.end - s.begin), first && s.begin == 0, ids);
+        encode_plain(st, std::string_view(normalized).substr(s.begin, s.end - s.begin),
+                     first && s.begin == 0, ids);
       }
     }
   }
@@ -146,17 +149,28 @@ std::optional<std::string> Tokenizer::id_to_token(std::int32_t id) const {
 
 const std::string* Tokenizer::token_text(std::int32_t id) const {
   const TokenizerState& st = *state_;
-  if (id < 0 || static_cast<std::size_t>(id) >= st.id_text.size() || st.id_text[static_cast<std::size_t>(id)].empty()) {
+  if (id < 0 || static_cast<std::size_t>(id) >= st.id_text.size() ||
+      st.id_text[static_cast<std::size_t>(id)].empty()) {
     return nullptr;
   }
   return &st.id_text[static_cast<std::size_t>(id)];
 }
 
-std::int32_t Tokenizer::vocab_size() const { return static_cast<std::int32_t>(state_->id_text.size()); }
-std::optional<std::int32_t> Tokenizer::bos_id() const { return state_->bos; }
-std::optional<std::int32_t> Tokenizer::eos_id() const { return state_->eos; }
-std::span<const std::int32_t> Tokenizer::special_prefix() const { return state_->prefix; }
-std::span<const std::int32_t> Tokenizer::special_suffix() const { return state_->suffix; }
+std::int32_t Tokenizer::vocab_size() const {
+  return static_cast<std::int32_t>(state_->id_text.size());
+}
+std::optional<std::int32_t> Tokenizer::bos_id() const {
+  return state_->bos;
+}
+std::optional<std::int32_t> Tokenizer::eos_id() const {
+  return state_->eos;
+}
+std::span<const std::int32_t> Tokenizer::special_prefix() const {
+  return state_->prefix;
+}
+std::span<const std::int32_t> Tokenizer::special_suffix() const {
+  return state_->suffix;
+}
 
 bool Tokenizer::is_special(std::int32_t id) const {
   return id >= 0 && static_cast<std::size_t>(id) < state_->id_flags.size() &&
@@ -168,6 +182,8 @@ bool Tokenizer::is_added(std::int32_t id) const {
          (state_->id_flags[static_cast<std::size_t>(id)] & kFlagAdded) != 0;
 }
 
-const DecoderChain& Tokenizer::decoder() const { return state_->decoder; }
+const DecoderChain& Tokenizer::decoder() const {
+  return state_->decoder;
+}
 
 }  // namespace cellm::text

@@ -35,8 +35,8 @@ Result<std::string> read_file(const std::filesystem::path& path) {
     rc = inflate(&zs, Z_NO_FLUSH);
     if (rc != Z_OK && rc != Z_STREAM_END) {
       inflateEnd(&zs);
-      return data_loss("{} is not valid gzip (zlib error {} after {} bytes of output)", path.string(), rc,
-                       out.size());
+      return data_loss("{} is not valid gzip (zlib error {} after {} bytes of output)",
+                       path.string(), rc, out.size());
     }
     out.append(buf, sizeof(buf) - zs.avail_out);
     if (rc == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {
@@ -52,7 +52,8 @@ Result<std::string> read_file(const std::filesystem::path& path) {
 Result<const json*> field(const json& j, const char* key, std::string_view where) {
   if (!j.is_object()) return invalid_argument("tokenizer.json: {} is not an object", where);
   auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return invalid_argument("tokenizer.json: {}.{} is missing", where, key);
+  if (it == j.end() || it->is_null())
+    return invalid_argument("tokenizer.json: {}.{} is missing", where, key);
   return &*it;
 }
 
@@ -78,7 +79,8 @@ std::string type_of(const json& j) {
 }
 
 // A {"String": s} or {"Regex": r} pattern.
-Status parse_pattern(const json& j, std::string_view where, std::string* literal, std::optional<Regex>* regex) {
+Status parse_pattern(const json& j, std::string_view where, std::string* literal,
+                     std::optional<Regex>* regex) {
   CELLM_ASSIGN_OR_RETURN(const json* p, field(j, "pattern", where));
   if (p->is_object() && p->contains("String") && (*p)["String"].is_string()) {
     *literal = (*p)["String"].get<std::string>();
@@ -89,7 +91,8 @@ Status parse_pattern(const json& j, std::string_view where, std::string* literal
     *regex = std::move(r);
     return Status::ok();
   }
-  return invalid_argument("tokenizer.json: {}.pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}", where);
+  return invalid_argument(
+      "tokenizer.json: {}.pattern must be {{\"String\": ...}} or {{\"Regex\": ...}}", where);
 }
 
 Result<std::unique_ptr<Normalizer>> parse_normalizer(const json& j, const std::string& where) {
@@ -111,16 +114,20 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const json& j, const std::s
   }
   if (type == "Sequence") {
     CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "normalizers", where));
-    if (!list->is_array()) return invalid_argument("tokenizer.json: {}.normalizers is not a list", where);
+    if (!list->is_array())
+      return invalid_argument("tokenizer.json: {}.normalizers is not a list", where);
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_ASSIGN_OR_RETURN(auto step, parse_normalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]"));
+      CELLM_ASSIGN_OR_RETURN(auto step, parse_normalizer((*list)[i], where + ".normalizers[" +
+                                                                         std::to_string(i) + "]"));
       steps.push_back(std::move(step));
     }
     return make_sequence_normalizer(std::move(steps));
   }
-  return not_supported("tokenizer.json: {} has type '{}', which cellm does not implement (supported: NFC, "
-                       "Replace, Prepend, Strip, Sequence)", where, type);
+  return not_supported(
+      "tokenizer.json: {} has type '{}', which cellm does not implement (supported: NFC, "
+      "Replace, Prepend, Strip, Sequence)",
+      where, type);
 }
 
 Result<PrependScheme> parse_prepend_scheme(const json& j, std::string_view where) {
@@ -132,7 +139,8 @@ Result<PrependScheme> parse_prepend_scheme(const json& j, std::string_view where
   if (s == "always") return PrependScheme::kAlways;
   if (s == "first") return PrependScheme::kFirst;
   if (s == "never") return PrependScheme::kNever;
-  return invalid_argument("tokenizer.json: {}.prepend_scheme '{}' is not always/first/never", where, s);
+  return invalid_argument("tokenizer.json: {}.prepend_scheme '{}' is not always/first/never", where,
+                          s);
 }
 
 Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const json& j, const std::string& where) {
@@ -143,16 +151,24 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const json& j, const s
     CELLM_RETURN_IF_ERROR(parse_pattern(j, where, &literal, &regex));
     CELLM_ASSIGN_OR_RETURN(std::string b, string_field(j, "behavior", where));
     SplitBehavior behavior;
-    if (b == "Removed") behavior = SplitBehavior::kRemoved;
-    else if (b == "Isolated") behavior = SplitBehavior::kIsolated;
-    else if (b == "MergedWithPrevious") behavior = SplitBehavior::kMergedWithPrevious;
-    else if (b == "MergedWithNext") behavior = SplitBehavior::kMergedWithNext;
-    else if (b == "Contiguous") behavior = SplitBehavior::kContiguous;
-    else return invalid_argument("tokenizer.json: {}.behavior '{}' is unknown", where, b);
-    return make_split_pre_tokenizer(std::move(literal), std::move(regex), behavior, bool_or(j, "invert", false));
+    if (b == "Removed")
+      behavior = SplitBehavior::kRemoved;
+    else if (b == "Isolated")
+      behavior = SplitBehavior::kIsolated;
+    else if (b == "MergedWithPrevious")
+      behavior = SplitBehavior::kMergedWithPrevious;
+    else if (b == "MergedWithNext")
+      behavior = SplitBehavior::kMergedWithNext;
+    else if (b == "Contiguous")
+      behavior = SplitBehavior::kContiguous;
+    else
+      return invalid_argument("tokenizer.json: {}.behavior '{}' is unknown", where, b);
+    return make_split_pre_tokenizer(std::move(literal), std::move(regex), behavior,
+                                    bool_or(j, "invert", false));
   }
   if (type == "ByteLevel") {
-    return make_byte_level_pre_tokenizer(bool_or(j, "add_prefix_space", true), bool_or(j, "use_regex", true));
+    return make_byte_level_pre_tokenizer(bool_or(j, "add_prefix_space", true),
+                                         bool_or(j, "use_regex", true));
   }
   if (type == "Metaspace") {
     CELLM_ASSIGN_OR_RETURN(std::string replacement, string_field(j, "replacement", where));
@@ -164,16 +180,21 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const json& j, const s
   if (type == "Digits") return make_digits_pre_tokenizer(bool_or(j, "individual_digits", false));
   if (type == "Sequence") {
     CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "pretokenizers", where));
-    if (!list->is_array()) return invalid_argument("tokenizer.json: {}.pretokenizers is not a list", where);
+    if (!list->is_array())
+      return invalid_argument("tokenizer.json: {}.pretokenizers is not a list", where);
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_ASSIGN_OR_RETURN(auto step, parse_pre_tokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
+      CELLM_ASSIGN_OR_RETURN(
+          auto step,
+          parse_pre_tokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
       steps.push_back(std::move(step));
     }
     return make_sequence_pre_tokenizer(std::move(steps));
   }
-  return not_supported("tokenizer.json: {} has type '{}', which cellm does not implement (supported: Split, "
-                       "ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits, Sequence)", where, type);
+  return not_supported(
+      "tokenizer.json: {} has type '{}', which cellm does not implement (supported: Split, "
+      "ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Digits, Sequence)",
+      where, type);
 }
 
 Status parse_decoder(const json& j, const std::string& where, std::vector<DecoderStep>& steps) {
@@ -194,7 +215,8 @@ Status parse_decoder(const json& j, const std::string& where, std::vector<Decode
     std::string literal;
     std::optional<Regex> regex;
     CELLM_RETURN_IF_ERROR(parse_pattern(j, where, &literal, &regex));
-    if (regex) return not_supported("tokenizer.json: {} is a Replace decoder with a regex pattern", where);
+    if (regex)
+      return not_supported("tokenizer.json: {} is a Replace decoder with a regex pattern", where);
     CELLM_ASSIGN_OR_RETURN(std::string content, string_field(j, "content", where));
     steps.push_back({DecoderKind::kReplace, literal, content});
   } else if (type == "Metaspace") {
@@ -205,13 +227,17 @@ Status parse_decoder(const json& j, const std::string& where, std::vector<Decode
     steps.push_back(std::move(s));
   } else if (type == "Sequence") {
     CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "decoders", where));
-    if (!list->is_array()) return invalid_argument("tokenizer.json: {}.decoders is not a list", where);
+    if (!list->is_array())
+      return invalid_argument("tokenizer.json: {}.decoders is not a list", where);
     for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_RETURN_IF_ERROR(parse_decoder((*list)[i], where + ".decoders[" + std::to_string(i) + "]", steps));
+      CELLM_RETURN_IF_ERROR(
+          parse_decoder((*list)[i], where + ".decoders[" + std::to_string(i) + "]", steps));
     }
   } else {
-    return not_supported("tokenizer.json: {} has type '{}', which cellm does not implement (supported: "
-                         "ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)", where, type);
+    return not_supported(
+        "tokenizer.json: {} has type '{}', which cellm does not implement (supported: "
+        "ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)",
+        where, type);
   }
   return Status::ok();
 }
@@ -230,7 +256,8 @@ Status parse_post_processor(const json& j, const std::string& where, TokenizerSt
   if (type == "TemplateProcessing") {
     CELLM_ASSIGN_OR_RETURN(const json* single, field(j, "single", where));
     CELLM_ASSIGN_OR_RETURN(const json* specials, field(j, "special_tokens", where));
-    if (!single->is_array()) return invalid_argument("tokenizer.json: {}.single is not a list", where);
+    if (!single->is_array())
+      return invalid_argument("tokenizer.json: {}.single is not a list", where);
     bool seen_sequence = false;
     for (const json& item : *single) {
       if (item.contains("Sequence")) {
@@ -239,15 +266,20 @@ Status parse_post_processor(const json& j, const std::string& where, TokenizerSt
       }
       if (!item.contains("SpecialToken") || !item["SpecialToken"].contains("id") ||
           !item["SpecialToken"]["id"].is_string()) {
-        return invalid_argument("tokenizer.json: {}.single has an item that is neither Sequence nor SpecialToken", where);
+        return invalid_argument(
+            "tokenizer.json: {}.single has an item that is neither Sequence nor SpecialToken",
+            where);
       }
       const std::string name = item["SpecialToken"]["id"].get<std::string>();
       auto it = specials->find(name);
       if (it == specials->end() || !it->contains("ids") || !(*it)["ids"].is_array()) {
-        return invalid_argument("tokenizer.json: {}.special_tokens lacks '{}' or its ids", where, name);
+        return invalid_argument("tokenizer.json: {}.special_tokens lacks '{}' or its ids", where,
+                                name);
       }
       for (const json& id : (*it)["ids"]) {
-        if (!id.is_number_integer()) return invalid_argument("tokenizer.json: {}.special_tokens['{}'].ids holds a non-integer", where, name);
+        if (!id.is_number_integer())
+          return invalid_argument("tokenizer.json: {}.special_tokens['{}'].ids holds a non-integer",
+                                  where, name);
         (seen_sequence ? st.suffix : st.prefix).push_back(id.get<std::int32_t>());
       }
     }
@@ -262,20 +294,25 @@ Status parse_post_processor(const json& j, const std::string& where, TokenizerSt
   }
   if (type == "Sequence") {
     CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "processors", where));
-    if (!list->is_array()) return invalid_argument("tokenizer.json: {}.processors is not a list", where);
+    if (!list->is_array())
+      return invalid_argument("tokenizer.json: {}.processors is not a list", where);
     for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_RETURN_IF_ERROR(parse_post_processor((*list)[i], where + ".processors[" + std::to_string(i) + "]", st));
+      CELLM_RETURN_IF_ERROR(
+          parse_post_processor((*list)[i], where + ".processors[" + std::to_string(i) + "]", st));
     }
     return Status::ok();
   }
-  return not_supported("tokenizer.json: {} has type '{}', which cellm does not implement (supported: "
-                       "TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing, Sequence)", where, type);
+  return not_supported(
+      "tokenizer.json: {} has type '{}', which cellm does not implement (supported: "
+      "TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing, Sequence)",
+      where, type);
 }
 
 Result<std::unique_ptr<BpeModel>> parse_model(const json& m) {
   const std::string type = type_of(m);
   if (!type.empty() && type != "BPE") {
-    return not_supported("tokenizer.json: model.type '{}' is not supported (cellm implements BPE)", type);
+    return not_supported("tokenizer.json: model.type '{}' is not supported (cellm implements BPE)",
+                         type);
   }
   CELLM_ASSIGN_OR_RETURN(const json* vocab, field(m, "vocab", "model"));
   CELLM_ASSIGN_OR_RETURN(const json* merges, field(m, "merges", "model"));
@@ -309,7 +346,8 @@ Result<std::unique_ptr<BpeModel>> parse_model(const json& m) {
     }
   }
   BpeOptions options;
-  if (m.contains("unk_token") && m["unk_token"].is_string()) options.unk_token = m["unk_token"].get<std::string>();
+  if (m.contains("unk_token") && m["unk_token"].is_string())
+    options.unk_token = m["unk_token"].get<std::string>();
   options.fuse_unk = bool_or(m, "fuse_unk", false);
   options.byte_fallback = bool_or(m, "byte_fallback", false);
   options.ignore_merges = bool_or(m, "ignore_merges", false);
@@ -335,7 +373,8 @@ Result<std::vector<AddedToken>> parse_added_tokens(const json& root) {
     const std::string where = "added_tokens[" + std::to_string(i) + "]";
     AddedToken t;
     CELLM_ASSIGN_OR_RETURN(const json* id, field(a, "id", where));
-    if (!id->is_number_integer()) return invalid_argument("tokenizer.json: {}.id is not an integer", where);
+    if (!id->is_number_integer())
+      return invalid_argument("tokenizer.json: {}.id is not an integer", where);
     t.id = id->get<std::int32_t>();
     CELLM_ASSIGN_OR_RETURN(t.content, string_field(a, "content", where));
     t.special = bool_or(a, "special", false);
@@ -369,14 +408,15 @@ Result<std::optional<Regex>> byte_level_split_of(const json& pre) {
     CELLM_ASSIGN_OR_RETURN(Regex r, Regex::create(kGpt2Pattern));
     return std::optional<Regex>(std::move(r));
   }
-  if (type_of(pre) != "Sequence" || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
-      pre["pretokenizers"].size() != 2) {
+  if (type_of(pre) != "Sequence" || !pre.contains("pretokenizers") ||
+      !pre["pretokenizers"].is_array() || pre["pretokenizers"].size() != 2) {
     return std::optional<Regex>();
   }
   const json& split = pre["pretokenizers"][0];
   if (type_of(split) != "Split" || !plain_byte_level(pre["pretokenizers"][1], false) ||
-      bool_or(split, "invert", false) || !split.contains("behavior") || split["behavior"] != "Isolated" ||
-      !split.contains("pattern") || !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
+      bool_or(split, "invert", false) || !split.contains("behavior") ||
+      split["behavior"] != "Isolated" || !split.contains("pattern") ||
+      !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
       !split["pattern"]["Regex"].is_string()) {
     return std::optional<Regex>();
   }
@@ -396,7 +436,8 @@ Result<Tokenizer> load(std::string_view text, const json* config) {
     CELLM_ASSIGN_OR_RETURN(st->normalizer, parse_normalizer(root["normalizer"], "normalizer"));
   }
   if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null()) {
-    CELLM_ASSIGN_OR_RETURN(st->pre_tokenizer, parse_pre_tokenizer(root["pre_tokenizer"], "pre_tokenizer"));
+    CELLM_ASSIGN_OR_RETURN(st->pre_tokenizer,
+                           parse_pre_tokenizer(root["pre_tokenizer"], "pre_tokenizer"));
     CELLM_ASSIGN_OR_RETURN(st->byte_level_split, byte_level_split_of(root["pre_tokenizer"]));
   }
   if (root.contains("post_processor") && !root["post_processor"].is_null()) {
@@ -427,7 +468,9 @@ Result<Tokenizer> load(std::string_view text, const json* config) {
 
 }  // namespace
 
-Result<Tokenizer> Tokenizer::from_json(std::string_view text) { return load(text, nullptr); }
+Result<Tokenizer> Tokenizer::from_json(std::string_view text) {
+  return load(text, nullptr);
+}
 
 Result<Tokenizer> Tokenizer::from_file(const std::filesystem::path& path) {
   CELLM_ASSIGN_OR_RETURN(std::string data, read_file(path));

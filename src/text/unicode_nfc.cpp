@@ -120,7 +120,8 @@ std::string nfc_normalize(std::string_view s) {
     }
     std::size_t j = i;
     while (j < d.size() && ccc_of(d[j]) != 0) ++j;
-    std::stable_sort(d.begin() + static_cast<std::ptrdiff_t>(i), d.begin() + static_cast<std::ptrdiff_t>(j),
+    std::stable_sort(d.begin() + static_cast<std::ptrdiff_t>(i),
+                     d.begin() + static_cast<std::ptrdiff_t>(j),
                      [](char32_t a, char32_t b) { return ccc_of(a) < ccc_of(b); });
     i = j;
   }

@@ -57,7 +57,8 @@ bool WordCache::lookup(std::string_view word, std::vector<std::int32_t>& out) co
     if (slot.hash == 0) return false;
     if (slot.hash == h && slot.key_len == word.size() &&
         std::memcmp(s.keys.data() + slot.key_offset, word.data(), word.size()) == 0) {
-      out.insert(out.end(), s.ids.begin() + slot.ids_offset, s.ids.begin() + slot.ids_offset + slot.ids_len);
+      out.insert(out.end(), s.ids.begin() + slot.ids_offset,
+                 s.ids.begin() + slot.ids_offset + slot.ids_len);
       return true;
     }
   }

@@ -97,12 +97,22 @@ class EngineE2eTest : public ::testing::Test {
 Engine* EngineE2eTest::engine_ = nullptr;
 
 TEST_F(EngineE2eTest, SixteenConcurrentSessionsGiveTheTokensOfOneAtATime) {
-  const std::vector<std::string> questions = {
-      "What is the capital of France?", "Name a primary colour.", "What is 2 + 2?",
-      "Say hello in Spanish.", "What do bees make?", "Name a planet.", "What is ice made of?",
-      "Give me a fruit.", "What animal barks?", "How many legs does a spider have?",
-      "What colour is the sky?", "Name an ocean.", "What is the opposite of hot?",
-      "Which season is coldest?", "What do cows drink?", "Name a musical instrument."};
+  const std::vector<std::string> questions = {"What is the capital of France?",
+                                              "Name a primary colour.",
+                                              "What is 2 + 2?",
+                                              "Say hello in Spanish.",
+                                              "What do bees make?",
+                                              "Name a planet.",
+                                              "What is ice made of?",
+                                              "Give me a fruit.",
+                                              "What animal barks?",
+                                              "How many legs does a spider have?",
+                                              "What colour is the sky?",
+                                              "Name an ocean.",
+                                              "What is the opposite of hot?",
+                                              "Which season is coldest?",
+                                              "What do cows drink?",
+                                              "Name a musical instrument."};
   std::vector<std::vector<Token>> alone;
   for (const std::string& q : questions) {
     Session s = open();
@@ -128,20 +138,20 @@ TEST_F(EngineE2eTest, CancelledGenerationLeavesItsSessionUsable) {
   auto handle = std::make_shared<GenerationHandle>();
   std::atomic<int> seen{0};
   auto outcome = std::make_shared<std::promise<FinishReason>>();
-  *handle = s.generate_async(
-      chat_prompt("Count from one to fifty in words."), greedy(200),
-      [handle, &seen, outcome](const GenerationUpdate& u) {
-        seen += static_cast<int>(u.tokens.size());
-        if (seen >= 3) handle->cancel();
-        if (u.finish_reason) outcome->set_value(*u.finish_reason);
-      });
+  *handle = s.generate_async(chat_prompt("Count from one to fifty in words."), greedy(200),
+                             [handle, &seen, outcome](const GenerationUpdate& u) {
+                               seen += static_cast<int>(u.tokens.size());
+                               if (seen >= 3) handle->cancel();
+                               if (u.finish_reason) outcome->set_value(*u.finish_reason);
+                             });
   EXPECT_EQ(outcome->get_future().get(), FinishReason::kCancelled);
   handle->wait();
   EXPECT_LT(seen.load(), 200);
   const Position after_cancel = s.position();
   EXPECT_GT(after_cancel, 0);
   // The same session takes a new turn.
-  Outcome next = generate(s, engine_->encode("\nAnd now say goodbye.", false).value(), greedy(8)).get();
+  Outcome next =
+      generate(s, engine_->encode("\nAnd now say goodbye.", false).value(), greedy(8)).get();
   EXPECT_NE(next.reason, FinishReason::kFailed);
   EXPECT_NE(next.reason, FinishReason::kCancelled);
   EXPECT_FALSE(next.tokens.empty());
@@ -152,8 +162,8 @@ TEST_F(EngineE2eTest, PrefixCacheHitGivesTheColdTokensWithLessPrefill) {
   PrefixCache* cache = engine_->prefix_cache();
   ASSERT_NE(cache, nullptr);
   cache->clear();
-  const std::vector<Token> prompt =
-      chat_prompt("You are a geography tutor. Answer in one short sentence. What is the capital of Italy?");
+  const std::vector<Token> prompt = chat_prompt(
+      "You are a geography tutor. Answer in one short sentence. What is the capital of Italy?");
   // Cold run, capturing the prompt's snapshot.
   Session cold = open();
   PromptCapture capture = cache->capture_prompt(cold, prompt);
@@ -164,7 +174,8 @@ TEST_F(EngineE2eTest, PrefixCacheHitGivesTheColdTokensWithLessPrefill) {
   auto match = cache->lookup(prompt);
   ASSERT_TRUE(match.has_value());
   EXPECT_EQ(match->matched_tokens, prompt.size() - 1);
-  std::vector<Token> rest(prompt.begin() + static_cast<std::ptrdiff_t>(match->matched_tokens), prompt.end());
+  std::vector<Token> rest(prompt.begin() + static_cast<std::ptrdiff_t>(match->matched_tokens),
+                          prompt.end());
   Outcome warm = generate(match->session, rest, greedy(10)).get();
   EXPECT_EQ(warm.tokens, first.tokens);
   EXPECT_LT(warm.metrics.n_prefilled_tokens, first.metrics.n_prefilled_tokens);
@@ -177,8 +188,8 @@ TEST(CliE2eTest, SeededRunIsReproducible) {
   auto run = [](int seed) {
     const std::string cmd = std::string(CELLM_BINARY) + " run " + smollm2().string() +
                             " --backend cpu --chat -p 'Write a short poem about the sea.' -n 24"
-                            " --temperature 0.9 --top-p 0.95 --seed " + std::to_string(seed) +
-                            " 2>/dev/null";
+                            " --temperature 0.9 --top-p 0.95 --seed " +
+                            std::to_string(seed) + " 2>/dev/null";
     std::string out;
     FILE* pipe = popen(cmd.c_str(), "r");
     if (pipe == nullptr) return std::string("<popen failed>");

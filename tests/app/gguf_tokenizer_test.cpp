@@ -30,7 +30,8 @@ Result<text::Tokenizer> gguf_tokenizer(const std::filesystem::path& path) {
 
 std::vector<std::string> golden_texts(const char* name) {
   std::vector<std::string> texts;
-  std::ifstream in(cellm::testing::testdata_dir() / "tokenizer_goldens" / (std::string(name) + ".encode.jsonl"));
+  std::ifstream in(cellm::testing::testdata_dir() / "tokenizer_goldens" /
+                   (std::string(name) + ".encode.jsonl"));
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty()) texts.push_back(nlohmann::json::parse(line).at("text").get<std::string>());
@@ -40,7 +41,8 @@ std::vector<std::string> golden_texts(const char* name) {
 
 TEST(GgufTokenizerTest, Gemma3GgufVocabEncodesLikeItsTokenizerJson) {
   const auto path = model_path("gemma-3-270m-q4_k_m.gguf");
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-model gemma3";
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << path << " is missing: run scripts/fetch-model gemma3";
   auto from_gguf = gguf_tokenizer(path);
   ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().to_string();
   auto from_json = text::Tokenizer::from_file(cellm::testing::testdata_dir() / "tokenizers" /
@@ -72,7 +74,8 @@ TEST(GgufTokenizerTest, Gemma3GgufVocabEncodesLikeItsTokenizerJson) {
 
 TEST(GgufTokenizerTest, SmolLm2GgufVocabRoundTripsText) {
   const auto path = model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-model smollm2";
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << path << " is missing: run scripts/fetch-model smollm2";
   auto tok = gguf_tokenizer(path);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   EXPECT_EQ(tok->vocab_size(), 49152);

@@ -36,7 +36,8 @@ inline Snapshot snapshot(const CellCache& cache) {
     const auto table = cache.cell_table(seq);
     s.tables.emplace_back(table.begin(), table.end());
   }
-  for (CellId cell = 0; cell < config.max_cells; ++cell) s.refcounts.push_back(cache.refcount(cell));
+  for (CellId cell = 0; cell < config.max_cells; ++cell)
+    s.refcounts.push_back(cache.refcount(cell));
   s.metrics = cache.metrics();
   if (const StepPlacement* step = cache.current_step()) s.step = *step;
   return s;

@@ -54,9 +54,9 @@ TEST(CellLayoutTest, SingleSequenceTableHoldsItsPrefixAndSkipsScratch) {
   EXPECT_EQ(cache->refcount(kScratchCell), 0);
   for (CellId c = 1; c <= 4; ++c) EXPECT_EQ(cache->refcount(c), 1);
   EXPECT_EQ(cache->attend_range(a, 2, 0), (PositionRange{0, 3}));
-  EXPECT_EQ(std::vector<CellId>(cache->attend_cells(a, 2, 0).begin(),
-                                cache->attend_cells(a, 2, 0).end()),
-            (Cells{1, 2, 3}));
+  EXPECT_EQ(
+      std::vector<CellId>(cache->attend_cells(a, 2, 0).begin(), cache->attend_cells(a, 2, 0).end()),
+      (Cells{1, 2, 3}));
   const auto m = cache->metrics();
   EXPECT_EQ(m.cells_used, 4);
   EXPECT_EQ(m.cells_free, 3);
@@ -237,7 +237,7 @@ TEST(CellLayoutTest, HolesRefillLowestFirstAndTablesStayInPositionOrder) {
   extend(*cache, b, 3);  // 3, 4, 5
   extend(*cache, c, 2);  // 6, 7
   ASSERT_TRUE(cache->seq_rm(b));
-  ASSERT_TRUE(cache->rewind(a, 1));  // frees 2
+  ASSERT_TRUE(cache->rewind(a, 1));         // frees 2
   EXPECT_EQ(cache->metrics().used_end, 8);  // cell 7 still in use
   // Freed holes fill before the extent grows: a@1 -> 2, c@2 -> 3, c@3 -> 4.
   auto placed = place(*cache, Step{}.add(a, 1).add(c, 2, 2));
@@ -245,9 +245,9 @@ TEST(CellLayoutTest, HolesRefillLowestFirstAndTablesStayInPositionOrder) {
   EXPECT_EQ(placed->cells, (Cells{2, 3, 4}));
   EXPECT_EQ(table_of(*cache, c), (Cells{6, 7, 3, 4}));  // positions, not cell order
   EXPECT_EQ(cache->attend_range(c, 3, 3), (PositionRange{1, 4}));
-  EXPECT_EQ(std::vector<CellId>(cache->attend_cells(c, 3, 3).begin(),
-                                cache->attend_cells(c, 3, 3).end()),
-            (Cells{7, 3, 4}));
+  EXPECT_EQ(
+      std::vector<CellId>(cache->attend_cells(c, 3, 3).begin(), cache->attend_cells(c, 3, 3).end()),
+      (Cells{7, 3, 4}));
   EXPECT_EQ(cache->metrics().used_end, 8);
   // Only now does the extent grow.
   EXPECT_EQ(extend(*cache, a, 3), (Cells{5, 8, 9}));
@@ -284,7 +284,7 @@ TEST(CellLayoutTest, AttendRangeRefusesWhatTheSequenceDoesNotHold) {
   auto cache = make_cache(8, 2, 8);
   const SeqId a = *cache->seq_new();
   extend(*cache, a, 3);
-  EXPECT_EQ(cache->attend_range(a, 3, 0), std::nullopt);   // not placed yet
+  EXPECT_EQ(cache->attend_range(a, 3, 0), std::nullopt);  // not placed yet
   EXPECT_EQ(cache->attend_range(a, -1, 0), std::nullopt);
   EXPECT_EQ(cache->attend_range(a, 1, -2), std::nullopt);  // negative window
   EXPECT_EQ(cache->attend_range(1, 0, 0), std::nullopt);   // not live
@@ -349,7 +349,7 @@ TEST(CellLayoutTest, ClearReturnsEveryCellAndSequence) {
   EXPECT_EQ(m.cells_free, 15);
   EXPECT_EQ(m.used_end, 0);
   EXPECT_EQ(m.sequences, 0);
-  EXPECT_EQ(m.high_water, 7);     // lifetime counters survive clear
+  EXPECT_EQ(m.high_water, 7);  // lifetime counters survive clear
   EXPECT_EQ(m.placements, 6u);
   EXPECT_EQ(cache->current_step(), nullptr);
   for (SeqId s = 0; s < 3; ++s) EXPECT_FALSE(cache->is_live(s));

@@ -175,11 +175,11 @@ class RefCache {
   std::int32_t max_cells_;
   std::int32_t max_len_;
   std::vector<std::optional<std::vector<CellId>>> tables_;
-  std::vector<std::int64_t> inc_;             // incarnation of each slot
+  std::vector<std::int64_t> inc_;                // incarnation of each slot
   std::map<std::int64_t, std::int64_t> parent_;  // incarnation -> cloned-from (-1 = new)
-  std::map<CellId, std::int64_t> placer_;     // cell -> incarnation that placed it
+  std::map<CellId, std::int64_t> placer_;        // cell -> incarnation that placed it
   std::int64_t next_inc_ = 0;
-  std::map<CellId, std::int32_t> rc_;         // owned cells only
+  std::map<CellId, std::int32_t> rc_;  // owned cells only
   std::set<CellId> free_;
   std::uint64_t placements_ = 0;
   std::int32_t high_water_ = 0;
@@ -201,7 +201,8 @@ void check_structure(const CellCache& cache, const RefCache& ref) {
       ASSERT_LT(c, config.max_cells);
       ++occurrences[c];
       auto [it, first] = position_of.try_emplace(c, static_cast<std::int32_t>(p));
-      ASSERT_EQ(it->second, static_cast<std::int32_t>(p)) << "cell " << c << " shared at two positions";
+      ASSERT_EQ(it->second, static_cast<std::int32_t>(p))
+          << "cell " << c << " shared at two positions";
       ASSERT_TRUE(ref.descends(ref.incarnation(s), ref.placer(c)))
           << "sequence " << s << " shares cell " << c << " without a clone";
     }
@@ -312,9 +313,9 @@ void run_random_ops(std::uint32_t seed, std::int32_t max_cells, std::int32_t max
   // The mix must exercise both paths, or the test proves little.
   EXPECT_GT(refusals, ops / 20);
   EXPECT_GT(placed, ops / 20);
-  EXPECT_EQ(refusal_codes, (std::set<StatusCode>{StatusCode::kInvalidArgument,
-                                                 StatusCode::kNotFound,
-                                                 StatusCode::kOutOfResources}));
+  EXPECT_EQ(refusal_codes,
+            (std::set<StatusCode>{StatusCode::kInvalidArgument, StatusCode::kNotFound,
+                                  StatusCode::kOutOfResources}));
 }
 
 TEST(CellRandomTest, SmallPoolAgreesWithTheReference) {

@@ -45,9 +45,9 @@ class CellRefusalTest : public ::testing::Test {
 };
 
 TEST(CellConfigTest, CreateRejectsBadConfigs) {
-  for (const CellCacheConfig& bad : {CellCacheConfig{1, 1, 1}, CellCacheConfig{0, 1, 1},
-                                     CellCacheConfig{8, 0, 1}, CellCacheConfig{8, 1, 0},
-                                     CellCacheConfig{8, -3, 4}}) {
+  for (const CellCacheConfig& bad :
+       {CellCacheConfig{1, 1, 1}, CellCacheConfig{0, 1, 1}, CellCacheConfig{8, 0, 1},
+        CellCacheConfig{8, 1, 0}, CellCacheConfig{8, -3, 4}}) {
     EXPECT_EQ(bad.validate().code(), StatusCode::kInvalidArgument);
     auto cache = CellCache::create(bad);
     ASSERT_FALSE(cache.ok());
@@ -56,7 +56,9 @@ TEST(CellConfigTest, CreateRejectsBadConfigs) {
   EXPECT_TRUE((CellCacheConfig{2, 1, 1}).validate().is_ok());
 }
 
-TEST_F(CellRefusalTest, AGapIsRefused) { expect_refused(Step{}.add(0, 4), StatusCode::kInvalidArgument); }
+TEST_F(CellRefusalTest, AGapIsRefused) {
+  expect_refused(Step{}.add(0, 4), StatusCode::kInvalidArgument);
+}
 
 TEST_F(CellRefusalTest, APositionTheSequenceHoldsIsRefused) {
   expect_refused(Step{}.add(0, 2), StatusCode::kInvalidArgument);
@@ -144,7 +146,7 @@ TEST_F(CellRefusalTest, CloneRefusals) {
   EXPECT_EQ(cache_->seq_clone(2, 0), std::nullopt);   // not live
   EXPECT_EQ(cache_->seq_clone(-1, 0), std::nullopt);  // outside the slots
   EXPECT_EQ(cache_->seq_clone(7, 0), std::nullopt);
-  EXPECT_EQ(cache_->seq_clone(0, 4), std::nullopt);   // past pos(0) = 3
+  EXPECT_EQ(cache_->seq_clone(0, 4), std::nullopt);  // past pos(0) = 3
   EXPECT_EQ(cache_->seq_clone(0, -1), std::nullopt);
   EXPECT_EQ(snapshot(*cache_), before_);
 }
@@ -161,9 +163,9 @@ TEST_F(CellRefusalTest, RmRefusals) {
 }
 
 TEST_F(CellRefusalTest, RewindRefusals) {
-  EXPECT_FALSE(cache_->rewind(0, 4));   // past the end
+  EXPECT_FALSE(cache_->rewind(0, 4));  // past the end
   EXPECT_FALSE(cache_->rewind(0, -1));
-  EXPECT_FALSE(cache_->rewind(2, 0));   // not live
+  EXPECT_FALSE(cache_->rewind(2, 0));  // not live
   EXPECT_FALSE(cache_->rewind(-5, 0));
   EXPECT_FALSE(cache_->rewind(9, 0));
   EXPECT_EQ(snapshot(*cache_), before_);

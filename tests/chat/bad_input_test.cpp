@@ -32,14 +32,17 @@ std::string parse_error(const std::string& source) {
 TEST(ChatBadInputTest, DeepNestingIsAnErrorNotAStackOverflow) {
   EXPECT_THAT(parse_error(repeat("{% if true %}", 10000) + "x" + repeat("{% endif %}", 10000)),
               HasSubstr("nests deeper than"));
-  EXPECT_THAT(parse_error("{{ " + repeat("(", 10000) + "1" + repeat(")", 10000) + " }}"), HasSubstr("nests deeper than"));
-  EXPECT_THAT(parse_error("{{ " + repeat("[", 10000) + repeat("]", 10000) + " }}"), HasSubstr("nests deeper than"));
+  EXPECT_THAT(parse_error("{{ " + repeat("(", 10000) + "1" + repeat(")", 10000) + " }}"),
+              HasSubstr("nests deeper than"));
+  EXPECT_THAT(parse_error("{{ " + repeat("[", 10000) + repeat("]", 10000) + " }}"),
+              HasSubstr("nests deeper than"));
   EXPECT_THAT(parse_error("{{ " + repeat("not ", 10000) + "x }}"), HasSubstr("nests deeper than"));
   EXPECT_THAT(parse_error("{{ " + repeat("-", 10000) + "1 }}"), HasSubstr("nests deeper than"));
   // Long flat chains build deep trees without recursing: refused too.
   EXPECT_THAT(parse_error("{{ 1" + repeat(" + 1", 100000) + " }}"), HasSubstr("nests deeper than"));
   EXPECT_THAT(parse_error("{{ x" + repeat(".a", 100000) + " }}"), HasSubstr("nests deeper than"));
-  EXPECT_THAT(parse_error("{{ x" + repeat("|trim", 100000) + " }}"), HasSubstr("nests deeper than"));
+  EXPECT_THAT(parse_error("{{ x" + repeat("|trim", 100000) + " }}"),
+              HasSubstr("nests deeper than"));
   // What real templates do stays well inside the limits.
   auto ok = ChatTemplate::parse(repeat("{% if true %}", 40) + "deep" + repeat("{% endif %}", 40));
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
@@ -49,7 +52,8 @@ TEST(ChatBadInputTest, DeepNestingIsAnErrorNotAStackOverflow) {
 TEST(ChatBadInputTest, MegabyteTemplatesRender) {
   // 1 MB of text around a loop, and ~1 MB of small tags.
   const std::string text(1 << 20, 'x');
-  auto big = ChatTemplate::parse(text + "{% for m in messages %}{{ m.content }}{% endfor %}" + text);
+  auto big =
+      ChatTemplate::parse(text + "{% for m in messages %}{{ m.content }}{% endfor %}" + text);
   ASSERT_TRUE(big.ok()) << big.status().to_string();
   auto out = big->render(Json{{"messages", Json::array({{{"content", "!"}}})}});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
@@ -80,14 +84,19 @@ TEST(ChatBadInputTest, InvalidUtf8IsRefused) {
   // Valid multi-byte text passes through, indexed by code point.
   auto u = ChatTemplate::parse("{{ s[1] }}{{ s|length }}{{ s[::-1] }}");
   ASSERT_TRUE(u.ok());
-  EXPECT_EQ(*u->render(Json{{"s", "a\xc3\xa9\xf0\x9f\x8e\x89"}}), "\xc3\xa9" "3" "\xf0\x9f\x8e\x89\xc3\xa9" "a");
+  EXPECT_EQ(*u->render(Json{{"s", "a\xc3\xa9\xf0\x9f\x8e\x89"}}),
+            "\xc3\xa9"
+            "3"
+            "\xf0\x9f\x8e\x89\xc3\xa9"
+            "a");
   EXPECT_THAT(parse_error("{{ '\\ud800' }}"), HasSubstr("Unicode scalar"));
 }
 
 TEST(ChatBadInputTest, RunawayRendersHitTheirLimits) {
   RenderLimits limits;
   limits.max_steps = 200000;
-  auto loop = ChatTemplate::parse("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+  auto loop = ChatTemplate::parse(
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
   ASSERT_TRUE(loop.ok());
   auto r1 = loop->render(Json::object(), limits);
   ASSERT_FALSE(r1.ok());
@@ -95,7 +104,8 @@ TEST(ChatBadInputTest, RunawayRendersHitTheirLimits) {
   EXPECT_THAT(std::string(r1.status().message()), HasSubstr("steps"));
 
   auto doubling = ChatTemplate::parse(
-      "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}");
+      "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% "
+      "endfor %}{{ ns.s|length }}");
   ASSERT_TRUE(doubling.ok());
   auto r2 = doubling->render(Json::object());
   ASSERT_FALSE(r2.ok());
@@ -107,12 +117,15 @@ TEST(ChatBadInputTest, RunawayRendersHitTheirLimits) {
 
   auto recursion = ChatTemplate::parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   ASSERT_TRUE(recursion.ok());
-  EXPECT_THAT(std::string(recursion->render(Json::object()).status().message()), HasSubstr("macro calls nest"));
+  EXPECT_THAT(std::string(recursion->render(Json::object()).status().message()),
+              HasSubstr("macro calls nest"));
 
   auto deep_value = ChatTemplate::parse(
-      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|tojson }}");
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor "
+      "%}{{ ns.x|tojson }}");
   ASSERT_TRUE(deep_value.ok());
-  EXPECT_THAT(std::string(deep_value->render(Json::object()).status().message()), HasSubstr("nests deeper"));
+  EXPECT_THAT(std::string(deep_value->render(Json::object()).status().message()),
+              HasSubstr("nests deeper"));
 }
 
 TEST(ChatBadInputTest, DeepJsonContextIsRefused) {
@@ -123,7 +136,8 @@ TEST(ChatBadInputTest, DeepJsonContextIsRefused) {
   auto out = t->render(Json{{"x", deep}});
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("nests deeper"));
-  EXPECT_THAT(std::string(t->render(Json{{"x", 18446744073709551615ull}}).status().message()), HasSubstr("out of range"));
+  EXPECT_THAT(std::string(t->render(Json{{"x", 18446744073709551615ull}}).status().message()),
+              HasSubstr("out of range"));
 }
 
 TEST(ChatBadInputTest, RefusedRenderLeavesTheTemplateUsable) {

@@ -96,8 +96,9 @@ TEST(ChatConformanceTest, ConversationsMatchTransformers) {
       ADD_FAILURE() << tmpl.status().to_string();
       continue;
     }
-    auto out = apply_chat_template(*tmpl, row.at("messages"), row.at("add_generation_prompt").get<bool>(),
-                                   row.at("extra"), row.at("special_tokens"));
+    auto out =
+        apply_chat_template(*tmpl, row.at("messages"), row.at("add_generation_prompt").get<bool>(),
+                            row.at("extra"), row.at("special_tokens"));
     const Json& rendered = row.at("rendered");
     if (rendered.is_string()) {
       if (!out.ok()) {
@@ -108,7 +109,8 @@ TEST(ChatConformanceTest, ConversationsMatchTransformers) {
     } else if (out.ok()) {
       ADD_FAILURE() << "transformers raised " << rendered.dump() << " but we rendered " << *out;
     } else {
-      EXPECT_THAT(std::string(out.status().message()), HasSubstr(rendered.at("error").get<std::string>()));
+      EXPECT_THAT(std::string(out.status().message()),
+                  HasSubstr(rendered.at("error").get<std::string>()));
     }
   }
 }

@@ -43,7 +43,8 @@ TEST(ChatGoldenTest, EveryGoldenLineMatchesTransformers) {
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.size() > 11 && name.substr(name.size() - 11) == ".chat.jsonl") files.push_back(e.path());
+    if (name.size() > 11 && name.substr(name.size() - 11) == ".chat.jsonl")
+      files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
   ASSERT_FALSE(files.empty()) << "no *.chat.jsonl under " << dir;
@@ -52,7 +53,8 @@ TEST(ChatGoldenTest, EveryGoldenLineMatchesTransformers) {
     std::string name = file.filename().string();
     name.resize(name.size() - 11);
     SCOPED_TRACE(file.string());
-    const fs::path config_path = testing::testdata_dir() / "tokenizers" / name / "tokenizer_config.json";
+    const fs::path config_path =
+        testing::testdata_dir() / "tokenizers" / name / "tokenizer_config.json";
     std::ifstream config_in(config_path);
     ASSERT_TRUE(config_in) << "missing " << config_path;
     const Json config = Json::parse(config_in);
@@ -66,9 +68,9 @@ TEST(ChatGoldenTest, EveryGoldenLineMatchesTransformers) {
       if (line.empty()) continue;
       SCOPED_TRACE("line " + std::to_string(line_no));
       const Json g = Json::parse(line);
-      auto out = apply_chat_template(*tmpl, g.at("messages"), g.at("add_generation_prompt").get<bool>(),
-                                     g.value("extra", Json::object()),
-                                     g.value("special_tokens", Json::object()));
+      auto out = apply_chat_template(
+          *tmpl, g.at("messages"), g.at("add_generation_prompt").get<bool>(),
+          g.value("extra", Json::object()), g.value("special_tokens", Json::object()));
       const Json& rendered = g.at("rendered");
       if (rendered.is_object() && rendered.contains("error")) {
         ASSERT_FALSE(out.ok()) << "expected the template to raise: " << rendered.dump();

@@ -74,7 +74,9 @@ class FakeExecutor : public Executor {
   }
 
   // ---- knobs (set from the test thread) ----
-  void set_capacity(std::size_t n) { locked([&] { capacity_ = n; }); }
+  void set_capacity(std::size_t n) {
+    locked([&] { capacity_ = n; });
+  }
   void set_fail_batches_from(std::size_t execute_index) {
     locked([&] { fail_from_ = execute_index; });
   }
@@ -85,15 +87,33 @@ class FakeExecutor : public Executor {
       emit_before_stop_ = emit_before_stop;
     });
   }
-  void set_tokens_per_decode(std::size_t n) { locked([&] { per_decode_ = n; }); }
-  void set_tokens_per_prefill(std::size_t n) { locked([&] { per_prefill_ = n; }); }
-  void set_empty_tokens(bool v) { locked([&] { empty_tokens_ = v; }); }
-  void set_wrong_sid(bool v) { locked([&] { wrong_sid_ = v; }); }
-  void set_output_for_every_input(bool v) { locked([&] { output_for_all_ = v; }); }
-  void set_short_output(bool v) { locked([&] { short_output_ = v; }); }
-  void set_accept_prepared(bool v) { locked([&] { accept_prepared_ = v; }); }
-  void set_clone_supported(bool v) { locked([&] { clone_supported_ = v; }); }
-  void set_clone_throws(bool v) { locked([&] { clone_throws_ = v; }); }
+  void set_tokens_per_decode(std::size_t n) {
+    locked([&] { per_decode_ = n; });
+  }
+  void set_tokens_per_prefill(std::size_t n) {
+    locked([&] { per_prefill_ = n; });
+  }
+  void set_empty_tokens(bool v) {
+    locked([&] { empty_tokens_ = v; });
+  }
+  void set_wrong_sid(bool v) {
+    locked([&] { wrong_sid_ = v; });
+  }
+  void set_output_for_every_input(bool v) {
+    locked([&] { output_for_all_ = v; });
+  }
+  void set_short_output(bool v) {
+    locked([&] { short_output_ = v; });
+  }
+  void set_accept_prepared(bool v) {
+    locked([&] { accept_prepared_ = v; });
+  }
+  void set_clone_supported(bool v) {
+    locked([&] { clone_supported_ = v; });
+  }
+  void set_clone_throws(bool v) {
+    locked([&] { clone_throws_ = v; });
+  }
   void set_init(bool result, bool throws = false, bool non_standard = false,
                 std::chrono::milliseconds delay = {}) {
     locked([&] {
@@ -104,34 +124,51 @@ class FakeExecutor : public Executor {
     });
   }
   // While held, execute() blocks after recording its batch.
-  void hold() { locked([&] { held_ = true; }); }
+  void hold() {
+    locked([&] { held_ = true; });
+  }
   void release() {
     locked([&] { held_ = false; });
     cv_.notify_all();
   }
   // Waits until `n` executes have started (recorded).
-  bool wait_for_executes(std::size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  bool wait_for_executes(std::size_t n,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return batches_.size() >= n; });
   }
 
   // ---- records ----
-  std::vector<std::vector<InputRecord>> batches() const { return locked([&] { return batches_; }); }
-  std::vector<SamplingRecord> sampling() const { return locked([&] { return sampling_; }); }
-  std::vector<SessionId> opened() const { return locked([&] { return opened_; }); }
-  std::vector<SessionId> closed() const { return locked([&] { return closed_; }); }
+  std::vector<std::vector<InputRecord>> batches() const {
+    return locked([&] { return batches_; });
+  }
+  std::vector<SamplingRecord> sampling() const {
+    return locked([&] { return sampling_; });
+  }
+  std::vector<SessionId> opened() const {
+    return locked([&] { return opened_; });
+  }
+  std::vector<SessionId> closed() const {
+    return locked([&] { return closed_; });
+  }
   std::vector<std::pair<SessionId, Position>> clone_calls() const {
     return locked([&] { return clone_calls_; });
   }
-  std::size_t init_calls() const { return locked([&] { return init_calls_; }); }
-  std::size_t calls_before_init() const { return locked([&] { return calls_before_init_; }); }
+  std::size_t init_calls() const {
+    return locked([&] { return init_calls_; });
+  }
+  std::size_t calls_before_init() const {
+    return locked([&] { return calls_before_init_; });
+  }
   std::vector<Token> history(SessionId sid) const {
     return locked([&] {
       auto it = history_.find(sid);
       return it == history_.end() ? std::vector<Token>{} : it->second;
     });
   }
-  std::size_t live_sessions() const { return locked([&] { return history_.size(); }); }
+  std::size_t live_sessions() const {
+    return locked([&] { return history_.size(); });
+  }
   bool has_sampling_state(SessionId sid) const {
     return locked([&] { return policy_.contains(sid); });
   }
@@ -246,8 +283,8 @@ class FakeExecutor : public Executor {
       h.insert(h.end(), r.slice.begin(), r.slice.end());
       if (!r.produce_output && !output_for_all_) continue;
       // A one-token raw slice feeding back the last emitted token is a decode.
-      const bool decode = r.size == 1 && !r.prepared && last_out_.contains(r.sid) &&
-                          last_out_[r.sid] == r.slice[0];
+      const bool decode =
+          r.size == 1 && !r.prepared && last_out_.contains(r.sid) && last_out_[r.sid] == r.slice[0];
       const std::size_t n = decode ? per_decode_ : per_prefill_;
       Output o;
       o.sid = wrong_sid_ ? r.sid + 100 : r.sid;
@@ -272,7 +309,8 @@ class FakeExecutor : public Executor {
   Token next_token(SessionId sid) {
     const int n = ++generated_[sid];
     if (stop_token_ && n == emit_before_stop_ + 1) return *stop_token_;
-    if (seeded_.contains(sid) && seeded_[sid]) return static_cast<Token>(sid * 1000) + policy_[sid]() % 1000;
+    if (seeded_.contains(sid) && seeded_[sid])
+      return static_cast<Token>(sid * 1000) + policy_[sid]() % 1000;
     return static_cast<Token>(sid * 1000 + n);
   }
 

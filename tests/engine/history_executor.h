@@ -18,12 +18,30 @@ namespace cellm::testing {
 
 class HistoryExecutor : public Executor {
  public:
-  void set_capacity(std::size_t n) { std::lock_guard l(mu_); capacity_ = n; }
-  void set_retained_tail(std::optional<std::size_t> n) { std::lock_guard l(mu_); tail_ = n; }
-  void set_clone_bad_alloc(bool v) { std::lock_guard l(mu_); bad_alloc_ = v; }
-  std::size_t live_sessions() const { std::lock_guard l(mu_); return history_.size(); }
-  std::size_t clone_calls() const { std::lock_guard l(mu_); return clone_sources_.size(); }
-  std::vector<SessionId> clone_sources() const { std::lock_guard l(mu_); return clone_sources_; }
+  void set_capacity(std::size_t n) {
+    std::lock_guard l(mu_);
+    capacity_ = n;
+  }
+  void set_retained_tail(std::optional<std::size_t> n) {
+    std::lock_guard l(mu_);
+    tail_ = n;
+  }
+  void set_clone_bad_alloc(bool v) {
+    std::lock_guard l(mu_);
+    bad_alloc_ = v;
+  }
+  std::size_t live_sessions() const {
+    std::lock_guard l(mu_);
+    return history_.size();
+  }
+  std::size_t clone_calls() const {
+    std::lock_guard l(mu_);
+    return clone_sources_.size();
+  }
+  std::vector<SessionId> clone_sources() const {
+    std::lock_guard l(mu_);
+    return clone_sources_;
+  }
   std::vector<Token> history(SessionId sid) const {
     std::lock_guard l(mu_);
     auto it = history_.find(sid);
@@ -53,7 +71,8 @@ class HistoryExecutor : public Executor {
     history_[next_] = std::vector<Token>(it->second.begin(), it->second.begin() + upto);
     return next_++;
   }
-  void set_sampling(SessionId sid, const SamplingParams&, std::optional<std::uint64_t> seed) override {
+  void set_sampling(SessionId sid, const SamplingParams&,
+                    std::optional<std::uint64_t> seed) override {
     std::lock_guard l(mu_);
     seed_[sid] = seed.value_or(0);
   }

@@ -52,8 +52,9 @@ class PrefixCacheTest : public ::testing::Test {
     return snap ? std::move(*snap) : Session();
   }
   Tokens warm(PrefixMatch& m, const Tokens& request) {
-    return generate(m.session, Tokens(request.begin() + static_cast<std::ptrdiff_t>(m.matched_tokens),
-                                      request.end()));
+    return generate(
+        m.session,
+        Tokens(request.begin() + static_cast<std::ptrdiff_t>(m.matched_tokens), request.end()));
   }
 
   HistoryExecutor exec;
@@ -264,9 +265,9 @@ TEST_F(PrefixCacheTest, PromptCaptureCopiesFullHistoryAfterPrefixReuse) {
   Collector c;
   GenConfig cfg;
   cfg.max_new_tokens = 2;
-  auto delta = Tokens(request.begin() + static_cast<std::ptrdiff_t>(m->matched_tokens), request.end());
-  auto h = m->session.generate_async(delta, cfg,
-                                     capture.wrap(c.on_update()));
+  auto delta =
+      Tokens(request.begin() + static_cast<std::ptrdiff_t>(m->matched_tokens), request.end());
+  auto h = m->session.generate_async(delta, cfg, capture.wrap(c.on_update()));
   h.wait();
   ASSERT_TRUE(capture.collect());
   auto again = cache->lookup({1, 2, 3, 4, 5, 6});
@@ -278,10 +279,9 @@ TEST_F(PrefixCacheTest, PromptCaptureCopiesFullHistoryAfterPrefixReuse) {
 TEST_F(PrefixCacheTest, PromptCaptureDoesNotSwallowUserCallbackException) {
   Session s = open();
   PromptCapture capture = cache->capture_prompt(s, {1, 2});
-  auto h = s.generate_async(Tokens{1, 2}, GenConfig{},
-                            capture.wrap([](const GenerationUpdate&) {
-                              throw std::runtime_error("user failure");
-                            }));
+  auto h = s.generate_async(Tokens{1, 2}, GenConfig{}, capture.wrap([](const GenerationUpdate&) {
+    throw std::runtime_error("user failure");
+  }));
   h.wait();
   EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
   EXPECT_EQ(h.error_message(), "user failure");
@@ -335,14 +335,15 @@ TEST_F(PrefixCacheTest, ClosedSourceCaptureForwardsOutputWithoutRetainingSession
   auto s = std::make_unique<Session>(open());
   PromptCapture capture = cache->capture_prompt(*s, {1, 2});
   Collector c;
-  auto h = s->generate_async(Tokens{1, 2}, GenConfig{}, [&, cb = capture.wrap(c.on_update()),
-                                                          first = true](const GenerationUpdate& u) mutable {
-    if (first) {
-      first = false;
-      s.reset();  // closes the source before the wrapped callback runs
-    }
-    cb(u);
-  });
+  auto h = s->generate_async(
+      Tokens{1, 2}, GenConfig{},
+      [&, cb = capture.wrap(c.on_update()), first = true](const GenerationUpdate& u) mutable {
+        if (first) {
+          first = false;
+          s.reset();  // closes the source before the wrapped callback runs
+        }
+        cb(u);
+      });
   h.wait();
   EXPECT_EQ(h.finish_reason(), FinishReason::kCancelled);
   EXPECT_GE(c.count(), 1u);

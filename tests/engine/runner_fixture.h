@@ -92,8 +92,8 @@ inline GenConfig budget(std::int64_t n) {
 class RunnerFixture : public ::testing::Test {
  protected:
   void start(std::size_t decodes = 4, std::size_t chunk = 8) {
-    runner = std::make_unique<Runner>(exec, DecodeFirstScheduler::create(2 * chunk + decodes,
-                                                                         decodes, chunk));
+    runner = std::make_unique<Runner>(
+        exec, DecodeFirstScheduler::create(2 * chunk + decodes, decodes, chunk));
   }
   void start_with(std::unique_ptr<Scheduler> scheduler) {
     runner = std::make_unique<Runner>(exec, std::move(scheduler));

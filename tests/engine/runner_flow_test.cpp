@@ -21,7 +21,9 @@ using CancelTest = RunnerFixture;
 using ShutdownTest = RunnerFixture;
 using InitializeTest = RunnerFixture;
 
-Token tok(SessionId sid, int n) { return static_cast<Token>(sid * 1000 + n); }
+Token tok(SessionId sid, int n) {
+  return static_cast<Token>(sid * 1000 + n);
+}
 
 // ---- clones ----
 
@@ -195,9 +197,10 @@ TEST_P(CloneStopTest, CloneCompletesIndependentlyUnlessRunnerStops) {
     case StopBy::kClose: s.reset(); break;
     case StopBy::kShutdown:
       stopper = std::thread([&] { runner->shutdown(); });
-      ASSERT_TRUE(wait_until([&] { return !s->clone_async(0).valid() ||
-                                          s->clone_async(0).wait_for(std::chrono::seconds(0)) ==
-                                              std::future_status::ready; }));
+      ASSERT_TRUE(wait_until([&] {
+        return !s->clone_async(0).valid() ||
+               s->clone_async(0).wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      }));
       break;
   }
   exec.release();

@@ -31,7 +31,7 @@ TEST(GenerationHandleTest, MoveTransfersValidity) {
   GenerationHandle b = std::move(a);
   EXPECT_TRUE(b.valid());
   EXPECT_FALSE(a.valid());  // NOLINT(bugprone-use-after-move)
-  GenerationHandle c = b;    // copies share the outcome
+  GenerationHandle c = b;   // copies share the outcome
   EXPECT_TRUE(c.done());
   EXPECT_EQ(c.finish_reason(), FinishReason::kFailed);
 }
@@ -278,8 +278,8 @@ TEST(SessionTest, SynchronousCallbackExceptionIsContained) {
 
 TEST(SessionTest, NonStandardCallbackExceptionUsesFallbackMessage) {
   Session s;
-  auto h = s.generate_async(std::vector<Token>{1}, budget(1),
-                            [](const GenerationUpdate&) { throw 17; });
+  auto h =
+      s.generate_async(std::vector<Token>{1}, budget(1), [](const GenerationUpdate&) { throw 17; });
   EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
   EXPECT_EQ(h.error_message(), "generation callback threw a non-standard exception");
 }

@@ -472,7 +472,8 @@ TEST(CancelTest, RejoiningAfterCancelDoesNotTakeTwoTurnsPerPass) {
     ASSERT_TRUE(s->submit(group));
   }
   ASSERT_EQ(s->cancel(1).size(), 4u);
-  ASSERT_TRUE(s->submit({prefill(21, 1, 1), prefill(22, 1, 1), prefill(23, 1, 1), prefill(24, 1, 1)}));
+  ASSERT_TRUE(
+      s->submit({prefill(21, 1, 1), prefill(22, 1, 1), prefill(23, 1, 1), prefill(24, 1, 1)}));
   auto work = s->get_work();
   // Two passes of three sessions: one turn each per pass.
   EXPECT_EQ(tids(work), (Ids{21, 5, 9, 22, 6, 10}));

@@ -16,8 +16,8 @@ namespace {
 
 constexpr int kNewTokens = 4;
 const std::vector<std::vector<std::int64_t>> kPrompts = {
-    {3}, {5, 9, 1}, {7, 2, 2, 8, 4, 6, 1},
-    {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+    {3}, {5, 9, 1}, {7, 2, 2, 8, 4, 6, 1}, {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                            11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
 
 std::vector<std::int64_t> reference_greedy(const cpu::testing::TinyModel& model,
                                            std::vector<std::int64_t> history) {
@@ -89,8 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, CpuProgramExecutorTest,
                              case model::Architecture::kGemma3: return std::string("gemma3");
                              case model::Architecture::kQwen2:
                              case model::Architecture::kQwen3:
-                             case model::Architecture::kPhi3:
-                               break;
+                             case model::Architecture::kPhi3: break;
                            }
                            return std::string("other");
                          });

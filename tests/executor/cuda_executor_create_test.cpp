@@ -78,8 +78,7 @@ TEST(CudaExecutorCreateTest, RefusesMalformedPrograms) {
        StatusCode::kInvalidProgram, "scratch"},
       {"two inputs", [&](ToyProgram& p) { meta(p, "forward_4").inputs.pop_back(); },
        StatusCode::kInvalidProgram, "forward_4: takes 2 inputs"},
-      {"float tokens",
-       [&](ToyProgram& p) { meta(p, "forward_2").inputs[0].dtype = DType::kF32; },
+      {"float tokens", [&](ToyProgram& p) { meta(p, "forward_2").inputs[0].dtype = DType::kF32; },
        StatusCode::kInvalidProgram, "forward_2: input 0 (tokens)"},
       {"tokens of rank 1", [&](ToyProgram& p) { meta(p, "forward_2").inputs[0].shape = {2}; },
        StatusCode::kInvalidProgram, "input 0"},
@@ -87,14 +86,15 @@ TEST(CudaExecutorCreateTest, RefusesMalformedPrograms) {
        [&](ToyProgram& p) { meta(p, "forward_8").inputs[1].shape = {7}; },
        StatusCode::kInvalidProgram, "forward_8: input 1 (positions)"},
       {"selector of rank 2",
-       [&](ToyProgram& p) { meta(p, "forward_1").inputs[2].shape = {1, 1}; },
+       [&](ToyProgram& p) {
+         meta(p, "forward_1").inputs[2].shape = {1, 1};
+       },
        StatusCode::kInvalidProgram, "forward_1: input 2 (selector)"},
       {"no outputs", [&](ToyProgram& p) { meta(p, "forward_1").outputs.clear(); },
        StatusCode::kInvalidProgram, "output 0"},
       {"int logits", [&](ToyProgram& p) { meta(p, "forward_1").outputs[0].dtype = DType::kI32; },
        StatusCode::kInvalidProgram, "output 0 (logits)"},
-      {"two backends",
-       [&](ToyProgram& p) { meta(p, "forward_4").backends.push_back("other"); },
+      {"two backends", [&](ToyProgram& p) { meta(p, "forward_4").backends.push_back("other"); },
        StatusCode::kInvalidProgram, "exactly one"},
       {"mixed backends", [&](ToyProgram& p) { meta(p, "forward_8").backends = {"other"}; },
        StatusCode::kInvalidProgram, "backend"},
@@ -110,11 +110,14 @@ TEST(CudaExecutorCreateTest, RefusesMalformedPrograms) {
       {"static dynamic", [&](ToyProgram& p) { meta(p, "forward_others").dynamic = false; },
        StatusCode::kInvalidProgram, "forward_others: must have a dynamic"},
       {"vocab disagreement",
-       [&](ToyProgram& p) { meta(p, "forward_2").outputs[0].shape = {2, 31}; },
+       [&](ToyProgram& p) {
+         meta(p, "forward_2").outputs[0].shape = {2, 31};
+       },
        StatusCode::kInvalidProgram, "vocabulary"},
       {"no static method",
        [](ToyProgram& p) {
-         for (const char* n : {"forward_1", "forward_2", "forward_4", "forward_8"}) p.metas.erase(n);
+         for (const char* n : {"forward_1", "forward_2", "forward_4", "forward_8"})
+           p.metas.erase(n);
        },
        StatusCode::kInvalidProgram, "no static"},
       {"dynamic not wider",
@@ -131,7 +134,10 @@ TEST(CudaExecutorCreateTest, RefusesMalformedPrograms) {
        StatusCode::kInvalidProgram, "get_min_prefill_chunk"},
       {"published vocab disagrees", [](ToyProgram& p) { p.constants["get_vocab_size"] = 33; },
        StatusCode::kInvalidProgram, "get_vocab_size is 33"},
-      {"sampler params of width 3", [&](ToyProgram& p) { meta(p, "sample").inputs[1].shape = {64, 3}; },
+      {"sampler params of width 3",
+       [&](ToyProgram& p) {
+         meta(p, "sample").inputs[1].shape = {64, 3};
+       },
        StatusCode::kInvalidProgram, "sample: input 1 (params)"},
       {"sampler returning floats",
        [&](ToyProgram& p) { meta(p, "sample").outputs[0].dtype = DType::kF32; },
@@ -146,7 +152,10 @@ TEST(CudaExecutorCreateTest, RefusesMalformedPrograms) {
        StatusCode::kInvalidProgram, "sample_argmax is exported without sample"},
       {"no cache layers", [](ToyProgram& p) { p.layout.layer_windows.clear(); },
        StatusCode::kInvalidProgram, "no layers"},
-      {"negative window", [](ToyProgram& p) { p.layout.layer_windows = {0, -4}; },
+      {"negative window",
+       [](ToyProgram& p) {
+         p.layout.layer_windows = {0, -4};
+       },
        StatusCode::kInvalidProgram, "layer 1"},
   };
   for (const Case& c : cases) expect_refused(c);

@@ -177,12 +177,11 @@ TEST(RowSamplingTest, HostLogitsAreSampledOnTheHost) {
   EXPECT_EQ(ex->argmax_rows(logits, 2), (std::vector<Token>{1, 6}));
   EXPECT_FALSE(ex->argmax_rows(logits, 4).has_value());
   EXPECT_FALSE(ex->argmax_rows(Tensor::empty(DType::kF32, {3, 31}), 1).has_value());
-  const std::vector<float> params = {0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.3f,
-                                     1.5f, 0.8f, 0.0f, 0.9f};
+  const std::vector<float> params = {0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f,
+                                     0.0f, 0.3f, 1.5f, 0.8f, 0.0f, 0.9f};
   const auto tokens = ex->sample_rows(logits, 3, params);
   ASSERT_TRUE(tokens.has_value());
-  auto reference = sampling::sample_rows(
-      logits, Tensor::view(params.data(), DType::kF32, {3, 4}));
+  auto reference = sampling::sample_rows(logits, Tensor::view(params.data(), DType::kF32, {3, 4}));
   ASSERT_TRUE(reference.ok());
   EXPECT_EQ(*tokens, std::vector<Token>(reference->begin(), reference->end()));
   EXPECT_EQ((*tokens)[0], 1u);

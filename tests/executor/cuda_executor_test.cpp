@@ -15,10 +15,12 @@ namespace {
 
 constexpr int kNewTokens = 6;
 const std::vector<std::vector<std::int64_t>> kPrompts = {
-    {3}, {5, 9, 1}, {7, 2, 2, 8, 4, 6, 1},
-    {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+    {3}, {5, 9, 1}, {7, 2, 2, 8, 4, 6, 1}, {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                            11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
 
-ToyConfig dense() { return ToyConfig{}; }
+ToyConfig dense() {
+  return ToyConfig{};
+}
 ToyConfig sparse() {
   ToyConfig c;
   c.static_widths = {1, 4};
@@ -133,12 +135,12 @@ TEST_P(CudaExecutorScenarioTest, InterleavedMethodsMatchGreedy) {
   CudaExecutor& ex = *s.executor;
   Gen p0 = start(ex, kPrompts[0]), p1 = start(ex, kPrompts[1]), p2 = start(ex, kPrompts[2]),
       p3 = start(ex, kPrompts[3]), p4 = start(ex, kPrompts[2]);
-  ASSERT_TRUE(run(ex, {{&p3, prefill(p3, 20)}}));                          // 20
-  ASSERT_TRUE(run(ex, {{&p0, prefill(p0, 1)}}));                           // 1
-  ASSERT_TRUE(run(ex, {{&p2, prefill(p2, 4)}}));                           // 4, partial
-  ASSERT_TRUE(run(ex, {{&p1, prefill(p1, 2)}}));                           // 2, partial
-  ASSERT_TRUE(run(ex, {{&p1, prefill(p1, 1)}, {&p2, prefill(p2, 3)}}));    // 4
-  ASSERT_TRUE(run(ex, {{&p4, prefill(p4, 7)}}));                           // 7
+  ASSERT_TRUE(run(ex, {{&p3, prefill(p3, 20)}}));                                   // 20
+  ASSERT_TRUE(run(ex, {{&p0, prefill(p0, 1)}}));                                    // 1
+  ASSERT_TRUE(run(ex, {{&p2, prefill(p2, 4)}}));                                    // 4, partial
+  ASSERT_TRUE(run(ex, {{&p1, prefill(p1, 2)}}));                                    // 2, partial
+  ASSERT_TRUE(run(ex, {{&p1, prefill(p1, 1)}, {&p2, prefill(p2, 3)}}));             // 4
+  ASSERT_TRUE(run(ex, {{&p4, prefill(p4, 7)}}));                                    // 7
   ASSERT_TRUE(run(ex, {{&p0, decode(p0)}, {&p1, decode(p1)}, {&p3, decode(p3)}}));  // 3
   ASSERT_TRUE(decode_all(ex, {&p0, &p1, &p2, &p3, &p4}, kNewTokens));
   for (const Gen* g : {&p0, &p1, &p2, &p3, &p4}) {
@@ -269,8 +271,7 @@ TEST(CudaExecutorTest, SessionsAreBoundedByMaxSessions) {
 }
 
 TEST(CudaExecutorTest, DeviceSamplerDrawsWhatTheHostSamplerDraws) {
-  const std::vector<SamplingParams> policies = {
-      {1.0f, 1.0f, 0}, {1.3f, 1.0f, 3}, {0.8f, 0.9f, 0}};
+  const std::vector<SamplingParams> policies = {{1.0f, 1.0f, 0}, {1.3f, 1.0f, 3}, {0.8f, 0.9f, 0}};
   bool diverged = false;
   for (std::size_t i = 0; i < policies.size(); ++i) {
     std::vector<std::vector<std::int64_t>> drawn;
@@ -279,7 +280,8 @@ TEST(CudaExecutorTest, DeviceSamplerDrawsWhatTheHostSamplerDraws) {
       CudaExecutor& ex = *s.executor;
       std::vector<Gen> gens;
       for (const auto& p : kPrompts) gens.push_back(start(ex, p));
-      for (std::size_t k = 0; k < gens.size(); ++k) ex.set_sampling(gens[k].sid, policies[i], i + k);
+      for (std::size_t k = 0; k < gens.size(); ++k)
+        ex.set_sampling(gens[k].sid, policies[i], i + k);
       ASSERT_TRUE(run(ex, {{&gens[3], prefill(gens[3], 20)}}));
       ASSERT_TRUE(run(ex, {{&gens[0], prefill(gens[0], 1)},
                            {&gens[1], prefill(gens[1], 3)},

@@ -43,8 +43,8 @@ inline Input decode(const Gen& g) {
   Input in;
   in.sid = g.sid;
   in.size = 1;
-  in.payload = std::make_shared<const std::vector<Token>>(
-      1, static_cast<Token>(g.generated.back()));
+  in.payload =
+      std::make_shared<const std::vector<Token>>(1, static_cast<Token>(g.generated.back()));
   in.position = g.fed;
   in.produce_output = true;
   return in;

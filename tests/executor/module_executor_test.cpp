@@ -8,7 +8,7 @@
 namespace cellm::executor::testing {
 namespace {
 
-const std::vector<std::int64_t> kLong = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+const std::vector<std::int64_t> kLong = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
                                          11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
 const std::vector<std::int64_t> kShort = {5, 9, 1};
 
@@ -52,8 +52,7 @@ TEST(ModuleExecutorCreateTest, RefusesWhatItCannotRun) {
                            std::string_view fragment) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-    EXPECT_NE(r.status().message().find(fragment), std::string_view::npos)
-        << r.status().message();
+    EXPECT_NE(r.status().message().find(fragment), std::string_view::npos) << r.status().message();
   };
   refused(ModuleExecutor::create(nullptr, 1, 1), StatusCode::kInvalidArgument, "null");
   refused(ModuleExecutor::create(program, 0, 8), StatusCode::kInvalidArgument, "positive");

@@ -24,7 +24,9 @@ Input tokens_input(SessionId sid, std::vector<Token> tokens, Position position, 
   return in;
 }
 
-BatchInput batch_of(std::vector<Input> inputs) { return BatchInput{std::move(inputs)}; }
+BatchInput batch_of(std::vector<Input> inputs) {
+  return BatchInput{std::move(inputs)};
+}
 
 // Everything a refused pack must leave alone.
 struct CacheState {
@@ -91,8 +93,8 @@ class SessionTableTest : public ::testing::Test {
 TEST_F(SessionTableTest, PacksInputsInOrderWithTheirRows) {
   const SessionId a = *table_->open();
   const SessionId b = *table_->open();
-  auto step = table_->pack(batch_of({tokens_input(a, {1, 2, 3}, 0, true),
-                                     tokens_input(b, {7}, 0, false)}));
+  auto step =
+      table_->pack(batch_of({tokens_input(a, {1, 2, 3}, 0, true), tokens_input(b, {7}, 0, false)}));
   ASSERT_TRUE(step.ok()) << step.status().to_string();
   EXPECT_EQ(step->tokens, (std::vector<std::int64_t>{1, 2, 3, 7}));
   EXPECT_EQ(step->positions, (std::vector<std::int64_t>{0, 1, 2, 0}));
@@ -107,8 +109,8 @@ TEST_F(SessionTableTest, PacksInputsInOrderWithTheirRows) {
 TEST_F(SessionTableTest, ConsecutiveChunksOfOnePromptAbut) {
   const SessionId a = *table_->open();
   std::vector<Token> prompt = {1, 2, 3, 4, 5};
-  auto step = table_->pack(batch_of({tokens_input(a, prompt, 0, false, 0, 2),
-                                     tokens_input(a, prompt, 0, true, 2, 3)}));
+  auto step = table_->pack(
+      batch_of({tokens_input(a, prompt, 0, false, 0, 2), tokens_input(a, prompt, 0, true, 2, 3)}));
   ASSERT_TRUE(step.ok()) << step.status().to_string();
   EXPECT_EQ(step->positions, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(step->tokens, (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
@@ -123,7 +125,8 @@ TEST_F(SessionTableTest, RewindsOnlyAfterEveryInputChecks) {
   const cache::SeqId seq_a = *table_->sequence(a);
   // a would rewind to 2, but b leaves a gap: nothing may change.
   expect_refused(batch_of({tokens_input(a, {5}, 2, true), tokens_input(b, {6}, 5, true)}),
-                 StatusCode::kInvalidArgument, {"session " + std::to_string(b), "position 5", "gap"});
+                 StatusCode::kInvalidArgument,
+                 {"session " + std::to_string(b), "position 5", "gap"});
   EXPECT_EQ(cache_->pos(seq_a), 4);
 
   auto step = table_->pack(batch_of({tokens_input(a, {5}, 2, true)}));
@@ -204,7 +207,7 @@ TEST_F(SessionTableTest, CloneSharesTheSourcePrefix) {
   place(a, 4);
   const std::optional<SessionId> c = table_->clone(a, 3);
   ASSERT_TRUE(c.has_value());
-  EXPECT_FALSE(table_->clone(a, 5).has_value());   // past the source
+  EXPECT_FALSE(table_->clone(a, 5).has_value());  // past the source
   EXPECT_FALSE(table_->clone(a, -1).has_value());
   EXPECT_FALSE(table_->clone(a + 50, 1).has_value());
   const cache::SeqId cseq = *table_->sequence(*c);
@@ -231,8 +234,8 @@ TEST_F(SessionTableTest, SamplesEachSessionsRowWithItsOwnPolicy) {
   const SessionId b = *table_->open();
   table_->set_sampling(a, SamplingParams{}, 0);
   Tensor logits = Tensor::empty(DType::kF32, {2, 8});
-  logits.data_as<float>()[3] = 5.0f;       // row 0 -> 3
-  logits.data_as<float>()[8 + 6] = 4.0f;   // row 1 -> 6
+  logits.data_as<float>()[3] = 5.0f;      // row 0 -> 3
+  logits.data_as<float>()[8 + 6] = 4.0f;  // row 1 -> 6
   EXPECT_EQ(table_->sample(a, logits, 1), Token{6});
   EXPECT_EQ(table_->sample(a, logits, 0), Token{3});
   EXPECT_FALSE(table_->sample(b, logits, 0).has_value());  // no policy

@@ -40,16 +40,15 @@ std::int64_t toy_next_token(std::span<const std::int64_t> history,
 std::vector<float> toy_logits(std::int64_t next, std::int64_t vocab) {
   std::vector<float> row(static_cast<std::size_t>(vocab));
   for (std::int64_t v = 0; v < vocab; ++v) {
-    const double angle = 2.0 * std::numbers::pi * static_cast<double>(v - next) /
-                         static_cast<double>(vocab);
+    const double angle =
+        2.0 * std::numbers::pi * static_cast<double>(v - next) / static_cast<double>(vocab);
     row[static_cast<std::size_t>(v)] = static_cast<float>(2.0 * std::cos(angle));
   }
   return row;
 }
 
 std::vector<std::int64_t> toy_greedy(std::vector<std::int64_t> prompt, int steps,
-                                     const std::vector<std::int32_t>& windows,
-                                     std::int64_t vocab) {
+                                     const std::vector<std::int32_t>& windows, std::int64_t vocab) {
   std::vector<std::int64_t> out;
   for (int i = 0; i < steps; ++i) {
     const std::int64_t next = toy_next_token(prompt, windows, vocab);
@@ -189,8 +188,8 @@ Result<std::vector<Tensor>> ToyProgram::forward(std::string_view method,
   // Write every row: real rows into their cells, padding into the scratch cell.
   for (std::size_t l = 0; l < kv_.size(); ++l) {
     for (std::int64_t i = 0; i < t; ++i) {
-      const cache::CellId cell = i < real ? step->cells[static_cast<std::size_t>(i)]
-                                          : cache::kScratchCell;
+      const cache::CellId cell =
+          i < real ? step->cells[static_cast<std::size_t>(i)] : cache::kScratchCell;
       kv_[l][static_cast<std::size_t>(cell)] = Record{tok[i], pos[i]};
     }
   }
@@ -223,7 +222,8 @@ Result<std::vector<Tensor>> ToyProgram::forward(std::string_view method,
     } else {
       h = mix(kv_[0][0].token, kv_[0][0].position, 0);
     }
-    const std::vector<float> logits = toy_logits(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(v)), v);
+    const std::vector<float> logits =
+        toy_logits(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(v)), v);
     std::copy(logits.begin(), logits.end(), logits_.begin() + static_cast<std::ptrdiff_t>(r) * v);
   }
   calls.push_back(Call{std::string(method), t, real, selector});
@@ -253,8 +253,8 @@ Result<std::vector<Tensor>> ToyProgram::sample(std::string_view method,
   if (!tokens.ok()) return tokens.status();
   tokens_ = std::move(tokens).value();
   calls.push_back(Call{std::string(method), logits.dim(0), 0, {}});
-  return std::vector<Tensor>{Tensor::view(tokens_.data(), DType::kI64,
-                                          {static_cast<std::int64_t>(tokens_.size())})};
+  return std::vector<Tensor>{
+      Tensor::view(tokens_.data(), DType::kI64, {static_cast<std::int64_t>(tokens_.size())})};
 }
 
 }  // namespace cellm::executor::testing

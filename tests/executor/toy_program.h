@@ -33,9 +33,9 @@ struct ToyConfig {
   std::int32_t dynamic_width = 32;  // 0: no forward_others
   std::optional<std::int64_t> min_prefill_chunk;
   std::vector<std::int32_t> windows = {0, 4};
-  bool device_logits = false;  // logits come back flagged Device::kCuda
-  bool samplers = false;       // export sample and sample_argmax
-  bool taps = false;           // forwards also return [T, 2] (token, position) per row
+  bool device_logits = false;     // logits come back flagged Device::kCuda
+  bool samplers = false;          // export sample and sample_argmax
+  bool taps = false;              // forwards also return [T, 2] (token, position) per row
   std::int32_t module_width = 0;  // > 0: export a dynamic "forward" of this width
   bool module_selects_rows = true;
 };
@@ -47,8 +47,7 @@ std::int64_t toy_next_token(std::span<const std::int64_t> history,
 std::vector<float> toy_logits(std::int64_t next, std::int64_t vocab);
 // Greedy continuation of `prompt` by `steps` tokens.
 std::vector<std::int64_t> toy_greedy(std::vector<std::int64_t> prompt, int steps,
-                                     const std::vector<std::int32_t>& windows,
-                                     std::int64_t vocab);
+                                     const std::vector<std::int32_t>& windows, std::int64_t vocab);
 
 class ToyProgram : public program::Program {
  public:

@@ -21,8 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path venv_python() { return testing::source_dir() / ".venv" / "bin" / "python"; }
-fs::path helper() { return testing::source_dir() / "tests" / "format" / "gguf_dequant_ref.py"; }
+fs::path venv_python() {
+  return testing::source_dir() / ".venv" / "bin" / "python";
+}
+fs::path helper() {
+  return testing::source_dir() / "tests" / "format" / "gguf_dequant_ref.py";
+}
 fs::path models_dir() {
   return testing::env_path("CELLM_MODELS_DIR").value_or(testing::source_dir() / "models");
 }
@@ -45,7 +49,8 @@ bool run_reference(const std::string& args) {
                   << "; run scripts/setup to create it (it installs the gguf package)";
     return false;
   }
-  const std::string cmd = venv_python().string() + " " + helper().string() + " " + args + " >/dev/null";
+  const std::string cmd =
+      venv_python().string() + " " + helper().string() + " " + args + " >/dev/null";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     ADD_FAILURE() << "reference helper failed (" << rc << "): " << cmd
@@ -77,9 +82,9 @@ void compare(GgmlType type, std::span<const std::uint8_t> raw, const fs::path& p
     std::memcpy(&ref_half, ref_bf16.data() + 2 * i, 2);
     if (std::bit_cast<std::uint32_t>(f32[i]) != ref_bits || bf16[i] != ref_half) {
       if (++mismatches <= 5) {
-        ADD_FAILURE() << what << " element " << i << ": ours " << f32[i] << " (bf16 0x"
-                      << std::hex << bf16[i] << "), gguf " << std::bit_cast<float>(ref_bits)
-                      << " (bf16 0x" << ref_half << std::dec << ")";
+        ADD_FAILURE() << what << " element " << i << ": ours " << f32[i] << " (bf16 0x" << std::hex
+                      << bf16[i] << "), gguf " << std::bit_cast<float>(ref_bits) << " (bf16 0x"
+                      << ref_half << std::dec << ")";
       }
     }
   }
@@ -114,7 +119,8 @@ void check_real_model(const std::string& file, const std::set<std::string>& must
     compare(t->type, gguf->tensor_bytes(*t).subspan(0, rows * row_bytes), out / t->name,
             file + ":" + t->name + " (" + std::string(info.name) + ")");
   }
-  for (const auto& type : must_cover) EXPECT_EQ(covered.count(type), 1u) << file << " lacks " << type;
+  for (const auto& type : must_cover)
+    EXPECT_EQ(covered.count(type), 1u) << file << " lacks " << type;
 }
 
 TEST(DequantReference, SmolLM2RealTensors) {
@@ -152,7 +158,8 @@ std::vector<std::uint8_t> random_blocks(GgmlType type, std::size_t blocks, std::
   }
   // Offsets of the f16 fields in one block.
   std::vector<std::size_t> halves = {0};
-  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) halves = {0, 2};
+  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K)
+    halves = {0, 2};
   if (type == GgmlType::kQ6_K) halves = {208};
   for (std::size_t blk = 0; blk < blocks; ++blk) {
     for (std::size_t off : halves) finite_half(blk * info.block_bytes + off);

@@ -25,7 +25,9 @@ void expect_refused(const Bytes& b, std::string_view needle) {
   EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().to_string();
 }
 
-Bytes f32_bytes(std::vector<float> v) { return testing::bytes_of(v); }
+Bytes f32_bytes(std::vector<float> v) {
+  return testing::bytes_of(v);
+}
 
 GgufBuilder small(std::uint32_t version = 3) {
   GgufBuilder g(version);
@@ -36,14 +38,30 @@ GgufBuilder small(std::uint32_t version = 3) {
       .kv_strs("tokenizer.ggml.tokens", {"<s>", "a", "bc"})
       .kv_f32s("tokenizer.ggml.scores", {0.0f, -1.5f, -2.0f})
       .kv_i32s("tokenizer.ggml.token_type", {3, 1, 1});
-  Bytes i8;  testing::put<std::int8_t>(i8, -5);             g.kv_raw("x.i8", GgufBuilder::kI8, i8);
-  Bytes u16; testing::put<std::uint16_t>(u16, 65535);      g.kv_raw("x.u16", GgufBuilder::kU16, u16);
-  Bytes i16; testing::put<std::int16_t>(i16, -300);        g.kv_raw("x.i16", GgufBuilder::kI16, i16);
-  Bytes i32; testing::put<std::int32_t>(i32, -70000);      g.kv_raw("x.i32", GgufBuilder::kI32, i32);
-  Bytes u64; testing::put<std::uint64_t>(u64, 1ULL << 40); g.kv_raw("x.u64", GgufBuilder::kU64, u64);
-  Bytes i64; testing::put<std::int64_t>(i64, -(1LL << 40)); g.kv_raw("x.i64", GgufBuilder::kI64, i64);
-  Bytes f64; testing::put<double>(f64, 0.125);             g.kv_raw("x.f64", GgufBuilder::kF64, f64);
-  Bytes u8;  testing::put<std::uint8_t>(u8, 200);          g.kv_raw("x.u8", GgufBuilder::kU8, u8);
+  Bytes i8;
+  testing::put<std::int8_t>(i8, -5);
+  g.kv_raw("x.i8", GgufBuilder::kI8, i8);
+  Bytes u16;
+  testing::put<std::uint16_t>(u16, 65535);
+  g.kv_raw("x.u16", GgufBuilder::kU16, u16);
+  Bytes i16;
+  testing::put<std::int16_t>(i16, -300);
+  g.kv_raw("x.i16", GgufBuilder::kI16, i16);
+  Bytes i32;
+  testing::put<std::int32_t>(i32, -70000);
+  g.kv_raw("x.i32", GgufBuilder::kI32, i32);
+  Bytes u64;
+  testing::put<std::uint64_t>(u64, 1ULL << 40);
+  g.kv_raw("x.u64", GgufBuilder::kU64, u64);
+  Bytes i64;
+  testing::put<std::int64_t>(i64, -(1LL << 40));
+  g.kv_raw("x.i64", GgufBuilder::kI64, i64);
+  Bytes f64;
+  testing::put<double>(f64, 0.125);
+  g.kv_raw("x.f64", GgufBuilder::kF64, f64);
+  Bytes u8;
+  testing::put<std::uint8_t>(u8, 200);
+  g.kv_raw("x.u8", GgufBuilder::kU8, u8);
   // An array of two arrays of u8: [[1, 2], [3]].
   Bytes nested;
   testing::put<std::uint32_t>(nested, GgufBuilder::kArray);
@@ -69,7 +87,8 @@ TEST(Gguf, ReadsEveryMetadataType) {
   EXPECT_EQ(r->find("llama.block_count")->as_uint(), 2u);
   EXPECT_EQ(r->find("llama.rope.freq_base")->as_float(), 10000.0);
   EXPECT_EQ(r->find("tokenizer.ggml.add_bos_token")->as_bool(), true);
-  EXPECT_EQ(r->find("tokenizer.ggml.tokens")->strings, (std::vector<std::string>{"<s>", "a", "bc"}));
+  EXPECT_EQ(r->find("tokenizer.ggml.tokens")->strings,
+            (std::vector<std::string>{"<s>", "a", "bc"}));
   EXPECT_EQ(r->find("tokenizer.ggml.scores")->floats[1], -1.5);
   EXPECT_EQ(r->find("tokenizer.ggml.token_type")->ints, (std::vector<std::int64_t>{3, 1, 1}));
   EXPECT_EQ(r->find("x.i8")->as_int(), -5);
@@ -217,8 +236,9 @@ TEST(Gguf, BadTensorDescriptions) {
   expect_refused(GgufBuilder().tensor("w", {1ULL << 40, 1ULL << 40}, 0, Bytes(4, 0)).build(),
                  "absurd dimension");
   expect_refused(GgufBuilder().tensor("w", {0}, 0, {}).build(), "absurd dimension");
-  expect_refused(GgufBuilder().tensor("w", {1}, 0, Bytes(4, 0)).tensor("w", {1}, 0, Bytes(4, 0)).build(),
-                 "appears twice");
+  expect_refused(
+      GgufBuilder().tensor("w", {1}, 0, Bytes(4, 0)).tensor("w", {1}, 0, Bytes(4, 0)).build(),
+      "appears twice");
   expect_refused(GgufBuilder().kv_u32("k", 1).kv_u32("k", 2).build(), "appears twice");
   expect_refused(GgufBuilder().kv_raw("k", 77, {}).build(), "unknown type 77");
   Bytes flag;

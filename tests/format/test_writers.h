@@ -37,7 +37,8 @@ Bytes bytes_of(const std::vector<T>& v) {
 
 inline void write_file(const std::filesystem::path& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 inline void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -96,7 +97,19 @@ class SafetensorsBuilder {
 class GgufBuilder {
  public:
   enum Type : std::uint32_t {
-    kU8 = 0, kI8, kU16, kI16, kU32, kI32, kF32, kBool, kString, kArray, kU64, kI64, kF64
+    kU8 = 0,
+    kI8,
+    kU16,
+    kI16,
+    kU32,
+    kI32,
+    kF32,
+    kBool,
+    kString,
+    kArray,
+    kU64,
+    kI64,
+    kF64
   };
   explicit GgufBuilder(std::uint32_t version = 3) : version_(version) {}
 
@@ -105,29 +118,43 @@ class GgufBuilder {
     return *this;
   }
   GgufBuilder& kv_u32(const std::string& key, std::uint32_t v) {
-    Bytes p; put(p, v); return kv_raw(key, kU32, p);
+    Bytes p;
+    put(p, v);
+    return kv_raw(key, kU32, p);
   }
   GgufBuilder& kv_f32(const std::string& key, float v) {
-    Bytes p; put(p, v); return kv_raw(key, kF32, p);
+    Bytes p;
+    put(p, v);
+    return kv_raw(key, kF32, p);
   }
   GgufBuilder& kv_str(const std::string& key, const std::string& v) {
-    Bytes p; put_str(p, v); return kv_raw(key, kString, p);
+    Bytes p;
+    put_str(p, v);
+    return kv_raw(key, kString, p);
   }
   GgufBuilder& kv_bool(const std::string& key, bool v) {
-    Bytes p; put<std::uint8_t>(p, v ? 1 : 0); return kv_raw(key, kBool, p);
+    Bytes p;
+    put<std::uint8_t>(p, v ? 1 : 0);
+    return kv_raw(key, kBool, p);
   }
   GgufBuilder& kv_strs(const std::string& key, const std::vector<std::string>& v) {
-    Bytes p; put<std::uint32_t>(p, kString); put<std::uint64_t>(p, v.size());
+    Bytes p;
+    put<std::uint32_t>(p, kString);
+    put<std::uint64_t>(p, v.size());
     for (const auto& s : v) put_str(p, s);
     return kv_raw(key, kArray, p);
   }
   GgufBuilder& kv_f32s(const std::string& key, const std::vector<float>& v) {
-    Bytes p; put<std::uint32_t>(p, kF32); put<std::uint64_t>(p, v.size());
+    Bytes p;
+    put<std::uint32_t>(p, kF32);
+    put<std::uint64_t>(p, v.size());
     for (float x : v) put(p, x);
     return kv_raw(key, kArray, p);
   }
   GgufBuilder& kv_i32s(const std::string& key, const std::vector<std::int32_t>& v) {
-    Bytes p; put<std::uint32_t>(p, kI32); put<std::uint64_t>(p, v.size());
+    Bytes p;
+    put<std::uint32_t>(p, kI32);
+    put<std::uint64_t>(p, v.size());
     for (auto x : v) put(p, x);
     return kv_raw(key, kArray, p);
   }
@@ -137,7 +164,10 @@ class GgufBuilder {
     tensors_.push_back({name, std::move(ne), type, std::move(data)});
     return *this;
   }
-  GgufBuilder& alignment(std::uint32_t a) { alignment_ = a; return kv_u32("general.alignment", a); }
+  GgufBuilder& alignment(std::uint32_t a) {
+    alignment_ = a;
+    return kv_u32("general.alignment", a);
+  }
 
   Bytes build() const {
     Bytes b;
@@ -171,8 +201,17 @@ class GgufBuilder {
   }
 
  private:
-  struct Kv { std::string key; std::uint32_t type; Bytes payload; };
-  struct T { std::string name; std::vector<std::uint64_t> ne; std::uint32_t type; Bytes data; };
+  struct Kv {
+    std::string key;
+    std::uint32_t type;
+    Bytes payload;
+  };
+  struct T {
+    std::string name;
+    std::vector<std::uint64_t> ne;
+    std::uint32_t type;
+    Bytes data;
+  };
   std::uint32_t version_;
   std::uint32_t alignment_ = 32;
   std::vector<Kv> kvs_;

@@ -53,7 +53,8 @@ std::unique_ptr<Rig> make_rig(const std::string& fixture, bool graphs) {
 
 // Checks every position a sequence recorded from `from` on: each within the
 // per-position bound, and the run's mean within the mean bound.
-void expect_matches(const FedSeq& s, const GoldenCase& c, std::size_t from, const std::string& what) {
+void expect_matches(const FedSeq& s, const GoldenCase& c, std::size_t from,
+                    const std::string& what) {
   const cellm::testing::GoldenTolerance& tol = cellm::testing::kBf16Tolerance;
   int failures = 0;
   double sum = 0.0;
@@ -66,15 +67,16 @@ void expect_matches(const FedSeq& s, const GoldenCase& c, std::size_t from, cons
       return;
     }
     const std::string err = cellm::testing::check_golden_row(it->second, c, pos, tol);
-    if (!err.empty() && ++failures <= 3) ADD_FAILURE() << what << " position " << pos << ": " << err;
+    if (!err.empty() && ++failures <= 3)
+      ADD_FAILURE() << what << " position " << pos << ": " << err;
     const double e = cellm::testing::golden_row_error(it->second, c, pos);
     sum += e;
     worst = std::max(worst, e);
     ++n;
   }
   const double mean = n == 0 ? 0.0 : sum / static_cast<double>(n);
-  EXPECT_LE(mean, tol.mean_relative_error) << what << ": mean relative error over " << n
-                                           << " positions";
+  EXPECT_LE(mean, tol.mean_relative_error)
+      << what << ": mean relative error over " << n << " positions";
   std::printf("golden %-28s positions %4zu  mean rel err %.4f  worst %.4f\n", what.c_str(), n, mean,
               worst);
 }
@@ -106,8 +108,8 @@ class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, bo
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     rig_ = make_rig(std::get<0>(GetParam()), std::get<1>(GetParam()));
     ASSERT_NE(rig_, nullptr);
-    auto cases = cellm::testing::load_golden_cases(cellm::testing::golden_root() /
-                                                   std::get<0>(GetParam()));
+    auto cases =
+        cellm::testing::load_golden_cases(cellm::testing::golden_root() / std::get<0>(GetParam()));
     ASSERT_TRUE(cases.ok()) << cases.status().to_string();
     cases_ = std::move(cases).value();
   }
@@ -160,7 +162,8 @@ TEST_P(GpuGoldenTest, CloneTakenMidPromptContinues) {
     // The source keeps going too (its new cells must not leak into the clone).
     ASSERT_TRUE(feed(ex, {{&a, 1}}));
     while (b.fed < c.inputs.size()) {
-      const std::size_t n = b.fed < c.prompt.size() ? std::min<std::size_t>(3, c.prompt.size() - b.fed) : 1;
+      const std::size_t n =
+          b.fed < c.prompt.size() ? std::min<std::size_t>(3, c.prompt.size() - b.fed) : 1;
       ASSERT_TRUE(feed(ex, {{&b, n}}));
     }
     for (std::size_t p = 0; p < half; ++p) b.logits[p] = a.logits[p];
@@ -174,10 +177,11 @@ std::string name_of(const ::testing::TestParamInfo<std::tuple<std::string, bool>
   return std::get<0>(info.param) + (std::get<1>(info.param) ? "_graphs" : "_eager");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGoldenTest,
-                         ::testing::Combine(::testing::ValuesIn(cellm::testing::golden_fixture_names()),
-                                            ::testing::Bool()),
-                         name_of);
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, GpuGoldenTest,
+    ::testing::Combine(::testing::ValuesIn(cellm::testing::golden_fixture_names()),
+                       ::testing::Bool()),
+    name_of);
 
 }  // namespace
 }  // namespace cellm::gpu_testing

@@ -54,8 +54,8 @@ class GpuSamplerTest : public ::testing::Test {
     const auto names = cellm::testing::golden_fixture_names();
     ASSERT_FALSE(names.empty());
     // qwen2 has bf16 weights; any fixture works, the first one is enough.
-    const std::string name = std::find(names.begin(), names.end(), "qwen2") != names.end()
-                                 ? "qwen2" : names.front();
+    const std::string name =
+        std::find(names.begin(), names.end(), "qwen2") != names.end() ? "qwen2" : names.front();
     auto m = model::load_model(cellm::testing::golden_root() / name);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(m).value();
@@ -102,8 +102,8 @@ TEST_F(GpuSamplerTest, DeviceSamplerDrawsWhatTheHostAlgorithmDraws) {
           const std::int64_t want = sampling::sample_row(row, policy.temperature, policy.top_p,
                                                          policy.top_k, params[r * 4 + 3]);
           EXPECT_EQ((*device)[r], static_cast<Token>(want))
-              << "T=" << policy.temperature << " top_k=" << policy.top_k << " top_p="
-              << policy.top_p << " seed " << seed << " row " << r;
+              << "T=" << policy.temperature << " top_k=" << policy.top_k
+              << " top_p=" << policy.top_p << " seed " << seed << " row " << r;
           const std::int64_t greedy = sampling::sample_row(row, 0.0f, 1.0f, 0, 0.0f);
           differs_from_greedy += want != greedy;
           ++draws;
@@ -177,7 +177,8 @@ TEST_F(GpuSamplerTest, SeededGenerationsMatchBetweenDeviceAndHostSampling) {
 
 TEST_F(GpuSamplerTest, GraphReplayEqualsEagerBitForBit) {
   std::vector<std::int64_t> inputs(80);
-  for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i] = static_cast<std::int64_t>((i * 37 + 11) % 300);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    inputs[i] = static_cast<std::int64_t>((i * 37 + 11) % 300);
   std::map<std::size_t, std::vector<float>> got[2];
   for (int graphs = 0; graphs < 2; ++graphs) {
     auto ex = executor_for(fixture_program(model_, true, graphs == 1));

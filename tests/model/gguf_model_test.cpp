@@ -50,7 +50,9 @@ std::vector<float> converter_permute(const std::vector<float>& m, std::int64_t h
   }
   return out;
 }
-Bytes f32(const std::vector<float>& v) { return testing::bytes_of(v); }
+Bytes f32(const std::vector<float>& v) {
+  return testing::bytes_of(v);
+}
 std::vector<std::uint64_t> ne(std::int64_t rows, std::int64_t cols) {
   return {static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(rows)};
 }
@@ -61,7 +63,8 @@ Bytes q8_matrix(std::int64_t rows, std::int64_t cols) {
   for (std::int64_t blk = 0; blk < rows * cols / 32; ++blk) {
     b.push_back(0x00);
     b.push_back(0x3c);
-    for (int e = 0; e < 32; ++e, ++k) b.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(k % 19 - 9)));
+    for (int e = 0; e < 32; ++e, ++k)
+      b.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(k % 19 - 9)));
   }
   return b;
 }
@@ -77,7 +80,8 @@ GgufBuilder tiny(const std::string& arch) {
       .kv_u32(arch + ".attention.head_count_kv", kKvHeads)
       .kv_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f)
       .kv_f32(arch + ".rope.freq_base", 50000.0f)
-      .kv_strs("tokenizer.ggml.tokens", {"<pad>", "<eos>", "<bos>", "a", "b", "<end_of_turn>", "c", "d"})
+      .kv_strs("tokenizer.ggml.tokens",
+               {"<pad>", "<eos>", "<bos>", "a", "b", "<end_of_turn>", "c", "d"})
       .kv_u32("tokenizer.ggml.bos_token_id", 2)
       .kv_u32("tokenizer.ggml.eos_token_id", 1);
   const std::int64_t q = kHeads * kHeadDim, kv = kKvHeads * kHeadDim;
@@ -89,18 +93,21 @@ GgufBuilder tiny(const std::string& arch) {
     return arch == "llama" ? converter_permute(m, heads, kHidden) : m;
   };
   g.tensor("blk.0.attn_q.weight", ne(q, kHidden), 0, f32(perm(matrix(q, kHidden, 0.25f), kHeads)));
-  g.tensor("blk.0.attn_k.weight", ne(kv, kHidden), 0, f32(perm(matrix(kv, kHidden, 0.75f), kKvHeads)));
+  g.tensor("blk.0.attn_k.weight", ne(kv, kHidden), 0,
+           f32(perm(matrix(kv, kHidden, 0.75f), kKvHeads)));
   g.tensor("blk.0.attn_v.weight", ne(kv, kHidden), 0, f32(matrix(kv, kHidden, 0.125f)));
   g.tensor("blk.0.attn_output.weight", ne(kHidden, q), 0, f32(matrix(kHidden, q, 0.375f)));
   g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
   g.tensor("blk.0.ffn_up.weight", ne(kInter, kHidden), 0, f32(matrix(kInter, kHidden, 0.625f)));
   g.tensor("blk.0.ffn_down.weight", ne(kHidden, kInter), 0, f32(matrix(kHidden, kInter, 0.875f)));
   if (arch == "gemma3") {
-    g.kv_u32("gemma3.attention.key_length", kHeadDim).kv_u32("gemma3.attention.value_length", kHeadDim);
+    g.kv_u32("gemma3.attention.key_length", kHeadDim)
+        .kv_u32("gemma3.attention.value_length", kHeadDim);
     g.kv_u32("gemma3.attention.sliding_window", 4);
     g.tensor("blk.0.attn_q_norm.weight", {kHeadDim}, 0, f32(std::vector<float>(kHeadDim, 4.0f)));
     g.tensor("blk.0.attn_k_norm.weight", {kHeadDim}, 0, f32(std::vector<float>(kHeadDim, 5.0f)));
-    g.tensor("blk.0.post_attention_norm.weight", {kHidden}, 0, f32(std::vector<float>(kHidden, 6.0f)));
+    g.tensor("blk.0.post_attention_norm.weight", {kHidden}, 0,
+             f32(std::vector<float>(kHidden, 6.0f)));
     g.tensor("blk.0.post_ffw_norm.weight", {kHidden}, 0, f32(std::vector<float>(kHidden, 7.0f)));
   }
   return g;
@@ -156,7 +163,8 @@ TEST_F(GgufTiny, LlamaSpecAndUnpermutedAttention) {
   EXPECT_EQ(m->weights.lm_head.data(), m->weights.embed_tokens.data());
   // Q8_0 with scale 1: element k is (k % 19) - 9.
   ASSERT_EQ(l.gate_proj.dtype(), DType::kF32);
-  for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, std::int64_t{18}, std::int64_t{19}, std::int64_t{1000}, kInter * kHidden - 1}) {
+  for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, std::int64_t{18}, std::int64_t{19},
+                         std::int64_t{1000}, kInter * kHidden - 1}) {
     EXPECT_EQ(element_as_f32(l.gate_proj, k), static_cast<float>(k % 19 - 9)) << k;
   }
 }
@@ -168,7 +176,7 @@ TEST_F(GgufTiny, QuantizedWeightsCanBecomeBf16) {
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ(m->weights.layers[0].gate_proj.dtype(), DType::kBF16);
   EXPECT_EQ(element_as_f32(m->weights.layers[0].gate_proj, 20), -8.0f);  // (20 % 19) - 9
-  EXPECT_EQ(m->weights.layers[0].up_proj.dtype(), DType::kF32);  // f32 tensors stay views
+  EXPECT_EQ(m->weights.layers[0].up_proj.dtype(), DType::kF32);          // f32 tensors stay views
   o.dequant_dtype = DType::kF16;
   EXPECT_EQ(load_model(path, o).status().code(), StatusCode::kInvalidArgument);
 }
@@ -189,7 +197,7 @@ TEST_F(GgufTiny, Gemma3SpecKeepsAttentionRowsAndFoldsNormOffset) {
   EXPECT_EQ(s.eos_token_ids, (std::vector<std::int64_t>{1, 5}));  // <eos>, <end_of_turn>
   const LayerWeights& l = m->weights.layers[0];
   expect_matrix(l.q_proj, kHeads * kHeadDim, kHidden, 0.25f);  // no permutation for gemma3
-  EXPECT_EQ(element_as_f32(l.mlp_norm, 0), 3.0f);       // ffn_norm = pre_feedforward_layernorm
+  EXPECT_EQ(element_as_f32(l.mlp_norm, 0), 3.0f);  // ffn_norm = pre_feedforward_layernorm
   EXPECT_EQ(element_as_f32(l.post_attn_norm, 0), 6.0f);
   EXPECT_EQ(element_as_f32(l.post_mlp_norm, 0), 7.0f);
   EXPECT_EQ(element_as_f32(l.k_norm, 0), 5.0f);
@@ -204,13 +212,15 @@ TEST_F(GgufTiny, ErrorsNameTheKeyOrTensor) {
   testing::write_file(path, GgufBuilder().kv_str("general.architecture", "llama").build());
   r = load_model(path);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("llama.block_count"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("llama.block_count"), std::string::npos)
+      << r.status().to_string();
 
   auto g = tiny("llama");
   g.tensor("blk.0.attn_q.bias", {kHeads * kHeadDim}, 0, f32(std::vector<float>(32, 0)));
   r = load(g);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("self_attn.q_proj.bias"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("self_attn.q_proj.bias"), std::string::npos)
+      << r.status().to_string();
 }
 
 TEST(GgufNames, MapToHuggingFace) {
@@ -219,7 +229,8 @@ TEST(GgufNames, MapToHuggingFace) {
   EXPECT_EQ(canonical_tensor_name(Architecture::kGemma3, "blk.3.ffn_norm.weight"),
             "model.layers.3.pre_feedforward_layernorm.weight");
   EXPECT_EQ(canonical_tensor_name(Architecture::kLlama, "output.weight"), "lm_head.weight");
-  EXPECT_EQ(canonical_tensor_name(Architecture::kLlama, "blk.x.attn_q.weight"), "blk.x.attn_q.weight");
+  EXPECT_EQ(canonical_tensor_name(Architecture::kLlama, "blk.x.attn_q.weight"),
+            "blk.x.attn_q.weight");
   EXPECT_EQ(canonical_tensor_name(Architecture::kLlama, "rope_freqs.weight"), "rope_freqs.weight");
 }
 

@@ -14,7 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fixture(const std::string& name) { return testing::testdata_dir() / "hf_models" / name; }
+fs::path fixture(const std::string& name) {
+  return testing::testdata_dir() / "hf_models" / name;
+}
 
 ModelSpec read(const fs::path& p) {
   auto r = read_hf_spec(p);
@@ -204,14 +206,17 @@ TEST(HfConfig, GenerationConfigOverridesAndRefusalChangesNothing) {
   auto r = spec_from_hf_config_text(
       R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,
       "num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":64,
-      "bos_token_id":1,"eos_token_id":2})", "c.json");
+      "bos_token_id":1,"eos_token_id":2})",
+      "c.json");
   ASSERT_TRUE(r.ok());
   ModelSpec s = *r;
   ASSERT_TRUE(apply_generation_config_text(R"({"eos_token_id":[7,8,7]})", "g.json", s).is_ok());
   EXPECT_EQ(s.eos_token_ids, (std::vector<std::int64_t>{7, 8}));
   EXPECT_EQ(s.bos_token_id, 1);
   const ModelSpec before = s;
-  EXPECT_FALSE(apply_generation_config_text(R"({"bos_token_id":[1,2],"eos_token_id":3})", "g.json", s).is_ok());
+  EXPECT_FALSE(
+      apply_generation_config_text(R"({"bos_token_id":[1,2],"eos_token_id":3})", "g.json", s)
+          .is_ok());
   EXPECT_EQ(s, before);
 }
 

@@ -17,7 +17,9 @@ namespace {
 namespace fs = std::filesystem;
 using testing::SafetensorsBuilder;
 
-fs::path fixture(const std::string& name) { return testing::testdata_dir() / "hf_models" / name; }
+fs::path fixture(const std::string& name) {
+  return testing::testdata_dir() / "hf_models" / name;
+}
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
@@ -77,7 +79,8 @@ TEST(HfWeights, TensorsAreTheStoredBytesInTheStoredDtype) {
   EXPECT_EQ(l1.q_proj.dtype(), DType::kBF16);
   EXPECT_TRUE(same_bytes(l1.q_proj, *st->tensor("model.layers.1.self_attn.q_proj.weight")));
   EXPECT_TRUE(same_bytes(l1.k_bias, *st->tensor("model.layers.1.self_attn.k_proj.bias")));
-  EXPECT_TRUE(same_bytes(l1.mlp_norm, *st->tensor("model.layers.1.post_attention_layernorm.weight")));
+  EXPECT_TRUE(
+      same_bytes(l1.mlp_norm, *st->tensor("model.layers.1.post_attention_layernorm.weight")));
   EXPECT_TRUE(same_bytes(m->weights.final_norm, *st->tensor("model.norm.weight")));
 }
 
@@ -87,9 +90,12 @@ TEST(HfWeights, GemmaNormsGoToTheirSlots) {
   auto st = format::SafetensorsFile::open(fixture("gemma3") / "model.safetensors");
   ASSERT_TRUE(st.ok());
   const auto& l = m->weights.layers[2];
-  EXPECT_TRUE(same_bytes(l.post_attn_norm, *st->tensor("model.layers.2.post_attention_layernorm.weight")));
-  EXPECT_TRUE(same_bytes(l.mlp_norm, *st->tensor("model.layers.2.pre_feedforward_layernorm.weight")));
-  EXPECT_TRUE(same_bytes(l.post_mlp_norm, *st->tensor("model.layers.2.post_feedforward_layernorm.weight")));
+  EXPECT_TRUE(
+      same_bytes(l.post_attn_norm, *st->tensor("model.layers.2.post_attention_layernorm.weight")));
+  EXPECT_TRUE(
+      same_bytes(l.mlp_norm, *st->tensor("model.layers.2.pre_feedforward_layernorm.weight")));
+  EXPECT_TRUE(
+      same_bytes(l.post_mlp_norm, *st->tensor("model.layers.2.post_feedforward_layernorm.weight")));
   EXPECT_TRUE(same_bytes(l.q_norm, *st->tensor("model.layers.2.self_attn.q_norm.weight")));
 }
 
@@ -132,7 +138,8 @@ class BrokenFolder : public ::testing::Test {
   fs::path dir;
   void SetUp() override {
     dir = fs::path(::testing::TempDir()) /
-          ("cellm_hf_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+          ("cellm_hf_" +
+           std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     testing::write_text(dir / "config.json", R"({"model_type":"llama","vocab_size":6,
@@ -140,7 +147,9 @@ class BrokenFolder : public ::testing::Test {
       "num_key_value_heads":1,"max_position_embeddings":32,"tie_word_embeddings":true})");
   }
   void TearDown() override { fs::remove_all(dir); }
-  static std::vector<float> ones(std::int64_t n) { return std::vector<float>(static_cast<std::size_t>(n), 1.0f); }
+  static std::vector<float> ones(std::int64_t n) {
+    return std::vector<float>(static_cast<std::size_t>(n), 1.0f);
+  }
   SafetensorsBuilder valid() {
     SafetensorsBuilder b;
     b.add_f32("model.embed_tokens.weight", {6, 4}, ones(24));
@@ -228,9 +237,9 @@ TEST_F(BrokenFolder, ShardedCheckpointViaIndex) {
   testing::write_file(dir / "a.safetensors", a.build());
   testing::write_file(dir / "b.safetensors", b.build());
   std::string map;
-  for (const char* n : {"model.embed_tokens.weight", "model.norm.weight",
-                        "model.layers.0.input_layernorm.weight",
-                        "model.layers.0.post_attention_layernorm.weight"}) {
+  for (const char* n :
+       {"model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight"}) {
     map += fmt::format("\"{}\":\"a.safetensors\",", n);
   }
   for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) {

@@ -33,13 +33,15 @@ TEST(Inspect, ReportOnATiedFixture) {
   const std::string r = inspect_report(*m, o);
   EXPECT_NE(r.find("qwen2"), std::string::npos) << r;
   EXPECT_NE(r.find("300 KV cells"), std::string::npos) << r;
-  EXPECT_NE(r.find("2 x 2 layers x 2 kv heads x 16 head_dim x 300 cells x 2 B"), std::string::npos) << r;
+  EXPECT_NE(r.find("2 x 2 layers x 2 kv heads x 16 head_dim x 300 cells x 2 B"), std::string::npos)
+      << r;
   EXPECT_NE(r.find("tied embeddings"), std::string::npos);
   EXPECT_NE(r.find("q/k/v biases"), std::string::npos);
   EXPECT_NE(r.find("layers.1.v_bias"), std::string::npos);
   EXPECT_NE(r.find("(= embed_tokens)"), std::string::npos);
   const std::string params = fmt::format("parameters   {} ", m->spec.parameter_count());
-  EXPECT_NE(r.find(params), std::string::npos) << "loaded tensors disagree with the config count\n" << r;
+  EXPECT_NE(r.find(params), std::string::npos) << "loaded tensors disagree with the config count\n"
+                                               << r;
 }
 
 TEST(Inspect, MissingModelIsAnError) {

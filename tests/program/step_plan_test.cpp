@@ -83,7 +83,8 @@ TEST(StepPlanTest, EmptyBatchPlansNothing) {
 
 TEST(StepPlanDeathTest, NonPositiveWidestMethodIsRejected) {
   const std::vector<ForwardMethod> zero = {{"forward_0", 0, true}};
-  const std::vector<ForwardMethod> negative = {{"forward_1", 1, true}, {"forward_others", -1, false}};
+  const std::vector<ForwardMethod> negative = {{"forward_1", 1, true},
+                                               {"forward_others", -1, false}};
   EXPECT_DEATH(plan_slices(3, zero), "widest method");
   EXPECT_DEATH(plan_slices(3, negative), "widest method");
 }

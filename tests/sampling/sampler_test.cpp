@@ -34,8 +34,9 @@ TEST(SampleRowTest, TemperatureZeroIsArgmax) {
 TEST(SampleRowTest, FullDistributionIsSampledInTokenOrder) {
   // Cumulative mass in id order: 0.1, 0.3, 0.6, 1.0. A rank-ordered draw would
   // pick token 3 for small coins instead.
-  const std::vector<std::pair<float, std::int64_t>> cases = {
-      {0.0f, 0}, {0.05f, 0}, {0.15f, 1}, {0.29f, 1}, {0.31f, 2}, {0.59f, 2}, {0.61f, 3}, {0.999f, 3}};
+  const std::vector<std::pair<float, std::int64_t>> cases = {{0.0f, 0},  {0.05f, 0}, {0.15f, 1},
+                                                             {0.29f, 1}, {0.31f, 2}, {0.59f, 2},
+                                                             {0.61f, 3}, {0.999f, 3}};
   for (const auto& [coin, token] : cases) {
     EXPECT_EQ(sample_row(kQuarter, 1.0f, 1.0f, 0, coin), token) << "coin " << coin;
   }
@@ -87,7 +88,7 @@ TEST(SampleRowTest, TopPIncludesTheFirstTokenCrossingP) {
   // Ranked masses before each rank: 0, 0.4, 0.7, 0.9. top_p = 0.5 keeps ids 3
   // and 2 (id 2 is where the mass crosses 0.5).
   EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.5f, 0, 0.5f), 3);
-  EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.5f, 0, 0.6f), 2);   // 0.42 >= 0.4
+  EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.5f, 0, 0.6f), 2);  // 0.42 >= 0.4
   EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.5f, 0, 0.999f), 2);
   // top_p = 0.35: the mass already exceeds p after id 3.
   EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.35f, 0, 0.999f), 3);
@@ -156,8 +157,8 @@ TEST(SampleRowTest, LargeVocabularyMatchesAFullSortOracle) {
     float t, top_p;
     int top_k;
   };
-  const std::vector<Case> cases = {{1.0f, 1.0f, 0},  {0.7f, 1.0f, 50},   {1.0f, 1.0f, 5000},
-                                   {1.0f, 0.9f, 0},  {1.3f, 0.5f, 0},    {0.3f, 0.95f, 0},
+  const std::vector<Case> cases = {{1.0f, 1.0f, 0},  {0.7f, 1.0f, 50}, {1.0f, 1.0f, 5000},
+                                   {1.0f, 0.9f, 0},  {1.3f, 0.5f, 0},  {0.3f, 0.95f, 0},
                                    {2.0f, 0.99f, 0}, {1.0f, 0.001f, 0}};
   for (const Case& c : cases) {
     for (float coin : {0.01f, 0.37f, 0.5f, 0.93f}) {
@@ -182,8 +183,8 @@ std::vector<double> exact_distribution(const std::vector<float>& logits, double 
   std::vector<double> out(v, 0.0);
   double before = 0, mass = 0;
   for (std::size_t r = 0; r < v; ++r) {
-    const bool keep = top_k > 0 ? r < static_cast<std::size_t>(top_k)
-                                : (top_p < 1 ? before <= top_p : true);
+    const bool keep =
+        top_k > 0 ? r < static_cast<std::size_t>(top_k) : (top_p < 1 ? before <= top_p : true);
     if (!keep) break;
     out[order[r]] = p[order[r]];
     mass += p[order[r]];
@@ -206,8 +207,8 @@ TEST(SamplerTest, EmpiricalFrequenciesMatchTheExactDistribution) {
     Sampler sampler(static_cast<std::int64_t>(logits.size()), policy.params, policy.seed);
     std::vector<double> freq(logits.size(), 0.0);
     for (int i = 0; i < kDraws; ++i) freq[static_cast<std::size_t>(*sampler.sample(logits))] += 1;
-    const std::vector<double> exact = exact_distribution(
-        logits, policy.params.temperature, policy.params.top_p, policy.params.top_k);
+    const std::vector<double> exact = exact_distribution(logits, policy.params.temperature,
+                                                         policy.params.top_p, policy.params.top_k);
     double max_err = 0;
     for (std::size_t i = 0; i < logits.size(); ++i) {
       max_err = std::max(max_err, std::abs(freq[i] / kDraws - exact[i]));
@@ -274,11 +275,12 @@ TEST(SamplerTest, SixteenBitRowsAreWidened) {
 TEST(SampleRowsTest, EachRowHasItsOwnPolicy) {
   // Three copies of the quarter row.
   Tensor logits = Tensor::empty(DType::kF32, {3, 4});
-  for (int r = 0; r < 3; ++r) std::copy(kQuarter.begin(), kQuarter.end(), logits.data_as<float>() + r * 4);
+  for (int r = 0; r < 3; ++r)
+    std::copy(kQuarter.begin(), kQuarter.end(), logits.data_as<float>() + r * 4);
   Tensor params = Tensor::empty(DType::kF32, {3, 4});
-  const float p[12] = {0.0f, 1.0f, 0.0f, 0.05f,    // greedy -> 3
-                       1.0f, 1.0f, 0.0f, 0.05f,    // token order -> 0
-                       1.0f, 1.0f, 2.0f, 0.58f};   // top-k 2 -> 2
+  const float p[12] = {0.0f, 1.0f, 0.0f, 0.05f,   // greedy -> 3
+                       1.0f, 1.0f, 0.0f, 0.05f,   // token order -> 0
+                       1.0f, 1.0f, 2.0f, 0.58f};  // top-k 2 -> 2
   std::copy(p, p + 12, params.data_as<float>());
   auto tokens = sample_rows(logits, params);
   ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();

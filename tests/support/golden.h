@@ -26,9 +26,9 @@ struct GoldenCase {
 };
 
 struct GoldenTolerance {
-  double max_relative_error;  // per position, ||got - ref|| / ||ref||
-  double argmax_margin;       // argmax must match where the top-2 margin exceeds this
-  double mean_relative_error; // over all positions of a run
+  double max_relative_error;   // per position, ||got - ref|| / ||ref||
+  double argmax_margin;        // argmax must match where the top-2 margin exceeds this
+  double mean_relative_error;  // over all positions of a run
 };
 inline constexpr GoldenTolerance kFloat32Tolerance{1e-4, 1e-3, 1e-4};
 // bf16: testdata/README.md suggests 3e-2 per position and argmax where the

@@ -6,7 +6,9 @@
 
 namespace cellm::testing {
 
-std::filesystem::path source_dir() { return std::filesystem::path(CELLM_SOURCE_DIR); }
+std::filesystem::path source_dir() {
+  return std::filesystem::path(CELLM_SOURCE_DIR);
+}
 
 std::optional<std::filesystem::path> env_path(const char* name) {
   if (auto v = env_string(name)) return std::filesystem::path(*v);

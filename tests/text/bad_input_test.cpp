@@ -20,11 +20,15 @@ using testing::fixture_tokenizer;
 const std::string kFffd = "\xEF\xBF\xBD";
 
 TEST(Utf8, RepairReplacesEachMaximalInvalidSubpart) {
-  EXPECT_EQ(utf8_repair("a\xFF" "b"), "a" + kFffd + "b");
+  EXPECT_EQ(utf8_repair("a\xFF"
+                        "b"),
+            "a" + kFffd + "b");
   // A lone high surrogate in WTF-8 (ED A0 80): ED cannot start it, so every byte is replaced.
   EXPECT_EQ(utf8_repair("\xED\xA0\x80"), kFffd + kFffd + kFffd);
   // A truncated 3-byte sequence is one maximal subpart.
-  EXPECT_EQ(utf8_repair("\xE6\x97" "x"), kFffd + "x");
+  EXPECT_EQ(utf8_repair("\xE6\x97"
+                        "x"),
+            kFffd + "x");
   // Overlong encodings are invalid.
   EXPECT_EQ(utf8_repair("\xC0\xAF"), kFffd + kFffd);
   EXPECT_EQ(utf8_repair("ok \xE6\x97\xA5"), "ok \xE6\x97\xA5");
@@ -70,7 +74,8 @@ TEST_P(BadInput, MegabyteStringsRoundTrip) {
   const Tokenizer& tok = fixture_tokenizer(GetParam());
   std::mt19937 rng(7);
   std::string words;
-  const char* vocab[] = {"the ", "tokenizer ", "of ", "\xE6\x97\xA5\xE6\x9C\xAC ", "caf\xC3\xA9 ", "42 ", "\n", "  "};
+  const char* vocab[] = {"the ",         "tokenizer ", "of ", "\xE6\x97\xA5\xE6\x9C\xAC ",
+                         "caf\xC3\xA9 ", "42 ",        "\n",  "  "};
   while (words.size() < (1u << 20)) words += vocab[rng() % 8];
   std::string random_bytes(1u << 20, '\0');
   for (char& c : random_bytes) c = static_cast<char>(rng());
@@ -79,13 +84,15 @@ TEST_P(BadInput, MegabyteStringsRoundTrip) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     const auto ids = tok.encode(inputs[i], false);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_FALSE(ids.empty());
     EXPECT_LT(s, 60.0) << GetParam() << " input " << i << " took " << s << " s";
     // Qwen normalizes to NFC (random bytes hold combining marks).
     const std::string repaired = utf8_repair(inputs[i]);
     const std::string expected = GetParam() == "qwen3" ? nfc_normalize(repaired) : repaired;
-    EXPECT_TRUE(tok.decode(ids, false) == expected) << GetParam() << " input " << i << " does not round-trip";
+    EXPECT_TRUE(tok.decode(ids, false) == expected)
+        << GetParam() << " input " << i << " does not round-trip";
   }
 }
 
@@ -127,27 +134,37 @@ TEST(TokenizerJson, MalformedFilesGiveClearErrors) {
   expect_error(R"({"added_tokens": []})", StatusCode::kInvalidArgument, "model");
   expect_error(tiny_json("\"Unigram\""), StatusCode::kNotSupported, "Unigram");
   expect_error(tiny_json("\"WordPiece\""), StatusCode::kNotSupported, "WordPiece");
-  expect_error(R"({"model": {"type": "BPE", "merges": []}})", StatusCode::kInvalidArgument, "model.vocab");
-  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})", StatusCode::kInvalidArgument, "model.merges");
-  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})", StatusCode::kInvalidArgument,
-               "model.vocab['a']");
+  expect_error(R"({"model": {"type": "BPE", "merges": []}})", StatusCode::kInvalidArgument,
+               "model.vocab");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}}})", StatusCode::kInvalidArgument,
+               "model.merges");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})",
+               StatusCode::kInvalidArgument, "model.vocab['a']");
   expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a z"]}})",
                StatusCode::kInvalidArgument, "merges");
   expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["abc"]}})",
                StatusCode::kInvalidArgument, "merges[0]");
-  expect_error(tiny_json("\"BPE\"", R"("normalizer": {"type": "NFKD"},)"), StatusCode::kNotSupported, "NFKD");
-  expect_error(tiny_json("\"BPE\"", R"("decoder": {"type": "WordPiece"},)"), StatusCode::kNotSupported,
-               "WordPiece");
-  expect_error(tiny_json("\"BPE\"", R"("normalizer": {"type": "Replace", "pattern": {"Regex": "("}, "content": ""},)"),
-               StatusCode::kInvalidArgument, "does not compile");
-  expect_error(tiny_json("\"BPE\"", R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}], "special_tokens": {}},)"),
-               StatusCode::kInvalidArgument, "<x>");
-  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}})",
-               StatusCode::kInvalidArgument, "unk_token");
+  expect_error(tiny_json("\"BPE\"", R"("normalizer": {"type": "NFKD"},)"),
+               StatusCode::kNotSupported, "NFKD");
+  expect_error(tiny_json("\"BPE\"", R"("decoder": {"type": "WordPiece"},)"),
+               StatusCode::kNotSupported, "WordPiece");
+  expect_error(
+      tiny_json("\"BPE\"",
+                R"("normalizer": {"type": "Replace", "pattern": {"Regex": "("}, "content": ""},)"),
+      StatusCode::kInvalidArgument, "does not compile");
+  expect_error(
+      tiny_json(
+          "\"BPE\"",
+          R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}], "special_tokens": {}},)"),
+      StatusCode::kInvalidArgument, "<x>");
+  expect_error(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}})",
+      StatusCode::kInvalidArgument, "unk_token");
 }
 
 TEST(TokenizerJson, FileErrors) {
-  EXPECT_EQ(Tokenizer::from_file("/nonexistent/tokenizer.json").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Tokenizer::from_file("/nonexistent/tokenizer.json").status().code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(Tokenizer::from_dir("/nonexistent").status().code(), StatusCode::kNotFound);
   // A gzip stream cut short.
   const auto src = cellm::testing::testdata_dir() / "tokenizers" / "llama2" / "tokenizer.json.gz";

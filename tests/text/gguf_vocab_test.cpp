@@ -38,7 +38,8 @@ GgufVocab to_gguf(const json& tj, const std::string& model) {
   v.model = model;
   const json& vocab = tj["model"]["vocab"];
   std::size_t n = 0;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) n = std::max(n, it.value().get<std::size_t>() + 1);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    n = std::max(n, it.value().get<std::size_t>() + 1);
   for (const json& a : tj["added_tokens"]) n = std::max(n, a["id"].get<std::size_t>() + 1);
   v.tokens.resize(n);
   v.token_types.assign(n, static_cast<std::int32_t>(GgufTokenType::kNormal));
@@ -53,8 +54,8 @@ GgufVocab to_gguf(const json& tj, const std::string& model) {
   for (const json& a : tj["added_tokens"]) {
     const auto id = a["id"].get<std::size_t>();
     v.tokens[id] = a["content"];
-    v.token_types[id] = static_cast<std::int32_t>(a["special"].get<bool>() ? GgufTokenType::kControl
-                                                                          : GgufTokenType::kUserDefined);
+    v.token_types[id] = static_cast<std::int32_t>(
+        a["special"].get<bool>() ? GgufTokenType::kControl : GgufTokenType::kUserDefined);
   }
   std::vector<std::pair<std::string, std::string>> merges;
   for (const json& m : tj["model"]["merges"]) {
@@ -72,7 +73,8 @@ GgufVocab to_gguf(const json& tj, const std::string& model) {
   }
   // SentencePiece scores: a piece made by an earlier merge scores higher.
   std::map<std::string, std::size_t> first_rank;
-  for (std::size_t r = 0; r < merges.size(); ++r) first_rank.emplace(merges[r].first + merges[r].second, r);
+  for (std::size_t r = 0; r < merges.size(); ++r)
+    first_rank.emplace(merges[r].first + merges[r].second, r);
   v.scores.assign(n, -1e9f);
   for (std::size_t id = 0; id < n; ++id) {
     auto it = first_rank.find(v.tokens[id]);
@@ -101,7 +103,8 @@ TEST_P(GgufGolden, MatchesHuggingFace) {
   v.bos = c.bos;
   auto tok = Tokenizer::from_gguf_vocab(v);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  std::ifstream in(cellm::testing::testdata_dir() / "tokenizer_goldens" / (c.name + ".encode.jsonl"));
+  std::ifstream in(cellm::testing::testdata_dir() / "tokenizer_goldens" /
+                   (c.name + ".encode.jsonl"));
   ASSERT_TRUE(in);
   std::string line;
   int line_no = 0, failures = 0;
@@ -113,18 +116,20 @@ TEST_P(GgufGolden, MatchesHuggingFace) {
     const auto got = tok->encode(text, false);
     const auto got_special = tok->encode(text, true);
     const std::string decoded = tok->decode(ids, false);
-    if (got != ids || got_special != j["ids_special"].get<std::vector<std::int32_t>>() || decoded != j["decoded"]) {
+    if (got != ids || got_special != j["ids_special"].get<std::vector<std::int32_t>>() ||
+        decoded != j["decoded"]) {
       ++failures;
-      ADD_FAILURE() << c.name << " line " << line_no << " text=" << json(text).dump() << "\n  expected "
-                    << json(ids).dump() << "\n  got      " << json(got).dump() << "\n  decoded "
-                    << json(decoded).dump();
+      ADD_FAILURE() << c.name << " line " << line_no << " text=" << json(text).dump()
+                    << "\n  expected " << json(ids).dump() << "\n  got      " << json(got).dump()
+                    << "\n  decoded " << json(decoded).dump();
     }
   }
   EXPECT_EQ(failures, 0) << failures << " of " << line_no << " lines differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufGolden,
-                         ::testing::Values(Case{"llama3", "gpt2", "llama-bpe", false, false, 128000},
+                         ::testing::Values(Case{"llama3", "gpt2", "llama-bpe", false, false,
+                                                128000},
                                            Case{"qwen3", "gpt2", "qwen2", false, false, 151643},
                                            Case{"llama2", "llama", "", true, true, 1},
                                            Case{"gemma3", "llama", "", true, false, 2}),
@@ -133,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufGolden,
 TEST(GgufVocab, RejectsMalformedInput) {
   GgufVocab v;
   v.model = "gpt2";
-  EXPECT_EQ(Tokenizer::from_gguf_vocab(v).status().code(), StatusCode::kInvalidArgument);  // no tokens
+  EXPECT_EQ(Tokenizer::from_gguf_vocab(v).status().code(),
+            StatusCode::kInvalidArgument);  // no tokens
   v.tokens = {"a", "b", "ab"};
   v.merges = {"a b"};
   v.pre = "no-such-pre";

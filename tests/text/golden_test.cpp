@@ -26,7 +26,8 @@ std::vector<std::string> golden_names() {
   for (const auto& e : std::filesystem::directory_iterator(goldens_dir(), ec)) {
     const std::string f = e.path().filename().string();
     const std::string suffix = ".encode.jsonl";
-    if (f.size() > suffix.size() && f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (f.size() > suffix.size() &&
+        f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
       names.push_back(f.substr(0, f.size() - suffix.size()));
     }
   }
@@ -58,12 +59,13 @@ TEST_P(TokenizerGolden, MatchesHuggingFace) {
     const bool ok = got == ids && got_special == ids_special && got_decoded == decoded;
     if (!ok) {
       ++failures;
-      ADD_FAILURE() << name << " line " << line_no << " text=" << nlohmann::json(text).dump()
-                    << "\n  ids:      expected " << nlohmann::json(ids).dump() << "\n            got      "
-                    << nlohmann::json(got).dump() << "\n  special:  "
-                    << (got_special == ids_special ? "ok" : "MISMATCH " + nlohmann::json(got_special).dump())
-                    << "\n  decoded:  "
-                    << (got_decoded == decoded ? "ok" : "MISMATCH " + nlohmann::json(got_decoded).dump());
+      ADD_FAILURE()
+          << name << " line " << line_no << " text=" << nlohmann::json(text).dump()
+          << "\n  ids:      expected " << nlohmann::json(ids).dump() << "\n            got      "
+          << nlohmann::json(got).dump() << "\n  special:  "
+          << (got_special == ids_special ? "ok" : "MISMATCH " + nlohmann::json(got_special).dump())
+          << "\n  decoded:  "
+          << (got_decoded == decoded ? "ok" : "MISMATCH " + nlohmann::json(got_decoded).dump());
     }
   }
   EXPECT_GT(line_no, 0) << "golden file for " << name << " is empty";

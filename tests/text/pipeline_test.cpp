@@ -18,11 +18,13 @@ Words run(const PreTokenizer& p, const std::string& s, bool first = true) {
 }
 
 TEST(Nfc, ComposesReordersAndMapsSingletons) {
-  EXPECT_EQ(nfc_normalize("caf" "e\xCC\x81"), "caf\xC3\xA9");                 // e + U+0301 → é
-  EXPECT_EQ(nfc_normalize("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");       // jamo ᄀ + ᅡ → 가
-  EXPECT_EQ(nfc_normalize("e\xCC\x82\xCC\xA3"), "\xE1\xBB\x87");              // e + ̂ + ̣ → ệ
-  EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");                       // Å (U+212B) → Å
-  EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");                   // ﬁ is compatibility only
+  EXPECT_EQ(nfc_normalize("caf"
+                          "e\xCC\x81"),
+            "caf\xC3\xA9");                                              // e + U+0301 → é
+  EXPECT_EQ(nfc_normalize("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");  // jamo ᄀ + ᅡ → 가
+  EXPECT_EQ(nfc_normalize("e\xCC\x82\xCC\xA3"), "\xE1\xBB\x87");         // e + ̂ + ̣ → ệ
+  EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");                  // Å (U+212B) → Å
+  EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");  // ﬁ is compatibility only
   EXPECT_EQ(nfc_normalize("plain ascii"), "plain ascii");
 }
 
@@ -32,10 +34,13 @@ TEST(Split, Behaviours) {
             Words({"a", "b", "c"}));
   EXPECT_EQ(run(*make_split_pre_tokenizer("-", std::nullopt, SplitBehavior::kIsolated, false), s),
             Words({"a", "-", "b", "-", "-", "c"}));
-  EXPECT_EQ(run(*make_split_pre_tokenizer("-", std::nullopt, SplitBehavior::kMergedWithPrevious, false), s),
-            Words({"a-", "b-", "-", "c"}));
-  EXPECT_EQ(run(*make_split_pre_tokenizer("-", std::nullopt, SplitBehavior::kMergedWithNext, false), s),
-            Words({"a", "-b", "-", "-c"}));
+  EXPECT_EQ(
+      run(*make_split_pre_tokenizer("-", std::nullopt, SplitBehavior::kMergedWithPrevious, false),
+          s),
+      Words({"a-", "b-", "-", "c"}));
+  EXPECT_EQ(
+      run(*make_split_pre_tokenizer("-", std::nullopt, SplitBehavior::kMergedWithNext, false), s),
+      Words({"a", "-b", "-", "-c"}));
   EXPECT_EQ(run(*make_split_pre_tokenizer("-", std::nullopt, SplitBehavior::kContiguous, false), s),
             Words({"a", "-", "b", "--", "c"}));
   // invert: the pattern matches the words, the rest is the delimiter.
@@ -62,7 +67,8 @@ TEST(ByteLevel, MapsEveryByteToAPrintableCharacter) {
     char32_t cp = 0;
     const std::string& s = byte_level_char(static_cast<unsigned char>(b));
     cp = s.size() == 1 ? static_cast<unsigned char>(s[0])
-                       : ((static_cast<unsigned char>(s[0]) & 0x1F) << 6) | (static_cast<unsigned char>(s[1]) & 0x3F);
+                       : ((static_cast<unsigned char>(s[0]) & 0x1F) << 6) |
+                             (static_cast<unsigned char>(s[1]) & 0x3F);
     EXPECT_EQ(byte_level_byte(cp), b);
   }
 }
@@ -141,7 +147,9 @@ TEST(BpeModel, LongMetaspaceWordsKeepTokensThatSpanACut) {
   std::string text;
   std::vector<std::int32_t> expected;
   for (int i = 0; i < 40; ++i) {
-    text += "\xE2\x96\x81" "a";
+    text +=
+        "\xE2\x96\x81"
+        "a";
     expected.push_back(4);
   }
   text += ">\xE2\x96\x81<";

@@ -22,7 +22,8 @@ std::string stream(const Tokenizer& tok, const std::vector<std::int32_t>& ids, b
   std::string all;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string piece = detok.push(ids[i]);
-    if (!utf8_is_valid(piece) && failure->empty()) *failure = "invalid UTF-8 after token " + std::to_string(i);
+    if (!utf8_is_valid(piece) && failure->empty())
+      *failure = "invalid UTF-8 after token " + std::to_string(i);
     all += piece;
   }
   const std::string tail = detok.finish();
@@ -34,7 +35,8 @@ class StreamingGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StreamingGolden, EqualsOneShotDecode) {
   const Tokenizer& tok = fixture_tokenizer(GetParam());
-  std::ifstream in(cellm::testing::testdata_dir() / "tokenizer_goldens" / (GetParam() + ".encode.jsonl"));
+  std::ifstream in(cellm::testing::testdata_dir() / "tokenizer_goldens" /
+                   (GetParam() + ".encode.jsonl"));
   ASSERT_TRUE(in);
   std::string line;
   int line_no = 0;
@@ -46,13 +48,15 @@ TEST_P(StreamingGolden, EqualsOneShotDecode) {
       for (bool skip : {false, true}) {
         std::string failure;
         const std::string streamed = stream(tok, ids, skip, &failure);
-        EXPECT_EQ(streamed, tok.decode(ids, skip)) << "line " << line_no << " " << key << " skip=" << skip;
+        EXPECT_EQ(streamed, tok.decode(ids, skip))
+            << "line " << line_no << " " << key << " skip=" << skip;
         EXPECT_TRUE(failure.empty()) << "line " << line_no << ": " << failure;
       }
     }
     // The golden's own decode is the reference for the non-skipping stream.
     std::string failure;
-    EXPECT_EQ(stream(tok, j["ids"].get<std::vector<std::int32_t>>(), false, &failure), j["decoded"].get<std::string>())
+    EXPECT_EQ(stream(tok, j["ids"].get<std::vector<std::int32_t>>(), false, &failure),
+              j["decoded"].get<std::string>())
         << "line " << line_no;
   }
 }
@@ -119,7 +123,9 @@ TEST(Streaming, InvalidByteRunBecomesReplacementPerByte) {
   std::string out;
   for (auto id : ids) out += detok.push(id);
   out += detok.finish();
-  EXPECT_EQ(out, "\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  EXPECT_EQ(out,
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "a");
   EXPECT_EQ(tok.decode(ids, false), out);
 }
 

@@ -79,15 +79,19 @@ Tokenizer build(bool byte_level) {
   if (byte_level) {
     // The 256 byte-level characters come first, then the merged pieces.
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      const bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       static int extra = 0;
       if (b == 0) extra = 0;
-      add(cellm::text::utf8_encode(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++)));
+      add(cellm::text::utf8_encode(printable ? static_cast<char32_t>(b)
+                                             : static_cast<char32_t>(256 + extra++)));
     }
     for (const char* t : {"th", "the", "\xC4\xA0the"}) add(t);
     json = kByteLevelJson;
   } else {
-    for (const char* t : {"<unk>", "<s>", "\xE2\x96\x81", "t", "h", "e", "\xE2\x96\x81t", "he", "\xE2\x96\x81the"}) add(t);
+    for (const char* t :
+         {"<unk>", "<s>", "\xE2\x96\x81", "t", "h", "e", "\xE2\x96\x81t", "he", "\xE2\x96\x81the"})
+      add(t);
     for (int b = 0; b < 256; ++b) {
       char name[8];
       std::snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -168,7 +172,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 3: {
       std::vector<std::int32_t> ids(rest.size() / 4);
       if (!ids.empty()) std::memcpy(ids.data(), rest.data(), ids.size() * 4);
-      for (auto& id : ids) id = static_cast<std::int32_t>(static_cast<std::uint32_t>(id) % 600u) - 20;
+      for (auto& id : ids)
+        id = static_cast<std::int32_t>(static_cast<std::uint32_t>(id) % 600u) - 20;
       exercise_ids(byte_level, ids);
       exercise_ids(sentence_piece, ids);
       break;

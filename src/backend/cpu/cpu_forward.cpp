@@ -38,19 +38,20 @@ void grow(std::vector<float>& buffer, std::int64_t n) {
   }
 }
 
-const float* f32(const Tensor& t) { return t.data_as<float>(); }
+const float* f32(const Tensor& t) {
+  return t.data_as<float>();
+}
 
 }  // namespace
 
 Status check_spec(const model::ModelSpec& spec) {
   if (spec.vocab_size <= 0 || spec.hidden_size <= 0 || spec.intermediate_size <= 0 ||
-      spec.num_layers <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 ||
-      spec.head_dim <= 0) {
+      spec.num_layers <= 0 || spec.num_heads <= 0 || spec.num_kv_heads <= 0 || spec.head_dim <= 0) {
     return invalid_argument(
         "model spec has a non-positive size (vocab {}, hidden {}, intermediate {}, layers {}, "
         "heads {}, kv heads {}, head dim {})",
-        spec.vocab_size, spec.hidden_size, spec.intermediate_size, spec.num_layers,
-        spec.num_heads, spec.num_kv_heads, spec.head_dim);
+        spec.vocab_size, spec.hidden_size, spec.intermediate_size, spec.num_layers, spec.num_heads,
+        spec.num_kv_heads, spec.head_dim);
   }
   if (spec.num_heads % spec.num_kv_heads != 0) {
     return invalid_argument("model spec: {} heads are not a multiple of {} KV heads",
@@ -97,10 +98,12 @@ Status check_spec(const model::ModelSpec& spec) {
   return Status::ok();
 }
 
-void KvStore::FreeDeleter::operator()(float* p) const { std::free(p); }
+void KvStore::FreeDeleter::operator()(float* p) const {
+  std::free(p);
+}
 
 Result<std::unique_ptr<KvStore>> KvStore::create(std::int32_t layers, std::int32_t cells,
-                                                  std::int32_t kv_heads, std::int32_t head_dim) {
+                                                 std::int32_t kv_heads, std::int32_t head_dim) {
   const std::int64_t cell_floats = static_cast<std::int64_t>(kv_heads) * head_dim;
   std::unique_ptr<KvStore> store(new KvStore(cells, cell_floats));
   const auto n = static_cast<std::size_t>(cells) * static_cast<std::size_t>(cell_floats);
@@ -108,16 +111,16 @@ Result<std::unique_ptr<KvStore>> KvStore::create(std::int32_t layers, std::int32
     store->k_.emplace_back(static_cast<float*>(std::calloc(n, sizeof(float))));
     store->v_.emplace_back(static_cast<float*>(std::calloc(n, sizeof(float))));
     if (store->k_.back() == nullptr || store->v_.back() == nullptr) {
-      return out_of_resources("cannot allocate K/V for {} cells of layer {} ({} bytes each)",
-                              cells, l, n * sizeof(float));
+      return out_of_resources("cannot allocate K/V for {} cells of layer {} ({} bytes each)", cells,
+                              l, n * sizeof(float));
     }
   }
   return store;
 }
 
 std::size_t KvStore::bytes() const {
-  return 2 * k_.size() * static_cast<std::size_t>(cells_) *
-         static_cast<std::size_t>(cell_floats_) * sizeof(float);
+  return 2 * k_.size() * static_cast<std::size_t>(cells_) * static_cast<std::size_t>(cell_floats_) *
+         sizeof(float);
 }
 
 CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype)

@@ -42,7 +42,8 @@ class KvStore {
     void operator()(float* p) const;
   };
   using Buffer = std::unique_ptr<float[], FreeDeleter>;
-  KvStore(std::int32_t cells, std::int64_t cell_floats) : cells_(cells), cell_floats_(cell_floats) {}
+  KvStore(std::int32_t cells, std::int64_t cell_floats)
+      : cells_(cells), cell_floats_(cell_floats) {}
 
   std::int32_t cells_;
   std::int64_t cell_floats_;
@@ -74,8 +75,8 @@ class CpuForward {
   // layer, then logits [selector.size(), vocab] for the selected rows and, if
   // `taps` is non-null, taps [rows, hidden]: the final-norm output of every
   // row (the LM head's input). The caller validated tokens, cells and selector.
-  void run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
-           float* logits, float* taps);
+  void run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv, float* logits,
+           float* taps);
 
  private:
   void attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv);

@@ -176,8 +176,8 @@ Status CpuProgram::bind_cache(std::shared_ptr<cache::CellCache> cache) {
         "(get_offgraph_kv_max_cells)",
         cells, kv_cells_);
   }
-  CELLM_ASSIGN_OR_RETURN(kv_, KvStore::create(spec().num_layers, cells, spec().num_kv_heads,
-                                              spec().head_dim));
+  CELLM_ASSIGN_OR_RETURN(
+      kv_, KvStore::create(spec().num_layers, cells, spec().num_kv_heads, spec().head_dim));
   cache_ = std::move(cache);
   return Status::ok();
 }
@@ -208,11 +208,9 @@ Result<std::vector<Tensor>> CpuProgram::execute(std::string_view name,
   switch (it->second.kind) {
     case Kind::kStatic:
     case Kind::kDynamic:
-    case Kind::kModule:
-      return run_forward(it->first, it->second, inputs);
+    case Kind::kModule: return run_forward(it->first, it->second, inputs);
     case Kind::kSample:
-    case Kind::kArgmax:
-      return run_sampler(it->first, it->second, inputs);
+    case Kind::kArgmax: return run_sampler(it->first, it->second, inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }
@@ -254,7 +252,8 @@ Result<StepRows> CpuProgram::resolve_step(const std::string& name,
     }
     std::span<const cache::CellId> table = cache_->cell_table(seq);
     const cache::CellId cell = step->cells[r];
-    if (pos >= static_cast<std::int32_t>(table.size()) || table[static_cast<std::size_t>(pos)] != cell) {
+    if (pos >= static_cast<std::int32_t>(table.size()) ||
+        table[static_cast<std::size_t>(pos)] != cell) {
       return invalid_argument(
           "{}: row {} (sequence {}, position {}) no longer matches its cell table; the "
           "placement is stale",
@@ -286,10 +285,9 @@ Result<std::vector<Tensor>> CpuProgram::run_forward(const std::string& name, con
   }
   const bool is_static = method.kind == Kind::kStatic;
   if (is_static ? t != method.width : (t < 1 || t > method.width)) {
-    return invalid_argument("{}: takes {} tokens, got {}", name,
-                            is_static ? std::to_string(method.width)
-                                      : "1 to " + std::to_string(method.width),
-                            t);
+    return invalid_argument(
+        "{}: takes {} tokens, got {}", name,
+        is_static ? std::to_string(method.width) : "1 to " + std::to_string(method.width), t);
   }
   const std::int64_t r_count = inputs[2].dim(0);
   const std::int64_t r_max = is_static ? method.width : options_.max_step;

@@ -16,8 +16,8 @@ Result<std::vector<Tensor>> CpuProgram::run_sampler(const std::string& name, con
     return invalid_argument("{}: takes {} input(s), got {}", name, want, inputs.size());
   }
   const Tensor& logits = inputs[0];
-  if (logits.device() != Device::kCpu || logits.rank() != 2 ||
-      logits.dim(1) != spec().vocab_size || logits.dim(0) < 1) {
+  if (logits.device() != Device::kCpu || logits.rank() != 2 || logits.dim(1) != spec().vocab_size ||
+      logits.dim(0) < 1) {
     return invalid_argument("{}: logits {} must be a host [R, {}] tensor with R >= 1", name,
                             logits.describe(), spec().vocab_size);
   }
@@ -28,8 +28,8 @@ Result<std::vector<Tensor>> CpuProgram::run_sampler(const std::string& name, con
   }
   sampled_ = std::move(tokens).value();
   std::vector<Tensor> out;
-  out.push_back(Tensor::view(sampled_.data(), DType::kI64,
-                             {static_cast<std::int64_t>(sampled_.size())}));
+  out.push_back(
+      Tensor::view(sampled_.data(), DType::kI64, {static_cast<std::int64_t>(sampled_.size())}));
   return out;
 }
 

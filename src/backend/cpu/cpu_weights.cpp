@@ -20,8 +20,7 @@ Result<Tensor> convert(const Tensor& t, const std::string& name, const Shape& wa
                             shape_string(t.shape()), shape_string(want));
   }
   switch (t.dtype()) {
-    case DType::kF32:
-      return t;  // shares the storage
+    case DType::kF32: return t;  // shares the storage
     case DType::kF16:
     case DType::kBF16: {
       Tensor out = Tensor::empty(DType::kF32, t.shape());
@@ -35,8 +34,7 @@ Result<Tensor> convert(const Tensor& t, const std::string& name, const Shape& wa
     }
     case DType::kI32:
     case DType::kI64:
-    case DType::kU8:
-      break;
+    case DType::kU8: break;
   }
   return invalid_argument("weight '{}' has dtype {}; the CPU program reads f32, f16 or bf16", name,
                           dtype_name(t.dtype()));
@@ -51,13 +49,14 @@ Result<model::Weights> to_f32_weights(const model::ModelSpec& spec, const model:
   const std::int64_t ff = spec.intermediate_size;
   const std::int64_t vocab = spec.vocab_size;
   if (static_cast<std::int64_t>(weights.layers.size()) != spec.num_layers) {
-    return invalid_argument("weights hold {} layers; the model spec says {}",
-                            weights.layers.size(), spec.num_layers);
+    return invalid_argument("weights hold {} layers; the model spec says {}", weights.layers.size(),
+                            spec.num_layers);
   }
 
   model::Weights out;
   out.keep_alive = weights.keep_alive;
-  CELLM_ASSIGN_OR_RETURN(out.embed_tokens, convert(weights.embed_tokens, "embed_tokens", {vocab, d}));
+  CELLM_ASSIGN_OR_RETURN(out.embed_tokens,
+                         convert(weights.embed_tokens, "embed_tokens", {vocab, d}));
   CELLM_ASSIGN_OR_RETURN(out.final_norm, convert(weights.final_norm, "final_norm", {d}));
   if (weights.lm_head.data() != nullptr && weights.lm_head.data() == weights.embed_tokens.data() &&
       weights.lm_head.dtype() == weights.embed_tokens.dtype()) {

@@ -40,8 +40,7 @@ std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_
     inv[static_cast<std::size_t>(i)] = 1.0f / std::pow(base, exponent);
   }
   switch (rope.type) {
-    case model::RopeType::kDefault:
-      break;
+    case model::RopeType::kDefault: break;
     case model::RopeType::kLinear:
       for (float& f : inv) {
         f = f / static_cast<float>(rope.factor);
@@ -66,9 +65,9 @@ std::vector<float> rope_inv_freq(const model::RopeSpec& rope, std::int32_t head_
       break;
     }
   }
-  CELLM_CHECK(table_dtype == DType::kF32 || table_dtype == DType::kBF16 ||
-                  table_dtype == DType::kF16,
-              "rope table dtype {}", dtype_name(table_dtype));
+  CELLM_CHECK(
+      table_dtype == DType::kF32 || table_dtype == DType::kBF16 || table_dtype == DType::kF16,
+      "rope table dtype {}", dtype_name(table_dtype));
   for (float& f : inv) {
     if (table_dtype == DType::kBF16) {
       f = bf16_to_f32(f32_to_bf16(f));
@@ -113,7 +112,9 @@ float gelu_tanh(float x) {
   return static_cast<float>(0.5 * xd * (1.0 + std::tanh(k * (xd + 0.044715 * xd * xd * xd))));
 }
 
-float silu(float x) { return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x)))); }
+float silu(float x) {
+  return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x))));
+}
 
 void gated_activation(float* gate, const float* up, std::int64_t n, model::Activation act) {
   switch (act) {

@@ -23,7 +23,9 @@ ArenaLease& ArenaLease::operator=(ArenaLease&& other) noexcept {
   return *this;
 }
 
-ArenaLease::~ArenaLease() { release(); }
+ArenaLease::~ArenaLease() {
+  release();
+}
 
 void ArenaLease::release() {
   if (arena_ != nullptr) {
@@ -39,7 +41,9 @@ Arena::Arena(void* base, std::size_t capacity)
               "arena base must be {}-byte aligned", kArenaAlignment);
 }
 
-Arena::~Arena() { CELLM_CHECK(top_ == 0, "arena destroyed with {} bytes still leased", top_); }
+Arena::~Arena() {
+  CELLM_CHECK(top_ == 0, "arena destroyed with {} bytes still leased", top_);
+}
 
 Result<ArenaLease> Arena::lease(std::size_t bytes) {
   const std::size_t rounded = align_up(bytes);

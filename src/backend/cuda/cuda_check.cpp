@@ -38,7 +38,11 @@ void check_launch(cudaStream_t stream, const char* kernel_name, std::source_loca
   }
 }
 
-void set_debug_sync(bool on) { g_debug_sync.store(on, std::memory_order_relaxed); }
-bool debug_sync() { return g_debug_sync.load(std::memory_order_relaxed); }
+void set_debug_sync(bool on) {
+  g_debug_sync.store(on, std::memory_order_relaxed);
+}
+bool debug_sync() {
+  return g_debug_sync.load(std::memory_order_relaxed);
+}
 
 }  // namespace cellm::cuda

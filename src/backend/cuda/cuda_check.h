@@ -26,10 +26,10 @@ bool debug_sync();
 
 }  // namespace cellm::cuda
 
-#define CELLM_CUDA_CHECK(call)                                     \
-  do {                                                             \
-    const cudaError_t cellm_cuda_err_ = (call);                    \
-    if (cellm_cuda_err_ != cudaSuccess) [[unlikely]] {             \
-      ::cellm::cuda::cuda_failed(cellm_cuda_err_, #call);          \
-    }                                                              \
+#define CELLM_CUDA_CHECK(call)                            \
+  do {                                                    \
+    const cudaError_t cellm_cuda_err_ = (call);           \
+    if (cellm_cuda_err_ != cudaSuccess) [[unlikely]] {    \
+      ::cellm::cuda::cuda_failed(cellm_cuda_err_, #call); \
+    }                                                     \
   } while (false)

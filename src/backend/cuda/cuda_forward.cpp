@@ -30,8 +30,9 @@ Status alloc(DeviceBuffer<T>& buffer, std::size_t count) {
 }  // namespace
 
 std::size_t CudaForward::kv_bytes_per_cell(const model::ModelSpec& spec) {
-  return static_cast<std::size_t>(spec.num_layers) * 2 * static_cast<std::size_t>(spec.num_kv_heads) *
-         static_cast<std::size_t>(spec.head_dim) * sizeof(bf16);
+  return static_cast<std::size_t>(spec.num_layers) * 2 *
+         static_cast<std::size_t>(spec.num_kv_heads) * static_cast<std::size_t>(spec.head_dim) *
+         sizeof(bf16);
 }
 
 std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_t max_step) {
@@ -39,7 +40,8 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
   const std::size_t q = static_cast<std::size_t>(s.num_heads) * s.head_dim;
   const std::size_t kv = static_cast<std::size_t>(s.num_kv_heads) * s.head_dim;
   const std::size_t h = static_cast<std::size_t>(s.hidden_size);
-  const std::size_t bf16_elems = t * (4 * h + (q + 2 * kv) + q + 2 * static_cast<std::size_t>(s.intermediate_size));
+  const std::size_t bf16_elems =
+      t * (4 * h + (q + 2 * kv) + q + 2 * static_cast<std::size_t>(s.intermediate_size));
   const std::size_t decode_width = std::min<std::size_t>(t, kMaxDecodeWidth);
   return bf16_elems * sizeof(bf16) + t * static_cast<std::size_t>(s.vocab_size) * sizeof(float) +
          attention_decode_workspace_bytes(static_cast<std::int64_t>(decode_width), s.num_heads,
@@ -55,8 +57,9 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
                                                          std::int32_t max_step,
                                                          std::int32_t kv_cells) {
   if (max_step <= 0 || kv_cells < 2) {
-    return invalid_argument("cuda forward: max_step {} and kv_cells {} must be positive (cells >= 2)",
-                            max_step, kv_cells);
+    return invalid_argument(
+        "cuda forward: max_step {} and kv_cells {} must be positive (cells >= 2)", max_step,
+        kv_cells);
   }
   CELLM_ASSIGN_OR_RETURN(GemmRunner gemm, GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes));
   auto f = std::unique_ptr<CudaForward>(new CudaForward(spec, std::move(weights), std::move(gemm)));
@@ -82,13 +85,15 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_RETURN_IF_ERROR(alloc(f->gu_, t * 2 * static_cast<std::size_t>(spec.intermediate_size)));
   CELLM_RETURN_IF_ERROR(alloc(f->logits_, t * static_cast<std::size_t>(spec.vocab_size)));
   const std::int64_t decode_width = std::min(max_step, kMaxDecodeWidth);
-  CELLM_RETURN_IF_ERROR(alloc(f->attn_ws_, attention_decode_workspace_bytes(
-                                               decode_width, spec.num_heads, spec.head_dim,
-                                               kAttentionMaxSplits) / sizeof(float) + 1));
+  CELLM_RETURN_IF_ERROR(
+      alloc(f->attn_ws_, attention_decode_workspace_bytes(decode_width, spec.num_heads,
+                                                          spec.head_dim, kAttentionMaxSplits) /
+                                 sizeof(float) +
+                             1));
   CELLM_RETURN_IF_ERROR(alloc(f->gemm_ws_, f->gemm_.workspace_bytes()));
   // K/V pools: every layer keeps a full pool; windows only bound the reads.
-  CELLM_RETURN_IF_ERROR(alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec) /
-                                          sizeof(bf16)));
+  CELLM_RETURN_IF_ERROR(
+      alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec) / sizeof(bf16)));
   // Cell 0 is the scratch cell padding rows read; keep it finite.
   CELLM_CUDA_CHECK(cudaMemset(f->kv_.data(), 0, f->kv_.bytes()));
 
@@ -101,8 +106,10 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   f->inv_freq_stride_ = max_rotary / 2;
   std::vector<float> freqs(static_cast<std::size_t>(spec.num_layers) * f->inv_freq_stride_, 0.0f);
   for (int l = 0; l < spec.num_layers; ++l) {
-    std::vector<float> inv = rope_inv_freq(spec.layers[static_cast<std::size_t>(l)].rope, spec.head_dim);
-    std::copy(inv.begin(), inv.end(), freqs.begin() + static_cast<std::ptrdiff_t>(l) * f->inv_freq_stride_);
+    std::vector<float> inv =
+        rope_inv_freq(spec.layers[static_cast<std::size_t>(l)].rope, spec.head_dim);
+    std::copy(inv.begin(), inv.end(),
+              freqs.begin() + static_cast<std::ptrdiff_t>(l) * f->inv_freq_stride_);
   }
   CELLM_RETURN_IF_ERROR(alloc(f->inv_freq_, freqs.size()));
   CELLM_CUDA_CHECK(cudaMemcpy(f->inv_freq_.data(), freqs.data(), freqs.size() * sizeof(float),
@@ -148,21 +155,29 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   const model::ModelSpec& s = spec_;
   const std::int32_t w = shape.width;
   if (w <= 0 || w > max_step_ || shape.rows <= 0 || shape.rows > w) {
-    return invalid_argument("cuda forward: width {} / rows {} outside [1, {}]", w, shape.rows, max_step_);
+    return invalid_argument("cuda forward: width {} / rows {} outside [1, {}]", w, shape.rows,
+                            max_step_);
   }
   if (shape.decode_attention && w > kMaxDecodeWidth) {
-    return invalid_argument("cuda forward: split-KV attention serves at most {} rows", kMaxDecodeWidth);
+    return invalid_argument("cuda forward: split-KV attention serves at most {} rows",
+                            kMaxDecodeWidth);
   }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
-  const std::int32_t* tokens = step_.data() + StepArrays::kTokens * static_cast<std::size_t>(max_step_);
-  const std::int32_t* positions = step_.data() + StepArrays::kPositions * static_cast<std::size_t>(max_step_);
-  const std::int32_t* slots = step_.data() + StepArrays::kSlots * static_cast<std::size_t>(max_step_);
-  const std::int32_t* cells = step_.data() + StepArrays::kCells * static_cast<std::size_t>(max_step_);
-  const std::int32_t* selector = step_.data() + StepArrays::kSelector * static_cast<std::size_t>(max_step_);
+  const std::int32_t* tokens =
+      step_.data() + StepArrays::kTokens * static_cast<std::size_t>(max_step_);
+  const std::int32_t* positions =
+      step_.data() + StepArrays::kPositions * static_cast<std::size_t>(max_step_);
+  const std::int32_t* slots =
+      step_.data() + StepArrays::kSlots * static_cast<std::size_t>(max_step_);
+  const std::int32_t* cells =
+      step_.data() + StepArrays::kCells * static_cast<std::size_t>(max_step_);
+  const std::int32_t* selector =
+      step_.data() + StepArrays::kSelector * static_cast<std::size_t>(max_step_);
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
   const float offset = s.norm_weight_offset ? 1.0f : 0.0f;
-  const std::size_t pool_elems = static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+  const std::size_t pool_elems =
+      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
 
   EmbeddingParams emb;
   emb.tokens = tokens;
@@ -189,8 +204,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
 
   const std::int32_t splits =
       shape.decode_attention
-          ? std::min(kAttentionMaxSplits,
-                     attention_decode_splits(w, s.num_heads, s.num_kv_heads, table_stride_, sm_count_))
+          ? std::min(kAttentionMaxSplits, attention_decode_splits(w, s.num_heads, s.num_kv_heads,
+                                                                  table_stride_, sm_count_))
           : 1;
   for (int l = 0; l < s.num_layers; ++l) {
     const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];

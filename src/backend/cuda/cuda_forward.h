@@ -31,8 +31,8 @@ struct StepArrays {
 };
 
 struct ForwardShape {
-  std::int32_t width = 0;  // token rows, padding included
-  std::int32_t rows = 0;   // selected rows (logits rows)
+  std::int32_t width = 0;        // token rows, padding included
+  std::int32_t rows = 0;         // selected rows (logits rows)
   bool decode_attention = true;  // split-KV kernel; else flash-prefill tiles
 };
 
@@ -56,7 +56,9 @@ class CudaForward {
   std::int32_t kv_cells() const { return kv_cells_; }
   std::int32_t table_stride() const { return table_stride_; }
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
-  const bf16* final_hidden() const { return h_.data(); }  // [max_step, hidden], after the final norm
+  const bf16* final_hidden() const {
+    return h_.data();
+  }  // [max_step, hidden], after the final norm
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;

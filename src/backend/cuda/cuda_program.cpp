@@ -76,8 +76,8 @@ class CudaProgram final : public program::Program {
   std::vector<std::uint64_t> table_epoch_;
   std::vector<std::int32_t> table_valid_;
   // Sampler staging.
-  PinnedBuffer<float> params_host_;     // [max_step, 4]
-  DeviceBuffer<float> params_device_;   // [max_step, 4]
+  PinnedBuffer<float> params_host_;    // [max_step, 4]
+  DeviceBuffer<float> params_device_;  // [max_step, 4]
   PinnedBuffer<std::int32_t> tokens_host_;
   DeviceBuffer<std::int32_t> tokens_device_;
   std::vector<std::int64_t> sampled_;
@@ -89,8 +89,9 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                                                          const program::ProgramOptions& options) {
   CELLM_RETURN_IF_ERROR(spec.validate());
   if (options.taps) {
-    return not_supported("the CUDA program does not export taps yet; use the CPU program for "
-                         "execute_raw taps");
+    return not_supported(
+        "the CUDA program does not export taps yet; use the CPU program for "
+        "execute_raw taps");
   }
   CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
                          program::ForwardMethods::build(options, std::string(kBackend)));
@@ -100,23 +101,28 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     std::size_t total_bytes = 0;
     CELLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double keep = (1.0 - options.kv_memory_fraction) * static_cast<double>(total_bytes);
-    const double budget = static_cast<double>(free_bytes) - keep -
-                          static_cast<double>(CudaForward::activation_bytes(spec, options.max_step)) -
-                          static_cast<double>(kReserveBytes);
-    cells = static_cast<std::int64_t>(budget / static_cast<double>(CudaForward::kv_bytes_per_cell(spec)));
+    const double budget =
+        static_cast<double>(free_bytes) - keep -
+        static_cast<double>(CudaForward::activation_bytes(spec, options.max_step)) -
+        static_cast<double>(kReserveBytes);
+    cells = static_cast<std::int64_t>(budget /
+                                      static_cast<double>(CudaForward::kv_bytes_per_cell(spec)));
     cells = std::min<std::int64_t>(cells, std::numeric_limits<std::int32_t>::max() / 2);
     if (cells < 2) {
-      return out_of_resources("the device has no room for a KV pool after the weights ({} MiB free); "
-                              "use a smaller model or raise kv_memory_fraction",
-                              free_bytes >> 20);
+      return out_of_resources(
+          "the device has no room for a KV pool after the weights ({} MiB free); "
+          "use a smaller model or raise kv_memory_fraction",
+          free_bytes >> 20);
     }
   }
-  CELLM_ASSIGN_OR_RETURN(auto forward, CudaForward::create(spec, std::move(weights), options.max_step,
-                                                          static_cast<std::int32_t>(cells)));
+  CELLM_ASSIGN_OR_RETURN(auto forward,
+                         CudaForward::create(spec, std::move(weights), options.max_step,
+                                             static_cast<std::int32_t>(cells)));
   auto p = std::unique_ptr<CudaProgram>(new CudaProgram(std::move(methods), std::move(forward)));
   CELLM_ASSIGN_OR_RETURN(p->stream_, Stream::create());
   const auto steps = static_cast<std::size_t>(options.max_step);
-  CELLM_ASSIGN_OR_RETURN(p->staging_, PinnedBuffer<std::int32_t>::allocate(steps * StepArrays::kCount));
+  CELLM_ASSIGN_OR_RETURN(p->staging_,
+                         PinnedBuffer<std::int32_t>::allocate(steps * StepArrays::kCount));
   std::memset(p->staging_.data(), 0, p->staging_.bytes());
   CELLM_ASSIGN_OR_RETURN(p->params_host_, PinnedBuffer<float>::allocate(steps * 4));
   CELLM_ASSIGN_OR_RETURN(p->params_device_, DeviceBuffer<float>::allocate(steps * 4));
@@ -148,9 +154,10 @@ Status CudaProgram::bind_cache(std::shared_ptr<cache::CellCache> cache) {
   if (cache == nullptr) return invalid_argument("bind_cache: the cache is null");
   const cache::CellCacheConfig& c = cache->config();
   if (c.max_cells < 2 || c.max_cells > forward_->kv_cells()) {
-    return invalid_argument("bind_cache: the cache has {} cells; the CUDA program's pool holds {} "
-                            "(get_offgraph_kv_max_cells)",
-                            c.max_cells, forward_->kv_cells());
+    return invalid_argument(
+        "bind_cache: the cache has {} cells; the CUDA program's pool holds {} "
+        "(get_offgraph_kv_max_cells)",
+        c.max_cells, forward_->kv_cells());
   }
   CELLM_RETURN_IF_ERROR(forward_->bind_tables(c.max_sequences, c.max_seq_len));
   table_epoch_.assign(static_cast<std::size_t>(c.max_sequences), 0);
@@ -190,7 +197,8 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
 
 Status CudaProgram::load_method(std::string_view name) {
   program::MethodEntry* m = methods_.find(name);
-  if (m == nullptr) return not_found("load_method: method '{}' is not exported by the CUDA program", name);
+  if (m == nullptr)
+    return not_found("load_method: method '{}' is not exported by the CUDA program", name);
   const bool forward = m->kind == MethodKind::kStatic || m->kind == MethodKind::kDynamic ||
                        m->kind == MethodKind::kModule;
   if (forward && cache_ == nullptr) {
@@ -244,8 +252,10 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   CELLM_RETURN_IF_ERROR(sync_tables(call));
   for (std::int32_t i = 0; i < width; ++i) {
     const program::PlacedRow& row = call.rows[static_cast<std::size_t>(i)];
-    staging(StepArrays::kTokens)[i] = static_cast<std::int32_t>(call.tokens[static_cast<std::size_t>(i)]);
-    staging(StepArrays::kPositions)[i] = static_cast<std::int32_t>(call.positions[static_cast<std::size_t>(i)]);
+    staging(StepArrays::kTokens)[i] =
+        static_cast<std::int32_t>(call.tokens[static_cast<std::size_t>(i)]);
+    staging(StepArrays::kPositions)[i] =
+        static_cast<std::int32_t>(call.positions[static_cast<std::size_t>(i)]);
     staging(StepArrays::kSlots)[i] = i < call.placed ? row.seq : -1;
     staging(StepArrays::kCells)[i] = i < call.placed ? row.cell : cache::kScratchCell;
   }
@@ -261,8 +271,8 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   if (is_static && knobs.use_graphs && graph != graphs_.end()) {
     graph->second.launch(stream_.get());
   } else {
-    CELLM_RETURN_IF_ERROR(forward_->enqueue(ForwardShape{width, computed, uses_decode_kernel(method)},
-                                            stream_.get()));
+    CELLM_RETURN_IF_ERROR(forward_->enqueue(
+        ForwardShape{width, computed, uses_decode_kernel(method)}, stream_.get()));
   }
   const std::int64_t vocab = spec().vocab_size;
   std::vector<Tensor> out;
@@ -306,9 +316,11 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
   } else {
     CELLM_RETURN_IF_ERROR(program::check_host_input(name, "params", inputs[1], DType::kF32, 2));
     if (inputs[1].dim(0) != rows || inputs[1].dim(1) != 4) {
-      return invalid_argument("{}: params must be [{}, 4], got {}", name, rows, inputs[1].describe());
+      return invalid_argument("{}: params must be [{}, 4], got {}", name, rows,
+                              inputs[1].describe());
     }
-    std::memcpy(params_host_.data(), inputs[1].data(), static_cast<std::size_t>(rows) * 4 * sizeof(float));
+    std::memcpy(params_host_.data(), inputs[1].data(),
+                static_cast<std::size_t>(rows) * 4 * sizeof(float));
     CELLM_CUDA_CHECK(cudaMemcpyAsync(params_device_.data(), params_host_.data(),
                                      static_cast<std::size_t>(rows) * 4 * sizeof(float),
                                      cudaMemcpyHostToDevice, stream_.get()));
@@ -328,16 +340,15 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
 Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
                                                  std::span<const Tensor> inputs) {
   program::MethodEntry* m = methods_.find(name);
-  if (m == nullptr) return not_found("execute: method '{}' is not exported by the CUDA program", name);
+  if (m == nullptr)
+    return not_found("execute: method '{}' is not exported by the CUDA program", name);
   if (!m->loaded) return invalid_argument("execute: method '{}' is not loaded", name);
   switch (m->kind) {
     case MethodKind::kStatic:
     case MethodKind::kDynamic:
-    case MethodKind::kModule:
-      return run_forward(name, *m, inputs);
+    case MethodKind::kModule: return run_forward(name, *m, inputs);
     case MethodKind::kSample:
-    case MethodKind::kArgmax:
-      return run_sampler(name, *m, inputs);
+    case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }
@@ -368,9 +379,8 @@ Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& s
   return make_program(spec, std::move(w), options);
 }
 
-Result<std::unique_ptr<program::Program>> load_random_program(const model::ModelSpec& spec,
-                                                              std::uint64_t seed,
-                                                              const program::ProgramOptions& options) {
+Result<std::unique_ptr<program::Program>> load_random_program(
+    const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options) {
   CELLM_RETURN_IF_ERROR(spec.validate());
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w, random_weights(spec, seed));
   return make_program(spec, std::move(w), options);

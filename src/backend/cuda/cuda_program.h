@@ -37,9 +37,8 @@ Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& s
                                                        DeviceWeights weights,
                                                        const program::ProgramOptions& options);
 // A program over random weights in the spec's shapes (benchmarks).
-Result<std::unique_ptr<program::Program>> load_random_program(const model::ModelSpec& spec,
-                                                              std::uint64_t seed,
-                                                              const program::ProgramOptions& options);
+Result<std::unique_ptr<program::Program>> load_random_program(
+    const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options);
 
 // A host copy of a device (or host) tensor; synchronises the device.
 Result<Tensor> copy_to_host(const Tensor& tensor);

@@ -43,11 +43,12 @@ Result<DeviceCeilings> measure_device_ceilings() {
     CELLM_ASSIGN_OR_RETURN(auto src, DeviceBuffer<bf16>::allocate(elems));
     CELLM_ASSIGN_OR_RETURN(auto dst, DeviceBuffer<bf16>::allocate(elems));
     launch_fill_uniform(src.data(), elems, 1.0f, 1, stream.get());
-    CELLM_ASSIGN_OR_RETURN(float ms, median_ms(stream, 3, 10, [&]() -> Status {
-      CELLM_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(),
-                                       cudaMemcpyDeviceToDevice, stream.get()));
-      return Status::ok();
-    }));
+    CELLM_ASSIGN_OR_RETURN(
+        float ms, median_ms(stream, 3, 10, [&]() -> Status {
+          CELLM_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(),
+                                           cudaMemcpyDeviceToDevice, stream.get()));
+          return Status::ok();
+        }));
     c.copy_bytes_per_s = 2.0 * static_cast<double>(src.bytes()) / (ms * 1e-3);
   }
   {  // GEMM: 8192^3 bf16 on random operands.
@@ -67,8 +68,8 @@ Result<DeviceCeilings> measure_device_ceilings() {
     args.m = args.n = args.k = n;
     args.lda = args.ldb = args.ldc = n;
     CELLM_ASSIGN_OR_RETURN(float ms, median_ms(stream, 3, 10, [&]() -> Status {
-      return gemm.run(args, ws.data(), stream.get());
-    }));
+                             return gemm.run(args, ws.data(), stream.get());
+                           }));
     c.gemm_flops_per_s = 2.0 * static_cast<double>(n) * n * n / (ms * 1e-3);
   }
   return c;

@@ -74,7 +74,9 @@ Result<DeviceWeights> allocate(const model::ModelSpec& spec, const Layout& layou
   DeviceWeights w;
   CELLM_ASSIGN_OR_RETURN(w.storage, DeviceBuffer<bf16>::allocate(layout.total));
   const bf16* base = w.storage.data();
-  auto at = [&](std::size_t off) -> const bf16* { return off == Layout::kNone ? nullptr : base + off; };
+  auto at = [&](std::size_t off) -> const bf16* {
+    return off == Layout::kNone ? nullptr : base + off;
+  };
   w.embed = at(layout.embed);
   w.final_norm = at(layout.final_norm);
   w.lm_head = at(layout.lm_head);
@@ -108,9 +110,7 @@ Status upload(bf16* base, std::size_t off, const Tensor& t, std::int64_t expecte
   const auto n = static_cast<std::size_t>(expected);
   staging.resize(n);
   switch (t.dtype()) {
-    case DType::kBF16:
-      std::memcpy(staging.data(), t.data(), n * sizeof(std::uint16_t));
-      break;
+    case DType::kBF16: std::memcpy(staging.data(), t.data(), n * sizeof(std::uint16_t)); break;
     case DType::kF32: {
       const float* src = t.data_as<float>();
       for (std::size_t i = 0; i < n; ++i) staging[i] = f32_to_bf16(src[i]);
@@ -127,7 +127,8 @@ Status upload(bf16* base, std::size_t off, const Tensor& t, std::int64_t expecte
       return invalid_argument("weight {} has dtype {}; expected a float type", name,
                               dtype_name(t.dtype()));
   }
-  CELLM_CUDA_CHECK(cudaMemcpy(base + off, staging.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  CELLM_CUDA_CHECK(
+      cudaMemcpy(base + off, staging.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
   return Status::ok();
 }
 
@@ -159,11 +160,14 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
     const model::LayerWeights& lw = weights.layers[static_cast<std::size_t>(i)];
     const auto& o = layout.layers[static_cast<std::size_t>(i)];
     auto name = [i](std::string_view what) { return fmt::format("layers.{}.{}", i, what); };
-    CELLM_RETURN_IF_ERROR(upload(base, o.attn_norm, lw.attn_norm, d.hidden, name("attn_norm"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base, o.qkv, lw.q_proj, d.q_dim * d.hidden, name("q_proj"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden), lw.k_proj,
-                                 d.kv_dim * d.hidden, name("k_proj"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden),
+    CELLM_RETURN_IF_ERROR(
+        upload(base, o.attn_norm, lw.attn_norm, d.hidden, name("attn_norm"), staging));
+    CELLM_RETURN_IF_ERROR(
+        upload(base, o.qkv, lw.q_proj, d.q_dim * d.hidden, name("q_proj"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden),
+                                 lw.k_proj, d.kv_dim * d.hidden, name("k_proj"), staging));
+    CELLM_RETURN_IF_ERROR(upload(base,
+                                 o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden),
                                  lw.v_proj, d.kv_dim * d.hidden, name("v_proj"), staging));
     if (o.qkv_bias != Layout::kNone) {
       CELLM_RETURN_IF_ERROR(upload(base, o.qkv_bias, lw.q_bias, d.q_dim, name("q_bias"), staging));
@@ -176,19 +180,22 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
       CELLM_RETURN_IF_ERROR(upload(base, o.q_norm, lw.q_norm, d.head_dim, name("q_norm"), staging));
       CELLM_RETURN_IF_ERROR(upload(base, o.k_norm, lw.k_norm, d.head_dim, name("k_norm"), staging));
     }
-    CELLM_RETURN_IF_ERROR(upload(base, o.o, lw.o_proj, d.hidden * d.q_dim, name("o_proj"), staging));
+    CELLM_RETURN_IF_ERROR(
+        upload(base, o.o, lw.o_proj, d.hidden * d.q_dim, name("o_proj"), staging));
     if (o.post_attn_norm != Layout::kNone) {
       CELLM_RETURN_IF_ERROR(upload(base, o.post_attn_norm, lw.post_attn_norm, d.hidden,
                                    name("post_attn_norm"), staging));
       CELLM_RETURN_IF_ERROR(upload(base, o.post_mlp_norm, lw.post_mlp_norm, d.hidden,
                                    name("post_mlp_norm"), staging));
     }
-    CELLM_RETURN_IF_ERROR(upload(base, o.mlp_norm, lw.mlp_norm, d.hidden, name("mlp_norm"), staging));
+    CELLM_RETURN_IF_ERROR(
+        upload(base, o.mlp_norm, lw.mlp_norm, d.hidden, name("mlp_norm"), staging));
     CELLM_RETURN_IF_ERROR(
         upload(base, o.gate_up, lw.gate_proj, d.inter * d.hidden, name("gate_proj"), staging));
     CELLM_RETURN_IF_ERROR(upload(base, o.gate_up + static_cast<std::size_t>(d.inter * d.hidden),
                                  lw.up_proj, d.inter * d.hidden, name("up_proj"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base, o.down, lw.down_proj, d.hidden * d.inter, name("down_proj"), staging));
+    CELLM_RETURN_IF_ERROR(
+        upload(base, o.down, lw.down_proj, d.hidden * d.inter, name("down_proj"), staging));
   }
   return w;
 }
@@ -210,8 +217,8 @@ Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t
     }
   };
   const float embed_bound = 1.7320508f;  // std 1
-  launch_fill_uniform(base + layout.embed, static_cast<std::size_t>(d.vocab * d.hidden), embed_bound,
-                      ++stream_id, nullptr);
+  launch_fill_uniform(base + layout.embed, static_cast<std::size_t>(d.vocab * d.hidden),
+                      embed_bound, ++stream_id, nullptr);
   norm(layout.final_norm, d.hidden);
   if (!spec.tie_word_embeddings) {
     launch_fill_uniform(base + layout.lm_head, static_cast<std::size_t>(d.vocab * d.hidden),
@@ -240,7 +247,8 @@ Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t
 
 namespace cellm::cuda {
 
-Result<model::Weights> download_weights(const model::ModelSpec& spec, const DeviceWeights& weights) {
+Result<model::Weights> download_weights(const model::ModelSpec& spec,
+                                        const DeviceWeights& weights) {
   const Layout layout = plan(spec);
   const Dims d = dims_of(spec);
   auto host = std::shared_ptr<std::uint16_t[]>(new std::uint16_t[layout.total]);
@@ -249,7 +257,8 @@ Result<model::Weights> download_weights(const model::ModelSpec& spec, const Devi
   std::shared_ptr<void> owner = host;
   auto view = [&](std::size_t off, Shape shape) -> Tensor {
     if (off == Layout::kNone) return Tensor();
-    return Tensor::view_owned(host.get() + off, DType::kBF16, std::move(shape), Device::kCpu, owner);
+    return Tensor::view_owned(host.get() + off, DType::kBF16, std::move(shape), Device::kCpu,
+                              owner);
   };
   model::Weights w;
   w.embed_tokens = view(layout.embed, {d.vocab, d.hidden});
@@ -260,7 +269,8 @@ Result<model::Weights> download_weights(const model::ModelSpec& spec, const Devi
     l.attn_norm = view(o.attn_norm, {d.hidden});
     l.q_proj = view(o.qkv, {d.q_dim, d.hidden});
     l.k_proj = view(o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden), {d.kv_dim, d.hidden});
-    l.v_proj = view(o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden), {d.kv_dim, d.hidden});
+    l.v_proj = view(o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden),
+                    {d.kv_dim, d.hidden});
     if (o.qkv_bias != Layout::kNone) {
       l.q_bias = view(o.qkv_bias, {d.q_dim});
       l.k_bias = view(o.qkv_bias + static_cast<std::size_t>(d.q_dim), {d.kv_dim});

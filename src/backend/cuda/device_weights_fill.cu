@@ -12,7 +12,8 @@ __device__ __forceinline__ std::uint64_t mix(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-__global__ void fill_uniform_kernel(bf16* data, std::size_t count, float bound, std::uint64_t seed) {
+__global__ void fill_uniform_kernel(bf16* data, std::size_t count, float bound,
+                                    std::uint64_t seed) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {

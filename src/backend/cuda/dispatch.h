@@ -28,17 +28,10 @@ constexpr int head_dim_bucket(std::int64_t head_dim) {
 template <typename Fn>
 bool dispatch_head_dim(std::int64_t head_dim, Fn&& fn) {
   switch (head_dim_bucket(head_dim)) {
-    case 64:
-      fn.template operator()<64>();
-      return true;
-    case 128:
-      fn.template operator()<128>();
-      return true;
-    case 256:
-      fn.template operator()<256>();
-      return true;
-    default:
-      return false;
+    case 64: fn.template operator()<64>(); return true;
+    case 128: fn.template operator()<128>(); return true;
+    case 256: fn.template operator()<256>(); return true;
+    default: return false;
   }
 }
 

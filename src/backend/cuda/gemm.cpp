@@ -21,10 +21,9 @@ struct PlanKey {
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& key) const {
     std::size_t h = 1469598103934665603ull;
-    for (const std::int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc,
-                                 static_cast<std::int64_t>(key.out_dtype),
-                                 static_cast<std::int64_t>(key.bias),
-                                 static_cast<std::int64_t>(key.accumulate)}) {
+    for (const std::int64_t v :
+         {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, static_cast<std::int64_t>(key.out_dtype),
+          static_cast<std::int64_t>(key.bias), static_cast<std::int64_t>(key.accumulate)}) {
       h = (h ^ std::hash<std::int64_t>{}(v)) * 1099511628211ull;
     }
     return h;
@@ -38,7 +37,9 @@ struct LayoutDeleter {
   void operator()(cublasLtMatrixLayout_t l) const noexcept { cublasLtMatrixLayoutDestroy(l); }
 };
 struct PrefDeleter {
-  void operator()(cublasLtMatmulPreference_t p) const noexcept { cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulPreference_t p) const noexcept {
+    cublasLtMatmulPreferenceDestroy(p);
+  }
 };
 struct HandleDeleter {
   void operator()(cublasLtHandle_t h) const noexcept { cublasLtDestroy(h); }
@@ -73,8 +74,9 @@ struct GemmRunner::Impl {
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
 
   Result<const Plan*> plan_for(const GemmArgs& args) {
-    const PlanKey key{args.m,   args.n,         args.k,          args.lda,       args.ldb,
-                      args.ldc, args.out_dtype, args.bias != nullptr, args.accumulate};
+    const PlanKey key{args.m,         args.n,   args.k,         args.lda,
+                      args.ldb,       args.ldc, args.out_dtype, args.bias != nullptr,
+                      args.accumulate};
     if (auto it = plans.find(key); it != plans.end()) {
       return &it->second;
     }
@@ -85,23 +87,25 @@ struct GemmRunner::Impl {
     plan.desc.reset(desc);
     const cublasOperation_t trans_a = CUBLAS_OP_T;
     const cublasOperation_t trans_b = CUBLAS_OP_N;
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
-        "set TRANSA"));
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
-        "set TRANSB"));
+    CELLM_RETURN_IF_ERROR(
+        lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                                 sizeof(trans_a)),
+                  "set TRANSA"));
+    CELLM_RETURN_IF_ERROR(
+        lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                                 sizeof(trans_b)),
+                  "set TRANSB"));
     if (args.bias != nullptr) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bias_type = CUDA_R_16BF;
-      CELLM_RETURN_IF_ERROR(lt_status(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                         sizeof(epilogue)),
-          "set EPILOGUE"));
-      CELLM_RETURN_IF_ERROR(lt_status(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                         sizeof(bias_type)),
-          "set BIAS_DATA_TYPE"));
+      CELLM_RETURN_IF_ERROR(
+          lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                   sizeof(epilogue)),
+                    "set EPILOGUE"));
+      CELLM_RETURN_IF_ERROR(
+          lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof(bias_type)),
+                    "set BIAS_DATA_TYPE"));
     }
     const cudaDataType_t out_type = args.out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatrixLayout_t layout = nullptr;
@@ -135,11 +139,11 @@ struct GemmRunner::Impl {
     }
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(), plan.b_layout.get(),
-                                       plan.c_layout.get(), plan.c_layout.get(), raw_pref, 1,
-                                       &result, &count),
-        "cublasLtMatmulAlgoGetHeuristic"));
+    CELLM_RETURN_IF_ERROR(
+        lt_status(cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(),
+                                                 plan.b_layout.get(), plan.c_layout.get(),
+                                                 plan.c_layout.get(), raw_pref, 1, &result, &count),
+                  "cublasLtMatmulAlgoGetHeuristic"));
     if (count == 0) {
       return not_supported("cuda gemm: no cuBLASLt algorithm for m={} n={} k={} ({} output)",
                            args.m, args.n, args.k, dtype_name(args.out_dtype));
@@ -155,9 +159,10 @@ Status GemmArgs::validate() const {
   CELLM_RETURN_IF_ERROR(require_ptr(b, "gemm", "b"));
   CELLM_RETURN_IF_ERROR(require_ptr(out, "gemm", "out"));
   if (m <= 0 || n <= 0 || k <= 0 || lda < k || ldb < k || ldc < n) {
-    return invalid_argument("cuda gemm: m={} n={} k={} lda={} ldb={} ldc={} (need positive sizes, "
-                            "lda, ldb >= k and ldc >= n)",
-                            m, n, k, lda, ldb, ldc);
+    return invalid_argument(
+        "cuda gemm: m={} n={} k={} lda={} ldb={} ldc={} (need positive sizes, "
+        "lda, ldb >= k and ldc >= n)",
+        m, n, k, lda, ldb, ldc);
   }
   if (lda % 8 != 0 || ldb % 8 != 0 || ldc % 8 != 0) {
     return invalid_argument("cuda gemm: leading dims lda={} ldb={} ldc={} must be multiples of 8",
@@ -193,8 +198,12 @@ GemmRunner::GemmRunner(GemmRunner&&) noexcept = default;
 GemmRunner& GemmRunner::operator=(GemmRunner&&) noexcept = default;
 GemmRunner::~GemmRunner() = default;
 
-std::size_t GemmRunner::workspace_bytes() const { return impl_->workspace_bytes; }
-std::size_t GemmRunner::cached_plans() const { return impl_->plans.size(); }
+std::size_t GemmRunner::workspace_bytes() const {
+  return impl_->workspace_bytes;
+}
+std::size_t GemmRunner::cached_plans() const {
+  return impl_->plans.size();
+}
 
 Status GemmRunner::run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
   CELLM_RETURN_IF_ERROR(args.validate());
@@ -211,11 +220,11 @@ Status GemmRunner::run(const GemmArgs& args, void* workspace, cudaStream_t strea
   }
   const float alpha = 1.0f;
   const float beta = args.accumulate ? 1.0f : 0.0f;
-  return lt_status(cublasLtMatmul(impl_->handle.get(), plan->desc.get(), &alpha, args.b,
-                                  plan->a_layout.get(), args.a, plan->b_layout.get(), &beta,
-                                  args.out, plan->c_layout.get(), args.out, plan->c_layout.get(),
-                                  &plan->algo, workspace, impl_->workspace_bytes, stream),
-                   "cublasLtMatmul");
+  return lt_status(
+      cublasLtMatmul(impl_->handle.get(), plan->desc.get(), &alpha, args.b, plan->a_layout.get(),
+                     args.a, plan->b_layout.get(), &beta, args.out, plan->c_layout.get(), args.out,
+                     plan->c_layout.get(), &plan->algo, workspace, impl_->workspace_bytes, stream),
+      "cublasLtMatmul");
 }
 
 }  // namespace cellm::cuda

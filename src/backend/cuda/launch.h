@@ -58,6 +58,8 @@ void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&...
   check_launch(config.stream, "cudaLaunchKernelEx");
 }
 
-inline unsigned ceil_div(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
+inline unsigned ceil_div(long long a, long long b) {
+  return static_cast<unsigned>((a + b - 1) / b);
+}
 
 }  // namespace cellm::cuda

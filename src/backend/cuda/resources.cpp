@@ -69,7 +69,9 @@ Stream Stream::borrow(cudaStream_t raw) {
   return stream;
 }
 
-void Stream::synchronize() const { CELLM_CUDA_CHECK(cudaStreamSynchronize(get())); }
+void Stream::synchronize() const {
+  CELLM_CUDA_CHECK(cudaStreamSynchronize(get()));
+}
 
 void Stream::Deleter::operator()(cudaStream_t stream) const noexcept {
   if (!owns) {
@@ -94,8 +96,12 @@ Result<Event> Event::create(bool timing) {
   return event;
 }
 
-void Event::record(cudaStream_t stream) const { CELLM_CUDA_CHECK(cudaEventRecord(get(), stream)); }
-void Event::synchronize() const { CELLM_CUDA_CHECK(cudaEventSynchronize(get())); }
+void Event::record(cudaStream_t stream) const {
+  CELLM_CUDA_CHECK(cudaEventRecord(get(), stream));
+}
+void Event::synchronize() const {
+  CELLM_CUDA_CHECK(cudaEventSynchronize(get()));
+}
 
 float Event::elapsed_ms(const Event& start, const Event& stop) {
   float ms = 0.0f;
@@ -119,9 +125,10 @@ Result<GraphExec> GraphExec::end_capture(cudaStream_t stream) {
   const cudaError_t end_error = cudaStreamEndCapture(stream, &graph);
   if (end_error != cudaSuccess) {
     cudaGetLastError();
-    return internal_error("cuda: graph capture failed: {} (something in the captured region "
-                          "allocated, synchronised or used another stream)",
-                          cudaGetErrorString(end_error));
+    return internal_error(
+        "cuda: graph capture failed: {} (something in the captured region "
+        "allocated, synchronised or used another stream)",
+        cudaGetErrorString(end_error));
   }
   cudaGraphExec_t raw = nullptr;
   const cudaError_t inst_error = cudaGraphInstantiate(&raw, graph, 0);

@@ -17,11 +17,8 @@ std::vector<float> rope_inv_freq(const model::RopeSpec& rope, int head_dim) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
     double f = 1.0 / static_cast<double>(std::pow(static_cast<float>(rope.theta), exponent));
     switch (rope.type) {
-      case model::RopeType::kDefault:
-        break;
-      case model::RopeType::kLinear:
-        f /= rope.factor;
-        break;
+      case model::RopeType::kDefault: break;
+      case model::RopeType::kLinear: f /= rope.factor; break;
       case model::RopeType::kLlama3: {
         const double low_wavelen = rope.original_max_position / rope.low_freq_factor;
         const double high_wavelen = rope.original_max_position / rope.high_freq_factor;

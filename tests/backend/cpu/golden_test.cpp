@@ -102,7 +102,8 @@ std::string check_row(const std::vector<float>& got, const GoldenCase& c, std::s
   std::partial_sort(order.begin(), order.begin() + 2, order.end(),
                     [&](std::size_t a, std::size_t b) { return want[a] > want[b]; });
   const double margin = want[order[0]] - want[order[1]];
-  const auto got_arg = static_cast<std::size_t>(std::max_element(got.begin(), got.end()) - got.begin());
+  const auto got_arg =
+      static_cast<std::size_t>(std::max_element(got.begin(), got.end()) - got.begin());
   if (margin > kMarginForArgmax && got_arg != order[0]) {
     return "argmax " + std::to_string(got_arg) + " but reference " + std::to_string(order[0]) +
            " (margin " + std::to_string(margin) + ")";
@@ -194,16 +195,24 @@ class CpuGolden : public ::testing::TestWithParam<std::string> {
   std::vector<GoldenCase> cases_;
 };
 
-TEST_P(CpuGolden, WholePrompt) { run_each_alone(0, "whole"); }
+TEST_P(CpuGolden, WholePrompt) {
+  run_each_alone(0, "whole");
+}
 
 TEST_P(CpuGolden, WholePromptLegacyConfig) {
   if (!fs::exists(dir_ / "config_legacy.json")) GTEST_SKIP() << "no config_legacy.json";
   run_each_alone(0, "whole (legacy config)", "config_legacy.json");
 }
 
-TEST_P(CpuGolden, ChunksOf1) { run_each_alone(1, "chunk 1"); }
-TEST_P(CpuGolden, ChunksOf3) { run_each_alone(3, "chunk 3"); }
-TEST_P(CpuGolden, ChunksOf7) { run_each_alone(7, "chunk 7"); }
+TEST_P(CpuGolden, ChunksOf1) {
+  run_each_alone(1, "chunk 1");
+}
+TEST_P(CpuGolden, ChunksOf3) {
+  run_each_alone(3, "chunk 3");
+}
+TEST_P(CpuGolden, ChunksOf7) {
+  run_each_alone(7, "chunk 7");
+}
 
 TEST_P(CpuGolden, PackedWithOtherPrompts) {
   // Later prompts join while earlier ones are already decoding.
@@ -254,8 +263,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CpuGolden, ::testing::ValuesIn(fixture_names(
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CpuGolden);
 
 TEST(CpuGoldenFixtures, AtLeastOneFixtureFolder) {
-  EXPECT_FALSE(fixture_names().empty()) << "no fixture folder with expected.safetensors under "
-                                        << golden_root();
+  EXPECT_FALSE(fixture_names().empty())
+      << "no fixture folder with expected.safetensors under " << golden_root();
 }
 
 }  // namespace

@@ -182,7 +182,8 @@ TEST_P(CpuAttention, MatchesNaiveReferenceWithGqaAndArbitraryCells) {
       std::vector<double> s;
       for (int c : lists[r]) {
         double dot = 0;
-        for (int i = 0; i < dim; ++i) dot += double(q[(r * heads + h) * dim + i]) * k[(c * kv_heads + g) * dim + i];
+        for (int i = 0; i < dim; ++i)
+          dot += double(q[(r * heads + h) * dim + i]) * k[(c * kv_heads + g) * dim + i];
         dot *= 0.3;
         if (p.softcap) dot = 1.5 * std::tanh(dot / 1.5);
         s.push_back(dot);
@@ -192,7 +193,8 @@ TEST_P(CpuAttention, MatchesNaiveReferenceWithGqaAndArbitraryCells) {
       for (double& e : s) tot += (e = std::exp(e - mx));
       for (int i = 0; i < dim; ++i) {
         double want = 0;
-        for (std::size_t j = 0; j < s.size(); ++j) want += s[j] / tot * v[(lists[r][j] * kv_heads + g) * dim + i];
+        for (std::size_t j = 0; j < s.size(); ++j)
+          want += s[j] / tot * v[(lists[r][j] * kv_heads + g) * dim + i];
         EXPECT_NEAR(out[(r * heads + h) * dim + i], want, 1e-5) << r << " " << h << " " << i;
       }
     }

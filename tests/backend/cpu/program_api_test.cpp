@@ -45,9 +45,9 @@ TEST(CpuProgramApi, MethodsMetadataAndConstants) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   std::vector<std::string> names = (*p)->method_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4",
-                                             "forward_8", "forward_others", "sample",
-                                             "sample_argmax"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4", "forward_8",
+                                      "forward_others", "sample", "sample_argmax"}));
   EXPECT_EQ((*p)->backend_name(), "cpu");
 
   auto f4 = (*p)->method_meta("forward_4");
@@ -190,8 +190,8 @@ TEST(CpuProgramApi, BindAndLoadOrder) {
   auto fits = cache::CellCache::create({256, 2, 16});
   ASSERT_TRUE(fits.ok());
   EXPECT_TRUE(program.bind_cache(std::move(fits).value()).is_ok());
-  EXPECT_EQ(program.kv_bytes(), 2u * 256 * m.spec.num_layers * m.spec.num_kv_heads *
-                                    m.spec.head_dim * sizeof(float));
+  EXPECT_EQ(program.kv_bytes(),
+            2u * 256 * m.spec.num_layers * m.spec.num_kv_heads * m.spec.head_dim * sizeof(float));
   std::vector<Tensor> in = {i64({1}, {1, 1}), i64({0}, {1}), i64({0}, {1})};
   EXPECT_EQ(program.execute("forward_1", in).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(program.execute("forward_9", in).status().code(), StatusCode::kNotFound);
@@ -212,8 +212,10 @@ TEST(CpuProgramApi, RefusedForwardsChangeNothing) {
   ASSERT_TRUE(driver.feed(*seq, std::span(tokens).first(6), 4).ok());
 
   // Place positions 6, 7 and try a forward_4 in many broken ways.
-  ASSERT_TRUE(driver.cache().place_step(std::vector<cache::SeqId>{*seq, *seq},
-                                        std::vector<std::int32_t>{6, 7}).ok());
+  ASSERT_TRUE(
+      driver.cache()
+          .place_step(std::vector<cache::SeqId>{*seq, *seq}, std::vector<std::int32_t>{6, 7})
+          .ok());
   CpuProgram& p = driver.program();
   const Tensor good_tok = i64({tokens[6], tokens[7], 0, 0}, {1, 4});
   const Tensor good_pos = i64({6, 7, 0, 0}, {4});
@@ -243,8 +245,8 @@ TEST(CpuProgramApi, RefusedForwardsChangeNothing) {
     EXPECT_FALSE(r.status().message().empty()) << c.what;
   }
   // Fewer rows than placed tokens.
-  EXPECT_EQ(p.execute("forward_1", std::vector<Tensor>{i64({tokens[6]}, {1, 1}), i64({6}, {1}),
-                                                       i64({0}, {1})})
+  EXPECT_EQ(p.execute("forward_1",
+                      std::vector<Tensor>{i64({tokens[6]}, {1, 1}), i64({6}, {1}), i64({0}, {1})})
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
@@ -265,11 +267,11 @@ TEST(CpuProgramApi, RefusedForwardsChangeNothing) {
   }
   // With no placement current (a rewind clears it), a forward is refused.
   ASSERT_TRUE(driver.cache().rewind(*seq, 9));
-  EXPECT_EQ(p.execute("forward_1", std::vector<Tensor>{i64({1}, {1, 1}), i64({0}, {1}),
-                                                       i64({0}, {1})})
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      p.execute("forward_1", std::vector<Tensor>{i64({1}, {1, 1}), i64({0}, {1}), i64({0}, {1})})
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST(CpuProgramApi, PaddingRowsNeverTouchRealRows) {
@@ -287,17 +289,19 @@ TEST(CpuProgramApi, PaddingRowsNeverTouchRealRows) {
     // varying padding tokens and positions.
     for (int s = 0; s < 3; ++s) {
       const std::int32_t base = 3 * s;
-      ASSERT_TRUE(driver.cache().place_step(std::vector<cache::SeqId>(3, *seq),
-                                            std::vector<std::int32_t>{base, base + 1, base + 2}).ok());
+      ASSERT_TRUE(driver.cache()
+                      .place_step(std::vector<cache::SeqId>(3, *seq),
+                                  std::vector<std::int32_t>{base, base + 1, base + 2})
+                      .ok());
       std::vector<std::int64_t> toks = {11 + s, 12 + s, 13 + s};
       std::vector<std::int64_t> pos = {base, base + 1, base + 2};
       for (int k = 0; k < 5; ++k) {
         toks.push_back(pad_token);
         pos.push_back(pad_token == 0 ? 0 : pad_token + k);
       }
-      auto out = driver.program().execute(
-          "forward_8", std::vector<Tensor>{i64(toks, {1, 8}), i64(pos, {8}),
-                                           i64({0, 1, 2, 2, 2, 2, 2, 2}, {8})});
+      auto out = driver.program().execute("forward_8",
+                                          std::vector<Tensor>{i64(toks, {1, 8}), i64(pos, {8}),
+                                                              i64({0, 1, 2, 2, 2, 2, 2, 2}, {8})});
       ASSERT_TRUE(out.ok()) << out.status().to_string();
       for (int r = 0; r < 3; ++r) got.push_back(row_of((*out)[0], r));
     }
@@ -321,12 +325,14 @@ TEST(CpuProgramApi, SelectorRepeatsReordersAndTapsFeedTheHead) {
   const std::vector<std::int64_t> tokens = {1, 2, 3, 4, 5};
   const auto ref = testing::reference_logits(m.spec, m.weights, tokens);
   const auto seq = driver.cache().seq_new();
-  ASSERT_TRUE(driver.cache().place_step(std::vector<cache::SeqId>(5, *seq),
-                                        std::vector<std::int32_t>{0, 1, 2, 3, 4}).ok());
+  ASSERT_TRUE(
+      driver.cache()
+          .place_step(std::vector<cache::SeqId>(5, *seq), std::vector<std::int32_t>{0, 1, 2, 3, 4})
+          .ok());
   auto out = driver.program().execute(
-      "forward_8", std::vector<Tensor>{i64({1, 2, 3, 4, 5, 0, 0, 0}, {1, 8}),
-                                       i64({0, 1, 2, 3, 4, 0, 0, 0}, {8}),
-                                       i64({4, 0, 4, 2, 2, 2, 2, 2}, {8})});
+      "forward_8",
+      std::vector<Tensor>{i64({1, 2, 3, 4, 5, 0, 0, 0}, {1, 8}), i64({0, 1, 2, 3, 4, 0, 0, 0}, {8}),
+                          i64({4, 0, 4, 2, 2, 2, 2, 2}, {8})});
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   ASSERT_EQ(out->size(), 2u);
   EXPECT_EQ((*out)[0].shape(), (Shape{8, m.spec.vocab_size}));
@@ -377,10 +383,11 @@ TEST(CpuProgramApi, SampleMethodsUseTheHostSampler) {
   EXPECT_EQ((*s)[0].span<std::int64_t>()[2], 59);
   // Wrong shapes are refused.
   EXPECT_EQ(program.execute("sample", one).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(program.execute("sample", std::vector<Tensor>{logits, Tensor::empty(DType::kF32, {2, 4})})
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      program.execute("sample", std::vector<Tensor>{logits, Tensor::empty(DType::kF32, {2, 4})})
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
   std::vector<Tensor> narrow = {Tensor::empty(DType::kF32, {3, v - 1})};
   EXPECT_EQ(program.execute("sample_argmax", narrow).status().code(), StatusCode::kInvalidArgument);
 }

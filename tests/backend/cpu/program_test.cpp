@@ -43,7 +43,8 @@ std::unique_ptr<StepDriver> make_driver(const testing::TinyModel& m,
 
 std::vector<std::int64_t> make_tokens(std::size_t n, std::int64_t vocab, std::uint64_t salt) {
   std::vector<std::int64_t> t(n);
-  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::int64_t>((i * 7 + salt * 13 + i * i) % vocab);
+  for (std::size_t i = 0; i < n; ++i)
+    t[i] = static_cast<std::int64_t>((i * 7 + salt * 13 + i * i) % vocab);
   return t;
 }
 

@@ -48,7 +48,8 @@ std::vector<double> matvec(const Tensor& w, const std::vector<double>& x) {
 
 void add_bias(std::vector<double>& y, const Tensor& b) {
   if (b.data() == nullptr) return;
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] += element_as_f32(b, static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y[i] += element_as_f32(b, static_cast<std::int64_t>(i));
 }
 
 std::vector<double> rms(const std::vector<double>& x, std::size_t begin, std::size_t n,
@@ -106,7 +107,8 @@ void rotate(std::vector<double>& x, int heads, int head_dim, const std::vector<d
 
 double act(double x, model::Activation a) {
   if (a == model::Activation::kSilu) return x / (1.0 + std::exp(-x));
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x *
+         (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
 const char* arch_string(Architecture arch) {
@@ -163,9 +165,7 @@ TinyModel make_tiny_model(Architecture arch, std::uint64_t seed) {
       s.qk_norm = true;
       s.head_dim = 16;
       break;
-    case Architecture::kMistral:
-      windows = {5, 5};
-      break;
+    case Architecture::kMistral: windows = {5, 5}; break;
     case Architecture::kGemma3:
       s.norm_weight_offset = true;
       s.sandwich_norms = true;
@@ -250,9 +250,9 @@ std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
   std::vector<std::vector<double>> x(t, std::vector<double>(d));
   for (std::size_t r = 0; r < t; ++r) {
     for (std::size_t i = 0; i < d; ++i) {
-      x[r][i] = element_as_f32(w.embed_tokens, tokens[r] * s.hidden_size +
-                                                   static_cast<std::int64_t>(i)) *
-                static_cast<double>(s.embedding_scale);
+      x[r][i] =
+          element_as_f32(w.embed_tokens, tokens[r] * s.hidden_size + static_cast<std::int64_t>(i)) *
+          static_cast<double>(s.embedding_scale);
     }
   }
   for (int l = 0; l < s.num_layers; ++l) {
@@ -297,9 +297,12 @@ std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
         std::vector<double> sc;
         for (std::size_t j = lo; j <= r; ++j) {
           double dot = 0.0;
-          for (int i = 0; i < hd; ++i) dot += q[r][static_cast<std::size_t>(hh * hd + i)] * k[j][static_cast<std::size_t>(g * hd + i)];
+          for (int i = 0; i < hd; ++i)
+            dot += q[r][static_cast<std::size_t>(hh * hd + i)] *
+                   k[j][static_cast<std::size_t>(g * hd + i)];
           double sv = dot * scale;
-          if (s.attn_logit_softcap) sv = *s.attn_logit_softcap * std::tanh(sv / *s.attn_logit_softcap);
+          if (s.attn_logit_softcap)
+            sv = *s.attn_logit_softcap * std::tanh(sv / *s.attn_logit_softcap);
           sc.push_back(sv);
         }
         double mx = sc[0];
@@ -308,7 +311,8 @@ std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
         for (double& e : sc) tot += (e = std::exp(e - mx));
         for (std::size_t j = lo; j <= r; ++j) {
           for (int i = 0; i < hd; ++i) {
-            attn[static_cast<std::size_t>(hh * hd + i)] += sc[j - lo] / tot * v[j][static_cast<std::size_t>(g * hd + i)];
+            attn[static_cast<std::size_t>(hh * hd + i)] +=
+                sc[j - lo] / tot * v[j][static_cast<std::size_t>(g * hd + i)];
           }
         }
       }
@@ -328,7 +332,8 @@ std::vector<std::vector<double>> reference_logits(const model::ModelSpec& s,
   for (std::size_t r = 0; r < t; ++r) {
     logits[r] = matvec(w.lm_head, rms(x[r], 0, d, w.final_norm, eps, off));
     if (s.final_logit_softcap) {
-      for (double& e : logits[r]) e = *s.final_logit_softcap * std::tanh(e / *s.final_logit_softcap);
+      for (double& e : logits[r])
+        e = *s.final_logit_softcap * std::tanh(e / *s.final_logit_softcap);
     }
   }
   return logits;

@@ -41,9 +41,9 @@ struct Scenario {
   int max_seqs = 4;
   int table_stride = 0;
   int max_cells = 0;
-  std::vector<int> lengths;           // per slot
-  std::vector<std::int32_t> table;    // [max_seqs, table_stride]
-  std::vector<std::int32_t> slots;    // per step token
+  std::vector<int> lengths;         // per slot
+  std::vector<std::int32_t> table;  // [max_seqs, table_stride]
+  std::vector<std::int32_t> slots;  // per step token
   std::vector<std::int32_t> positions;
   std::vector<bf16> k_pool, v_pool, q;
   std::int64_t q_stride = 0;
@@ -143,23 +143,38 @@ struct DeviceScenario {
   DeviceArray<float> workspace;
 
   DeviceScenario(const AttnCase& c, const Scenario& s)
-      : q(s.q), k_pool(s.k_pool), v_pool(s.v_pool),
-        out(s.slots.size() * c.heads * c.head_dim), table(s.table), slots(s.slots),
+      : q(s.q),
+        k_pool(s.k_pool),
+        v_pool(s.v_pool),
+        out(s.slots.size() * c.heads * c.head_dim),
+        table(s.table),
+        slots(s.slots),
         positions(s.positions),
-        workspace(std::max<std::size_t>(1, attention_decode_workspace_bytes(
-                                               s.slots.size(), c.heads, c.head_dim, c.splits) /
-                                               sizeof(float))) {}
+        workspace(std::max<std::size_t>(
+            1, attention_decode_workspace_bytes(s.slots.size(), c.heads, c.head_dim, c.splits) /
+                   sizeof(float))) {}
 
   AttentionParams params(const AttnCase& c, const Scenario& s, float scale) const {
-    return AttentionParams{.q = q.data(), .out = out.data(), .k_pool = k_pool.data(),
-                           .v_pool = v_pool.data(), .cell_table = table.data(),
-                           .seq_slots = slots.data(), .positions = positions.data(),
-                           .q_stride = s.q_stride, .out_stride = c.heads * c.head_dim,
-                           .num_tokens = static_cast<int>(s.slots.size()), .num_heads = c.heads,
-                           .num_kv_heads = c.kv_heads, .head_dim = c.head_dim,
-                           .max_cells = s.max_cells, .max_seqs = s.max_seqs,
-                           .table_stride = s.table_stride, .window = c.window, .scale = scale,
-                           .softcap = c.softcap, .num_splits = c.splits,
+    return AttentionParams{.q = q.data(),
+                           .out = out.data(),
+                           .k_pool = k_pool.data(),
+                           .v_pool = v_pool.data(),
+                           .cell_table = table.data(),
+                           .seq_slots = slots.data(),
+                           .positions = positions.data(),
+                           .q_stride = s.q_stride,
+                           .out_stride = c.heads * c.head_dim,
+                           .num_tokens = static_cast<int>(s.slots.size()),
+                           .num_heads = c.heads,
+                           .num_kv_heads = c.kv_heads,
+                           .head_dim = c.head_dim,
+                           .max_cells = s.max_cells,
+                           .max_seqs = s.max_seqs,
+                           .table_stride = s.table_stride,
+                           .window = c.window,
+                           .scale = scale,
+                           .softcap = c.softcap,
+                           .num_splits = c.splits,
                            .workspace = workspace.data()};
   }
 };

@@ -34,8 +34,12 @@ TEST(EmbeddingTest, GathersScaledRowsAndZeroesBadIds) {
   DeviceArray<std::int32_t> dtokens(tokens);
   dout.poison();
   const float scale = 25.25f;
-  EmbeddingParams p{.tokens = dtokens.data(), .table = dtable.data(), .out = dout.data(),
-                    .num_tokens = static_cast<int>(tokens.size()), .vocab = vocab, .dim = dim,
+  EmbeddingParams p{.tokens = dtokens.data(),
+                    .table = dtable.data(),
+                    .out = dout.data(),
+                    .num_tokens = static_cast<int>(tokens.size()),
+                    .vocab = vocab,
+                    .dim = dim,
                     .scale = scale};
   ASSERT_TRUE(p.validate().is_ok());
   launch_embedding(p, nullptr);
@@ -66,12 +70,22 @@ TEST(KvScatterTest, WritesCellsAndTableEntriesAndSkipsPadding) {
   DeviceArray<std::int32_t> dtable(table);
   kpool.poison();
   vpool.poison();
-  KvScatterParams p{.k = dqkv.data() + 4 * hd, .v = dqkv.data() + (4 + kv_heads) * hd,
-                    .k_pool = kpool.data(), .v_pool = vpool.data(), .cells = dcells.data(),
-                    .seq_slots = dslots.data(), .positions = dpos.data(),
-                    .cell_table = dtable.data(), .k_stride = stride, .v_stride = stride,
-                    .num_tokens = tokens, .num_kv_heads = kv_heads, .head_dim = hd,
-                    .max_cells = max_cells, .max_seqs = max_seqs, .table_stride = table_stride};
+  KvScatterParams p{.k = dqkv.data() + 4 * hd,
+                    .v = dqkv.data() + (4 + kv_heads) * hd,
+                    .k_pool = kpool.data(),
+                    .v_pool = vpool.data(),
+                    .cells = dcells.data(),
+                    .seq_slots = dslots.data(),
+                    .positions = dpos.data(),
+                    .cell_table = dtable.data(),
+                    .k_stride = stride,
+                    .v_stride = stride,
+                    .num_tokens = tokens,
+                    .num_kv_heads = kv_heads,
+                    .head_dim = hd,
+                    .max_cells = max_cells,
+                    .max_seqs = max_seqs,
+                    .table_stride = table_stride};
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_kv_scatter(p, nullptr);
   const auto k = kpool.download();
@@ -101,18 +115,31 @@ TEST(GatedMlpTest, FusedAndSeparateLayoutsBothActivations) {
     for (const bool fused : {true, false}) {
       const int rows = 13, inter = 1544;
       std::mt19937 rng(rows + inter + fused);
-      const auto gate_up = random_bf16(static_cast<std::size_t>(rows) * 2 * inter, rng, -4.0f, 4.0f);
+      const auto gate_up =
+          random_bf16(static_cast<std::size_t>(rows) * 2 * inter, rng, -4.0f, 4.0f);
       DeviceArray<bf16> d(gate_up), dout(static_cast<std::size_t>(rows) * inter);
       dout.poison();
       GatedMlpParams p;
       if (fused) {
-        p = GatedMlpParams{.gate = d.data(), .up = d.data() + inter, .out = dout.data(),
-                           .gate_stride = 2 * inter, .up_stride = 2 * inter, .out_stride = inter,
-                           .rows = rows, .inter = inter, .activation = act};
+        p = GatedMlpParams{.gate = d.data(),
+                           .up = d.data() + inter,
+                           .out = dout.data(),
+                           .gate_stride = 2 * inter,
+                           .up_stride = 2 * inter,
+                           .out_stride = inter,
+                           .rows = rows,
+                           .inter = inter,
+                           .activation = act};
       } else {  // gate = the first rows*inter values, up = the rest
-        p = GatedMlpParams{.gate = d.data(), .up = d.data() + static_cast<std::size_t>(rows) * inter,
-                           .out = dout.data(), .gate_stride = inter, .up_stride = inter,
-                           .out_stride = inter, .rows = rows, .inter = inter, .activation = act};
+        p = GatedMlpParams{.gate = d.data(),
+                           .up = d.data() + static_cast<std::size_t>(rows) * inter,
+                           .out = dout.data(),
+                           .gate_stride = inter,
+                           .up_stride = inter,
+                           .out_stride = inter,
+                           .rows = rows,
+                           .inter = inter,
+                           .activation = act};
       }
       ASSERT_TRUE(p.validate().is_ok());
       launch_gated_mlp(p, nullptr);
@@ -143,7 +170,8 @@ TEST(SoftCapTest, CapsInPlace) {
   std::vector<float> logits(262144 + 3);
   for (auto& x : logits) x = dist(rng);
   DeviceArray<float> d(logits);
-  SoftCapParams p{.logits = d.data(), .count = static_cast<std::int64_t>(logits.size()), .cap = 30.0f};
+  SoftCapParams p{
+      .logits = d.data(), .count = static_cast<std::int64_t>(logits.size()), .cap = 30.0f};
   ASSERT_TRUE(p.validate().is_ok());
   launch_soft_cap(p, nullptr);
   std::vector<double> ref(logits.size());

@@ -46,11 +46,18 @@ TEST_P(GemmTest, MatchesReference) {
   DeviceArray<std::byte> workspace(GemmRunner::kDefaultWorkspaceBytes);
   auto runner = GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes);
   ASSERT_TRUE(runner.ok()) << runner.status().to_string();
-  GemmArgs args{.a = da.data(), .b = db.data(),
+  GemmArgs args{.a = da.data(),
+                .b = db.data(),
                 .out = c.f32_out ? static_cast<void*>(dout32.data()) : dout16.data(),
-                .bias = c.bias ? dbias.data() : nullptr, .m = c.m, .n = c.n, .k = c.k,
-                .lda = lda, .ldb = c.k, .ldc = c.n,
-                .out_dtype = c.f32_out ? DType::kF32 : DType::kBF16, .accumulate = c.accumulate};
+                .bias = c.bias ? dbias.data() : nullptr,
+                .m = c.m,
+                .n = c.n,
+                .k = c.k,
+                .lda = lda,
+                .ldb = c.k,
+                .ldc = c.n,
+                .out_dtype = c.f32_out ? DType::kF32 : DType::kBF16,
+                .accumulate = c.accumulate};
   const Status status = runner->run(args, workspace.data(), nullptr);
   ASSERT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(runner->cached_plans(), 1u);
@@ -64,7 +71,8 @@ TEST_P(GemmTest, MatchesReference) {
       double sum = c.bias ? biasf[j] : 0.0;
       if (c.accumulate) sum += init_f32[static_cast<std::size_t>(i) * c.n + j];
       for (int kk = 0; kk < c.k; ++kk) {
-        sum += double(af[static_cast<std::size_t>(i) * lda + kk]) * bf[static_cast<std::size_t>(j) * c.k + kk];
+        sum += double(af[static_cast<std::size_t>(i) * lda + kk]) *
+               bf[static_cast<std::size_t>(j) * c.k + kk];
       }
       ref[static_cast<std::size_t>(i) * c.n + j] = sum;
     }
@@ -82,8 +90,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
                                            GemmCase{989, 264, 128, false, true, true}),
                          [](const auto& info) {
                            const GemmCase& c = info.param;
-                           return fmt::format("m{}_n{}_k{}{}{}{}", c.m, c.n, c.k, c.f32_out ? "_f32" : "_bf16",
-                                             c.bias ? "_bias" : "", c.accumulate ? "_acc" : "");
+                           return fmt::format("m{}_n{}_k{}{}{}{}", c.m, c.n, c.k,
+                                              c.f32_out ? "_f32" : "_bf16", c.bias ? "_bias" : "",
+                                              c.accumulate ? "_acc" : "");
                          });
 
 TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
@@ -92,8 +101,15 @@ TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
   ASSERT_TRUE(runner.ok());
   DeviceArray<bf16> a(64 * 64), b(64 * 64), out(64 * 64);
   DeviceArray<std::byte> workspace(1 << 20);
-  GemmArgs args{.a = a.data(), .b = b.data(), .out = out.data(), .m = 64, .n = 64, .k = 64,
-                .lda = 64, .ldb = 64, .ldc = 64};
+  GemmArgs args{.a = a.data(),
+                .b = b.data(),
+                .out = out.data(),
+                .m = 64,
+                .n = 64,
+                .k = 64,
+                .lda = 64,
+                .ldb = 64,
+                .ldc = 64};
   GemmArgs bad = args;
   bad.lda = 60;  // < k
   EXPECT_EQ(runner->run(bad, workspace.data(), nullptr).code(), StatusCode::kInvalidArgument);
@@ -125,8 +141,15 @@ TEST(GemmRunnerTest, WarmShapeRunsInsideGraphCapture) {
   ASSERT_TRUE(runner.ok());
   auto stream = Stream::create();
   ASSERT_TRUE(stream.ok());
-  GemmArgs args{.a = da.data(), .b = db.data(), .out = eager.data(), .m = m, .n = n, .k = k,
-                .lda = k, .ldb = k, .ldc = n};
+  GemmArgs args{.a = da.data(),
+                .b = db.data(),
+                .out = eager.data(),
+                .m = m,
+                .n = n,
+                .k = k,
+                .lda = k,
+                .ldb = k,
+                .ldc = n};
   ASSERT_TRUE(runner->run(args, workspace.data(), stream->get()).is_ok());
   args.out = graphed.data();
   GraphExec::begin_capture(stream->get());

@@ -33,11 +33,11 @@ inline bool gpu_available() {
   return available;
 }
 
-#define CELLM_REQUIRE_GPU()                                     \
-  do {                                                          \
-    if (!::cellm::cuda::testing::gpu_available()) {             \
-      GTEST_SKIP() << "no CUDA device on this machine";         \
-    }                                                           \
+#define CELLM_REQUIRE_GPU()                             \
+  do {                                                  \
+    if (!::cellm::cuda::testing::gpu_available()) {     \
+      GTEST_SKIP() << "no CUDA device on this machine"; \
+    }                                                   \
   } while (false)
 
 // A device copy of a host vector; download() reads it back.
@@ -58,16 +58,16 @@ class DeviceArray {
       buffer_ = std::move(*buffer);
     }
     if (!host.empty()) {
-      CELLM_CUDA_CHECK(cudaMemcpy(buffer_.data(), host.data(), host.size() * sizeof(T),
-                                  cudaMemcpyHostToDevice));
+      CELLM_CUDA_CHECK(
+          cudaMemcpy(buffer_.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
     }
   }
   std::vector<T> download() const {
     std::vector<T> host(buffer_.size());
     CELLM_CUDA_CHECK(cudaDeviceSynchronize());
     if (!host.empty()) {
-      CELLM_CUDA_CHECK(cudaMemcpy(host.data(), buffer_.data(), host.size() * sizeof(T),
-                                  cudaMemcpyDeviceToHost));
+      CELLM_CUDA_CHECK(
+          cudaMemcpy(host.data(), buffer_.data(), host.size() * sizeof(T), cudaMemcpyDeviceToHost));
     }
     return host;
   }
@@ -84,8 +84,12 @@ class DeviceArray {
   DeviceBuffer<T> buffer_;
 };
 
-inline bf16 to_bf16(float value) { return std::bit_cast<bf16>(f32_to_bf16(value)); }
-inline float from_bf16(bf16 value) { return bf16_to_f32(std::bit_cast<std::uint16_t>(value)); }
+inline bf16 to_bf16(float value) {
+  return std::bit_cast<bf16>(f32_to_bf16(value));
+}
+inline float from_bf16(bf16 value) {
+  return bf16_to_f32(std::bit_cast<std::uint16_t>(value));
+}
 
 // bf16 values drawn uniformly from [lo, hi), and their exact float values.
 inline std::vector<bf16> random_bf16(std::size_t count, std::mt19937& rng, float lo = -1.0f,

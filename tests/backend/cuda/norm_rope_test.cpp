@@ -41,9 +41,14 @@ TEST_P(RmsNormTest, MatchesReference) {
   const auto w = random_bf16(c.dim, rng, -1.0f, 1.0f);
   DeviceArray<bf16> dx(x), dres(res), dw(w), dout(x.size());
   dout.poison();
-  RmsNormParams p{.x = dx.data(), .residual = c.residual ? dres.data() : nullptr,
-                  .weight = dw.data(), .out = dout.data(), .rows = c.rows, .dim = c.dim,
-                  .eps = 1e-6f, .weight_offset = c.offset};
+  RmsNormParams p{.x = dx.data(),
+                  .residual = c.residual ? dres.data() : nullptr,
+                  .weight = dw.data(),
+                  .out = dout.data(),
+                  .rows = c.rows,
+                  .dim = c.dim,
+                  .eps = 1e-6f,
+                  .weight_offset = c.offset};
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_rms_norm(p, nullptr);
 
@@ -80,8 +85,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
                                            NormCase{5, 8200, true, 0.0f}),
                          [](const auto& info) {
                            const NormCase& c = info.param;
-                           return fmt::format("rows{}_dim{}{}{}", c.rows, c.dim, c.residual ? "_residual" : "",
-                                             c.offset > 0 ? "_offset" : "");
+                           return fmt::format("rows{}_dim{}{}{}", c.rows, c.dim,
+                                              c.residual ? "_residual" : "",
+                                              c.offset > 0 ? "_offset" : "");
                          });
 
 TEST(QkNormTest, NormalisesEveryHeadInPlaceInsideAFusedBuffer) {
@@ -94,10 +100,18 @@ TEST(QkNormTest, NormalisesEveryHeadInPlaceInsideAFusedBuffer) {
     const auto qw = random_bf16(hd, rng);
     const auto kw = random_bf16(hd, rng);
     DeviceArray<bf16> d(qkv), dqw(qw), dkw(kw);
-    QkNormParams p{.q = d.data(), .k = d.data() + heads * hd, .q_weight = dqw.data(),
-                   .k_weight = dkw.data(), .q_stride = stride, .k_stride = stride,
-                   .num_tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
-                   .head_dim = hd, .eps = 1e-6f, .weight_offset = 1.0f};
+    QkNormParams p{.q = d.data(),
+                   .k = d.data() + heads * hd,
+                   .q_weight = dqw.data(),
+                   .k_weight = dkw.data(),
+                   .q_stride = stride,
+                   .k_stride = stride,
+                   .num_tokens = tokens,
+                   .num_heads = heads,
+                   .num_kv_heads = kv_heads,
+                   .head_dim = hd,
+                   .eps = 1e-6f,
+                   .weight_offset = 1.0f};
     ASSERT_TRUE(p.validate().is_ok());
     launch_qk_norm(p, nullptr);
     const auto in = to_float(qkv);
@@ -120,7 +134,8 @@ TEST(QkNormTest, NormalisesEveryHeadInPlaceInsideAFusedBuffer) {
     // v columns are untouched.
     for (int t = 0; t < tokens; ++t) {
       for (int i = (heads + kv_heads) * hd; i < stride; ++i) {
-        ASSERT_EQ(out[static_cast<std::size_t>(t) * stride + i], in[static_cast<std::size_t>(t) * stride + i]);
+        ASSERT_EQ(out[static_cast<std::size_t>(t) * stride + i],
+                  in[static_cast<std::size_t>(t) * stride + i]);
       }
     }
   }
@@ -154,10 +169,17 @@ TEST_P(RopeTest, RotatesHalvesLikeHuggingFace) {
   DeviceArray<bf16> d(qkv);
   DeviceArray<std::int32_t> dpos(positions);
   DeviceArray<float> dfreq(inv_freq);
-  RopeParams p{.q = d.data(), .k = d.data() + heads * c.head_dim, .positions = dpos.data(),
-               .inv_freq = dfreq.data(), .q_stride = stride, .k_stride = stride,
-               .num_tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
-               .head_dim = c.head_dim, .rotary_dim = c.rotary_dim};
+  RopeParams p{.q = d.data(),
+               .k = d.data() + heads * c.head_dim,
+               .positions = dpos.data(),
+               .inv_freq = dfreq.data(),
+               .q_stride = stride,
+               .k_stride = stride,
+               .num_tokens = tokens,
+               .num_heads = heads,
+               .num_kv_heads = kv_heads,
+               .head_dim = c.head_dim,
+               .rotary_dim = c.rotary_dim};
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_rope(p, nullptr);
   const auto in = to_float(qkv);
@@ -187,7 +209,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, RopeTest,
                          [](const auto& info) {
                            const RopeCase& c = info.param;
                            return fmt::format("hd{}_rot{}_pos{}", c.head_dim, c.rotary_dim,
-                                             c.max_position);
+                                              c.max_position);
                          });
 
 }  // namespace

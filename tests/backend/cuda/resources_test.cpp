@@ -89,10 +89,23 @@ TEST(CudaValidateTest, RmsNormRefusesNullAliasAndBadDim) {
 TEST(CudaValidateTest, AttentionChecksHeadDimGroupsAndSplits) {
   alignas(16) bf16 buf[64];
   std::int32_t ints[4] = {};
-  AttentionParams p{.q = buf, .out = buf, .k_pool = buf, .v_pool = buf, .cell_table = ints,
-                    .seq_slots = ints, .positions = ints, .q_stride = 64, .out_stride = 64,
-                    .num_tokens = 1, .num_heads = 4, .num_kv_heads = 2, .head_dim = 16,
-                    .max_cells = 4, .max_seqs = 1, .table_stride = 4, .scale = 0.25f};
+  AttentionParams p{.q = buf,
+                    .out = buf,
+                    .k_pool = buf,
+                    .v_pool = buf,
+                    .cell_table = ints,
+                    .seq_slots = ints,
+                    .positions = ints,
+                    .q_stride = 64,
+                    .out_stride = 64,
+                    .num_tokens = 1,
+                    .num_heads = 4,
+                    .num_kv_heads = 2,
+                    .head_dim = 16,
+                    .max_cells = 4,
+                    .max_seqs = 1,
+                    .table_stride = 4,
+                    .scale = 0.25f};
   EXPECT_TRUE(p.validate().is_ok());
   EXPECT_TRUE(p.validate_decode().is_ok());
   p.head_dim = 12;

@@ -49,8 +49,7 @@ struct SpecRow {
 
   // `float_z`: sum Z sequentially in float as the literal host does; that sum
   // drifts by ~sqrt(V) ulps, so large vocabularies use a double Z instead.
-  SpecRow(const float* logits, int v, float t, bool float_z)
-      : x(logits), vocab(v), temperature(t) {
+  SpecRow(const float* logits, int v, float t, bool float_z) : x(logits), vocab(v), temperature(t) {
     greedy = host_argmax(x, vocab);
     if (!(temperature > 0.0f)) return;
     const float m = x[greedy] / temperature;
@@ -87,8 +86,8 @@ struct SpecRow {
     for (int rank = 0; rank < vocab; ++rank) {
       const Acc pr = static_cast<Acc>(p[order[rank]]);
       cum += pr;
-      const bool keep = use_top_k ? static_cast<float>(rank) < r.top_k
-                                  : (cum - pr) <= static_cast<Acc>(r.top_p);
+      const bool keep =
+          use_top_k ? static_cast<float>(rank) < r.top_k : (cum - pr) <= static_cast<Acc>(r.top_p);
       if (!keep) break;
       kept = rank + 1;
     }
@@ -126,8 +125,8 @@ struct SpecRow {
       for (int rank = 0; rank < vocab; ++rank) {
         const double pr = p[order[rank]];
         cum += pr;
-        const bool keep = use_top_k ? static_cast<float>(rank) < r.top_k
-                                    : (cum - pr) <= r.top_p + top_p_slack;
+        const bool keep =
+            use_top_k ? static_cast<float>(rank) < r.top_k : (cum - pr) <= r.top_p + top_p_slack;
         if (!keep) break;
         kept = rank + 1;
       }
@@ -159,8 +158,12 @@ std::vector<std::int32_t> run_sampler(const std::vector<float>& logits, int rows
   DeviceArray<float> dp(flat);
   DeviceArray<std::int32_t> out(rows);
   out.poison();
-  SampleParams p{.logits = dl.data(), .params = dp.data(), .out = out.data(),
-                 .logits_stride = vocab, .rows = rows, .vocab = vocab};
+  SampleParams p{.logits = dl.data(),
+                 .params = dp.data(),
+                 .out = out.data(),
+                 .logits_stride = vocab,
+                 .rows = rows,
+                 .vocab = vocab};
   EXPECT_TRUE(p.validate().is_ok());
   launch_sample(p, nullptr);
   return out.download();
@@ -169,22 +172,22 @@ std::vector<std::int32_t> run_sampler(const std::vector<float>& logits, int rows
 std::vector<RowParams> policy_mix(int vocab, std::mt19937& rng) {
   std::uniform_real_distribution<float> coin(0.0f, 1.0f);
   std::vector<RowParams> rows = {
-      {0.0f, 0.9f, 40.0f, 0.5f},           // greedy regardless of the rest
-      {-1.0f, 0.0f, 0.0f, 0.3f},           // negative temperature: greedy
-      {1.0f, 0.0f, 0.0f, 0.0f},            // full distribution, coin 0
-      {0.7f, 0.0f, 0.0f, 0.999f},          // full distribution, high coin
-      {1.0f, 1.0f, 0.0f, 0.42f},           // top_p = 1: full distribution
+      {0.0f, 0.9f, 40.0f, 0.5f},                       // greedy regardless of the rest
+      {-1.0f, 0.0f, 0.0f, 0.3f},                       // negative temperature: greedy
+      {1.0f, 0.0f, 0.0f, 0.0f},                        // full distribution, coin 0
+      {0.7f, 0.0f, 0.0f, 0.999f},                      // full distribution, high coin
+      {1.0f, 1.0f, 0.0f, 0.42f},                       // top_p = 1: full distribution
       {1.0f, 0.0f, static_cast<float>(vocab), 0.42f},  // top_k = V: disabled
-      {1.0f, 0.0f, 1.0f, 0.9f},            // top-k 1 = argmax
+      {1.0f, 0.0f, 1.0f, 0.9f},                        // top-k 1 = argmax
       {0.8f, 0.0f, 40.0f, 0.0f},
       {1.3f, 0.0f, 40.0f, 0.77f},
-      {1.0f, 0.0f, 2.5f, 0.95f},           // fractional k keeps ranks 0..2
+      {1.0f, 0.0f, 2.5f, 0.95f},  // fractional k keeps ranks 0..2
       {1.0f, 0.0f, static_cast<float>(vocab - 1), 0.61f},
       {1.0f, 0.9f, 0.0f, 0.5f},
       {0.6f, 0.5f, 0.0f, 0.05f},
       {1.5f, 0.99f, 0.0f, 0.8f},
-      {1.0f, 0.05f, 0.0f, 0.7f},           // tiny top_p: the first token only
-      {1.0f, 0.3f, 5.0f, 0.6f},            // top-k takes precedence over top-p
+      {1.0f, 0.05f, 0.0f, 0.7f},  // tiny top_p: the first token only
+      {1.0f, 0.3f, 5.0f, 0.6f},   // top-k takes precedence over top-p
   };
   for (int i = 0; i < 8; ++i) {
     rows.push_back({0.5f + coin(rng), i % 2 ? 0.0f : 0.2f + 0.75f * coin(rng),
@@ -232,8 +235,8 @@ TEST(SampleArgmaxTest, FirstMaximumWinsAndNaNIsIgnored) {
   for (int i = 0; i < vocab; ++i) logits[2 * vocab + i] = -1.0f;  // all equal
   DeviceArray<float> dl(logits);
   DeviceArray<std::int32_t> out(rows);
-  SampleParams p{.logits = dl.data(), .out = out.data(), .logits_stride = vocab, .rows = rows,
-                 .vocab = vocab};
+  SampleParams p{
+      .logits = dl.data(), .out = out.data(), .logits_stride = vocab, .rows = rows, .vocab = vocab};
   ASSERT_TRUE(p.validate_argmax().is_ok());
   launch_sample_argmax(p, nullptr);
   const auto got = out.download();

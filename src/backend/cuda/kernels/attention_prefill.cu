@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(kThreads)
   const int t = t0 + my_row;
   if (t < p.num_tokens) {
     const float inv_l = l_run > 0.0f ? 1.0f / l_run : 0.0f;
-    bf16* dst = p.out + static_cast<std::int64_t>(t) * p.out_stride + static_cast<std::int64_t>(head) * hd;
+    bf16* dst =
+        p.out + static_cast<std::int64_t>(t) * p.out_stride + static_cast<std::int64_t>(head) * hd;
     const int span = (hd + 1) / 2;
     for (int c = half * span; c < min(hd, (half + 1) * span); ++c) {
       dst[c] = __float2bfloat16_rn(o_s[my_row * L::kLdo + c] * inv_l);
@@ -260,14 +261,10 @@ __global__ void __launch_bounds__(kThreads)
 
 std::size_t attention_prefill_smem_bytes(std::int32_t head_dim) {
   switch (head_dim_bucket(head_dim)) {
-    case 64:
-      return PrefillLayout<64>::kBytes;
-    case 128:
-      return PrefillLayout<128>::kBytes;
-    case 256:
-      return PrefillLayout<256>::kBytes;
-    default:
-      return 0;
+    case 64: return PrefillLayout<64>::kBytes;
+    case 128: return PrefillLayout<128>::kBytes;
+    case 256: return PrefillLayout<256>::kBytes;
+    default: return 0;
   }
 }
 

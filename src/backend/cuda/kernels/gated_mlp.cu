@@ -8,7 +8,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
 
 __device__ __forceinline__ float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -16,7 +18,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 }
 
 template <GateActivation kAct>
-__global__ void __launch_bounds__(kThreads) gated_mlp_kernel(const __grid_constant__ GatedMlpParams p) {
+__global__ void __launch_bounds__(kThreads)
+    gated_mlp_kernel(const __grid_constant__ GatedMlpParams p) {
   const std::int64_t row = blockIdx.y;
   const int c = (blockIdx.x * kThreads + threadIdx.x) * 8;
   if (c >= p.inter) return;

@@ -9,14 +9,15 @@ namespace {
 constexpr int kThreads = 128;
 
 // Moves bytes only, 16 at a time.
-__global__ void __launch_bounds__(kThreads) kv_scatter_kernel(const __grid_constant__ KvScatterParams p) {
+__global__ void __launch_bounds__(kThreads)
+    kv_scatter_kernel(const __grid_constant__ KvScatterParams p) {
   const std::int64_t token = blockIdx.x;
   const std::int32_t cell = p.cells[token];
   if (p.cell_table != nullptr && threadIdx.x == 0) {
     const std::int32_t slot = p.seq_slots[token];
     const std::int32_t position = p.positions[token];
-    if (slot >= 0 && slot < p.max_seqs && position >= 0 && position < p.table_stride &&
-        cell >= 0 && cell < p.max_cells) {
+    if (slot >= 0 && slot < p.max_seqs && position >= 0 && position < p.table_stride && cell >= 0 &&
+        cell < p.max_cells) {
       p.cell_table[static_cast<std::int64_t>(slot) * p.table_stride + position] = cell;
     }
   }

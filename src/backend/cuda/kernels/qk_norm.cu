@@ -9,7 +9,8 @@ namespace {
 constexpr int kWarps = 4;
 
 // One warp per (token, head) vector; lane l holds dims [8l, 8l + 8).
-__global__ void __launch_bounds__(kWarps * 32) qk_norm_kernel(const __grid_constant__ QkNormParams p) {
+__global__ void __launch_bounds__(kWarps * 32)
+    qk_norm_kernel(const __grid_constant__ QkNormParams p) {
   const int heads_per_token = p.num_heads + p.num_kv_heads;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (item >= static_cast<std::int64_t>(p.num_tokens) * heads_per_token) return;
@@ -17,9 +18,9 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_kernel(const __grid_const
   const std::int64_t token = item / heads_per_token;
   const int head = static_cast<int>(item % heads_per_token);
   const bool is_q = head < p.num_heads;
-  bf16* vec = is_q ? p.q + token * p.q_stride + static_cast<std::int64_t>(head) * p.head_dim
-                   : p.k + token * p.k_stride +
-                         static_cast<std::int64_t>(head - p.num_heads) * p.head_dim;
+  bf16* vec =
+      is_q ? p.q + token * p.q_stride + static_cast<std::int64_t>(head) * p.head_dim
+           : p.k + token * p.k_stride + static_cast<std::int64_t>(head - p.num_heads) * p.head_dim;
   const bf16* weight = is_q ? p.q_weight : p.k_weight;
   const bool active = lane * 8 < p.head_dim;
   float v[8] = {};

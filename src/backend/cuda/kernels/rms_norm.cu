@@ -8,7 +8,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
   __shared__ float scratch[32];
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * p.dim;
   const bf16* x = p.x + row;

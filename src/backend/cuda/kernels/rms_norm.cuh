@@ -22,12 +22,12 @@ class Status;
 namespace cellm::cuda {
 
 struct RmsNormParams {
-  const bf16* x = nullptr;   // [rows, dim]
-  bf16* residual = nullptr;  // [rows, dim] in/out, or null for a plain norm
+  const bf16* x = nullptr;       // [rows, dim]
+  bf16* residual = nullptr;      // [rows, dim] in/out, or null for a plain norm
   const bf16* weight = nullptr;  // [dim]
-  bf16* out = nullptr;       // [rows, dim]; may alias x, never residual
+  bf16* out = nullptr;           // [rows, dim]; may alias x, never residual
   std::int32_t rows = 0;
-  std::int32_t dim = 0;      // multiple of 8
+  std::int32_t dim = 0;  // multiple of 8
   float eps = 1e-6f;
   float weight_offset = 0.0f;  // 0 or 1
 

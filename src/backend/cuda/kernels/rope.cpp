@@ -9,8 +9,8 @@ Status RopeParams::validate() const {
   CELLM_RETURN_IF_ERROR(require_ptr(k, "rope", "k"));
   CELLM_RETURN_IF_ERROR(require_ptr(positions, "rope", "positions"));
   CELLM_RETURN_IF_ERROR(require_ptr(inv_freq, "rope", "inv_freq"));
-  if (num_tokens < 0 || num_heads <= 0 || num_kv_heads <= 0 || head_dim <= 0 ||
-      rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim > 512) {
+  if (num_tokens < 0 || num_heads <= 0 || num_kv_heads <= 0 || head_dim <= 0 || rotary_dim <= 0 ||
+      rotary_dim % 2 != 0 || rotary_dim > head_dim || rotary_dim > 512) {
     return invalid_argument(
         "cuda rope: tokens={} heads={} kv_heads={} head_dim={} rotary_dim={} (rotary_dim must be "
         "even, positive and at most head_dim and 512)",

@@ -24,10 +24,10 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
   for (int item = threadIdx.x; item < heads * half; item += kThreads) {
     const int head = item / half;
     const int i = item % half;
-    bf16* vec = head < p.num_heads
-                    ? p.q + token * p.q_stride + static_cast<std::int64_t>(head) * p.head_dim
-                    : p.k + token * p.k_stride +
-                          static_cast<std::int64_t>(head - p.num_heads) * p.head_dim;
+    bf16* vec =
+        head < p.num_heads
+            ? p.q + token * p.q_stride + static_cast<std::int64_t>(head) * p.head_dim
+            : p.k + token * p.k_stride + static_cast<std::int64_t>(head - p.num_heads) * p.head_dim;
     const float x1 = __bfloat162float(vec[i]);
     const float x2 = __bfloat162float(vec[i + half]);
     vec[i] = __float2bfloat16_rn(x1 * cos_s[i] - x2 * sin_s[i]);

@@ -57,14 +57,15 @@ __device__ __forceinline__ ArgMax block_argmax(const float* row, int vocab, ArgM
   best = scratch[lane].value;
   best_i = scratch[lane].index;
   warp_argmax(best, best_i);
-  __syncthreads();  // scratch may be reused
+  __syncthreads();                  // scratch may be reused
   if (best_i >= vocab) best_i = 0;  // all NaN / -inf
   return ArgMax{best, best_i};
 }
 
 __device__ __forceinline__ u64 warp_sum_u64(u64 value) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }
 
@@ -80,7 +81,8 @@ __device__ __forceinline__ u64 block_sum_u64(u64 value, u64* scratch) {
 
 __device__ __forceinline__ float warp_sum_f32(float value) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }
 
@@ -278,7 +280,8 @@ __device__ int nth_with_bits(const Softmax& sm, unsigned bits, u64 j, u64* scan_
   return *result;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_argmax_kernel(const __grid_constant__ SampleParams p) {
+__global__ void __launch_bounds__(kThreads)
+    sample_argmax_kernel(const __grid_constant__ SampleParams p) {
   __shared__ ArgMax scratch[kWarps];
   const float* row = p.logits + static_cast<std::int64_t>(blockIdx.x) * p.logits_stride;
   const ArgMax best = block_argmax(row, p.vocab, scratch);
@@ -351,8 +354,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
       kept_ties = w == 0 ? kept.tie_count : min(kept.tie_count, (target - kept.above_mass) / w + 1);
     } else {
       // Rounding left the whole row within top_p: keep everything.
-      kept = radix_select(sm, /*by_mass=*/false, static_cast<u64>(vocab) - 1, false, 0,
-                          select_shared);
+      kept =
+          radix_select(sm, /*by_mass=*/false, static_cast<u64>(vocab) - 1, false, 0, select_shared);
       kept_ties = kept.tie_count;
     }
   }

@@ -28,9 +28,8 @@ inline Status require_aligned16(const void* ptr, const char* family, const char*
 
 inline Status check_head_dim(std::int64_t head_dim, const char* family) {
   if (head_dim_bucket(head_dim) == 0) {
-    return not_supported(
-        "cuda {}: head_dim={} is not supported (need a multiple of 8 up to {})", family,
-        head_dim, kMaxHeadDim);
+    return not_supported("cuda {}: head_dim={} is not supported (need a multiple of 8 up to {})",
+                         family, head_dim, kMaxHeadDim);
   }
   return Status::ok();
 }
