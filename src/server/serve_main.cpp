@@ -1,7 +1,11 @@
 #include "server/serve_main.h"
 
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <atomic>
@@ -20,12 +24,33 @@
 namespace cellm::server {
 namespace {
 
-sigset_t stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  return set;
+// Signals arrive on whichever thread the kernel picks (OpenBLAS and OpenMP
+// start threads before main, so masking cannot steer them); the handler only
+// writes the signal number into a pipe that the signal thread reads.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  (void)!::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+bool install_signal_handlers() {
+  if (g_signal_pipe[0] < 0 && ::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  return ::sigaction(SIGINT, &sa, nullptr) == 0 && ::sigaction(SIGTERM, &sa, nullptr) == 0;
+}
+
+// Waits up to `ms` for a signal number from the pipe; 0 when none came.
+int next_signal(int ms) {
+  pollfd p{g_signal_pipe[0], POLLIN, 0};
+  if (::poll(&p, 1, ms) <= 0) return 0;
+  unsigned char byte = 0;
+  return ::read(g_signal_pipe[0], &byte, 1) == 1 ? byte : 0;
 }
 
 }  // namespace
@@ -33,11 +58,10 @@ sigset_t stop_signals() {
 int run_serve(const ServeArgs& args) {
   // Writes to a client that hung up must fail with EPIPE, not kill us.
   ::signal(SIGPIPE, SIG_IGN);
-  // Every thread started from here inherits the mask; only the signal thread
-  // below takes SIGINT/SIGTERM, synchronously, so stop() never runs in a
-  // signal handler.
-  const sigset_t signals = stop_signals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (!install_signal_handlers()) {
+    std::fprintf(stderr, "cellm serve: cannot install the SIGINT/SIGTERM handlers\n");
+    return 1;
+  }
 
   ServerOptions options;
   options.host = args.host;
@@ -67,9 +91,8 @@ int run_serve(const ServeArgs& args) {
   std::thread signal_thread([&] {
     int received = 0;
     while (!done.load()) {
-      timespec timeout{0, 100 * 1000 * 1000};
-      const int sig = sigtimedwait(&signals, nullptr, &timeout);
-      if (sig <= 0) continue;
+      const int sig = next_signal(100);
+      if (sig == 0) continue;
       if (++received == 1) {
         std::fprintf(stderr, "cellm serve: %s received, draining (signal again to exit now)\n",
                      sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -133,6 +156,8 @@ int run_serve(const ServeArgs& args) {
   signal_thread.join();
   service.reset();
   engine.reset();  // shuts the runner down
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
   if (!served.is_ok()) {
     std::fprintf(stderr, "cellm serve: %s\n", served.to_string().c_str());
     return 1;

@@ -3,9 +3,9 @@
 // drain (running requests finish within drain_timeout_s, later ones are
 // cancelled) and shut the engine down. A second signal exits at once.
 //
-// Thread-safety: run_serve() is called once, from main(). It blocks SIGINT and
-// SIGTERM in the calling thread (and so in the threads it starts) and
-// ignores SIGPIPE.
+// Thread-safety: run_serve() is called once, from main(). It installs
+// SIGINT/SIGTERM handlers (which only write to a pipe read by its signal
+// thread) and ignores SIGPIPE.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,8 @@
 // A stand-in for `cellm serve` used by the e2e tests until (or unless) the CLI
 // provides it: the same run_serve() behind the same flag names, parsed by hand
 // so the tests do not depend on the CLI. "serve" as the first argument is
-// accepted and ignored, so `driver serve --model ...` reads like the CLI.
+// accepted and ignored and the model may be positional, so `driver serve
+// MODEL --port 0` reads like the CLI.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,6 +15,10 @@ int main(int argc, char** argv) {
   if (i < argc && std::string(argv[i]) == "serve") ++i;
   for (; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag.rfind("--", 0) != 0) {  // the model, positional as in `cellm serve MODEL`
+      a.model = flag;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "serve_driver: %s needs a value\n", flag.c_str());
       return 2;
