@@ -99,7 +99,8 @@ async function send(text) {
     const response = await fetch("/v1/chat/completions", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ model, messages: history, stream: true, max_tokens: 256 }),
+      body: JSON.stringify({ model, messages: history, stream: true, max_tokens: 256,
+                             temperature: 0.3 }),
     });
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
