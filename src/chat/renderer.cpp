@@ -303,8 +303,10 @@ Result<Value> Renderer::call_macro(const Stmt& macro, CallArgs& args) {
   }
   std::vector<std::pair<std::string, Value>> extra_kwargs;
   for (auto& [k, v] : args.keyword) {
+    // A named copy: clang before 16 cannot capture a structured binding.
+    const std::string& key = k;
     auto it = std::find_if(macro.params.begin(), macro.params.end(),
-                           [&](const MacroParam& p) { return p.name == k; });
+                           [&](const MacroParam& p) { return p.name == key; });
     if (it == macro.params.end()) {
       if (!macro.uses_kwargs) {
         return invalid_argument("macro '{}' has no parameter named '{}'", macro.text, k);
