@@ -13,7 +13,7 @@
 #include <map>
 
 #include "backend/cpu/cpu_program.h"
-#include "format/safetensors.h"
+#include "support/golden.h"
 #include "model/loader.h"
 #include "step_driver.h"
 #include "support/testdata.h"
@@ -26,96 +26,19 @@ namespace fs = std::filesystem;
 using testing::DriverToken;
 using testing::StepDriver;
 
-constexpr double kRelTol = 1e-4;
-constexpr double kMarginForArgmax = 1e-3;
+using cellm::testing::GoldenCase;
+using cellm::testing::golden_fixture_names;
+using cellm::testing::golden_root;
 
-// $CELLM_GOLDEN_DIR, else <testdata>/hf_models. Resolved without
-// testdata_dir() because test registration runs before any test does.
-fs::path golden_root() {
-  if (auto p = cellm::testing::env_path("CELLM_GOLDEN_DIR")) return *p;
-  if (auto p = cellm::testing::env_path("CELLM_TESTDATA")) return *p / "hf_models";
-  const fs::path src = cellm::testing::source_dir();
-  for (const fs::path& c : {src.parent_path() / "shared" / "testdata", src / ".testdata"}) {
-    if (fs::is_directory(c)) return c / "hf_models";
-  }
-  return src.parent_path() / "shared" / "testdata" / "hf_models";
-}
-
-std::vector<std::string> fixture_names() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(golden_root(), ec)) {
-    if (entry.is_directory() && fs::exists(entry.path() / "expected.safetensors")) {
-      names.push_back(entry.path().filename().string());
-    }
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-struct GoldenCase {
-  std::vector<std::int64_t> prompt;
-  std::vector<std::int64_t> inputs;  // prompt + greedy[:-1]: what row j of logits follows
-  Tensor logits;                     // [inputs.size(), V]
-};
-
-std::vector<std::int64_t> to_vec(const Tensor& t) {
-  auto s = t.span<std::int64_t>();
-  return {s.begin(), s.end()};
-}
-
-Result<std::vector<GoldenCase>> load_cases(const fs::path& dir) {
-  CELLM_ASSIGN_OR_RETURN(format::SafetensorsFile file,
-                         format::SafetensorsFile::open(dir / "expected.safetensors"));
-  std::vector<GoldenCase> cases;
-  for (int i = 0;; ++i) {
-    const std::string n = std::to_string(i);
-    if (file.find("prompt_" + n) == nullptr) break;
-    GoldenCase c;
-    CELLM_ASSIGN_OR_RETURN(Tensor prompt, file.tensor("prompt_" + n));
-    CELLM_ASSIGN_OR_RETURN(Tensor greedy, file.tensor("greedy_" + n));
-    CELLM_ASSIGN_OR_RETURN(Tensor logits, file.tensor("logits_" + n));
-    c.prompt = to_vec(prompt);
-    c.inputs = c.prompt;
-    const auto g = to_vec(greedy);
-    c.inputs.insert(c.inputs.end(), g.begin(), g.end() - 1);
-    c.logits = logits.clone();
-    if (c.logits.rank() != 2 || c.logits.dim(0) != static_cast<std::int64_t>(c.inputs.size())) {
-      return invalid_argument("logits_{} is {}; expected [{}, V]", i, c.logits.describe(),
-                              c.inputs.size());
-    }
-    cases.push_back(std::move(c));
-  }
-  if (cases.empty()) return invalid_argument("{} holds no prompt_0", dir.string());
-  return cases;
-}
-
-// Compares one position's logits with the reference row; returns "" if fine.
 std::string check_row(const std::vector<float>& got, const GoldenCase& c, std::size_t pos) {
-  const std::int64_t v = c.logits.dim(1);
-  const float* ref = c.logits.data_as<float>() + static_cast<std::int64_t>(pos) * v;
-  std::vector<double> want(ref, ref + v);
-  const double err = testing::relative_error(got, want);
-  if (!(err <= kRelTol)) return "relative error " + std::to_string(err);
-  std::vector<std::size_t> order(static_cast<std::size_t>(v));
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::partial_sort(order.begin(), order.begin() + 2, order.end(),
-                    [&](std::size_t a, std::size_t b) { return want[a] > want[b]; });
-  const double margin = want[order[0]] - want[order[1]];
-  const auto got_arg =
-      static_cast<std::size_t>(std::max_element(got.begin(), got.end()) - got.begin());
-  if (margin > kMarginForArgmax && got_arg != order[0]) {
-    return "argmax " + std::to_string(got_arg) + " but reference " + std::to_string(order[0]) +
-           " (margin " + std::to_string(margin) + ")";
-  }
-  return "";
+  return cellm::testing::check_golden_row(got, c, pos, cellm::testing::kFloat32Tolerance);
 }
 
 class CpuGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = golden_root() / GetParam();
-    auto cases = load_cases(dir_);
+    auto cases = cellm::testing::load_golden_cases(dir_);
     ASSERT_TRUE(cases.ok()) << cases.status().to_string();
     cases_ = std::move(cases).value();
   }
@@ -258,12 +181,12 @@ TEST_P(CpuGolden, CloneMidPromptThenContinue) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CpuGolden, ::testing::ValuesIn(fixture_names()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CpuGolden, ::testing::ValuesIn(golden_fixture_names()),
                          [](const auto& info) { return info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CpuGolden);
 
 TEST(CpuGoldenFixtures, AtLeastOneFixtureFolder) {
-  EXPECT_FALSE(fixture_names().empty())
+  EXPECT_FALSE(golden_fixture_names().empty())
       << "no fixture folder with expected.safetensors under " << golden_root();
 }
 
