@@ -128,16 +128,17 @@ TEST_F(EngineMetricsTest, LatencyBucketsPartitionTotalStepTime) {
 }
 
 TEST_F(EngineMetricsTest, ReportsContextConcurrencyAndRefusals) {
-  exec.set_capacity(2);
+  exec.set_capacity(3);
+  Session gate = open();
   Session a = open();
   Session b = open();
   EXPECT_FALSE(runner->open_session_async().get().has_value());
-  exec.hold();
+  auto hg = occupy_engine(gate);
   Collector c, d;
   auto ha = a.generate_async(Tokens{1, 2}, budget(2), c.on_update());
   auto hb = b.generate_async(Tokens{1, 2, 3}, budget(2), d.on_update());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
   exec.release();
+  hg.wait();
   ha.wait();
   hb.wait();
   runner->shutdown();

@@ -138,6 +138,13 @@ class FakeExecutor : public Executor {
     return cv_.wait_for(lock, timeout, [&] { return batches_.size() >= n; });
   }
 
+  // Waits until an execute is parked by hold(): unlike counting batches, this
+  // cannot miss a step that was recorded between hold() and the count.
+  bool wait_until_blocked(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return blocked_ > 0; });
+  }
+
   // ---- records ----
   std::vector<std::vector<InputRecord>> batches() const {
     return locked([&] { return batches_; });
@@ -261,8 +268,10 @@ class FakeExecutor : public Executor {
       record.push_back(std::move(r));
     }
     batches_.push_back(record);
+    if (held_) ++blocked_;
     cv_.notify_all();
     cv_.wait(lock, [&] { return !held_; });
+    blocked_ = 0;
     if (fail_from_ && index >= *fail_from_) return false;
 
     // Validate the whole batch first (a refused batch changes nothing).
@@ -334,6 +343,7 @@ class FakeExecutor : public Executor {
   bool init_non_standard_ = false;
   std::chrono::milliseconds init_delay_{0};
   bool held_ = false;
+  int blocked_ = 0;  // executes parked by hold(); reset when released
   std::size_t init_calls_ = 0;
   std::size_t calls_before_init_ = 0;
   SessionId next_sid_ = 1;

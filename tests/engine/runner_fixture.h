@@ -112,7 +112,18 @@ class RunnerFixture : public ::testing::Test {
     EXPECT_TRUE(wait_until([&] { return c.settled() > settled; }));
     return h;
   }
+  // Parks the engine thread inside a held execute of a one-token request on
+  // `gate`, so that everything submitted before exec.release() is queued when
+  // the next batch forms. Tests use it instead of sleeping: the order is forced.
+  GenerationHandle occupy_engine(Session& gate) {
+    exec.hold();
+    const std::size_t before = exec.batches().size();
+    auto h = gate.generate_async(std::vector<Token>{7}, budget(1), [](const GenerationUpdate&) {});
+    EXPECT_TRUE(exec.wait_for_executes(before + 1));
+    return h;
+  }
   void TearDown() override {
+    exec.release();  // a test that failed while holding must not hang the shutdown
     if (runner) runner->shutdown();
   }
 

@@ -570,8 +570,7 @@ TEST_F(CancelTest, DecodeCancelAdvancesOnlyForDeliveredTokens) {
   exec.release();
   ASSERT_TRUE(wait_until([&] { return c.count() >= 2; }));
   exec.hold();
-  const std::size_t n = exec.batches().size();
-  ASSERT_TRUE(exec.wait_for_executes(n + 1));
+  ASSERT_TRUE(exec.wait_until_blocked());
   h.cancel();
   exec.release();
   h.wait();
@@ -655,20 +654,22 @@ TEST_F(ShutdownTest, ConcurrentCallersWaitForFullStop) {
 }
 
 TEST_F(ShutdownTest, CallbackShutdownStopsLaterOutputsInTheSameBatch) {
+  Session gate = open();
   Session a = open();
   Session b = open();
-  exec.hold();
+  auto hg = occupy_engine(gate);
   Collector cb;
   auto ha = a.generate_async(Tokens{1}, budget(5), [&](const GenerationUpdate& u) {
     if (!u.finish_reason) runner->shutdown();
   });
   auto hb = b.generate_async(Tokens{2}, budget(5), cb.on_update());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
   exec.release();
+  hg.wait();
   ha.wait();
   hb.wait();
-  ASSERT_EQ(exec.batches().size(), 1u);
-  ASSERT_EQ(exec.batches()[0].size(), 2u);
+  EXPECT_EQ(hg.finish_reason(), FinishReason::kNewTokenLimit);
+  ASSERT_EQ(exec.batches().size(), 2u);
+  ASSERT_EQ(exec.batches()[1].size(), 2u);
   EXPECT_EQ(ha.finish_reason(), FinishReason::kCancelled);
   EXPECT_EQ(hb.finish_reason(), FinishReason::kCancelled);
   EXPECT_TRUE(cb.tokens().empty());
