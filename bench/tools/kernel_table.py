@@ -13,7 +13,8 @@ import sys
 
 def short(name: str) -> str:
     name = re.sub(r"\(anonymous namespace\)::", "", name)
-    name = re.sub(r"cellm::cuda::", "", name)
+    name = re.sub(r"<unnamed>::", "", name)
+    name = re.sub(r"cellm::(cuda::)?", "", name)
     name = re.sub(r"\(.*$", "", name)  # drop the argument list
     name = re.sub(r"^void ", "", name)
     return name[:70]
@@ -28,12 +29,15 @@ def main(path: str, title: str) -> None:
             continue
         rows.append((int(r["ID"]), short(r["Kernel Name"]), float(r["Metric Value"].replace(",", ""))))
     rows.sort()
-    first = next((i for i, r in enumerate(rows) if r[1].startswith("embedding_kernel")), None)
-    if first is None:
-        sys.exit("no embedding_kernel launch found: not a decode run?")
-    rows = rows[first:]
-    steps = sum(1 for r in rows if re.search(r"sample|argmax", r[1]))
-    steps = max(steps, 1)
+    # A decode step ends with the sampler. Graph capture and warm-up also run
+    # forwards at other widths without sampling, so only the kernels between
+    # consecutive sampler launches count, and only the last `keep` such steps.
+    ends = [i for i, r in enumerate(rows) if re.search(r"sample|argmax", r[1])]
+    if len(ends) < 2:
+        sys.exit("fewer than two sampler launches: not a decode run?")
+    keep = min(2, len(ends) - 1)
+    rows = rows[ends[-keep - 1] + 1 : ends[-1] + 1]
+    steps = keep
     total = collections.defaultdict(float)
     count = collections.Counter()
     for _, name, ns in rows:
