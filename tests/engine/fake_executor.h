@@ -16,6 +16,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -25,7 +26,8 @@
 namespace cellm::testing {
 
 // A prepared backing whose positions are known tokens (so the fake can record
-// what it consumed).
+// what it consumed). suffix() returns a view over the same token storage, as
+// the PreparedInput contract asks.
 class FakePrepared final : public PreparedInput {
  public:
   explicit FakePrepared(std::vector<Token> tokens, std::size_t reported_size = 0)
@@ -39,13 +41,41 @@ class FakePrepared final : public PreparedInput {
   std::size_t size() const override { return size_; }
   std::shared_ptr<const PreparedInput> suffix(std::size_t start) const override {
     if (start >= size_) return nullptr;
-    return std::make_shared<FakePrepared>(
-        std::vector<Token>(tokens_->begin() + static_cast<std::ptrdiff_t>(start), tokens_->end()));
+    return std::shared_ptr<const FakePrepared>(new FakePrepared(tokens_, start_ + start, size_ - start));
   }
-  const std::vector<Token>& tokens() const { return *tokens_; }
+  // The positions this view covers (a reported size larger than the storage
+  // is only metadata and is never executed).
+  std::span<const Token> tokens() const {
+    const std::size_t begin = std::min(start_, tokens_->size());
+    const std::size_t end = std::min(start_ + size_, tokens_->size());
+    return std::span<const Token>(tokens_->data() + begin, end - begin);
+  }
+  // The storage shared by every view of one backing.
+  const void* storage() const { return tokens_.get(); }
 
  private:
+  FakePrepared(std::shared_ptr<const std::vector<Token>> tokens, std::size_t start,
+               std::size_t size)
+      : tokens_(std::move(tokens)), start_(start), size_(size) {}
   std::shared_ptr<const std::vector<Token>> tokens_;
+  std::size_t start_ = 0;
+  std::size_t size_;
+};
+
+// Another kind of prepared input, which no FakeExecutor accepts.
+class OtherPrepared final : public PreparedInput {
+ public:
+  explicit OtherPrepared(std::size_t size) : size_(size) {}
+  const void* kind() const override {
+    static const char tag = 0;
+    return &tag;
+  }
+  std::size_t size() const override { return size_; }
+  std::shared_ptr<const PreparedInput> suffix(std::size_t start) const override {
+    return start < size_ ? std::make_shared<OtherPrepared>(size_ - start) : nullptr;
+  }
+
+ private:
   std::size_t size_;
 };
 
@@ -59,6 +89,7 @@ class FakeExecutor : public Executor {
     Position position;
     bool prepared;
     std::vector<Token> slice;
+    const void* payload = nullptr;  // the object the input pointed at
   };
   struct SamplingRecord {
     SessionId sid;
@@ -125,10 +156,19 @@ class FakeExecutor : public Executor {
   }
   // While held, execute() blocks after recording its batch.
   void hold() {
-    locked([&] { held_ = true; });
+    locked([&] {
+      held_ = true;
+      permits_ = 0;
+    });
   }
   void release() {
     locked([&] { held_ = false; });
+    cv_.notify_all();
+  }
+  // Stays held but lets the next `n` executes through (a parked one first):
+  // a test can then park exactly the step after the one it let go.
+  void allow(std::size_t n = 1) {
+    locked([&] { permits_ += n; });
     cv_.notify_all();
   }
   // Waits until `n` executes have started (recorded).
@@ -257,10 +297,12 @@ class FakeExecutor : public Executor {
     for (const Input& in : batch.inputs) {
       InputRecord r{in.sid, in.produce_output, in.offset, in.size, in.position, false, {}};
       if (const auto* tokens = std::get_if<TokenInputPtr>(&in.payload)) {
+        r.payload = tokens->get();
         r.slice.assign((*tokens)->begin() + static_cast<std::ptrdiff_t>(in.offset),
                        (*tokens)->begin() + static_cast<std::ptrdiff_t>(in.offset + in.size));
       } else {
         r.prepared = true;
+        r.payload = std::get<PreparedInputPtr>(in.payload).get();
         const auto& p = static_cast<const FakePrepared&>(*std::get<PreparedInputPtr>(in.payload));
         r.slice.assign(p.tokens().begin() + static_cast<std::ptrdiff_t>(in.offset),
                        p.tokens().begin() + static_cast<std::ptrdiff_t>(in.offset + in.size));
@@ -268,9 +310,10 @@ class FakeExecutor : public Executor {
       record.push_back(std::move(r));
     }
     batches_.push_back(record);
-    if (held_) ++blocked_;
+    if (held_ && permits_ == 0) ++blocked_;
     cv_.notify_all();
-    cv_.wait(lock, [&] { return !held_; });
+    cv_.wait(lock, [&] { return !held_ || permits_ > 0; });
+    if (held_) --permits_;
     blocked_ = 0;
     if (fail_from_ && index >= *fail_from_) return false;
 
@@ -343,6 +386,7 @@ class FakeExecutor : public Executor {
   bool init_non_standard_ = false;
   std::chrono::milliseconds init_delay_{0};
   bool held_ = false;
+  std::size_t permits_ = 0;  // executes allow() lets through while held
   int blocked_ = 0;  // executes parked by hold(); reset when released
   std::size_t init_calls_ = 0;
   std::size_t calls_before_init_ = 0;

@@ -22,7 +22,20 @@ TEST(PreparedInputTest, DetokenizationSeedDefaultsToAbsent) {
   EXPECT_FALSE(p.initial_detokenization_token().has_value());
 }
 
-TEST_F(OpaqueInputTest, WarmOpaqueChunksAndOrdinaryRawText) {
+// A warm session (one pending token carried from raw turns) continues with a
+// prepared backing: the pending token rides as raw input in the first
+// prepared batch, chunks sit at the backing's base position.
+struct WarmCase {
+  Tokens backing;
+  std::size_t batches;
+  std::vector<std::size_t> offsets;
+  Position final_position;
+};
+
+class WarmOpaqueTest : public OpaqueInputTest, public ::testing::WithParamInterface<WarmCase> {};
+
+TEST_P(WarmOpaqueTest, WarmOpaqueChunksAndOrdinaryRawText) {
+  const WarmCase& param = GetParam();
   exec.set_accept_prepared(true);
   Session s = open();
   Collector a, b, c;
@@ -30,12 +43,12 @@ TEST_F(OpaqueInputTest, WarmOpaqueChunksAndOrdinaryRawText) {
   run(s, {2}, budget(1), b);  // carries the first pending token
   ASSERT_EQ(s.position(), 3);
   const std::size_t before = exec.batches().size();
-  auto backing = std::make_shared<FakePrepared>(Tokens{11, 7, 7, 7, 22});
+  auto backing = std::make_shared<FakePrepared>(param.backing);
   auto h = s.generate_async(PreparedInputPtr(backing), budget(1), c.on_update());
   h.wait();
   EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
   auto batches = exec.batches();
-  ASSERT_EQ(batches.size(), before + 2);  // [pending, 0..2) then [2..4), [4..5)
+  ASSERT_EQ(batches.size(), before + param.batches);
   // The pending token shares the first prepared batch, as raw input.
   const auto& first = batches[before];
   ASSERT_EQ(first.size(), 2u);
@@ -44,19 +57,63 @@ TEST_F(OpaqueInputTest, WarmOpaqueChunksAndOrdinaryRawText) {
   EXPECT_EQ(first[0].position, 3);
   EXPECT_FALSE(first[0].produce_output);
   std::vector<std::size_t> offsets;
+  Position next = 3;  // absolute positions stay contiguous across the chunks
   for (std::size_t i = before; i < batches.size(); ++i) {
     for (const auto& in : batches[i]) {
+      EXPECT_EQ(in.position + static_cast<Position>(in.offset), next);
+      next += static_cast<Position>(in.size);
       if (!in.prepared) continue;
       EXPECT_EQ(in.position, 4);
+      EXPECT_EQ(in.payload, backing.get());
       offsets.push_back(in.offset);
     }
   }
-  EXPECT_EQ(offsets, (std::vector<std::size_t>{0, 2, 4}));
-  EXPECT_EQ(s.position(), 9);
-  EXPECT_EQ(h.metrics().n_prompt_tokens, 5);
-  EXPECT_EQ(h.metrics().n_prefilled_tokens, 6);
+  EXPECT_EQ(offsets, param.offsets);
+  EXPECT_EQ(s.position(), param.final_position);
+  const auto n = static_cast<std::int64_t>(param.backing.size());
+  EXPECT_EQ(h.metrics().n_prompt_tokens, n);
+  EXPECT_EQ(h.metrics().n_prefilled_tokens, n + 1);
   const Tokens history = exec.history(s.id());
-  EXPECT_EQ(Tokens(history.begin() + 4, history.begin() + 9), (Tokens{11, 7, 7, 7, 22}));
+  ASSERT_GE(history.size(), 4 + param.backing.size());
+  EXPECT_EQ(Tokens(history.begin() + 4, history.begin() + 4 + n), param.backing);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backings, WarmOpaqueTest,
+    ::testing::Values(WarmCase{{11, 7, 7, 7, 22}, 2, {0, 2, 4}, 9},  // [pending, 0..2) [2..4) [4..5)
+                      WarmCase{{11, 22}, 1, {0}, 6}));               // [pending, 0..2)
+
+TEST_F(OpaqueInputTest, SuffixSharesBackingAndUsesViewRelativeOffsets) {
+  exec.set_accept_prepared(true);
+  auto backing = std::make_shared<FakePrepared>(Tokens{11, 7, 7, 7, 22});
+  PreparedInputPtr view = backing->suffix(2);
+  ASSERT_NE(view, nullptr);
+  EXPECT_EQ(view->size(), 3u);
+  EXPECT_EQ(static_cast<const FakePrepared&>(*view).storage(), backing->storage());
+  EXPECT_EQ(backing->suffix(5), nullptr);
+  EXPECT_EQ(backing->suffix(std::numeric_limits<std::size_t>::max()), nullptr);
+
+  Session s = open();
+  Collector c;
+  auto h = s.generate_async(view, budget(1), c.on_update());
+  h.wait();
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
+  std::vector<Tokens> slices;
+  std::vector<std::size_t> offsets;
+  for (const auto& batch : exec.batches()) {
+    for (const auto& in : batch) {
+      ASSERT_TRUE(in.prepared);
+      EXPECT_EQ(in.payload, view.get());  // every chunk points at the view itself
+      EXPECT_EQ(in.position, 0);
+      slices.push_back(in.slice);
+      offsets.push_back(in.offset);
+    }
+  }
+  EXPECT_EQ(slices, (std::vector<Tokens>{{7, 7}, {22}}));
+  EXPECT_EQ(offsets, (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(s.position(), 3);
+  EXPECT_EQ(exec.history(s.id()), (Tokens{7, 7, 22}));
+  EXPECT_EQ(h.metrics().n_prompt_tokens, 3);
 }
 
 TEST_F(OpaqueInputTest, SharedOpaqueChunksKeepOwnershipAndUseRawFeedback) {
@@ -73,8 +130,16 @@ TEST_F(OpaqueInputTest, SharedOpaqueChunksKeepOwnershipAndUseRawFeedback) {
   EXPECT_FALSE(feedback.prepared);
   EXPECT_EQ(feedback.position, 5);
   EXPECT_EQ(s.position(), 6);
+  // Chunks [0,2) then [2,4) + [4,5) (budget 3): two prefill steps, one decode.
   EXPECT_EQ(h.metrics().n_decode_steps, 1);
-  EXPECT_GE(h.metrics().n_prefill_steps, 2);
+  EXPECT_EQ(h.metrics().n_prefill_steps, 2);
+  for (const auto& batch : batches) {
+    for (const auto& in : batch) {
+      if (in.prepared) {
+        EXPECT_EQ(in.payload, backing.get());
+      }
+    }
+  }
   runner->shutdown();
   EXPECT_EQ(backing.use_count(), 1);  // no chunk kept the backing alive
 }
@@ -102,6 +167,39 @@ TEST_F(OpaqueInputTest, DefaultExecutorRejectsOpaqueWithoutPoisoningSession) {
   runner->shutdown();
   EXPECT_EQ(std::get<AcceptanceError>(runner->accepts_async(backing).get()),
             AcceptanceError::kUnavailable);
+}
+
+// A prepared input of a kind the executor does not take is refused at
+// admission; the raw generation queued beside it runs as if it were alone.
+TEST_F(OpaqueInputTest, WrongKindDoesNotFailConcurrentRawGeneration) {
+  exec.set_accept_prepared(true);
+  Session gate = open();
+  Session raw = open();
+  Session other = open();
+  auto hg = occupy_engine(gate);
+  Collector cr, co;
+  auto hr = raw.generate_async(Tokens{1, 2}, budget(3), cr.on_update(), cr.on_settled());
+  auto wrong = std::make_shared<OtherPrepared>(2);
+  auto ho = other.generate_async(PreparedInputPtr(wrong), budget(3), co.on_update(),
+                                 co.on_settled());
+  exec.release();
+  hg.wait();
+  hr.wait();
+  ho.wait();
+  EXPECT_EQ(ho.finish_reason(), FinishReason::kFailed);
+  EXPECT_EQ(ho.error_message(), "executor does not accept prepared input");
+  EXPECT_EQ(co.terminal_count(), 1);
+  EXPECT_EQ(hr.finish_reason(), FinishReason::kNewTokenLimit);
+  const Token base = static_cast<Token>(raw.id() * 1000);
+  EXPECT_EQ(cr.tokens(), (Tokens{base + 1, base + 2, base + 3}));
+  for (const auto& batch : exec.batches()) {
+    for (const auto& in : batch) EXPECT_NE(in.sid, other.id());
+  }
+  EXPECT_EQ(other.position(), 0);
+  for (const auto& call : exec.sampling()) EXPECT_NE(call.sid, other.id());
+  EXPECT_EQ(std::get<bool>(runner->accepts_async(wrong).get()), false);
+  Collector again;
+  EXPECT_EQ(run(other, {5}, budget(1), again).finish_reason(), FinishReason::kNewTokenLimit);
 }
 
 TEST_F(OpaqueInputTest, InvalidOpaqueMetadata) {

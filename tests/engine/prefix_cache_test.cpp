@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <stdexcept>
 
 #include "cellm/decode_first_scheduler.h"
@@ -276,6 +277,50 @@ TEST_F(PrefixCacheTest, PromptCaptureCopiesFullHistoryAfterPrefixReuse) {
   EXPECT_EQ(warm(*again, {1, 2, 3, 4, 5, 6}), cold({1, 2, 3, 4, 5, 6}));
 }
 
+// A refused snapshot must not cost the user anything: every token still
+// arrives (and equals a run without a capture), nothing is inserted or leaked.
+TEST_F(PrefixCacheTest, PromptCaptureCapacityRefusalPreservesUserTokens) {
+  Session s = open();
+  const Tokens prompt{1, 2, 3};
+  PromptCapture capture = cache->capture_prompt(s, prompt);
+  exec.set_capacity(exec.live_sessions());  // no room for the snapshot
+  Collector c;
+  GenConfig cfg;
+  cfg.max_new_tokens = 3;
+  auto h = s.generate_async(prompt, cfg, capture.wrap(c.on_update()));
+  h.wait();
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
+  EXPECT_EQ(c.count(), 3u);
+  EXPECT_FALSE(capture.collect());
+  EXPECT_EQ(exec.clone_calls(), 1u);  // attempted once, refused
+  EXPECT_EQ(cache->size(), 0u);
+  EXPECT_EQ(exec.live_sessions(), 1u);
+  exec.set_capacity(16);
+  EXPECT_EQ(c.tokens(), cold(prompt));
+}
+
+TEST_F(PrefixCacheTest, PromptCaptureAllocationFailurePreservesUserTokens) {
+  Session s = open();
+  const Tokens prompt{4, 3, 2};
+  PromptCapture capture = cache->capture_prompt(s, prompt);
+  exec.set_clone_bad_alloc(true);
+  Collector c;
+  GenConfig cfg;
+  cfg.max_new_tokens = 3;
+  auto h = s.generate_async(prompt, cfg, capture.wrap(c.on_update()));
+  h.wait();
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
+  EXPECT_EQ(c.count(), 3u);
+  EXPECT_FALSE(capture.collect());
+  EXPECT_EQ(exec.clone_calls(), 1u);
+  EXPECT_EQ(cache->size(), 0u);
+  EXPECT_EQ(exec.live_sessions(), 1u);
+  exec.set_clone_bad_alloc(false);
+  EXPECT_EQ(c.tokens(), cold(prompt));
+  // The source stays usable.
+  EXPECT_EQ(generate(s, {9}, 1).size(), 1u);
+}
+
 TEST_F(PrefixCacheTest, PromptCaptureDoesNotSwallowUserCallbackException) {
   Session s = open();
   PromptCapture capture = cache->capture_prompt(s, {1, 2});
@@ -300,6 +345,64 @@ TEST_F(PrefixCacheTest, RejectedGenerationDoesNotCaptureWithoutOutput) {
   EXPECT_EQ(cache->size(), 0u);
 }
 
+// Only an update carrying tokens triggers the snapshot: an empty one seen
+// first leaves the capture armed for the first (here terminal) token.
+TEST_F(PrefixCacheTest, EmptyUpdatesDoNotConsumeFirstTerminalTokenCapture) {
+  Session s = open();
+  const Tokens prompt{5, 6, 7};
+  PromptCapture capture = cache->capture_prompt(s, prompt);
+  Collector c;
+  GenerationCallback cb = capture.wrap(c.on_update());
+  cb(GenerationUpdate{});
+  EXPECT_EQ(exec.clone_calls(), 0u);
+  EXPECT_EQ(c.count(), 1u);  // still forwarded
+  GenConfig cfg;
+  cfg.max_new_tokens = 1;  // the only token comes with the terminal update
+  auto h = s.generate_async(prompt, cfg, cb);
+  h.wait();
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
+  ASSERT_EQ(c.count(), 2u);
+  EXPECT_TRUE(c.last().finish_reason.has_value());
+  ASSERT_TRUE(capture.collect());
+  auto m = cache->lookup({5, 6, 7, 8});
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->matched_tokens, 3u);
+  EXPECT_EQ(warm(*m, {5, 6, 7, 8}), cold({5, 6, 7, 8}));
+}
+
+// The wrapper queues the snapshot before the user's callback runs, so a user
+// who closes the source from that callback still gets it captured (commands
+// run in order: clone, then close).
+TEST_F(PrefixCacheTest, PromptCaptureIsQueuedBeforeUserCallbackClosesSource) {
+  auto s = std::make_unique<Session>(open());
+  const Tokens prompt{1, 2, 3, 4};
+  PromptCapture capture = cache->capture_prompt(*s, prompt);
+  Collector c;
+  GenerationCallback user = [&, forward = c.on_update()](const GenerationUpdate& u) {
+    forward(u);
+    if (!u.finish_reason) s.reset();
+  };
+  GenerationHandle h;
+  {
+    std::mutex mu;  // keeps the callback from resetting s while generate_async runs
+    std::unique_lock lock(mu);
+    h = s->generate_async(prompt, GenConfig{}, capture.wrap([&](const GenerationUpdate& u) {
+      std::lock_guard l(mu);
+      user(u);
+    }));
+    lock.unlock();
+    h.wait();
+  }
+  EXPECT_EQ(h.finish_reason(), FinishReason::kCancelled);
+  EXPECT_EQ(c.tokens().size(), 1u);
+  ASSERT_TRUE(capture.collect());
+  EXPECT_EQ(cache->size(), 1u);
+  auto m = cache->lookup({1, 2, 3, 4, 9});
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->matched_tokens, 4u);
+  EXPECT_EQ(warm(*m, {1, 2, 3, 4, 9}), cold({1, 2, 3, 4, 9}));
+}
+
 TEST_F(PrefixCacheTest, MovedPromptCaptureAndCopiedCallbackCollectOnlyOnce) {
   Session s = open();
   PromptCapture capture = cache->capture_prompt(s, {1, 2});
@@ -313,6 +416,29 @@ TEST_F(PrefixCacheTest, MovedPromptCaptureAndCopiedCallbackCollectOnlyOnce) {
   EXPECT_TRUE(moved.collect());
   EXPECT_FALSE(moved.collect());
   EXPECT_EQ(cache->size(), 1u);
+}
+
+// The capture holds the session's identity, not the Session object it was
+// made from: moving the session out and freeing that object changes nothing.
+TEST_F(PrefixCacheTest, PromptCaptureSurvivesMovingAndFreeingSourceWrapper) {
+  auto wrapper = std::make_unique<Session>(open());
+  const Tokens prompt{2, 4, 6};
+  PromptCapture capture = cache->capture_prompt(*wrapper, prompt);
+  Session moved = std::move(*wrapper);
+  wrapper.reset();
+  Collector c;
+  GenConfig cfg;
+  cfg.max_new_tokens = 2;
+  auto h = moved.generate_async(prompt, cfg, capture.wrap(c.on_update()));
+  h.wait();
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
+  const Tokens reference = cold(prompt);  // three tokens; the first two must match
+  EXPECT_EQ(c.tokens(), Tokens(reference.begin(), reference.begin() + 2));
+  ASSERT_TRUE(capture.collect());
+  auto m = cache->lookup({2, 4, 6, 1});
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->matched_tokens, 3u);
+  EXPECT_EQ(warm(*m, {2, 4, 6, 1}), cold({2, 4, 6, 1}));
 }
 
 TEST_F(PrefixCacheTest, PromptCaptureKeepsOriginalIdentityAfterSourceReassignment) {

@@ -536,6 +536,70 @@ TEST_F(CancelTest, CompletionObservesAllConsumedChunksInBatch) {
   EXPECT_EQ(seen, 4);
 }
 
+// Two prompts in 2-token chunks share one batch as A, B, A, B; A is cancelled
+// while that batch executes. Both of A's chunks ran, so both count and both
+// stay in its context; its later chunk (if any) never runs.
+class InterleavedCancelTest : public RunnerFixture,
+                              public ::testing::WithParamInterface<std::size_t> {};
+
+TEST_P(InterleavedCancelTest, InterleavedPrefillCountsAllExecutedChunksBeforeCancellation) {
+  start_with(DecodeFirstScheduler::create(8, 1, 2));
+  Session gate = open();
+  Session a = open();
+  Session b = open();
+  auto hg = occupy_engine(gate);  // batch 0 parks; both prompts queue behind it
+  Collector ca, cb;
+  const Tokens prompt_a(GetParam(), 3);
+  auto ha = a.generate_async(prompt_a, budget(3), ca.on_update(), ca.on_settled());
+  auto hb = b.generate_async(Tokens(6, 4), budget(2), cb.on_update(), cb.on_settled());
+  exec.allow(1);  // batch 0 finishes, batch 1 parks
+  ASSERT_TRUE(exec.wait_for_executes(2));
+  ha.cancel();
+  exec.release();
+  hg.wait();
+  ha.wait();
+  hb.wait();
+
+  const auto batches = exec.batches();
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[0].size(), 1u);
+  ASSERT_EQ(batches[1].size(), 4u);
+  const SessionId order[] = {a.id(), b.id(), a.id(), b.id()};
+  const std::size_t offsets[] = {0, 0, 2, 2};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(batches[1][i].sid, order[i]) << i;
+    EXPECT_EQ(batches[1][i].offset, offsets[i]) << i;
+  }
+  for (std::size_t i = 2; i < batches.size(); ++i) {
+    for (const auto& in : batches[i]) EXPECT_NE(in.sid, a.id()) << "batch " << i;
+  }
+
+  EXPECT_EQ(ha.finish_reason(), FinishReason::kCancelled);
+  EXPECT_TRUE(ca.tokens().empty());
+  EXPECT_EQ(ca.terminal_count(), 1);
+  EXPECT_EQ(ha.metrics().n_prefilled_tokens, 4);
+  EXPECT_EQ(ha.metrics().n_prefill_steps, 1);
+  EXPECT_EQ(ha.metrics().n_generated_tokens, 0);
+  EXPECT_EQ(a.position(), 4);
+  EXPECT_EQ(exec.history(a.id()), Tokens(4, 3));
+
+  EXPECT_EQ(hb.finish_reason(), FinishReason::kNewTokenLimit);
+  EXPECT_EQ(hb.metrics().n_prefilled_tokens, 6);
+  EXPECT_EQ(cb.tokens().size(), 2u);
+
+  // A continues from its consumed prefix.
+  Collector next;
+  EXPECT_EQ(run(a, {9}, budget(1), next).finish_reason(), FinishReason::kNewTokenLimit);
+  EXPECT_EQ(exec.batches().back()[0].position, 4);
+  EXPECT_EQ(exec.batches().back()[0].slice, (Tokens{9}));
+  runner->shutdown();
+  EXPECT_EQ(runner->metrics().prefill_tokens_total, 1 + 8 + 2 + 1);
+}
+
+// 4 tokens: A's output-producing chunk is in the cancelled batch; 6 tokens: a
+// third chunk is still queued and is dropped.
+INSTANTIATE_TEST_SUITE_P(PromptLengths, InterleavedCancelTest, ::testing::Values(4u, 6u));
+
 TEST_F(CancelTest, CallbackMayRetireItsOwnSession) {
   auto s = std::make_unique<Session>(open());
   const SessionId sid = s->id();

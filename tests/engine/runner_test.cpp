@@ -2,6 +2,7 @@
 // options (budget, stop tokens, sampling, seeds) and callback exceptions.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <stdexcept>
 #include <thread>
 
@@ -70,6 +71,26 @@ TEST_F(RunnerTest, SettlementPublishesBeforeNotificationAndReleasesCaptures) {
   runner->shutdown();
   EXPECT_TRUE(watch.expired());
   EXPECT_EQ(settled.load(), 1);
+}
+
+TEST_F(RunnerTest, SettlementWaitDoesNotWaitForTheNotification) {
+  Session s = open();
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<bool> notified{false};
+  auto h = s.generate_async(std::vector<Token>{1}, budget(1), {}, [gate, &notified] {
+    gate.wait();  // parks the engine thread until the test has seen wait() return
+    notified.store(true);
+  });
+  auto waiter = std::async(std::launch::async, [h] { h.wait(); });
+  const bool returned = waiter.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  const bool notified_before = notified.load();
+  go.set_value();
+  EXPECT_TRUE(returned);
+  EXPECT_FALSE(notified_before);
+  EXPECT_TRUE(h.done());
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
+  EXPECT_TRUE(wait_until([&] { return notified.load(); }));
 }
 
 // A callable small enough for std::function's inline buffer whose destructor
