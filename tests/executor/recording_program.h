@@ -1,0 +1,60 @@
+// RecordingProgram: a test decorator over any Program. It forwards every call
+// to the wrapped program, keeps a copy of what each forward method was given
+// (selector) and returned (logits rows), and can hide methods so that the
+// executor sees a narrower program (e.g. only forward_1, forward_4 and
+// forward_others). Tests use it to read the logits an executor sampled from
+// through execute(), which returns only tokens.
+//
+// Thread-safety: not thread-safe; the engine thread (the test) drives it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "program/program.h"
+
+namespace cellm::executor::testing {
+
+class RecordingProgram final : public program::Program {
+ public:
+  struct Call {
+    std::string method;
+    std::int64_t width = 0;                  // token rows given
+    std::vector<std::int64_t> selector;      // empty for a method without one
+    std::vector<std::vector<float>> logits;  // every returned row, padding included
+  };
+
+  RecordingProgram(std::shared_ptr<program::Program> inner, std::set<std::string> hidden = {})
+      : inner_(std::move(inner)), hidden_(std::move(hidden)) {}
+
+  // Forward calls since construction or the last take_calls().
+  std::vector<Call> take_calls() { return std::exchange(calls_, {}); }
+  const std::vector<Call>& calls() const { return calls_; }
+  program::Program& inner() { return *inner_; }
+
+  std::string backend_name() const override { return inner_->backend_name(); }
+  std::vector<std::string> method_names() const override;
+  Result<program::MethodMeta> method_meta(std::string_view method) const override;
+  std::optional<std::int64_t> constant(std::string_view name) const override {
+    return inner_->constant(name);
+  }
+  program::CacheLayout cache_layout() const override { return inner_->cache_layout(); }
+  Status bind_cache(std::shared_ptr<cache::CellCache> cache) override {
+    return inner_->bind_cache(std::move(cache));
+  }
+  Status load_method(std::string_view method) override;
+  Result<std::vector<Tensor>> execute(std::string_view method,
+                                      std::span<const Tensor> inputs) override;
+
+ private:
+  bool hidden(std::string_view method) const { return hidden_.count(std::string(method)) > 0; }
+
+  std::shared_ptr<program::Program> inner_;
+  std::set<std::string> hidden_;
+  std::vector<Call> calls_;
+};
+
+}  // namespace cellm::executor::testing
