@@ -6,10 +6,13 @@
 // released on any thread.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -40,12 +43,44 @@ using PreparedInputPtr = std::shared_ptr<const PreparedInput>;
 using TokenInputPtr = std::shared_ptr<const std::vector<Token>>;
 using InputPayload = std::variant<TokenInputPtr, PreparedInputPtr>;
 
+// Suppressed ids a policy can carry: enough for a model's EOS set; fixed so
+// that SamplingParams stays a trivially copyable value a device row can hold.
+inline constexpr std::size_t kMaxSuppressedTokens = 8;
+
 // Installed per generation (Executor::set_sampling), not carried per input.
 // temperature <= 0 means greedy; top_k <= 0 and top_p >= 1 disable truncation.
+// Suppressed ids are never drawn, greedy or not (min_tokens keeps EOS out this
+// way); a policy that suppresses every id of the vocabulary is refused by
+// sampling::check_policy before it is installed.
 struct SamplingParams {
   float temperature = 0.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;
+  // Only the first suppressed_count entries count; the rest stay 0 so that
+  // equality compares policies, not leftovers.
+  std::array<Token, kMaxSuppressedTokens> suppressed{};
+  std::uint32_t suppressed_count = 0;
+
+  std::span<const Token> suppressed_tokens() const {
+    return {suppressed.data(), std::min<std::size_t>(suppressed_count, kMaxSuppressedTokens)};
+  }
+  bool suppresses(Token id) const {
+    for (Token t : suppressed_tokens()) {
+      if (t == id) return true;
+    }
+    return false;
+  }
+  // Adds `id` unless present; false (nothing changed) when the list is full.
+  bool suppress(Token id) {
+    if (suppresses(id)) return true;
+    if (suppressed_count >= kMaxSuppressedTokens) return false;
+    suppressed[suppressed_count++] = id;
+    return true;
+  }
+  void clear_suppressed() {
+    suppressed = {};
+    suppressed_count = 0;
+  }
 
   friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
 };

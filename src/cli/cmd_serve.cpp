@@ -27,6 +27,14 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue, "waiting requests before 429")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--body-limit", args->body_limit, "largest request body in bytes (413 beyond)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  cmd->add_option("--drain-timeout", args->drain_timeout_s,
+                  "seconds running requests may finish after SIGTERM/SIGINT before they are "
+                  "cancelled")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 24 * 3600));
   cmd->add_option("--served-model-name", args->served_model_name, "name reported by /v1/models");
   return [args, model] {
     args->model =

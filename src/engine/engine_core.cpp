@@ -276,6 +276,25 @@ void EngineCore::handle_(StartCommand& c, bool running) {
   if (gen->config.max_new_tokens <= 0) {
     return reject(FinishReason::kFailed, "max_new_tokens must be greater than zero");
   }
+  if (gen->config.min_new_tokens < 0 ||
+      gen->config.min_new_tokens > gen->config.max_new_tokens) {
+    return reject(FinishReason::kFailed,
+                  fmt::format("min_new_tokens {} must be within [0, max_new_tokens = {}]",
+                              gen->config.min_new_tokens, gen->config.max_new_tokens));
+  }
+  // Until min_new_tokens are out, the stop tokens must not even be sampled.
+  SamplingParams policy = gen->config.sampling;
+  if (gen->config.min_new_tokens > 0 && !gen->config.stop_tokens.empty()) {
+    for (Token t : gen->config.stop_tokens) {
+      if (!policy.suppress(t)) {
+        return reject(FinishReason::kFailed,
+                      fmt::format("min_new_tokens needs every stop token suppressed, but at most "
+                                  "{} ids can be; got {} stop tokens",
+                                  kMaxSuppressedTokens, gen->config.stop_tokens.size()));
+      }
+    }
+    gen->suppressing_stops = true;
+  }
   const auto* raw = std::get_if<std::vector<Token>>(&c.delta);
   const PreparedInputPtr prepared = raw ? nullptr : std::get<PreparedInputPtr>(c.delta);
   if (!raw && !prepared) return reject(FinishReason::kFailed, "prepared input is null");
@@ -303,7 +322,7 @@ void EngineCore::handle_(StartCommand& c, bool running) {
     if (!accepted) return reject(FinishReason::kFailed, "executor does not accept prepared input");
   }
   try {
-    executor_.set_sampling(gen->sid, gen->config.sampling, gen->config.seed);
+    executor_.set_sampling(gen->sid, policy, gen->config.seed);
   } catch (...) {
     return reject(FinishReason::kFailed, "executor failed to install the sampling policy");
   }

@@ -105,6 +105,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
     GenerationCallback on_update;
     SettledCallback on_settled;
     std::int64_t budget_left = 0;
+    // Stop tokens are suppressed in the installed policy until min_new_tokens
+    // have been delivered.
+    bool suppressing_stops = false;
     GenerationMetrics metrics;
     bool first_token = false;
     MetricsClock::time_point last_delivery;

@@ -191,7 +191,10 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   for (Token t : produced) {
     emitted.push_back(t);
     --gen->budget_left;
-    if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+    // The first min_new_tokens tokens never stop the generation.
+    const std::int64_t delivered = gen->config.max_new_tokens - gen->budget_left;
+    if (delivered > gen->config.min_new_tokens &&
+        std::find(stops.begin(), stops.end(), t) != stops.end()) {
       reason = FinishReason::kStopToken;
       break;
     }
@@ -245,6 +248,21 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
     return;
   }
   if (rec.active != gen) return;
+  if (gen->suppressing_stops &&
+      gen->config.max_new_tokens - gen->budget_left >= gen->config.min_new_tokens) {
+    // min_new_tokens are out: the next draw may stop. A seeded run switches
+    // to a seed derived from its own (re-installing would restart the coin
+    // sequence it already used), so it stays reproducible.
+    gen->suppressing_stops = false;
+    std::optional<std::uint64_t> seed = gen->config.seed;
+    if (seed) seed = *seed ^ 0x9e3779b97f4a7c15ULL;
+    try {
+      executor_.set_sampling(gen->sid, gen->config.sampling, seed);
+    } catch (...) {
+      finish_(gen, FinishReason::kFailed, {}, "executor failed to install the sampling policy");
+      return;
+    }
+  }
   Input in;
   in.sid = slot.sid;
   in.produce_output = true;

@@ -113,18 +113,25 @@ Status CudaExecutor::check_logits_home(const Tensor& logits) {
   return Status::ok();
 }
 
-Result<std::vector<Token>> CudaExecutor::run_device_sampler(const Tensor& logits, std::size_t rows,
-                                                            const std::vector<float>& params,
-                                                            bool all_greedy) {
+Result<std::vector<Token>> CudaExecutor::run_device_sampler(
+    const Tensor& logits, std::size_t rows, const std::vector<float>& params, bool all_greedy,
+    const std::vector<std::int64_t>& suppressed) {
   const Tensor view = logits.slice_rows(0, static_cast<std::int64_t>(rows));
   Result<std::vector<Tensor>> out = [&]() -> Result<std::vector<Tensor>> {
-    if (all_greedy && has_argmax_) {
+    // The argmax method knows nothing of suppressed ids; the sample method
+    // handles greedy rows too.
+    if (all_greedy && has_argmax_ && suppressed.empty()) {
       const std::vector<Tensor> inputs = {view};
       return program_->execute(program::kArgmaxMethod, inputs);
     }
-    const std::vector<Tensor> inputs = {
+    std::vector<Tensor> inputs = {
         view, Tensor::view(params.data(), DType::kF32,
                            {static_cast<std::int64_t>(rows), sampling::kNumParams})};
+    if (!suppressed.empty()) {
+      inputs.push_back(Tensor::view(
+          suppressed.data(), DType::kI64,
+          {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(kMaxSuppressedTokens)}));
+    }
     return program_->execute(program::kSampleMethod, inputs);
   }();
   if (!out.ok()) return out.status().with_context("device sampler");
@@ -153,14 +160,20 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
   if (logits.device() == Device::kCuda) {
     std::vector<float> params;
     params.reserve(sessions.size() * sampling::kNumParams);
+    std::vector<std::int64_t> suppressed;
     bool all_greedy = true;
+    bool any_suppressed = false;
     for (SessionId sid : sessions) {
       // A session without a policy samples greedily.
       const DeviceSamplingRow row = sessions_.device_sampling(sid).value_or(DeviceSamplingRow{});
       params.insert(params.end(), {row.temperature, row.top_p, row.top_k, row.coin});
+      suppressed.insert(suppressed.end(), row.suppressed.begin(), row.suppressed.end());
       all_greedy = all_greedy && !(row.temperature > 0.0f);
+      any_suppressed = any_suppressed || row.suppresses;
     }
-    return run_device_sampler(logits, sessions.size(), params, all_greedy);
+    // Without suppression the sample method keeps its two-input form.
+    if (!any_suppressed) suppressed.clear();
+    return run_device_sampler(logits, sessions.size(), params, all_greedy, suppressed);
   }
   std::vector<Token> tokens;
   tokens.reserve(sessions.size());

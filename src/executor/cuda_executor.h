@@ -143,8 +143,11 @@ class CudaExecutor final : public Executor {
                                    std::span<const cache::SeqId> seq_ids,
                                    std::vector<std::int64_t> selector);
   // Tokens for the first `rows` rows of device logits through the program.
+  // `suppressed`: empty, or i64 [rows, kMaxSuppressedTokens] ids (-1: none)
+  // passed to the sample method as its optional third input.
   Result<std::vector<Token>> run_device_sampler(const Tensor& logits, std::size_t rows,
-                                                const std::vector<float>& params, bool all_greedy);
+                                                const std::vector<float>& params, bool all_greedy,
+                                                const std::vector<std::int64_t>& suppressed = {});
   Result<std::vector<Token>> sample_outputs(const Tensor& logits,
                                             const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "core/check.h"
+#include "core/log.h"
 
 namespace cellm::executor {
 
@@ -75,6 +76,11 @@ void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
                                 std::optional<std::uint64_t> seed) {
   const auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
+  if (Status checked = sampling::check_policy(params, vocab_size_); !checked.is_ok()) {
+    CELLM_LOG_ERROR("executor: session {}: sampling policy refused: {}", session,
+                    checked.to_string());
+    return;
+  }
   const std::uint64_t s =
       seed ? *seed
            : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -229,6 +235,13 @@ std::optional<DeviceSamplingRow> SessionTable::device_sampling(SessionId session
   row.top_p = p.top_p;
   row.top_k = static_cast<float>(p.top_k);
   if (p.temperature > 0.0f) row.coin = it->second.device_rng->next_f32();
+  std::size_t slot = 0;
+  for (Token id : p.suppressed_tokens()) {
+    // An id past the vocabulary can never be drawn anyway.
+    if (vocab_size_ > 0 && id >= static_cast<Token>(vocab_size_)) continue;
+    row.suppressed[slot++] = static_cast<std::int64_t>(id);
+  }
+  row.suppresses = slot > 0;
   return row;
 }
 

@@ -9,6 +9,7 @@
 // Thread-safety: not thread-safe; the engine thread owns it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -44,12 +45,21 @@ struct SliceRows {
 // at least one.
 SliceRows select_rows(const PackedStep& step, std::int64_t offset, std::int64_t length);
 
-// One row of a device sampler's params [R, 4] float32.
+// One row of a device sampler's params [R, 4] float32, plus the row of its
+// optional suppressed-ids input i64 [R, kMaxSuppressedTokens] (-1: empty).
 struct DeviceSamplingRow {
   float temperature = 0.0f;
   float top_p = 1.0f;
   float top_k = 0.0f;
   float coin = 0.0f;
+  std::array<std::int64_t, kMaxSuppressedTokens> suppressed = filled_suppressed();
+  bool suppresses = false;  // whether any slot is used
+
+  static constexpr std::array<std::int64_t, kMaxSuppressedTokens> filled_suppressed() {
+    std::array<std::int64_t, kMaxSuppressedTokens> ids{};
+    ids.fill(-1);
+    return ids;
+  }
 };
 
 class SessionTable {
@@ -65,7 +75,8 @@ class SessionTable {
   // A new session sharing source's first `upto` positions, with no policy.
   std::optional<SessionId> clone(SessionId source, Position upto);
   // Installs a policy; a missing seed is drawn from std::random_device.
-  // Unknown sessions are ignored.
+  // Unknown sessions are ignored; a policy sampling::check_policy refuses
+  // (e.g. one suppressing the whole vocabulary) is logged and changes nothing.
   void set_sampling(SessionId session, const SamplingParams& params,
                     std::optional<std::uint64_t> seed);
 

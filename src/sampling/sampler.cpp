@@ -29,18 +29,28 @@ struct RankBefore {
   }
 };
 
+bool listed(std::span<const Token> ids, std::size_t i) {
+  for (Token t : ids) {
+    if (t == i) return true;
+  }
+  return false;
+}
+
 // The first kept rank whose kept cumulative mass exceeds coin * kept mass;
-// the last kept rank when rounding leaves none.
+// when rounding leaves none, the last kept rank with nonzero probability (a
+// zero-probability rank may be a suppressed id).
 std::int64_t pick_kept(const float* p, std::span<const std::int32_t> kept, float coin) {
   double mass = 0.0;
   for (std::int32_t id : kept) mass += p[id];
   const double target = static_cast<double>(coin) * mass;
   double cum = 0.0;
+  std::int32_t last_live = kept.front();
   for (std::int32_t id : kept) {
     cum += p[id];
     if (target < cum) return id;
+    if (p[id] > 0.0f) last_live = id;
   }
-  return kept.back();
+  return last_live;
 }
 
 std::int64_t sample_top_k(const float* p, std::int64_t vocab, int top_k, float coin,
@@ -88,11 +98,13 @@ std::int64_t sample_top_p(const float* p, std::int64_t vocab, float top_p, float
 std::int64_t sample_in_token_order(const float* p, std::int64_t vocab, float coin) {
   double cum = 0.0;
   const double c = coin;
+  std::int64_t last_live = vocab - 1;
   for (std::int64_t i = 0; i < vocab; ++i) {
     cum += p[i];
     if (cum > c) return i;
+    if (p[i] > 0.0f) last_live = i;
   }
-  return vocab - 1;
+  return last_live;
 }
 
 bool float_like(DType dtype) {
@@ -126,11 +138,15 @@ int top_k_from_param(float value, std::int64_t vocab) {
 
 }  // namespace
 
-std::int64_t argmax_row(std::span<const float> logits) {
+std::int64_t argmax_row(std::span<const float> logits, std::span<const Token> suppressed) {
   CELLM_CHECK(!logits.empty(), "argmax of an empty row");
   std::size_t best = 0;
-  for (std::size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) {
+  while (best < logits.size() && listed(suppressed, best)) ++best;
+  // Every id suppressed: nothing to skip to, so the list is ignored.
+  if (best == logits.size()) return argmax_row(logits, {});
+  for (std::size_t i = best + 1; i < logits.size(); ++i) {
+    if ((logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) &&
+        !listed(suppressed, i)) {
       best = i;
     }
   }
@@ -138,22 +154,24 @@ std::int64_t argmax_row(std::span<const float> logits) {
 }
 
 std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p, int top_k,
-                        float coin) {
+                        float coin, std::span<const Token> suppressed) {
   CELLM_CHECK(!logits.empty(), "sampling an empty row");
-  if (!(temperature > 0.0f)) return argmax_row(logits);
+  if (!(temperature > 0.0f)) return argmax_row(logits, suppressed);
   const auto vocab = static_cast<std::int64_t>(logits.size());
   Scratch& s = scratch();
   s.probs.resize(logits.size());
   float* p = s.probs.data();
-  float max_z = -std::numeric_limits<float>::infinity();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < logits.size(); ++i) {
     // NaN logits get zero probability.
-    const float z =
-        std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i] / temperature;
-    p[i] = z;
-    max_z = std::max(max_z, z);
+    p[i] = std::isnan(logits[i]) ? kNegInf : logits[i] / temperature;
   }
-  if (!std::isfinite(max_z)) return argmax_row(logits);
+  for (Token id : suppressed) {
+    if (id < logits.size()) p[id] = kNegInf;
+  }
+  float max_z = kNegInf;
+  for (std::size_t i = 0; i < logits.size(); ++i) max_z = std::max(max_z, p[i]);
+  if (!std::isfinite(max_z)) return argmax_row(logits, suppressed);
   double sum = 0.0;
   for (std::size_t i = 0; i < logits.size(); ++i) {
     p[i] = std::exp(p[i] - max_z);
@@ -167,6 +185,27 @@ std::int64_t sample_row(std::span<const float> logits, float temperature, float 
   return sample_in_token_order(p, vocab, coin);
 }
 
+Status check_policy(const SamplingParams& params, std::int64_t vocab) {
+  if (params.suppressed_count > kMaxSuppressedTokens) {
+    return invalid_argument("sampling policy suppresses {} tokens; at most {} can be suppressed",
+                            params.suppressed_count, kMaxSuppressedTokens);
+  }
+  std::int64_t in_vocab = 0;
+  const std::span<const Token> ids = params.suppressed_tokens();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const bool repeat = std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i),
+                                  ids[i]) != ids.begin() + static_cast<std::ptrdiff_t>(i);
+    if (!repeat && vocab > 0 && ids[i] < static_cast<Token>(vocab)) ++in_vocab;
+  }
+  if (vocab > 0 && in_vocab >= vocab) {
+    return invalid_argument(
+        "sampling policy suppresses every one of the {} tokens of the vocabulary; nothing could "
+        "be sampled (lower min_tokens or drop stop tokens)",
+        vocab);
+  }
+  return Status::ok();
+}
+
 Sampler::Sampler(std::int64_t vocab_size, const SamplingParams& params, std::uint64_t seed)
     : vocab_size_(vocab_size), params_(params), rng_(seed) {}
 
@@ -174,9 +213,10 @@ std::optional<std::int64_t> Sampler::sample(std::span<const float> logits) {
   if (vocab_size_ <= 0 || static_cast<std::int64_t>(logits.size()) != vocab_size_) {
     return std::nullopt;
   }
-  if (greedy()) return argmax_row(logits);
+  if (greedy()) return argmax_row(logits, params_.suppressed_tokens());
   const float coin = rng_.next_f32();
-  return sample_row(logits, params_.temperature, params_.top_p, params_.top_k, coin);
+  return sample_row(logits, params_.temperature, params_.top_p, params_.top_k, coin,
+                    params_.suppressed_tokens());
 }
 
 std::optional<std::int64_t> Sampler::sample(std::span<const std::uint16_t> logits, DType dtype) {
@@ -215,7 +255,8 @@ void row_to_f32(const Tensor& logits, std::int64_t row, std::vector<float>& out)
   CELLM_CHECK(false, "row_to_f32 of {} logits", dtype_name(logits.dtype()));
 }
 
-Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor& params) {
+Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor& params,
+                                              const Tensor* suppressed) {
   CELLM_RETURN_IF_ERROR(check_logits(logits));
   const std::int64_t rows = logits.dim(0);
   if (params.device() != Device::kCpu || params.dtype() != DType::kF32 || params.rank() != 2 ||
@@ -223,9 +264,18 @@ Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor
     return invalid_argument("sampler params {} must be host f32[{}, {}] for logits {}",
                             params.describe(), rows, kNumParams, logits.describe());
   }
+  constexpr auto kSlots = static_cast<std::int64_t>(kMaxSuppressedTokens);
+  if (suppressed != nullptr &&
+      (suppressed->device() != Device::kCpu || suppressed->dtype() != DType::kI64 ||
+       suppressed->rank() != 2 || suppressed->dim(0) != rows || suppressed->dim(1) != kSlots ||
+       (rows > 0 && suppressed->data() == nullptr))) {
+    return invalid_argument("suppressed ids {} must be host i64[{}, {}] for logits {}",
+                            suppressed->describe(), rows, kSlots, logits.describe());
+  }
   const std::int64_t vocab = logits.dim(1);
   std::vector<std::int64_t> tokens(static_cast<std::size_t>(rows));
   std::vector<float> row;
+  std::vector<Token> banned;
   const float* prm = params.data_as<float>();
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* q = prm + r * kNumParams;
@@ -233,16 +283,23 @@ Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor
     if (!(coin >= 0.0f && coin < 1.0f) && q[kParamTemperature] > 0.0f) {
       return invalid_argument("sampler params row {}: coin {} is outside [0, 1)", r, coin);
     }
+    banned.clear();
+    if (suppressed != nullptr) {
+      for (std::int64_t id : suppressed->span<const std::int64_t>().subspan(
+               static_cast<std::size_t>(r * kSlots), static_cast<std::size_t>(kSlots))) {
+        if (id >= 0) banned.push_back(static_cast<Token>(id));
+      }
+    }
     const int top_k = top_k_from_param(q[kParamTopK], vocab);
     if (logits.dtype() == DType::kF32) {
       const float* src = logits.data_as<float>() + r * vocab;
       tokens[static_cast<std::size_t>(r)] =
           sample_row(std::span(src, static_cast<std::size_t>(vocab)), q[kParamTemperature],
-                     q[kParamTopP], top_k, coin);
+                     q[kParamTopP], top_k, coin, banned);
     } else {
       row_to_f32(logits, r, row);
       tokens[static_cast<std::size_t>(r)] =
-          sample_row(row, q[kParamTemperature], q[kParamTopP], top_k, coin);
+          sample_row(row, q[kParamTemperature], q[kParamTopP], top_k, coin, banned);
     }
   }
   return tokens;

@@ -9,6 +9,8 @@
 // ranks order p descending with ties to the lower token id; every cumulative
 // mass is accumulated in double. A row whose scaled maximum is not finite
 // (all -inf, NaN or overflow) falls back to argmax, and NaN logits never win.
+// Suppressed ids are not candidates at all: greedy rows skip them and sampled
+// rows give them zero probability before truncation.
 //
 // Thread-safety: free functions are reentrant; a Sampler has one owner.
 #pragma once
@@ -32,9 +34,11 @@ inline constexpr int kParamTopK = 2;
 inline constexpr int kParamCoin = 3;
 inline constexpr int kNumParams = 4;
 
-// Index of the first maximal logit (NaN never wins unless it is element 0 of
-// an all-NaN row). Precondition: logits is not empty.
-std::int64_t argmax_row(std::span<const float> logits);
+// Index of the first maximal logit among the ids not suppressed (NaN never
+// wins unless the row has nothing else, then the first candidate is taken).
+// A list suppressing every id is ignored (check_policy refuses such a policy
+// before it reaches a sampler). Precondition: logits is not empty.
+std::int64_t argmax_row(std::span<const float> logits, std::span<const Token> suppressed = {});
 
 // One token for one row (§4.8). temperature <= 0 (or NaN): argmax. Otherwise
 // p = softmax(logits / temperature); 0 < top_k < V keeps the top_k most
@@ -42,10 +46,18 @@ std::int64_t argmax_row(std::span<const float> logits);
 // <= top_p (so the first token crossing top_p is kept); the kept rank chosen
 // is the first with coin * kept_mass < kept_cumulative. Without truncation
 // the full distribution is sampled in token order: the first id whose
-// cumulative probability exceeds coin (clamped to V - 1).
+// cumulative probability exceeds coin. When float rounding leaves no rank
+// or id past the coin, the last candidate with nonzero probability is taken.
+// Suppressed ids have probability 0 (and the argmax fallback skips them).
 // Precondition: logits is not empty; coin in [0, 1).
 std::int64_t sample_row(std::span<const float> logits, float temperature, float top_p, int top_k,
-                        float coin);
+                        float coin, std::span<const Token> suppressed = {});
+
+// Whether `params` can be installed for a vocabulary of `vocab` ids:
+// InvalidArgument when suppressed_count exceeds kMaxSuppressedTokens or the
+// suppressed ids cover the whole vocabulary (nothing could be drawn).
+// Suppressed ids outside the vocabulary are allowed and have no effect.
+Status check_policy(const SamplingParams& params, std::int64_t vocab);
 
 // A session's sampling policy and generator. The generator advances once per
 // non-greedy draw and never for greedy ones, which is what lets a device
@@ -71,9 +83,11 @@ class Sampler {
 };
 
 // Per-row sampling of host logits [R, V] (f32, f16 or bf16) with params
-// [R, 4] f32 (temperature, top_p, top_k, coin). InvalidArgument names the
-// tensor and what is wrong with it.
-Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor& params);
+// [R, 4] f32 (temperature, top_p, top_k, coin) and, optionally, host i64
+// [R, kMaxSuppressedTokens] suppressed ids per row (-1 = empty slot).
+// InvalidArgument names the tensor and what is wrong with it.
+Result<std::vector<std::int64_t>> sample_rows(const Tensor& logits, const Tensor& params,
+                                              const Tensor* suppressed = nullptr);
 // Per-row argmax of host logits [R, V] (f32, f16 or bf16).
 Result<std::vector<std::int64_t>> argmax_rows(const Tensor& logits);
 

@@ -2,8 +2,9 @@
 
 namespace cellm::server {
 
-ChoiceText::ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher stops)
-    : stream_(std::move(stream)), stops_(std::move(stops)) {}
+ChoiceText::ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher stops,
+                       std::int64_t min_tokens)
+    : stream_(std::move(stream)), stops_(std::move(stops)), min_tokens_(min_tokens) {}
 
 std::string ChoiceText::push(std::span<const Token> tokens) {
   std::string out;
@@ -12,6 +13,10 @@ std::string ChoiceText::push(std::span<const Token> tokens) {
     tokens_ += 1;
     const std::string piece = stream_->push(t);
     if (piece.empty()) continue;
+    if (tokens_ <= min_tokens_) {
+      out += piece;
+      continue;
+    }
     text::StopMatcher::Output o = stops_.push(piece);
     out += o.text;
   }

@@ -2,6 +2,9 @@
 // model's streaming detokenizer, the text through the stop-string matcher, so
 // a stop string split across tokens is still found and nothing from the stop
 // string onwards is ever released. Counts the tokens that reached the client.
+// With min_tokens, the text of the first min_tokens tokens bypasses the
+// matcher (a stop string cannot end a choice before min_tokens, as EOS
+// cannot); matching starts with the text that follows.
 //
 // Thread-safety: one ChoiceText per choice, used by one thread.
 #pragma once
@@ -20,7 +23,8 @@ namespace cellm::server {
 
 class ChoiceText {
  public:
-  ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher stops);
+  ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher stops,
+             std::int64_t min_tokens = 0);
 
   // Text that became final with `tokens`. Once a stop string matched, the
   // remaining tokens (of this call and later ones) are neither shown nor
@@ -36,6 +40,7 @@ class ChoiceText {
  private:
   std::unique_ptr<TokenTextStream> stream_;
   text::StopMatcher stops_;
+  std::int64_t min_tokens_;
   std::int64_t tokens_ = 0;
   bool finished_ = false;
 };

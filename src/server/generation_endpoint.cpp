@@ -138,14 +138,6 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   const GenerationRequest& r = *parsed;
   GenerationService& svc = *state->service;
 
-  if (r.min_tokens > 0) {
-    // The runner samples on the device and cannot mask EOS logits, so the
-    // promise "no EOS before min_tokens" cannot be kept; refuse rather than
-    // emulate it with text that continues past an end-of-sequence token.
-    return refuse(invalid_argument("'min_tokens' is not supported: cellm cannot suppress the "
-                                   "end-of-sequence token; use ignore_eos with max_tokens instead"),
-                  "min_tokens");
-  }
   if (!r.model.empty() && r.model != state->model_name) {
     return refuse(not_found("the model '{}' does not exist here; this server serves '{}'", r.model,
                             state->model_name),
@@ -173,10 +165,18 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
                       : "max_tokens");
   }
 
+  if (r.min_tokens > max_new) {
+    return refuse(invalid_argument("min_tokens {} exceeds the {} tokens this prompt can still "
+                                   "generate (max_tokens or what the context leaves)",
+                                   r.min_tokens, max_new),
+                  "min_tokens");
+  }
+
   GenerationSpec spec;
   spec.prompt = std::move(prompt.tokens);
   spec.n = r.n;
   spec.max_new_tokens = max_new;
+  spec.min_new_tokens = r.min_tokens;
   spec.sampling.temperature = r.temperature;
   spec.sampling.top_p = r.top_p;
   spec.sampling.top_k = r.top_k;
@@ -192,6 +192,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   setup.include_usage = r.include_usage;
   setup.prompt_tokens = prompt_len;
   setup.stop = r.stop;
+  setup.min_tokens = r.min_tokens;
   setup.arrival = arrival;
   setup.record_prefix_lookup = svc.prefix_caching();
   Result<std::shared_ptr<GenerationRun>> created = GenerationRun::create(setup, svc, metrics);

@@ -55,7 +55,7 @@ Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
   for (ChoiceState& c : run->choices_) {
     Result<text::StopMatcher> stops = text::StopMatcher::create(run->setup_.stop);
     if (!stops.ok()) return stops.status();
-    c.text.emplace(service.text_stream(), std::move(*stops));
+    c.text.emplace(service.text_stream(), std::move(*stops), run->setup_.min_tokens);
   }
   return run;
 }

@@ -43,6 +43,8 @@ struct GenerationSpec {
   std::vector<Token> prompt;  // non-empty
   std::int32_t n = 1;         // choices sharing the prompt
   std::int64_t max_new_tokens = 1;
+  // EOS (unless ignore_eos) is not sampled before this many tokens.
+  std::int64_t min_new_tokens = 0;
   SamplingParams sampling;
   std::optional<std::uint64_t> seed;  // choice i uses seed + i
   bool ignore_eos = false;

@@ -115,6 +115,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   auto config_for = [&](std::int32_t choice) {
     GenConfig c;
     c.max_new_tokens = spec.max_new_tokens;
+    c.min_new_tokens = spec.min_new_tokens;
     c.sampling = spec.sampling;
     if (!spec.ignore_eos) c.stop_tokens = config_.stop_tokens;
     if (spec.seed) c.seed = *spec.seed + static_cast<std::uint64_t>(choice);

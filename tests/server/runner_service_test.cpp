@@ -4,6 +4,7 @@
 // the whole stack behind the HTTP server.
 #include "server/runner_service.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -188,7 +189,9 @@ TEST(RunnerServiceTest, StopTokensEndChoicesUnlessIgnored) {
 TEST(RunnerServiceTest, DestroyingAJobCancelsItAndFreesItsSessions) {
   Stack s(0);
   auto channel = std::make_shared<EventChannel>();
-  GenerationSpec spec = spec_for("long one", 2, 400, 1);
+  // No token limit that the engine could reach before the job is destroyed
+  // (400 was reached on a fast run, ending choice 0 by length instead).
+  GenerationSpec spec = spec_for("long one", 2, std::int64_t{1} << 40, 1);
   Result<std::unique_ptr<GenerationJob>> job =
       s.service->start(spec, [channel](ChoiceEvent e) { channel->push(std::move(e)); }, {});
   ASSERT_TRUE(job.ok()) << job.status().to_string();
@@ -198,15 +201,19 @@ TEST(RunnerServiceTest, DestroyingAJobCancelsItAndFreesItsSessions) {
   // Both choices report their cancellation; on a loaded machine the two
   // terminal events may arrive some time apart, so collect until both came.
   std::set<int> cancelled;
+  std::string seen;  // every terminal event, for the failure message
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (cancelled.size() < 2 && std::chrono::steady_clock::now() < deadline) {
     std::vector<ChoiceEvent> events;
     channel->wait(&events, 50ms);
     for (const ChoiceEvent& e : events) {
+      if (e.finish) {
+        seen += fmt::format(" choice {}: {} {};", e.choice, finish_reason_name(*e.finish), e.error);
+      }
       if (e.finish == FinishReason::kCancelled) cancelled.insert(e.choice);
     }
   }
-  EXPECT_EQ(cancelled, (std::set<int>{0, 1}));
+  EXPECT_EQ(cancelled, (std::set<int>{0, 1})) << seen;
 }
 
 TEST(RunnerServiceTest, ServesOverHttpWithCachedTokensInUsage) {

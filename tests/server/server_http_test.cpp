@@ -113,9 +113,15 @@ TEST(ServerHttpTest, PromptLongerThanTheContextIs400) {
 }
 
 TEST(ServerHttpTest, MinTokensWrongModelAndTemplateErrorsAreRefused) {
-  TestServer ts;
-  expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"min_tokens", 2}}), 400,
-               "min_tokens", "not supported");
+  FakeService::Knobs k;
+  k.context = 16;
+  TestServer ts({}, k);
+  // BOS + "abc" leaves 12 tokens: min_tokens may not ask for more.
+  expect_error(ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 13}}), 400,
+               "min_tokens", "exceeds the 12 tokens");
+  expect_error(ts.post("/v1/completions",
+                       json{{"prompt", "abc"}, {"min_tokens", 5}, {"max_tokens", 4}}),
+               400, "min_tokens");
   expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"model", "gpt-9"}}), 404, "model",
                "gpt-9");
   expect_error(ts.post("/v1/chat/completions",
@@ -123,11 +129,17 @@ TEST(ServerHttpTest, MinTokensWrongModelAndTemplateErrorsAreRefused) {
                                                            {"content", "BREAK_TEMPLATE"}}})}}),
                400, "messages", "template");
   EXPECT_EQ(ts.service().specs().size(), 0u);
-  // min_tokens 0 and the served name are fine.
+  // min_tokens up to max_tokens and the served name are fine; min_tokens
+  // reaches the service.
   EXPECT_EQ(ts.post("/v1/completions",
                     json{{"prompt", "a"}, {"min_tokens", 0}, {"model", "fake-model"}})
                 .status,
             200);
+  EXPECT_EQ(ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 12}}).status, 200);
+  ASSERT_EQ(ts.service().specs().size(), 2u);
+  EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 0);
+  EXPECT_EQ(ts.service().specs()[1].min_new_tokens, 12);
+  EXPECT_EQ(ts.service().specs()[1].max_new_tokens, 12);
 }
 
 TEST(ServerHttpTest, CompletionReturnsTextFinishReasonAndUsage) {
