@@ -78,6 +78,9 @@ class CudaProgram final : public program::Program {
   // Sampler staging.
   PinnedBuffer<float> params_host_;    // [max_step, 4]
   DeviceBuffer<float> params_device_;  // [max_step, 4]
+  // The sample method's optional suppressed ids, [max_step, kSampleMaxSuppressed].
+  PinnedBuffer<std::int32_t> suppressed_host_;
+  DeviceBuffer<std::int32_t> suppressed_device_;
   PinnedBuffer<std::int32_t> tokens_host_;
   DeviceBuffer<std::int32_t> tokens_device_;
   std::vector<std::int64_t> sampled_;
@@ -126,6 +129,10 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
   std::memset(p->staging_.data(), 0, p->staging_.bytes());
   CELLM_ASSIGN_OR_RETURN(p->params_host_, PinnedBuffer<float>::allocate(steps * 4));
   CELLM_ASSIGN_OR_RETURN(p->params_device_, DeviceBuffer<float>::allocate(steps * 4));
+  CELLM_ASSIGN_OR_RETURN(p->suppressed_host_,
+                         PinnedBuffer<std::int32_t>::allocate(steps * kSampleMaxSuppressed));
+  CELLM_ASSIGN_OR_RETURN(p->suppressed_device_,
+                         DeviceBuffer<std::int32_t>::allocate(steps * kSampleMaxSuppressed));
   CELLM_ASSIGN_OR_RETURN(p->tokens_host_, PinnedBuffer<std::int32_t>::allocate(steps));
   CELLM_ASSIGN_OR_RETURN(p->tokens_device_, DeviceBuffer<std::int32_t>::allocate(steps));
   CELLM_LOG_INFO("cuda: weights {} MiB, workspace {} MiB, KV pool {} cells ({} MiB)",
@@ -293,9 +300,11 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
                                                      const program::MethodEntry& method,
                                                      std::span<const Tensor> inputs) {
   const bool argmax = method.kind == MethodKind::kArgmax;
-  const std::size_t want = argmax ? 1 : 2;
-  if (inputs.size() != want) {
-    return invalid_argument("{}: takes {} inputs, got {}", name, want, inputs.size());
+  // sample: logits, params and optionally the suppressed ids.
+  if (argmax ? inputs.size() != 1 : (inputs.size() != 2 && inputs.size() != 3)) {
+    return invalid_argument("{}: takes {} inputs, got {}", name,
+                            argmax ? "1 (logits)" : "2 or 3 (logits, params[, suppressed])",
+                            inputs.size());
   }
   const Tensor& logits = inputs[0];
   const std::int64_t vocab = spec().vocab_size;
@@ -325,6 +334,24 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
                                      static_cast<std::size_t>(rows) * 4 * sizeof(float),
                                      cudaMemcpyHostToDevice, stream_.get()));
     p.params = params_device_.data();
+    if (inputs.size() == 3) {
+      const Tensor& ids = inputs[2];
+      CELLM_RETURN_IF_ERROR(program::check_host_input(name, "suppressed", ids, DType::kI64, 2));
+      if (ids.dim(0) != rows || ids.dim(1) != kSampleMaxSuppressed) {
+        return invalid_argument("{}: suppressed ids must be i64 [{}, {}] (-1: empty), got {}", name,
+                                rows, kSampleMaxSuppressed, ids.describe());
+      }
+      const std::span<const std::int64_t> src = ids.span<const std::int64_t>();
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        // Anything outside the vocabulary suppresses nothing.
+        suppressed_host_.data()[i] =
+            src[i] >= 0 && src[i] < vocab ? static_cast<std::int32_t>(src[i]) : -1;
+      }
+      CELLM_CUDA_CHECK(cudaMemcpyAsync(suppressed_device_.data(), suppressed_host_.data(),
+                                       src.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                       stream_.get()));
+      p.suppressed = suppressed_device_.data();
+    }
     launch_sample(p, stream_.get());
   }
   CELLM_CUDA_CHECK(cudaMemcpyAsync(tokens_host_.data(), tokens_device_.data(),

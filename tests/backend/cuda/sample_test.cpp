@@ -169,6 +169,34 @@ std::vector<std::int32_t> run_sampler(const std::vector<float>& logits, int rows
   return out.download();
 }
 
+// Same as run_sampler with per-row suppressed ids ([rows, kSampleMaxSuppressed],
+// -1 = empty); `argmax` launches sample_argmax instead.
+std::vector<std::int32_t> run_suppressed(const std::vector<float>& logits, int rows, int vocab,
+                                         const std::vector<RowParams>& params,
+                                         const std::vector<std::int32_t>& banned, bool argmax) {
+  DeviceArray<float> dl(logits);
+  std::vector<float> flat;
+  for (const auto& r : params) flat.insert(flat.end(), {r.temperature, r.top_p, r.top_k, r.coin});
+  DeviceArray<float> dp(flat);
+  DeviceArray<std::int32_t> db(banned);
+  DeviceArray<std::int32_t> out(rows);
+  out.poison();
+  SampleParams p{.logits = dl.data(),
+                 .params = dp.data(),
+                 .out = out.data(),
+                 .suppressed = db.data(),
+                 .logits_stride = vocab,
+                 .rows = rows,
+                 .vocab = vocab};
+  EXPECT_TRUE(p.validate().is_ok());
+  if (argmax) {
+    launch_sample_argmax(p, nullptr);
+  } else {
+    launch_sample(p, nullptr);
+  }
+  return out.download();
+}
+
 std::vector<RowParams> policy_mix(int vocab, std::mt19937& rng) {
   std::uniform_real_distribution<float> coin(0.0f, 1.0f);
   std::vector<RowParams> rows = {
@@ -299,6 +327,56 @@ TEST(SampleTest, EmpiricalDistributionMatchesSoftmax) {
   double z = 0.0;
   for (float x : one) z += std::exp(double(x));
   for (int i = 0; i < vocab; ++i) EXPECT_NEAR(freq[i], std::exp(double(one[i])) / z, 0.03);
+}
+
+// Suppressed ids (min_tokens): never drawn, and otherwise the same draw as
+// the row with those logits set to -inf by hand, even when the suppressed ids
+// hold nearly all the mass or the argmax.
+TEST(SampleTest, SuppressedIdsAreNeverDrawn) {
+  CELLM_REQUIRE_GPU();
+  for (const int vocab : {384, 262144}) {
+    std::mt19937 rng(6 + vocab);
+    auto rows = policy_mix(vocab, rng);
+    const int n = static_cast<int>(rows.size());
+    auto logits = random_logits(n, vocab, 2.0f, rng);
+    std::vector<std::int32_t> banned(static_cast<std::size_t>(n) * kSampleMaxSuppressed, -1);
+    std::uniform_int_distribution<int> any_id(0, vocab - 1);
+    auto masked = logits;
+    for (int r = 0; r < n; ++r) {
+      float* row = logits.data() + static_cast<std::size_t>(r) * vocab;
+      const int slots = r % (kSampleMaxSuppressed + 1);
+      for (int j = 0; j < slots; ++j) {
+        // Slot 0 takes the row's argmax; odd rows also pile the mass there.
+        const int id = j == 0 ? host_argmax(row, vocab) : any_id(rng);
+        if (j == 0 && r % 2 == 1) row[id] = 60.0f;
+        banned[static_cast<std::size_t>(r) * kSampleMaxSuppressed + j] = id;
+      }
+      if (r == n - 1) banned[static_cast<std::size_t>(r) * kSampleMaxSuppressed] = vocab + 5;
+    }
+    masked = logits;
+    for (int r = 0; r < n; ++r) {
+      for (int j = 0; j < kSampleMaxSuppressed; ++j) {
+        const int id = banned[static_cast<std::size_t>(r) * kSampleMaxSuppressed + j];
+        if (id >= 0 && id < vocab) masked[static_cast<std::size_t>(r) * vocab + id] = -INFINITY;
+      }
+    }
+    const auto got = run_suppressed(logits, n, vocab, rows, banned, false);
+    const auto reference = run_sampler(masked, n, vocab, rows);
+    const auto greedy = run_suppressed(logits, n, vocab, rows, banned, true);
+    for (int r = 0; r < n; ++r) {
+      for (int j = 0; j < kSampleMaxSuppressed; ++j) {
+        const int id = banned[static_cast<std::size_t>(r) * kSampleMaxSuppressed + j];
+        EXPECT_NE(got[r], id) << "row " << r << " vocab " << vocab;
+        EXPECT_NE(greedy[r], id) << "row " << r << " vocab " << vocab;
+      }
+      EXPECT_EQ(got[r], reference[r]) << "row " << r << " vocab " << vocab;
+      EXPECT_EQ(greedy[r], host_argmax(masked.data() + static_cast<std::size_t>(r) * vocab, vocab))
+          << "row " << r << " vocab " << vocab;
+      const SpecRow spec(masked.data() + static_cast<std::size_t>(r) * vocab, vocab,
+                         rows[r].temperature, false);
+      EXPECT_TRUE(spec.accepts(got[r], rows[r])) << "row " << r << " vocab " << vocab;
+    }
+  }
 }
 
 TEST(SampleTest, SameInputsGiveSameTokens) {

@@ -1,8 +1,12 @@
 #include "backend/cuda/kernels/sample.cuh"
 
 #include "backend/cuda/kernels/validate_util.h"
+#include "cellm/types.h"
 
 namespace cellm::cuda {
+
+static_assert(kSampleMaxSuppressed == static_cast<int>(kMaxSuppressedTokens),
+              "the device suppressed-id row must hold a SamplingParams list");
 
 Status SampleParams::validate_argmax() const {
   CELLM_RETURN_IF_ERROR(require_ptr(logits, "sample", "logits"));

@@ -17,6 +17,34 @@ struct ArgMax {
   int index;
 };
 
+// A row's suppressed ids, staged in shared memory (slots past `count` unused).
+struct Banned {
+  int ids[kSampleMaxSuppressed];
+  int count;
+
+  __device__ __forceinline__ bool has(int i) const {
+    for (int j = 0; j < count; ++j) {
+      if (ids[j] == i) return true;
+    }
+    return false;
+  }
+};
+
+// Every thread of the block must call it; ids outside the vocabulary are
+// dropped since they could never be drawn.
+__device__ void load_banned(const SampleParams& p, int r, Banned& banned) {
+  if (threadIdx.x == 0) {
+    banned.count = 0;
+    if (p.suppressed != nullptr) {
+      for (int j = 0; j < kSampleMaxSuppressed; ++j) {
+        const int id = p.suppressed[static_cast<std::int64_t>(r) * kSampleMaxSuppressed + j];
+        if (id >= 0 && id < p.vocab) banned.ids[banned.count++] = id;
+      }
+    }
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
   return v > best || (v == best && i < best_i);
 }
@@ -38,11 +66,14 @@ __device__ __forceinline__ void warp_argmax(float& best, int& best_i) {
 // so every thread gets the same, deterministic result without a serial loop.
 static_assert(kWarps == 32, "block reductions assume 32 warps of partials");
 
-// Max and first arg-max of a row; every thread gets the result.
-__device__ __forceinline__ ArgMax block_argmax(const float* row, int vocab, ArgMax* scratch) {
+// Max and first arg-max of a row's candidates (suppressed ids excluded);
+// every thread gets the result.
+__device__ __forceinline__ ArgMax block_argmax(const float* row, int vocab, const Banned& banned,
+                                               ArgMax* scratch) {
   float best = -INFINITY;
   int best_i = vocab;  // sentinel: loses every tie
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    if (banned.has(i)) continue;
     const float v = row[i];
     if (better(v, i, best, best_i)) {
       best = v;
@@ -57,8 +88,13 @@ __device__ __forceinline__ ArgMax block_argmax(const float* row, int vocab, ArgM
   best = scratch[lane].value;
   best_i = scratch[lane].index;
   warp_argmax(best, best_i);
-  __syncthreads();                  // scratch may be reused
-  if (best_i >= vocab) best_i = 0;  // all NaN / -inf
+  __syncthreads();  // scratch may be reused
+  if (best_i >= vocab) {
+    // All NaN: the first candidate, as the host takes (0 if none is left).
+    best_i = 0;
+    while (best_i < vocab && banned.has(best_i)) ++best_i;
+    if (best_i >= vocab) best_i = 0;
+  }
   return ArgMax{best, best_i};
 }
 
@@ -125,18 +161,39 @@ __device__ u64 block_exclusive_scan_u64(u64 value, u64* scratch) {
 }
 
 // The row's probabilities, recomputed bit-identically wherever needed.
+// Suppressed ids read as -inf, so their probability is exactly 0.
 struct Softmax {
   const float* row;
+  const Banned* banned;
   int vocab;
   float temperature;
   float max_scaled;  // max of x / T
   float sum;         // Z
 
+  __device__ __forceinline__ float logit(int i) const {
+    return banned->has(i) ? -INFINITY : row[i];
+  }
   __device__ __forceinline__ float prob(int i) const {
-    const float y = __fdiv_rn(row[i], temperature);
+    const float y = __fdiv_rn(logit(i), temperature);
     return __fdiv_rn(expf(__fsub_rn(y, max_scaled)), sum);
   }
 };
+
+// The largest id whose probability is nonzero (-1 when none); every thread
+// gets the result.
+__device__ int block_last_live(const Softmax& sm, int* slot) {
+  if (threadIdx.x == 0) *slot = -1;
+  __syncthreads();
+  int last = -1;
+  for (int i = threadIdx.x; i < sm.vocab; i += kThreads) {
+    if (sm.prob(i) > 0.0f) last = i;
+  }
+  if (last >= 0) atomicMax(slot, last);
+  __syncthreads();
+  const int result = *slot;
+  __syncthreads();
+  return result;
+}
 
 __device__ __forceinline__ u64 fixed(float p) {
   return __double2ull_rz(static_cast<double>(p) * kFixedOne);
@@ -283,8 +340,10 @@ __device__ int nth_with_bits(const Softmax& sm, unsigned bits, u64 j, u64* scan_
 __global__ void __launch_bounds__(kThreads)
     sample_argmax_kernel(const __grid_constant__ SampleParams p) {
   __shared__ ArgMax scratch[kWarps];
+  __shared__ Banned banned;
+  load_banned(p, static_cast<int>(blockIdx.x), banned);
   const float* row = p.logits + static_cast<std::int64_t>(blockIdx.x) * p.logits_stride;
-  const ArgMax best = block_argmax(row, p.vocab, scratch);
+  const ArgMax best = block_argmax(row, p.vocab, banned, scratch);
   if (threadIdx.x == 0) p.out[blockIdx.x] = best.index;
 }
 
@@ -294,8 +353,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   __shared__ u64 u64_scratch[kWarps];
   __shared__ SelectShared select_shared;
   __shared__ int found_index;
+  __shared__ Banned banned;
 
   const int r = blockIdx.x;
+  load_banned(p, r, banned);
   const float* row = p.logits + static_cast<std::int64_t>(r) * p.logits_stride;
   const float temperature = p.params[r * kSampleParamsPerRow + 0];
   const float top_p = p.params[r * kSampleParamsPerRow + 1];
@@ -303,15 +364,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
   const float coin = p.params[r * kSampleParamsPerRow + 3];
   const int vocab = p.vocab;
 
-  const ArgMax greedy = block_argmax(row, vocab, argmax_scratch);
+  const ArgMax greedy = block_argmax(row, vocab, banned, argmax_scratch);
   if (!(temperature > 0.0f) || greedy.value == -INFINITY || isnan(greedy.value)) {
     if (threadIdx.x == 0) p.out[r] = greedy.index;
     return;
   }
-  Softmax sm{row, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
+  Softmax sm{row, &banned, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
   float partial = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    partial += expf(__fsub_rn(__fdiv_rn(row[i], temperature), sm.max_scaled));
+    partial += expf(__fsub_rn(__fdiv_rn(sm.logit(i), temperature), sm.max_scaled));
   }
   sm.sum = block_sum_f32(partial, f32_scratch);
 
@@ -333,7 +394,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
       count += running <= coin_fixed ? 1 : 0;
     }
     const u64 total = block_sum_u64(count, u64_scratch);
-    if (threadIdx.x == 0) p.out[r] = static_cast<int>(min(total, static_cast<u64>(vocab - 1)));
+    if (total < static_cast<u64>(vocab)) {
+      if (threadIdx.x == 0) p.out[r] = static_cast<int>(total);
+      return;
+    }
+    // Rounding left no id past the coin: the last one that can be drawn.
+    const int last = block_last_live(sm, &found_index);
+    if (threadIdx.x == 0) p.out[r] = last >= 0 ? last : vocab - 1;
     return;
   }
 

@@ -21,6 +21,12 @@
 // (~1e-7 relative) of a boundary. The same inputs always give the same token.
 // Rows whose logits are all -inf or contain NaN return an in-range token only.
 //
+// Suppressed ids (optional, both kernels): suppressed[r * kSampleMaxSuppressed
+// + j], -1 for an empty slot. A suppressed id is no candidate: the argmax
+// skips it and its probability is 0 (its logit counts as -inf), as the host
+// sampler does; when rounding leaves no id past the coin, the last id with
+// nonzero probability is taken instead of vocab - 1.
+//
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
 
@@ -37,11 +43,13 @@ class Status;
 namespace cellm::cuda {
 
 inline constexpr int kSampleParamsPerRow = 4;  // temperature, top_p, top_k, coin
+inline constexpr int kSampleMaxSuppressed = 8;  // = cellm::kMaxSuppressedTokens
 
 struct SampleParams {
   const float* logits = nullptr;  // [rows, logits_stride], first `vocab` columns used
   const float* params = nullptr;  // [rows, 4]; unused by sample_argmax
   std::int32_t* out = nullptr;    // [rows]
+  const std::int32_t* suppressed = nullptr;  // [rows, kSampleMaxSuppressed] or null
   std::int64_t logits_stride = 0;
   std::int32_t rows = 0;
   std::int32_t vocab = 0;
