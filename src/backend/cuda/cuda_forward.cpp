@@ -7,10 +7,12 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/embedding.cuh"
 #include "backend/cuda/kernels/gated_mlp.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kv_scatter.cuh"
 #include "backend/cuda/kernels/qk_norm.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/rope.cuh"
+#include "backend/cuda/kernels/rope_scatter.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/rope_table.h"
@@ -46,6 +48,9 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
   return bf16_elems * sizeof(bf16) + t * static_cast<std::size_t>(s.vocab_size) * sizeof(float) +
          attention_decode_workspace_bytes(static_cast<std::int64_t>(decode_width), s.num_heads,
                                           s.head_dim, kAttentionMaxSplits) +
+         attention_decode_v2_counters(static_cast<std::int64_t>(decode_width), s.num_heads,
+                                      s.num_kv_heads) *
+             sizeof(std::int32_t) +
          GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t);
 }
 
@@ -91,6 +96,11 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
                                  sizeof(float) +
                              1));
   CELLM_RETURN_IF_ERROR(alloc(f->gemm_ws_, f->gemm_.workspace_bytes()));
+  // Decode v2's counters must start at zero; every completed launch leaves them so.
+  CELLM_RETURN_IF_ERROR(
+      alloc(f->attn_counters_,
+            attention_decode_v2_counters(decode_width, spec.num_heads, spec.num_kv_heads)));
+  CELLM_CUDA_CHECK(cudaMemset(f->attn_counters_.data(), 0, f->attn_counters_.bytes()));
   // K/V pools: every layer keeps a full pool; windows only bound the reads.
   CELLM_RETURN_IF_ERROR(
       alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec) / sizeof(bf16)));
@@ -119,7 +129,8 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
 
 std::size_t CudaForward::workspace_bytes() const {
   return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
-         gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + gemm_ws_.bytes() + step_.bytes();
+         gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + attn_counters_.bytes() +
+         gemm_ws_.bytes() + step_.bytes();
 }
 
 Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
@@ -136,6 +147,25 @@ Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len)
 Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, void* out, DType out_dtype, std::int32_t m,
                          const bf16* bias, cudaStream_t stream) {
+  if (active_.gemv && m <= std::min(active_.gemv_max_rows, kGemvMaxRows)) {
+    GemvParams g;
+    g.a = a;
+    g.w = w;
+    g.bias = bias;
+    g.out = out;
+    g.out_f32 = out_dtype == DType::kF32;
+    g.m = m;
+    g.n = static_cast<std::int32_t>(n);
+    g.k = static_cast<std::int32_t>(k);
+    g.lda = lda;
+    g.ldw = k;
+    g.ldc = n;
+    // Geometry the GEMV does not take (k not a multiple of 8, ...) stays on cuBLASLt.
+    if (g.validate().is_ok()) {
+      launch_gemv(g, stream);
+      return Status::ok();
+    }
+  }
   GemmArgs args;
   args.a = a;
   args.b = w;
@@ -202,11 +232,16 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     launch_rms_norm(p, stream);
   };
 
-  const std::int32_t splits =
-      shape.decode_attention
-          ? std::min(kAttentionMaxSplits, attention_decode_splits(w, s.num_heads, s.num_kv_heads,
-                                                                  table_stride_, sm_count_))
-          : 1;
+  active_ = shape.kernels;
+  const bool decode_v2 = shape.kernels.decode_attention == DecodeAttention::kV2;
+  std::int32_t splits = 1;
+  if (shape.decode_attention) {
+    splits = decode_v2 ? attention_decode_v2_splits(w, s.num_heads, s.num_kv_heads, table_stride_,
+                                                    sm_count_, shape.kernels.decode_split_keys)
+                       : attention_decode_splits(w, s.num_heads, s.num_kv_heads, table_stride_,
+                                                 sm_count_);
+    splits = std::min(kAttentionMaxSplits, splits);
+  }
   for (int l = 0; l < s.num_layers; ++l) {
     const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
     const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
@@ -238,38 +273,67 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       p.weight_offset = offset;
       launch_qk_norm(p, stream);
     }
-    RopeParams rope;
-    rope.q = q;
-    rope.k = k;
-    rope.positions = positions;
-    rope.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
-    rope.q_stride = qkv_dim_;
-    rope.k_stride = qkv_dim_;
-    rope.num_tokens = w;
-    rope.num_heads = s.num_heads;
-    rope.num_kv_heads = s.num_kv_heads;
-    rope.head_dim = s.head_dim;
-    rope.rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
-    launch_rope(rope, stream);
+    const std::int32_t rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
+    // The tables are shared by every layer: the first layer's scatter writes them.
+    std::int32_t* table_writes = l == 0 ? table_.data() : nullptr;
+    if (shape.kernels.fused_rope && rope_scatter_supported(s.head_dim, rotary_dim)) {
+      RopeScatterParams rs;
+      rs.q = q;
+      rs.k = k;
+      rs.v = v;
+      rs.k_pool = k_pool;
+      rs.v_pool = v_pool;
+      rs.cells = cells;
+      rs.seq_slots = slots;
+      rs.positions = positions;
+      rs.cell_table = table_writes;
+      rs.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
+      rs.q_stride = qkv_dim_;
+      rs.k_stride = qkv_dim_;
+      rs.v_stride = qkv_dim_;
+      rs.num_tokens = w;
+      rs.num_heads = s.num_heads;
+      rs.num_kv_heads = s.num_kv_heads;
+      rs.head_dim = s.head_dim;
+      rs.rotary_dim = rotary_dim;
+      rs.max_cells = kv_cells_;
+      rs.max_seqs = max_seqs_;
+      rs.table_stride = table_stride_;
+      launch_rope_scatter(rs, stream);
+    } else {
+      RopeParams rope;
+      rope.q = q;
+      rope.k = k;
+      rope.positions = positions;
+      rope.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
+      rope.q_stride = qkv_dim_;
+      rope.k_stride = qkv_dim_;
+      rope.num_tokens = w;
+      rope.num_heads = s.num_heads;
+      rope.num_kv_heads = s.num_kv_heads;
+      rope.head_dim = s.head_dim;
+      rope.rotary_dim = rotary_dim;
+      launch_rope(rope, stream);
 
-    KvScatterParams sc;
-    sc.k = k;
-    sc.v = v;
-    sc.k_pool = k_pool;
-    sc.v_pool = v_pool;
-    sc.cells = cells;
-    sc.seq_slots = slots;
-    sc.positions = positions;
-    sc.cell_table = l == 0 ? table_.data() : nullptr;  // the tables are shared by every layer
-    sc.k_stride = qkv_dim_;
-    sc.v_stride = qkv_dim_;
-    sc.num_tokens = w;
-    sc.num_kv_heads = s.num_kv_heads;
-    sc.head_dim = s.head_dim;
-    sc.max_cells = kv_cells_;
-    sc.max_seqs = max_seqs_;
-    sc.table_stride = table_stride_;
-    launch_kv_scatter(sc, stream);
+      KvScatterParams sc;
+      sc.k = k;
+      sc.v = v;
+      sc.k_pool = k_pool;
+      sc.v_pool = v_pool;
+      sc.cells = cells;
+      sc.seq_slots = slots;
+      sc.positions = positions;
+      sc.cell_table = table_writes;
+      sc.k_stride = qkv_dim_;
+      sc.v_stride = qkv_dim_;
+      sc.num_tokens = w;
+      sc.num_kv_heads = s.num_kv_heads;
+      sc.head_dim = s.head_dim;
+      sc.max_cells = kv_cells_;
+      sc.max_seqs = max_seqs_;
+      sc.table_stride = table_stride_;
+      launch_kv_scatter(sc, stream);
+    }
 
     AttentionParams at;
     at.q = q;
@@ -293,7 +357,11 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     at.softcap = s.attn_logit_softcap.value_or(0.0f);
     at.num_splits = splits;
     at.workspace = attn_ws_.data();
-    if (shape.decode_attention) {
+    at.split_min_keys = shape.kernels.decode_split_keys;
+    at.counters = attn_counters_.data();
+    if (shape.decode_attention && decode_v2) {
+      launch_attention_decode_v2(at, stream);
+    } else if (shape.decode_attention) {
       launch_attention_decode(at, stream);
     } else {
       launch_attention_prefill(at, stream);

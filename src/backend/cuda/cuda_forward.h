@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_types.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels/kernel_choice.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "model/model_spec.h"
@@ -34,6 +35,7 @@ struct ForwardShape {
   std::int32_t width = 0;        // token rows, padding included
   std::int32_t rows = 0;         // selected rows (logits rows)
   bool decode_attention = true;  // split-KV kernel; else flash-prefill tiles
+  KernelChoice kernels{};        // variants to launch (a captured graph keeps its own)
 };
 
 class CudaForward {
@@ -94,8 +96,10 @@ class CudaForward {
   DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;
   DeviceBuffer<float> logits_;
   DeviceBuffer<float> attn_ws_;
+  DeviceBuffer<std::int32_t> attn_counters_;  // decode v2's split counters, kept zero
   DeviceBuffer<std::byte> gemm_ws_;
   std::int32_t max_decode_splits_ = 1;
+  KernelChoice active_{};  // the enqueue in progress
 };
 
 }  // namespace cellm::cuda

@@ -71,6 +71,7 @@ class CudaProgram final : public program::Program {
   Stream stream_;
   PinnedBuffer<std::int32_t> staging_;  // [5, max_step], mirrors the device step buffer
   std::map<std::int32_t, GraphExec> graphs_;
+  KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.
   std::vector<std::uint64_t> table_epoch_;
@@ -190,7 +191,11 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
   stage_padding_step(method.width);
   CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(), staging_.bytes(),
                                    cudaMemcpyHostToDevice, stream_.get()));
-  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method)};
+  if (graph_kernels_ != knobs.kernels) {
+    graphs_.clear();
+    graph_kernels_ = knobs.kernels;
+  }
+  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
   CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
   stream_.synchronize();
   GraphExec::begin_capture(stream_.get());
@@ -211,7 +216,8 @@ Status CudaProgram::load_method(std::string_view name) {
   if (forward && cache_ == nullptr) {
     return invalid_argument("load_method '{}': bind a CellCache first", name);
   }
-  if (m->kind == MethodKind::kStatic && knobs.use_graphs && !graphs_.contains(m->width)) {
+  if (m->kind == MethodKind::kStatic && knobs.use_graphs &&
+      (!graphs_.contains(m->width) || graph_kernels_ != knobs.kernels)) {
     CELLM_RETURN_IF_ERROR(capture(std::string(name), *m));
   }
   m->loaded = true;
@@ -275,11 +281,11 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(), staging_.bytes(),
                                    cudaMemcpyHostToDevice, stream_.get()));
   auto graph = graphs_.find(width);
-  if (is_static && knobs.use_graphs && graph != graphs_.end()) {
+  if (is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
     graph->second.launch(stream_.get());
   } else {
     CELLM_RETURN_IF_ERROR(forward_->enqueue(
-        ForwardShape{width, computed, uses_decode_kernel(method)}, stream_.get()));
+        ForwardShape{width, computed, uses_decode_kernel(method), knobs.kernels}, stream_.get()));
   }
   const std::int64_t vocab = spec().vocab_size;
   std::vector<Tensor> out;

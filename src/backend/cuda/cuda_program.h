@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/kernels/kernel_choice.h"
 #include "cellm/status.h"
 #include "model/model_spec.h"
 #include "model/weights.h"
@@ -44,8 +45,12 @@ Result<std::unique_ptr<program::Program>> load_random_program(
 Result<Tensor> copy_to_host(const Tensor& tensor);
 
 // Options a program can toggle after creation (tests compare both ways).
+// `kernels` starts from the environment (kernel_choice.h); a change applies
+// to the next step: graphs captured for other kernels are captured again on
+// load_method and are not replayed meanwhile (those steps run eagerly).
 struct CudaProgramKnobs {
   bool use_graphs = true;
+  KernelChoice kernels = kernel_choice_from_env();
 };
 // The knobs of a program made by this backend; null for other programs.
 CudaProgramKnobs* cuda_program_knobs(program::Program& program);

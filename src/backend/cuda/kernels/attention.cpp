@@ -1,7 +1,8 @@
+#include "backend/cuda/kernels/attention.cuh"
+
 #include <algorithm>
 
 #include "backend/cuda/dispatch.h"
-#include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/validate_util.h"
 
 namespace cellm::cuda {
@@ -57,6 +58,42 @@ Status AttentionParams::validate_decode() const {
         num_splits);
   }
   return Status::ok();
+}
+
+Status AttentionParams::validate_decode_v2() const {
+  CELLM_RETURN_IF_ERROR(validate_decode());
+  if (split_min_keys < 1) {
+    return invalid_argument("cuda attention decode v2: split_min_keys={} (need >= 1)",
+                            split_min_keys);
+  }
+  if (num_splits > 1 && counters == nullptr) {
+    return invalid_argument(
+        "cuda attention decode v2: {} splits need `counters` (attention_decode_v2_counters, "
+        "zeroed once)",
+        num_splits);
+  }
+  return Status::ok();
+}
+
+std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t num_heads,
+                                         std::int64_t num_kv_heads) {
+  const std::int64_t group = num_heads / std::max<std::int64_t>(1, num_kv_heads);
+  const std::int64_t groups = (group + kAttentionV2MaxGroup - 1) / kAttentionV2MaxGroup;
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, num_tokens) *
+                                  std::max<std::int64_t>(1, num_kv_heads) *
+                                  std::max<std::int64_t>(1, groups));
+}
+
+std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t num_heads,
+                                        std::int32_t num_kv_heads, std::int32_t max_kv_len,
+                                        int sm_count, std::int32_t split_min_keys) {
+  const auto blocks = static_cast<std::int64_t>(
+      attention_decode_v2_counters(std::max(1, num_tokens), num_heads, std::max(1, num_kv_heads)));
+  const std::int64_t wanted = (2LL * std::max(1, sm_count) + blocks - 1) / blocks;
+  const std::int64_t keys = std::max(1, split_min_keys);
+  const std::int64_t by_length = std::max<std::int64_t>(1, (max_kv_len + keys - 1) / keys);
+  return static_cast<std::int32_t>(
+      std::clamp<std::int64_t>(std::min(wanted, by_length), 1, kAttentionMaxSplits));
 }
 
 std::size_t attention_decode_workspace_bytes(std::int64_t num_tokens, std::int64_t num_heads,

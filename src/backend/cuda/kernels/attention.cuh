@@ -17,6 +17,13 @@
 //   num_splits chunks processed by separate blocks (all q heads of a KV group
 //   share the K/V reads), then a combine kernel merges the partials in split
 //   order. Correct for any mix; meant for few query tokens per sequence.
+// - decode v2 (attention_decode_v2.cu): the same contract with K/V tiles of
+//   64 keys staged through shared memory by cp.async (several tiles in
+//   flight), scores and P.V on tensor cores for up to 16 q heads of a KV group
+//   at once, a per-token split plan that gives every used split at least
+//   `split_min_keys` keys (splits past the length exit at once) and the merge
+//   of the splits done by the last block of each (token, head group) to
+//   finish, so there is no combine launch.
 //
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
@@ -62,10 +69,40 @@ struct AttentionParams {
   // partials go to `workspace` (attention_decode_workspace_bytes).
   std::int32_t num_splits = 1;
   float* workspace = nullptr;
+  // Decode v2 only: the fewest keys a used split gets, and with more than one
+  // split one counter per (token, kv head, head group of 16)
+  // (attention_decode_v2_counters); zero them once after allocation, every
+  // launch that completes leaves them zero.
+  std::int32_t split_min_keys = 256;
+  std::int32_t* counters = nullptr;
 
   Status validate() const;
-  Status validate_decode() const;  // validate() plus the split fields
+  Status validate_decode() const;     // validate() plus the split fields
+  Status validate_decode_v2() const;  // validate_decode() plus the v2 fields
 };
+
+// Decode v2's q heads per block (one tensor-core row tile).
+inline constexpr int kAttentionV2MaxGroup = 16;
+
+// How decode v2 cuts one token's `length` keys: `used` splits of `chunk` keys
+// (the last one shorter), chunk a multiple of 64 and at least min_keys, used
+// at most max_splits. Splits at and past `used` have nothing to do.
+struct DecodeSplitPlan {
+  std::int32_t chunk = 0;
+  std::int32_t used = 0;
+};
+__host__ __device__ inline DecodeSplitPlan decode_split_plan(std::int32_t length,
+                                                             std::int32_t max_splits,
+                                                             std::int32_t min_keys) {
+  DecodeSplitPlan plan;
+  if (length <= 0 || max_splits <= 0) return plan;
+  std::int32_t chunk = (length + max_splits - 1) / max_splits;
+  chunk = chunk > min_keys ? chunk : min_keys;
+  chunk = (chunk + 63) / 64 * 64;
+  plan.chunk = chunk;
+  plan.used = (length + chunk - 1) / chunk;
+  return plan;
+}
 
 // Float scratch for the decode partials: [num_tokens, num_heads, splits, head_dim + 2].
 std::size_t attention_decode_workspace_bytes(std::int64_t num_tokens, std::int64_t num_heads,
@@ -78,10 +115,24 @@ std::int32_t attention_decode_splits(std::int32_t num_tokens, std::int32_t num_h
                                      std::int32_t num_kv_heads, std::int32_t max_kv_len,
                                      int sm_count);
 
+// Decode v2's counter count: [num_tokens, num_kv_heads, head groups of 16].
+std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t num_heads,
+                                         std::int64_t num_kv_heads);
+
+// Decode v2's split count: enough blocks for two per multiprocessor, no more
+// than max_kv_len / split_min_keys (the per-token plan trims it further).
+std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t num_heads,
+                                        std::int32_t num_kv_heads, std::int32_t max_kv_len,
+                                        int sm_count, std::int32_t split_min_keys);
+
+// Dynamic shared memory of decode v2 for this head dim (0: unsupported).
+std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
+
 // Dynamic shared memory of the prefill kernel for this head dim (for checks).
 std::size_t attention_prefill_smem_bytes(std::int32_t head_dim);
 
 void launch_attention_prefill(const AttentionParams& params, cudaStream_t stream);
 void launch_attention_decode(const AttentionParams& params, cudaStream_t stream);
+void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stream);
 
 }  // namespace cellm::cuda

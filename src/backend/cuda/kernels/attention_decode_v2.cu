@@ -1,0 +1,434 @@
+// Decode attention v2 (see attention.cuh). One block per (token, kv head,
+// group of up to 16 q heads, split); four warps. K/V tiles of 64 keys are
+// copied into shared memory by cp.async, kStages deep, so a block keeps tens
+// of KB in flight instead of v1's few hundred bytes per warp. Each warp owns
+// 16 keys of a tile and runs its own online softmax over them with tensor
+// cores: S = Q K^T (16 heads x 16 keys), P = exp2(S - m) kept in registers as
+// the A operand of O += P V. The warps' states are merged in shared memory at
+// the end, and with several splits the last block of a (token, head group)
+// to finish merges the splits in split order (deterministic).
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/dispatch.h"
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/ptx_utils.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
+constexpr int kTileKeys = 64;                // 16 per warp
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kMaxHd>
+struct V2Layout {
+  // Deeper pipelines for narrow heads, so every bucket keeps ~100 KB in flight.
+  static constexpr int kStages = kMaxHd <= 64 ? 4 : (kMaxHd <= 128 ? 3 : 2);
+  // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
+  static constexpr int kLd = kMaxHd + 8;
+  static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
+  static constexpr int kKeyStep = kThreads / kChunks;
+  static constexpr int kCopies = kTileKeys / kKeyStep;  // per thread, per K (and V) tile
+  static constexpr int kLdo = kMaxHd + 8;               // float rows of the warp merge
+  static constexpr int kMaxSplits = kAttentionMaxSplits;
+
+  static constexpr std::size_t kQ = 0;
+  static constexpr std::size_t kK = kQ + sizeof(bf16) * kRows * kLd;
+  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLd;
+  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLd;
+  static constexpr std::size_t kPipeEnd = kFlags + sizeof(int) * kStages * kTileKeys;
+  // After the key loop the tiles are dead: the merges reuse them from kK.
+  static constexpr std::size_t kMergeAcc = kK;
+  static constexpr std::size_t kMergeM = kMergeAcc + sizeof(float) * kWarps * kRows * kLdo;
+  static constexpr std::size_t kMergeL = kMergeM + sizeof(float) * kWarps * kRows;
+  static constexpr std::size_t kSplitM = kMergeL + sizeof(float) * kWarps * kRows;
+  static constexpr std::size_t kSplitL = kSplitM + sizeof(float) * kRows * kMaxSplits;
+  static constexpr std::size_t kRowDen = kSplitL + sizeof(float) * kRows * kMaxSplits;
+  static constexpr std::size_t kIsLast = kRowDen + sizeof(float) * kRows;
+  static constexpr std::size_t kMergeEnd = kIsLast + sizeof(int);
+  static constexpr std::size_t kBytes = kPipeEnd > kMergeEnd ? kPipeEnd : kMergeEnd;
+
+  static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
+  static_assert(kTileKeys == 16 * kWarps);
+};
+
+__device__ __forceinline__ std::int64_t partial_index(const AttentionParams& p, int token, int head,
+                                                      int split) {
+  return (static_cast<std::int64_t>(token) * p.num_heads + head) * p.num_splits + split;
+}
+
+__device__ __forceinline__ float* partial_acc(const AttentionParams& p, int token, int head,
+                                              int split) {
+  return p.workspace + partial_index(p, token, head, split) * p.head_dim;
+}
+
+__device__ __forceinline__ float* partial_stats(const AttentionParams& p, int token, int head,
+                                                int split) {
+  const std::int64_t acc_floats =
+      static_cast<std::int64_t>(p.num_tokens) * p.num_heads * p.num_splits * p.head_dim;
+  return p.workspace + acc_floats + partial_index(p, token, head, split) * 2;
+}
+
+// The cells of the keys this thread copies for the tile at `tile_begin`;
+// -1 for keys past `end` or entries outside the pool.
+template <int kMaxHd>
+__device__ __forceinline__ void fetch_cells(const AttentionParams& p, const std::int32_t* table,
+                                            int tile_begin, int end, int key0,
+                                            int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+  using L = V2Layout<kMaxHd>;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int kpos = tile_begin + key0 + i * L::kKeyStep;
+    int cell = kpos < end ? table[kpos] : -1;
+    if (cell >= p.max_cells) cell = -1;
+    cells[i] = cell;
+  }
+}
+
+template <int kMaxHd>
+__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
+                                           bf16* v_stage, int* flags, int key0, int chunk,
+                                           const int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+  using L = V2Layout<kMaxHd>;
+  const int dim = chunk * 8;
+  const bool dim_ok = dim < p.head_dim;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int key = key0 + i * L::kKeyStep;
+    const bool ok = cells[i] >= 0;
+    const bool fill = ok && dim_ok;
+    // A zero-filling copy reads nothing but still gets an in-bounds address.
+    const std::int64_t offset =
+        fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
+             : 0;
+    cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
+    cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
+    if (chunk == 0) flags[key] = ok ? 1 : 0;
+  }
+}
+
+template <int kMaxHd>
+__global__ void __launch_bounds__(kThreads)
+    attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
+  using L = V2Layout<kMaxHd>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
+  bf16* k_s = reinterpret_cast<bf16*>(smem + L::kK);
+  bf16* v_s = reinterpret_cast<bf16*>(smem + L::kV);
+  int* flags_s = reinterpret_cast<int*>(smem + L::kFlags);
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int token = blockIdx.x;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int head_groups = (group + kRows - 1) / kRows;
+  const int kv_head = blockIdx.y / head_groups;
+  const int first_head = kv_head * group + (blockIdx.y % head_groups) * kRows;
+  const int heads = min(kRows, kv_head * group + group - first_head);
+  const int hd = p.head_dim;
+
+  const int slot = p.seq_slots[token];
+  const int pos = p.positions[token];
+  const bool active = slot >= 0 && slot < p.max_seqs && pos >= 0 && pos < p.table_stride;
+  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int length = active ? pos - lo + 1 : 0;
+  const DecodeSplitPlan plan = decode_split_plan(length, p.num_splits, p.split_min_keys);
+  // An inactive row still needs one block to write its zeros.
+  const int used = max(plan.used, 1);
+  const int split = blockIdx.z;
+  if (split >= used) return;
+  const int begin = lo + split * plan.chunk;
+  const int end = min(lo + length, begin + plan.chunk);
+  const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
+  const std::int32_t* table =
+      p.cell_table + static_cast<std::int64_t>(active ? slot : 0) * p.table_stride;
+
+  // Q rows of this block's heads; missing heads and dims are zero.
+  for (int idx = tid; idx < kRows * L::kChunks; idx += kThreads) {
+    const int r = idx / L::kChunks;
+    const int c = (idx % L::kChunks) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < heads && c < hd) {
+      value = *reinterpret_cast<const uint4*>(p.q + static_cast<std::int64_t>(token) * p.q_stride +
+                                              static_cast<std::int64_t>(first_head + r) * hd + c);
+    }
+    *reinterpret_cast<uint4*>(q_s + r * L::kLd + c) = value;
+  }
+
+  // Copy assignment: thread copies chunk `chunk` of keys key0 + i * kKeyStep.
+  const int chunk = tid % L::kChunks;
+  const int key0 = tid / L::kChunks;
+  auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLd; };
+  auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLd; };
+
+  {
+    // Prologue: every table read first, then the copies, so the reads overlap.
+    int cells[L::kStages - 1][L::kCopies];
+#pragma unroll
+    for (int s = 0; s < L::kStages - 1; ++s) {
+      fetch_cells<kMaxHd>(p, table, begin + s * kTileKeys, end, key0, cells[s]);
+    }
+#pragma unroll
+    for (int s = 0; s < L::kStages - 1; ++s) {
+      if (s < tiles) {
+        issue_tile<kMaxHd>(p, kv_head, k_stage(s), v_stage(s), flags_s + s * kTileKeys, key0, chunk,
+                           cells[s]);
+      }
+      cp_async_commit();
+    }
+  }
+  int next_cells[L::kCopies];
+  fetch_cells<kMaxHd>(p, table, begin + (L::kStages - 1) * kTileKeys, end, key0, next_cells);
+
+  const int g = lane >> 2;  // fragment row (and row + 8)
+  const int t4 = lane & 3;  // fragment column pair
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};  // this lane's share; summed over the quad at the end
+  float acc[kMaxHd / 8][4];
+#pragma unroll
+  for (int n = 0; n < kMaxHd / 8; ++n) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[n][c] = 0.0f;
+  }
+  const float scale = p.scale;
+  const float softcap = p.softcap;
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<L::kStages - 2>();
+    __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
+    const int ahead = tile + L::kStages - 1;
+    if (ahead < tiles) {
+      const int stage = ahead % L::kStages;
+      issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kTileKeys,
+                         key0, chunk, next_cells);
+    }
+    cp_async_commit();
+    if (ahead + 1 < tiles) {
+      fetch_cells<kMaxHd>(p, table, begin + (ahead + 1) * kTileKeys, end, key0, next_cells);
+    }
+
+    const int stage = tile % L::kStages;
+    const bf16* ks = k_stage(stage) + warp * 16 * L::kLd;
+    const bf16* vs = v_stage(stage) + warp * 16 * L::kLd;
+    const int* flags = flags_s + stage * kTileKeys + warp * 16;
+
+    // S = Q K^T for this warp's 16 keys: s[n] holds keys 8n..8n+7.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kMaxHd / 16; ++kk) {
+      unsigned a[4];
+      unsigned b[4];
+      ldmatrix_x4(a, q_s + (lane & 15) * L::kLd + kk * 16 + (lane >> 4) * 8);
+      ldmatrix_x4(b,
+                  ks + ((lane & 7) + (lane >> 4) * 8) * L::kLd + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma_bf16_16816(s[0], a, b[0], b[1]);
+      mma_bf16_16816(s[1], a, b[2], b[3]);
+    }
+
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = n * 8 + t4 * 2 + (c & 1);
+        float x = s[n][c] * scale;
+        if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+        x = flags[key] != 0 ? x * kLog2e : -INFINITY;
+        s[n][c] = x;
+        tile_max[c >> 1] = fmaxf(tile_max[c >> 1], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      // exp2(-inf) = 0 rescales an empty history; an all-masked row stays at 1.
+      alpha[r] = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float mr = m[c >> 1];
+        const float prob = mr == -INFINITY ? 0.0f : exp2f(s[n][c] - mr);
+        s[n][c] = prob;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] = l[r] * alpha[r] + s[0][2 * r] + s[0][2 * r + 1] + s[1][2 * r] + s[1][2 * r + 1];
+    }
+#pragma unroll
+    for (int n = 0; n < kMaxHd / 8; ++n) {
+      acc[n][0] *= alpha[0];
+      acc[n][1] *= alpha[0];
+      acc[n][2] *= alpha[1];
+      acc[n][3] *= alpha[1];
+    }
+
+    // O += P V: P's accumulator layout is already the A operand's.
+    unsigned pa[4];
+    pa[0] = pack_bf16x2(s[0][0], s[0][1]);
+    pa[1] = pack_bf16x2(s[0][2], s[0][3]);
+    pa[2] = pack_bf16x2(s[1][0], s[1][1]);
+    pa[3] = pack_bf16x2(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dn = 0; dn < kMaxHd / 16; ++dn) {
+      unsigned b[4];
+      ldmatrix_x4_trans(
+          b, vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * L::kLd + dn * 16 + (lane >> 4) * 8);
+      mma_bf16_16816(acc[2 * dn], pa, b[0], b[1]);
+      mma_bf16_16816(acc[2 * dn + 1], pa, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the tiles: reuse them for the merge
+
+  float* merge_acc = reinterpret_cast<float*>(smem + L::kMergeAcc);
+  float* merge_m = reinterpret_cast<float*>(smem + L::kMergeM);
+  float* merge_l = reinterpret_cast<float*>(smem + L::kMergeL);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int n = 0; n < kMaxHd / 8; ++n) {
+    const int col = n * 8 + t4 * 2;
+    float* row0 = merge_acc + (warp * kRows + g) * L::kLdo + col;
+    float* row1 = row0 + 8 * L::kLdo;
+    *reinterpret_cast<float2*>(row0) = make_float2(acc[n][0], acc[n][1]);
+    *reinterpret_cast<float2*>(row1) = make_float2(acc[n][2], acc[n][3]);
+  }
+  if (t4 == 0) {
+    merge_m[warp * kRows + g] = m[0];
+    merge_m[warp * kRows + g + 8] = m[1];
+    merge_l[warp * kRows + g] = l[0];
+    merge_l[warp * kRows + g + 8] = l[1];
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < heads * hd; idx += kThreads) {
+    const int h = idx / hd;
+    const int d = idx % hd;
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m_max = fmaxf(m_max, merge_m[w * kRows + h]);
+    float num = 0.0f;
+    float den = 0.0f;
+    if (m_max != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = merge_m[w * kRows + h];
+        if (mw == -INFINITY) continue;
+        const float weight = exp2f(mw - m_max);
+        den += weight * merge_l[w * kRows + h];
+        num += weight * merge_acc[(w * kRows + h) * L::kLdo + d];
+      }
+    }
+    const int head = first_head + h;
+    if (used == 1) {
+      p.out[static_cast<std::int64_t>(token) * p.out_stride + static_cast<std::int64_t>(head) * hd +
+            d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+    } else {
+      partial_acc(p, token, head, split)[d] = num;
+      if (d == 0) {
+        float* stats = partial_stats(p, token, head, split);
+        stats[0] = m_max;
+        stats[1] = den;
+      }
+    }
+  }
+  if (used == 1) return;
+
+  // The last split block of this (token, head group) to arrive merges them.
+  int* is_last = reinterpret_cast<int*>(smem + L::kIsLast);
+  __threadfence();  // this block's partials are visible device-wide before the count
+  __syncthreads();
+  if (tid == 0) {
+    int* counter = p.counters + static_cast<std::int64_t>(token) * gridDim.y + blockIdx.y;
+    const int arrived = atomicAdd(counter, 1);
+    const bool last = arrived == used - 1;
+    if (last) atomicExch(counter, 0);  // ready for the next launch
+    *is_last = last ? 1 : 0;
+  }
+  __syncthreads();
+  if (*is_last == 0) return;
+  __threadfence();
+
+  float* split_m = reinterpret_cast<float*>(smem + L::kSplitM);  // then the weights
+  float* split_l = reinterpret_cast<float*>(smem + L::kSplitL);
+  float* row_den = reinterpret_cast<float*>(smem + L::kRowDen);
+  // Partials are read through L2 (__ldcg): other blocks wrote them.
+  for (int idx = tid; idx < heads * used; idx += kThreads) {
+    const int h = idx / used;
+    const int sp = idx % used;
+    const float* stats = partial_stats(p, token, first_head + h, sp);
+    split_m[h * L::kMaxSplits + sp] = __ldcg(stats);
+    split_l[h * L::kMaxSplits + sp] = __ldcg(stats + 1);
+  }
+  __syncthreads();
+  if (tid < heads) {
+    float* ms = split_m + tid * L::kMaxSplits;
+    const float* ls = split_l + tid * L::kMaxSplits;
+    float m_max = -INFINITY;
+    for (int sp = 0; sp < used; ++sp) {
+      if (ls[sp] > 0.0f) m_max = fmaxf(m_max, ms[sp]);
+    }
+    float den = 0.0f;
+    for (int sp = 0; sp < used; ++sp) {
+      const float weight = ls[sp] > 0.0f ? exp2f(ms[sp] - m_max) : 0.0f;
+      den += weight * ls[sp];
+      ms[sp] = weight;
+    }
+    row_den[tid] = den;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < heads * hd; idx += kThreads) {
+    const int h = idx / hd;
+    const int d = idx % hd;
+    const int head = first_head + h;
+    const float* weights = split_m + h * L::kMaxSplits;
+    const float* src = partial_acc(p, token, head, 0) + d;
+    float num = 0.0f;
+#pragma unroll 4
+    for (int sp = 0; sp < used; ++sp) {
+      num += weights[sp] * __ldcg(src + static_cast<std::int64_t>(sp) * hd);
+    }
+    const float den = row_den[h];
+    p.out[static_cast<std::int64_t>(token) * p.out_stride + static_cast<std::int64_t>(head) * hd +
+          d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+  }
+}
+
+}  // namespace
+
+std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
+  switch (head_dim_bucket(head_dim)) {
+    case 64: return V2Layout<64>::kBytes;
+    case 128: return V2Layout<128>::kBytes;
+    case 256: return V2Layout<256>::kBytes;
+    default: return 0;
+  }
+}
+
+void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stream) {
+  const int group = params.num_heads / params.num_kv_heads;
+  const int head_groups = (group + kRows - 1) / kRows;
+  const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
+  const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
+    launch(attention_decode_v2_kernel<kMaxHd>,
+           LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream}, params);
+  });
+  if (!dispatched) {
+    cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: unvalidated head_dim");
+  }
+}
+
+}  // namespace cellm::cuda

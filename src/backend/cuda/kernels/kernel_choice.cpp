@@ -1,0 +1,80 @@
+#include "backend/cuda/kernels/kernel_choice.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/env.h"
+#include "core/log.h"
+
+namespace cellm::cuda {
+namespace {
+
+Result<bool> parse_flag(const char* name, const std::string& value) {
+  if (value == "1" || value == "on" || value == "true") return true;
+  if (value == "0" || value == "off" || value == "false") return false;
+  return invalid_argument("{}='{}': expected 0 or 1", name, value);
+}
+
+Result<std::int32_t> parse_int(const char* name, const std::string& value, std::int32_t lo,
+                               std::int32_t hi) {
+  std::int32_t out = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, out);
+  if (ec != std::errc() || ptr != end || out < lo || out > hi) {
+    return invalid_argument("{}='{}': expected an integer in [{}, {}]", name, value, lo, hi);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
+  KernelChoice choice;
+  if (auto v = lookup("CELLM_DECODE_ATTN")) {
+    if (*v == "v1") {
+      choice.decode_attention = DecodeAttention::kV1;
+    } else if (*v == "v2") {
+      choice.decode_attention = DecodeAttention::kV2;
+    } else {
+      return invalid_argument("CELLM_DECODE_ATTN='{}': expected v1 or v2", *v);
+    }
+  }
+  if (auto v = lookup("CELLM_DECODE_SPLIT_KEYS")) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_split_keys,
+                           parse_int("CELLM_DECODE_SPLIT_KEYS", *v, 1, 1 << 20));
+  }
+  if (auto v = lookup("CELLM_FUSED_ROPE")) {
+    CELLM_ASSIGN_OR_RETURN(choice.fused_rope, parse_flag("CELLM_FUSED_ROPE", *v));
+  }
+  if (auto v = lookup("CELLM_GEMV")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemv, parse_flag("CELLM_GEMV", *v));
+  }
+  if (auto v = lookup("CELLM_GEMV_MAX_ROWS")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemv_max_rows, parse_int("CELLM_GEMV_MAX_ROWS", *v, 1, 8));
+  }
+  return choice;
+}
+
+KernelChoice kernel_choice_from_env() {
+  Result<KernelChoice> choice =
+      parse_kernel_choice([](const char* name) { return env_string(name); });
+  if (!choice.ok()) {
+    CELLM_LOG_ERROR("cuda kernel knobs: {}; using the default kernels",
+                    choice.status().to_string());
+    return KernelChoice{};
+  }
+  if (*choice != KernelChoice{}) {
+    CELLM_LOG_INFO("cuda kernel knobs: {}", describe(*choice));
+  }
+  return *choice;
+}
+
+std::string describe(const KernelChoice& choice) {
+  return fmt::format("decode={} split_keys={} fused_rope={} gemv={} gemv_max_rows={}",
+                     choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
+                     choice.decode_split_keys, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
+                     choice.gemv_max_rows);
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,48 @@
+// Which kernel variant the CUDA forward launches where several exist, so a
+// new kernel can ship next to the one it may replace and one GPU run can A/B
+// them. Defaults are the established kernels; the environment can override
+// them when a program's knobs are made:
+//   CELLM_DECODE_ATTN=v1|v2        split-KV decode attention (v2: staged, tensor cores)
+//   CELLM_DECODE_SPLIT_KEYS=N      v2: fewest keys per used split (default 256)
+//   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel
+//   CELLM_GEMV=0|1                 bf16 GEMV instead of cuBLASLt for m <= CELLM_GEMV_MAX_ROWS
+//   CELLM_GEMV_MAX_ROWS=1..8       (default 8)
+//
+// Thread-safety: plain values; parsing is a pure function of the lookup.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "cellm/status.h"
+
+namespace cellm::cuda {
+
+enum class DecodeAttention { kV1, kV2 };
+
+struct KernelChoice {
+  DecodeAttention decode_attention = DecodeAttention::kV1;
+  std::int32_t decode_split_keys = 256;
+  bool fused_rope = false;
+  bool gemv = false;
+  std::int32_t gemv_max_rows = 8;
+
+  friend bool operator==(const KernelChoice&, const KernelChoice&) = default;
+};
+
+// Variables as `lookup` reports them (nullopt = unset). A value that does not
+// parse is an error naming the variable and what it accepts.
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
+
+// parse_kernel_choice over the process environment; on a bad value it logs
+// the error and returns the defaults.
+KernelChoice kernel_choice_from_env();
+
+// "decode=v2 split_keys=256 fused_rope=1 gemv=0 gemv_max_rows=8", for logs
+// and benchmark labels.
+std::string describe(const KernelChoice& choice);
+
+}  // namespace cellm::cuda

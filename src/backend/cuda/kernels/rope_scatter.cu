@@ -1,0 +1,109 @@
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/rope_scatter.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kThreads = 64;  // small blocks: more of them at batch 1
+
+// Per token, items in this order: q rotations (num_heads x half/8), k pieces
+// (num_kv_heads x (half/8 rotations + pass-through chunks)), v chunks
+// (num_kv_heads x head_dim/8).
+struct ItemCounts {
+  int half8, pass8, hd8, q_items, k_per_head, k_items, v_items, total;
+};
+
+__host__ __device__ inline ItemCounts item_counts(const RopeScatterParams& p) {
+  ItemCounts c{};
+  c.half8 = p.rotary_dim / 16;
+  c.pass8 = (p.head_dim - p.rotary_dim) / 8;
+  c.hd8 = p.head_dim / 8;
+  c.q_items = p.num_heads * c.half8;
+  c.k_per_head = c.half8 + c.pass8;
+  c.k_items = p.num_kv_heads * c.k_per_head;
+  c.v_items = p.num_kv_heads * c.hd8;
+  c.total = c.q_items + c.k_items + c.v_items;
+  return c;
+}
+
+// Rotates pairs (i0 + e, i0 + e + half), e < 8, of `src` into `dst`.
+__device__ __forceinline__ void rotate8(const bf16* src, bf16* dst, int i0, int half,
+                                        float position, const float* inv_freq) {
+  float x1[8];
+  float x2[8];
+  load8(src + i0, x1);
+  load8(src + i0 + half, x2);
+  float y1[8];
+  float y2[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float sn;
+    float cs;
+    // Full-precision sincosf, as rope.cu: angles reach 1e5 radians.
+    sincosf(position * inv_freq[i0 + e], &sn, &cs);
+    y1[e] = x1[e] * cs - x2[e] * sn;
+    y2[e] = x2[e] * cs + x1[e] * sn;
+  }
+  store8(dst + i0, y1);
+  store8(dst + i0 + half, y2);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    rope_scatter_kernel(const __grid_constant__ RopeScatterParams p) {
+  const std::int64_t token = blockIdx.x;
+  const int item = blockIdx.y * kThreads + threadIdx.x;
+  const ItemCounts c = item_counts(p);
+  const std::int32_t cell = p.cells[token];
+  if (item == 0 && p.cell_table != nullptr) {
+    const std::int32_t slot = p.seq_slots[token];
+    const std::int32_t position = p.positions[token];
+    if (slot >= 0 && slot < p.max_seqs && position >= 0 && position < p.table_stride && cell >= 0 &&
+        cell < p.max_cells) {
+      p.cell_table[static_cast<std::int64_t>(slot) * p.table_stride + position] = cell;
+    }
+  }
+  if (item >= c.total) return;
+  const int half = p.rotary_dim / 2;
+  const float position = static_cast<float>(p.positions[token]);
+  if (item < c.q_items) {
+    const int head = item / c.half8;
+    bf16* vec = p.q + token * p.q_stride + static_cast<std::int64_t>(head) * p.head_dim;
+    rotate8(vec, vec, (item % c.half8) * 8, half, position, p.inv_freq);
+    return;
+  }
+  if (cell < 0 || cell >= p.max_cells) return;
+  const std::int64_t row = static_cast<std::int64_t>(cell) * p.num_kv_heads;
+  if (item < c.q_items + c.k_items) {
+    const int k_item = item - c.q_items;
+    const int head = k_item / c.k_per_head;
+    const int piece = k_item % c.k_per_head;
+    const bf16* src = p.k + token * p.k_stride + static_cast<std::int64_t>(head) * p.head_dim;
+    bf16* dst = p.k_pool + (row + head) * p.head_dim;
+    if (piece < c.half8) {
+      rotate8(src, dst, piece * 8, half, position, p.inv_freq);
+    } else {
+      const int dim = p.rotary_dim + (piece - c.half8) * 8;
+      *reinterpret_cast<uint4*>(dst + dim) = *reinterpret_cast<const uint4*>(src + dim);
+    }
+    return;
+  }
+  const int v_item = item - c.q_items - c.k_items;
+  const int head = v_item / c.hd8;
+  const int dim = (v_item % c.hd8) * 8;
+  const bf16* src = p.v + token * p.v_stride + static_cast<std::int64_t>(head) * p.head_dim + dim;
+  *reinterpret_cast<uint4*>(p.v_pool + (row + head) * p.head_dim + dim) =
+      *reinterpret_cast<const uint4*>(src);
+}
+
+}  // namespace
+
+void launch_rope_scatter(const RopeScatterParams& params, cudaStream_t stream) {
+  const ItemCounts c = item_counts(params);
+  launch(
+      rope_scatter_kernel,
+      LaunchConfig{dim3(params.num_tokens, ceil_div(c.total, kThreads)), dim3(kThreads), 0, stream},
+      params);
+}
+
+}  // namespace cellm::cuda

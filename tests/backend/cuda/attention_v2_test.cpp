@@ -1,0 +1,279 @@
+// Decode attention v2 against the float64 reference and against v1 on the
+// same data, over the real shapes (head dims 64/128/256 and a generic 80, GQA
+// groups 1..32, contexts 1..8192, windows, soft caps, batch 1..256, split
+// counts 1..64), plus determinism, graph replay for a new mix, the counters
+// left at zero, the split plan and the refusals (these last run without a GPU).
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/resources.h"
+#include "cellm/status.h"
+#include "decode_reference.h"
+#include "gpu_test_util.h"
+
+namespace cellm::cuda {
+namespace {
+
+using testing::DecodeCase;
+using testing::DecodeDevice;
+using testing::DecodeScenario;
+using testing::nmse;
+using testing::to_float;
+
+// bf16 probabilities inside the kernels cost ~2^-9 relative per weight.
+constexpr double kAttentionNmse = 2e-4;
+
+std::vector<double> as_double(const std::vector<float>& values) {
+  return {values.begin(), values.end()};
+}
+
+// Rows the reference leaves at zero (nothing to attend) must be exactly zero.
+void expect_empty_rows_zero(const DecodeCase& c, const DecodeScenario& s,
+                            const std::vector<float>& got, const char* which) {
+  const std::size_t row = static_cast<std::size_t>(c.heads) * c.head_dim;
+  for (std::size_t t = 0; t < s.slots.size(); ++t) {
+    if (s.slots[t] >= 0 && s.positions[t] >= 0) continue;
+    for (std::size_t i = 0; i < row; ++i) {
+      ASSERT_EQ(got[t * row + i], 0.0f) << which << " token " << t << " element " << i;
+    }
+  }
+}
+
+class DecodeV2Test : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeV2Test, MatchesReferenceAndV1) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c = GetParam();
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DecodeDevice d(c, s);
+  const AttentionParams p = d.params(c, s, scale);
+  ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+  const auto ref = testing::decode_reference(c, s, scale);
+
+  d.out.poison();
+  launch_attention_decode(p, nullptr);
+  const auto v1 = to_float(d.out.download());
+  d.out.poison();
+  launch_attention_decode_v2(p, nullptr);
+  const auto v2 = to_float(d.out.download());
+
+  EXPECT_LT(nmse(v1, ref), kAttentionNmse) << "v1 against the reference";
+  EXPECT_LT(nmse(v2, ref), kAttentionNmse) << "v2 against the reference";
+  EXPECT_LT(nmse(v2, as_double(v1)), kAttentionNmse) << "v2 against v1";
+  expect_empty_rows_zero(c, s, v1, "v1");
+  expect_empty_rows_zero(c, s, v2, "v2");
+  // Every launch that finishes leaves the split counters at zero.
+  for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeV2Test,
+    ::testing::Values(
+        // Llama-3.2-1B heads at batch 64, contexts up to 600, heuristic splits.
+        DecodeCase{32, 8, 64, 64, 1, 600, 0, 0.0f, 0, 256, 11},
+        // Llama-3.1-8B heads, batch 1, context 8192.
+        DecodeCase{32, 8, 128, 1, 8192, 8192, 0, 0.0f, 0, 256, 12},
+        // Group 4 at head dim 128, contexts 1..8192.
+        DecodeCase{8, 2, 128, 5, 1, 8192, 0, 0.0f, 0, 256, 13},
+        // Gemma head dim, group 8, window and soft cap.
+        DecodeCase{8, 1, 256, 5, 1, 2000, 512, 50.0f, 0, 256, 14},
+        // MHA (group 1) with many short splits.
+        DecodeCase{8, 8, 128, 16, 1, 100, 0, 0.0f, 16, 16, 15},
+        // Group 16 (one full block) and 32 (two head groups).
+        DecodeCase{16, 1, 64, 4, 1, 700, 0, 0.0f, 8, 64, 16},
+        DecodeCase{32, 1, 64, 4, 1, 700, 0, 0.0f, 8, 64, 17},
+        // Generic head dim in the 128 bucket, group 2, soft cap.
+        DecodeCase{8, 4, 80, 6, 1, 300, 0, 30.0f, 4, 64, 18},
+        // Batch 256, short contexts.
+        DecodeCase{8, 2, 128, 256, 1, 130, 0, 0.0f, 0, 256, 19},
+        // The most splits with a window, one key minimum.
+        DecodeCase{8, 2, 64, 7, 1, 3000, 100, 0.0f, 64, 1, 20},
+        // Long history, small window, splits left unused past the window.
+        DecodeCase{8, 2, 128, 4, 5000, 8192, 64, 0.0f, 32, 256, 21},
+        // The fixtures' head dim 16, contexts 1..40, one split.
+        DecodeCase{4, 2, 16, 4, 1, 40, 0, 0.0f, 1, 256, 22},
+        // Context 1 only.
+        DecodeCase{8, 2, 64, 4, 1, 1, 0, 0.0f, 4, 256, 23}),
+    [](const auto& info) {
+      const DecodeCase& c = info.param;
+      return fmt::format("h{}_kv{}_hd{}_b{}_len{}to{}_win{}{}_split{}_min{}", c.heads, c.kv_heads,
+                         c.head_dim, c.batch, c.min_len, c.max_len, c.window,
+                         c.softcap > 0 ? "_softcap" : "", c.splits, c.split_min_keys);
+    });
+
+TEST(DecodeV2Test, RepeatedLaunchesAreBitwiseEqual) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c{32, 8, 128, 3, 1, 4000, 0, 0.0f, 32, 64, 31};
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  DecodeDevice d(c, s);
+  const AttentionParams p = d.params(c, s, 0.088f);
+  ASSERT_TRUE(p.validate_decode_v2().is_ok());
+  launch_attention_decode_v2(p, nullptr);
+  const auto first = d.out.download();
+  for (int round = 0; round < 3; ++round) {
+    d.out.poison();
+    launch_attention_decode_v2(p, nullptr);
+    const auto again = d.out.download();
+    ASSERT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(bf16)))
+        << "round " << round;
+  }
+}
+
+TEST(DecodeV2Test, CapturedGraphReplaysForANewMix) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c{8, 2, 64, 6, 1, 900, 0, 0.0f, 8, 64, 41};
+  DecodeScenario s = testing::make_decode_scenario(c);
+  DecodeDevice d(c, s);
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok());
+  const AttentionParams p = d.params(c, s, 0.125f);
+  ASSERT_TRUE(p.validate_decode_v2().is_ok());
+  launch_attention_decode_v2(p, stream->get());
+  GraphExec::begin_capture(stream->get());
+  launch_attention_decode_v2(p, stream->get());
+  auto graph = GraphExec::end_capture(stream->get());
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+
+  // Another mix in the same buffers: reversed tokens, shorter histories.
+  std::reverse(s.slots.begin(), s.slots.end());
+  std::reverse(s.positions.begin(), s.positions.end());
+  for (auto& position : s.positions) position = position > 10 ? position / 2 : position;
+  d.slots.assign(s.slots);
+  d.positions.assign(s.positions);
+  for (int replay = 0; replay < 2; ++replay) {
+    d.out.poison();
+    graph->launch(stream->get());
+    stream->synchronize();
+    EXPECT_LT(nmse(to_float(d.out.download()), testing::decode_reference(c, s, 0.125f)),
+              kAttentionNmse)
+        << "replay " << replay;
+  }
+  for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+}
+
+// ---- host-only checks (no device needed) ----
+
+TEST(DecodeSplitPlanTest, CoversEveryKeyOnceWithinTheLimits) {
+  for (const std::int32_t min_keys : {1, 64, 100, 256}) {
+    for (std::int32_t splits = 1; splits <= kAttentionMaxSplits; splits += 7) {
+      for (std::int32_t length = 0; length <= 5000; length += 13) {
+        const DecodeSplitPlan plan = decode_split_plan(length, splits, min_keys);
+        if (length == 0) {
+          EXPECT_EQ(plan.used, 0);
+          continue;
+        }
+        ASSERT_GE(plan.used, 1);
+        ASSERT_LE(plan.used, splits) << length << " keys, " << splits << " splits";
+        ASSERT_EQ(plan.chunk % 64, 0);
+        ASSERT_GE(plan.chunk, min_keys);
+        // The used splits tile [0, length): none empty, none missing.
+        ASSERT_LT(static_cast<std::int64_t>(plan.used - 1) * plan.chunk, length);
+        ASSERT_GE(static_cast<std::int64_t>(plan.used) * plan.chunk, length);
+      }
+    }
+  }
+}
+
+TEST(DecodeSplitPlanTest, ShortContextsUseFewSplits) {
+  EXPECT_EQ(decode_split_plan(512, 33, 256).used, 2);
+  EXPECT_EQ(decode_split_plan(1, 33, 256).used, 1);
+  EXPECT_EQ(decode_split_plan(8192, 33, 256).used, 32);
+  // Many splits asked for, one key minimum: 64-key chunks.
+  EXPECT_EQ(decode_split_plan(640, 64, 1).used, 10);
+}
+
+TEST(DecodeSplitPlanTest, HostSplitCountFillsTheDeviceAndRespectsTheLength) {
+  // Batch 1, 8 KV heads: about two blocks per multiprocessor.
+  EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 131072, 132, 256), 33);
+  // Wide batches need no splitting.
+  EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256), 1);
+  // Short tables bound the count.
+  EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 300, 132, 256), 2);
+  EXPECT_EQ(attention_decode_v2_splits(1, 4, 1, 1 << 20, 132, 1), kAttentionMaxSplits);
+  EXPECT_EQ(attention_decode_v2_counters(10, 32, 8), 80u);
+  EXPECT_EQ(attention_decode_v2_counters(10, 32, 1), 20u);  // two head groups of 16
+}
+
+AttentionParams fake_params() {
+  // Never launched: only validate() reads these.
+  alignas(16) static std::byte storage[64];
+  auto* any = reinterpret_cast<bf16*>(storage);
+  AttentionParams p;
+  p.q = any;
+  p.out = any;
+  p.k_pool = any;
+  p.v_pool = any;
+  p.cell_table = reinterpret_cast<const std::int32_t*>(storage);
+  p.seq_slots = p.cell_table;
+  p.positions = p.cell_table;
+  p.q_stride = 8 * 64;
+  p.out_stride = 8 * 64;
+  p.num_tokens = 4;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.max_cells = 100;
+  p.max_seqs = 4;
+  p.table_stride = 100;
+  p.scale = 0.125f;
+  p.num_splits = 4;
+  p.workspace = reinterpret_cast<float*>(storage);
+  p.counters = reinterpret_cast<std::int32_t*>(storage);
+  return p;
+}
+
+TEST(DecodeV2ValidateTest, AcceptsAWellFormedCall) {
+  EXPECT_TRUE(fake_params().validate_decode_v2().is_ok())
+      << fake_params().validate_decode_v2().to_string();
+}
+
+TEST(DecodeV2ValidateTest, RefusesSplitsWithoutCounters) {
+  AttentionParams p = fake_params();
+  p.counters = nullptr;
+  const Status status = p.validate_decode_v2();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("counters"), std::string::npos) << status.to_string();
+  EXPECT_TRUE(p.validate_decode().is_ok());  // v1 does not need them
+  p.num_splits = 1;
+  EXPECT_TRUE(p.validate_decode_v2().is_ok());  // one split merges nothing
+}
+
+TEST(DecodeV2ValidateTest, RefusesANonPositiveSplitMinimum) {
+  AttentionParams p = fake_params();
+  p.split_min_keys = 0;
+  const Status status = p.validate_decode_v2();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("split_min_keys"), std::string::npos) << status.to_string();
+}
+
+TEST(DecodeV2ValidateTest, RefusesWhatV1Refuses) {
+  AttentionParams p = fake_params();
+  p.num_splits = kAttentionMaxSplits + 1;
+  EXPECT_FALSE(p.validate_decode_v2().is_ok());
+  p = fake_params();
+  p.head_dim = 60;
+  EXPECT_FALSE(p.validate_decode_v2().is_ok());
+  p = fake_params();
+  p.num_kv_heads = 3;
+  EXPECT_FALSE(p.validate_decode_v2().is_ok());
+}
+
+TEST(DecodeV2ValidateTest, SharedMemoryFitsAHopperBlock) {
+  for (const int hd : {64, 128, 256}) {
+    EXPECT_GT(attention_decode_v2_smem_bytes(hd), 0u);
+    EXPECT_LE(attention_decode_v2_smem_bytes(hd), 227u * 1024u) << hd;
+  }
+  EXPECT_EQ(attention_decode_v2_smem_bytes(300), 0u);
+}
+
+}  // namespace
+}  // namespace cellm::cuda

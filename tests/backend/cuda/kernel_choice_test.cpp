@@ -1,0 +1,82 @@
+// The kernel knobs: defaults are the established kernels, each variable is
+// read and checked, and a bad value is an error naming the variable (the
+// environment path falls back to the defaults). Runs without a GPU.
+#include "backend/cuda/kernels/kernel_choice.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cellm/status.h"
+
+namespace cellm::cuda {
+namespace {
+
+EnvLookup lookup_from(std::map<std::string, std::string> values) {
+  return [values = std::move(values)](const char* name) -> std::optional<std::string> {
+    auto it = values.find(name);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(KernelChoiceTest, DefaultsAreTheEstablishedKernels) {
+  auto choice = parse_kernel_choice(lookup_from({}));
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
+  EXPECT_FALSE(choice->fused_rope);
+  EXPECT_FALSE(choice->gemv);
+  EXPECT_EQ(*choice, KernelChoice{});
+}
+
+TEST(KernelChoiceTest, ReadsEveryVariable) {
+  auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v2"},
+                                                 {"CELLM_DECODE_SPLIT_KEYS", "128"},
+                                                 {"CELLM_FUSED_ROPE", "1"},
+                                                 {"CELLM_GEMV", "on"},
+                                                 {"CELLM_GEMV_MAX_ROWS", "4"}}));
+  ASSERT_TRUE(choice.ok()) << choice.status().to_string();
+  EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
+  EXPECT_EQ(choice->decode_split_keys, 128);
+  EXPECT_TRUE(choice->fused_rope);
+  EXPECT_TRUE(choice->gemv);
+  EXPECT_EQ(choice->gemv_max_rows, 4);
+  EXPECT_EQ(describe(*choice), "decode=v2 split_keys=128 fused_rope=1 gemv=1 gemv_max_rows=4");
+}
+
+TEST(KernelChoiceTest, BadValuesNameTheVariable) {
+  const std::map<std::string, std::string> bad[] = {
+      {{"CELLM_DECODE_ATTN", "v3"}},
+      {{"CELLM_FUSED_ROPE", "yes please"}},
+      {{"CELLM_GEMV", "2"}},
+      {{"CELLM_GEMV_MAX_ROWS", "9"}},
+      {{"CELLM_GEMV_MAX_ROWS", "4x"}},
+      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
+      {{"CELLM_DECODE_SPLIT_KEYS", ""}},
+  };
+  for (const auto& values : bad) {
+    auto choice = parse_kernel_choice(lookup_from(values));
+    ASSERT_FALSE(choice.ok()) << values.begin()->first << "=" << values.begin()->second;
+    EXPECT_EQ(choice.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(choice.status().message().find(values.begin()->first), std::string::npos)
+        << choice.status().to_string();
+  }
+}
+
+TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
+  for (const char* off : {"0", "off", "false"}) {
+    auto choice = parse_kernel_choice(lookup_from({{"CELLM_FUSED_ROPE", off}}));
+    ASSERT_TRUE(choice.ok()) << off;
+    EXPECT_FALSE(choice->fused_rope) << off;
+  }
+  for (const char* on : {"1", "on", "true"}) {
+    auto choice = parse_kernel_choice(lookup_from({{"CELLM_GEMV", on}}));
+    ASSERT_TRUE(choice.ok()) << on;
+    EXPECT_TRUE(choice->gemv) << on;
+  }
+}
+
+}  // namespace
+}  // namespace cellm::cuda
