@@ -3,7 +3,9 @@
 // contract says; the next token is a hash of the whole history (and of the
 // seed when sampling is not greedy), mapped to a lower-case letter, or EOS
 // (257) when the hash says so. A wrong prefix restore or a mixed-up clone
-// therefore changes the output. Records every executed input.
+// therefore changes the output. A policy's suppressed ids are honoured as a
+// sampler would: a suppressed EOS becomes a letter. Records every executed
+// input and every installed policy.
 //
 // Thread-safety: Executor methods run on the engine thread; the records are
 // read by the test thread under the mutex.
@@ -27,6 +29,13 @@ class ToyExecutor final : public Executor {
     SessionId sid;
     Position position;  // absolute position of the slice's first token
     std::size_t size;
+  };
+
+  struct PolicyChange {
+    SessionId sid;
+    SamplingParams params;
+    std::optional<std::uint64_t> seed;
+    std::size_t outputs_before;  // tokens the session had produced until then
   };
 
   explicit ToyExecutor(std::size_t max_sessions, std::uint64_t eos_every = 0)
@@ -64,6 +73,8 @@ class ToyExecutor final : public Executor {
     if (it == sessions_.end()) return;
     it->second.greedy = params.temperature <= 0.0f;
     it->second.seed = seed.value_or(0x9e3779b97f4a7c15ULL);
+    it->second.params = params;
+    policies_.push_back({sid, params, seed, it->second.outputs});
   }
   bool execute(const BatchInput& batch, BatchOutput& out) override {
     std::lock_guard lock(mu_);
@@ -79,11 +90,18 @@ class ToyExecutor final : public Executor {
       s.history.resize(start);                      // a lower start rewinds
       for (std::size_t k = 0; k < in.size; ++k) s.history.push_back((**tokens)[in.offset + k]);
       executed_.push_back({in.sid, static_cast<Position>(start), in.size});
-      if (in.produce_output) out.outputs[i] = Output{in.sid, {next_token(s)}};
+      if (in.produce_output) {
+        out.outputs[i] = Output{in.sid, {next_token(s)}};
+        ++s.outputs;
+      }
     }
     return true;
   }
 
+  std::vector<PolicyChange> policies() const {
+    std::lock_guard lock(mu_);
+    return policies_;
+  }
   std::vector<Executed> executed() const {
     std::lock_guard lock(mu_);
     return executed_;
@@ -105,13 +123,15 @@ class ToyExecutor final : public Executor {
     std::vector<Token> history;
     bool greedy = true;
     std::uint64_t seed = 0;
+    SamplingParams params;
+    std::size_t outputs = 0;
   };
   Token next_token(const State& s) const {
     std::uint64_t h = 1469598103934665603ULL;
     for (Token t : s.history) h = (h ^ t) * 1099511628211ULL;
     if (!s.greedy) h = (h ^ s.seed) * 1099511628211ULL;
     h ^= h >> 29;
-    if (eos_every_ > 0 && h % eos_every_ == 0) return kEos;
+    if (eos_every_ > 0 && h % eos_every_ == 0 && !s.params.suppresses(kEos)) return kEos;
     return 'a' + (h % 26);
   }
 
@@ -121,6 +141,7 @@ class ToyExecutor final : public Executor {
   SessionId next_id_ = 1;
   std::map<SessionId, State> sessions_;
   std::vector<Executed> executed_;
+  std::vector<PolicyChange> policies_;
 };
 
 }  // namespace cellm::server::testing
