@@ -177,5 +177,9 @@ std::int32_t Engine::max_session_tokens() const {
 std::int32_t Engine::max_sessions() const {
   return impl_->max_sessions;
 }
+Engine::KvCells Engine::kv_cells() const {
+  const executor::CudaExecutor::KvCells cells = impl_->executor->published_kv_cells();
+  return {cells.used, cells.total};
+}
 
 }  // namespace cellm::app

@@ -83,6 +83,13 @@ class Engine {
   const std::string& backend_name() const;  // "cpu" or "cuda"
   std::int32_t max_session_tokens() const;  // the per-session position limit
   std::int32_t max_sessions() const;
+  // KV cells holding tokens and cells in the pool (scratch excluded), as of
+  // the engine thread's last step, open, clone or close. Any thread.
+  struct KvCells {
+    std::int64_t used = 0;
+    std::int64_t total = 0;
+  };
+  KvCells kv_cells() const;
 
   struct Impl;
 

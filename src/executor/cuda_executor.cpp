@@ -40,7 +40,22 @@ CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
       kv_cell_bytes_(plan.kv_cell_bytes),
       sessions_(*cache_, plan.max_sessions, plan.max_session_tokens, plan.vocab),
       has_sampler_(plan.has_sampler),
-      has_argmax_(plan.has_argmax) {}
+      has_argmax_(plan.has_argmax),
+      kv_cells_total_(cache_->metrics().cells_used + cache_->metrics().cells_free) {
+  publish_kv_cells();
+}
+
+namespace {
+// Publishes the cell count however the call it guards returns.
+struct PublishOnExit {
+  std::function<void()> publish;
+  ~PublishOnExit() { publish(); }
+};
+}  // namespace
+
+void CudaExecutor::publish_kv_cells() {
+  kv_cells_used_.store(cache_->metrics().cells_used, std::memory_order_relaxed);
+}
 
 CudaExecutor::~CudaExecutor() = default;
 
@@ -65,9 +80,12 @@ std::optional<SessionId> CudaExecutor::open_session() {
 }
 void CudaExecutor::close_session(SessionId session) {
   sessions_.close(session);
+  publish_kv_cells();
 }
 std::optional<SessionId> CudaExecutor::clone(SessionId source, Position upto) {
-  return sessions_.clone(source, upto);
+  std::optional<SessionId> id = sessions_.clone(source, upto);
+  publish_kv_cells();
+  return id;
 }
 void CudaExecutor::set_sampling(SessionId session, const SamplingParams& params,
                                 std::optional<std::uint64_t> seed) {
@@ -195,6 +213,7 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
 }
 
 bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
+  const PublishOnExit publish{[this] { publish_kv_cells(); }};
   out.outputs.assign(batch.inputs.size(), std::nullopt);
   if (!initialized_ || raw_executing_) {
     CELLM_LOG_ERROR("executor: execute() {}",
@@ -241,6 +260,7 @@ bool CudaExecutor::execute_raw(const RawTargetStep& step,
     return false;
   }
   FlagGuard guard(raw_executing_);
+  const PublishOnExit publish{[this] { publish_kv_cells(); }};
   const std::size_t n = step.tokens.size();
   if (n == 0 || step.positions.size() != n || step.seq_ids.size() != n) {
     CELLM_LOG_ERROR("executor: raw step has {} tokens, {} positions and {} sequence ids", n,

@@ -9,9 +9,11 @@
 // program's `sample`/`sample_argmax` methods when logits stay on the device.
 // Nothing here depends on a backend: the CPU program drives it in CI.
 //
-// Thread-safety: not thread-safe; every call happens on the engine thread.
+// Thread-safety: not thread-safe; every call happens on the engine thread,
+// except published_kv_cells(), which any thread may call.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -111,6 +113,16 @@ class CudaExecutor final : public Executor {
   program::Program& program() { return *program_; }
   cache::CellCache& cache_control() { return *cache_; }
   OffGraphKVMetrics kv_metrics() const;
+  // Cells holding tokens and cells that can (scratch excluded), as of the
+  // last engine-thread call that could change them. The one method safe
+  // from any thread: a server's /metrics reads it while the engine steps.
+  struct KvCells {
+    std::int64_t used = 0;
+    std::int64_t total = 0;
+  };
+  KvCells published_kv_cells() const {
+    return {kv_cells_used_.load(std::memory_order_relaxed), kv_cells_total_};
+  }
   // Every forward method, narrowest first (dynamic last), with its calls.
   std::vector<ForwardMethodCalls> method_calls() const;
   // Whether the program samples (device logits go to its `sample` method).
@@ -151,6 +163,7 @@ class CudaExecutor final : public Executor {
   Result<std::vector<Token>> sample_outputs(const Tensor& logits,
                                             const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);
+  void publish_kv_cells();
 
   std::shared_ptr<program::Program> program_;
   std::shared_ptr<cache::CellCache> cache_;
@@ -169,6 +182,8 @@ class CudaExecutor final : public Executor {
   std::optional<bool> device_logits_;
   bool initialized_ = false;
   bool raw_executing_ = false;
+  std::atomic<std::int64_t> kv_cells_used_{0};
+  std::int64_t kv_cells_total_ = 0;  // fixed at creation
 };
 
 }  // namespace cellm::executor

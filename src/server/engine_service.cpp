@@ -59,6 +59,11 @@ class EngineService final : public GenerationService {
       return tok.decode(v, /*skip_special=*/true);
     };
     t.text_stream = [tok] { return std::unique_ptr<TokenTextStream>(new DetokenizerStream(tok)); };
+    // Published by the engine thread; reading it never waits for a step.
+    t.stats = [&engine] {
+      const app::Engine::KvCells cells = engine.kv_cells();
+      return ServiceStats{cells.used, cells.total};
+    };
     RunnerServiceConfig c;
     c.model_name = engine.model_name();
     c.context_length = engine.max_session_tokens();

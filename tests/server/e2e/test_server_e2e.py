@@ -267,6 +267,38 @@ def t_prefix_cache(srv):
           >= cached, "metrics count the cached tokens")
 
 
+def t_min_tokens(srv):
+    """A short greedy answer ends with EOS after k tokens; with min_tokens
+    k + 6 the same answer continues instead (EOS is never sampled before)."""
+    c = srv.client()
+    messages = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
+    base = c.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=64,
+                                     temperature=0)
+    k = base.usage.completion_tokens
+    check(base.choices[0].finish_reason == "stop" and k < 40,
+          f"the baseline answer stops early ({k} tokens: {base.choices[0].message.content!r})")
+    want = k + 6
+    r = c.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=64,
+                                  temperature=0, extra_body={"min_tokens": want})
+    got = r.usage.completion_tokens
+    check(got >= want, f"min_tokens {want} yields at least that many tokens (got {got})")
+    check(r.choices[0].message.content.startswith(base.choices[0].message.content),
+          "the tokens before the suppressed EOS are unchanged")
+    # Every clone of n=2, streamed and sampled, honours it as well.
+    s = c.completions.create(model=MODEL_NAME, prompt="Yes.", max_tokens=40, temperature=0.8,
+                             seed=3, n=2, stream=True, stream_options={"include_usage": True},
+                             extra_body={"min_tokens": 12})
+    chunks = list(s)
+    usage = chunks[-1].usage
+    check(usage is not None and usage.completion_tokens >= 24,
+          f"n=2 with min_tokens 12 yields at least 12 tokens per choice ({usage})")
+    # min_tokens == max_tokens: exactly that many, finished by length.
+    e = c.completions.create(model=MODEL_NAME, prompt="Yes.", max_tokens=9, temperature=0,
+                             extra_body={"min_tokens": 9})
+    check(e.usage.completion_tokens == 9 and e.choices[0].finish_reason == "length",
+          "min_tokens equal to max_tokens gives exactly max_tokens")
+
+
 def t_errors(srv):
     c = srv.client()
 
@@ -293,8 +325,8 @@ def t_errors(srv):
            "an unknown model")
     expect(openai.BadRequestError, 400, "min_tokens",
            lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4,
-                                        extra_body={"min_tokens": 2}),
-           "min_tokens (not supported)")
+                                        extra_body={"min_tokens": 5}),
+           "min_tokens above max_tokens")
     expect(openai.BadRequestError, 400, "logprobs",
            lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, logprobs=2),
            "an unsupported field")
@@ -344,6 +376,11 @@ def t_capacity_disconnect(srv):
         next(lines[-1])  # the first event: generation is running
     m = srv.metrics()
     check(m["cellm:num_requests_running"] == 4, "four requests are running")
+    total = before.get("cellm:kv_cells_total", 0)
+    check(total > 0 and m.get("cellm:kv_cells_total") == total, f"/metrics reports the KV pool ({total} cells)")
+    check(m.get("cellm:kv_cells_used", 0) >= before.get("cellm:kv_cells_used", 0) + 4 * 3,
+          f"KV cells rise while four prompts generate ({before.get('cellm:kv_cells_used')} -> "
+          f"{m.get('cellm:kv_cells_used')})")
     try:
         srv.client().completions.create(model=MODEL_NAME, prompt="one more", max_tokens=2)
         check(False, "a fifth request at capacity with no queue is refused")
@@ -356,6 +393,10 @@ def t_capacity_disconnect(srv):
         time.sleep(0.1)
     after = srv.metrics()
     check(after["cellm:num_requests_running"] == 0, "disconnected streams stop running")
+    while time.time() < deadline and srv.metrics()["cellm:kv_cells_used"] > before["cellm:kv_cells_used"]:
+        time.sleep(0.1)
+    check(srv.metrics()["cellm:kv_cells_used"] == before["cellm:kv_cells_used"],
+          "the cancelled streams' KV cells are free again")
     key = 'cellm:requests_total{endpoint="completions",outcome="cancelled"}'
     check(after[key] - before[key] == 4, "the four disconnects count as cancelled")
     qkey = 'cellm:requests_total{endpoint="completions",outcome="queue_full"}'
@@ -363,6 +404,47 @@ def t_capacity_disconnect(srv):
     # Capacity is back: a request goes through.
     r = srv.client().completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2)
     check(len(r.choices) == 1, "after the disconnects a new request is served")
+
+
+def t_body_limit_flag(srv):
+    """Started with --body-limit 65536: a 70 kB body is 413, a 60 kB one is read
+    (and refused for its prompt's length instead)."""
+    # Announced, not sent: the server answers from the headers alone.
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=60) as conn:
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 70000\r\n\r\n{\"p")
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    status_line = reply.split(b"\r\n", 1)[0]
+    check(b" 413 " in status_line, f"--body-limit 65536 refuses a 70 kB body ({status_line!r})")
+    fits = requests.post(srv.url + "/v1/completions",
+                         json={"prompt": "word " * 12000, "max_tokens": 1})
+    check(fits.status_code == 400 and error_of(fits).get("param") == "prompt",
+          f"a 60 kB body is under the limit ({fits.status_code} {error_of(fits).get('param')})")
+
+
+def t_drain_timeout_flag(srv):
+    """Started with --drain-timeout 0: SIGTERM cancels a running stream at once
+    (finish_reason "abort") instead of letting it run to its 400 tokens."""
+    r = requests.post(srv.url + "/v1/completions", stream=True, timeout=600,
+                      json={"model": MODEL_NAME, "prompt": "Count slowly:", "max_tokens": 400,
+                            "ignore_eos": True, "stream": True})
+    lines = r.iter_lines()
+    first = next(lines)
+    check(first.startswith(b"data: "), "the long stream started")
+    srv.proc.send_signal(signal.SIGTERM)
+    rest = [first] + [line for line in lines if line]
+    check(rest[-1] == b"data: [DONE]", "the cancelled stream still ends with [DONE]")
+    events = [json.loads(line[6:]) for line in rest[:-1]]
+    reasons = [e["choices"][0]["finish_reason"] for e in events if e["choices"]]
+    text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    check(reasons and reasons[-1] == "abort",
+          f"with no drain time the stream is aborted ({reasons[-1:]}, {len(text)} chars)")
+    check(srv.proc.wait(60) == 0, "the server exits 0 after the drain timeout")
 
 
 def t_sigterm_drains(srv):
@@ -390,20 +472,29 @@ def group_api(binary, model):
         check(early.status_code in (200, 503), f"a request while loading is 200 or 503 ({early.status_code})")
         srv.wait_ready()
         for t in (t_health_models_tokenize, t_completion_and_chat, t_stop_strings, t_n_and_seeds,
-                  t_prefix_cache, t_errors):
+                  t_min_tokens, t_prefix_cache, t_errors):
             run_test(t, srv)
         run_test(t_sigterm_drains, srv)
     finally:
         srv.kill()
     small = Server(binary, model, "--max-sessions", "4", "--max-session-tokens", "512",
-                   "--prefix-cache", "0", "--max-queue", "0")
+                   "--prefix-cache", "0", "--max-queue", "0", "--body-limit", "65536",
+                   "--drain-timeout", "0")
     try:
         small.wait_ready()
         run_test(t_capacity_disconnect, small)
-        code = small.terminate()
-        check(code == 0, f"SIGTERM on an idle server exits 0 (got {code})")
+        run_test(t_body_limit_flag, small)
+        run_test(t_drain_timeout_flag, small)
     finally:
         small.kill()
+    idle = Server(binary, model, "--max-sessions", "2", "--max-session-tokens", "256",
+                  "--prefix-cache", "0")
+    try:
+        idle.wait_ready()
+        code = idle.terminate()
+        check(code == 0, f"SIGTERM on an idle server exits 0 (got {code})")
+    finally:
+        idle.kill()
 
 
 # --------------------------------------------------------------- load group
