@@ -1,32 +1,26 @@
-// UTF-8 helpers for the template interpreter: Python strings index, slice and
-// strip by code point, so the interpreter needs code point boundaries and
-// Python's notion of whitespace. Inputs are validated once (templates at
-// parse, context strings on conversion) and trusted afterwards.
+// Python string semantics the template interpreter needs on top of the core
+// UTF-8 primitives: Python strings index, slice and strip by code point and
+// have their own notion of whitespace. Inputs are validated once (templates
+// at parse, context strings on conversion) and trusted afterwards.
 //
 // Thread-safety: pure functions.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "core/utf8.h"
 
 namespace cellm::chat::utf8 {
 
-// Byte offset of the first invalid sequence, or nullopt when `s` is valid UTF-8
-// (overlong forms, surrogates and code points past U+10FFFF are invalid).
-std::optional<std::size_t> find_invalid(std::string_view s);
-
-// Decodes the code point starting at s[i] (valid input) and advances i.
-char32_t next(std::string_view s, std::size_t& i);
-// Appends the UTF-8 encoding of `cp`.
-void append(std::string& out, char32_t cp);
-// Byte offsets of every code point start, plus s.size() at the end.
-std::vector<std::size_t> boundaries(std::string_view s);
-std::size_t length(std::string_view s);
-bool is_ascii(std::string_view s);
+// The interpreter spells the core primitives utf8::next etc. from inside
+// namespace chat, where this namespace hides cellm::utf8.
+using cellm::utf8::append;
+using cellm::utf8::boundaries;
+using cellm::utf8::find_invalid;
+using cellm::utf8::length;
+using cellm::utf8::next;
 
 // Python's str.isspace() for one code point.
 bool is_space(char32_t cp);

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/files.h"
 
 namespace cellm::format {
 namespace {
@@ -178,18 +178,6 @@ Result<Tensor> SafetensorsFile::tensor(std::string_view name) const {
                             keep_alive(file_));
 }
 
-namespace {
-
-Result<std::string> read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("{}: cannot open", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::filesystem::path& path) {
   std::error_code ec;
   std::filesystem::path index_path;
@@ -219,7 +207,7 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open(const std::filesystem:
   }
 
   const std::string ipath = index_path.string();
-  CELLM_ASSIGN_OR_RETURN(std::string text, read_text_file(index_path));
+  CELLM_ASSIGN_OR_RETURN(std::string text, read_file(index_path));
   json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object()) {
     return data_loss("{}: not a JSON object", ipath);

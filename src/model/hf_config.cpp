@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "core/files.h"
 
 namespace cellm::model {
 namespace {
@@ -422,14 +422,6 @@ Result<ModelSpec> spec_from_json(const json& root, const std::string& source) {
   return spec;
 }
 
-Result<std::string> slurp(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("{}: cannot open", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 Result<ModelSpec> spec_from_hf_config_text(std::string_view json_text, std::string_view source) {
@@ -451,12 +443,12 @@ Status apply_generation_config_text(std::string_view json_text, std::string_view
 }
 
 Result<ModelSpec> read_hf_spec(const std::filesystem::path& config_path) {
-  CELLM_ASSIGN_OR_RETURN(const std::string text, slurp(config_path));
+  CELLM_ASSIGN_OR_RETURN(const std::string text, read_file(config_path));
   CELLM_ASSIGN_OR_RETURN(ModelSpec spec, spec_from_hf_config_text(text, config_path.string()));
   const auto gen_path = config_path.parent_path() / "generation_config.json";
   std::error_code ec;
   if (std::filesystem::exists(gen_path, ec)) {
-    CELLM_ASSIGN_OR_RETURN(const std::string gen, slurp(gen_path));
+    CELLM_ASSIGN_OR_RETURN(const std::string gen, read_file(gen_path));
     CELLM_RETURN_IF_ERROR(apply_generation_config_text(gen, gen_path.string(), spec));
   }
   return spec;

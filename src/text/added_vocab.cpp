@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "core/utf8.h"
 #include "text/normalizer.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -22,12 +22,12 @@ char32_t last_char(std::string_view s) {
   std::size_t i = s.size() - 1;
   while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
   char32_t cp = 0;
-  return utf8_next(s, i, &cp) ? cp : 0;
+  return utf8::decode(s, i, &cp) ? cp : 0;
 }
 
 char32_t first_char(std::string_view s) {
   char32_t cp = 0;
-  return utf8_next(s, 0, &cp) ? cp : 0;
+  return utf8::decode(s, 0, &cp) ? cp : 0;
 }
 
 }  // namespace
@@ -109,14 +109,14 @@ void AddedTokenMatcher::split(std::string_view s, std::vector<Segment>& out) con
         std::size_t k = begin - 1;
         while (k > done && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
         char32_t cp;
-        if (utf8_next(s, k, &cp) == 0 || !is_unicode_space(cp)) break;
+        if (utf8::decode(s, k, &cp) == 0 || !is_unicode_space(cp)) break;
         begin = k;
       }
     }
     if (tok.rstrip) {
       while (end < s.size()) {
         char32_t cp;
-        const std::size_t n = utf8_next(s, end, &cp);
+        const std::size_t n = utf8::decode(s, end, &cp);
         if (n == 0 || !is_unicode_space(cp)) break;
         end += n;
       }

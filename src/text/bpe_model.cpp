@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -15,10 +15,12 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
          static_cast<std::uint32_t>(b);
 }
 
+// Bytes of the code point at s[i], or of the invalid run lossy decoding
+// would replace there.
 std::size_t utf8_char_len(std::string_view s, std::size_t i) {
-  char32_t cp;
-  const std::size_t n = utf8_next(s, i, &cp);
-  return n > 0 ? n : utf8_invalid_span(s, i);
+  std::size_t end = i;
+  utf8::next(s, end);
+  return end - i;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "text/decoder.h"
 
+#include "core/utf8.h"
 #include "text/normalizer.h"
 #include "text/pre_tokenizer.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -24,7 +24,7 @@ std::string byte_level_decode(const std::vector<std::string>& tokens) {
     bool ok = true;
     for (std::size_t i = 0; i < t.size() && ok;) {
       char32_t cp;
-      const std::size_t n = utf8_next(t, i, &cp);
+      const std::size_t n = utf8::decode(t, i, &cp);
       const int b = n == 0 ? -1 : byte_level_byte(cp);
       if (b < 0) {
         ok = false;
@@ -44,10 +44,10 @@ void byte_fallback(std::vector<std::string>& tokens) {
   std::size_t run_tokens = 0;
   auto flush = [&] {
     if (run_tokens == 0) return;
-    if (utf8_is_valid(run)) {
+    if (utf8::is_valid(run)) {
       out.push_back(run);
     } else {
-      for (std::size_t i = 0; i < run_tokens; ++i) out.push_back(utf8_encode(kReplacementChar));
+      out.insert(out.end(), run_tokens, utf8::encode(utf8::kReplacementChar));
     }
     run.clear();
     run_tokens = 0;

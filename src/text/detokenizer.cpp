@@ -1,7 +1,7 @@
 #include "text/detokenizer.h"
 
+#include "core/utf8.h"
 #include "text/decoder.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 
@@ -16,12 +16,12 @@ std::string StreamingDetokenizer::push(std::int32_t id) {
   const DecoderChain& decoder = tokenizer_.decoder();
   if (decoder.continues(pending_.back())) return {};
   std::string bytes = decoder.decode(pending_, at_start_);
-  if (utf8_incomplete_tail(bytes) > 0) return {};
+  if (utf8::incomplete_tail(bytes) > 0) return {};
   // The pending tokens decode to whole characters that no later token can
   // change: emit them and start afresh after them.
   pending_.clear();
   at_start_ = false;
-  return utf8_repair(bytes);
+  return utf8::repair(bytes);
 }
 
 std::string StreamingDetokenizer::finish() {
@@ -29,7 +29,7 @@ std::string StreamingDetokenizer::finish() {
   std::string bytes = tokenizer_.decoder().decode(pending_, at_start_);
   pending_.clear();
   at_start_ = false;
-  return utf8_repair(bytes);
+  return utf8::repair(bytes);
 }
 
 void StreamingDetokenizer::reset() {

@@ -2,8 +2,8 @@
 
 #include <utility>
 
+#include "core/utf8.h"
 #include "text/unicode_nfc.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -61,7 +61,7 @@ class StripNormalizer final : public Normalizer {
     if (left_) {
       while (begin < end) {
         char32_t cp;
-        const std::size_t n = utf8_next(s, begin, &cp);
+        const std::size_t n = utf8::decode(s, begin, &cp);
         if (n == 0 || !is_unicode_space(cp)) break;
         begin += n;
       }
@@ -71,7 +71,7 @@ class StripNormalizer final : public Normalizer {
         std::size_t i = end - 1;
         while (i > begin && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
         char32_t cp;
-        const std::size_t n = utf8_next(s, i, &cp);
+        const std::size_t n = utf8::decode(s, i, &cp);
         if (n == 0 || i + n != end || !is_unicode_space(cp)) break;
         end = i;
       }

@@ -4,8 +4,8 @@
 #include <array>
 #include <utility>
 
+#include "core/utf8.h"
 #include "text/normalizer.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -126,7 +126,7 @@ const std::array<std::string, 256>& byte_table() {
       const bool printable =
           (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       (*t)[static_cast<std::size_t>(b)] =
-          utf8_encode(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++));
+          utf8::encode(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++));
     }
     return t;
   }();
@@ -230,7 +230,7 @@ class WhitespaceSplitPreTokenizer final : public PreTokenizer {
       bool in_word = false;
       while (i < w.size()) {
         char32_t cp;
-        std::size_t n = utf8_next(w, i, &cp);
+        std::size_t n = utf8::decode(w, i, &cp);
         if (n == 0) n = 1, cp = 0;
         const bool space = is_unicode_space(cp);
         if (space && in_word) out.emplace_back(w, start, i - start);
@@ -337,7 +337,7 @@ int byte_level_byte(char32_t cp) {
     inv->fill(-1);
     for (int b = 0; b < 256; ++b) {
       char32_t cp2;
-      utf8_next(byte_table()[static_cast<std::size_t>(b)], 0, &cp2);
+      utf8::decode(byte_table()[static_cast<std::size_t>(b)], 0, &cp2);
       (*inv)[cp2] = b;
     }
     return inv;

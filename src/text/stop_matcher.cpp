@@ -2,14 +2,14 @@
 
 #include <algorithm>
 
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace cellm::text {
 
 Result<StopMatcher> StopMatcher::create(std::vector<std::string> stops) {
   for (std::size_t i = 0; i < stops.size(); ++i) {
     if (stops[i].empty()) return invalid_argument("stop string {} is empty", i);
-    if (!utf8_is_valid(stops[i])) return invalid_argument("stop string {} is not valid UTF-8", i);
+    if (!utf8::is_valid(stops[i])) return invalid_argument("stop string {} is not valid UTF-8", i);
   }
   return StopMatcher(std::move(stops));
 }

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "core/utf8.h"
 #include "text/tokenizer_state.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 
@@ -83,8 +83,8 @@ void encode_plain(const TokenizerState& st, std::string_view text, bool first_se
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   const TokenizerState& st = *state_;
   std::string repaired;
-  if (!utf8_is_valid(text)) {
-    repaired = utf8_repair(text);
+  if (!utf8::is_valid(text)) {
+    repaired = utf8::repair(text);
     text = repaired;
   }
   std::vector<std::int32_t> ids;
@@ -131,7 +131,7 @@ std::string Tokenizer::decode(std::span<const std::int32_t> ids, bool skip_speci
     if (skip_special && (st.id_flags[static_cast<std::size_t>(id)] & kFlagSpecial)) continue;
     tokens.push_back(*t);
   }
-  return utf8_repair(st.decoder.decode(std::move(tokens), /*at_start=*/true));
+  return utf8::repair(st.decoder.decode(std::move(tokens), /*at_start=*/true));
 }
 
 std::optional<std::int32_t> Tokenizer::token_to_id(std::string_view token) const {

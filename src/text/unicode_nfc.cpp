@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -98,10 +98,10 @@ std::string nfc_normalize(std::string_view s) {
   bool needs_work = false;
   for (std::size_t i = 0; i < s.size();) {
     char32_t cp;
-    std::size_t n = utf8_next(s, i, &cp);
+    std::size_t n = utf8::decode(s, i, &cp);
     if (n == 0) {
-      cp = kReplacementChar;
-      n = utf8_invalid_span(s, i);
+      cp = utf8::kReplacementChar;
+      n = utf8::invalid_span(s, i);
     }
     if (cp >= 0x300) needs_work = true;
     cps.push_back(cp);
@@ -150,7 +150,7 @@ std::string nfc_normalize(std::string_view s) {
   }
   std::string result;
   result.reserve(s.size());
-  for (char32_t cp : out) utf8_append(result, cp);
+  for (char32_t cp : out) utf8::append(result, cp);
   return result;
 }
 

@@ -6,10 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/utf8.h"
 #include "text/fixtures.h"
 #include "text/tokenizer.h"
 #include "text/unicode_nfc.h"
-#include "text/utf8.h"
 
 namespace cellm::text {
 namespace {
@@ -20,21 +20,21 @@ using testing::fixture_tokenizer;
 const std::string kFffd = "\xEF\xBF\xBD";
 
 TEST(Utf8, RepairReplacesEachMaximalInvalidSubpart) {
-  EXPECT_EQ(utf8_repair("a\xFF"
-                        "b"),
+  EXPECT_EQ(utf8::repair("a\xFF"
+                         "b"),
             "a" + kFffd + "b");
   // A lone high surrogate in WTF-8 (ED A0 80): ED cannot start it, so every byte is replaced.
-  EXPECT_EQ(utf8_repair("\xED\xA0\x80"), kFffd + kFffd + kFffd);
+  EXPECT_EQ(utf8::repair("\xED\xA0\x80"), kFffd + kFffd + kFffd);
   // A truncated 3-byte sequence is one maximal subpart.
-  EXPECT_EQ(utf8_repair("\xE6\x97"
-                        "x"),
+  EXPECT_EQ(utf8::repair("\xE6\x97"
+                         "x"),
             kFffd + "x");
   // Overlong encodings are invalid.
-  EXPECT_EQ(utf8_repair("\xC0\xAF"), kFffd + kFffd);
-  EXPECT_EQ(utf8_repair("ok \xE6\x97\xA5"), "ok \xE6\x97\xA5");
-  EXPECT_EQ(utf8_incomplete_tail("a\xF0\x9F\x98"), 3u);
-  EXPECT_EQ(utf8_incomplete_tail("a\xF0\x9F\x98\x80"), 0u);
-  EXPECT_EQ(utf8_incomplete_tail("a\xED\xA0"), 0u);  // can never complete
+  EXPECT_EQ(utf8::repair("\xC0\xAF"), kFffd + kFffd);
+  EXPECT_EQ(utf8::repair("ok \xE6\x97\xA5"), "ok \xE6\x97\xA5");
+  EXPECT_EQ(utf8::incomplete_tail("a\xF0\x9F\x98"), 3u);
+  EXPECT_EQ(utf8::incomplete_tail("a\xF0\x9F\x98\x80"), 0u);
+  EXPECT_EQ(utf8::incomplete_tail("a\xED\xA0"), 0u);  // can never complete
 }
 
 class BadInput : public ::testing::TestWithParam<std::string> {};
@@ -89,7 +89,7 @@ TEST_P(BadInput, MegabyteStringsRoundTrip) {
     EXPECT_FALSE(ids.empty());
     EXPECT_LT(s, 60.0) << GetParam() << " input " << i << " took " << s << " s";
     // Qwen normalizes to NFC (random bytes hold combining marks).
-    const std::string repaired = utf8_repair(inputs[i]);
+    const std::string repaired = utf8::repair(inputs[i]);
     const std::string expected = GetParam() == "qwen3" ? nfc_normalize(repaired) : repaired;
     EXPECT_TRUE(tok.decode(ids, false) == expected)
         << GetParam() << " input " << i << " does not round-trip";

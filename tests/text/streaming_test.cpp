@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "text/fixtures.h"
+#include "core/utf8.h"
 #include "text/detokenizer.h"
-#include "text/utf8.h"
+#include "text/fixtures.h"
 
 namespace cellm::text {
 namespace {
@@ -22,12 +22,12 @@ std::string stream(const Tokenizer& tok, const std::vector<std::int32_t>& ids, b
   std::string all;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string piece = detok.push(ids[i]);
-    if (!utf8_is_valid(piece) && failure->empty())
+    if (!utf8::is_valid(piece) && failure->empty())
       *failure = "invalid UTF-8 after token " + std::to_string(i);
     all += piece;
   }
   const std::string tail = detok.finish();
-  if (!utf8_is_valid(tail) && failure->empty()) *failure = "invalid UTF-8 from finish()";
+  if (!utf8::is_valid(tail) && failure->empty()) *failure = "invalid UTF-8 from finish()";
   return all + tail;
 }
 
@@ -160,7 +160,7 @@ TEST(Streaming, UnfinishedCharacterAtEndIsRepaired) {
   StreamingDetokenizer detok(tok);
   EXPECT_EQ(detok.push(ids[0]), "");
   EXPECT_EQ(detok.finish(), tok.decode(std::vector<std::int32_t>{ids[0]}, false));
-  EXPECT_TRUE(utf8_is_valid(tok.decode(std::vector<std::int32_t>{ids[0]}, false)));
+  EXPECT_TRUE(utf8::is_valid(tok.decode(std::vector<std::int32_t>{ids[0]}, false)));
 }
 
 }  // namespace

@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
 #include "text/detokenizer.h"
 #include "text/stop_matcher.h"
 #include "text/tokenizer.h"
-#include "text/utf8.h"
 
 namespace {
 
@@ -83,8 +83,8 @@ Tokenizer build(bool byte_level) {
           (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       static int extra = 0;
       if (b == 0) extra = 0;
-      add(cellm::text::utf8_encode(printable ? static_cast<char32_t>(b)
-                                             : static_cast<char32_t>(256 + extra++)));
+      add(cellm::utf8::encode(printable ? static_cast<char32_t>(b)
+                                        : static_cast<char32_t>(256 + extra++)));
     }
     for (const char* t : {"th", "the", "\xC4\xA0the"}) add(t);
     json = kByteLevelJson;
@@ -119,7 +119,7 @@ void check(bool ok, const char* what) {
 void exercise_ids(const Tokenizer& tok, const std::vector<std::int32_t>& ids) {
   for (bool skip : {false, true}) {
     const std::string text = tok.decode(ids, skip);
-    check(cellm::text::utf8_is_valid(text), "decode is valid UTF-8");
+    check(cellm::utf8::is_valid(text), "decode is valid UTF-8");
     cellm::text::StreamingDetokenizer detok(tok, skip);
     auto stop = cellm::text::StopMatcher::create({"the", "\xE2\x96\x81\xE2\x96\x81"});
     check(stop.ok(), "stop matcher builds");
@@ -127,7 +127,7 @@ void exercise_ids(const Tokenizer& tok, const std::vector<std::int32_t>& ids) {
     bool stopped = false;
     for (auto id : ids) {
       const std::string piece = detok.push(id);
-      check(cellm::text::utf8_is_valid(piece), "streamed piece is valid UTF-8");
+      check(cellm::utf8::is_valid(piece), "streamed piece is valid UTF-8");
       streamed += piece;
       if (!stopped) {
         auto out = stop->push(piece);
