@@ -25,6 +25,11 @@ namespace cellm::program {
 
 enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax };
 
+// The kinds that take (tokens, positions, selector) and need a bound cache.
+constexpr bool is_forward(MethodKind kind) {
+  return kind == MethodKind::kStatic || kind == MethodKind::kDynamic || kind == MethodKind::kModule;
+}
+
 struct MethodEntry {
   MethodKind kind = MethodKind::kStatic;
   std::int32_t width = 0;  // static: exact token count; dynamic: upper bound; samplers: 0

@@ -1,12 +1,12 @@
 #include "backend/cpu/cpu_forward.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+
+#include <cblas.h>
 
 #include "backend/cpu/ops.h"
 #include "core/check.h"
@@ -183,13 +183,7 @@ void CpuForward::attention_block(std::int32_t layer, const StepRows& rows, KvSto
   attend_cells(q_.data(), k_pool, v_pool, row_cells_, params, attn_.data());
 
   linear(attn_.data(), t, w.o_proj, Tensor(), o_.data());
-  if (spec_.sandwich_norms) {
-    rms_norm(o_.data(), f32(w.post_attn_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset,
-             o_.data());
-  }
-  for (std::int64_t i = 0; i < t * d; ++i) {
-    x_[static_cast<std::size_t>(i)] += o_[static_cast<std::size_t>(i)];
-  }
+  add_block_output(w.post_attn_norm, t);
 }
 
 void CpuForward::mlp_block(std::int32_t layer, std::int64_t t) {
@@ -201,9 +195,13 @@ void CpuForward::mlp_block(std::int32_t layer, std::int64_t t) {
   linear(h_.data(), t, w.up_proj, Tensor(), up_.data());
   gated_activation(gate_.data(), up_.data(), t * ff, spec_.activation);
   linear(gate_.data(), t, w.down_proj, Tensor(), o_.data());
+  add_block_output(w.post_mlp_norm, t);
+}
+
+void CpuForward::add_block_output(const Tensor& post_norm, std::int64_t t) {
+  const std::int64_t d = spec_.hidden_size;
   if (spec_.sandwich_norms) {
-    rms_norm(o_.data(), f32(w.post_mlp_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset,
-             o_.data());
+    rms_norm(o_.data(), f32(post_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, o_.data());
   }
   for (std::int64_t i = 0; i < t * d; ++i) {
     x_[static_cast<std::size_t>(i)] += o_[static_cast<std::size_t>(i)];

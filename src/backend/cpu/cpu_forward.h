@@ -81,6 +81,9 @@ class CpuForward {
  private:
   void attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv);
   void mlp_block(std::int32_t layer, std::int64_t t);
+  // Adds the block output in o_ to the residual stream x_, through
+  // `post_norm` first when the model sandwiches its blocks (gemma3).
+  void add_block_output(const Tensor& post_norm, std::int64_t t);
 
   model::ModelSpec spec_;
   model::Weights weights_;

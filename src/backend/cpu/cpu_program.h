@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_forward.h"
+#include "program/forward_methods.h"
 #include "program/program.h"
 #include "program/program_options.h"
 
@@ -58,27 +58,19 @@ class CpuProgram final : public program::Program {
   std::size_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
 
  private:
-  enum class Kind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax };
-  struct Method {
-    Kind kind;
-    std::int32_t width;  // static: exact T; dynamic: upper bound
-    bool loaded = false;
-  };
-
-  CpuProgram(program::ProgramOptions options, std::int32_t kv_cells,
+  CpuProgram(program::ForwardMethods methods, std::int32_t kv_cells,
              std::unique_ptr<CpuForward> forward);
 
-  Result<std::vector<Tensor>> run_forward(const std::string& name, const Method& method,
+  const program::ProgramOptions& options() const { return methods_.options(); }
+  Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
-  Result<std::vector<Tensor>> run_sampler(const std::string& name, const Method& method,
+  Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
-  Result<StepRows> resolve_step(const std::string& name, std::span<const std::int64_t> tokens,
-                                std::span<const std::int64_t> positions) const;
+  Result<StepRows> resolve_step(std::string_view name, const program::ForwardCall& call) const;
 
-  program::ProgramOptions options_;
+  program::ForwardMethods methods_;
   std::int32_t kv_cells_;
   std::unique_ptr<CpuForward> forward_;
-  std::map<std::string, Method, std::less<>> methods_;
   std::shared_ptr<cache::CellCache> cache_;
   std::unique_ptr<KvStore> kv_;
   std::vector<float> logits_;

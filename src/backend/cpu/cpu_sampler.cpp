@@ -8,9 +8,10 @@
 
 namespace cellm::cpu {
 
-Result<std::vector<Tensor>> CpuProgram::run_sampler(const std::string& name, const Method& method,
+Result<std::vector<Tensor>> CpuProgram::run_sampler(std::string_view name,
+                                                    const program::MethodEntry& method,
                                                     std::span<const Tensor> inputs) {
-  const bool full = method.kind == Kind::kSample;
+  const bool full = method.kind == program::MethodKind::kSample;
   const std::size_t want = full ? 2 : 1;
   if (inputs.size() != want) {
     return invalid_argument("{}: takes {} input(s), got {}", name, want, inputs.size());

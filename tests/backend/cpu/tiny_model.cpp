@@ -111,25 +111,13 @@ double act(double x, model::Activation a) {
          (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
-const char* arch_string(Architecture arch) {
-  switch (arch) {
-    case Architecture::kLlama: return "llama";
-    case Architecture::kQwen2: return "qwen2";
-    case Architecture::kQwen3: return "qwen3";
-    case Architecture::kMistral: return "mistral";
-    case Architecture::kGemma3: return "gemma3_text";
-    case Architecture::kPhi3: return "phi3";
-  }
-  return "?";
-}
-
 }  // namespace
 
 TinyModel make_tiny_model(Architecture arch, std::uint64_t seed) {
   TinyModel m;
   model::ModelSpec& s = m.spec;
   s.arch = arch;
-  s.arch_name = arch_string(arch);
+  s.arch_name = std::string(model::architecture_name(arch));
   s.vocab_size = 61;
   s.hidden_size = 32;
   s.intermediate_size = 48;
