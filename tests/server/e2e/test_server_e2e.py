@@ -90,7 +90,12 @@ class Server:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("the server exited while loading:\n" + "".join(self.log))
-            r = requests.get(self.url + "/health", timeout=10)
+            try:
+                r = requests.get(self.url + "/health", timeout=10)
+            except requests.ConnectionError:
+                # A failed load closes the listener just before the process exits.
+                time.sleep(0.05)
+                continue
             if self.first_health is None:
                 self.first_health = (r.status_code, r.json())
             if r.status_code == 200:
@@ -487,7 +492,7 @@ def group_api(binary, model):
         run_test(t_drain_timeout_flag, small)
     finally:
         small.kill()
-    idle = Server(binary, model, "--max-sessions", "2", "--max-session-tokens", "256",
+    idle = Server(binary, model, "--max-sessions", "4", "--max-session-tokens", "512",
                   "--prefix-cache", "0")
     try:
         idle.wait_ready()
