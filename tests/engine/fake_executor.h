@@ -154,6 +154,11 @@ class FakeExecutor : public Executor {
       init_delay_ = delay;
     });
   }
+  // initialize() blocks until release(), so a test can act while the
+  // runner's initialization is certainly still pending.
+  void hold_init() {
+    locked([&] { init_held_ = true; });
+  }
   // While held, execute() blocks after recording its batch.
   void hold() {
     locked([&] {
@@ -162,7 +167,10 @@ class FakeExecutor : public Executor {
     });
   }
   void release() {
-    locked([&] { held_ = false; });
+    locked([&] {
+      held_ = false;
+      init_held_ = false;
+    });
     cv_.notify_all();
   }
   // Stays held but lets the next `n` executes through (a parked one first):
@@ -225,7 +233,8 @@ class FakeExecutor : public Executor {
     std::chrono::milliseconds delay;
     bool result, throws, non_standard;
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !init_held_; });
       ++init_calls_;
       delay = init_delay_;
       result = init_result_;
@@ -386,6 +395,7 @@ class FakeExecutor : public Executor {
   bool init_non_standard_ = false;
   std::chrono::milliseconds init_delay_{0};
   bool held_ = false;
+  bool init_held_ = false;
   std::size_t permits_ = 0;  // executes allow() lets through while held
   int blocked_ = 0;  // executes parked by hold(); reset when released
   std::size_t init_calls_ = 0;

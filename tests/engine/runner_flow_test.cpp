@@ -348,26 +348,40 @@ TEST_F(DeltaTest, UnexpectedOutputForLeadingChunkFailsAndPoisonsSession) {
   EXPECT_EQ(next.error_message(), "session cannot continue after an executor failure");
 }
 
+// How many executed inputs belong to `sid`, after a probe generation on
+// another session has run to its end: anything `sid` still had queued would
+// have been batched before or beside the probe's work.
+std::size_t inputs_after_probe(FakeExecutor& exec, Session& probe, SessionId sid) {
+  Collector c;
+  probe.generate_async(Tokens{5}, budget(2), c.on_update()).wait();
+  std::size_t n = 0;
+  for (const auto& batch : exec.batches()) {
+    for (const auto& in : batch) n += in.sid == sid ? 1 : 0;
+  }
+  return n;
+}
+
 TEST_F(DeltaTest, MalformedOutputFailsWithoutAnotherTask) {
   exec.set_empty_tokens(true);
   Session s = open();
+  Session probe = open();
   Collector c;
   auto h = run(s, {1}, budget(5), c);
   EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(exec.batches().size(), 1u);
+  exec.set_empty_tokens(false);
+  EXPECT_EQ(inputs_after_probe(exec, probe, s.id()), 1u);
 }
 
 TEST_F(DeltaTest, StopTokenSchedulesNothingFurther) {
   exec.set_stop(999, 1);
   Session s = open();
+  Session probe = open();
   GenConfig cfg = budget(50);
   cfg.stop_tokens = {999};
   Collector c;
   auto h = run(s, {1}, cfg, c);
   EXPECT_EQ(h.finish_reason(), FinishReason::kStopToken);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(exec.batches().size(), 2u);
+  EXPECT_EQ(inputs_after_probe(exec, probe, s.id()), 2u);
 }
 
 // ---- failures ----
@@ -415,22 +429,33 @@ TEST_F(FailureTest, FailureOnLeadingPrefillChunksEndsGeneration) {
 }
 
 TEST_F(FailureTest, ExecutorFailurePoisonsTheSession) {
+  Session gate = open();
   Session a = open();
   Session b = open();
-  exec.hold();
+  auto hg = occupy_engine(gate);  // a and b then share the failing batch
   Collector c, d;
   auto ha = a.generate_async(Tokens{1}, budget(3), c.on_update());
   auto hb = b.generate_async(Tokens{2}, budget(3), d.on_update());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  exec.set_fail_batches_from(0);
+  exec.set_fail_batches_from(1);
   exec.release();
+  hg.wait();
   ha.wait();
   hb.wait();
+  EXPECT_EQ(hg.finish_reason(), FinishReason::kNewTokenLimit);
+  ASSERT_GE(exec.batches().size(), 2u);
+  EXPECT_EQ(exec.batches()[1].size(), 2u);
   EXPECT_EQ(ha.error_message(), "executor failed to execute the batch");
   EXPECT_EQ(hb.error_message(), "executor failed to execute the batch");
-  Collector e;
-  EXPECT_EQ(run(b, {3}, budget(1), e).error_message(),
-            "session cannot continue after an executor failure");
+  EXPECT_TRUE(c.tokens().empty());
+  for (Session* s : {&a, &b}) {
+    Collector e;
+    EXPECT_EQ(run(*s, {3}, budget(1), e).error_message(),
+              "session cannot continue after an executor failure");
+    EXPECT_FALSE(s->clone_async(0).get().has_value());
+  }
+  // The gate was not in the failed batch: not poisoned (its next step fails
+  // only because every batch from now on does).
+  EXPECT_TRUE(gate.clone_async(0).get().has_value());
 }
 
 // ---- multi-token outputs ----
@@ -814,13 +839,14 @@ enum class InitOutcome { kSuccess, kException, kNonStandardException, kFailure }
 class InitializeStateTest : public RunnerFixture,
                             public ::testing::WithParamInterface<InitOutcome> {
  protected:
+  // The initialization stays pending until exec.release().
   void configure() {
-    const auto delay = std::chrono::milliseconds(60);
+    exec.hold_init();
     switch (GetParam()) {
-      case InitOutcome::kSuccess: exec.set_init(true, false, false, delay); break;
-      case InitOutcome::kException: exec.set_init(true, true, false, delay); break;
-      case InitOutcome::kNonStandardException: exec.set_init(true, true, true, delay); break;
-      case InitOutcome::kFailure: exec.set_init(false, false, false, delay); break;
+      case InitOutcome::kSuccess: exec.set_init(true); break;
+      case InitOutcome::kException: exec.set_init(true, true, false); break;
+      case InitOutcome::kNonStandardException: exec.set_init(true, true, true); break;
+      case InitOutcome::kFailure: exec.set_init(false); break;
     }
   }
   InitializationState expected() const {
@@ -835,6 +861,8 @@ TEST_P(InitializeStateTest, PendingSettlesQueuedOpensAndRetainsResult) {
   EXPECT_EQ(runner->initialization_state(), InitializationState::kPending);
   auto f1 = runner->open_session_async();
   auto f2 = runner->open_session_async();
+  EXPECT_EQ(f1.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  exec.release();
   auto s1 = f1.get();
   auto s2 = f2.get();
   EXPECT_EQ(s1.has_value(), GetParam() == InitOutcome::kSuccess);
@@ -848,7 +876,16 @@ TEST_P(InitializeStateTest, ShutdownWhilePendingStillRetainsInitializationResult
   configure();
   start();
   auto f = runner->open_session_async();
-  runner->shutdown();
+  std::thread stopper([&] { runner->shutdown(); });
+  // Requests made after the stop are refused at once: the stop is in, while
+  // the initialization is still held.
+  ASSERT_TRUE(wait_until([&] {
+    return runner->open_session_async().wait_for(std::chrono::seconds(0)) ==
+           std::future_status::ready;
+  }));
+  EXPECT_EQ(runner->initialization_state(), InitializationState::kPending);
+  exec.release();
+  stopper.join();
   EXPECT_FALSE(f.get().has_value());
   EXPECT_EQ(runner->initialization_state(), expected());
 }
