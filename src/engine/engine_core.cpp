@@ -276,8 +276,7 @@ void EngineCore::handle_(StartCommand& c, bool running) {
   if (gen->config.max_new_tokens <= 0) {
     return reject(FinishReason::kFailed, "max_new_tokens must be greater than zero");
   }
-  if (gen->config.min_new_tokens < 0 ||
-      gen->config.min_new_tokens > gen->config.max_new_tokens) {
+  if (gen->config.min_new_tokens < 0 || gen->config.min_new_tokens > gen->config.max_new_tokens) {
     return reject(FinishReason::kFailed,
                   fmt::format("min_new_tokens {} must be within [0, max_new_tokens = {}]",
                               gen->config.min_new_tokens, gen->config.max_new_tokens));

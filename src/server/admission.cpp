@@ -56,8 +56,9 @@ Result<AdmissionQueue::Ticket> AdmissionQueue::acquire(std::int32_t cost,
   std::unique_lock lock(s.mu);
   if (s.closed) return unavailable("the server is shutting down");
   if (cost <= 0 || cost > s.capacity) {
-    return invalid_argument("the request needs {} concurrent sequences but the server runs at most {}",
-                            cost, s.capacity);
+    return invalid_argument(
+        "the request needs {} concurrent sequences but the server runs at most {}", cost,
+        s.capacity);
   }
   // Fast path: room now and nobody queued ahead.
   if (s.waiting.empty() && s.used + cost <= s.capacity) {
@@ -66,8 +67,10 @@ Result<AdmissionQueue::Ticket> AdmissionQueue::acquire(std::int32_t cost,
     return Ticket(state_, cost);
   }
   if (static_cast<std::int32_t>(s.waiting.size()) >= s.max_waiting) {
-    return out_of_resources("the server is at capacity ({} sequences running, {} requests waiting); "
-                            "retry later", s.used, s.waiting.size());
+    return out_of_resources(
+        "the server is at capacity ({} sequences running, {} requests waiting); "
+        "retry later",
+        s.used, s.waiting.size());
   }
   const std::uint64_t id = s.next_id++;
   s.waiting.push_back(id);

@@ -35,7 +35,8 @@ class AdmissionQueue {
 
    private:
     friend class AdmissionQueue;
-    Ticket(std::shared_ptr<State> state, std::int32_t cost) : state_(std::move(state)), cost_(cost) {}
+    Ticket(std::shared_ptr<State> state, std::int32_t cost)
+        : state_(std::move(state)), cost_(cost) {}
     std::shared_ptr<State> state_;
     std::int32_t cost_ = 0;
   };

@@ -146,6 +146,8 @@ loadModel();
 
 }  // namespace
 
-std::string_view chat_page_html() { return kPage; }
+std::string_view chat_page_html() {
+  return kPage;
+}
 
 }  // namespace cellm::server

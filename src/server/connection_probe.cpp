@@ -1,15 +1,14 @@
 #include "server/connection_probe.h"
 
 #include <arpa/inet.h>
+#include <cstdlib>
+#include <cstring>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
 
 namespace cellm::server {
 namespace {

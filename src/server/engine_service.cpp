@@ -13,8 +13,9 @@ namespace {
 
 std::int32_t to_id(Token t) {
   // Ids beyond int32 cannot name a vocabulary entry; -1 decodes to nothing.
-  return t > static_cast<Token>(std::numeric_limits<std::int32_t>::max()) ? -1
-                                                                          : static_cast<std::int32_t>(t);
+  return t > static_cast<Token>(std::numeric_limits<std::int32_t>::max())
+             ? -1
+             : static_cast<std::int32_t>(t);
 }
 
 class DetokenizerStream final : public TokenTextStream {
@@ -45,7 +46,9 @@ class EngineService final : public GenerationService {
     if (cache == nullptr) entries = 0;
     const text::Tokenizer& tok = engine.tokenizer();
     ModelText t;
-    t.tokenize = [&engine](std::string_view s, bool add_special) { return engine.encode(s, add_special); };
+    t.tokenize = [&engine](std::string_view s, bool add_special) {
+      return engine.encode(s, add_special);
+    };
     t.render_chat = [&engine](const nlohmann::ordered_json& messages,
                               const nlohmann::ordered_json& extra, bool add_generation_prompt) {
       return engine.render_chat(messages, add_generation_prompt, extra);

@@ -38,10 +38,10 @@ PromptResult build_prompt(const GenerationService& svc, const GenerationRequest&
     if (!r.tools.is_null()) extra["tools"] = r.tools;
     Result<std::string> text = svc.render_chat(messages, extra, r.add_generation_prompt);
     if (!text.ok()) {
-      out.status = text.status().code() == StatusCode::kNotFound
-                       ? invalid_argument("this model has no chat template; use /v1/completions")
-                       : invalid_argument("rendering the chat template failed: {}",
-                                          text.status().message());
+      out.status =
+          text.status().code() == StatusCode::kNotFound
+              ? invalid_argument("this model has no chat template; use /v1/completions")
+              : invalid_argument("rendering the chat template failed: {}", text.status().message());
       out.param = "messages";
       return out;
     }
@@ -58,8 +58,8 @@ PromptResult build_prompt(const GenerationService& svc, const GenerationRequest&
     for (std::size_t i = 0; i < r.prompt_tokens->size(); ++i) {
       const std::int64_t id = (*r.prompt_tokens)[i];
       if (id < 0 || id >= vocab) {
-        out.status = invalid_argument("prompt token {} (at index {}) is outside the vocabulary of {}",
-                                      id, i, vocab);
+        out.status = invalid_argument(
+            "prompt token {} (at index {}) is outside the vocabulary of {}", id, i, vocab);
         out.param = "prompt";
         return out;
       }
@@ -149,20 +149,21 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   const std::int64_t context = svc.context_length();
   const auto prompt_len = static_cast<std::int64_t>(prompt.tokens.size());
   if (prompt_len >= context) {
-    return refuse(invalid_argument("the prompt has {} tokens but the context holds {}: it must leave "
-                                   "room for at least one generated token",
-                                   prompt_len, context),
-                  prompt.param.empty() ? (kind == RequestKind::kChat ? "messages" : "prompt")
-                                       : prompt.param);
+    return refuse(
+        invalid_argument("the prompt has {} tokens but the context holds {}: it must leave "
+                         "room for at least one generated token",
+                         prompt_len, context),
+        prompt.param.empty() ? (kind == RequestKind::kChat ? "messages" : "prompt") : prompt.param);
   }
   const std::int64_t max_new = r.max_tokens ? *r.max_tokens : context - prompt_len;
   if (prompt_len + max_new > context) {
-    return refuse(invalid_argument("max_tokens {} plus the prompt's {} tokens exceed the context of "
-                                   "{} tokens; ask for at most {}",
-                                   max_new, prompt_len, context, context - prompt_len),
-                  kind == RequestKind::kChat && req.body.find("max_completion_tokens") != std::string::npos
-                      ? "max_completion_tokens"
-                      : "max_tokens");
+    return refuse(
+        invalid_argument("max_tokens {} plus the prompt's {} tokens exceed the context of "
+                         "{} tokens; ask for at most {}",
+                         max_new, prompt_len, context, context - prompt_len),
+        kind == RequestKind::kChat && req.body.find("max_completion_tokens") != std::string::npos
+            ? "max_completion_tokens"
+            : "max_tokens");
   }
 
   if (r.min_tokens > max_new) {
@@ -204,7 +205,8 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   auto gone = [probe] { return probe->closed(); };
   Result<AdmissionQueue::Ticket> ticket = state->admission->acquire(svc.sequences_for(r.n), gone);
   if (!ticket.ok()) {
-    return refuse(ticket.status(), ticket.status().code() == StatusCode::kInvalidArgument ? "n" : "");
+    return refuse(ticket.status(),
+                  ticket.status().code() == StatusCode::kInvalidArgument ? "n" : "");
   }
   Result<std::unique_ptr<GenerationJob>> job = svc.start(spec, run->sink(), gone);
   if (!job.ok()) {

@@ -63,7 +63,9 @@ Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
 GenerationRun::GenerationRun(RunSetup setup, ServerMetrics& metrics)
     : setup_(std::move(setup)), metrics_(metrics) {}
 
-GenerationRun::~GenerationRun() { finish(); }
+GenerationRun::~GenerationRun() {
+  finish();
+}
 
 EventSink GenerationRun::sink() const {
   // The channel, not the run, is captured: the job holding this sink is owned

@@ -119,7 +119,7 @@ class GenerationRun {
   std::atomic<bool> aborted_{false};
   bool client_gone_ = false;
   bool abort_applied_ = false;  // abort() ended at least one choice
-  std::string failure_;  // first kFailed message
+  std::string failure_;         // first kFailed message
   std::optional<SteadyTime> first_token_at_;
   std::int64_t cached_tokens_ = 0;
   bool finished_ = false;

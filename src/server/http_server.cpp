@@ -68,19 +68,22 @@ void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Respons
     // Reuse the chat parser so /tokenize counts exactly what a chat request would.
     nlohmann::ordered_json chat = nlohmann::ordered_json::object();
     chat["messages"] = body["messages"];
-    if (body.contains("add_generation_prompt")) chat["add_generation_prompt"] = body["add_generation_prompt"];
+    if (body.contains("add_generation_prompt"))
+      chat["add_generation_prompt"] = body["add_generation_prompt"];
     RequestError error;
     std::optional<GenerationRequest> r =
         parse_request(RequestKind::kChat, chat.dump(), options.limits, &error);
     if (!r) return reply_error(res, error.status, error.param);
-    Result<std::string> text = svc.render_chat(chat_messages_json(*r), nlohmann::ordered_json::object(),
-                                               r->add_generation_prompt);
-    if (!text.ok()) return reply_error(res, invalid_argument("{}", text.status().message()), "messages");
+    Result<std::string> text = svc.render_chat(
+        chat_messages_json(*r), nlohmann::ordered_json::object(), r->add_generation_prompt);
+    if (!text.ok())
+      return reply_error(res, invalid_argument("{}", text.status().message()), "messages");
     ids = svc.tokenize(*text, false);
   } else {
     auto prompt = body.find("prompt");
     if (prompt == body.end() || !prompt->is_string()) {
-      return reply_error(res, invalid_argument("'prompt' (a string) or 'messages' is required"), "prompt");
+      return reply_error(res, invalid_argument("'prompt' (a string) or 'messages' is required"),
+                         "prompt");
     }
     bool add_special = true;
     if (auto a = body.find("add_special_tokens"); a != body.end()) {
@@ -93,8 +96,9 @@ void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Respons
     ids = svc.tokenize(prompt->get<std::string>(), add_special);
   }
   if (!ids.ok()) return reply_error(res, ids.status());
-  reply_json(res, 200,
-             json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", svc.context_length()}});
+  reply_json(
+      res, 200,
+      json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", svc.context_length()}});
 }
 
 void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
@@ -113,9 +117,9 @@ void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Respo
   for (const json& t : *tokens) {
     if (!t.is_number_integer() || t.get<std::int64_t>() < 0 ||
         t.get<std::int64_t>() >= svc.vocab_size()) {
-      return reply_error(res,
-                         invalid_argument("'tokens' entries must be ids in [0, {})", svc.vocab_size()),
-                         "tokens");
+      return reply_error(
+          res, invalid_argument("'tokens' entries must be ids in [0, {})", svc.vocab_size()),
+          "tokens");
     }
     ids.push_back(static_cast<Token>(t.get<std::int64_t>()));
   }
@@ -151,13 +155,14 @@ void Server::Impl::install_routes() {
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     std::shared_ptr<const ReadyState> state = ready_or_reply(res);
     if (!state) return;
-    reply_json(res, 200,
-               json{{"object", "list"},
-                    {"data", json::array({json{{"id", state->model_name},
-                                               {"object", "model"},
-                                               {"created", 0},
-                                               {"owned_by", "cellm"},
-                                               {"max_model_len", state->service->context_length()}}})}});
+    reply_json(
+        res, 200,
+        json{{"object", "list"},
+             {"data", json::array({json{{"id", state->model_name},
+                                        {"object", "model"},
+                                        {"created", 0},
+                                        {"owned_by", "cellm"},
+                                        {"max_model_len", state->service->context_length()}}})}});
   });
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generation(RequestKind::kCompletion, req, res);
@@ -174,8 +179,8 @@ void Server::Impl::install_routes() {
   // httplib answers unknown routes (404) and oversized bodies (413) itself
   // with an empty body; give those the OpenAI error shape. Bodies our
   // handlers wrote are left alone.
-  http.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     Status s;
     if (res.status == 404) {
@@ -193,9 +198,12 @@ void Server::Impl::install_routes() {
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   Impl& s = *impl_;
-  const std::int32_t threads =
-      s.options.threads > 0 ? s.options.threads : std::min<std::int32_t>(s.options.max_queue + 128, 1024);
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+  const std::int32_t threads = s.options.threads > 0
+                                   ? s.options.threads
+                                   : std::min<std::int32_t>(s.options.max_queue + 128, 1024);
+  s.http.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<std::size_t>(threads));
+  };
   s.http.set_payload_max_length(s.options.body_limit);
   s.http.set_keep_alive_timeout(2);
   s.http.set_read_timeout(30, 0);
@@ -203,7 +211,9 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   s.install_routes();
 }
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+}
 
 Status Server::bind() {
   Impl& s = *impl_;
@@ -222,7 +232,9 @@ Status Server::bind() {
   return Status::ok();
 }
 
-int Server::port() const { return impl_->port; }
+int Server::port() const {
+  return impl_->port;
+}
 
 Status Server::serve() {
   CELLM_RETURN_IF_ERROR(bind());

@@ -23,13 +23,13 @@ namespace cellm::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: any free port (see Server::port())
-  std::int32_t max_queue = 256;     // requests waiting for capacity before 429
+  int port = 8080;                    // 0: any free port (see Server::port())
+  std::int32_t max_queue = 256;       // requests waiting for capacity before 429
   std::size_t body_limit = 8u << 20;  // request bytes before 413
-  std::int32_t max_running = 0;     // sequences at once; 0: the service's max_sequences()
-  std::int32_t threads = 0;         // HTTP worker threads; 0: max_queue + 128
+  std::int32_t max_running = 0;       // sequences at once; 0: the service's max_sequences()
+  std::int32_t threads = 0;           // HTTP worker threads; 0: max_queue + 128
   std::chrono::milliseconds drain_timeout{30000};  // stop(): wait this long before cancelling
-  std::string model_name;           // served name; empty: the service's
+  std::string model_name;                          // served name; empty: the service's
   RequestLimits limits;
 };
 

@@ -39,7 +39,8 @@ class Parser {
     return true;
   }
 
-  bool read_int(const char* name, std::int64_t lo, std::int64_t hi, std::optional<std::int64_t>* out) {
+  bool read_int(const char* name, std::int64_t lo, std::int64_t hi,
+                std::optional<std::int64_t>* out) {
     const json* v = field(name);
     if (v == nullptr) return true;
     if (!v->is_number_integer()) {
@@ -51,7 +52,8 @@ class Parser {
     }
     const std::int64_t x = v->get<std::int64_t>();
     if (x < lo || x > hi) {
-      return fail(name, invalid_argument("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+      return fail(name,
+                  invalid_argument("'{}' must be between {} and {}, got {}", name, lo, hi, x));
     }
     *out = x;
     return true;
@@ -63,7 +65,8 @@ class Parser {
     if (!v->is_number()) return fail(name, invalid_argument("'{}' must be a number", name));
     const double x = v->get<double>();
     if (!std::isfinite(x) || x < lo || x > hi) {
-      return fail(name, invalid_argument("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+      return fail(name,
+                  invalid_argument("'{}' must be between {} and {}, got {}", name, lo, hi, x));
     }
     *out = static_cast<float>(x);
     return true;
@@ -101,8 +104,8 @@ bool is_neutral(const std::string& key, const json& v) {
 
 const std::set<std::string>& supported_fields(RequestKind kind) {
   static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "ignore_eos",
-      "min_tokens", "stream", "stream_options", "user"};
+      "model", "max_tokens", "temperature", "top_p",  "top_k",          "seed", "stop",
+      "n",     "ignore_eos", "min_tokens",  "stream", "stream_options", "user"};
   static const std::set<std::string> completion = [] {
     auto s = common;
     s.insert("prompt");
@@ -127,7 +130,8 @@ bool parse_prompt(Parser& p, const json& v, GenerationRequest* req) {
     ids.reserve(v.size());
     for (const json& t : v) {
       if (!t.is_number_integer() || t.get<std::int64_t>() < 0) {
-        return p.fail("prompt", invalid_argument("'prompt' token ids must be non-negative integers"));
+        return p.fail("prompt",
+                      invalid_argument("'prompt' token ids must be non-negative integers"));
       }
       ids.push_back(t.get<std::int64_t>());
     }
@@ -175,13 +179,15 @@ bool parse_messages(Parser& p, const json& v, GenerationRequest* req) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     const json& m = v[i];
     if (!m.is_object()) {
-      return p.fail(fmt::format("messages[{}]", i), invalid_argument("each message must be an object"));
+      return p.fail(fmt::format("messages[{}]", i),
+                    invalid_argument("each message must be an object"));
     }
     ChatMessage msg;
     auto role = m.find("role");
     if (role == m.end() || !role->is_string() || !roles.contains(role->get<std::string>())) {
-      return p.fail(fmt::format("messages[{}].role", i),
-                    invalid_argument("role must be one of system, user, assistant, tool, developer"));
+      return p.fail(
+          fmt::format("messages[{}].role", i),
+          invalid_argument("role must be one of system, user, assistant, tool, developer"));
     }
     msg.role = role->get<std::string>();
     auto content = m.find("content");
@@ -208,12 +214,13 @@ bool parse_stop(Parser& p, const json& v, const RequestLimits& limits, Generatio
     return p.fail("stop", invalid_argument("'stop' must be a string or a list of strings"));
   }
   if (stops.size() > static_cast<std::size_t>(limits.max_stop_strings)) {
-    return p.fail("stop", invalid_argument("at most {} stop strings are allowed", limits.max_stop_strings));
+    return p.fail("stop",
+                  invalid_argument("at most {} stop strings are allowed", limits.max_stop_strings));
   }
   for (const std::string& s : stops) {
     if (s.empty() || s.size() > limits.max_stop_length) {
-      return p.fail("stop", invalid_argument("stop strings must hold 1 to {} bytes",
-                                             limits.max_stop_length));
+      return p.fail(
+          "stop", invalid_argument("stop strings must hold 1 to {} bytes", limits.max_stop_length));
     }
   }
   req->stop = std::move(stops);
@@ -240,7 +247,8 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (!supported.contains(it.key()) && !is_neutral(it.key(), it.value())) {
       p.fail(it.key(), invalid_argument("unsupported field '{}': cellm does not implement it; "
-                                        "remove it from the request", it.key()));
+                                        "remove it from the request",
+                                        it.key()));
       return std::nullopt;
     }
   }
@@ -275,7 +283,8 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
     req.chat_template_kwargs = json::object();
     if (const json* kw = p.field("chat_template_kwargs")) {
       if (!kw->is_object()) {
-        p.fail("chat_template_kwargs", invalid_argument("'chat_template_kwargs' must be an object"));
+        p.fail("chat_template_kwargs",
+               invalid_argument("'chat_template_kwargs' must be an object"));
       } else {
         req.chat_template_kwargs = *kw;
       }
@@ -336,8 +345,8 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   }
   p.read_string("user", &req.user);
   if (req.max_tokens && req.min_tokens > *req.max_tokens) {
-    p.fail("min_tokens", invalid_argument("'min_tokens' ({}) exceeds 'max_tokens' ({})", req.min_tokens,
-                                          *req.max_tokens));
+    p.fail("min_tokens", invalid_argument("'min_tokens' ({}) exceeds 'max_tokens' ({})",
+                                          req.min_tokens, *req.max_tokens));
   }
   if (p.failed()) return std::nullopt;
   return req;

@@ -24,7 +24,8 @@ enum class RequestKind : std::uint8_t { kCompletion, kChat };
 struct ChatMessage {
   std::string role;
   std::string content;
-  nlohmann::ordered_json extra;  // other fields (name, tool_calls, reasoning_content...) passed to the template
+  nlohmann::ordered_json
+      extra;  // other fields (name, tool_calls, reasoning_content...) passed to the template
 };
 
 struct GenerationRequest {

@@ -15,7 +15,9 @@ json finish_json(const std::optional<std::string>& reason) {
 }
 
 json header(RequestKind kind, const ResponseIds& ids, bool chunk) {
-  return json{{"id", ids.id}, {"object", object_name(kind, chunk)}, {"created", ids.created},
+  return json{{"id", ids.id},
+              {"object", object_name(kind, chunk)},
+              {"created", ids.created},
               {"model", ids.model}};
 }
 
@@ -51,9 +53,11 @@ json response_json(RequestKind kind, const ResponseIds& ids, const std::vector<C
   return body;
 }
 
-json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta, bool first_of_choice) {
+json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
+                bool first_of_choice) {
   json body = header(kind, ids, true);
-  json choice{{"index", delta.index}, {"logprobs", nullptr},
+  json choice{{"index", delta.index},
+              {"logprobs", nullptr},
               {"finish_reason", finish_json(delta.finish_reason)}};
   if (kind == RequestKind::kChat) {
     json d = json::object();
@@ -83,10 +87,10 @@ std::string sse_event(const json& payload) {
 json error_json(const Status& status, std::string_view param) {
   const int http = http_status(status.code());
   const char* type = http == 400 || http == 404 ? "invalid_request_error"
-                     : http == 429            ? "rate_limit_error"
-                     : http == 501            ? "not_implemented_error"
-                     : http == 503            ? "service_unavailable_error"
-                                              : "server_error";
+                     : http == 429              ? "rate_limit_error"
+                     : http == 501              ? "not_implemented_error"
+                     : http == 503              ? "service_unavailable_error"
+                                                : "server_error";
   return json{{"error",
                {{"message", std::string(status.message())},
                 {"type", type},

@@ -30,7 +30,7 @@ struct Choice {
 };
 
 struct ResponseIds {
-  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  std::string id;  // "cmpl-..." or "chatcmpl-..."
   std::int64_t created = 0;
   std::string model;
 };

@@ -101,13 +101,16 @@ std::string RunnerService::detokenize(std::span<const Token> tokens) const {
   return text_.detokenize(tokens);
 }
 
-std::unique_ptr<TokenTextStream> RunnerService::text_stream() const { return text_.text_stream(); }
+std::unique_ptr<TokenTextStream> RunnerService::text_stream() const {
+  return text_.text_stream();
+}
 
-ServiceStats RunnerService::stats() const { return text_.stats ? text_.stats() : ServiceStats{}; }
+ServiceStats RunnerService::stats() const {
+  return text_.stats ? text_.stats() : ServiceStats{};
+}
 
-Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec& spec,
-                                                            EventSink sink,
-                                                            const std::function<bool()>& abandoned) {
+Result<std::unique_ptr<GenerationJob>> RunnerService::start(
+    const GenerationSpec& spec, EventSink sink, const std::function<bool()>& abandoned) {
   const std::vector<Token>& prompt = spec.prompt;
   if (prompt.empty() || spec.n < 1 || spec.max_new_tokens < 1) {
     return invalid_argument("a generation needs a non-empty prompt, n >= 1 and max_tokens >= 1");

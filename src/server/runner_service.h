@@ -38,9 +38,9 @@ struct RunnerServiceConfig {
   std::string model_name;
   std::int32_t context_length = 0;  // per-session position limit
   std::int32_t vocab_size = 0;
-  std::int32_t max_sessions = 0;        // resident sessions the runner allows
+  std::int32_t max_sessions = 0;          // resident sessions the runner allows
   std::int32_t prefix_cache_entries = 0;  // snapshots the cache may hold
-  std::vector<Token> stop_tokens;       // EOS set; dropped with ignore_eos
+  std::vector<Token> stop_tokens;         // EOS set; dropped with ignore_eos
 };
 
 class RunnerService final : public GenerationService {

@@ -1,20 +1,18 @@
 #include "server/serve_main.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
-
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fcntl.h>
 #include <mutex>
 #include <optional>
+#include <poll.h>
+#include <signal.h>
 #include <thread>
+#include <unistd.h>
 
 #include "app/engine.h"
 #include "core/log.h"
@@ -133,7 +131,8 @@ int run_serve(const ServeArgs& args) {
     so.prefix_cache_entries = eo.prefix_cache_entries;
     service = make_engine_service(*engine, so);
     server.set_service(service);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr,
                  "cellm serve: ready in %.1f s: model %s on %s, context %d tokens, %d sessions, "
                  "prefix cache %s\n",

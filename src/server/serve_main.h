@@ -16,16 +16,16 @@
 namespace cellm::server {
 
 struct ServeArgs {
-  std::filesystem::path model;        // Hugging Face folder or .gguf file
+  std::filesystem::path model;  // Hugging Face folder or .gguf file
   std::string host = "127.0.0.1";
-  int port = 8080;                    // 0: any free port (printed when listening)
-  std::string backend = "auto";       // "auto", "cpu" or "cuda"
-  std::int32_t max_sessions = 64;     // resident engine sessions
-  std::int32_t max_session_tokens = 0;  // 0: divide the KV pool, capped by the context
+  int port = 8080;                         // 0: any free port (printed when listening)
+  std::string backend = "auto";            // "auto", "cpu" or "cuda"
+  std::int32_t max_sessions = 64;          // resident engine sessions
+  std::int32_t max_session_tokens = 0;     // 0: divide the KV pool, capped by the context
   std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
-  std::int32_t max_queue = 256;       // requests waiting for capacity before 429
-  std::size_t body_limit = 8u << 20;  // request bytes before 413
-  std::string served_model_name;      // empty: the model's file or folder name
+  std::int32_t max_queue = 256;            // requests waiting for capacity before 429
+  std::size_t body_limit = 8u << 20;       // request bytes before 413
+  std::string served_model_name;           // empty: the model's file or folder name
   std::int32_t drain_timeout_s = 30;
 };
 

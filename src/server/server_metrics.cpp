@@ -65,8 +65,8 @@ ServerMetrics::ServerMetrics()
              10.0, 20.0, 40.0, 80.0}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
             1.0, 2.5, 5.0, 10.0}),
-      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-            50.0, 60.0, 120.0, 240.0}) {}
+      e2e_({0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,
+            5.0,  10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0}) {}
 
 void ServerMetrics::record_request(Endpoint endpoint, Outcome outcome) {
   std::lock_guard lock(mu_);
@@ -111,9 +111,10 @@ std::string ServerMetrics::render(const Gauges& g) const {
          "cancelled, failed).");
   for (int e = 0; e < kEndpointCount; ++e) {
     for (int o = 0; o < kOutcomeCount; ++o) {
-      fmt::format_to(std::back_inserter(out), "cellm:requests_total{{endpoint=\"{}\",outcome=\"{}\"}} {}\n",
-                     endpoint_label(static_cast<Endpoint>(e)), outcome_label(static_cast<Outcome>(o)),
-                     requests_[e][o]);
+      fmt::format_to(std::back_inserter(out),
+                     "cellm:requests_total{{endpoint=\"{}\",outcome=\"{}\"}} {}\n",
+                     endpoint_label(static_cast<Endpoint>(e)),
+                     outcome_label(static_cast<Outcome>(o)), requests_[e][o]);
     }
   }
   header(&out, "cellm:time_to_first_token_seconds", "histogram",
@@ -133,7 +134,8 @@ std::string ServerMetrics::render(const Gauges& g) const {
   scalar(&out, "cellm:prefix_cache_queries_total", "counter", "Prefix-cache lookups.",
          static_cast<double>(prefix_queries_));
   scalar(&out, "cellm:prefix_cache_hits_total", "counter",
-         "Prefix-cache lookups that reused cached prompt tokens.", static_cast<double>(prefix_hits_));
+         "Prefix-cache lookups that reused cached prompt tokens.",
+         static_cast<double>(prefix_hits_));
   scalar(&out, "cellm:prefix_cache_hit_tokens_total", "counter",
          "Prompt tokens served from the prefix cache.", static_cast<double>(prefix_hit_tokens_));
   scalar(&out, "cellm:num_requests_running", "gauge", "Requests generating now.",

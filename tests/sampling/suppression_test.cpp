@@ -1,11 +1,11 @@
 // Suppressed ids (min_tokens keeps EOS out this way): never drawn, whatever
 // the policy and wherever the probability mass sits. The reference for every
 // sampled case is the same row with the suppressed logits set to -inf by hand.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "sampling/sampler.h"
 

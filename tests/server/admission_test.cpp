@@ -2,13 +2,13 @@
 // queue, close() and abandoned waiters; refusals leave the counts unchanged.
 #include "server/admission.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace cellm::server {
 namespace {
@@ -101,8 +101,9 @@ TEST(AdmissionTest, AbandonedWaitersLeaveTheQueue) {
   auto holder = q.acquire(1);
   ASSERT_TRUE(holder.ok());
   std::atomic<bool> gone{false};
-  auto waiter = std::async(std::launch::async,
-                           [&] { return q.acquire(1, [&] { return gone.load(); }).status().code(); });
+  auto waiter = std::async(std::launch::async, [&] {
+    return q.acquire(1, [&] { return gone.load(); }).status().code();
+  });
   ASSERT_TRUE(eventually([&] { return q.waiting_requests() == 1; }));
   gone = true;
   EXPECT_EQ(waiter.get(), StatusCode::kCancelled);

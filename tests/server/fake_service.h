@@ -108,7 +108,9 @@ class FakeService : public GenerationService {
   }
   std::unique_ptr<TokenTextStream> text_stream() const override {
     struct Bytes : TokenTextStream {
-      std::string push(Token t) override { return t < 256 ? std::string(1, static_cast<char>(t)) : ""; }
+      std::string push(Token t) override {
+        return t < 256 ? std::string(1, static_cast<char>(t)) : "";
+      }
       std::string finish() override { return {}; }
     };
     return std::make_unique<Bytes>();
@@ -133,7 +135,9 @@ class FakeService : public GenerationService {
   class Job : public GenerationJob {
    public:
     Job(FakeService* svc, GenerationSpec spec, EventSink sink)
-        : svc_(svc), spec_(std::move(spec)), sink_(std::move(sink)),
+        : svc_(svc),
+          spec_(std::move(spec)),
+          sink_(std::move(sink)),
           cancel_(static_cast<std::size_t>(spec_.n)) {
       svc_->live_jobs_ += 1;
       for (auto& c : cancel_) c.store(false);

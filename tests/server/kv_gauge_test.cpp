@@ -4,21 +4,20 @@
 // exports cellm:kv_cells_used / cellm:kv_cells_total. Readings taken from the
 // generation's own events (engine thread) show the count rising token by
 // token; once the job is gone the cells are back.
-#include <gtest/gtest.h>
-
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include "cellm/decode_first_scheduler.h"
 #include "executor/cuda_executor.h"
+#include "executor/toy_program.h"
 #include "fake_service.h"
 #include "server/http_server.h"
 #include "server/runner_service.h"
-#include "executor/toy_program.h"
 
 namespace cellm::server::testing {
 namespace {
@@ -110,15 +109,14 @@ TEST(KvGaugeTest, CellsRiseDuringAGenerationAndReturnAfter) {
   spec.prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   spec.max_new_tokens = 20;
   bool finished = false;
-  auto job = s.service->start(
-      spec,
-      [&](ChoiceEvent e) {
-        std::lock_guard lock(mu);
-        delivered += static_cast<std::int64_t>(e.tokens.size());
-        readings.push_back({delivered, s.service->stats().kv_cells_used});
-        finished = finished || e.finish.has_value();
-      },
-      {});
+  auto job = s.service->start(spec,
+                              [&](ChoiceEvent e) {
+                                std::lock_guard lock(mu);
+                                delivered += static_cast<std::int64_t>(e.tokens.size());
+                                readings.push_back({delivered, s.service->stats().kv_cells_used});
+                                finished = finished || e.finish.has_value();
+                              },
+                              {});
   ASSERT_TRUE(job.ok()) << job.status().to_string();
   ASSERT_TRUE(FakeService::eventually([&] {
     std::lock_guard lock(mu);

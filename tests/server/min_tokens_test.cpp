@@ -4,14 +4,13 @@
 // configurations before anything runs, ignores stop tokens an executor
 // delivers anyway; RunnerService passes it to every clone; the server applies
 // it to EOS and to stop strings.
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -202,8 +201,8 @@ TEST(MinTokensTest, RunnerIgnoresStopTokensBeforeTheMinimum) {
   std::vector<Token> got;
   std::optional<FinishReason> finish;
   std::mutex mu;
-  GenerationHandle h = session->generate_async(
-      std::vector<Token>{1}, config(3, 10), [&](const GenerationUpdate& u) {
+  GenerationHandle h =
+      session->generate_async(std::vector<Token>{1}, config(3, 10), [&](const GenerationUpdate& u) {
         std::lock_guard lock(mu);
         got.insert(got.end(), u.tokens.begin(), u.tokens.end());
         if (u.finish_reason) finish = u.finish_reason;
@@ -296,8 +295,12 @@ struct LiveServer {
 TEST(MinTokensTest, EveryClonedChoiceHonoursTheMinimum) {
   ServiceStack s(1);
   LiveServer live(s.service);
-  nlohmann::json r = live.post({{"prompt", "go"}, {"max_tokens", 12}, {"min_tokens", 5}, {"n", 3},
-                                {"seed", 11}, {"temperature", 0.8}});
+  nlohmann::json r = live.post({{"prompt", "go"},
+                                {"max_tokens", 12},
+                                {"min_tokens", 5},
+                                {"n", 3},
+                                {"seed", 11},
+                                {"temperature", 0.8}});
   ASSERT_EQ(r["choices"].size(), 3u);
   for (const auto& c : r["choices"]) {
     // Five letters, then the EOS that is no longer suppressed (not shown).
@@ -327,7 +330,8 @@ TEST(MinTokensTest, StopStringsAreLookedForOnlyAfterTheMinimum) {
   late["min_tokens"] = 4;
   const std::string rest = base.substr(4);
   const std::size_t at = rest.find(stop);
-  const std::string want = base.substr(0, 4) + (at == std::string::npos ? rest : rest.substr(0, at));
+  const std::string want =
+      base.substr(0, 4) + (at == std::string::npos ? rest : rest.substr(0, at));
   nlohmann::json r = live.post(late);
   EXPECT_EQ(r["choices"][0]["text"], want);
   EXPECT_EQ(r["choices"][0]["finish_reason"], at == std::string::npos ? "length" : "stop");

@@ -1,9 +1,9 @@
 #include "server/openai_request.h"
 
-#include <gtest/gtest.h>
-
 #include <optional>
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace cellm::server {
 namespace {
@@ -19,8 +19,12 @@ Parsed parse(RequestKind kind, const std::string& body) {
   return p;
 }
 
-Parsed completion(const std::string& body) { return parse(RequestKind::kCompletion, body); }
-Parsed chat(const std::string& body) { return parse(RequestKind::kChat, body); }
+Parsed completion(const std::string& body) {
+  return parse(RequestKind::kCompletion, body);
+}
+Parsed chat(const std::string& body) {
+  return parse(RequestKind::kChat, body);
+}
 
 TEST(RequestTest, CompletionWithEveryField) {
   Parsed p = completion(R"({"model":"m","prompt":"Hi","max_tokens":5,"temperature":0.5,
@@ -85,7 +89,8 @@ TEST(RequestTest, UnsupportedFieldsAreNamed) {
 
 TEST(RequestTest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
   EXPECT_TRUE(completion(R"({"prompt":"x","presence_penalty":0,"frequency_penalty":0.0,
-                            "logprobs":false,"best_of":1,"echo":false,"logit_bias":{}})").req);
+                            "logprobs":false,"best_of":1,"echo":false,"logit_bias":{}})")
+                  .req);
 }
 
 TEST(RequestTest, WrongTypesAndRanges) {
@@ -138,12 +143,14 @@ TEST(RequestTest, ChatMessagesAndContentParts) {
 
 TEST(RequestTest, ChatRefusals) {
   EXPECT_EQ(chat(R"({"messages":[]})").error.param, "messages");
-  EXPECT_EQ(chat(R"({"messages":[{"role":"robot","content":"x"}]})").error.param, "messages[0].role");
+  EXPECT_EQ(chat(R"({"messages":[{"role":"robot","content":"x"}]})").error.param,
+            "messages[0].role");
   EXPECT_EQ(chat(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})").error.param,
             "messages[0].content");
   EXPECT_EQ(chat(R"({"messages":[{"role":"user","content":"x"}],"prompt":"y"})").error.param,
             "prompt");
-  Parsed tool_choice = chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})");
+  Parsed tool_choice =
+      chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})");
   EXPECT_EQ(tool_choice.error.param, "tool_choice");
   EXPECT_EQ(tool_choice.error.status.code(), StatusCode::kNotSupported);
 }

@@ -4,13 +4,13 @@
 // the whole stack behind the HTTP server.
 #include "server/runner_service.h"
 
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <map>
 #include <set>
 #include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "cellm/decode_first_scheduler.h"
 #include "server/generation_run.h"
@@ -44,7 +44,9 @@ ModelText byte_text() {
   };
   t.text_stream = [] {
     struct Bytes : TokenTextStream {
-      std::string push(Token t) override { return t < 256 ? std::string(1, static_cast<char>(t)) : ""; }
+      std::string push(Token t) override {
+        return t < 256 ? std::string(1, static_cast<char>(t)) : "";
+      }
       std::string finish() override { return {}; }
     };
     return std::unique_ptr<TokenTextStream>(new Bytes);
@@ -94,7 +96,8 @@ Collected run(GenerationService& svc, const GenerationSpec& spec) {
   if (!job.ok()) return out;
   out.cached = (*job)->cached_tokens();
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (static_cast<int>(out.finish.size()) < spec.n && std::chrono::steady_clock::now() < deadline) {
+  while (static_cast<int>(out.finish.size()) < spec.n &&
+         std::chrono::steady_clock::now() < deadline) {
     std::vector<ChoiceEvent> events;
     channel->wait(&events, 50ms);
     for (ChoiceEvent& e : events) {
@@ -107,7 +110,9 @@ Collected run(GenerationService& svc, const GenerationSpec& spec) {
   return out;
 }
 
-std::vector<Token> bytes(const std::string& s) { return std::vector<Token>(s.begin(), s.end()); }
+std::vector<Token> bytes(const std::string& s) {
+  return std::vector<Token>(s.begin(), s.end());
+}
 
 GenerationSpec spec_for(const std::string& prompt, int n, std::int64_t max_new,
                         std::optional<std::uint64_t> seed = std::nullopt) {
@@ -169,7 +174,8 @@ TEST(RunnerServiceTest, PrefixHitsSkipPrefillAndMatchACacheLessRun) {
   EXPECT_EQ(prefilled, 2u + 12u - 1u);  // "2?" plus the fed-back generated tokens
   EXPECT_EQ(r2.tokens, reference.tokens);
   // Snapshots are held by the cache, nothing else.
-  EXPECT_TRUE(FakeService::eventually([&] { return warm.executor.open_sessions() == warm.cache.size(); }));
+  EXPECT_TRUE(
+      FakeService::eventually([&] { return warm.executor.open_sessions() == warm.cache.size(); }));
   EXPECT_GE(warm.cache.size(), 1u);
 }
 
@@ -228,9 +234,12 @@ TEST(RunnerServiceTest, ServesOverHttpWithCachedTokensInUsage) {
   httplib::Client c("127.0.0.1", server.port());
   const std::string system = std::string(60, 's');
   auto ask = [&](const std::string& q) {
-    nlohmann::json body{{"messages", nlohmann::json::array({{{"role", "system"}, {"content", system}},
-                                                             {{"role", "user"}, {"content", q}}})},
-                        {"max_tokens", 4}, {"n", 2}, {"seed", 5}};
+    nlohmann::json body{
+        {"messages", nlohmann::json::array({{{"role", "system"}, {"content", system}},
+                                            {{"role", "user"}, {"content", q}}})},
+        {"max_tokens", 4},
+        {"n", 2},
+        {"seed", 5}};
     auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
     EXPECT_TRUE(res);
     EXPECT_EQ(res->status, 200) << res->body;

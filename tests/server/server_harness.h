@@ -7,21 +7,20 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <memory>
+#include <netinet/in.h>
 #include <string>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "server/http_server.h"
 #include "fake_service.h"
+#include "server/http_server.h"
 
 namespace cellm::server::testing {
 
@@ -33,8 +32,7 @@ struct JsonReply {
 
 class TestServer {
  public:
-  explicit TestServer(ServerOptions options = {}, FakeService::Knobs knobs = {},
-                      bool ready = true)
+  explicit TestServer(ServerOptions options = {}, FakeService::Knobs knobs = {}, bool ready = true)
       : service_(std::make_shared<FakeService>(std::move(knobs))) {
     options.host = "127.0.0.1";
     options.port = 0;
@@ -190,7 +188,8 @@ inline std::vector<std::string> sse_payloads(const std::string& body, bool* well
       break;
     }
     const std::string block = body.substr(pos, end - pos);
-    if (block.rfind("data: ", 0) != 0 || block.find('\n') != std::string::npos) *well_formed = false;
+    if (block.rfind("data: ", 0) != 0 || block.find('\n') != std::string::npos)
+      *well_formed = false;
     out.push_back(block.size() >= 6 ? block.substr(6) : block);
     pos = end + 2;
   }

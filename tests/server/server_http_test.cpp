@@ -1,8 +1,8 @@
 // The HTTP layer against FakeService: routes, request validation and error
 // bodies, non-streaming completions and chat, n, stop strings, metrics.
-#include <gtest/gtest.h>
-
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "server_harness.h"
 
@@ -102,10 +102,11 @@ TEST(ServerHttpTest, PromptLongerThanTheContextIs400) {
                "prompt", "999");
   expect_error(ts.post("/v1/completions", json{{"prompt", "abc"}, {"max_tokens", 13}}), 400,
                "max_tokens", "at most 12");
-  expect_error(ts.post("/v1/chat/completions",
-                       json{{"messages", json::array({json{{"role", "user"},
-                                                           {"content", std::string(20, 'q')}}})}}),
-               400, "messages");
+  expect_error(
+      ts.post("/v1/chat/completions",
+              json{{"messages",
+                    json::array({json{{"role", "user"}, {"content", std::string(20, 'q')}}})}}),
+      400, "messages");
   EXPECT_EQ(ts.service().specs().size(), 0u);
   // Exactly filling the context is allowed.
   JsonReply ok = ts.post("/v1/completions", json{{"prompt", "abc"}, {"max_tokens", 12}});
@@ -119,22 +120,23 @@ TEST(ServerHttpTest, MinTokensWrongModelAndTemplateErrorsAreRefused) {
   // BOS + "abc" leaves 12 tokens: min_tokens may not ask for more.
   expect_error(ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 13}}), 400,
                "min_tokens", "exceeds the 12 tokens");
-  expect_error(ts.post("/v1/completions",
-                       json{{"prompt", "abc"}, {"min_tokens", 5}, {"max_tokens", 4}}),
-               400, "min_tokens");
+  expect_error(
+      ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 5}, {"max_tokens", 4}}),
+      400, "min_tokens");
   expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"model", "gpt-9"}}), 404, "model",
                "gpt-9");
-  expect_error(ts.post("/v1/chat/completions",
-                       json{{"messages", json::array({json{{"role", "user"},
-                                                           {"content", "BREAK_TEMPLATE"}}})}}),
-               400, "messages", "template");
+  expect_error(
+      ts.post(
+          "/v1/chat/completions",
+          json{{"messages", json::array({json{{"role", "user"}, {"content", "BREAK_TEMPLATE"}}})}}),
+      400, "messages", "template");
   EXPECT_EQ(ts.service().specs().size(), 0u);
   // min_tokens up to max_tokens and the served name are fine; min_tokens
   // reaches the service.
-  EXPECT_EQ(ts.post("/v1/completions",
-                    json{{"prompt", "a"}, {"min_tokens", 0}, {"model", "fake-model"}})
-                .status,
-            200);
+  EXPECT_EQ(
+      ts.post("/v1/completions", json{{"prompt", "a"}, {"min_tokens", 0}, {"model", "fake-model"}})
+          .status,
+      200);
   EXPECT_EQ(ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 12}}).status, 200);
   ASSERT_EQ(ts.service().specs().size(), 2u);
   EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 0);
@@ -170,10 +172,13 @@ TEST(ServerHttpTest, CompletionReturnsTextFinishReasonAndUsage) {
 
 TEST(ServerHttpTest, TokenPromptsAndSamplingFieldsReachTheService) {
   TestServer ts;
-  JsonReply r = ts.post("/v1/completions",
-                        json{{"prompt", json::array({72, 105})}, {"max_tokens", 5},
-                             {"temperature", 0.7}, {"top_p", 0.9}, {"top_k", 40}, {"seed", 1234},
-                             {"ignore_eos", true}});
+  JsonReply r = ts.post("/v1/completions", json{{"prompt", json::array({72, 105})},
+                                                {"max_tokens", 5},
+                                                {"temperature", 0.7},
+                                                {"top_p", 0.9},
+                                                {"top_k", 40},
+                                                {"seed", 1234},
+                                                {"ignore_eos", true}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["choices"][0]["text"], "Hello");
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
@@ -191,8 +196,8 @@ TEST(ServerHttpTest, TokenPromptsAndSamplingFieldsReachTheService) {
 
 TEST(ServerHttpTest, IgnoreEosRunsToTheTokenLimit) {
   TestServer ts;
-  JsonReply r = ts.post("/v1/completions",
-                        json{{"prompt", "a"}, {"max_tokens", 20}, {"ignore_eos", true}});
+  JsonReply r =
+      ts.post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 20}, {"ignore_eos", true}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["choices"][0]["text"], "Hello world! #0xxxxx");
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
@@ -202,7 +207,8 @@ TEST(ServerHttpTest, IgnoreEosRunsToTheTokenLimit) {
 TEST(ServerHttpTest, StopStringsCutTheTextAndCancelTheChoice) {
   TestServer ts;
   // "wor" spans three byte tokens; text from the stop string on is dropped.
-  JsonReply r = ts.post("/v1/completions", json{{"prompt", "a"}, {"stop", json::array({"zz", "wor"})}});
+  JsonReply r =
+      ts.post("/v1/completions", json{{"prompt", "a"}, {"stop", json::array({"zz", "wor"})}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["choices"][0]["text"], "Hello ");
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
@@ -217,11 +223,11 @@ TEST(ServerHttpTest, StopStringsCutTheTextAndCancelTheChoice) {
 
 TEST(ServerHttpTest, ChatRendersMessagesAndReturnsAnAssistantMessage) {
   TestServer ts;
-  JsonReply r = ts.post(
-      "/v1/chat/completions",
-      json{{"messages", json::array({json{{"role", "system"}, {"content", "Be brief."}},
-                                     json{{"role", "user"}, {"content", "Hi"}}})},
-           {"max_completion_tokens", 8}});
+  JsonReply r =
+      ts.post("/v1/chat/completions",
+              json{{"messages", json::array({json{{"role", "system"}, {"content", "Be brief."}},
+                                             json{{"role", "user"}, {"content", "Hi"}}})},
+                   {"max_completion_tokens", 8}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["object"], "chat.completion");
   EXPECT_EQ(r.body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
@@ -291,7 +297,8 @@ TEST(ServerHttpTest, ModelsTokenizeDetokenizeAndPage) {
   EXPECT_EQ(t.body["count"], 3);
   t = ts.post("/tokenize", json{{"prompt", "Hi"}, {"add_special_tokens", false}});
   EXPECT_EQ(t.body["tokens"], json::array({72, 105}));
-  t = ts.post("/tokenize", json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}});
+  t = ts.post("/tokenize",
+              json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})}});
   EXPECT_EQ(t.body["count"], std::string("user: x\nassistant: ").size());
   expect_error(ts.post("/tokenize", json{{"prompt", 5}}), 400, "prompt");
 

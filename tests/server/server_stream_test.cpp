@@ -1,11 +1,11 @@
 // Streaming (SSE framing, usage chunk, n choices, failures), the admission
 // queue (waiting, 429), client disconnects and server shutdown, against
 // FakeService.
-#include <gtest/gtest.h>
-
 #include <future>
 #include <map>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "server_harness.h"
 
@@ -79,10 +79,12 @@ TEST(ServerStreamTest, CompletionStreamIsWellFormedSse) {
 
 TEST(ServerStreamTest, ChatStreamStartsWithTheRoleAndEndsWithUsage) {
   TestServer ts;
-  Stream s = read_stream(
-      ts.port(), "/v1/chat/completions",
-      json{{"messages", json::array({json{{"role", "user"}, {"content", "Hi"}}})},
-           {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"max_tokens", 5}});
+  Stream s =
+      read_stream(ts.port(), "/v1/chat/completions",
+                  json{{"messages", json::array({json{{"role", "user"}, {"content", "Hi"}}})},
+                       {"stream", true},
+                       {"stream_options", {{"include_usage", true}}},
+                       {"max_tokens", 5}});
   EXPECT_EQ(s.status, 200);
   EXPECT_TRUE(s.well_formed);
   EXPECT_TRUE(s.done);
@@ -104,7 +106,10 @@ TEST(ServerStreamTest, ChatStreamStartsWithTheRoleAndEndsWithUsage) {
 TEST(ServerStreamTest, StreamedChoicesAndStopStrings) {
   TestServer ts;
   Stream s = read_stream(ts.port(), "/v1/completions",
-                         json{{"prompt", "a"}, {"stream", true}, {"n", 2}, {"stop", "! #1"},
+                         json{{"prompt", "a"},
+                              {"stream", true},
+                              {"n", 2},
+                              {"stop", "! #1"},
                               {"stream_options", {{"include_usage", true}}}});
   EXPECT_TRUE(s.well_formed);
   EXPECT_TRUE(s.done);
@@ -156,7 +161,8 @@ TEST(ServerStreamTest, ClientDisconnectCancelsTheStreamAndFreesCapacity) {
   EXPECT_EQ(r.status, 200) << r.raw;
   const std::string m = ts.get("/metrics").raw;
   EXPECT_NE(m.find("cellm:requests_total{endpoint=\"completions\",outcome=\"cancelled\"} 1\n"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 }
 
 TEST(ServerStreamTest, ClientDisconnectCancelsANonStreamingRequest) {
@@ -181,11 +187,13 @@ TEST(ServerStreamTest, RequestsQueueAtCapacityAndOverflowIs429) {
   o.max_queue = 1;
   TestServer ts(o);
   ts.service().hold();
-  auto first = std::async(std::launch::async,
-                          [&] { return ts.post("/v1/completions", json{{"prompt", "1"}}); });
+  auto first = std::async(std::launch::async, [&] {
+    return ts.post("/v1/completions", json{{"prompt", "1"}});
+  });
   ASSERT_TRUE(FakeService::eventually([&] { return ts.service().live_jobs() == 1; }));
-  auto second = std::async(std::launch::async,
-                           [&] { return ts.post("/v1/completions", json{{"prompt", "2"}}); });
+  auto second = std::async(std::launch::async, [&] {
+    return ts.post("/v1/completions", json{{"prompt", "2"}});
+  });
   ASSERT_TRUE(FakeService::eventually([&] {
     return ts.get("/metrics").raw.find("cellm:num_requests_waiting 1\n") != std::string::npos;
   }));
@@ -232,8 +240,9 @@ TEST(ServerStreamTest, StopLetsShortRequestsFinish) {
   k.step = 5ms;
   TestServer ts({}, k);
   ts.service().hold();
-  auto inflight = std::async(std::launch::async,
-                             [&] { return ts.post("/v1/completions", json{{"prompt", "a"}}); });
+  auto inflight = std::async(std::launch::async, [&] {
+    return ts.post("/v1/completions", json{{"prompt", "a"}});
+  });
   ASSERT_TRUE(FakeService::eventually([&] { return ts.service().live_jobs() == 1; }));
   auto stopped = std::async(std::launch::async, [&] { ts.stop(); });
   std::this_thread::sleep_for(50ms);

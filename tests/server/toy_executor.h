@@ -87,7 +87,7 @@ class ToyExecutor final : public Executor {
       State& s = it->second;
       const std::size_t start = static_cast<std::size_t>(in.position) + in.offset;
       if (start > s.history.size()) return false;  // a gap
-      s.history.resize(start);                      // a lower start rewinds
+      s.history.resize(start);                     // a lower start rewinds
       for (std::size_t k = 0; k < in.size; ++k) s.history.push_back((**tokens)[in.offset + k]);
       executed_.push_back({in.sid, static_cast<Position>(start), in.size});
       if (in.produce_output) {
