@@ -82,79 +82,39 @@ Status read_scalar(Cursor& c, const std::string& key, T& v) {
   return c.read(v, fmt::format("the value of '{}'", key));
 }
 
+// Reads a T and widens it both ways: signed values sign-extend into `u`,
+// u64 values wrap into `i`, as the file's readers of either type expect.
+template <typename T>
+Status read_widened(Cursor& c, const std::string& key, std::int64_t& i, std::uint64_t& u) {
+  T v;
+  CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
+  i = static_cast<std::int64_t>(v);
+  u = static_cast<std::uint64_t>(v);
+  return Status::ok();
+}
+
 Status read_integer(Cursor& c, GgufType type, const std::string& key, std::int64_t& i,
                     std::uint64_t& u) {
   switch (type) {
-    case GgufType::kU8: {
-      std::uint8_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      u = v;
-      i = v;
-      break;
-    }
-    case GgufType::kI8: {
-      std::int8_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      i = v;
-      u = static_cast<std::uint64_t>(v);
-      break;
-    }
-    case GgufType::kU16: {
-      std::uint16_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      u = v;
-      i = v;
-      break;
-    }
-    case GgufType::kI16: {
-      std::int16_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      i = v;
-      u = static_cast<std::uint64_t>(v);
-      break;
-    }
-    case GgufType::kU32: {
-      std::uint32_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      u = v;
-      i = v;
-      break;
-    }
-    case GgufType::kI32: {
-      std::int32_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      i = v;
-      u = static_cast<std::uint64_t>(v);
-      break;
-    }
-    case GgufType::kU64: {
-      std::uint64_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      u = v;
-      i = static_cast<std::int64_t>(v);
-      break;
-    }
-    case GgufType::kI64: {
-      std::int64_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      i = v;
-      u = static_cast<std::uint64_t>(v);
-      break;
-    }
+    case GgufType::kU8: return read_widened<std::uint8_t>(c, key, i, u);
+    case GgufType::kI8: return read_widened<std::int8_t>(c, key, i, u);
+    case GgufType::kU16: return read_widened<std::uint16_t>(c, key, i, u);
+    case GgufType::kI16: return read_widened<std::int16_t>(c, key, i, u);
+    case GgufType::kU32: return read_widened<std::uint32_t>(c, key, i, u);
+    case GgufType::kI32: return read_widened<std::int32_t>(c, key, i, u);
+    case GgufType::kU64: return read_widened<std::uint64_t>(c, key, i, u);
+    case GgufType::kI64: return read_widened<std::int64_t>(c, key, i, u);
     case GgufType::kBool: {
-      std::uint8_t v;
-      CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
-      if (v > 1) return data_loss("{}: bool '{}' holds {}", c.path(), key, v);
-      u = v;
-      i = v;
-      break;
+      CELLM_RETURN_IF_ERROR(read_widened<std::uint8_t>(c, key, i, u));
+      if (u > 1) return data_loss("{}: bool '{}' holds {}", c.path(), key, u);
+      return Status::ok();
     }
     case GgufType::kF32:
     case GgufType::kF64:
     case GgufType::kString:
     case GgufType::kArray: return internal_error("read_integer on a non-integer type");
   }
-  return Status::ok();
+  return internal_error("read_integer on an unknown type");
 }
 
 bool is_integer(GgufType t) {

@@ -74,6 +74,17 @@ const MethodEntry* ForwardMethods::find(std::string_view name) const {
   return it == methods_.end() ? nullptr : &it->second;
 }
 
+Result<const MethodEntry*> ForwardMethods::find_loaded(std::string_view name) const {
+  const MethodEntry* m = find(name);
+  if (m == nullptr) {
+    return not_found("execute: method '{}' is not exported by the {} program", name, backend_);
+  }
+  if (!m->loaded) {
+    return invalid_argument("execute: method '{}' is not loaded; call load_method first", name);
+  }
+  return m;
+}
+
 Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t vocab,
                                         std::int64_t hidden, Device logits_device) const {
   const MethodEntry* m = find(name);

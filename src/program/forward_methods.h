@@ -27,7 +27,14 @@ enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArg
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
 constexpr bool is_forward(MethodKind kind) {
-  return kind == MethodKind::kStatic || kind == MethodKind::kDynamic || kind == MethodKind::kModule;
+  switch (kind) {
+    case MethodKind::kStatic:
+    case MethodKind::kDynamic:
+    case MethodKind::kModule: return true;
+    case MethodKind::kSample:
+    case MethodKind::kArgmax: return false;
+  }
+  return false;
 }
 
 struct MethodEntry {
@@ -62,6 +69,9 @@ class ForwardMethods {
   // Null when the program does not export `name`.
   MethodEntry* find(std::string_view name);
   const MethodEntry* find(std::string_view name) const;
+  // The method `execute` may run: NotFound when it is not exported,
+  // InvalidArgument when it is not loaded yet.
+  Result<const MethodEntry*> find_loaded(std::string_view name) const;
 
   // Signatures. Forward logits live on `logits_device`; taps (when enabled)
   // are f32 [T, hidden].

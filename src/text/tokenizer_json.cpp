@@ -2,9 +2,9 @@
 // and tokenizer_config.json.
 #include <fstream>
 #include <iterator>
+#include <zlib.h>
 
 #include <nlohmann/json.hpp>
-#include <zlib.h>
 
 #include "text/tokenizer.h"
 #include "text/tokenizer_state.h"
@@ -63,6 +63,20 @@ Result<std::string> string_field(const json& j, const char* key, std::string_vie
   return v->get<std::string>();
 }
 
+// Calls visit(item, where.key[i]) for every item of the list j[key], stopping
+// at the first error.
+template <typename Visit>
+Status for_each_item(const json& j, const char* key, const std::string& where, Visit visit) {
+  CELLM_ASSIGN_OR_RETURN(const json* list, field(j, key, where));
+  if (!list->is_array()) {
+    return invalid_argument("tokenizer.json: {}.{} is not a list", where, key);
+  }
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    CELLM_RETURN_IF_ERROR(visit((*list)[i], where + "." + key + "[" + std::to_string(i) + "]"));
+  }
+  return Status::ok();
+}
+
 bool bool_or(const json& j, const char* key, bool fallback) {
   auto it = j.find(key);
   return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
@@ -113,15 +127,13 @@ Result<std::unique_ptr<Normalizer>> parse_normalizer(const json& j, const std::s
     return make_strip_normalizer(bool_or(j, "strip_left", true), bool_or(j, "strip_right", true));
   }
   if (type == "Sequence") {
-    CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "normalizers", where));
-    if (!list->is_array())
-      return invalid_argument("tokenizer.json: {}.normalizers is not a list", where);
     std::vector<std::unique_ptr<Normalizer>> steps;
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_ASSIGN_OR_RETURN(auto step, parse_normalizer((*list)[i], where + ".normalizers[" +
-                                                                         std::to_string(i) + "]"));
-      steps.push_back(std::move(step));
-    }
+    CELLM_RETURN_IF_ERROR(for_each_item(
+        j, "normalizers", where, [&](const json& item, const std::string& item_where) -> Status {
+          CELLM_ASSIGN_OR_RETURN(auto step, parse_normalizer(item, item_where));
+          steps.push_back(std::move(step));
+          return Status::ok();
+        }));
     return make_sequence_normalizer(std::move(steps));
   }
   return not_supported(
@@ -179,16 +191,13 @@ Result<std::unique_ptr<PreTokenizer>> parse_pre_tokenizer(const json& j, const s
   if (type == "WhitespaceSplit") return make_whitespace_split_pre_tokenizer();
   if (type == "Digits") return make_digits_pre_tokenizer(bool_or(j, "individual_digits", false));
   if (type == "Sequence") {
-    CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "pretokenizers", where));
-    if (!list->is_array())
-      return invalid_argument("tokenizer.json: {}.pretokenizers is not a list", where);
     std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_ASSIGN_OR_RETURN(
-          auto step,
-          parse_pre_tokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
-      steps.push_back(std::move(step));
-    }
+    CELLM_RETURN_IF_ERROR(for_each_item(
+        j, "pretokenizers", where, [&](const json& item, const std::string& item_where) -> Status {
+          CELLM_ASSIGN_OR_RETURN(auto step, parse_pre_tokenizer(item, item_where));
+          steps.push_back(std::move(step));
+          return Status::ok();
+        }));
     return make_sequence_pre_tokenizer(std::move(steps));
   }
   return not_supported(
@@ -226,13 +235,10 @@ Status parse_decoder(const json& j, const std::string& where, std::vector<Decode
     s.prepend = scheme != PrependScheme::kNever;
     steps.push_back(std::move(s));
   } else if (type == "Sequence") {
-    CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "decoders", where));
-    if (!list->is_array())
-      return invalid_argument("tokenizer.json: {}.decoders is not a list", where);
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_RETURN_IF_ERROR(
-          parse_decoder((*list)[i], where + ".decoders[" + std::to_string(i) + "]", steps));
-    }
+    CELLM_RETURN_IF_ERROR(
+        for_each_item(j, "decoders", where, [&](const json& item, const std::string& item_where) {
+          return parse_decoder(item, item_where, steps);
+        }));
   } else {
     return not_supported(
         "tokenizer.json: {} has type '{}', which cellm does not implement (supported: "
@@ -293,14 +299,10 @@ Status parse_post_processor(const json& j, const std::string& where, TokenizerSt
     return Status::ok();
   }
   if (type == "Sequence") {
-    CELLM_ASSIGN_OR_RETURN(const json* list, field(j, "processors", where));
-    if (!list->is_array())
-      return invalid_argument("tokenizer.json: {}.processors is not a list", where);
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      CELLM_RETURN_IF_ERROR(
-          parse_post_processor((*list)[i], where + ".processors[" + std::to_string(i) + "]", st));
-    }
-    return Status::ok();
+    return for_each_item(j, "processors", where,
+                         [&](const json& item, const std::string& item_where) {
+                           return parse_post_processor(item, item_where, st);
+                         });
   }
   return not_supported(
       "tokenizer.json: {} has type '{}', which cellm does not implement (supported: "

@@ -5,12 +5,9 @@
 
 #include "backend/cpu/cpu_weights.h"
 #include "cache/cell_cache.h"
-#include "core/check.h"
 
 namespace cellm::cpu {
 namespace {
-
-using program::MethodKind;
 
 constexpr std::int32_t kScratchRow[1] = {cache::kScratchCell};
 
@@ -108,21 +105,9 @@ Status CpuProgram::load_method(std::string_view name) {
 
 Result<std::vector<Tensor>> CpuProgram::execute(std::string_view name,
                                                 std::span<const Tensor> inputs) {
-  const program::MethodEntry* m = methods_.find(name);
-  if (m == nullptr) {
-    return not_found("execute: method '{}' is not exported by the CPU program", name);
-  }
-  if (!m->loaded) {
-    return invalid_argument("execute: method '{}' is not loaded; call load_method first", name);
-  }
-  switch (m->kind) {
-    case MethodKind::kStatic:
-    case MethodKind::kDynamic:
-    case MethodKind::kModule: return run_forward(name, *m, inputs);
-    case MethodKind::kSample:
-    case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
-  }
-  return internal_error("method '{}' has an unknown kind", name);
+  CELLM_ASSIGN_OR_RETURN(const program::MethodEntry* m, methods_.find_loaded(name));
+  return program::is_forward(m->kind) ? run_forward(name, *m, inputs)
+                                      : run_sampler(name, *m, inputs);
 }
 
 // The shared checks matched the placed rows to the cache; what remains is

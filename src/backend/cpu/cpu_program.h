@@ -38,18 +38,18 @@ class CpuProgram final : public program::Program {
 
   std::string backend_name() const override { return std::string(kBackendName); }
   std::vector<std::string> method_names() const override;
-  Result<program::MethodMeta> method_meta(std::string_view method) const override;
+  Result<program::MethodMeta> method_meta(std::string_view name) const override;
   std::optional<std::int64_t> constant(std::string_view name) const override;
   program::CacheLayout cache_layout() const override;
 
   // The cache's max_cells must not exceed get_offgraph_kv_max_cells. Binding
   // (re)allocates zeroed K/V storage for max_cells cells.
   Status bind_cache(std::shared_ptr<cache::CellCache> cache) override;
-  Status load_method(std::string_view method) override;
+  Status load_method(std::string_view name) override;
   // Forwards validate everything (shapes, token ids, selector rows, positions
   // against the cache's current placement) before touching the KV storage; a
   // refused call changes nothing. Dynamic methods take T in [1, max_step].
-  Result<std::vector<Tensor>> execute(std::string_view method,
+  Result<std::vector<Tensor>> execute(std::string_view name,
                                       std::span<const Tensor> inputs) override;
 
   const model::ModelSpec& spec() const { return forward_->spec(); }
