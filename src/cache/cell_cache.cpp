@@ -100,7 +100,7 @@ struct CellCache::Impl {
   // Drops table entries [pos, end) of a live sequence.
   void truncate(SeqId seq, std::int32_t pos) {
     auto& cells = table(seq);
-    for (std::size_t p = static_cast<std::size_t>(pos); p < cells.size(); ++p) release(cells[p]);
+    for (auto p = static_cast<std::size_t>(pos); p < cells.size(); ++p) release(cells[p]);
     cells.resize(static_cast<std::size_t>(pos));
   }
 

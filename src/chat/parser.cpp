@@ -60,10 +60,10 @@ class Parser {
   bool at_name(std::string_view name) const {
     return cur().kind == TokenKind::kName && cur().text == name;
   }
-  Status error(const Token& at, std::string_view message) const {
+  static Status error(const Token& at, std::string_view message) {
     return invalid_argument("{}", located(at.pos, message));
   }
-  Status unsupported(const Token& at, std::string_view message) const {
+  static Status unsupported(const Token& at, std::string_view message) {
     return not_supported("{}", located(at.pos, message));
   }
   Status expect_op(std::string_view op, std::string_view context) {
@@ -103,7 +103,7 @@ class Parser {
     return Status::ok();
   }
 
-  ExprPtr node(ExprKind kind, SourcePos pos) {
+  static ExprPtr node(ExprKind kind, SourcePos pos) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
     e->pos = pos;
@@ -111,7 +111,7 @@ class Parser {
   }
   // Records the height of a finished node; refuses trees too deep to walk
   // recursively (long operator chains build deep trees without recursion).
-  Result<ExprPtr> finish(ExprPtr e) {
+  static Result<ExprPtr> finish(ExprPtr e) {
     int h = 0;
     for (const auto& a : e->args) {
       if (a) h = std::max(h, a->height);

@@ -30,7 +30,7 @@ Value Value::object(std::vector<std::pair<std::string, Value>> entries) {
 
 Value Value::make_namespace(std::vector<std::pair<std::string, Value>> entries) {
   auto data = std::make_shared<NamespaceData>();
-  for (auto& [k, v] : entries) data->set(std::move(k), std::move(v));
+  for (auto& entry : entries) data->set(std::move(entry.first), std::move(entry.second));
   return Value(Tag{}, std::move(data));
 }
 
@@ -284,11 +284,10 @@ bool values_equal(const Value& a, const Value& b) {
       const ObjectData& x = a.as_object();
       const ObjectData& y = b.as_object();
       if (x.entries.size() != y.entries.size()) return false;
-      for (const auto& [k, v] : x.entries) {
-        const Value* other = y.find(k);
-        if (other == nullptr || !values_equal(v, *other)) return false;
-      }
-      return true;
+      return std::ranges::all_of(x.entries, [&](const auto& entry) {
+        const Value* other = y.find(entry.first);
+        return other != nullptr && values_equal(entry.second, *other);
+      });
     }
     case ValueKind::kNamespace: return &a.as_namespace() == &b.as_namespace();
     case ValueKind::kFunction: return &a.as_function() == &b.as_function();

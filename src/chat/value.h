@@ -109,7 +109,7 @@ class Value {
  private:
   struct Tag {};
   template <typename T>
-  Value(Tag, T&& v) : data_(std::forward<T>(v)) {}
+  Value(Tag /*unused*/, T&& v) : data_(std::forward<T>(v)) {}
 
   std::variant<UndefinedData, std::monostate, bool, std::int64_t, double, std::string,
                std::shared_ptr<const ArrayData>, std::shared_ptr<const ObjectData>,

@@ -62,6 +62,7 @@ Result<ModelSpec> named_shape(std::string_view name) {
 
 std::vector<std::string> shape_names() {
   std::vector<std::string> names;
+  names.reserve(kShapes.size());
   for (const auto& entry : kShapes) names.emplace_back(entry.first);
   return names;
 }

@@ -22,7 +22,7 @@ void linear(const float* x, std::int64_t rows, const Tensor& w, const Tensor& bi
               static_cast<int>(out), static_cast<int>(in), 1.0f, x, static_cast<int>(in),
               w.data_as<float>(), static_cast<int>(in), 0.0f, y, static_cast<int>(out));
   if (bias.data() != nullptr) {
-    const float* b = bias.data_as<float>();
+    const auto* b = bias.data_as<float>();
     for (std::int64_t r = 0; r < rows; ++r) {
       float* yr = y + r * out;
       for (std::int64_t i = 0; i < out; ++i) {
@@ -137,7 +137,7 @@ CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType rope
 void CpuForward::attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv) {
   const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const model::LayerSpec& ls = spec_.layers[static_cast<std::size_t>(layer)];
-  const std::int64_t t = static_cast<std::int64_t>(rows.tokens.size());
+  const auto t = static_cast<std::int64_t>(rows.tokens.size());
   const std::int64_t d = spec_.hidden_size;
   const std::int64_t hd = spec_.head_dim;
   const std::int64_t kv_dim = spec_.num_kv_heads * hd;
@@ -210,7 +210,7 @@ void CpuForward::add_block_output(const Tensor& post_norm, std::int64_t t) {
 
 void CpuForward::run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
                      float* logits, float* taps) {
-  const std::int64_t t = static_cast<std::int64_t>(rows.tokens.size());
+  const auto t = static_cast<std::int64_t>(rows.tokens.size());
   const std::int64_t d = spec_.hidden_size;
   const std::int64_t hd = spec_.head_dim;
   CELLM_CHECK(t > 0 && rows.positions.size() == rows.tokens.size() &&
@@ -241,7 +241,7 @@ void CpuForward::run(const StepRows& rows, std::span<const std::int64_t> selecto
   }
 
   // Final norm: of every row when taps are wanted, else of the selected rows only.
-  const std::int64_t r_count = static_cast<std::int64_t>(selector.size());
+  const auto r_count = static_cast<std::int64_t>(selector.size());
   grow(h_, std::max(t, r_count) * d);
   if (taps != nullptr) {
     rms_norm(x_.data(), f32(weights_.final_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset,
