@@ -111,7 +111,8 @@ class RunnerCpuE2eTest : public ::testing::TestWithParam<Kind> {
       std::vector<std::int64_t> ids(history.begin(), history.end());
       const auto logits = cpu::testing::reference_logits(model_.spec, model_.weights, ids);
       const auto& last = logits.back();
-      const auto next = static_cast<Token>(std::max_element(last.begin(), last.end()) - last.begin());
+      const auto next =
+          static_cast<Token>(std::max_element(last.begin(), last.end()) - last.begin());
       out.push_back(next);
       history.push_back(next);
     }
@@ -167,9 +168,8 @@ TEST_P(RunnerCpuE2eTest, ConcurrentSessionsGiveTheTokensOfOneAtATime) {
   std::vector<Collector> collectors(kPrompts.size());
   std::vector<GenerationHandle> handles;
   for (std::size_t i = 0; i < kPrompts.size(); ++i) {
-    handles.push_back(sessions[i].generate_async(kPrompts[i], greedy(kNew),
-                                                 collectors[i].on_update(),
-                                                 collectors[i].on_settled()));
+    handles.push_back(sessions[i].generate_async(
+        kPrompts[i], greedy(kNew), collectors[i].on_update(), collectors[i].on_settled()));
   }
   gate_->release();
   hg.wait();
@@ -406,7 +406,8 @@ TEST_P(RunnerCpuE2eTest, CapacityRefusalsLeaveEverySessionUsable) {
   EXPECT_FALSE(runner_->open_session_async().get().has_value());
   const Outcome o = generate(sessions[0], kPrompts[1], greedy(2));
   EXPECT_FALSE(sessions[0].clone_async(1).get().has_value());  // no room for a clone
-  sessions.pop_back();  // closing one makes room
+  // Closing one makes room.
+  sessions.pop_back();
   EXPECT_TRUE(wait_until([&] { return runner_->open_session_async().get().has_value(); }));
   const Outcome next = generate(sessions[0], Tokens{4}, greedy(2));
   EXPECT_EQ(next.tokens, reference(concat({kPrompts[1], o.tokens, {4}}), 2));
@@ -438,8 +439,8 @@ TEST_P(RunnerCpuE2eTest, ShutdownCancelsLiveGenerationsAndFreesTheCache) {
   EXPECT_GT(kv.high_water, kv_before_.high_water);  // the prompt did occupy cells
 }
 
-INSTANTIATE_TEST_SUITE_P(Executors, RunnerCpuE2eTest,
-                         ::testing::Values(Kind::kCuda, Kind::kModule), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Executors, RunnerCpuE2eTest, ::testing::Values(Kind::kCuda, Kind::kModule),
+                         [](const auto& info) {
                            switch (info.param) {
                              case Kind::kCuda: return std::string("cuda_executor");
                              case Kind::kModule: return std::string("module_executor");

@@ -41,7 +41,8 @@ class FakePrepared final : public PreparedInput {
   std::size_t size() const override { return size_; }
   std::shared_ptr<const PreparedInput> suffix(std::size_t start) const override {
     if (start >= size_) return nullptr;
-    return std::shared_ptr<const FakePrepared>(new FakePrepared(tokens_, start_ + start, size_ - start));
+    return std::shared_ptr<const FakePrepared>(
+        new FakePrepared(tokens_, start_ + start, size_ - start));
   }
   // The positions this view covers (a reported size larger than the storage
   // is only metadata and is never executed).
@@ -397,7 +398,7 @@ class FakeExecutor : public Executor {
   bool held_ = false;
   bool init_held_ = false;
   std::size_t permits_ = 0;  // executes allow() lets through while held
-  int blocked_ = 0;  // executes parked by hold(); reset when released
+  int blocked_ = 0;          // executes parked by hold(); reset when released
   std::size_t init_calls_ = 0;
   std::size_t calls_before_init_ = 0;
   SessionId next_sid_ = 1;

@@ -78,10 +78,10 @@ TEST_P(WarmOpaqueTest, WarmOpaqueChunksAndOrdinaryRawText) {
   EXPECT_EQ(Tokens(history.begin() + 4, history.begin() + 4 + n), param.backing);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backings, WarmOpaqueTest,
-    ::testing::Values(WarmCase{{11, 7, 7, 7, 22}, 2, {0, 2, 4}, 9},  // [pending, 0..2) [2..4) [4..5)
-                      WarmCase{{11, 22}, 1, {0}, 6}));               // [pending, 0..2)
+// Batches: [pending, 0..2) [2..4) [4..5)  and  [pending, 0..2).
+INSTANTIATE_TEST_SUITE_P(Backings, WarmOpaqueTest,
+                         ::testing::Values(WarmCase{{11, 7, 7, 7, 22}, 2, {0, 2, 4}, 9},
+                                           WarmCase{{11, 22}, 1, {0}, 6}));
 
 TEST_F(OpaqueInputTest, SuffixSharesBackingAndUsesViewRelativeOffsets) {
   exec.set_accept_prepared(true);
@@ -180,8 +180,8 @@ TEST_F(OpaqueInputTest, WrongKindDoesNotFailConcurrentRawGeneration) {
   Collector cr, co;
   auto hr = raw.generate_async(Tokens{1, 2}, budget(3), cr.on_update(), cr.on_settled());
   auto wrong = std::make_shared<OtherPrepared>(2);
-  auto ho = other.generate_async(PreparedInputPtr(wrong), budget(3), co.on_update(),
-                                 co.on_settled());
+  auto ho =
+      other.generate_async(PreparedInputPtr(wrong), budget(3), co.on_update(), co.on_settled());
   exec.release();
   hg.wait();
   hr.wait();
