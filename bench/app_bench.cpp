@@ -9,11 +9,11 @@
 //   build/<dir>/bench/app_bench --benchmark_filter=Decode
 //
 // tokens_per_s counts generated tokens (batch per step).
-#include <benchmark/benchmark.h>
-
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "app/executor_factory.h"
 #include "core/check.h"

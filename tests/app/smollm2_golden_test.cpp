@@ -14,12 +14,12 @@
 // logits with their ids, the argmax and its margin over the runner-up. Our
 // float32 forward must give those ids logits within kMaxAbsDiff and the same
 // argmax.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "app/executor_factory.h"
@@ -201,13 +201,12 @@ TEST_F(SmolLm2GoldenTest, LogitsMatchTransformers) {
     const auto& logits = ref.at("top_logits");
     ASSERT_EQ(ids.size(), logits.size());
     for (std::size_t j = 0; j < ids.size(); ++j) {
-      const double diff =
-          std::abs(rows[p].at(ids[j].get<std::size_t>()) - logits[j].get<double>());
+      const double diff = std::abs(rows[p].at(ids[j].get<std::size_t>()) - logits[j].get<double>());
       worst = std::max(worst, diff);
       EXPECT_LE(diff, kMaxAbsDiff) << "position " << p << " token " << ids[j];
     }
-    const auto ours =
-        static_cast<std::int64_t>(std::max_element(rows[p].begin(), rows[p].end()) - rows[p].begin());
+    const auto ours = static_cast<std::int64_t>(std::max_element(rows[p].begin(), rows[p].end()) -
+                                                rows[p].begin());
     EXPECT_EQ(ours, ref.at("argmax").get<std::int64_t>())
         << "position " << p << " (reference margin " << ref.at("margin") << ")";
   }

@@ -7,10 +7,10 @@
 // forward_others >= 5 rows}. The interleaved hand schedule that uses every
 // method is InterleavedScheduleMatchesTheReference in
 // cpu_program_executor_test.cpp.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <map>
+
+#include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_program.h"
 #include "driver.h"

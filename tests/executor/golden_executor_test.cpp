@@ -14,12 +14,12 @@
 // models' steps are too small to gain from a team, waking one per step costs
 // ten times the forward on a busy 2-core CI machine, and the threaded path is
 // checked by tests/backend/cpu/golden_test.cpp.
-#include <gtest/gtest.h>
-#include <omp.h>
-
 #include <algorithm>
 #include <filesystem>
+#include <omp.h>
 #include <tuple>
+
+#include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_program.h"
 #include "logit_steppers.h"
@@ -30,9 +30,9 @@ namespace cellm::executor::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using cellm::testing::GoldenCase;
 using cellm::testing::golden_fixture_names;
 using cellm::testing::golden_root;
+using cellm::testing::GoldenCase;
 
 constexpr std::int32_t kMaxStep = 64;
 
@@ -77,8 +77,8 @@ class ExecutorGolden : public ::testing::TestWithParam<Param> {
   // Returns false (after one report) on the first bad row.
   bool check(const Rows& rows, std::size_t k, std::size_t first, const std::string& label) {
     for (std::size_t j = 0; j < rows.size(); ++j) {
-      const std::string bad = cellm::testing::check_golden_row(
-          rows[j], cases_[k], first + j, cellm::testing::kFloat32Tolerance);
+      const std::string bad = cellm::testing::check_golden_row(rows[j], cases_[k], first + j,
+                                                               cellm::testing::kFloat32Tolerance);
       if (!bad.empty()) {
         ADD_FAILURE() << label << ": prompt " << k << " position " << first + j << ": " << bad;
         return false;
@@ -190,7 +190,8 @@ TEST_P(ExecutorGolden, CloneMidPromptThenContinue) {
                     const std::string& label) {
       for (std::size_t p = from; p < to; p += chunk) {
         std::vector<StreamToken> tokens;
-        for (std::size_t q = p; q < std::min(to, p + chunk); ++q) tokens.push_back({id, c.inputs[q]});
+        for (std::size_t q = p; q < std::min(to, p + chunk); ++q)
+          tokens.push_back({id, c.inputs[q]});
         auto rows = s->step(tokens);
         if (!rows.ok()) {
           ADD_FAILURE() << label << ": " << rows.status().to_string();

@@ -151,8 +151,8 @@ class RawStepper final : public LogitStepper {
     std::string bad;
     const bool ok = ex_->execute_raw(step, [&](const RawTargetOutput& out) {
       const std::int64_t v = out.logits.dim(1);
-      if (out.logits.rank() != 2 || static_cast<std::size_t>(out.logits.dim(0)) <
-                                        out.selected_indices.size()) {
+      if (out.logits.rank() != 2 ||
+          static_cast<std::size_t>(out.logits.dim(0)) < out.selected_indices.size()) {
         bad = "logits " + out.logits.describe() + " cannot hold the selected rows";
         return false;
       }
@@ -214,7 +214,8 @@ Result<std::unique_ptr<LogitStepper>> make_stepper(StepperKind kind,
       CELLM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> ex,
                              CudaExecutor::create(recording, max_sessions, max_session_tokens));
       if (!ex->initialize()) return internal_error("CudaExecutor::initialize() failed");
-      if (kind == StepperKind::kRaw) return std::unique_ptr<LogitStepper>(new RawStepper(std::move(ex)));
+      if (kind == StepperKind::kRaw)
+        return std::unique_ptr<LogitStepper>(new RawStepper(std::move(ex)));
       return std::unique_ptr<LogitStepper>(new CudaStepper(recording, std::move(ex)));
     }
   }

@@ -1,13 +1,7 @@
-// Logit steppers: one interface over the three ways a test can read every
-// token's logits out of an executor, so golden schedules are written once.
-//  - ModuleStepper: ModuleExecutor::execute(), one output-producing input per
-//    token; the rows are read back through a RecordingProgram and each
-//    sampled (greedy) token must be the argmax of its row.
-//  - CudaStepper: CudaExecutor::execute(), the same, with static methods'
-//    padding rows dropped.
-//  - RawStepper: CudaExecutor::execute_raw() over sequences the test owns,
-//    with every row asked for in reverse order (the mapping back is checked).
-//
+// LogitStepper: one interface over the three executor paths a golden test
+// reads every token's logits through — ModuleExecutor::execute and
+// CudaExecutor::execute (rows via a RecordingProgram; each greedy token must
+// be its row's argmax) and CudaExecutor::execute_raw (all rows, reversed).
 // Thread-safety: not thread-safe; one test thread drives a stepper.
 #pragma once
 
@@ -52,7 +46,9 @@ class LogitStepper {
 
 enum class StepperKind : std::uint8_t { kModule, kCuda, kRaw };
 std::string stepper_kind_name(StepperKind kind);
-inline void PrintTo(StepperKind kind, std::ostream* os) { *os << stepper_kind_name(kind); }
+inline void PrintTo(StepperKind kind, std::ostream* os) {
+  *os << stepper_kind_name(kind);
+}
 
 // Builds the executor of `kind` over `program` (wrapped in a RecordingProgram)
 // and initializes it.

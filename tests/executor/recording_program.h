@@ -1,10 +1,7 @@
-// RecordingProgram: a test decorator over any Program. It forwards every call
-// to the wrapped program, keeps a copy of what each forward method was given
-// (selector) and returned (logits rows), and can hide methods so that the
-// executor sees a narrower program (e.g. only forward_1, forward_4 and
-// forward_others). Tests use it to read the logits an executor sampled from
-// through execute(), which returns only tokens.
-//
+// RecordingProgram: a test decorator over any Program that forwards every
+// call, copies each forward's selector and logits rows (so tests can read
+// what execute() sampled from), and can hide methods to present a narrower
+// program to an executor.
 // Thread-safety: not thread-safe; the engine thread (the test) drives it.
 #pragma once
 
@@ -12,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "program/program.h"
