@@ -24,13 +24,15 @@ SliceRows select_rows(const PackedStep& step, std::int64_t offset, std::int64_t 
 }
 
 SessionTable::SessionTable(cache::CellCache& cache, int max_sessions, int max_session_tokens,
-                           std::int64_t vocab_size)
+                           std::int64_t vocab_size, SessionId first_id)
     : cache_(cache),
       max_sessions_(max_sessions),
       max_session_tokens_(max_session_tokens),
-      vocab_size_(vocab_size) {
+      vocab_size_(vocab_size),
+      next_id_(first_id) {
   CELLM_CHECK(max_sessions > 0 && max_session_tokens > 0, "session limits {} x {}", max_sessions,
               max_session_tokens);
+  CELLM_CHECK(first_id > 0, "session ids start above 0, got {}", first_id);
 }
 
 std::optional<SessionId> SessionTable::publish(cache::SeqId seq) {

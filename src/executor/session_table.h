@@ -65,8 +65,10 @@ struct DeviceSamplingRow {
 class SessionTable {
  public:
   // The cache must outlive the table. max_sessions and max_session_tokens > 0.
+  // Ids count up from first_id (> 0); tests start near the top of the id space
+  // to reach its end.
   SessionTable(cache::CellCache& cache, int max_sessions, int max_session_tokens,
-               std::int64_t vocab_size);
+               std::int64_t vocab_size, SessionId first_id = 1);
 
   // A fresh session at position 0; nullopt at capacity or out of ids.
   std::optional<SessionId> open();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -200,6 +201,26 @@ TEST_F(SessionTableTest, SessionsAreBoundedAndIdsNeverReused) {
   EXPECT_EQ(*table_->sequence(*d), b_seq);  // the cache slot is reused
   EXPECT_EQ(table_->size(), 3u);
   EXPECT_FALSE(table_->sequence(b).has_value());
+}
+
+TEST_F(SessionTableTest, MaximumIdPublishesOnceThenExhausts) {
+  constexpr SessionId kLast = std::numeric_limits<SessionId>::max();
+  SessionTable table(*cache_, 3, 16, 8, kLast - 1);
+  const SessionId a = *table.open();
+  const SessionId b = *table.open();
+  EXPECT_EQ(a, kLast - 1);
+  EXPECT_EQ(b, kLast);
+  const auto live_before = cache_->metrics();
+  // Out of ids: open and clone refuse without taking a sequence, even though
+  // the table still has room for a third session.
+  EXPECT_FALSE(table.open().has_value());
+  EXPECT_FALSE(table.clone(a, 0).has_value());
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_EQ(cache_->metrics().sequences, live_before.sequences);
+  // Closing frees capacity, not ids: they are never reused.
+  table.close(a);
+  EXPECT_FALSE(table.open().has_value());
+  EXPECT_TRUE(table.sequence(b).has_value());
 }
 
 TEST_F(SessionTableTest, CloneSharesTheSourcePrefix) {
