@@ -1,14 +1,14 @@
 // The pure half of `cellm bench serve`: option checks, the synthetic load
 // (lengths, prompts, Poisson arrivals), pool sizing, statistics and the
 // printed and JSON reports. The Runner-driving half is bench_serve_run.cpp.
+#include "app/bench_serve.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include <fmt/format.h>
-
-#include "app/bench_serve.h"
 
 namespace cellm::app {
 namespace {
@@ -64,8 +64,7 @@ Status validate(const ServeBenchOptions& o) {
     return invalid_argument("--warmup must be 0 or more requests, got {}", o.warmup_requests);
   }
   if (!(o.temperature >= 0.0f) || std::isinf(o.temperature)) {
-    return invalid_argument("--temperature must be 0 (greedy) or positive, got {}",
-                            o.temperature);
+    return invalid_argument("--temperature must be 0 (greedy) or positive, got {}", o.temperature);
   }
   if (!(o.gpu_memory_fraction > 0.0 && o.gpu_memory_fraction <= 1.0)) {
     return invalid_argument("--gpu-memory-fraction must lie in (0, 1], got {}",
@@ -226,8 +225,8 @@ std::string format_report(const ServeBenchOptions& o, const ServeBenchReport& r)
                   e.prefill_only_steps()));
   row("mean tokens per step", fmt::format("{:.1f}", e.mean_step_tokens()));
   row("mean decode sessions per step", fmt::format("{:.1f}", e.mean_admitted_decode_sessions()));
-  row("mean step", fmt::format("{:.2f} ms", e.steps > 0 ? e.step_latency_sum_us / 1e3 / e.steps
-                                                        : 0.0));
+  row("mean step",
+      fmt::format("{:.2f} ms", e.steps > 0 ? e.step_latency_sum_us / 1e3 / e.steps : 0.0));
   row("decode-only rate", fmt::format("{:.1f} tok/s", e.decode_only_tokens_per_sec()));
   row("engine idle", fmt::format("{:.1f}%", 100.0 * e.idle_fraction()));
   row("peak concurrent generations", fmt::format("{}", e.peak_concurrent_generations));

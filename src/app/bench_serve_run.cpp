@@ -2,8 +2,6 @@
 // CudaExecutor sized for the load, start a Runner over it, release requests
 // at their arrival times under the concurrency cap, and collect each one's
 // latencies from its callbacks and GenerationMetrics.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unistd.h>
 
 #include <fmt/ranges.h>
 
@@ -106,6 +105,12 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
                               o.model, fmt::join(model::shape_names(), ", "));
     }
     a.spec = *shape;
+    if (o.backend == "cpu") {
+      return invalid_argument(
+          "--model {} is a random-weight shape, which runs on the GPU only; give a model path "
+          "for --backend cpu",
+          o.model);
+    }
 #ifdef CELLM_HAVE_CUDA
     if (cuda::device_count() == 0) {
       return unavailable("--model {} runs random weights on a GPU and no CUDA device is visible",
@@ -124,8 +129,8 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   }
   const std::int64_t cells = a.program->constant(program::kMaxCellsConstant).value_or(0);
   CELLM_RETURN_IF_ERROR(check_pool(o, need, cells, a.spec.max_context));
-  CELLM_ASSIGN_OR_RETURN(a.executor, executor::CudaExecutor::create(a.program, need.sessions,
-                                                                    need.session_tokens));
+  CELLM_ASSIGN_OR_RETURN(
+      a.executor, executor::CudaExecutor::create(a.program, need.sessions, need.session_tokens));
   return a;
 }
 
@@ -372,8 +377,8 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   const std::size_t chunk = std::min<std::size_t>(static_cast<std::size_t>(o.prefill_chunk),
                                                   a.executor->preferred_batch_tokens());
   const auto decodes = static_cast<std::size_t>(need.sessions);
-  const std::size_t batch = o.max_batch_tokens > 0 ? static_cast<std::size_t>(o.max_batch_tokens)
-                                                   : decodes + 2 * chunk;
+  const std::size_t batch =
+      o.max_batch_tokens > 0 ? static_cast<std::size_t>(o.max_batch_tokens) : decodes + 2 * chunk;
   auto scheduler = DecodeFirstScheduler::create(batch, decodes, chunk);
   if (!scheduler) {
     return invalid_argument(

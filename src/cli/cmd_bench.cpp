@@ -31,9 +31,9 @@ CLI::Option* add_rate_option(CLI::App* serve, app::ServeBenchOptions& opts) {
               used = 0;
             }
             if (used != text.size() || !(rate > 0) || std::isinf(rate)) {
-              throw CLI::ValidationError("--request-rate",
-                                         "must be a positive number of requests/s or inf, got '" +
-                                             text + "'");
+              throw CLI::ValidationError(
+                  "--request-rate",
+                  "must be a positive number of requests/s or inf, got '" + text + "'");
             }
             opts.request_rate = rate;
           },

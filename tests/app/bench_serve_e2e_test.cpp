@@ -1,13 +1,12 @@
 // `cellm bench serve` on the real SmolLM2-135M-Instruct on the CPU, through
 // the library and through the binary: the counts it reports agree with the
 // load it was asked for and with the runner's own counters.
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "app/bench_serve.h"
@@ -76,28 +75,28 @@ TEST_F(BenchServeE2eTest, CountsMatchTheLoadAndTheRunnersCounters) {
 
 TEST_F(BenchServeE2eTest, SharedPrefixIsPrefilledOnceAndCloned) {
   ServeBenchOptions o = small();
-  o.requests = 6;
+  o.requests = 4;
   o.input_len = 8;
   o.output_len = 4;
   o.prefix_len = 12;
-  o.max_concurrency = 3;
+  o.max_concurrency = 2;
   o.request_rate = 200;
   o.warmup_requests = 1;  // excluded from the engine counters below
   const auto reused = run(o);
   ASSERT_TRUE(reused.ok()) << reused.status().to_string();
-  EXPECT_EQ(reused->completed, 6) << reused->first_error;
-  EXPECT_EQ(reused->input_tokens, 6 * 20);
-  EXPECT_EQ(reused->output_tokens, 6 * 4);
-  EXPECT_EQ(reused->prefilled_tokens, 6 * 8);  // only the suffixes
-  EXPECT_EQ(reused->engine.prefill_tokens_total, 6 * 8);
-  EXPECT_EQ(reused->engine.total_generated_tokens, 6 * 4);
+  EXPECT_EQ(reused->completed, 4) << reused->first_error;
+  EXPECT_EQ(reused->input_tokens, 4 * 20);
+  EXPECT_EQ(reused->output_tokens, 4 * 4);
+  EXPECT_EQ(reused->prefilled_tokens, 4 * 8);  // only the suffixes
+  EXPECT_EQ(reused->engine.prefill_tokens_total, 4 * 8);
+  EXPECT_EQ(reused->engine.total_generated_tokens, 4 * 4);
 
   o.reuse_prefix = false;
   const auto cold = run(o);
   ASSERT_TRUE(cold.ok()) << cold.status().to_string();
-  EXPECT_EQ(cold->completed, 6) << cold->first_error;
-  EXPECT_EQ(cold->prefilled_tokens, 6 * 20);
-  EXPECT_EQ(cold->engine.prefill_tokens_total, 6 * 20);
+  EXPECT_EQ(cold->completed, 4) << cold->first_error;
+  EXPECT_EQ(cold->prefilled_tokens, 4 * 20);
+  EXPECT_EQ(cold->engine.prefill_tokens_total, 4 * 20);
 }
 
 TEST_F(BenchServeE2eTest, RangeRatioGeneratesTheDrawnLengths) {
@@ -148,8 +147,7 @@ TEST(BenchServeCliE2eTest, BinaryPrintsTheTableAndAppendsAJsonLine) {
   ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
   const std::string json = ::testing::TempDir() + "/bench_serve_cli.jsonl";
   std::remove(json.c_str());
-  const std::string cmd = std::string(CELLM_BINARY) + " bench serve --model " +
-                          smollm2().string() +
+  const std::string cmd = std::string(CELLM_BINARY) + " bench serve --model " + smollm2().string() +
                           " --backend cpu --requests 8 --input-len 16 --output-len 8"
                           " --max-concurrency 4 --json " +
                           json + " 2>&1";

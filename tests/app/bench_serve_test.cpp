@@ -1,17 +1,18 @@
 // The pure parts of `cellm bench serve`: percentiles against hand-computed
 // values, the Poisson arrivals' statistics, length draws, pool sizing and the
 // option checks (each refusal names its option).
-#include <gtest/gtest.h>
+#include "app/bench_serve.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "app/bench_serve.h"
+#include <gtest/gtest.h>
 
 namespace cellm::app {
 namespace {
@@ -35,9 +36,9 @@ TEST(BenchServePercentileTest, SummarySortsItsInputAndAverages) {
   const LatencySummary s = summarize({40, 10, 30, 20});
   EXPECT_EQ(s.count, 4u);
   EXPECT_DOUBLE_EQ(s.mean, 25.0);
-  EXPECT_DOUBLE_EQ(s.p50, 25.0);             // rank 1.5 of {10,20,30,40}
-  EXPECT_NEAR(s.p90, 37.0, 1e-12);           // rank 2.7
-  EXPECT_NEAR(s.p99, 39.7, 1e-12);           // rank 2.97
+  EXPECT_DOUBLE_EQ(s.p50, 25.0);    // rank 1.5 of {10,20,30,40}
+  EXPECT_NEAR(s.p90, 37.0, 1e-12);  // rank 2.7
+  EXPECT_NEAR(s.p99, 39.7, 1e-12);  // rank 2.97
   const LatencySummary empty = summarize({});
   EXPECT_EQ(empty.count, 0u);
   EXPECT_EQ(empty.mean, 0.0);
@@ -70,8 +71,8 @@ TEST(BenchServeArrivalsTest, GapsAreExponentialWithTheRequestedMean) {
   // The standard error of the mean is 0.7% here; the bounds are 5%.
   EXPECT_NEAR(mean, 1.0 / rate, 0.05 / rate);
   EXPECT_NEAR(std::sqrt(var) / mean, 1.0, 0.05);
-  const auto below = std::count_if(gaps.begin(), gaps.end(),
-                                   [&](double g) { return g < std::log(2.0) / rate; });
+  const auto below =
+      std::count_if(gaps.begin(), gaps.end(), [&](double g) { return g < std::log(2.0) / rate; });
   EXPECT_NEAR(static_cast<double>(below) / n, 0.5, 0.02);
   // The last arrival is near n / rate.
   EXPECT_NEAR(a.back(), n / rate, 0.05 * n / rate);
@@ -177,8 +178,7 @@ TEST(BenchServePoolTest, RefusesAPoolOrContextTooSmallWithAClearMessage) {
   EXPECT_NE(m.find(std::to_string(need.cells - 1)), std::string::npos) << m;
   const Status ctx = check_pool(o, need, need.cells, 700);
   EXPECT_EQ(ctx.code(), StatusCode::kOutOfResources);
-  EXPECT_NE(std::string(ctx.message()).find("context of 700"), std::string::npos)
-      << ctx.message();
+  EXPECT_NE(std::string(ctx.message()).find("context of 700"), std::string::npos) << ctx.message();
 }
 
 // Each case breaks one option and expects the message to name it.
@@ -264,6 +264,20 @@ TEST(BenchServeOptionsTest, UnknownModelIsNeitherAPathNorAShape) {
   const std::string m(r.status().message());
   EXPECT_NE(m.find("no-such-model-xyz"), std::string::npos) << m;
   EXPECT_NE(m.find("llama-3.1-8b"), std::string::npos) << m;  // lists the shapes
+}
+
+TEST(BenchServeOptionsTest, RandomWeightShapeRefusesTheCpuBackend) {
+  ServeBenchOptions o;
+  o.model = "smollm2-135m";
+  o.backend = "cpu";
+  std::FILE* sink = std::tmpfile();
+  ASSERT_NE(sink, nullptr);
+  const auto r = run_serve_bench(o, sink);
+  std::fclose(sink);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("--backend cpu"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(BenchServeReportTest, JsonCarriesConfigFiguresAndOnlyMeasuredLatencies) {
