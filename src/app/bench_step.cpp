@@ -236,6 +236,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   all.insert(all.end(), prefill.begin(), prefill.end());
 
   const std::string commit = env_string("CELLM_COMMIT").value_or("unknown");
+  const cuda::CudaProgramKnobs* knobs = cuda::cuda_program_knobs(*program);
+  const std::string kernels = knobs ? cuda::describe(knobs->kernels) : std::string("-");
+  std::fprintf(out, "kernels: %s\n", kernels.c_str());
   if (!o.json_path.empty()) {
     std::ofstream json(o.json_path, std::ios::app);
     for (const Point& p : all) {
@@ -243,6 +246,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
                        {"kind", p.kind},
                        {"gpu", dev.name},
                        {"commit", commit},
+                       {"kernels", kernels},
                        {"model", o.model},
                        {"batch", p.batch},
                        {p.kind == "decode" ? "context" : "prompt", p.context},

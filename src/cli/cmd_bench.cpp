@@ -107,8 +107,12 @@ Command add_bench(CLI::App& app) {
   step->add_option("--steps", opts->steps, "timed decode steps per point")->capture_default_str();
   step->add_option("--json", opts->json_path, "append JSON lines to this file");
   step->add_flag("--quick", *quick, "batches 1,16,64 and contexts 512,2048 only");
+  step->add_option("--warmup", opts->warmup_steps, "untimed decode steps before each point")
+      ->capture_default_str();
+  auto no_prefill = std::make_shared<bool>(false);
+  step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts);
-  return [opts, serve_opts, quick, serve] {
+  return [opts, serve_opts, quick, no_prefill, serve] {
     if (serve->parsed()) {
       auto report = app::run_serve_bench(*serve_opts, stdout);
       if (!report.ok()) {
@@ -122,6 +126,7 @@ Command add_bench(CLI::App& app) {
       opts->contexts = {512, 2048};
       opts->prompts = {512, 2048};
     }
+    if (*no_prefill) opts->prompts.clear();
     Status s = app::run_step_bench(*opts, stdout);
     if (!s.is_ok()) {
       std::fprintf(stderr, "cellm bench: %s\n", s.to_string().c_str());
