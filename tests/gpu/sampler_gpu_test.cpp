@@ -124,54 +124,87 @@ TEST_F(GpuSamplerTest, DeviceSamplerDrawsWhatTheHostAlgorithmDraws) {
   EXPECT_GT(differs_from_greedy, 0) << "every draw was the argmax: the policies were not exercised";
 }
 
-// Seeded generations through execute(): sampling on the device and on the
-// host (same GPU logits, same seeds) must draw the same tokens.
+// Three seeded sessions generating 12 tokens each through execute(), on the
+// device sampler or on the host one (the logits come from the GPU either way).
+std::vector<std::vector<Token>> generate(const model::LoadedModel& model, bool device_sampling,
+                                         const SamplingParams& params) {
+  std::vector<std::vector<Token>> drawn(3);
+  auto ex = executor_for(fixture_program(model, device_sampling, true));
+  EXPECT_NE(ex, nullptr);
+  if (!ex) return drawn;
+  EXPECT_EQ(ex->samples_on_device(), device_sampling);
+  std::vector<SessionId> sids;
+  std::vector<std::shared_ptr<const std::vector<Token>>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    sids.push_back(*ex->open_session());
+    ex->set_sampling(sids.back(), params, static_cast<std::uint64_t>(i + 1));
+    prompts.push_back(std::make_shared<const std::vector<Token>>(
+        std::vector<Token>{static_cast<Token>(5 + i), 9, static_cast<Token>(20 * i + 1)}));
+  }
+  std::vector<Position> pos(3, 0);
+  for (int step = 0; step < 12; ++step) {
+    BatchInput batch;
+    for (std::size_t i = 0; i < 3; ++i) {
+      Input in;
+      in.sid = sids[i];
+      in.produce_output = true;
+      if (step == 0) {
+        in.payload = prompts[i];
+        in.size = 3;
+      } else {
+        in.payload = std::make_shared<const std::vector<Token>>(1, drawn[i].back());
+        in.size = 1;
+        in.position = pos[i];
+      }
+      batch.inputs.push_back(std::move(in));
+    }
+    BatchOutput out;
+    EXPECT_TRUE(ex->execute(batch, out));
+    if (out.outputs.size() != 3) return drawn;
+    for (std::size_t i = 0; i < 3; ++i) {
+      pos[i] += step == 0 ? 3 : 1;
+      drawn[i].push_back(out.outputs[i]->tokens.at(0));
+    }
+  }
+  return drawn;
+}
+
+// Sampling on the device and on the host (same GPU logits, same seeds) must
+// draw the same tokens.
 TEST_F(GpuSamplerTest, SeededGenerationsMatchBetweenDeviceAndHostSampling) {
   for (const Policy& policy : kPolicies) {
-    std::vector<std::vector<Token>> drawn[2];
-    for (int device = 0; device < 2; ++device) {
-      auto ex = executor_for(fixture_program(model_, device == 1, true));
-      ASSERT_NE(ex, nullptr);
-      EXPECT_EQ(ex->samples_on_device(), device == 1);
-      std::vector<SessionId> sids;
-      std::vector<std::shared_ptr<const std::vector<Token>>> prompts;
-      for (int i = 0; i < 3; ++i) {
-        sids.push_back(*ex->open_session());
-        ex->set_sampling(sids.back(), {policy.temperature, policy.top_p, policy.top_k},
-                         static_cast<std::uint64_t>(i + 1));
-        prompts.push_back(std::make_shared<const std::vector<Token>>(
-            std::vector<Token>{static_cast<Token>(5 + i), 9, static_cast<Token>(20 * i + 1)}));
-      }
-      drawn[device].resize(3);
-      std::vector<Position> pos(3, 0);
-      for (int step = 0; step < 12; ++step) {
-        BatchInput batch;
-        for (int i = 0; i < 3; ++i) {
-          Input in;
-          in.sid = sids[static_cast<std::size_t>(i)];
-          in.produce_output = true;
-          if (step == 0) {
-            in.payload = prompts[static_cast<std::size_t>(i)];
-            in.size = 3;
-          } else {
-            in.payload = std::make_shared<const std::vector<Token>>(
-                1, drawn[device][static_cast<std::size_t>(i)].back());
-            in.size = 1;
-            in.position = pos[static_cast<std::size_t>(i)];
-          }
-          batch.inputs.push_back(std::move(in));
-        }
-        BatchOutput out;
-        ASSERT_TRUE(ex->execute(batch, out));
-        for (int i = 0; i < 3; ++i) {
-          pos[static_cast<std::size_t>(i)] += step == 0 ? 3 : 1;
-          drawn[device][static_cast<std::size_t>(i)].push_back(
-              out.outputs[static_cast<std::size_t>(i)]->tokens.at(0));
-        }
-      }
+    const SamplingParams params{policy.temperature, policy.top_p, policy.top_k};
+    EXPECT_EQ(generate(model_, false, params), generate(model_, true, params))
+        << "T=" << policy.temperature << " top_k=" << policy.top_k << " top_p=" << policy.top_p;
+  }
+}
+
+// Suppressed ids (min_tokens keeps stop tokens out this way) through the
+// program's `sample` method: the ids the unsuppressed greedy run drew first
+// are banned; the device must never draw them, must agree with the host
+// sampler, and must change the continuation, greedy and sampled.
+TEST_F(GpuSamplerTest, SuppressedIdsAreNeverDrawnAndMatchTheHostSampler) {
+  const auto free_run = generate(model_, true, SamplingParams{});
+  SamplingParams banned;
+  for (const auto& seq : free_run) {
+    for (Token t : seq) {
+      if (banned.suppressed_count < 4) banned.suppress(t);
     }
-    EXPECT_EQ(drawn[0], drawn[1]) << "T=" << policy.temperature << " top_k=" << policy.top_k
-                                  << " top_p=" << policy.top_p;
+  }
+  ASSERT_GT(banned.suppressed_count, 0u);
+  for (const Policy& policy : {Policy{0.0f, 1.0f, 0}, kPolicies[0], kPolicies[2]}) {
+    SamplingParams params = banned;
+    params.temperature = policy.temperature;
+    params.top_p = policy.top_p;
+    params.top_k = policy.top_k;
+    const auto device = generate(model_, true, params);
+    EXPECT_EQ(generate(model_, false, params), device) << "T=" << policy.temperature;
+    for (const auto& seq : device) {
+      for (Token t : seq) EXPECT_FALSE(params.suppresses(t)) << "drew suppressed id " << t;
+    }
+    if (policy.temperature == 0.0f) {
+      EXPECT_NE(device, free_run);
+    }
   }
 }
 

@@ -118,23 +118,30 @@ struct Variant {
   KernelChoice kernels;
 };
 
+// The first kernels of each family (v1 decode attention, rope then scatter,
+// cuBLASLt for every GEMM): the baseline the later variants must match.
+KernelChoice established() {
+  KernelChoice k;
+  k.decode_attention = DecodeAttention::kV1;
+  k.fused_rope = false;
+  k.gemv = false;
+  return k;
+}
+
 std::vector<Variant> variants() {
-  KernelChoice v2;
+  KernelChoice v2 = established();
   v2.decode_attention = DecodeAttention::kV2;
   KernelChoice v2_short = v2;
   v2_short.decode_split_keys = 64;  // several splits even at these contexts
-  KernelChoice fused;
+  KernelChoice fused = established();
   fused.fused_rope = true;
-  KernelChoice gemv;
+  KernelChoice gemv = established();
   gemv.gemv = true;
   KernelChoice all = v2_short;
   all.fused_rope = true;
   all.gemv = true;
-  return {{"decode_v2", v2},
-          {"decode_v2_split64", v2_short},
-          {"fused_rope", fused},
-          {"gemv", gemv},
-          {"all", all}};
+  return {{"decode_v2", v2},       {"decode_v2_split64", v2_short}, {"fused_rope", fused},
+          {"gemv", gemv},          {"all", all},                    {"defaults", KernelChoice{}}};
 }
 
 class ForwardKernelsTest : public ::testing::TestWithParam<ForwardCase> {};
@@ -142,7 +149,7 @@ class ForwardKernelsTest : public ::testing::TestWithParam<ForwardCase> {};
 TEST_P(ForwardKernelsTest, NewKernelsMatchTheEstablishedOnes) {
   CELLM_REQUIRE_GPU();
   const ForwardCase c = GetParam();
-  const auto baseline = run(c, KernelChoice{});
+  const auto baseline = run(c, established());
   ASSERT_EQ(baseline.size(), static_cast<std::size_t>(kSeqs * (1 + c.decodes)));
   for (const Variant& v : variants()) {
     const auto got = run(c, v.kernels);

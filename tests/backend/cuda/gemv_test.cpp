@@ -82,7 +82,11 @@ TEST_P(GemvTest, MatchesReferenceAndCublasLt) {
   }
   EXPECT_LT(nmse(got, ref), c.f32_out ? 1e-8 : kBf16Nmse);
 
-  // cuBLASLt on the same operands (a bias needs its bf16 output).
+  // cuBLASLt on the same operands (a bias needs its bf16 output). It has no
+  // algorithm for an output row that is not 16-byte aligned (n % 8 != 0 in
+  // bf16): such shapes never reach it in a forward, whose widths are
+  // multiples of 64, so only the float64 reference above checks them.
+  if (c.n % 8 != 0) return;
   auto runner = GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes);
   ASSERT_TRUE(runner.ok()) << runner.status().to_string();
   DeviceArray<std::byte> workspace(GemmRunner::kDefaultWorkspaceBytes);
@@ -99,7 +103,8 @@ TEST_P(GemvTest, MatchesReferenceAndCublasLt) {
   args.ldc = c.n;
   args.out_dtype = c.f32_out ? DType::kF32 : DType::kBF16;
   if (c.bias && c.f32_out) return;  // cuBLASLt takes no bias with f32 output
-  ASSERT_TRUE(runner->run(args, workspace.data(), nullptr).is_ok());
+  const Status lt_status = runner->run(args, workspace.data(), nullptr);
+  ASSERT_TRUE(lt_status.is_ok()) << lt_status.to_string();
   const auto lt = c.f32_out ? lt32.download() : to_float(lt16.download());
   const std::vector<double> lt_double(lt.begin(), lt.end());
   EXPECT_LT(nmse(got, lt_double), c.f32_out ? 1e-8 : 2 * kBf16Nmse);

@@ -22,28 +22,28 @@ EnvLookup lookup_from(std::map<std::string, std::string> values) {
   };
 }
 
-TEST(KernelChoiceTest, DefaultsAreTheEstablishedKernels) {
+TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   auto choice = parse_kernel_choice(lookup_from({}));
   ASSERT_TRUE(choice.ok());
-  EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
-  EXPECT_FALSE(choice->fused_rope);
+  EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
+  EXPECT_TRUE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(*choice, KernelChoice{});
 }
 
 TEST(KernelChoiceTest, ReadsEveryVariable) {
-  auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v2"},
+  auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v1"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
-                                                 {"CELLM_FUSED_ROPE", "1"},
+                                                 {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "on"},
                                                  {"CELLM_GEMV_MAX_ROWS", "4"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
-  EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
+  EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
-  EXPECT_TRUE(choice->fused_rope);
+  EXPECT_FALSE(choice->fused_rope);
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 4);
-  EXPECT_EQ(describe(*choice), "decode=v2 split_keys=128 fused_rope=1 gemv=1 gemv_max_rows=4");
+  EXPECT_EQ(describe(*choice), "decode=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -69,7 +69,7 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
   for (const char* off : {"0", "off", "false"}) {
     auto choice = parse_kernel_choice(lookup_from({{"CELLM_FUSED_ROPE", off}}));
     ASSERT_TRUE(choice.ok()) << off;
-    EXPECT_FALSE(choice->fused_rope) << off;
+    EXPECT_FALSE(choice->fused_rope) << off;  // the default is on
   }
   for (const char* on : {"1", "on", "true"}) {
     auto choice = parse_kernel_choice(lookup_from({{"CELLM_GEMV", on}}));
