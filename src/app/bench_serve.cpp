@@ -60,6 +60,10 @@ Status validate(const ServeBenchOptions& o) {
     return invalid_argument("--max-batch-tokens must be 0 (derived) or positive, got {}",
                             o.max_batch_tokens);
   }
+  if (!(o.progress_s >= 0) || std::isinf(o.progress_s)) {
+    return invalid_argument("--progress must be 0 (off) or a number of seconds, got {}",
+                            o.progress_s);
+  }
   if (o.warmup_requests < 0) {
     return invalid_argument("--warmup must be 0 or more requests, got {}", o.warmup_requests);
   }
@@ -183,6 +187,25 @@ LatencySummary summarize(std::vector<double> values) {
   return s;
 }
 
+namespace {
+
+// Mean milliseconds of `steps` steps that took `sum_us` together ("-" for none).
+std::string mean_ms(std::int64_t sum_us, std::int64_t steps) {
+  return steps > 0 ? fmt::format("{:.2f}", static_cast<double>(sum_us) / 1e3 / steps) : "-";
+}
+
+}  // namespace
+
+std::string progress_line(const EngineMetrics& e, int requests) {
+  return fmt::format(
+      "{}/{} requests done, {} tokens generated, {} prefilled; {} steps, mean ms "
+      "decode-only {} / mixed {} / prefill-only {}",
+      e.generations_completed, requests, e.total_generated_tokens, e.prefill_tokens_total, e.steps,
+      mean_ms(e.decode_only_latency_sum_us, e.decode_only_steps()),
+      mean_ms(e.mixed_latency_sum_us, e.mixed_steps()),
+      mean_ms(e.prefill_only_latency_sum_us, e.prefill_only_steps()));
+}
+
 std::string format_report(const ServeBenchOptions& o, const ServeBenchReport& r) {
   std::string t;
   auto row = [&t](std::string_view name, const std::string& value) {
@@ -227,6 +250,10 @@ std::string format_report(const ServeBenchOptions& o, const ServeBenchReport& r)
   row("mean decode sessions per step", fmt::format("{:.1f}", e.mean_admitted_decode_sessions()));
   row("mean step",
       fmt::format("{:.2f} ms", e.steps > 0 ? e.step_latency_sum_us / 1e3 / e.steps : 0.0));
+  row("mean step decode-only / mixed / prefill-only",
+      fmt::format("{} / {} / {} ms", mean_ms(e.decode_only_latency_sum_us, e.decode_only_steps()),
+                  mean_ms(e.mixed_latency_sum_us, e.mixed_steps()),
+                  mean_ms(e.prefill_only_latency_sum_us, e.prefill_only_steps())));
   row("decode-only rate", fmt::format("{:.1f} tok/s", e.decode_only_tokens_per_sec()));
   row("engine idle", fmt::format("{:.1f}%", 100.0 * e.idle_fraction()));
   row("peak concurrent generations", fmt::format("{}", e.peak_concurrent_generations));

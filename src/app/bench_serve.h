@@ -38,6 +38,7 @@ struct ServeBenchOptions {
   float temperature = 0.0f;  // 0: greedy
   std::uint64_t seed = 1;
   double gpu_memory_fraction = 0.9;  // CUDA: device share for weights, workspace and KV
+  double progress_s = 10.0;          // a progress line on stderr this often; 0: none
   std::string json_path;             // a JSON line is appended here when set
 };
 
@@ -112,6 +113,10 @@ struct ServeBenchReport {
 
 // Runs the load and prints a table to `out`; the report is what it printed.
 Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& options, std::FILE* out);
+
+// One progress line of a run: requests finished out of `requests`, tokens
+// and steps so far, with the mean step time by kind.
+std::string progress_line(const EngineMetrics& engine, int requests);
 
 // The table printed at the end of a run, and the JSON line of --json.
 std::string format_report(const ServeBenchOptions& options, const ServeBenchReport& report);

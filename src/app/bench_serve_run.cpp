@@ -9,6 +9,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -156,6 +157,12 @@ class LoadDriver {
   LoadDriver(Runner& runner, const Session* prefix, int prefix_len, GenConfig base)
       : runner_(runner), prefix_(prefix), prefix_len_(prefix_len), base_(std::move(base)) {}
 
+  // Calls `tick` every `every` while a run waits (a progress report).
+  void set_ticker(Clock::duration every, std::function<void()> tick) {
+    tick_every_ = every;
+    tick_ = std::move(tick);
+  }
+
   // Runs every request to its end; returns the moment the first was released.
   Clock::time_point run(const std::vector<RequestSpec>& requests,
                         const std::vector<double>& arrivals, int cap,
@@ -169,9 +176,14 @@ class LoadDriver {
       return start + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(arrivals[i]));
     };
+    Clock::time_point next_tick = start + tick_every_;
     while (finished < n) {
       std::vector<std::size_t> batch;
       const Clock::time_point now = Clock::now();
+      if (tick_ && now >= next_tick) {
+        tick_();
+        next_tick = now + tick_every_;
+      }
       while (next < n && in_flight < static_cast<std::size_t>(cap) && due(next) <= now) {
         batch.push_back(next++);
         ++in_flight;
@@ -181,11 +193,9 @@ class LoadDriver {
       {
         std::unique_lock lock(mu_);
         auto any = [this] { return !settled_.empty(); };
-        if (next < n && in_flight < static_cast<std::size_t>(cap)) {
-          cv_.wait_until(lock, due(next), any);
-        } else {
-          cv_.wait(lock, any);
-        }
+        Clock::time_point until = tick_ ? next_tick : Clock::time_point::max();
+        if (next < n && in_flight < static_cast<std::size_t>(cap)) until = std::min(until, due(next));
+        cv_.wait_until(lock, until, any);
         done.swap(settled_);
       }
       for (std::size_t i : done) {
@@ -258,6 +268,8 @@ class LoadDriver {
     }
   }
 
+  Clock::duration tick_every_{};
+  std::function<void()> tick_;
   Runner& runner_;
   const Session* prefix_;
   int prefix_len_;
@@ -440,6 +452,17 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   // metrics of the step that ended the last warm-up request.
   runner.accepts_async(nullptr).get();
   const EngineMetrics before = runner.metrics();
+  if (o.progress_s > 0) {
+    const Clock::time_point t0 = Clock::now();
+    driver.set_ticker(std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(o.progress_s)),
+                      [&runner, &before, t0, n = o.requests] {
+                        const EngineMetrics m = since(runner.metrics(), before, t0);
+                        std::fprintf(stderr, "bench serve: %.0f s: %s\n",
+                                     std::chrono::duration<double>(Clock::now() - t0).count(),
+                                     progress_line(m, n).c_str());
+                      });
+  }
   const std::vector<double> arrivals = poisson_arrivals(o.requests, o.request_rate, o.seed);
   std::vector<Tracked> tracked(requests.size());
   const Clock::time_point start = driver.run(requests, arrivals, cap, tracked);

@@ -75,6 +75,8 @@ CLI::App* add_serve(CLI::App* bench, app::ServeBenchOptions& o) {
       ->add_option("--max-batch-tokens", o.max_batch_tokens,
                    "tokens per engine step (0: concurrency + 2 prefill chunks)")
       ->capture_default_str();
+  serve->add_option("--progress", o.progress_s, "seconds between progress lines on stderr; 0: none")
+      ->capture_default_str();
   serve->add_option("--warmup", o.warmup_requests, "untimed requests before the run")
       ->capture_default_str();
   serve->add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();

@@ -207,6 +207,8 @@ TEST(BenchServeOptionsTest, RefusalsNameTheOption) {
          o.max_batch_tokens = 64 + o.prefill_chunk - 1;
        }},
       {"--warmup", [](ServeBenchOptions& o) { o.warmup_requests = -1; }},
+      {"--progress", [](ServeBenchOptions& o) { o.progress_s = -1; }},
+      {"--progress", [](ServeBenchOptions& o) { o.progress_s = std::nan(""); }},
       {"--temperature", [](ServeBenchOptions& o) { o.temperature = -0.5f; }},
       {"--gpu-memory-fraction", [](ServeBenchOptions& o) { o.gpu_memory_fraction = 0; }},
       {"--gpu-memory-fraction", [](ServeBenchOptions& o) { o.gpu_memory_fraction = 1.5; }},
@@ -302,6 +304,26 @@ TEST(BenchServeReportTest, JsonCarriesConfigFiguresAndOnlyMeasuredLatencies) {
   const std::string table = format_report(o, r);
   EXPECT_NE(table.find("| TTFT | 2.00 | 2.00 |"), std::string::npos) << table;
   EXPECT_NE(table.find("| ITL | -- |"), std::string::npos) << table;
+}
+
+TEST(BenchServeReportTest, ProgressLineCountsAndMeanStepsByKind) {
+  EngineMetrics e;
+  e.generations_completed = 7;
+  e.total_generated_tokens = 900;
+  e.prefill_tokens_total = 4096;
+  e.steps = 30;
+  e.steps_with_decode = 28;
+  e.steps_with_prefill = 6;  // 4 mixed, 2 prefill-only, 24 decode-only
+  e.decode_only_latency_sum_us = 24 * 1500;
+  e.mixed_latency_sum_us = 4 * 9000;
+  e.prefill_only_latency_sum_us = 2 * 12500;
+  ASSERT_EQ(e.decode_only_steps(), 24);
+  ASSERT_EQ(e.mixed_steps(), 4);
+  EXPECT_EQ(progress_line(e, 100),
+            "7/100 requests done, 900 tokens generated, 4096 prefilled; 30 steps, mean ms "
+            "decode-only 1.50 / mixed 9.00 / prefill-only 12.50");
+  EXPECT_NE(progress_line(EngineMetrics{}, 5).find("decode-only - / mixed - / prefill-only -"),
+            std::string::npos);
 }
 
 }  // namespace
