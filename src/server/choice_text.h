@@ -2,19 +2,23 @@
 // model's streaming detokenizer, the text through the stop-string matcher, so
 // a stop string split across tokens is still found and nothing from the stop
 // string onwards is ever released. Counts the tokens that reached the client.
-// With min_tokens, the text of the first min_tokens tokens bypasses the
-// matcher (a stop string cannot end a choice before min_tokens, as EOS
-// cannot); matching starts with the text that follows.
+// With min_tokens (vLLM's rule): no stop string can end a choice before
+// min_tokens tokens, but once they are out a match counts if it ends in later
+// text, even when it began inside the first min_tokens tokens' text. So that
+// such a match can still be withheld, the tail of that early text that could
+// begin a stop string is held back like any other.
 //
 // Thread-safety: one ChoiceText per choice, used by one thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "cellm/status.h"
 #include "cellm/types.h"
 #include "server/generation_service.h"
 #include "text/stop_matcher.h"
@@ -23,8 +27,9 @@ namespace cellm::server {
 
 class ChoiceText {
  public:
-  ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher stops,
-             std::int64_t min_tokens = 0);
+  // InvalidArgument for an empty or malformed stop string (see StopMatcher).
+  static Result<ChoiceText> create(std::unique_ptr<TokenTextStream> stream,
+                                   std::vector<std::string> stops, std::int64_t min_tokens = 0);
 
   // Text that became final with `tokens`. Once a stop string matched, the
   // remaining tokens (of this call and later ones) are neither shown nor
@@ -34,14 +39,28 @@ class ChoiceText {
   // stop string).
   std::string finish();
 
-  bool stopped_by_string() const { return stops_.stopped(); }
+  bool stopped_by_string() const { return stopped_ || stops_.stopped(); }
   std::int64_t tokens() const { return tokens_; }
 
  private:
+  // The boundary path, used while text of the first min_tokens tokens is
+  // still held: `window_` is that held text plus what followed it, and only
+  // matches ending past `boundary_` (its first bytes that are early text)
+  // count. Hands over to `stops_` once no early byte is held any more.
+  ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher matcher,
+             std::vector<std::string> stops, std::int64_t min_tokens);
+  std::string absorb(const std::string& piece);
+  std::size_t held_prefix_length() const;
+
   std::unique_ptr<TokenTextStream> stream_;
   text::StopMatcher stops_;
+  std::vector<std::string> stop_strings_;
   std::int64_t min_tokens_;
   std::int64_t tokens_ = 0;
+  std::string window_;
+  std::size_t boundary_ = 0;
+  bool windowed_;
+  bool stopped_ = false;
   bool finished_ = false;
 };
 

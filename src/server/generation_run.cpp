@@ -53,9 +53,10 @@ Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
   std::shared_ptr<GenerationRun> run(new GenerationRun(std::move(setup), metrics));
   run->choices_.resize(static_cast<std::size_t>(run->setup_.n));
   for (ChoiceState& c : run->choices_) {
-    Result<text::StopMatcher> stops = text::StopMatcher::create(run->setup_.stop);
-    if (!stops.ok()) return stops.status();
-    c.text.emplace(service.text_stream(), std::move(*stops), run->setup_.min_tokens);
+    Result<ChoiceText> text =
+        ChoiceText::create(service.text_stream(), run->setup_.stop, run->setup_.min_tokens);
+    if (!text.ok()) return text.status();
+    c.text.emplace(std::move(*text));
   }
   return run;
 }

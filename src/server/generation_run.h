@@ -55,7 +55,7 @@ struct RunSetup {
   bool include_usage = false;
   std::int64_t prompt_tokens = 0;
   std::vector<std::string> stop;
-  std::int64_t min_tokens = 0;  // stop strings are not looked for before
+  std::int64_t min_tokens = 0;  // no stop string may end a choice before (ChoiceText)
   SteadyTime arrival;
   bool record_prefix_lookup = false;
 };

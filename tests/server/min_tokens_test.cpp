@@ -337,5 +337,27 @@ TEST(MinTokensTest, StopStringsAreLookedForOnlyAfterTheMinimum) {
   EXPECT_EQ(r["choices"][0]["finish_reason"], at == std::string::npos ? "length" : "stop");
 }
 
+TEST(MinTokensTest, AStopStringAcrossTheMinimumEndsTheChoiceBeforeIt) {
+  ServiceStack s(0);
+  LiveServer live(s.service);
+  const nlohmann::json plain = {{"prompt", "abc"}, {"max_tokens", 12}, {"temperature", 0}};
+  const std::string base = live.post(plain)["choices"][0]["text"].get<std::string>();
+  ASSERT_EQ(base.size(), 12u);
+  // Letters 3 and 4 straddle a minimum of 4 tokens: the match begins inside
+  // the minimum and ends after it, so it counts (vLLM); only the text before
+  // the first match that ends past letter 4 is delivered.
+  const std::string stop = base.substr(3, 2);
+  std::size_t at = base.find(stop);
+  while (at + stop.size() <= 4) at = base.find(stop, at + 1);
+  ASSERT_LE(at, 3u);
+  nlohmann::json req = plain;
+  req["stop"] = {stop};
+  req["min_tokens"] = 4;
+  nlohmann::json r = live.post(req);
+  EXPECT_EQ(r["choices"][0]["text"], base.substr(0, at)) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["usage"]["completion_tokens"], 5);  // generation ended with letter 5
+}
+
 }  // namespace
 }  // namespace cellm::server::testing
