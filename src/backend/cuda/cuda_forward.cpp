@@ -20,9 +20,6 @@
 namespace cellm::cuda {
 namespace {
 
-// The split-KV kernel serves widths up to this; its partials buffer is sized for it.
-constexpr std::int32_t kMaxDecodeWidth = 256;
-
 template <typename T>
 Status alloc(DeviceBuffer<T>& buffer, std::size_t count) {
   CELLM_ASSIGN_OR_RETURN(buffer, DeviceBuffer<T>::allocate(count));
@@ -178,6 +175,7 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
   args.ldb = k;
   args.ldc = n;
   args.out_dtype = out_dtype;
+  args.autotune = active_.gemm_autotune;
   return gemm_.run(args, gemm_ws_.data(), stream);
 }
 
@@ -192,6 +190,13 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     return invalid_argument("cuda forward: split-KV attention serves at most {} rows",
                             kMaxDecodeWidth);
   }
+  const bool split_rows = shape.decode_rows >= 0;
+  if (split_rows && (shape.decode_rows > w ||
+                     shape.kernels.decode_attention != DecodeAttention::kV2)) {
+    return invalid_argument(
+        "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
+        shape.decode_rows, w);
+  }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
   const std::int32_t* tokens =
       step_.data() + StepArrays::kTokens * static_cast<std::size_t>(max_step_);
@@ -203,6 +208,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       step_.data() + StepArrays::kCells * static_cast<std::size_t>(max_step_);
   const std::int32_t* selector =
       step_.data() + StepArrays::kSelector * static_cast<std::size_t>(max_step_);
+  const std::int32_t* attention_rows =
+      step_.data() + StepArrays::kAttentionRows * static_cast<std::size_t>(max_step_);
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
   const float offset = s.norm_weight_offset ? 1.0f : 0.0f;
@@ -235,11 +242,14 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   active_ = shape.kernels;
   const bool decode_v2 = shape.kernels.decode_attention == DecodeAttention::kV2;
   std::int32_t splits = 1;
-  if (shape.decode_attention) {
-    splits = decode_v2 ? attention_decode_v2_splits(w, s.num_heads, s.num_kv_heads, table_stride_,
-                                                    sm_count_, shape.kernels.decode_split_keys)
-                       : attention_decode_splits(w, s.num_heads, s.num_kv_heads, table_stride_,
-                                                 sm_count_);
+  // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
+  const std::int32_t decode_width = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : w;
+  if ((shape.decode_attention || split_rows) && decode_width > 0) {
+    splits = decode_v2 ? attention_decode_v2_splits(decode_width, s.num_heads, s.num_kv_heads,
+                                                    table_stride_, sm_count_,
+                                                    shape.kernels.decode_split_keys)
+                       : attention_decode_splits(decode_width, s.num_heads, s.num_kv_heads,
+                                                 table_stride_, sm_count_);
     splits = std::min(kAttentionMaxSplits, splits);
   }
   for (int l = 0; l < s.num_layers; ++l) {
@@ -359,7 +369,20 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     at.workspace = attn_ws_.data();
     at.split_min_keys = shape.kernels.decode_split_keys;
     at.counters = attn_counters_.data();
-    if (shape.decode_attention && decode_v2) {
+    if (split_rows) {
+      // Decode rows first; the prefill kernel then takes the rest, whose
+      // sequences own enough rows in this step to share K/V tiles.
+      // Launches of at most kMaxDecodeWidth rows reuse the partials and the
+      // counters one after another on the stream.
+      for (std::int32_t first = 0; first < shape.decode_rows; first += kMaxDecodeWidth) {
+        at.rows = attention_rows + first;
+        at.num_tokens = std::min(kMaxDecodeWidth, shape.decode_rows - first);
+        launch_attention_decode_v2(at, stream);
+      }
+      at.rows = attention_rows + shape.decode_rows;
+      at.num_tokens = w - shape.decode_rows;
+      if (at.num_tokens > 0) launch_attention_prefill(at, stream);
+    } else if (shape.decode_attention && decode_v2) {
       launch_attention_decode_v2(at, stream);
     } else if (shape.decode_attention) {
       launch_attention_decode(at, stream);

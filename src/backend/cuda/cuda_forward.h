@@ -25,17 +25,27 @@
 
 namespace cellm::cuda {
 
-// Host-visible layout of the per-step inputs: five int32 arrays of max_step.
+// Host-visible layout of the per-step inputs: six int32 arrays of max_step.
+// kAttentionRows is read only by steps with ForwardShape::decode_rows >= 0.
 struct StepArrays {
-  static constexpr int kCount = 5;
-  enum Index { kTokens = 0, kPositions, kSlots, kCells, kSelector };
+  static constexpr int kCount = 6;
+  enum Index { kTokens = 0, kPositions, kSlots, kCells, kSelector, kAttentionRows };
 };
+
+// The split-KV decode kernels serve at most this many rows in one launch
+// (their partials and counters are sized for it).
+inline constexpr std::int32_t kMaxDecodeWidth = 256;
 
 struct ForwardShape {
   std::int32_t width = 0;        // token rows, padding included
   std::int32_t rows = 0;         // selected rows (logits rows)
   bool decode_attention = true;  // split-KV kernel; else flash-prefill tiles
   KernelChoice kernels{};        // variants to launch (a captured graph keeps its own)
+  // A mixed step (decode v2 only): attention runs the split-KV kernel over the
+  // token rows kAttentionRows[0, decode_rows) and the prefill kernel over
+  // kAttentionRows[decode_rows, width). -1: one kernel (decode_attention) for
+  // every row.
+  std::int32_t decode_rows = -1;
 };
 
 class CudaForward {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "backend/cuda/attention_rows.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/kernels/sample.cuh"
@@ -18,9 +19,9 @@ namespace {
 using program::MethodKind;
 
 constexpr std::string_view kBackend = "cuda";
-// Static widths up to this use the split-KV attention kernel (decode-heavy
-// batches); everything wider uses the flash-prefill tiles.
-constexpr std::int32_t kDecodeKernelMaxWidth = 256;
+// Static widths up to kMaxDecodeWidth use the split-KV attention kernel
+// (decode-heavy batches); wider steps run eagerly and split their rows
+// between the two kernels (attention_rows.h).
 // Device memory kept out of the K/V pool for the cell tables and the
 // runtime's own needs.
 constexpr std::size_t kReserveBytes = std::size_t{1} << 30;
@@ -54,7 +55,7 @@ class CudaProgram final : public program::Program {
     return staging_.data() + static_cast<std::size_t>(which) * static_cast<std::size_t>(max_step());
   }
   static bool uses_decode_kernel(const program::MethodEntry& m) {
-    return m.kind == MethodKind::kStatic && m.width <= kDecodeKernelMaxWidth;
+    return m.kind == MethodKind::kStatic && m.width <= kMaxDecodeWidth;
   }
 
   Status capture(const std::string& name, const program::MethodEntry& method);
@@ -69,7 +70,8 @@ class CudaProgram final : public program::Program {
   std::unique_ptr<CudaForward> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;  // [5, max_step], mirrors the device step buffer
+  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
+  std::vector<std::int32_t> row_scratch_;  // split_attention_rows' counters
   std::map<std::int32_t, GraphExec> graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
@@ -278,14 +280,25 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
     staging(StepArrays::kSelector)[i] =
         static_cast<std::int32_t>(call.selector[static_cast<std::size_t>(std::min(i, rows - 1))]);
   }
-  CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(), staging_.bytes(),
-                                   cudaMemcpyHostToDevice, stream_.get()));
+  ForwardShape shape{width, computed, uses_decode_kernel(method), knobs.kernels};
+  if (!shape.decode_attention && knobs.kernels.decode_attention == DecodeAttention::kV2) {
+    const auto w = static_cast<std::size_t>(width);
+    shape.decode_rows = split_attention_rows({staging(StepArrays::kSlots), w}, width,
+                                             {staging(StepArrays::kAttentionRows), w},
+                                             row_scratch_);
+  }
+  // Only the arrays this step reads travel (the row order only when split).
+  const int arrays = shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows;
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(
+      forward_->step_device(), staging_.data(),
+      static_cast<std::size_t>(arrays) * static_cast<std::size_t>(max_step()) *
+          sizeof(std::int32_t),
+      cudaMemcpyHostToDevice, stream_.get()));
   auto graph = graphs_.find(width);
   if (is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
     graph->second.launch(stream_.get());
   } else {
-    CELLM_RETURN_IF_ERROR(forward_->enqueue(
-        ForwardShape{width, computed, uses_decode_kernel(method), knobs.kernels}, stream_.get()));
+    CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
   }
   const std::int64_t vocab = spec().vocab_size;
   std::vector<Tensor> out;

@@ -2,7 +2,9 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <functional>
+#include <limits>
 #include <unordered_map>
 
 #include "backend/cuda/kernels/validate_util.h"
@@ -15,6 +17,7 @@ struct PlanKey {
   DType out_dtype;
   bool bias;
   bool accumulate;
+  bool autotune;
   friend bool operator==(const PlanKey&, const PlanKey&) = default;
 };
 
@@ -23,7 +26,8 @@ struct PlanKeyHash {
     std::size_t h = 1469598103934665603ull;
     for (const std::int64_t v :
          {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, static_cast<std::int64_t>(key.out_dtype),
-          static_cast<std::int64_t>(key.bias), static_cast<std::int64_t>(key.accumulate)}) {
+          static_cast<std::int64_t>(key.bias), static_cast<std::int64_t>(key.accumulate),
+          static_cast<std::int64_t>(key.autotune)}) {
       h = (h ^ std::hash<std::int64_t>{}(v)) * 1099511628211ull;
     }
     return h;
@@ -66,17 +70,109 @@ Status lt_status(cublasStatus_t status, const char* what) {
   return Status::ok();
 }
 
+constexpr int kCandidates = 8;       // heuristic results an autotune times
+constexpr int kTimedRuns = 3;        // per candidate; the fastest counts
+constexpr std::size_t kFlushBytes = std::size_t{256} << 20;  // > 4x the H200's L2
+
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const noexcept { cudaEventDestroy(e); }
+};
+using EventPtr = std::unique_ptr<CUevent_st, EventDeleter>;
+
+Status cuda_status(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    return internal_error("cuda gemm: {} failed: {}", what, cudaGetErrorString(error));
+  }
+  return Status::ok();
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+         status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
 struct GemmRunner::Impl {
   std::unique_ptr<cublasLtContext, HandleDeleter> handle;
   std::size_t workspace_bytes = 0;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+  // Written between an autotune's timed runs so each starts with a cold L2, as
+  // a decode step's weights do. Allocated by the first autotune (at warm-up).
+  std::unique_ptr<void, decltype(&cudaFree)> flush{nullptr, &cudaFree};
 
-  Result<const Plan*> plan_for(const GemmArgs& args) {
+  Status set_bias(const Plan& plan, const GemmArgs& args) {
+    if (args.bias == nullptr) return Status::ok();
+    return lt_status(
+        cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                       &args.bias, sizeof(args.bias)),
+        "set BIAS_POINTER");
+  }
+
+  cublasStatus_t matmul(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmArgs& args,
+                        void* workspace, cudaStream_t stream) {
+    const float alpha = 1.0f;
+    const float beta = args.accumulate ? 1.0f : 0.0f;
+    return cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, args.b, plan.a_layout.get(),
+                          args.a, plan.b_layout.get(), &beta, args.out, plan.c_layout.get(),
+                          args.out, plan.c_layout.get(), &algo, workspace, workspace_bytes, stream);
+  }
+
+  // The candidate that ran fastest on these operands; candidates that fail
+  // to run are skipped. Outputs are overwritten (beta = 0), so the operands
+  // end as one plain run leaves them.
+  Result<int> fastest(const Plan& plan, const cublasLtMatmulHeuristicResult_t* results, int count,
+                      const GemmArgs& args, void* workspace, cudaStream_t stream) {
+    if (!flush) {
+      void* raw = nullptr;
+      if (cudaMalloc(&raw, kFlushBytes) != cudaSuccess) {
+        cudaGetLastError();  // no room to flush L2: keep the heuristic's choice
+        return 0;
+      }
+      flush.reset(raw);
+    }
+    cudaEvent_t raw_start = nullptr;
+    cudaEvent_t raw_stop = nullptr;
+    CELLM_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&raw_start), "cudaEventCreate"));
+    EventPtr start(raw_start);
+    CELLM_RETURN_IF_ERROR(cuda_status(cudaEventCreate(&raw_stop), "cudaEventCreate"));
+    EventPtr stop(raw_stop);
+    CELLM_RETURN_IF_ERROR(set_bias(plan, args));
+    int best = 0;
+    float best_ms = std::numeric_limits<float>::infinity();
+    for (int c = 0; c < count; ++c) {
+      float ms = std::numeric_limits<float>::infinity();
+      for (int run = 0; run < kTimedRuns; ++run) {
+        CELLM_RETURN_IF_ERROR(
+            cuda_status(cudaMemsetAsync(flush.get(), run, kFlushBytes, stream), "L2 flush"));
+        CELLM_RETURN_IF_ERROR(cuda_status(cudaEventRecord(start.get(), stream), "event"));
+        if (matmul(plan, results[c].algo, args, workspace, stream) != CUBLAS_STATUS_SUCCESS) {
+          ms = std::numeric_limits<float>::infinity();
+          break;
+        }
+        CELLM_RETURN_IF_ERROR(cuda_status(cudaEventRecord(stop.get(), stream), "event"));
+        CELLM_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(stop.get()), "event sync"));
+        float elapsed = 0.0f;
+        CELLM_RETURN_IF_ERROR(
+            cuda_status(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "elapsed"));
+        ms = std::min(ms, elapsed);
+      }
+      if (ms < best_ms) {
+        best_ms = ms;
+        best = c;
+      }
+    }
+    CELLM_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "autotune"));
+    return best;
+  }
+
+  Result<const Plan*> plan_for(const GemmArgs& args, void* workspace, cudaStream_t stream) {
+    const bool autotune = args.autotune && !args.accumulate && args.m <= kAutotuneMaxRows &&
+                          !capturing(stream);
     const PlanKey key{args.m,         args.n,   args.k,         args.lda,
                       args.ldb,       args.ldc, args.out_dtype, args.bias != nullptr,
-                      args.accumulate};
+                      args.accumulate, args.autotune};
     if (auto it = plans.find(key); it != plans.end()) {
       return &it->second;
     }
@@ -137,18 +233,23 @@ struct GemmRunner::Impl {
           cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &alignment, sizeof(alignment)),
           "set MIN_ALIGNMENT"));
     }
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int count = 0;
-    CELLM_RETURN_IF_ERROR(
-        lt_status(cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(),
-                                                 plan.b_layout.get(), plan.c_layout.get(),
-                                                 plan.c_layout.get(), raw_pref, 1, &result, &count),
-                  "cublasLtMatmulAlgoGetHeuristic"));
+    CELLM_RETURN_IF_ERROR(lt_status(
+        cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(),
+                                       plan.b_layout.get(), plan.c_layout.get(),
+                                       plan.c_layout.get(), raw_pref, autotune ? kCandidates : 1,
+                                       results, &count),
+        "cublasLtMatmulAlgoGetHeuristic"));
     if (count == 0) {
       return not_supported("cuda gemm: no cuBLASLt algorithm for m={} n={} k={} ({} output)",
                            args.m, args.n, args.k, dtype_name(args.out_dtype));
     }
-    plan.algo = result.algo;
+    int chosen = 0;
+    if (autotune && count > 1) {
+      CELLM_ASSIGN_OR_RETURN(chosen, fastest(plan, results, count, args, workspace, stream));
+    }
+    plan.algo = results[chosen].algo;
     auto [it, inserted] = plans.emplace(key, std::move(plan));
     return &it->second;
   }
@@ -211,20 +312,9 @@ Status GemmRunner::run(const GemmArgs& args, void* workspace, cudaStream_t strea
     return invalid_argument("cuda gemm: a workspace of {} bytes is required",
                             impl_->workspace_bytes);
   }
-  CELLM_ASSIGN_OR_RETURN(const Plan* plan, impl_->plan_for(args));
-  if (args.bias != nullptr) {
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatmulDescSetAttribute(plan->desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                       &args.bias, sizeof(args.bias)),
-        "set BIAS_POINTER"));
-  }
-  const float alpha = 1.0f;
-  const float beta = args.accumulate ? 1.0f : 0.0f;
-  return lt_status(
-      cublasLtMatmul(impl_->handle.get(), plan->desc.get(), &alpha, args.b, plan->a_layout.get(),
-                     args.a, plan->b_layout.get(), &beta, args.out, plan->c_layout.get(), args.out,
-                     plan->c_layout.get(), &plan->algo, workspace, impl_->workspace_bytes, stream),
-      "cublasLtMatmul");
+  CELLM_ASSIGN_OR_RETURN(const Plan* plan, impl_->plan_for(args, workspace, stream));
+  CELLM_RETURN_IF_ERROR(impl_->set_bias(*plan, args));
+  return lt_status(impl_->matmul(*plan, plan->algo, args, workspace, stream), "cublasLtMatmul");
 }
 
 }  // namespace cellm::cuda

@@ -2,8 +2,9 @@
 // (+ out when accumulating), bf16 operands, float32 accumulation, bf16 or
 // float32 output. b is a weight in PyTorch Linear layout [out, in]. The
 // workspace is the caller's (an arena lease); matmul descriptors and the
-// heuristic's algorithm are cached per shape, so after a warm-up call a shape
-// runs with no host allocation and is safe inside CUDA graph capture.
+// heuristic's (or the autotuned) algorithm are cached per shape, so after a
+// warm-up call a shape runs with no host allocation and is safe inside CUDA
+// graph capture.
 //
 // Thread-safety: not thread-safe; one GemmRunner per engine thread / stream.
 #pragma once
@@ -32,6 +33,11 @@ struct GemmArgs {
   std::int64_t ldc = 0;
   DType out_dtype = DType::kBF16;  // kBF16 or kF32
   bool accumulate = false;         // out += a @ b^T (beta = 1)
+  // When the shape is first planned (m <= kAutotuneMaxRows, no accumulate,
+  // stream not capturing), time cuBLASLt's candidate algorithms on these
+  // operands with a cold L2 and keep the fastest instead of the heuristic's
+  // first. Blocks the host for the timing; meant for warm-up and capture.
+  bool autotune = false;
 
   Status validate() const;
 };
@@ -54,6 +60,10 @@ class GemmRunner {
 
   // A sensible workspace for Hopper (cuBLASLt recommends 32 MiB there).
   static constexpr std::size_t kDefaultWorkspaceBytes = 32u << 20;
+  // Autotuning covers decode-sized GEMMs only: wider ones are bound by
+  // compute, where the heuristic's choice is good, and arrive in arbitrary
+  // widths that would each pay the timing.
+  static constexpr std::int64_t kAutotuneMaxRows = 256;
 
  private:
   struct Impl;

@@ -1,5 +1,6 @@
 // cuBLASLt GEMM wrapper against a float64 CPU product: bf16 and f32 outputs,
 // bias, accumulation into the output, odd row counts, column-slice operands,
+// autotuned plans (the timing runs must leave the output of one plain run),
 // plan caching, refusals, and a replay inside a captured graph.
 #include <random>
 #include <string>
@@ -27,6 +28,7 @@ struct GemmCase {
   bool f32_out;
   bool bias;
   bool accumulate;
+  bool autotune = false;  // timed candidates instead of the heuristic's first
 };
 
 class GemmTest : public ::testing::TestWithParam<GemmCase> {};
@@ -57,7 +59,8 @@ TEST_P(GemmTest, MatchesReference) {
                 .ldb = c.k,
                 .ldc = c.n,
                 .out_dtype = c.f32_out ? DType::kF32 : DType::kBF16,
-                .accumulate = c.accumulate};
+                .accumulate = c.accumulate,
+                .autotune = c.autotune};
   const Status status = runner->run(args, workspace.data(), nullptr);
   ASSERT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(runner->cached_plans(), 1u);
@@ -87,12 +90,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
                                            GemmCase{111, 576, 1536, false, true, false},
                                            GemmCase{17, 2048, 576, false, false, true},
                                            GemmCase{256, 1024, 4096, true, false, true},
-                                           GemmCase{989, 264, 128, false, true, true}),
+                                           GemmCase{989, 264, 128, false, true, true},
+                                           GemmCase{1, 4096, 2048, false, false, false, true},
+                                           GemmCase{64, 3072, 2048, false, true, false, true},
+                                           GemmCase{8, 32000, 512, true, false, false, true},
+                                           // accumulating plans are never timed
+                                           GemmCase{4, 512, 256, false, false, true, true}),
                          [](const auto& info) {
                            const GemmCase& c = info.param;
-                           return fmt::format("m{}_n{}_k{}{}{}{}", c.m, c.n, c.k,
+                           return fmt::format("m{}_n{}_k{}{}{}{}{}", c.m, c.n, c.k,
                                               c.f32_out ? "_f32" : "_bf16", c.bias ? "_bias" : "",
-                                              c.accumulate ? "_acc" : "");
+                                              c.accumulate ? "_acc" : "",
+                                              c.autotune ? "_tuned" : "");
                          });
 
 TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
@@ -127,6 +136,31 @@ TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
   args.m = 32;
   ASSERT_TRUE(runner->run(args, workspace.data(), nullptr).is_ok());
   EXPECT_EQ(runner->cached_plans(), 2u);
+}
+
+// An autotune cannot time anything while a stream is being captured (no
+// synchronisation is allowed): a cold shape then takes the heuristic's
+// algorithm and the capture stays valid.
+TEST(GemmRunnerTest, AutotuneDuringCaptureFallsBackToTheHeuristic) {
+  CELLM_REQUIRE_GPU();
+  const int m = 4, n = 256, k = 512;
+  std::mt19937 rng(5);
+  DeviceArray<bf16> da(random_bf16(m * k, rng)), db(random_bf16(n * k, rng)), out(m * n);
+  DeviceArray<std::byte> workspace(GemmRunner::kDefaultWorkspaceBytes);
+  auto runner = GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes);
+  ASSERT_TRUE(runner.ok());
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok());
+  GemmArgs args{.a = da.data(), .b = db.data(), .out = out.data(), .m = m, .n = n, .k = k,
+                .lda = k, .ldb = k, .ldc = n, .autotune = true};
+  GraphExec::begin_capture(stream->get());
+  const Status captured = runner->run(args, workspace.data(), stream->get());
+  auto graph = GraphExec::end_capture(stream->get());
+  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+  graph->launch(stream->get());
+  stream->synchronize();
+  EXPECT_EQ(runner->cached_plans(), 1u);
 }
 
 TEST(GemmRunnerTest, WarmShapeRunsInsideGraphCapture) {

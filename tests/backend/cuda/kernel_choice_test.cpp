@@ -28,6 +28,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
   EXPECT_TRUE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
+  EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(*choice, KernelChoice{});
 }
 
@@ -36,14 +37,17 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "on"},
-                                                 {"CELLM_GEMV_MAX_ROWS", "4"}}));
+                                                 {"CELLM_GEMV_MAX_ROWS", "4"},
+                                                 {"CELLM_GEMM_AUTOTUNE", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 4);
-  EXPECT_EQ(describe(*choice), "decode=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4");
+  EXPECT_FALSE(choice->gemm_autotune);
+  EXPECT_EQ(describe(*choice),
+            "decode=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4 autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -51,6 +55,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_ATTN", "v3"}},
       {{"CELLM_FUSED_ROPE", "yes please"}},
       {{"CELLM_GEMV", "2"}},
+      {{"CELLM_GEMM_AUTOTUNE", "yes"}},
       {{"CELLM_GEMV_MAX_ROWS", "9"}},
       {{"CELLM_GEMV_MAX_ROWS", "4x"}},
       {{"CELLM_DECODE_SPLIT_KEYS", "0"}},

@@ -52,6 +52,11 @@ struct AttentionParams {
   const std::int32_t* cell_table = nullptr;  // [max_seqs, table_stride]
   const std::int32_t* seq_slots = nullptr;   // [num_tokens]; < 0 = padding row
   const std::int32_t* positions = nullptr;   // [num_tokens]
+  // Which token row each kernel row serves ([num_tokens] entries, each a row
+  // of q/out/seq_slots/positions); null: kernel row i is token row i. Lets
+  // one step's rows be split between the decode and the prefill kernel
+  // (prefill and decode v2; the v1 decode kernel refuses a map).
+  const std::int32_t* rows = nullptr;
   std::int64_t q_stride = 0;
   std::int64_t out_stride = 0;
   std::int32_t num_tokens = 0;

@@ -228,6 +228,9 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_attention_decode(const AttentionParams& params, cudaStream_t stream) {
+  if (params.rows != nullptr) {  // a row map is for prefill and v2 only
+    cuda_failed(cudaErrorInvalidValue, "launch_attention_decode: the v1 kernel takes no row map");
+  }
   const int group = params.num_heads / params.num_kv_heads;
   const int head_groups = (group + kMaxGroup - 1) / kMaxGroup;
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);

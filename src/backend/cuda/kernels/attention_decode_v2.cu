@@ -122,7 +122,10 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int token = blockIdx.x;
+  // Partials and counters are indexed by the kernel row, reads and the
+  // output by the token row it serves.
+  const int row = blockIdx.x;
+  const int token = p.rows != nullptr ? p.rows[row] : row;
   const int group = p.num_heads / p.num_kv_heads;
   const int head_groups = (group + kRows - 1) / kRows;
   const int kv_head = blockIdx.y / head_groups;
@@ -337,9 +340,9 @@ __global__ void __launch_bounds__(kThreads)
       p.out[static_cast<std::int64_t>(token) * p.out_stride + static_cast<std::int64_t>(head) * hd +
             d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
     } else {
-      partial_acc(p, token, head, split)[d] = num;
+      partial_acc(p, row, head, split)[d] = num;
       if (d == 0) {
-        float* stats = partial_stats(p, token, head, split);
+        float* stats = partial_stats(p, row, head, split);
         stats[0] = m_max;
         stats[1] = den;
       }
@@ -352,7 +355,7 @@ __global__ void __launch_bounds__(kThreads)
   __threadfence();  // this block's partials are visible device-wide before the count
   __syncthreads();
   if (tid == 0) {
-    int* counter = p.counters + static_cast<std::int64_t>(token) * gridDim.y + blockIdx.y;
+    int* counter = p.counters + static_cast<std::int64_t>(row) * gridDim.y + blockIdx.y;
     const int arrived = atomicAdd(counter, 1);
     const bool last = arrived == used - 1;
     if (last) atomicExch(counter, 0);  // ready for the next launch
@@ -369,7 +372,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int idx = tid; idx < heads * used; idx += kThreads) {
     const int h = idx / used;
     const int sp = idx % used;
-    const float* stats = partial_stats(p, token, first_head + h, sp);
+    const float* stats = partial_stats(p, row, first_head + h, sp);
     split_m[h * L::kMaxSplits + sp] = __ldcg(stats);
     split_l[h * L::kMaxSplits + sp] = __ldcg(stats + 1);
   }
@@ -395,7 +398,7 @@ __global__ void __launch_bounds__(kThreads)
     const int d = idx % hd;
     const int head = first_head + h;
     const float* weights = split_m + h * L::kMaxSplits;
-    const float* src = partial_acc(p, token, head, 0) + d;
+    const float* src = partial_acc(p, row, head, 0) + d;
     float num = 0.0f;
 #pragma unroll 4
     for (int sp = 0; sp < used; ++sp) {

@@ -74,8 +74,9 @@ __global__ void __launch_bounds__(kThreads)
     int slot = -1;
     int pos = 0;
     if (t < p.num_tokens) {
-      slot = p.seq_slots[t];
-      pos = p.positions[t];
+      const int token = p.rows != nullptr ? p.rows[t] : t;
+      slot = p.seq_slots[token];
+      pos = p.positions[token];
       if (slot >= 0 && slot < p.max_seqs && pos >= 0 && pos < p.table_stride) state = kPending;
     }
     row_state[r] = state;
@@ -88,7 +89,8 @@ __global__ void __launch_bounds__(kThreads)
     const int c = (idx % chunks) * 8;
     uint4 value = make_uint4(0, 0, 0, 0);
     if (t0 + r < p.num_tokens && c < hd) {
-      value = *reinterpret_cast<const uint4*>(p.q + static_cast<std::int64_t>(t0 + r) * p.q_stride +
+      const int token = p.rows != nullptr ? p.rows[t0 + r] : t0 + r;
+      value = *reinterpret_cast<const uint4*>(p.q + static_cast<std::int64_t>(token) * p.q_stride +
                                               static_cast<std::int64_t>(head) * hd + c);
     }
     *reinterpret_cast<uint4*>(q_s + r * L::kLdq + c) = value;
@@ -248,8 +250,9 @@ __global__ void __launch_bounds__(kThreads)
   const int t = t0 + my_row;
   if (t < p.num_tokens) {
     const float inv_l = l_run > 0.0f ? 1.0f / l_run : 0.0f;
-    bf16* dst =
-        p.out + static_cast<std::int64_t>(t) * p.out_stride + static_cast<std::int64_t>(head) * hd;
+    const int token = p.rows != nullptr ? p.rows[t] : t;
+    bf16* dst = p.out + static_cast<std::int64_t>(token) * p.out_stride +
+                static_cast<std::int64_t>(head) * hd;
     const int span = (hd + 1) / 2;
     for (int c = half * span; c < min(hd, (half + 1) * span); ++c) {
       dst[c] = __float2bfloat16_rn(o_s[my_row * L::kLdo + c] * inv_l);

@@ -53,6 +53,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_GEMV_MAX_ROWS")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_max_rows, parse_int("CELLM_GEMV_MAX_ROWS", *v, 1, 8));
   }
+  if (auto v = lookup("CELLM_GEMM_AUTOTUNE")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemm_autotune, parse_flag("CELLM_GEMM_AUTOTUNE", *v));
+  }
   return choice;
 }
 
@@ -71,10 +74,10 @@ KernelChoice kernel_choice_from_env() {
 }
 
 std::string describe(const KernelChoice& choice) {
-  return fmt::format("decode={} split_keys={} fused_rope={} gemv={} gemv_max_rows={}",
+  return fmt::format("decode={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} autotune={}",
                      choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
                      choice.decode_split_keys, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
-                     choice.gemv_max_rows);
+                     choice.gemv_max_rows, choice.gemm_autotune ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

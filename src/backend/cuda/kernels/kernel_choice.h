@@ -9,6 +9,7 @@
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 bf16 GEMV instead of cuBLASLt for m <= CELLM_GEMV_MAX_ROWS
 //   CELLM_GEMV_MAX_ROWS=1..8       (default 8)
+//   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once
@@ -30,6 +31,7 @@ struct KernelChoice {
   bool fused_rope = true;
   bool gemv = false;
   std::int32_t gemv_max_rows = 8;
+  bool gemm_autotune = true;
 
   friend bool operator==(const KernelChoice&, const KernelChoice&) = default;
 };
@@ -43,7 +45,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 split_keys=128 fused_rope=1 gemv=0 gemv_max_rows=8", for logs
+// "decode=v2 split_keys=128 fused_rope=1 gemv=0 gemv_max_rows=8 autotune=1", for logs
 // and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
