@@ -21,6 +21,7 @@
 #include "cellm/executor.h"
 #include "cellm/metrics.h"
 #include "cellm/scheduler.h"
+#include "cellm/status.h"
 #include "cellm/types.h"
 
 namespace cellm {
@@ -58,6 +59,14 @@ struct GenConfig {
   std::int64_t min_new_tokens = 0;
   std::optional<std::uint64_t> seed;  // nullopt: nondeterministic
 };
+
+// Whether `config` can run at all: InvalidArgument naming the field when
+// max_new_tokens <= 0, min_new_tokens lies outside [0, max_new_tokens], or a
+// minimum would need more than kMaxSuppressedTokens distinct stop tokens
+// suppressed. generate_async refuses such a config with kFailed and this
+// message before the session, the executor or the sampling policy is touched;
+// callers that want to refuse a request up front call it themselves.
+Status check_gen_config(const GenConfig& config);
 
 // A copyable view of one generation's outcome. Dropping it does not cancel;
 // it may outlive the runner.

@@ -273,24 +273,16 @@ void EngineCore::handle_(StartCommand& c, bool running) {
   auto it = running ? sessions_.find(gen->sid) : sessions_.end();
   if (it == sessions_.end()) return reject(FinishReason::kCancelled, "");
   SessionRecord& rec = it->second;
-  if (gen->config.max_new_tokens <= 0) {
-    return reject(FinishReason::kFailed, "max_new_tokens must be greater than zero");
-  }
-  if (gen->config.min_new_tokens < 0 || gen->config.min_new_tokens > gen->config.max_new_tokens) {
-    return reject(FinishReason::kFailed,
-                  fmt::format("min_new_tokens {} must be within [0, max_new_tokens = {}]",
-                              gen->config.min_new_tokens, gen->config.max_new_tokens));
+  if (Status valid = check_gen_config(gen->config); !valid.is_ok()) {
+    return reject(FinishReason::kFailed, std::string(valid.message()));
   }
   // Until min_new_tokens are out, the stop tokens must not even be sampled.
   SamplingParams policy = gen->config.sampling;
   if (gen->config.min_new_tokens > 0 && !gen->config.stop_tokens.empty()) {
     for (Token t : gen->config.stop_tokens) {
-      if (!policy.suppress(t)) {
-        return reject(FinishReason::kFailed,
-                      fmt::format("min_new_tokens needs every stop token suppressed, but at most "
-                                  "{} ids can be; got {} stop tokens",
-                                  kMaxSuppressedTokens, gen->config.stop_tokens.size()));
-      }
+      // check_gen_config made room for every distinct stop token.
+      const bool fits = policy.suppress(t);
+      CELLM_CHECK(fits, "stop token {} does not fit the suppressed ids", t);
     }
     gen->suppressing_stops = true;
   }

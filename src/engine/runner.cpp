@@ -31,6 +31,34 @@ void settle_inline(detail::GenerationState& state, GenerationMetrics metrics, Fi
 
 }  // namespace
 
+Status check_gen_config(const GenConfig& config) {
+  if (config.max_new_tokens <= 0) {
+    return invalid_argument("max_new_tokens must be greater than zero");
+  }
+  if (config.min_new_tokens < 0 || config.min_new_tokens > config.max_new_tokens) {
+    return invalid_argument("min_new_tokens {} must be within [0, max_new_tokens = {}]",
+                            config.min_new_tokens, config.max_new_tokens);
+  }
+  if (config.min_new_tokens > 0) {
+    // Until the minimum every stop token is suppressed in sampling, and a
+    // policy has room for kMaxSuppressedTokens ids (repeats take none).
+    SamplingParams probe;
+    std::size_t distinct = 0;
+    for (Token t : config.stop_tokens) {
+      if (probe.suppresses(t)) continue;
+      ++distinct;
+      (void)probe.suppress(t);
+    }
+    if (distinct > kMaxSuppressedTokens) {
+      return invalid_argument(
+          "min_new_tokens {} needs every stop token suppressed until it is reached, but at most "
+          "{} distinct ids can be and the config has {}; drop min_new_tokens or stop tokens",
+          config.min_new_tokens, kMaxSuppressedTokens, distinct);
+    }
+  }
+  return Status::ok();
+}
+
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStopToken: return "stop_token";

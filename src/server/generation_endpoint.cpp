@@ -1,6 +1,7 @@
 // POST /v1/completions and /v1/chat/completions: parse, build the prompt,
 // check it against the context, queue for capacity, start the job and answer
 // with JSON or an SSE stream.
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -171,6 +172,21 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
                                    "generate (max_tokens or what the context leaves)",
                                    r.min_tokens, max_new),
                   "min_tokens");
+  }
+
+  if (r.min_tokens > 0 && !r.ignore_eos) {
+    // Until min_tokens every stop token is suppressed in sampling, and a
+    // policy holds only so many; refused here rather than failing later.
+    std::vector<Token> stops = svc.stop_tokens();
+    std::sort(stops.begin(), stops.end());
+    stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
+    if (stops.size() > kMaxSuppressedTokens) {
+      return refuse(invalid_argument("min_tokens needs the model's {} stop tokens held back until "
+                                     "it is reached, but at most {} can be; drop min_tokens or "
+                                     "set ignore_eos",
+                                     stops.size(), kMaxSuppressedTokens),
+                    "min_tokens");
+    }
   }
 
   GenerationSpec spec;

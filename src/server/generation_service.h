@@ -89,6 +89,9 @@ class GenerationService {
   // Whether start() looks prompts up in a prefix cache (GenerationJob::
   // cached_tokens() then reports the hits).
   virtual bool prefix_caching() const { return false; }
+  // The tokens a generation stops on unless ignore_eos (the model's EOS set).
+  // min_tokens suppresses them, so it is refused when they are too many.
+  virtual std::vector<Token> stop_tokens() const { return {}; }
 
   virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
   // `messages` is the OpenAI list; `extra` the template variables.

@@ -124,6 +124,8 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(
     if (spec.seed) c.seed = *spec.seed + static_cast<std::uint64_t>(choice);
     return c;
   };
+  // The engine would refuse it too, but only after sessions were taken.
+  CELLM_RETURN_IF_ERROR(check_gen_config(config_for(0)));
 
   auto job = std::make_unique<Job>(cache_mu_, spec.n);
   std::optional<Session> session;

@@ -487,6 +487,67 @@ TEST_F(RunnerTest, GenerationRejectsNonPositiveTokenBudgetWithMessage) {
   EXPECT_EQ(s.position(), 0);
 }
 
+TEST_F(RunnerTest, GenerationRefusesAMinimumOverMoreStopTokensThanCanBeSuppressed) {
+  Session s = open();
+  GenConfig crowded = budget(5);
+  crowded.min_new_tokens = 2;
+  for (Token t = 300; t < 300 + static_cast<Token>(kMaxSuppressedTokens) + 1; ++t) {
+    crowded.stop_tokens.push_back(t);
+  }
+  const Status status = check_gen_config(crowded);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  const std::string message(status.message());
+  EXPECT_NE(message.find("min_new_tokens 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("at most 8"), std::string::npos) << message;
+  EXPECT_NE(message.find("has 9"), std::string::npos) << message;
+  Collector c;
+  auto h = run(s, {1, 2}, crowded, c);
+  EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
+  EXPECT_EQ(h.error_message(), message);
+  EXPECT_TRUE(c.tokens().empty());
+  // Nothing was taken: no step, no policy, the session where it was.
+  EXPECT_TRUE(exec.batches().empty());
+  EXPECT_TRUE(exec.sampling().empty());
+  EXPECT_EQ(s.position(), 0);
+
+  // Without a minimum the same stop tokens are fine (nothing is suppressed).
+  GenConfig plain = crowded;
+  plain.min_new_tokens = 0;
+  EXPECT_TRUE(check_gen_config(plain).is_ok());
+  // Repeats take no room: 8 distinct ids listed twice fit.
+  GenConfig repeated = budget(3);
+  repeated.min_new_tokens = 1;
+  for (int round = 0; round < 2; ++round) {
+    for (Token t = 300; t < 300 + static_cast<Token>(kMaxSuppressedTokens); ++t) {
+      repeated.stop_tokens.push_back(t);
+    }
+  }
+  EXPECT_TRUE(check_gen_config(repeated).is_ok());
+  Collector ok;
+  auto h2 = run(s, {1, 2}, repeated, ok);
+  EXPECT_EQ(h2.finish_reason(), FinishReason::kNewTokenLimit) << h2.error_message();
+  EXPECT_EQ(ok.tokens().size(), 3u);
+  ASSERT_FALSE(exec.sampling().empty());
+  EXPECT_EQ(exec.sampling().front().params.suppressed_count, kMaxSuppressedTokens);
+}
+
+TEST(GenConfigTest, CheckNamesTheFieldThatIsWrong) {
+  EXPECT_TRUE(check_gen_config(budget(1)).is_ok());
+  EXPECT_EQ(check_gen_config(budget(0)).message(), "max_new_tokens must be greater than zero");
+  GenConfig above = budget(4);
+  above.min_new_tokens = 5;
+  EXPECT_EQ(check_gen_config(above).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(check_gen_config(above).message()).find("min_new_tokens 5"),
+            std::string::npos);
+  GenConfig negative = budget(4);
+  negative.min_new_tokens = -1;
+  EXPECT_EQ(check_gen_config(negative).code(), StatusCode::kInvalidArgument);
+  GenConfig full = budget(4);
+  full.min_new_tokens = 4;
+  full.stop_tokens.assign(kMaxSuppressedTokens, 9);
+  EXPECT_TRUE(check_gen_config(full).is_ok());
+}
+
 TEST_F(RunnerTest, GenerationRejectsEmptyDeltaWithMessage) {
   Session s = open();
   Collector c;

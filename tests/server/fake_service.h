@@ -35,6 +35,7 @@ struct FakeKnobs {
   std::optional<std::int32_t> fail_after;  // tokens before a kFailed end
   std::optional<Status> start_error;
   bool prefix_caching = false;
+  std::vector<Token> stop_tokens = {kEos};  // what stop_tokens() reports
   std::int64_t cached_tokens = 0;
 };
 
@@ -79,6 +80,7 @@ class FakeService : public GenerationService {
   std::int32_t vocab_size() const override { return 258; }
   std::int32_t max_sequences() const override { return knobs_.max_sequences; }
   bool prefix_caching() const override { return knobs_.prefix_caching; }
+  std::vector<Token> stop_tokens() const override { return knobs_.stop_tokens; }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
     std::vector<Token> ids;

@@ -4,6 +4,7 @@
 // configurations before anything runs, ignores stop tokens an executor
 // delivers anyway; RunnerService passes it to every clone; the server applies
 // it to EOS and to stop strings.
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -335,6 +336,35 @@ TEST(MinTokensTest, StopStringsAreLookedForOnlyAfterTheMinimum) {
   nlohmann::json r = live.post(late);
   EXPECT_EQ(r["choices"][0]["text"], want);
   EXPECT_EQ(r["choices"][0]["finish_reason"], at == std::string::npos ? "length" : "stop");
+}
+
+TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
+  ServiceStack s(0);
+  RunnerServiceConfig c;
+  c.model_name = "toy";
+  c.context_length = 256;
+  c.vocab_size = 258;
+  c.max_sessions = 16;
+  for (Token t = 200; t < 200 + static_cast<Token>(kMaxSuppressedTokens) + 1; ++t) {
+    c.stop_tokens.push_back(t);
+  }
+  RunnerService crowded(s.runner, nullptr, letters_text(), c);
+  EXPECT_EQ(crowded.stop_tokens(), c.stop_tokens);
+  GenerationSpec spec;
+  spec.prompt = {'h', 'i'};
+  spec.max_new_tokens = 4;
+  spec.min_new_tokens = 1;
+  std::atomic<int> events{0};
+  auto job = crowded.start(spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(job.status().message()).find("at most 8"), std::string::npos);
+  EXPECT_EQ(events.load(), 0);
+  EXPECT_TRUE(s.executor.executed().empty());
+  EXPECT_TRUE(s.executor.policies().empty());
+  // ignore_eos drops the stop tokens, and with them the problem.
+  spec.ignore_eos = true;
+  auto fine = crowded.start(spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  EXPECT_TRUE(fine.ok()) << fine.status().to_string();
 }
 
 TEST(MinTokensTest, AStopStringAcrossTheMinimumEndsTheChoiceBeforeIt) {

@@ -144,6 +144,48 @@ TEST(ServerHttpTest, MinTokensWrongModelAndTemplateErrorsAreRefused) {
   EXPECT_EQ(ts.service().specs()[1].max_new_tokens, 12);
 }
 
+TEST(ServerHttpTest, MinTokensWithMoreStopTokensThanCanBeSuppressedIsRefusedUpFront) {
+  FakeService::Knobs k;
+  for (Token t = 100; t < 100 + static_cast<Token>(kMaxSuppressedTokens) + 1; ++t) {
+    k.stop_tokens.push_back(t);  // EOS and 9 more: 10 distinct stop tokens
+  }
+  TestServer ts({}, k);
+  const json body = {{"prompt", "abc"}, {"min_tokens", 2}, {"max_tokens", 5}};
+  JsonReply r = ts.post("/v1/completions", body);
+  expect_error(r, 400, "min_tokens", "at most 8");
+  EXPECT_EQ(r.body["error"]["type"], "invalid_request_error");
+  expect_error(ts.post("/v1/chat/completions",
+                       json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+                            {"min_tokens", 1}}),
+               400, "min_tokens", "10 stop tokens");
+  // Refused before the service saw anything.
+  EXPECT_TRUE(ts.service().specs().empty());
+  EXPECT_EQ(ts.service().live_jobs(), 0);
+  // Without a minimum, or with ignore_eos (nothing to suppress), it runs.
+  json no_min = body;
+  no_min.erase("min_tokens");
+  EXPECT_EQ(ts.post("/v1/completions", no_min).status, 200);
+  json ignoring = body;
+  ignoring["ignore_eos"] = true;
+  EXPECT_EQ(ts.post("/v1/completions", ignoring).status, 200);
+  EXPECT_EQ(ts.service().specs().size(), 2u);
+}
+
+TEST(ServerHttpTest, RepeatedStopTokensCountOnceTowardsTheMinTokensLimit) {
+  FakeService::Knobs k;
+  k.stop_tokens.clear();
+  for (int i = 0; i < 3; ++i) {
+    for (Token t = 100; t < 100 + static_cast<Token>(kMaxSuppressedTokens); ++t) {
+      k.stop_tokens.push_back(t);  // 24 entries, 8 distinct
+    }
+  }
+  TestServer ts({}, k);
+  JsonReply r = ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 2}});
+  EXPECT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(ts.service().specs().size(), 1u);
+  EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 2);
+}
+
 TEST(ServerHttpTest, CompletionReturnsTextFinishReasonAndUsage) {
   TestServer ts;
   JsonReply r = ts.post("/v1/completions", json{{"prompt", "Hi there"}, {"temperature", 0}});
