@@ -37,6 +37,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The widest forward bench serve asks a program for (its activations, logits
+// included, are sized for it); wider scheduler steps run as several forwards.
+constexpr std::int64_t kMaxForwardTokens = 8192;
+
 double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -80,6 +84,13 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   Assembly a;
   program::ProgramOptions popts;
   popts.kv_memory_fraction = o.gpu_memory_fraction;
+  // One forward per engine step: the widest method covers the scheduler's
+  // step (the decodes plus two prefill chunks unless --max-batch-tokens says).
+  const std::int64_t step_tokens = o.max_batch_tokens > 0
+                                       ? o.max_batch_tokens
+                                       : std::int64_t{need.sessions} + 2 * o.prefill_chunk;
+  popts.max_step = static_cast<std::int32_t>(
+      std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
   if (std::filesystem::exists(o.model)) {
     CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(o.backend));
     a.backend = backend.name;
