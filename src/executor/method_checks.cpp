@@ -3,6 +3,8 @@
 #include <charconv>
 #include <limits>
 
+#include "cellm/types.h"
+
 namespace cellm::executor {
 namespace {
 
@@ -131,15 +133,29 @@ Status check_cache_layout(const program::Program& program) {
 
 Status check_sample_method(const program::MethodMeta& meta, std::int64_t vocab) {
   const std::string_view name = program::kSampleMethod;
-  if (meta.inputs.size() != 2) {
-    return invalid_program("method {}: takes {} inputs; expected logits [R, V] and params [R, 4]",
-                           name, meta.inputs.size());
+  if (meta.inputs.size() != 2 && meta.inputs.size() != 3) {
+    return invalid_program(
+        "method {}: takes {} inputs; expected logits [R, V], params [R, 4] and optionally "
+        "suppressed ids [R, {}]",
+        name, meta.inputs.size(), kMaxSuppressedTokens);
   }
   CELLM_RETURN_IF_ERROR(check_logits_output(name, meta.inputs[0], vocab));
   const program::TensorSpec& params = meta.inputs[1];
   if (params.dtype != DType::kF32 || params.shape.size() != 2 || params.shape[1] != 4) {
     return invalid_program("method {}: input 1 (params) must be f32[R, 4], got {}", name,
                            spec_string(params));
+  }
+  if (meta.inputs.size() == 3) {
+    const program::TensorSpec& ids = meta.inputs[2];
+    if (ids.dtype != DType::kI64 || ids.device != Device::kCpu || ids.shape.size() != 2 ||
+        ids.shape[1] != static_cast<std::int64_t>(kMaxSuppressedTokens)) {
+      return invalid_program("method {}: input 2 (suppressed ids) must be host i64[R, {}], got {}",
+                             name, kMaxSuppressedTokens, spec_string(ids));
+    }
+    // Rows without suppression call it with two inputs.
+    if (meta.optional_inputs < 1) {
+      return invalid_program("method {}: input 2 (suppressed ids) must be optional", name);
+    }
   }
   return check_token_output(name, meta);
 }

@@ -38,7 +38,8 @@ enum class SelectorRule : std::uint8_t { kRequired, kOptional };
 Result<ForwardSignature> check_forward(std::string_view name, const program::MethodMeta& meta,
                                        SelectorRule selector);
 
-// `sample`: (logits [R, V] float-like, params [R, 4] f32) -> Long[R];
+// `sample`: (logits [R, V] float-like, params [R, 4] f32[, optional
+// suppressed ids host Long[R, kMaxSuppressedTokens]]) -> Long[R];
 // `sample_argmax`: (logits [R, V]) -> Long[R]. The tokens must come back on
 // the host (the executor never touches device memory).
 Status check_sample_method(const program::MethodMeta& meta, std::int64_t vocab);

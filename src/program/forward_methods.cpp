@@ -3,6 +3,8 @@
 #include <limits>
 #include <set>
 
+#include "cellm/types.h"
+
 namespace cellm::program {
 
 Status check_host_input(std::string_view method, std::string_view what, const Tensor& t,
@@ -109,7 +111,9 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
     case MethodKind::kSample:
       meta.dynamic = true;
       meta.inputs = {TensorSpec{DType::kF32, {rows, vocab}, logits_device},
-                     TensorSpec{DType::kF32, {rows, 4}}};
+                     TensorSpec{DType::kF32, {rows, 4}},
+                     TensorSpec{DType::kI64, {rows, static_cast<std::int64_t>(kMaxSuppressedTokens)}}};
+      meta.optional_inputs = 1;  // the suppressed ids
       meta.outputs = {TensorSpec{DType::kI64, {rows}}};
       return meta;
     case MethodKind::kArgmax:

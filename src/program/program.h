@@ -4,7 +4,9 @@
 // backend, or a test double) can be driven the same way.
 //
 // Forward methods take (tokens Long[1,T], positions Long[T], selector Long[R])
-// and return logits [R, V] (+ optional taps [T, D]). Before running one, the
+// and return logits [R, V] (+ optional taps [T, D]). `sample` takes (logits
+// [R, V], params f32[R, 4] and optionally suppressed ids Long[R, 8], -1 for
+// an empty slot) and `sample_argmax` (logits) — both return Long[R]. Before running one, the
 // executor places the step's real tokens in the bound CellCache; rows past the
 // placed count are padding and use the scratch cell.
 //
@@ -56,6 +58,9 @@ struct MethodMeta {
   // Backends that run parts of the method; a well-formed forward has exactly one.
   std::vector<std::string> backends;
   bool dynamic = false;  // the token extent may be anything in [1, shape bound]
+  // The last this many inputs may be left out of a call (the sample method's
+  // suppressed ids: callers without any pass only logits and params).
+  std::int32_t optional_inputs = 0;
 };
 
 // What the cache must look like: one entry per layer, its sliding window (0 =

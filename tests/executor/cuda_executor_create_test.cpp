@@ -52,6 +52,15 @@ TEST(CudaExecutorCreateTest, AWellFormedProgramIsAccepted) {
   EXPECT_EQ((*made)->vocab_size(), 32);
 }
 
+TEST(CudaExecutorCreateTest, ASamplerWithoutTheSuppressedIdsInputIsAccepted) {
+  auto program = std::make_shared<ToyProgram>(with_samplers());
+  program->metas["sample"].inputs.resize(2);
+  program->metas["sample"].optional_inputs = 0;
+  auto made = CudaExecutor::create(program, 2, 16);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_TRUE((*made)->samples_on_device());
+}
+
 TEST(CudaExecutorCreateTest, RefusesBadArguments) {
   auto made = CudaExecutor::create(nullptr, 1, 1);
   ASSERT_FALSE(made.ok());
@@ -139,6 +148,18 @@ TEST(CudaExecutorCreateTest, RefusesMalformedPrograms) {
          meta(p, "sample").inputs[1].shape = {64, 3};
        },
        StatusCode::kInvalidProgram, "sample: input 1 (params)"},
+      {"sampler suppressed ids of width 4",
+       [&](ToyProgram& p) { meta(p, "sample").inputs[2].shape = {64, 4}; },
+       StatusCode::kInvalidProgram, "sample: input 2 (suppressed ids)"},
+      {"sampler suppressed ids as floats",
+       [&](ToyProgram& p) { meta(p, "sample").inputs[2].dtype = DType::kF32; },
+       StatusCode::kInvalidProgram, "sample: input 2 (suppressed ids)"},
+      {"sampler requiring its suppressed ids",
+       [&](ToyProgram& p) { meta(p, "sample").optional_inputs = 0; },
+       StatusCode::kInvalidProgram, "must be optional"},
+      {"sampler with four inputs",
+       [&](ToyProgram& p) { meta(p, "sample").inputs.push_back(TensorSpec{}); },
+       StatusCode::kInvalidProgram, "sample: takes 4 inputs"},
       {"sampler returning floats",
        [&](ToyProgram& p) { meta(p, "sample").outputs[0].dtype = DType::kF32; },
        StatusCode::kInvalidProgram, "sample: must return"},

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "driver.h"
@@ -302,6 +303,64 @@ TEST(CudaExecutorTest, DeviceSamplerDrawsWhatTheHostSamplerDraws) {
     EXPECT_EQ(drawn[0], drawn[1]) << "policy " << i;
   }
   EXPECT_TRUE(diverged);
+}
+
+// Suppressed ids (min_tokens) through the program's sample method: passed as
+// its optional third input only when some row suppresses, never drawn, and
+// the draws equal the host sampler's.
+TEST(CudaExecutorTest, DeviceSamplerHonoursSuppressedIds) {
+  const ToyConfig device = device_sampling();
+  // Greedy A loses its whole greedy continuation; sampled B loses eight ids;
+  // C suppresses nothing.
+  std::set<std::int64_t> banned_a;
+  for (std::int64_t t : expected(kPrompts[1], device)) banned_a.insert(t);
+  const std::set<std::int64_t> banned_b = {0, 3, 5, 7, 9, 11, 13, 15};
+  auto policy = [](SamplingParams p, const std::set<std::int64_t>& ids) {
+    for (std::int64_t id : ids) EXPECT_TRUE(p.suppress(static_cast<Token>(id)));
+    return p;
+  };
+  std::vector<std::vector<std::int64_t>> drawn;
+  for (const ToyConfig& config : {device, dense()}) {
+    Rig s = make(config);
+    CudaExecutor& ex = *s.executor;
+    Gen a = start(ex, kPrompts[1]), b = start(ex, kPrompts[2]), c = start(ex, kPrompts[0]);
+    // Before any suppression the device path keeps the two-input form.
+    ex.set_sampling(b.sid, SamplingParams{1.0f, 1.0f, 0}, 3);
+    ASSERT_TRUE(run(ex, {{&b, prefill(b, 7)}}));
+    if (config.device_logits) {
+      ASSERT_EQ(s.program->calls.back().method, "sample");
+      EXPECT_EQ(s.program->calls.back().inputs, 2u);
+    }
+    ex.set_sampling(a.sid, policy(SamplingParams{}, banned_a), std::nullopt);
+    ex.set_sampling(b.sid, policy(SamplingParams{1.0f, 1.0f, 0}, banned_b), 3);
+    ASSERT_TRUE(run(ex, {{&a, prefill(a, 3)}, {&c, prefill(c, 1)}, {&b, decode(b)}}));
+    ASSERT_TRUE(decode_all(ex, {&a, &b, &c}, kNewTokens));
+    for (std::int64_t t : a.generated) EXPECT_FALSE(banned_a.contains(t)) << t;
+    for (std::int64_t t : b.generated) EXPECT_FALSE(banned_b.contains(t)) << t;
+    EXPECT_EQ(c.generated, expected(kPrompts[0], config));
+    std::vector<std::int64_t> all = a.generated;
+    all.insert(all.end(), b.generated.begin(), b.generated.end());
+    all.insert(all.end(), c.generated.begin(), c.generated.end());
+    drawn.push_back(all);
+    if (!config.device_logits) continue;
+    std::size_t with_ids = 0;
+    for (const ToyProgram::Call& call : s.program->calls) {
+      if (call.method != "sample" || call.inputs != 3) continue;
+      ++with_ids;
+      ASSERT_EQ(call.suppressed.size(), static_cast<std::size_t>(call.width) * kMaxSuppressedTokens);
+      // Every row is one session's list (-1 padded): A's, B's or C's empty one.
+      for (std::int64_t r = 0; r < call.width; ++r) {
+        std::set<std::int64_t> ids;
+        for (std::size_t k = 0; k < kMaxSuppressedTokens; ++k) {
+          const std::int64_t id = call.suppressed[static_cast<std::size_t>(r) * kMaxSuppressedTokens + k];
+          if (id >= 0) ids.insert(id);
+        }
+        EXPECT_TRUE(ids.empty() || ids == banned_a || ids == banned_b) << "row " << r;
+      }
+    }
+    EXPECT_EQ(with_ids, static_cast<std::size_t>(kNewTokens));
+  }
+  EXPECT_EQ(drawn[0], drawn[1]);
 }
 
 TEST(CudaExecutorTest, GreedyDeviceRowsTakeTheArgmaxMethod) {

@@ -1,7 +1,9 @@
 // RecordingProgram: a test decorator over any Program that forwards every
 // call, copies each forward's selector and logits rows (so tests can read
-// what execute() sampled from), and can hide methods to present a narrower
-// program to an executor.
+// what execute() sampled from), records the sampler calls, and can hide
+// methods to present a narrower program to an executor. With
+// flag_device_logits it presents a host program's logits as device ones, so
+// an executor takes its device-sampling path into the program's own samplers.
 // Thread-safety: not thread-safe; the engine thread (the test) drives it.
 #pragma once
 
@@ -25,8 +27,20 @@ class RecordingProgram final : public program::Program {
     std::vector<std::vector<float>> logits;  // every returned row, padding included
   };
 
+  struct SamplerCall {
+    std::string method;
+    std::size_t inputs = 0;
+    std::int64_t rows = 0;
+    std::vector<std::int64_t> suppressed;  // sample's third input, row-major
+  };
+
   RecordingProgram(std::shared_ptr<program::Program> inner, std::set<std::string> hidden = {})
       : inner_(std::move(inner)), hidden_(std::move(hidden)) {}
+
+  // Forward logits come back flagged Device::kCuda (they stay host memory);
+  // the samplers' logits input is flagged back before the inner program sees it.
+  void flag_device_logits(bool on) { device_logits_ = on; }
+  const std::vector<SamplerCall>& sampler_calls() const { return sampler_calls_; }
 
   // Forward calls since construction or the last take_calls().
   std::vector<Call> take_calls() { return std::exchange(calls_, {}); }
@@ -53,6 +67,8 @@ class RecordingProgram final : public program::Program {
   std::shared_ptr<program::Program> inner_;
   std::set<std::string> hidden_;
   std::vector<Call> calls_;
+  std::vector<SamplerCall> sampler_calls_;
+  bool device_logits_ = false;
 };
 
 }  // namespace cellm::executor::testing

@@ -84,13 +84,16 @@ ToyProgram::ToyProgram(ToyConfig config) : config_(std::move(config)) {
     const std::int64_t r = 64;
     MethodMeta sample;
     sample.inputs = {TensorSpec{DType::kF32, {r, v}, logits_device},
-                     TensorSpec{DType::kF32, {r, 4}}};
+                     TensorSpec{DType::kF32, {r, 4}},
+                     TensorSpec{DType::kI64, {r, static_cast<std::int64_t>(kMaxSuppressedTokens)}}};
+    sample.optional_inputs = 1;
     sample.outputs = {TensorSpec{DType::kI64, {r}}};
     sample.backends = {"toy"};
     sample.dynamic = true;
     metas["sample"] = sample;
     MethodMeta argmax = sample;
-    argmax.inputs.pop_back();
+    argmax.inputs.resize(1);
+    argmax.optional_inputs = 0;
     metas["sample_argmax"] = argmax;
   }
   metas["get_vocab_size"] = MethodMeta{};  // constant methods are listed too, and ignored
@@ -245,14 +248,25 @@ Result<std::vector<Tensor>> ToyProgram::forward(std::string_view method,
 Result<std::vector<Tensor>> ToyProgram::sample(std::string_view method,
                                                std::span<const Tensor> inputs) {
   const bool full = method == "sample";
-  if (inputs.size() != (full ? 2u : 1u)) return invalid_argument("toy {}: inputs", method);
+  // sample takes its suppressed ids as an optional third input.
+  if (full ? (inputs.size() != 2 && inputs.size() != 3) : inputs.size() != 1) {
+    return invalid_argument("toy {}: {} inputs", method, inputs.size());
+  }
   // The "device" logits are host memory flagged as device: read them as host.
   const Tensor& in = inputs[0];
   const Tensor logits = Tensor::view(in.data(), in.dtype(), in.shape(), Device::kCpu);
-  auto tokens = full ? sampling::sample_rows(logits, inputs[1]) : sampling::argmax_rows(logits);
+  const Tensor* suppressed = inputs.size() == 3 ? &inputs[2] : nullptr;
+  auto tokens = full ? sampling::sample_rows(logits, inputs[1], suppressed)
+                     : sampling::argmax_rows(logits);
   if (!tokens.ok()) return tokens.status();
   tokens_ = std::move(tokens).value();
-  calls.push_back(Call{std::string(method), logits.dim(0), 0, {}});
+  Call call{std::string(method), logits.dim(0), 0, {}};
+  call.inputs = inputs.size();
+  if (suppressed != nullptr) {
+    const auto ids = suppressed->span<const std::int64_t>();
+    call.suppressed.assign(ids.begin(), ids.end());
+  }
+  calls.push_back(std::move(call));
   return std::vector<Tensor>{
       Tensor::view(tokens_.data(), DType::kI64, {static_cast<std::int64_t>(tokens_.size())})};
 }

@@ -1,12 +1,13 @@
 // ToyProgram: a deterministic test double of a program, exporting forward_N
 // methods, forward_others, an optional module "forward" and optional
-// samplers. Its "model" keeps one (token, position) record per cell and
-// layer in its own KV pool, written through the cells the executor placed;
-// each selected row's logits peak at a token hashed from every record the
-// query attends through the cache's cell table (full history on window-0
-// layers, the last w positions otherwise). So padding that leaks into real
-// cells, a wrong placement or a stale cell changes the output, and
-// toy_next_token() predicts the right answer from token history alone.
+// samplers (sample honours its optional suppressed ids). Its "model" keeps
+// one (token, position) record per cell and layer in its own KV pool, written
+// through the cells the executor placed; each selected row's logits peak at a
+// token hashed from every record the query attends through the cache's cell
+// table (full history on window-0 layers, the last w positions otherwise). So
+// padding that leaks into real cells, a wrong placement or a stale cell
+// changes the output, and toy_next_token() predicts the right answer from
+// token history alone.
 //
 // Thread-safety: not thread-safe.
 #pragma once
@@ -64,6 +65,8 @@ class ToyProgram : public program::Program {
     std::int64_t width = 0;  // token rows
     std::int64_t real = 0;   // placed (real) rows
     std::vector<std::int64_t> selector;
+    std::size_t inputs = 0;                 // samplers: how many inputs the call passed
+    std::vector<std::int64_t> suppressed;  // sample: its suppressed ids, row-major
   };
   std::vector<Call> calls;
   std::set<std::string, std::less<>> loaded;

@@ -12,9 +12,11 @@ Result<std::vector<Tensor>> CpuProgram::run_sampler(std::string_view name,
                                                     const program::MethodEntry& method,
                                                     std::span<const Tensor> inputs) {
   const bool full = method.kind == program::MethodKind::kSample;
-  const std::size_t want = full ? 2 : 1;
-  if (inputs.size() != want) {
-    return invalid_argument("{}: takes {} input(s), got {}", name, want, inputs.size());
+  // sample: logits, params and optionally the suppressed ids.
+  if (full ? (inputs.size() != 2 && inputs.size() != 3) : inputs.size() != 1) {
+    return invalid_argument("{}: takes {} inputs, got {}", name,
+                            full ? "2 or 3 (logits, params[, suppressed])" : "1 (logits)",
+                            inputs.size());
   }
   const Tensor& logits = inputs[0];
   if (logits.device() != Device::kCpu || logits.rank() != 2 || logits.dim(1) != spec().vocab_size ||
@@ -23,7 +25,8 @@ Result<std::vector<Tensor>> CpuProgram::run_sampler(std::string_view name,
                             logits.describe(), spec().vocab_size);
   }
   Result<std::vector<std::int64_t>> tokens =
-      full ? sampling::sample_rows(logits, inputs[1]) : sampling::argmax_rows(logits);
+      full ? sampling::sample_rows(logits, inputs[1], inputs.size() == 3 ? &inputs[2] : nullptr)
+           : sampling::argmax_rows(logits);
   if (!tokens.ok()) {
     return tokens.status().with_context(name);
   }

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_program.h"
+#include "cellm/types.h"
 #include "step_driver.h"
 #include "tiny_model.h"
 
@@ -69,8 +72,15 @@ TEST(CpuProgramApi, MethodsMetadataAndConstants) {
   EXPECT_EQ(others->inputs[0].shape, (Shape{1, 64}));
   auto sample = (*p)->method_meta("sample");
   ASSERT_TRUE(sample.ok());
-  EXPECT_EQ(sample->inputs.size(), 2u);
+  ASSERT_EQ(sample->inputs.size(), 3u);  // logits, params and the optional suppressed ids
   EXPECT_EQ(sample->inputs[1].shape[1], 4);
+  EXPECT_EQ(sample->inputs[2].dtype, DType::kI64);
+  EXPECT_EQ(sample->inputs[2].shape, (Shape{64, static_cast<std::int64_t>(kMaxSuppressedTokens)}));
+  EXPECT_EQ(sample->optional_inputs, 1);
+  auto argmax = (*p)->method_meta("sample_argmax");
+  ASSERT_TRUE(argmax.ok());
+  EXPECT_EQ(argmax->inputs.size(), 1u);
+  EXPECT_EQ(argmax->optional_inputs, 0);
   EXPECT_EQ(sample->outputs[0].dtype, DType::kI64);
   EXPECT_EQ((*p)->method_meta("forward_3").status().code(), StatusCode::kNotFound);
 
@@ -390,6 +400,71 @@ TEST(CpuProgramApi, SampleMethodsUseTheHostSampler) {
       StatusCode::kInvalidArgument);
   std::vector<Tensor> narrow = {Tensor::empty(DType::kF32, {3, v - 1})};
   EXPECT_EQ(program.execute("sample_argmax", narrow).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CpuProgramApi, SampleHonoursTheOptionalSuppressedIds) {
+  const auto m = testing::make_tiny_model(Architecture::kQwen3);
+  auto p = CpuProgram::create(m.spec, m.weights, small_options());
+  ASSERT_TRUE(p.ok());
+  CpuProgram& program = **p;
+  ASSERT_TRUE(program.load_method("sample").is_ok());
+  const std::int64_t v = m.spec.vocab_size;
+  constexpr auto kSlots = static_cast<std::int64_t>(kMaxSuppressedTokens);
+  // Row 0 peaks at 17 then 4; row 1 at 3 then 8; rows are greedy.
+  Tensor logits = Tensor::empty(DType::kF32, {2, v});
+  for (std::int64_t i = 0; i < 2 * v; ++i) logits.data_as<float>()[i] = 0.0f;
+  logits.data_as<float>()[0 * v + 17] = 5.0f;
+  logits.data_as<float>()[0 * v + 4] = 4.0f;
+  logits.data_as<float>()[1 * v + 3] = 5.0f;
+  logits.data_as<float>()[1 * v + 8] = 4.0f;
+  Tensor params = Tensor::empty(DType::kF32, {2, 4});
+  std::fill_n(params.data_as<float>(), 8, 0.0f);
+  Tensor ids = Tensor::empty(DType::kI64, {2, kSlots});
+  std::fill_n(ids.data_as<std::int64_t>(), 2 * kSlots, std::int64_t{-1});
+  ids.data_as<std::int64_t>()[0] = 17;  // row 0 loses its peak; row 1 nothing
+  auto s = program.execute("sample", std::vector<Tensor>{logits, params, ids});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ((*s)[0].span<std::int64_t>()[0], 4);
+  EXPECT_EQ((*s)[0].span<std::int64_t>()[1], 3);
+
+  // A sampled row never draws a suppressed id: leave it only two candidates
+  // of any weight, suppress one, and every coin lands on the other.
+  for (std::int64_t i = 0; i < 2 * v; ++i) logits.data_as<float>()[i] = -1000.0f;
+  logits.data_as<float>()[0 * v + 9] = 1.0f;
+  logits.data_as<float>()[0 * v + 10] = 1.0f;
+  logits.data_as<float>()[1 * v + 9] = 1.0f;
+  logits.data_as<float>()[1 * v + 10] = 1.0f;
+  ids.data_as<std::int64_t>()[0] = 9;
+  ids.data_as<std::int64_t>()[kSlots + 3] = 10;
+  for (float coin : {0.0f, 0.25f, 0.5f, 0.75f, 0.999f}) {
+    for (int r = 0; r < 2; ++r) {
+      float* q = params.data_as<float>() + 4 * r;
+      q[0] = 1.0f;  // temperature
+      q[1] = 1.0f;  // top_p
+      q[2] = 0.0f;  // top_k
+      q[3] = coin;
+    }
+    auto drawn = program.execute("sample", std::vector<Tensor>{logits, params, ids});
+    ASSERT_TRUE(drawn.ok()) << drawn.status().to_string();
+    EXPECT_EQ((*drawn)[0].span<std::int64_t>()[0], 10) << coin;
+    EXPECT_EQ((*drawn)[0].span<std::int64_t>()[1], 9) << coin;
+  }
+
+  // A malformed third input is refused, naming it; four inputs are too many.
+  const std::vector<Tensor> bad_ids[] = {
+      {logits, params, Tensor::empty(DType::kI64, {2, kSlots - 1})},
+      {logits, params, Tensor::empty(DType::kI64, {1, kSlots})},
+      {logits, params, Tensor::empty(DType::kF32, {2, kSlots})},
+  };
+  for (const auto& inputs : bad_ids) {
+    auto r = program.execute("sample", inputs);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(r.status().message()).find("suppressed"), std::string::npos)
+        << r.status().to_string();
+  }
+  auto four = program.execute("sample", std::vector<Tensor>{logits, params, ids, ids});
+  EXPECT_EQ(four.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(four.status().message()).find("2 or 3"), std::string::npos);
 }
 
 }  // namespace
