@@ -1,10 +1,12 @@
 #include "app/model_text.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "core/files.h"
 
 namespace cellm::app {
 namespace {
@@ -39,11 +41,8 @@ std::optional<bool> optional_bool(const format::GgufFile& gguf, std::string_view
 }
 
 Result<nlohmann::json> read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return not_found("{} does not exist", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto doc = nlohmann::json::parse(ss.str(), nullptr, false);
+  CELLM_ASSIGN_OR_RETURN(const std::string text, read_file(path));
+  auto doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded()) return data_loss("{} is not valid JSON", path.string());
   return doc;
 }
@@ -92,10 +91,8 @@ Result<std::optional<std::string>> load_chat_template_source(const model::Loaded
   }
   const auto jinja = model.path / "chat_template.jinja";
   if (std::filesystem::exists(jinja)) {
-    std::ifstream in(jinja);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return std::optional<std::string>(ss.str());
+    CELLM_ASSIGN_OR_RETURN(std::string text, read_file(jinja));
+    return std::optional<std::string>(std::move(text));
   }
   const auto config = model.path / "tokenizer_config.json";
   if (!std::filesystem::exists(config)) return std::optional<std::string>();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "executor/program_loading.h"
 #include "sampling/sampler.h"
 
 namespace cellm::executor {
@@ -61,18 +62,12 @@ CudaExecutor::~CudaExecutor() = default;
 
 bool CudaExecutor::initialize() {
   if (initialized_) return true;
-  Status status = program_->bind_cache(cache_);
-  for (std::size_t i = 0; status.is_ok() && i < methods_.size(); ++i) {
-    status = program_->load_method(methods_[i].name);
-  }
-  if (status.is_ok() && has_sampler_) status = program_->load_method(program::kSampleMethod);
-  if (status.is_ok() && has_argmax_) status = program_->load_method(program::kArgmaxMethod);
-  if (!status.is_ok()) {
-    CELLM_LOG_ERROR("executor: initialization failed: {}", status.to_string());
-    return false;
-  }
-  initialized_ = true;
-  return true;
+  std::vector<std::string_view> names;
+  for (const program::ForwardMethod& m : methods_) names.push_back(m.name);
+  if (has_sampler_) names.push_back(program::kSampleMethod);
+  if (has_argmax_) names.push_back(program::kArgmaxMethod);
+  initialized_ = bind_and_load(*program_, cache_, names);
+  return initialized_;
 }
 
 std::optional<SessionId> CudaExecutor::open_session() {

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "executor/forward_pass.h"
 #include "executor/method_checks.h"
+#include "executor/program_loading.h"
 #include "sampling/sampler.h"
 
 namespace cellm::executor {
@@ -97,14 +98,9 @@ ModuleExecutor::ModuleExecutor(std::shared_ptr<program::Program> program,
 
 bool ModuleExecutor::initialize() {
   if (initialized_) return true;
-  Status status = program_->bind_cache(cache_);
-  if (status.is_ok()) status = program_->load_method(method_);
-  if (!status.is_ok()) {
-    CELLM_LOG_ERROR("executor: loading {} failed: {}", method_, status.to_string());
-    return false;
-  }
-  initialized_ = true;
-  return true;
+  const std::string_view names[] = {method_};
+  initialized_ = bind_and_load(*program_, cache_, names);
+  return initialized_;
 }
 
 std::optional<SessionId> ModuleExecutor::open_session() {
