@@ -91,7 +91,7 @@ class GenerationService {
   virtual bool prefix_caching() const { return false; }
   // The tokens a generation stops on unless ignore_eos (the model's EOS set).
   // min_tokens suppresses them, so it is refused when they are too many.
-  virtual std::vector<Token> stop_tokens() const { return {}; }
+  virtual std::vector<Token> stop_tokens() const = 0;
 
   virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
   // `messages` is the OpenAI list; `extra` the template variables.
