@@ -110,9 +110,9 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
     }
     case MethodKind::kSample:
       meta.dynamic = true;
-      meta.inputs = {TensorSpec{DType::kF32, {rows, vocab}, logits_device},
-                     TensorSpec{DType::kF32, {rows, 4}},
-                     TensorSpec{DType::kI64, {rows, static_cast<std::int64_t>(kMaxSuppressedTokens)}}};
+      meta.inputs = {
+          TensorSpec{DType::kF32, {rows, vocab}, logits_device}, TensorSpec{DType::kF32, {rows, 4}},
+          TensorSpec{DType::kI64, {rows, static_cast<std::int64_t>(kMaxSuppressedTokens)}}};
       meta.optional_inputs = 1;  // the suppressed ids
       meta.outputs = {TensorSpec{DType::kI64, {rows}}};
       return meta;

@@ -146,7 +146,8 @@ TEST_P(CpuProgramExecutorTest, DeviceSamplingHonoursSuppressedIds) {
       std::vector<std::set<std::int64_t>> rows;
       for (std::ptrdiff_t r = 0; r < 3; ++r) {
         std::set<std::int64_t> ids;
-        for (auto it = call.suppressed.begin() + r * slots; it != call.suppressed.begin() + (r + 1) * slots; ++it) {
+        for (auto it = call.suppressed.begin() + r * slots;
+             it != call.suppressed.begin() + (r + 1) * slots; ++it) {
           if (*it >= 0) ids.insert(*it);
         }
         rows.push_back(ids);

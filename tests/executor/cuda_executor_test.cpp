@@ -347,12 +347,14 @@ TEST(CudaExecutorTest, DeviceSamplerHonoursSuppressedIds) {
     for (const ToyProgram::Call& call : s.program->calls) {
       if (call.method != "sample" || call.inputs != 3) continue;
       ++with_ids;
-      ASSERT_EQ(call.suppressed.size(), static_cast<std::size_t>(call.width) * kMaxSuppressedTokens);
+      ASSERT_EQ(call.suppressed.size(),
+                static_cast<std::size_t>(call.width) * kMaxSuppressedTokens);
       // Every row is one session's list (-1 padded): A's, B's or C's empty one.
       for (std::int64_t r = 0; r < call.width; ++r) {
         std::set<std::int64_t> ids;
         for (std::size_t k = 0; k < kMaxSuppressedTokens; ++k) {
-          const std::int64_t id = call.suppressed[static_cast<std::size_t>(r) * kMaxSuppressedTokens + k];
+          const std::int64_t id =
+              call.suppressed[static_cast<std::size_t>(r) * kMaxSuppressedTokens + k];
           if (id >= 0) ids.insert(id);
         }
         EXPECT_TRUE(ids.empty() || ids == banned_a || ids == banned_b) << "row " << r;

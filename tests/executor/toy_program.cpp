@@ -256,8 +256,8 @@ Result<std::vector<Tensor>> ToyProgram::sample(std::string_view method,
   const Tensor& in = inputs[0];
   const Tensor logits = Tensor::view(in.data(), in.dtype(), in.shape(), Device::kCpu);
   const Tensor* suppressed = inputs.size() == 3 ? &inputs[2] : nullptr;
-  auto tokens = full ? sampling::sample_rows(logits, inputs[1], suppressed)
-                     : sampling::argmax_rows(logits);
+  auto tokens =
+      full ? sampling::sample_rows(logits, inputs[1], suppressed) : sampling::argmax_rows(logits);
   if (!tokens.ok()) return tokens.status();
   tokens_ = std::move(tokens).value();
   Call call{std::string(method), logits.dim(0), 0, {}};

@@ -65,7 +65,7 @@ class ToyProgram : public program::Program {
     std::int64_t width = 0;  // token rows
     std::int64_t real = 0;   // placed (real) rows
     std::vector<std::int64_t> selector;
-    std::size_t inputs = 0;                 // samplers: how many inputs the call passed
+    std::size_t inputs = 0;                // samplers: how many inputs the call passed
     std::vector<std::int64_t> suppressed;  // sample: its suppressed ids, row-major
   };
   std::vector<Call> calls;

@@ -28,14 +28,13 @@ TEST(ForwardMethodsTest, SampleDeclaresItsSuppressedIdsAsAnOptionalThirdInput) {
   EXPECT_EQ(sample->inputs[1].shape, (Shape{16, 4}));
   EXPECT_EQ(sample->inputs[2].dtype, DType::kI64);
   EXPECT_EQ(sample->inputs[2].device, Device::kCpu);
-  EXPECT_EQ(sample->inputs[2].shape,
-            (Shape{16, static_cast<std::int64_t>(kMaxSuppressedTokens)}));
+  EXPECT_EQ(sample->inputs[2].shape, (Shape{16, static_cast<std::int64_t>(kMaxSuppressedTokens)}));
   EXPECT_EQ(sample->optional_inputs, 1);
   ASSERT_EQ(sample->outputs.size(), 1u);
   EXPECT_EQ(sample->outputs[0].dtype, DType::kI64);
 
-  for (std::string_view name : {kArgmaxMethod, std::string_view("forward_4"), kDynamicMethod,
-                                kModuleMethod}) {
+  for (std::string_view name :
+       {kArgmaxMethod, std::string_view("forward_4"), kDynamicMethod, kModuleMethod}) {
     Result<MethodMeta> other = m->meta(name, 50, 8, Device::kCuda);
     ASSERT_TRUE(other.ok()) << name << ": " << other.status().to_string();
     EXPECT_EQ(other->optional_inputs, 0) << name;

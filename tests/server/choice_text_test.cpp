@@ -21,7 +21,8 @@ class Bytes final : public TokenTextStream {
 };
 
 ChoiceText make(std::vector<std::string> stops, std::int64_t min_tokens) {
-  Result<ChoiceText> t = ChoiceText::create(std::make_unique<Bytes>(), std::move(stops), min_tokens);
+  Result<ChoiceText> t =
+      ChoiceText::create(std::make_unique<Bytes>(), std::move(stops), min_tokens);
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return std::move(t).value();
 }

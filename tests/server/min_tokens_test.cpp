@@ -355,7 +355,8 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   spec.max_new_tokens = 4;
   spec.min_new_tokens = 1;
   std::atomic<int> events{0};
-  auto job = crowded.start(spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  auto job = crowded.start(
+      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
   EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(job.status().message()).find("at most 8"), std::string::npos);
   EXPECT_EQ(events.load(), 0);
@@ -363,7 +364,8 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   EXPECT_TRUE(s.executor.policies().empty());
   // ignore_eos drops the stop tokens, and with them the problem.
   spec.ignore_eos = true;
-  auto fine = crowded.start(spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  auto fine = crowded.start(
+      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
   EXPECT_TRUE(fine.ok()) << fine.status().to_string();
 }
 
