@@ -241,6 +241,9 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
 
   active_ = shape.kernels;
   const bool decode_v2 = shape.kernels.decode_attention == DecodeAttention::kV2;
+  const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2
+                                     ? launch_attention_prefill_v2
+                                     : launch_attention_prefill;
   std::int32_t splits = 1;
   // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
   const std::int32_t decode_width = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : w;
@@ -381,13 +384,13 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       }
       at.rows = attention_rows + shape.decode_rows;
       at.num_tokens = w - shape.decode_rows;
-      if (at.num_tokens > 0) launch_attention_prefill(at, stream);
+      if (at.num_tokens > 0) prefill_attention(at, stream);
     } else if (shape.decode_attention && decode_v2) {
       launch_attention_decode_v2(at, stream);
     } else if (shape.decode_attention) {
       launch_attention_decode(at, stream);
     } else {
-      launch_attention_prefill(at, stream);
+      prefill_attention(at, stream);
     }
     CELLM_RETURN_IF_ERROR(gemm(attn_.data(), q_dim_, lw.o, hidden, q_dim_, tmp_.data(),
                                DType::kBF16, w, nullptr, stream));

@@ -197,6 +197,58 @@ TEST_P(AttentionTest, PrefillMatchesReference) {
   EXPECT_LT(nmse(to_float(d.out.download()), reference(c, s, scale)), kAttentionNmse);
 }
 
+TEST_P(AttentionTest, PrefillV2MatchesReferenceAndV1) {
+  CELLM_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const Scenario s = make_scenario(c, 100 + c.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DeviceScenario d(c, s);
+  const AttentionParams p = d.params(c, s, scale);
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  d.out.poison();
+  launch_attention_prefill(p, nullptr);
+  const auto v1 = to_float(d.out.download());
+  d.out.poison();
+  launch_attention_prefill_v2(p, nullptr);
+  const auto v2 = to_float(d.out.download());
+  const auto ref = reference(c, s, scale);
+  EXPECT_LT(nmse(v2, ref), kAttentionNmse);
+  EXPECT_LT(nmse(v2, std::vector<double>(v1.begin(), v1.end())), kAttentionNmse);
+  // The padding row is exactly zero.
+  const int pad = static_cast<int>(std::find(s.slots.begin(), s.slots.end(), -1) - s.slots.begin());
+  for (int i = 0; i < c.heads * c.head_dim; ++i) {
+    ASSERT_EQ(v2[static_cast<std::size_t>(pad) * c.heads * c.head_dim + i], 0.0f);
+  }
+}
+
+// A row map: the kernel serves the token rows in reverse order; every row's
+// output must land where the identity launch put it.
+TEST_P(AttentionTest, PrefillV2FollowsARowMap) {
+  CELLM_REQUIRE_GPU();
+  const AttnCase c = GetParam();
+  const Scenario s = make_scenario(c, 300 + c.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DeviceScenario d(c, s);
+  AttentionParams p = d.params(c, s, scale);
+  d.out.poison();
+  launch_attention_prefill_v2(p, nullptr);
+  const auto identity = to_float(d.out.download());
+  std::vector<std::int32_t> reversed(s.slots.size());
+  for (std::size_t i = 0; i < reversed.size(); ++i) {
+    reversed[i] = static_cast<std::int32_t>(reversed.size() - 1 - i);
+  }
+  DeviceArray<std::int32_t> rows(reversed);
+  p.rows = rows.data();
+  d.out.poison();
+  launch_attention_prefill_v2(p, nullptr);
+  const auto mapped = to_float(d.out.download());
+  ASSERT_EQ(mapped.size(), identity.size());
+  // Tiles group the rows differently, so the key tiles of a segment start
+  // elsewhere and the bf16 probabilities round against other running maxima;
+  // a misplaced row would be off by O(1).
+  EXPECT_LT(nmse(mapped, std::vector<double>(identity.begin(), identity.end())), kAttentionNmse);
+}
+
 TEST_P(AttentionTest, SplitDecodeMatchesReference) {
   CELLM_REQUIRE_GPU();
   const AttnCase c = GetParam();

@@ -123,6 +123,7 @@ struct Variant {
 KernelChoice established() {
   KernelChoice k;
   k.decode_attention = DecodeAttention::kV1;
+  k.prefill_attention = PrefillAttention::kV1;
   k.fused_rope = false;
   k.gemv = false;
   return k;
@@ -137,11 +138,15 @@ std::vector<Variant> variants() {
   fused.fused_rope = true;
   KernelChoice gemv = established();
   gemv.gemv = true;
+  KernelChoice prefill_v2 = established();
+  prefill_v2.prefill_attention = PrefillAttention::kV2;
   KernelChoice all = v2_short;
   all.fused_rope = true;
   all.gemv = true;
+  all.prefill_attention = PrefillAttention::kV2;
   return {{"decode_v2", v2},       {"decode_v2_split64", v2_short}, {"fused_rope", fused},
-          {"gemv", gemv},          {"all", all},                    {"defaults", KernelChoice{}}};
+          {"gemv", gemv},          {"all", all},                    {"defaults", KernelChoice{}},
+          {"prefill_v2", prefill_v2}};
 }
 
 class ForwardKernelsTest : public ::testing::TestWithParam<ForwardCase> {};

@@ -34,6 +34,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
 
 TEST(KernelChoiceTest, ReadsEveryVariable) {
   auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v1"},
+                                                 {"CELLM_PREFILL_ATTN", "v2"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "on"},
@@ -46,13 +47,15 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 4);
   EXPECT_FALSE(choice->gemm_autotune);
+  EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV2);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4 autotune=0");
+            "decode=v1 prefill=v2 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4 autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
   const std::map<std::string, std::string> bad[] = {
       {{"CELLM_DECODE_ATTN", "v3"}},
+      {{"CELLM_PREFILL_ATTN", "fast"}},
       {{"CELLM_FUSED_ROPE", "yes please"}},
       {{"CELLM_GEMV", "2"}},
       {{"CELLM_GEMM_AUTOTUNE", "yes"}},

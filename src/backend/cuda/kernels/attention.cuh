@@ -135,8 +135,12 @@ std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
 
 // Dynamic shared memory of the prefill kernel for this head dim (for checks).
 std::size_t attention_prefill_smem_bytes(std::int32_t head_dim);
+std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim);
 
 void launch_attention_prefill(const AttentionParams& params, cudaStream_t stream);
+// The same contract with the scores and the output kept in registers
+// (mma.sync) and K/V tiles double-buffered by cp.async.
+void launch_attention_prefill_v2(const AttentionParams& params, cudaStream_t stream);
 void launch_attention_decode(const AttentionParams& params, cudaStream_t stream);
 void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stream);
 

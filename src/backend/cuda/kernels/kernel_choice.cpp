@@ -40,6 +40,15 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
       return invalid_argument("CELLM_DECODE_ATTN='{}': expected v1 or v2", *v);
     }
   }
+  if (auto v = lookup("CELLM_PREFILL_ATTN")) {
+    if (*v == "v1") {
+      choice.prefill_attention = PrefillAttention::kV1;
+    } else if (*v == "v2") {
+      choice.prefill_attention = PrefillAttention::kV2;
+    } else {
+      return invalid_argument("CELLM_PREFILL_ATTN='{}': expected v1 or v2", *v);
+    }
+  }
   if (auto v = lookup("CELLM_DECODE_SPLIT_KEYS")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_split_keys,
                            parse_int("CELLM_DECODE_SPLIT_KEYS", *v, 1, 1 << 20));
@@ -74,9 +83,10 @@ KernelChoice kernel_choice_from_env() {
 }
 
 std::string describe(const KernelChoice& choice) {
-  return fmt::format("decode={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} autotune={}",
-                     choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
-                     choice.decode_split_keys, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
+  return fmt::format(
+      "decode={} prefill={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} autotune={}",
+      choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
+      choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
                      choice.gemv_max_rows, choice.gemm_autotune ? 1 : 0);
 }
 
