@@ -26,6 +26,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   auto choice = parse_kernel_choice(lookup_from({}));
   ASSERT_TRUE(choice.ok());
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
+  EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV2);
   EXPECT_TRUE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_TRUE(choice->gemm_autotune);
@@ -34,7 +35,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
 
 TEST(KernelChoiceTest, ReadsEveryVariable) {
   auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v1"},
-                                                 {"CELLM_PREFILL_ATTN", "v2"},
+                                                 {"CELLM_PREFILL_ATTN", "v1"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "on"},
@@ -47,9 +48,9 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 4);
   EXPECT_FALSE(choice->gemm_autotune);
-  EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV2);
+  EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v2 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4 autotune=0");
+            "decode=v1 prefill=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4 autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {

@@ -1,12 +1,13 @@
 // Which kernel variant the CUDA forward launches where several exist, so a
 // new kernel can ship next to the one it may replace and one GPU run can A/B
 // them. The defaults are the variants the H200 measured fastest (v2 decode
-// attention and fused rope: 8B batch 64 from 11.5 to 6.5 ms/step; the GEMV
-// lost to cuBLASLt); the environment can override them when a program's
-// knobs are made:
+// attention and fused rope: 8B batch 64 from 11.5 to 6.5 ms/step; v2 prefill
+// attention: 8B prompt of 512 from 15.4 to 13.7 ms; the GEMV lost to
+// cuBLASLt); the environment can override them when a program's knobs are
+// made:
 //   CELLM_DECODE_ATTN=v1|v2        split-KV decode attention (v2, default: staged, tensor cores)
 //   CELLM_DECODE_SPLIT_KEYS=N      v2: fewest keys per used split (default 128)
-//   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2: scores in registers, cp.async tiles)
+//   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 bf16 GEMV instead of cuBLASLt for m <= CELLM_GEMV_MAX_ROWS
 //   CELLM_GEMV_MAX_ROWS=1..8       (default 8)
@@ -29,7 +30,7 @@ enum class PrefillAttention { kV1, kV2 };
 
 struct KernelChoice {
   DecodeAttention decode_attention = DecodeAttention::kV2;
-  PrefillAttention prefill_attention = PrefillAttention::kV1;
+  PrefillAttention prefill_attention = PrefillAttention::kV2;
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   bool fused_rope = true;
   bool gemv = false;
@@ -48,7 +49,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v1 split_keys=128 fused_rope=1 gemv=0 gemv_max_rows=8 autotune=1",
+// "decode=v2 prefill=v2 split_keys=128 fused_rope=1 gemv=0 gemv_max_rows=8 autotune=1",
 // for logs
 // and benchmark labels.
 std::string describe(const KernelChoice& choice);
