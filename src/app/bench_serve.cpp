@@ -264,6 +264,7 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
                            const std::string& commit) {
   nlohmann::json j{{"bench", "serve"},
                    {"gpu", r.device},
+                   {"kernels", r.kernels},
                    {"commit", commit},
                    {"model", o.model},
                    {"backend", r.backend},

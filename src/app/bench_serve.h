@@ -93,6 +93,7 @@ struct ServeBenchReport {
   std::string model;
   std::string backend;  // "cpu" or "cuda"
   std::string device;   // GPU name or "cpu"
+  std::string kernels;  // CUDA kernel variants (kernel_choice.h's describe); empty on the CPU
   int completed = 0;
   int failed = 0;
   std::string first_error;  // of the first failed request

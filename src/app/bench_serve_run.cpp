@@ -55,12 +55,6 @@ struct Assembly {
   std::string device;
 };
 
-#ifdef CELLM_HAVE_CUDA
-Result<std::string> gpu_name() {
-  CELLM_ASSIGN_OR_RETURN(cuda::DeviceCeilings dev, cuda::measure_device_ceilings());
-  return dev.name;
-}
-#endif
 
 // The CPU pool holds every reservation in host memory (f32 K and V); refuse a
 // load that would take more than half of the machine instead of swapping.
@@ -97,7 +91,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     a.device = "cpu";
 #ifdef CELLM_HAVE_CUDA
     if (backend.sizes_pool_from_memory) {
-      CELLM_ASSIGN_OR_RETURN(a.device, gpu_name());
+      CELLM_ASSIGN_OR_RETURN(a.device, cuda::device_name());
     }
 #endif
     CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model));
@@ -128,7 +122,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
       return unavailable("--model {} runs random weights on a GPU and no CUDA device is visible",
                          o.model);
     }
-    CELLM_ASSIGN_OR_RETURN(a.device, gpu_name());
+    CELLM_ASSIGN_OR_RETURN(a.device, cuda::device_name());
     a.backend = "cuda";
     CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
     CELLM_ASSIGN_OR_RETURN(a.program, cuda::load_random_program(a.spec, o.seed, popts));
@@ -485,6 +479,11 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   r.model = o.model;
   r.backend = a.backend;
   r.device = a.device;
+#ifdef CELLM_HAVE_CUDA
+  if (const cuda::CudaProgramKnobs* knobs = cuda::cuda_program_knobs(*a.program)) {
+    r.kernels = cuda::describe(knobs->kernels);
+  }
+#endif
   tally(requests, tracked, start, r);
   r.engine = since(after, before, start);
   const std::string table = format_report(o, r);

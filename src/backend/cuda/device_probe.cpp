@@ -75,4 +75,12 @@ Result<DeviceCeilings> measure_device_ceilings() {
   return c;
 }
 
+Result<std::string> device_name() {
+  int device = 0;
+  CELLM_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CELLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return std::string(prop.name);
+}
+
 }  // namespace cellm::cuda

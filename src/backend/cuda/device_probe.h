@@ -21,4 +21,7 @@ struct DeviceCeilings {
 
 Result<DeviceCeilings> measure_device_ceilings();
 
+// The current device's name, without measuring anything.
+Result<std::string> device_name();
+
 }  // namespace cellm::cuda
