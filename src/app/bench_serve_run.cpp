@@ -55,7 +55,6 @@ struct Assembly {
   std::string device;
 };
 
-
 // The CPU pool holds every reservation in host memory (f32 K and V); refuse a
 // load that would take more than half of the machine instead of swapping.
 Status check_host_pool(const model::ModelSpec& spec, const PoolNeed& need) {
@@ -199,7 +198,8 @@ class LoadDriver {
         std::unique_lock lock(mu_);
         auto any = [this] { return !settled_.empty(); };
         Clock::time_point until = tick_ ? next_tick : Clock::time_point::max();
-        if (next < n && in_flight < static_cast<std::size_t>(cap)) until = std::min(until, due(next));
+        if (next < n && in_flight < static_cast<std::size_t>(cap))
+          until = std::min(until, due(next));
         cv_.wait_until(lock, until, any);
         done.swap(settled_);
       }
@@ -459,14 +459,14 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   const EngineMetrics before = runner.metrics();
   if (o.progress_s > 0) {
     const Clock::time_point t0 = Clock::now();
-    driver.set_ticker(std::chrono::duration_cast<Clock::duration>(
-                          std::chrono::duration<double>(o.progress_s)),
-                      [&runner, &before, t0, n = o.requests] {
-                        const EngineMetrics m = since(runner.metrics(), before, t0);
-                        std::fprintf(stderr, "bench serve: %.0f s: %s\n",
-                                     std::chrono::duration<double>(Clock::now() - t0).count(),
-                                     progress_line(m, n).c_str());
-                      });
+    driver.set_ticker(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.progress_s)),
+        [&runner, &before, t0, n = o.requests] {
+          const EngineMetrics m = since(runner.metrics(), before, t0);
+          std::fprintf(stderr, "bench serve: %.0f s: %s\n",
+                       std::chrono::duration<double>(Clock::now() - t0).count(),
+                       progress_line(m, n).c_str());
+        });
   }
   const std::vector<double> arrivals = poisson_arrivals(o.requests, o.request_rate, o.seed);
   std::vector<Tracked> tracked(requests.size());

@@ -4,13 +4,13 @@
 // other prompts, and through a clone taken mid-prompt; then the reference's
 // greedy tokens one by one. Every position must match within the bf16
 // tolerance of testdata/README.md.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <tuple>
+
+#include <gtest/gtest.h>
 
 #include "backend/cuda/cuda_program.h"
 #include "executor/cuda_executor.h"

@@ -1,10 +1,10 @@
 // The device sampler against the host algorithm, and graph replay against
 // eager execution, on a real fixture model through the CudaExecutor.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
+
+#include <gtest/gtest.h>
 
 #include "backend/cuda/cuda_program.h"
 #include "executor/cuda_executor.h"

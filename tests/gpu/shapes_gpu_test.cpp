@@ -3,12 +3,12 @@
 // GPU machine): the CUDA program's bf16 logits against the float32 CPU
 // program over the very same weight values, position by position, with a
 // prompt long enough to cross Gemma's 512-token sliding window.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_program.h"
 #include "backend/cuda/cuda_program.h"

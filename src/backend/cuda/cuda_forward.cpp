@@ -191,8 +191,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
                             kMaxDecodeWidth);
   }
   const bool split_rows = shape.decode_rows >= 0;
-  if (split_rows && (shape.decode_rows > w ||
-                     shape.kernels.decode_attention != DecodeAttention::kV2)) {
+  if (split_rows &&
+      (shape.decode_rows > w || shape.kernels.decode_attention != DecodeAttention::kV2)) {
     return invalid_argument(
         "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
         shape.decode_rows, w);

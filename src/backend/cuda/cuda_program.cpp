@@ -70,7 +70,7 @@ class CudaProgram final : public program::Program {
   std::unique_ptr<CudaForward> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
+  PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
   std::vector<std::int32_t> row_scratch_;  // split_attention_rows' counters
   std::map<std::int32_t, GraphExec> graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
@@ -283,17 +283,16 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   ForwardShape shape{width, computed, uses_decode_kernel(method), knobs.kernels};
   if (!shape.decode_attention && knobs.kernels.decode_attention == DecodeAttention::kV2) {
     const auto w = static_cast<std::size_t>(width);
-    shape.decode_rows = split_attention_rows({staging(StepArrays::kSlots), w}, width,
-                                             {staging(StepArrays::kAttentionRows), w},
-                                             row_scratch_);
+    shape.decode_rows =
+        split_attention_rows({staging(StepArrays::kSlots), w}, width,
+                             {staging(StepArrays::kAttentionRows), w}, row_scratch_);
   }
   // Only the arrays this step reads travel (the row order only when split).
   const int arrays = shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows;
-  CELLM_CUDA_CHECK(cudaMemcpyAsync(
-      forward_->step_device(), staging_.data(),
-      static_cast<std::size_t>(arrays) * static_cast<std::size_t>(max_step()) *
-          sizeof(std::int32_t),
-      cudaMemcpyHostToDevice, stream_.get()));
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(),
+                                   static_cast<std::size_t>(arrays) *
+                                       static_cast<std::size_t>(max_step()) * sizeof(std::int32_t),
+                                   cudaMemcpyHostToDevice, stream_.get()));
   auto graph = graphs_.find(width);
   if (is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
     graph->second.launch(stream_.get());

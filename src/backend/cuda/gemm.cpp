@@ -1,11 +1,11 @@
 #include "backend/cuda/gemm.h"
 
-#include <cublasLt.h>
-
 #include <algorithm>
 #include <functional>
 #include <limits>
 #include <unordered_map>
+
+#include <cublasLt.h>
 
 #include "backend/cuda/kernels/validate_util.h"
 
@@ -174,10 +174,10 @@ struct GemmRunner::Impl {
   }
 
   Result<const Plan*> plan_for(const GemmArgs& args, void* workspace, cudaStream_t stream) {
-    const bool autotune = args.autotune && !args.accumulate && args.m <= kAutotuneMaxRows &&
-                          !capturing(stream);
-    const PlanKey key{args.m,         args.n,   args.k,         args.lda,
-                      args.ldb,       args.ldc, args.out_dtype, args.bias != nullptr,
+    const bool autotune =
+        args.autotune && !args.accumulate && args.m <= kAutotuneMaxRows && !capturing(stream);
+    const PlanKey key{args.m,          args.n,       args.k,         args.lda,
+                      args.ldb,        args.ldc,     args.out_dtype, args.bias != nullptr,
                       args.accumulate, args.autotune};
     if (auto it = plans.find(key); it != plans.end()) {
       return &it->second;
@@ -242,10 +242,9 @@ struct GemmRunner::Impl {
     cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int count = 0;
     CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(),
-                                       plan.b_layout.get(), plan.c_layout.get(),
-                                       plan.c_layout.get(), raw_pref, autotune ? kCandidates : 1,
-                                       results, &count),
+        cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(), plan.b_layout.get(),
+                                       plan.c_layout.get(), plan.c_layout.get(), raw_pref,
+                                       autotune ? kCandidates : 1, results, &count),
         "cublasLtMatmulAlgoGetHeuristic"));
     if (count == 0) {
       return not_supported("cuda gemm: no cuBLASLt algorithm for m={} n={} k={} ({} output)",

@@ -2,10 +2,10 @@
 // Host only (no device needed).
 #include "backend/cuda/attention_rows.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <numeric>
+
+#include <gtest/gtest.h>
 
 namespace cellm::cuda {
 namespace {
@@ -29,10 +29,10 @@ TEST(AttentionRowsTest, DecodesAndShortChunksLeadLongChunksAndPaddingFollow) {
   std::int32_t lead = 0;
   const auto order = split(slots, 1000, &lead);
   ASSERT_EQ(lead, 6);
-  EXPECT_EQ(order[0], 0);  // slot 3
+  EXPECT_EQ(order[0], 0);                                       // slot 3
   for (int i = 0; i < 4; ++i) EXPECT_EQ(order[1 + i], 21 + i);  // slot 1's chunk, in order
-  EXPECT_EQ(order[5], 25);                                       // slot 0
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(order[6 + i], 1 + i);   // slot 5's chunk, in order
+  EXPECT_EQ(order[5], 25);                                      // slot 0
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(order[6 + i], 1 + i);  // slot 5's chunk, in order
   EXPECT_EQ(order[26], 26);
   EXPECT_EQ(order[27], 27);
 }

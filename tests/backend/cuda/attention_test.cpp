@@ -3,6 +3,8 @@
 // tokens, interleaved sequences and a padding row), shuffled cells, GQA/MQA,
 // windows, soft caps, head dims 16..256 and contexts beyond 8192. Also
 // checks that a captured decode graph replays correctly for a new mix.
+#include "backend/cuda/kernels/attention.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -13,7 +15,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "gpu_test_util.h"

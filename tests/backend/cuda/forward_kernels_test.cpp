@@ -144,9 +144,9 @@ std::vector<Variant> variants() {
   all.fused_rope = true;
   all.gemv = true;
   all.prefill_attention = PrefillAttention::kV2;
-  return {{"decode_v2", v2},       {"decode_v2_split64", v2_short}, {"fused_rope", fused},
-          {"gemv", gemv},          {"all", all},                    {"defaults", KernelChoice{}},
-          {"prefill_v2", prefill_v2}};
+  return {
+      {"decode_v2", v2}, {"decode_v2_split64", v2_short}, {"fused_rope", fused},     {"gemv", gemv},
+      {"all", all},      {"defaults", KernelChoice{}},    {"prefill_v2", prefill_v2}};
 }
 
 class ForwardKernelsTest : public ::testing::TestWithParam<ForwardCase> {};

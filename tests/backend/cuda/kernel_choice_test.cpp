@@ -55,14 +55,10 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
   const std::map<std::string, std::string> bad[] = {
-      {{"CELLM_DECODE_ATTN", "v3"}},
-      {{"CELLM_PREFILL_ATTN", "fast"}},
-      {{"CELLM_FUSED_ROPE", "yes please"}},
-      {{"CELLM_GEMV", "2"}},
-      {{"CELLM_GEMM_AUTOTUNE", "yes"}},
-      {{"CELLM_GEMV_MAX_ROWS", "9"}},
-      {{"CELLM_GEMV_MAX_ROWS", "4x"}},
-      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
+      {{"CELLM_DECODE_ATTN", "v3"}},        {{"CELLM_PREFILL_ATTN", "fast"}},
+      {{"CELLM_FUSED_ROPE", "yes please"}}, {{"CELLM_GEMV", "2"}},
+      {{"CELLM_GEMM_AUTOTUNE", "yes"}},     {{"CELLM_GEMV_MAX_ROWS", "9"}},
+      {{"CELLM_GEMV_MAX_ROWS", "4x"}},      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
       {{"CELLM_DECODE_SPLIT_KEYS", ""}},
   };
   for (const auto& values : bad) {

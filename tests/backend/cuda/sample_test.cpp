@@ -5,6 +5,8 @@
 // its cumulative position (in the reference's order) lies within 1e-5 of the
 // coin's, i.e. only float rounding (exp, Z, summation order) separates it
 // from the reference token; most rows must match exactly.
+#include "backend/cuda/kernels/sample.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -13,7 +15,6 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/cuda/kernels/sample.cuh"
 #include "cellm/status.h"
 #include "gpu_test_util.h"
 

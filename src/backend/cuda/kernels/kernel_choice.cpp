@@ -16,6 +16,12 @@ Result<bool> parse_flag(const char* name, const std::string& value) {
   return invalid_argument("{}='{}': expected 0 or 1", name, value);
 }
 
+// True for "v2", false for "v1".
+Result<bool> parse_version(const char* name, const std::string& value) {
+  if (value == "v1" || value == "v2") return value == "v2";
+  return invalid_argument("{}='{}': expected v1 or v2", name, value);
+}
+
 Result<std::int32_t> parse_int(const char* name, const std::string& value, std::int32_t lo,
                                std::int32_t hi) {
   std::int32_t out = 0;
@@ -32,22 +38,12 @@ Result<std::int32_t> parse_int(const char* name, const std::string& value, std::
 Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   KernelChoice choice;
   if (auto v = lookup("CELLM_DECODE_ATTN")) {
-    if (*v == "v1") {
-      choice.decode_attention = DecodeAttention::kV1;
-    } else if (*v == "v2") {
-      choice.decode_attention = DecodeAttention::kV2;
-    } else {
-      return invalid_argument("CELLM_DECODE_ATTN='{}': expected v1 or v2", *v);
-    }
+    CELLM_ASSIGN_OR_RETURN(const bool v2, parse_version("CELLM_DECODE_ATTN", *v));
+    choice.decode_attention = v2 ? DecodeAttention::kV2 : DecodeAttention::kV1;
   }
   if (auto v = lookup("CELLM_PREFILL_ATTN")) {
-    if (*v == "v1") {
-      choice.prefill_attention = PrefillAttention::kV1;
-    } else if (*v == "v2") {
-      choice.prefill_attention = PrefillAttention::kV2;
-    } else {
-      return invalid_argument("CELLM_PREFILL_ATTN='{}': expected v1 or v2", *v);
-    }
+    CELLM_ASSIGN_OR_RETURN(const bool v2, parse_version("CELLM_PREFILL_ATTN", *v));
+    choice.prefill_attention = v2 ? PrefillAttention::kV2 : PrefillAttention::kV1;
   }
   if (auto v = lookup("CELLM_DECODE_SPLIT_KEYS")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_split_keys,
@@ -86,8 +82,9 @@ std::string describe(const KernelChoice& choice) {
   return fmt::format(
       "decode={} prefill={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} autotune={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
-      choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
-                     choice.gemv_max_rows, choice.gemm_autotune ? 1 : 0);
+      choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
+      choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
+      choice.gemm_autotune ? 1 : 0);
 }
 
 }  // namespace cellm::cuda
