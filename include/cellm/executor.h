@@ -50,6 +50,10 @@ class Executor {
   virtual void set_sampling(SessionId session, const SamplingParams& params,
                             std::optional<std::uint64_t> seed) = 0;
 
+  // Whether a policy's suppressed ids (min_new_tokens) can be honoured. A host
+  // sampler always can; a device sampler only if its method takes them.
+  virtual bool can_suppress_tokens() const { return true; }
+
   // Whether prepared inputs of this kind can be consumed (metadata only).
   virtual bool accepts(const PreparedInput& /*input*/) const { return false; }
 

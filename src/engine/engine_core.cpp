@@ -277,8 +277,24 @@ void EngineCore::handle_(StartCommand& c, bool running) {
     return reject(FinishReason::kFailed, std::string(valid.message()));
   }
   // Until min_new_tokens are out, the stop tokens must not even be sampled.
+  const bool suppress_stops = gen->config.min_new_tokens > 0 && !gen->config.stop_tokens.empty();
+  // Refused here rather than failing the first step, which would poison the session.
+  bool can_suppress = false;
+  try {
+    can_suppress = !suppress_stops || executor_.can_suppress_tokens();
+  } catch (...) {
+    can_suppress = false;
+  }
+  if (!can_suppress) {
+    return reject(
+        FinishReason::kFailed,
+        fmt::format("min_new_tokens {} (OpenAI min_tokens) needs the stop tokens suppressed until "
+                    "it is reached, but the program's device sampler takes no suppressed ids; "
+                    "drop min_new_tokens or serve a program whose sample method takes them",
+                    gen->config.min_new_tokens));
+  }
   SamplingParams policy = gen->config.sampling;
-  if (gen->config.min_new_tokens > 0 && !gen->config.stop_tokens.empty()) {
+  if (suppress_stops) {
     for (Token t : gen->config.stop_tokens) {
       // check_gen_config made room for every distinct stop token.
       const bool fits = policy.suppress(t);

@@ -41,6 +41,7 @@ CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
       kv_cell_bytes_(plan.kv_cell_bytes),
       sessions_(*cache_, plan.max_sessions, plan.max_session_tokens, plan.vocab),
       has_sampler_(plan.has_sampler),
+      sampler_suppresses_(plan.sampler_suppresses),
       has_argmax_(plan.has_argmax),
       kv_cells_total_(cache_->metrics().cells_used + cache_->metrics().cells_free) {
   publish_kv_cells();
@@ -129,6 +130,13 @@ Status CudaExecutor::check_logits_home(const Tensor& logits) {
 Result<std::vector<Token>> CudaExecutor::run_device_sampler(
     const Tensor& logits, std::size_t rows, const std::vector<float>& params, bool all_greedy,
     const std::vector<std::int64_t>& suppressed) {
+  if (!suppressed.empty() && !sampler_suppresses_) {
+    // The runner checks can_suppress_tokens() first; this guards other callers.
+    return invalid_program(
+        "a session suppresses token ids (min_new_tokens) but the program's {} method takes no "
+        "suppressed ids; sample without them or export a {} with the optional third input",
+        program::kSampleMethod, program::kSampleMethod);
+  }
   const Tensor view = logits.slice_rows(0, static_cast<std::int64_t>(rows));
   Result<std::vector<Tensor>> out = [&]() -> Result<std::vector<Tensor>> {
     // The argmax method knows nothing of suppressed ids; the sample method

@@ -127,6 +127,12 @@ class CudaExecutor final : public Executor {
   std::vector<ForwardMethodCalls> method_calls() const;
   // Whether the program samples (device logits go to its `sample` method).
   bool samples_on_device() const { return has_sampler_; }
+  // False only for a program whose `sample` has no suppressed-ids input.
+  // Valid from create() on: both facts come from the program's metadata and
+  // initialize() changes neither. Conservative: a program that exports
+  // `sample` but returns host logits (seen only at the first forward) samples
+  // on the host, which could suppress, yet is answered false.
+  bool can_suppress_tokens() const override { return !has_sampler_ || sampler_suppresses_; }
   // Selector rows the dynamic method needs at least.
   int min_selected_rows() const { return min_selected_rows_; }
 
@@ -140,6 +146,7 @@ class CudaExecutor final : public Executor {
     std::vector<program::ForwardMethod> methods;
     int min_selected_rows = 1;
     bool has_sampler = false;
+    bool sampler_suppresses = false;  // `sample` declares the suppressed-ids input
     bool has_argmax = false;
     std::uint64_t kv_cell_bytes = 0;
   };
@@ -176,6 +183,7 @@ class CudaExecutor final : public Executor {
   std::uint64_t kv_cell_bytes_;
   SessionTable sessions_;
   bool has_sampler_;
+  bool sampler_suppresses_;
   bool has_argmax_;
   // Where the first sampled logits lived. Host and device sampling advance
   // separate generators, so every later forward must agree.

@@ -148,6 +148,8 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
   if (plan.has_sampler) {
     CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kSampleMethod));
     CELLM_RETURN_IF_ERROR(check_sample_method(meta, plan.vocab));
+    // check_sample_method allows two inputs or three, the third being the ids.
+    plan.sampler_suppresses = meta.inputs.size() == 3;
   }
   if (plan.has_argmax) {
     CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kArgmaxMethod));

@@ -146,6 +146,10 @@ class FakeExecutor : public Executor {
   void set_clone_throws(bool v) {
     locked([&] { clone_throws_ = v; });
   }
+  // Plays an executor whose device sampler takes no suppressed ids.
+  void set_can_suppress_tokens(bool v) {
+    locked([&] { can_suppress_ = v; });
+  }
   void set_init(bool result, bool throws = false, bool non_standard = false,
                 std::chrono::milliseconds delay = {}) {
     locked([&] {
@@ -294,6 +298,11 @@ class FakeExecutor : public Executor {
     seeded_[session] = seed.has_value();
   }
 
+  bool can_suppress_tokens() const override {
+    std::lock_guard lock(mu_);
+    return can_suppress_;
+  }
+
   bool accepts(const PreparedInput& input) const override {
     std::lock_guard lock(mu_);
     return accept_prepared_ && input.kind() == FakePrepared::static_kind();
@@ -391,6 +400,7 @@ class FakeExecutor : public Executor {
   bool accept_prepared_ = false;
   bool clone_supported_ = true;
   bool clone_throws_ = false;
+  bool can_suppress_ = true;
   bool init_result_ = true;
   bool init_throws_ = false;
   bool init_non_standard_ = false;

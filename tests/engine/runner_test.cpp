@@ -531,6 +531,66 @@ TEST_F(RunnerTest, GenerationRefusesAMinimumOverMoreStopTokensThanCanBeSuppresse
   EXPECT_EQ(exec.sampling().front().params.suppressed_count, kMaxSuppressedTokens);
 }
 
+TEST_F(RunnerTest, GenerationRefusesAMinimumWhenTheExecutorCannotSuppressTokens) {
+  exec.set_can_suppress_tokens(false);
+  Session s = open();
+  GenConfig minimum = budget(4);
+  minimum.min_new_tokens = 2;
+  minimum.stop_tokens = {300, 301};
+  ASSERT_TRUE(check_gen_config(minimum).is_ok());  // only this executor refuses it
+  const EngineMetrics before = runner->metrics();
+  Collector c;
+  auto h = run(s, {1, 2}, minimum, c);
+  EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
+  const std::string message = h.error_message();
+  EXPECT_NE(message.find("min_new_tokens 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("min_tokens"), std::string::npos) << message;
+  EXPECT_NE(message.find("device sampler takes no suppressed ids"), std::string::npos) << message;
+  EXPECT_TRUE(c.tokens().empty());
+  EXPECT_EQ(h.metrics().n_generated_tokens, 0);
+  // Nothing was taken: no step, no policy, the session where it was and free
+  // for the next generation.
+  EXPECT_TRUE(exec.batches().empty());
+  EXPECT_TRUE(exec.sampling().empty());
+  EXPECT_EQ(s.position(), 0);
+  ASSERT_TRUE(
+      wait_until([&] { return runner->metrics().finished_failed == before.finished_failed + 1; }));
+  const EngineMetrics after = runner->metrics();
+  EXPECT_EQ(after.steps, before.steps);
+  EXPECT_EQ(after.steps_failed, before.steps_failed);
+  EXPECT_EQ(after.total_prompt_tokens, before.total_prompt_tokens);
+  EXPECT_EQ(after.total_generated_tokens, before.total_generated_tokens);
+  EXPECT_EQ(after.prefill_tokens_total, before.prefill_tokens_total);
+
+  // Without a minimum the same stop tokens run (nothing is suppressed) ...
+  GenConfig plain = minimum;
+  plain.min_new_tokens = 0;
+  Collector ok;
+  auto h2 = run(s, {1, 2}, plain, ok);
+  EXPECT_EQ(h2.finish_reason(), FinishReason::kNewTokenLimit) << h2.error_message();
+  EXPECT_EQ(ok.tokens().size(), 4u);
+  ASSERT_EQ(exec.sampling().size(), 1u);
+  EXPECT_EQ(exec.sampling().back().params.suppressed_count, 0u);
+  // ... and so does a minimum with no stop token to suppress.
+  GenConfig no_stops = budget(3);
+  no_stops.min_new_tokens = 3;
+  Collector ok2;
+  auto h3 = run(s, {5}, no_stops, ok2);
+  EXPECT_EQ(h3.finish_reason(), FinishReason::kNewTokenLimit) << h3.error_message();
+  EXPECT_EQ(ok2.tokens().size(), 3u);
+
+  // The same minimum on an executor that can suppress runs with the ids installed.
+  exec.set_can_suppress_tokens(true);
+  const std::size_t policies = exec.sampling().size();
+  ASSERT_EQ(policies, 2u);
+  Collector ok3;
+  auto h4 = run(s, {6}, minimum, ok3);
+  EXPECT_EQ(h4.finish_reason(), FinishReason::kNewTokenLimit) << h4.error_message();
+  EXPECT_EQ(ok3.tokens().size(), 4u);
+  ASSERT_GT(exec.sampling().size(), policies);
+  EXPECT_EQ(exec.sampling()[policies].params.suppressed_count, 2u);
+}
+
 TEST(GenConfigTest, CheckNamesTheFieldThatIsWrong) {
   EXPECT_TRUE(check_gen_config(budget(1)).is_ok());
   EXPECT_EQ(check_gen_config(budget(0)).message(), "max_new_tokens must be greater than zero");

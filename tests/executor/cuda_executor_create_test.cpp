@@ -61,6 +61,32 @@ TEST(CudaExecutorCreateTest, ASamplerWithoutTheSuppressedIdsInputIsAccepted) {
   EXPECT_TRUE((*made)->samples_on_device());
 }
 
+// min_new_tokens needs suppressed ids; the runner asks before it installs them.
+TEST(CudaExecutorCreateTest, OnlyATwoInputDeviceSamplerCannotSuppressTokens) {
+  ToyConfig device = with_samplers();
+  device.device_logits = true;
+  auto two = std::make_shared<ToyProgram>(device);
+  two->metas["sample"].inputs.resize(2);
+  two->metas["sample"].optional_inputs = 0;
+  auto three = std::make_shared<ToyProgram>(device);
+  ToyConfig host;
+  host.samplers = false;
+  auto none = std::make_shared<ToyProgram>(host);
+  for (auto [program, expected] : {std::pair{two, false}, {three, true}, {none, true}}) {
+    SCOPED_TRACE(program->metas.contains("sample")
+                     ? std::to_string(program->metas["sample"].inputs.size()) + " sample inputs"
+                     : std::string("host sampler"));
+    auto made = CudaExecutor::create(program, 2, 16);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    const Executor& ex = **made;
+    // Known from create on, and initialize() does not change it.
+    EXPECT_EQ(ex.can_suppress_tokens(), expected);
+    ASSERT_TRUE((*made)->initialize());
+    EXPECT_EQ(ex.can_suppress_tokens(), expected);
+    EXPECT_EQ((*made)->samples_on_device(), program != none);
+  }
+}
+
 TEST(CudaExecutorCreateTest, RefusesBadArguments) {
   auto made = CudaExecutor::create(nullptr, 1, 1);
   ASSERT_FALSE(made.ok());

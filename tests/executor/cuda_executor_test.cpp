@@ -365,6 +365,34 @@ TEST(CudaExecutorTest, DeviceSamplerHonoursSuppressedIds) {
   EXPECT_EQ(drawn[0], drawn[1]);
 }
 
+// A sampler without the suppressed-ids input is never handed them: a step
+// that would need them fails instead (the runner refuses such generations
+// first, through can_suppress_tokens()).
+TEST(CudaExecutorTest, ATwoInputDeviceSamplerIsNeverCalledWithSuppressedIds) {
+  ToyConfig config = device_sampling();
+  auto program = std::make_shared<ToyProgram>(config);
+  program->metas["sample"].inputs.resize(2);
+  program->metas["sample"].optional_inputs = 0;
+  auto made = CudaExecutor::create(program, 2, 16);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  CudaExecutor& ex = **made;
+  ASSERT_TRUE(ex.initialize());
+  EXPECT_FALSE(ex.can_suppress_tokens());
+  Gen a = start(ex, kPrompts[1]);
+  ex.set_sampling(a.sid, SamplingParams{1.0f, 1.0f, 0}, 5);
+  ASSERT_TRUE(run(ex, {{&a, prefill(a, 3)}}));
+  ASSERT_EQ(program->calls.back().method, "sample");
+  EXPECT_EQ(program->calls.back().inputs, 2u);
+  SamplingParams banned{1.0f, 1.0f, 0};
+  ASSERT_TRUE(banned.suppress(4));
+  ex.set_sampling(a.sid, banned, 5);
+  const std::size_t calls = program->calls.size();
+  EXPECT_FALSE(run(ex, {{&a, decode(a)}}));
+  for (std::size_t i = calls; i < program->calls.size(); ++i) {
+    EXPECT_NE(program->calls[i].method, "sample") << "call " << i;
+  }
+}
+
 TEST(CudaExecutorTest, GreedyDeviceRowsTakeTheArgmaxMethod) {
   Rig s = make(device_sampling());
   Gen a = start(*s.executor, kPrompts[1]);
