@@ -55,7 +55,9 @@ struct GenConfig {
   std::vector<Token> stop_tokens;     // the matched token is delivered and kept
   // Until this many tokens are delivered the stop tokens are suppressed in
   // sampling and not honoured (OpenAI's min_tokens). 0 <= min <= max_new_tokens;
-  // with min > 0 at most kMaxSuppressedTokens distinct stop tokens.
+  // with min > 0 at most kMaxSuppressedTokens distinct stop tokens, and an
+  // executor that can suppress them (Executor::can_suppress_tokens; the
+  // engine refuses the generation otherwise).
   std::int64_t min_new_tokens = 0;
   std::optional<std::uint64_t> seed;  // nullopt: nondeterministic
 };
