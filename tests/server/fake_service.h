@@ -2,8 +2,9 @@
 // HTTP layer without a runner. Token ids 0..255 are bytes, 256 is BOS, 257 is
 // EOS. Each choice of a job replies with a scripted text, one token per step
 // on its own thread, then EOS (or, with ignore_eos, the filler 'x' forever)
-// until max_new_tokens; knobs hold the first token, fail a choice, slow the
-// steps and refuse start(). Records what it was asked and cancellations.
+// until max_new_tokens; knobs hold the first token or start() itself, fail a
+// choice, slow the steps and refuse start(). Records what it was asked and
+// cancellations.
 //
 // Thread-safety: every member is safe from any thread.
 #pragma once
@@ -57,6 +58,20 @@ class FakeService : public GenerationService {
     }
     cv_.notify_all();
   }
+  // start() waits inside itself while held (a request caught between its
+  // admission and its registration as a running generation).
+  void hold_start() {
+    std::lock_guard lock(mu_);
+    start_held_ = true;
+  }
+  void release_start() {
+    {
+      std::lock_guard lock(mu_);
+      start_held_ = false;
+    }
+    cv_.notify_all();
+  }
+  int starts_waiting() const { return starts_waiting_.load(); }
   std::vector<GenerationSpec> specs() const {
     std::lock_guard lock(mu_);
     return specs_;
@@ -121,7 +136,10 @@ class FakeService : public GenerationService {
                                                const std::function<bool()>&) override {
     if (knobs_.start_error) return *knobs_.start_error;
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      starts_waiting_ += 1;
+      cv_.wait(lock, [&] { return !start_held_; });
+      starts_waiting_ -= 1;
       specs_.push_back(spec);
     }
     return std::unique_ptr<GenerationJob>(new Job(this, spec, std::move(sink)));
@@ -221,6 +239,8 @@ class FakeService : public GenerationService {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool held_ = false;
+  bool start_held_ = false;
+  std::atomic<int> starts_waiting_{0};
   std::vector<GenerationSpec> specs_;
   std::atomic<int> live_jobs_{0};
   std::atomic<int> cancelled_{0};

@@ -253,5 +253,27 @@ TEST(ServerStreamTest, StopLetsShortRequestsFinish) {
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
 }
 
+// stop() that begins while a request is still starting (admitted, its
+// generation being created) drains that request like a running one: before
+// runs were registered ahead of their start, stop() found none, skipped the
+// drain and aborted the request the moment it registered.
+TEST(ServerStreamTest, StopDrainsARequestThatIsStillStarting) {
+  TestServer ts;
+  ts.service().hold_start();
+  auto inflight = std::async(std::launch::async, [&] {
+    return ts.post("/v1/completions", json{{"prompt", "a"}});
+  });
+  ASSERT_TRUE(FakeService::eventually([&] { return ts.service().starts_waiting() == 1; }));
+  auto stopped = std::async(std::launch::async, [&] { ts.stop(); });
+  // Draining: /health answers 503 while stop() waits for running requests.
+  ASSERT_TRUE(FakeService::eventually([&] { return ts.get("/health").status == 503; }));
+  ts.service().release_start();
+  JsonReply r = inflight.get();
+  stopped.get();
+  EXPECT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop") << r.raw;
+  EXPECT_EQ(ts.service().live_jobs(), 0);
+}
+
 }  // namespace
 }  // namespace cellm::server::testing
