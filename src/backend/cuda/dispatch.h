@@ -6,7 +6,6 @@
 // Thread-safety: pure functions.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 namespace cellm::cuda {
@@ -34,15 +33,6 @@ bool dispatch_head_dim(std::int64_t head_dim, Fn&& fn) {
     case 256: fn.template operator()<256>(); return true;
     default: return false;
   }
-}
-
-// Layout<bucket>::kBytes for head_dim's bucket (a kernel's dynamic shared
-// memory), 0 when head_dim has none.
-template <template <int> class Layout>
-std::size_t layout_bytes_for_head_dim(std::int64_t head_dim) {
-  std::size_t bytes = 0;
-  dispatch_head_dim(head_dim, [&]<int kBucket>() { bytes = Layout<kBucket>::kBytes; });
-  return bytes;
 }
 
 }  // namespace cellm::cuda

@@ -2,8 +2,6 @@
 // bias, accumulation into the output, odd row counts, column-slice operands,
 // autotuned plans (the timing runs must leave the output of one plain run),
 // plan caching, refusals, and a replay inside a captured graph.
-#include "backend/cuda/gemm.h"
-
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "gpu_test_util.h"
@@ -139,19 +138,6 @@ TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
   EXPECT_EQ(runner->cached_plans(), 2u);
 }
 
-// Captures one run of `args` on `stream` into a graph and replays it once.
-::testing::AssertionResult capture_and_replay(GemmRunner& runner, const GemmArgs& args,
-                                              void* workspace, Stream& stream) {
-  GraphExec::begin_capture(stream.get());
-  const Status captured = runner.run(args, workspace, stream.get());
-  auto graph = GraphExec::end_capture(stream.get());
-  if (!captured.is_ok()) return ::testing::AssertionFailure() << captured.to_string();
-  if (!graph.ok()) return ::testing::AssertionFailure() << graph.status().to_string();
-  graph->launch(stream.get());
-  stream.synchronize();
-  return ::testing::AssertionSuccess();
-}
-
 // An autotune cannot time anything while a stream is being captured (no
 // synchronisation is allowed): a cold shape then takes the heuristic's
 // algorithm and the capture stays valid.
@@ -165,17 +151,15 @@ TEST(GemmRunnerTest, AutotuneDuringCaptureFallsBackToTheHeuristic) {
   ASSERT_TRUE(runner.ok());
   auto stream = Stream::create();
   ASSERT_TRUE(stream.ok());
-  GemmArgs args{.a = da.data(),
-                .b = db.data(),
-                .out = out.data(),
-                .m = m,
-                .n = n,
-                .k = k,
-                .lda = k,
-                .ldb = k,
-                .ldc = n,
-                .autotune = true};
-  ASSERT_TRUE(capture_and_replay(*runner, args, workspace.data(), *stream));
+  GemmArgs args{.a = da.data(), .b = db.data(), .out = out.data(), .m = m, .n = n, .k = k,
+                .lda = k, .ldb = k, .ldc = n, .autotune = true};
+  GraphExec::begin_capture(stream->get());
+  const Status captured = runner->run(args, workspace.data(), stream->get());
+  auto graph = GraphExec::end_capture(stream->get());
+  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+  graph->launch(stream->get());
+  stream->synchronize();
   EXPECT_EQ(runner->cached_plans(), 1u);
 }
 
@@ -202,7 +186,13 @@ TEST(GemmRunnerTest, WarmShapeRunsInsideGraphCapture) {
                 .ldc = n};
   ASSERT_TRUE(runner->run(args, workspace.data(), stream->get()).is_ok());
   args.out = graphed.data();
-  ASSERT_TRUE(capture_and_replay(*runner, args, workspace.data(), *stream));
+  GraphExec::begin_capture(stream->get());
+  const Status captured = runner->run(args, workspace.data(), stream->get());
+  auto graph = GraphExec::end_capture(stream->get());
+  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+  graph->launch(stream->get());
+  stream->synchronize();
   const auto e = eager.download();
   const auto g = graphed.download();
   for (int i = 0; i < m * n; ++i) {

@@ -1,6 +1,6 @@
-#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {

@@ -10,7 +10,6 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
-#include "backend/cuda/kernels/kv_tile_copy.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
@@ -70,6 +69,44 @@ __device__ __forceinline__ float* partial_stats(const AttentionParams& p, int to
   const std::int64_t acc_floats =
       static_cast<std::int64_t>(p.num_tokens) * p.num_heads * p.num_splits * p.head_dim;
   return p.workspace + acc_floats + partial_index(p, token, head, split) * 2;
+}
+
+// The cells of the keys this thread copies for the tile at `tile_begin`;
+// -1 for keys past `end` or entries outside the pool.
+template <int kMaxHd>
+__device__ __forceinline__ void fetch_cells(const AttentionParams& p, const std::int32_t* table,
+                                            int tile_begin, int end, int key0,
+                                            int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+  using L = V2Layout<kMaxHd>;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int kpos = tile_begin + key0 + i * L::kKeyStep;
+    int cell = kpos < end ? table[kpos] : -1;
+    if (cell >= p.max_cells) cell = -1;
+    cells[i] = cell;
+  }
+}
+
+template <int kMaxHd>
+__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
+                                           bf16* v_stage, int* flags, int key0, int chunk,
+                                           const int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+  using L = V2Layout<kMaxHd>;
+  const int dim = chunk * 8;
+  const bool dim_ok = dim < p.head_dim;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int key = key0 + i * L::kKeyStep;
+    const bool ok = cells[i] >= 0;
+    const bool fill = ok && dim_ok;
+    // A zero-filling copy reads nothing but still gets an in-bounds address.
+    const std::int64_t offset =
+        fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
+             : 0;
+    cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
+    cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
+    if (chunk == 0) flags[key] = ok ? 1 : 0;
+  }
 }
 
 template <int kMaxHd>
@@ -135,19 +172,19 @@ __global__ void __launch_bounds__(kThreads)
     int cells[L::kStages - 1][L::kCopies];
 #pragma unroll
     for (int s = 0; s < L::kStages - 1; ++s) {
-      fetch_tile_cells<L>(p, table, begin + s * kTileKeys, end, key0, cells[s]);
+      fetch_cells<kMaxHd>(p, table, begin + s * kTileKeys, end, key0, cells[s]);
     }
 #pragma unroll
     for (int s = 0; s < L::kStages - 1; ++s) {
       if (s < tiles) {
-        issue_kv_tile<L>(p, kv_head, k_stage(s), v_stage(s), flags_s + s * kTileKeys, key0, chunk,
-                         cells[s]);
+        issue_tile<kMaxHd>(p, kv_head, k_stage(s), v_stage(s), flags_s + s * kTileKeys, key0, chunk,
+                           cells[s]);
       }
       cp_async_commit();
     }
   }
   int next_cells[L::kCopies];
-  fetch_tile_cells<L>(p, table, begin + (L::kStages - 1) * kTileKeys, end, key0, next_cells);
+  fetch_cells<kMaxHd>(p, table, begin + (L::kStages - 1) * kTileKeys, end, key0, next_cells);
 
   const int g = lane >> 2;  // fragment row (and row + 8)
   const int t4 = lane & 3;  // fragment column pair
@@ -168,12 +205,12 @@ __global__ void __launch_bounds__(kThreads)
     const int ahead = tile + L::kStages - 1;
     if (ahead < tiles) {
       const int stage = ahead % L::kStages;
-      issue_kv_tile<L>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kTileKeys,
-                       key0, chunk, next_cells);
+      issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kTileKeys,
+                         key0, chunk, next_cells);
     }
     cp_async_commit();
     if (ahead + 1 < tiles) {
-      fetch_tile_cells<L>(p, table, begin + (ahead + 1) * kTileKeys, end, key0, next_cells);
+      fetch_cells<kMaxHd>(p, table, begin + (ahead + 1) * kTileKeys, end, key0, next_cells);
     }
 
     const int stage = tile % L::kStages;
@@ -376,7 +413,12 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
-  return layout_bytes_for_head_dim<V2Layout>(head_dim);
+  switch (head_dim_bucket(head_dim)) {
+    case 64: return V2Layout<64>::kBytes;
+    case 128: return V2Layout<128>::kBytes;
+    case 256: return V2Layout<256>::kBytes;
+    default: return 0;
+  }
 }
 
 void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stream) {

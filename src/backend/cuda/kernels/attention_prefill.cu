@@ -1,10 +1,10 @@
-#include <mma.h>
-
 #include <climits>
 
-#include "backend/cuda/device_utils.cuh"
+#include <mma.h>
+
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -263,7 +263,12 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 std::size_t attention_prefill_smem_bytes(std::int32_t head_dim) {
-  return layout_bytes_for_head_dim<PrefillLayout>(head_dim);
+  switch (head_dim_bucket(head_dim)) {
+    case 64: return PrefillLayout<64>::kBytes;
+    case 128: return PrefillLayout<128>::kBytes;
+    case 256: return PrefillLayout<256>::kBytes;
+    default: return 0;
+  }
 }
 
 void launch_attention_prefill(const AttentionParams& params, cudaStream_t stream) {

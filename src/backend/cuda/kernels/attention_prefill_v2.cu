@@ -9,7 +9,6 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
-#include "backend/cuda/kernels/kv_tile_copy.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
@@ -39,6 +38,42 @@ struct PrefillV2Layout {
   static constexpr std::size_t kBytes = kMeta + sizeof(int) * (4 * kBq + 4);
   static_assert(kThreads % kChunks == 0 && kBk % kKeyStep == 0);
 };
+
+template <int kMaxHd>
+__device__ __forceinline__ void fetch_cells(const AttentionParams& p, const std::int32_t* table,
+                                            int tile_begin, int end, int key0,
+                                            int (&cells)[PrefillV2Layout<kMaxHd>::kCopies]) {
+  using L = PrefillV2Layout<kMaxHd>;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int kpos = tile_begin + key0 + i * L::kKeyStep;
+    int cell = kpos < end ? table[kpos] : -1;
+    if (cell >= p.max_cells) cell = -1;
+    cells[i] = cell;
+  }
+}
+
+template <int kMaxHd>
+__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
+                                           bf16* v_stage, int* flags, int key0, int chunk,
+                                           const int (&cells)[PrefillV2Layout<kMaxHd>::kCopies]) {
+  using L = PrefillV2Layout<kMaxHd>;
+  const int dim = chunk * 8;
+  const bool dim_ok = dim < p.head_dim;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int key = key0 + i * L::kKeyStep;
+    const bool ok = cells[i] >= 0;
+    const bool fill = ok && dim_ok;
+    // A zero-filling copy reads nothing but still gets an in-bounds address.
+    const std::int64_t offset =
+        fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
+             : 0;
+    cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
+    cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
+    if (chunk == 0) flags[key] = ok ? 1 : 0;
+  }
+}
 
 template <int kMaxHd>
 __global__ void __launch_bounds__(kThreads)
@@ -147,25 +182,24 @@ __global__ void __launch_bounds__(kThreads)
       rpos[r] = row_pos[my_rows[r]];
       rlo[r] = row_lo[my_rows[r]];
     }
-    const int warp_hi =
-        __reduce_max_sync(0xffffffffu, max(in[0] ? rpos[0] : -1, in[1] ? rpos[1] : -1));
-    const int warp_lo = __reduce_min_sync(
-        0xffffffffu, min(in[0] ? rlo[0] : 0x7fffffff, in[1] ? rlo[1] : 0x7fffffff));
+    const int warp_hi = __reduce_max_sync(0xffffffffu, max(in[0] ? rpos[0] : -1, in[1] ? rpos[1] : -1));
+    const int warp_lo =
+        __reduce_min_sync(0xffffffffu, min(in[0] ? rlo[0] : 0x7fffffff, in[1] ? rlo[1] : 0x7fffffff));
 
     const int tiles = (end - seg_lo + kBk - 1) / kBk;
     {
       int cells[L::kCopies];
-      fetch_tile_cells<L>(p, table, seg_lo, end, key0, cells);
-      issue_kv_tile<L>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
+      fetch_cells<kMaxHd>(p, table, seg_lo, end, key0, cells);
+      issue_tile<kMaxHd>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
       cp_async_commit();
     }
     for (int tile = 0; tile < tiles; ++tile) {
       if (tile + 1 < tiles) {
         int cells[L::kCopies];
-        fetch_tile_cells<L>(p, table, seg_lo + (tile + 1) * kBk, end, key0, cells);
+        fetch_cells<kMaxHd>(p, table, seg_lo + (tile + 1) * kBk, end, key0, cells);
         const int stage = (tile + 1) % kStages;
-        issue_kv_tile<L>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kBk, key0,
-                         chunk, cells);
+        issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kBk, key0,
+                           chunk, cells);
       }
       cp_async_commit();
       cp_async_wait<1>();
@@ -304,7 +338,12 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim) {
-  return layout_bytes_for_head_dim<PrefillV2Layout>(head_dim);
+  switch (head_dim_bucket(head_dim)) {
+    case 64: return PrefillV2Layout<64>::kBytes;
+    case 128: return PrefillV2Layout<128>::kBytes;
+    case 256: return PrefillV2Layout<256>::kBytes;
+    default: return 0;
+  }
 }
 
 void launch_attention_prefill_v2(const AttentionParams& params, cudaStream_t stream) {
