@@ -2,18 +2,27 @@
 // operands: rows 1..8 (every compiled row bucket and the rows between), k
 // tails that are not multiples of a warp step, n not a multiple of the block's
 // columns, column-slice activations (lda > k), bias, f32 output, and the
-// projection shapes of the real models. Refusals run without a GPU.
+// projection shapes of the real models. The fused prologue/epilogues are
+// checked against a float64 reference that repeats the kernels' bf16
+// roundings, with PDL chains, determinism and out-of-range stores.
+// Refusals run without a GPU.
 #include "backend/cuda/kernels/gemv.cuh"
 
+#include <cmath>
+#include <bit>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "gpu_test_util.h"
 
@@ -24,6 +33,8 @@ using testing::DeviceArray;
 using testing::kBf16Nmse;
 using testing::nmse;
 using testing::random_bf16;
+using testing::from_bf16;
+using testing::to_bf16;
 using testing::to_float;
 
 struct GemvCase {
@@ -129,6 +140,452 @@ INSTANTIATE_TEST_SUITE_P(
                          c.bias ? "_bias" : "");
     });
 
+// ---- fused prologue and epilogues ----
+
+bool gated(GemvEpilogue epilogue) {
+  return epilogue == GemvEpilogue::kGatedSilu || epilogue == GemvEpilogue::kGatedGeluTanh;
+}
+
+// One fused call as the host sees it: float copies of the bf16 operands and
+// the settings the kernel gets.
+struct HostGemv {
+  int m = 0;
+  int n = 0;
+  int k = 0;
+  std::int64_t lda = 0;
+  std::vector<float> a;            // [m, lda]
+  std::vector<float> w;            // [n or 2n, k]
+  std::vector<float> bias;         // [n], or empty
+  std::vector<float> norm_weight;  // [k], or empty: no prologue
+  float eps = 1e-5f;
+  float offset = 0.0f;
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  std::vector<float> residual;  // [>= m, ldc], kResidualAdd
+  std::int64_t ldc = 0;
+};
+
+// Deliberately wrong references: each must sit far from the kernel's output,
+// so a test comparing against the right one can fail.
+struct RefVariant {
+  bool norm = true;
+  bool round_norm = true;
+  float offset_delta = 0.0f;
+  bool residual = true;
+  bool round_gate = true;
+  bool act_on_up = false;
+};
+
+double bf16_round(double value) {
+  return from_bf16(to_bf16(static_cast<float>(value)));
+}
+
+double silu_ref(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+
+double gelu_tanh_ref(double x) {
+  const double kSqrt2OverPi = 0.7978845608028654;
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+}
+
+// The rows the product consumes: a's first k columns, RMS-normalised in
+// float64 and rounded to bf16 as the norm kernel would store them.
+std::vector<double> gemv_inputs(const HostGemv& h, const RefVariant& v) {
+  std::vector<double> x(static_cast<std::size_t>(h.m) * h.k);
+  for (int r = 0; r < h.m; ++r) {
+    const float* row = h.a.data() + r * h.lda;
+    double sum_sq = 0.0;
+    for (int c = 0; c < h.k; ++c) sum_sq += static_cast<double>(row[c]) * row[c];
+    const double inv_rms = 1.0 / std::sqrt(sum_sq / h.k + static_cast<double>(h.eps));
+    for (int c = 0; c < h.k; ++c) {
+      double value = row[c];
+      if (!h.norm_weight.empty() && v.norm) {
+        const double weight = static_cast<double>(h.norm_weight[static_cast<std::size_t>(c)]) +
+                              h.offset + v.offset_delta;
+        value = value * inv_rms * weight;
+        if (v.round_norm) value = bf16_round(value);
+      }
+      x[static_cast<std::size_t>(r) * h.k + c] = value;
+    }
+  }
+  return x;
+}
+
+// out[m, n] as the kernel must leave it, before the output's own rounding.
+std::vector<double> reference(const HostGemv& h, const RefVariant& v = {}) {
+  const auto x = gemv_inputs(h, v);
+  const int w_rows = gated(h.epilogue) ? 2 * h.n : h.n;
+  std::vector<double> sums(static_cast<std::size_t>(h.m) * w_rows);
+  for (int r = 0; r < h.m; ++r) {
+    const double* xr = x.data() + static_cast<std::size_t>(r) * h.k;
+    for (int j = 0; j < w_rows; ++j) {
+      const float* wj = h.w.data() + static_cast<std::size_t>(j) * h.k;
+      double sum = 0.0;
+      for (int c = 0; c < h.k; ++c) sum += xr[c] * wj[c];
+      sums[static_cast<std::size_t>(r) * w_rows + j] = sum;
+    }
+  }
+  std::vector<double> out(static_cast<std::size_t>(h.m) * h.n);
+  for (int r = 0; r < h.m; ++r) {
+    for (int j = 0; j < h.n; ++j) {
+      const double sum = sums[static_cast<std::size_t>(r) * w_rows + j];
+      const double bias = h.bias.empty() ? 0.0 : h.bias[static_cast<std::size_t>(j)];
+      double value = 0.0;
+      switch (h.epilogue) {
+        case GemvEpilogue::kStore:
+          value = sum + bias;
+          break;
+        case GemvEpilogue::kResidualAdd: {
+          const double old = v.residual ? h.residual[static_cast<std::size_t>(r * h.ldc + j)] : 0.0;
+          value = old + bf16_round(sum + bias);
+          break;
+        }
+        case GemvEpilogue::kGatedSilu:
+        case GemvEpilogue::kGatedGeluTanh: {
+          double gate = sum;
+          double up = sums[static_cast<std::size_t>(r) * w_rows + h.n + j];
+          if (v.act_on_up) std::swap(gate, up);
+          if (v.round_gate) gate = bf16_round(gate);
+          up = bf16_round(up);
+          const double act =
+              h.epilogue == GemvEpilogue::kGatedSilu ? silu_ref(gate) : gelu_tanh_ref(gate);
+          value = act * up;
+          break;
+        }
+      }
+      out[static_cast<std::size_t>(r) * h.n + j] = value;
+    }
+  }
+  return out;
+}
+
+// Share of outputs whose bf16 bits differ from the rounded reference.
+double mismatch_fraction(const std::vector<float>& got, const std::vector<double>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < got.size() && i < ref.size(); ++i) {
+    differ += std::bit_cast<std::uint16_t>(to_bf16(got[i])) !=
+              std::bit_cast<std::uint16_t>(to_bf16(static_cast<float>(ref[i])));
+  }
+  return got.empty() ? 0.0 : static_cast<double>(differ) / static_cast<double>(got.size());
+}
+
+// f32 output of a normalised input. The reference repeats the bf16 rounding
+// of the normalised values, so what is left is the float inv-rms landing an
+// input on the other side of a bf16 rounding edge: ~1e-4 of the inputs, each
+// worth ~3e-5 / k. Leaving the rounding out costs ~2e-6, a missing norm ~0.1.
+constexpr double kNormF32Nmse = 5e-7;
+
+struct FusedCase {
+  const char* name;
+  int m, n, k;
+  bool norm;
+  float offset;
+  GemvEpilogue epilogue;
+  bool bias;
+  bool f32_out;
+};
+
+struct FusedOperands {
+  std::vector<bf16> a;
+  std::vector<bf16> w;
+  std::vector<bf16> bias;
+  std::vector<bf16> norm_weight;
+  HostGemv host;
+};
+
+FusedOperands make_operands(const FusedCase& c, std::mt19937& rng) {
+  FusedOperands o;
+  const std::int64_t lda = c.k + 24;  // a column slice of a wider buffer
+  const int w_rows = gated(c.epilogue) ? 2 * c.n : c.n;
+  o.a = random_bf16(static_cast<std::size_t>(c.m * lda), rng);
+  o.w = random_bf16(static_cast<std::size_t>(w_rows) * c.k, rng, -0.05f, 0.05f);
+  if (c.bias) o.bias = random_bf16(static_cast<std::size_t>(c.n), rng);
+  if (c.norm) {
+    // Gemma stores w - 1: its weights sit around 0, the others around 1.
+    o.norm_weight = c.offset == 0.0f ? random_bf16(static_cast<std::size_t>(c.k), rng, 0.5f, 1.5f)
+                                     : random_bf16(static_cast<std::size_t>(c.k), rng, -0.5f, 0.5f);
+  }
+  o.host.m = c.m;
+  o.host.n = c.n;
+  o.host.k = c.k;
+  o.host.lda = lda;
+  o.host.a = to_float(o.a);
+  o.host.w = to_float(o.w);
+  o.host.bias = to_float(o.bias);
+  o.host.norm_weight = to_float(o.norm_weight);
+  o.host.offset = c.offset;
+  o.host.epilogue = c.epilogue;
+  return o;
+}
+
+class GemvFusedTest : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(GemvFusedTest, MatchesRoundedReferenceAndKeepsTheRestOfOut) {
+  CELLM_REQUIRE_GPU();
+  const FusedCase c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.m * 131 + c.n * 7 + c.k) + 17);
+  FusedOperands o = make_operands(c, rng);
+  // ldc > n and a spare row past m: what lies outside [m, n] must survive.
+  const std::int64_t ldc = c.n + 24;
+  const std::size_t out_count = static_cast<std::size_t>((c.m + 1) * ldc);
+  // Finite known contents rather than the NaN poison: kResidualAdd reads out.
+  const auto init16 = random_bf16(out_count, rng);
+  const auto init32 = to_float(init16);
+  o.host.residual = init32;
+  o.host.ldc = ldc;
+
+  DeviceArray<bf16> da(o.a), dw(o.w), dbias(o.bias), dnorm(o.norm_weight);
+  DeviceArray<bf16> out16(init16);
+  DeviceArray<float> out32(init32);
+  GemvParams p;
+  p.a = da.data();
+  p.w = dw.data();
+  p.bias = c.bias ? dbias.data() : nullptr;
+  p.out = c.f32_out ? static_cast<void*>(out32.data()) : out16.data();
+  p.out_f32 = c.f32_out;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.lda = o.host.lda;
+  p.ldw = c.k;
+  p.ldc = ldc;
+  p.prologue = c.norm ? GemvPrologue::kRmsNorm : GemvPrologue::kNone;
+  p.norm_weight = c.norm ? dnorm.data() : nullptr;
+  p.norm_eps = o.host.eps;
+  p.norm_weight_offset = c.offset;
+  p.epilogue = c.epilogue;
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  CELLM_CUDA_CHECK(cudaDeviceSynchronize());
+  launch_gemv(p, nullptr);
+  const auto all = c.f32_out ? out32.download() : to_float(out16.download());
+
+  std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
+  std::size_t outside_changed = 0;
+  for (int r = 0; r <= c.m; ++r) {
+    for (std::int64_t col = 0; col < ldc; ++col) {
+      const std::size_t at = static_cast<std::size_t>(r * ldc + col);
+      if (r < c.m && col < c.n) {
+        got[static_cast<std::size_t>(r) * c.n + static_cast<std::size_t>(col)] = all[at];
+      } else {
+        outside_changed +=
+            std::bit_cast<std::uint32_t>(all[at]) != std::bit_cast<std::uint32_t>(init32[at]);
+      }
+    }
+  }
+  EXPECT_EQ(outside_changed, 0u) << "elements past n or m of out were written";
+
+  const double tolerance = c.f32_out ? kNormF32Nmse : kBf16Nmse;
+  const auto ref = reference(o.host);
+  EXPECT_LT(nmse(got, ref), tolerance);
+
+  std::vector<std::pair<const char*, RefVariant>> wrong;
+  if (c.norm) {
+    wrong.push_back({"no norm", RefVariant{.norm = false}});
+    wrong.push_back({"other offset", RefVariant{.offset_delta = c.offset == 0.0f ? 1.0f : -1.0f}});
+  }
+  if (c.epilogue == GemvEpilogue::kResidualAdd) {
+    wrong.push_back({"no residual", RefVariant{.residual = false}});
+  }
+  if (gated(c.epilogue)) wrong.push_back({"act on up", RefVariant{.act_on_up = true}});
+  for (const auto& [what, variant] : wrong) {
+    EXPECT_GT(nmse(got, reference(o.host, variant)), 100 * tolerance) << what;
+  }
+  if (c.norm && c.f32_out) {
+    EXPECT_GT(nmse(got, reference(o.host, RefVariant{.round_norm = false})), tolerance)
+        << "the normalised input's bf16 rounding is not visible at this tolerance";
+  }
+  if (gated(c.epilogue) && !c.norm) {
+    // Exact inputs: only the float sums' order differs, so nearly every output
+    // rounds to the reference's bf16, and an unrounded gate moves ~1/4 of them.
+    // (With the norm one input across a bf16 edge can nudge a whole row.)
+    EXPECT_LT(mismatch_fraction(got, ref), 0.03);
+    EXPECT_GT(mismatch_fraction(got, reference(o.host, RefVariant{.round_gate = false})), 0.08)
+        << "the gate's bf16 rounding is not visible";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forward, GemvFusedTest,
+    ::testing::Values(
+        FusedCase{"qkv_norm_bias", 1, 3072, 2048, true, 0.0f, GemvEpilogue::kStore, true, false},
+        FusedCase{"qkv_8b_norm_bias", 3, 6144, 4096, true, 0.0f, GemvEpilogue::kStore, true, false},
+        FusedCase{"o_proj_residual", 1, 2048, 2048, false, 0.0f, GemvEpilogue::kResidualAdd, false,
+                  false},
+        FusedCase{"down_residual", 4, 4096, 14336, false, 0.0f, GemvEpilogue::kResidualAdd, false,
+                  false},
+        FusedCase{"residual_bias", 2, 1000, 520, false, 0.0f, GemvEpilogue::kResidualAdd, true,
+                  false},
+        FusedCase{"gate_up_norm_silu", 1, 8192, 2048, true, 0.0f, GemvEpilogue::kGatedSilu, false,
+                  false},
+        FusedCase{"odd_norm_silu", 2, 1000, 520, true, 0.0f, GemvEpilogue::kGatedSilu, false,
+                  false},
+        FusedCase{"silu", 3, 1536, 1024, false, 0.0f, GemvEpilogue::kGatedSilu, false, false},
+        FusedCase{"gelu", 4, 512, 1024, false, 0.0f, GemvEpilogue::kGatedGeluTanh, false, false},
+        FusedCase{"gemma_norm_gelu", 2, 2048, 1152, true, 1.0f, GemvEpilogue::kGatedGeluTanh,
+                  false, false},
+        FusedCase{"lm_head_norm_f32", 1, 50000, 576, true, 0.0f, GemvEpilogue::kStore, false,
+                  true},
+        FusedCase{"norm_f32_rows8", 8, 4000, 2048, true, 0.0f, GemvEpilogue::kStore, false, true},
+        FusedCase{"gemma_norm_f32", 2, 3000, 1152, true, 1.0f, GemvEpilogue::kStore, false, true},
+        FusedCase{"gemma_norm_store", 5, 1027, 2304, true, 1.0f, GemvEpilogue::kStore, false,
+                  false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A pdl GEMV reads what the GEMV before it wrote: the first is big enough
+// that a second that did not wait would read its NaN-poisoned input.
+TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
+  CELLM_REQUIRE_GPU();
+  constexpr int kK1 = 4096;
+  constexpr int kN1 = 16384;
+  constexpr int kN2 = 2048;
+  constexpr int kN3 = 4096;
+  std::mt19937 rng(2025);
+  const auto a1 = random_bf16(kK1, rng);
+  const auto w1 = random_bf16(static_cast<std::size_t>(kN1) * kK1, rng, -0.05f, 0.05f);
+  const auto norm2 = random_bf16(kN1, rng, 0.5f, 1.5f);
+  const auto w2 = random_bf16(static_cast<std::size_t>(kN2) * kN1, rng, -0.05f, 0.05f);
+  const auto w3 = random_bf16(static_cast<std::size_t>(kN3) * kN2, rng, -0.05f, 0.05f);
+  const auto bias3 = random_bf16(kN3, rng);
+  const auto residual0 = random_bf16(kN3, rng);
+  DeviceArray<bf16> da1(a1), dw1(w1), dnorm2(norm2), dw2(w2), dw3(w3), dbias3(bias3);
+  DeviceArray<bf16> residual(residual0);
+  DeviceArray<bf16> out1(kN1), out2(kN2);
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+
+  GemvParams p1;
+  p1.a = da1.data();
+  p1.w = dw1.data();
+  p1.out = out1.data();
+  p1.m = 1;
+  p1.n = kN1;
+  p1.k = kK1;
+  p1.lda = kK1;
+  p1.ldw = kK1;
+  p1.ldc = kN1;
+  GemvParams p2;
+  p2.a = out1.data();
+  p2.w = dw2.data();
+  p2.out = out2.data();
+  p2.m = 1;
+  p2.n = kN2;
+  p2.k = kN1;
+  p2.lda = kN1;
+  p2.ldw = kN1;
+  p2.ldc = kN2;
+  p2.prologue = GemvPrologue::kRmsNorm;
+  p2.norm_weight = dnorm2.data();
+  GemvParams p3;
+  p3.a = out2.data();
+  p3.w = dw3.data();
+  p3.bias = dbias3.data();
+  p3.out = residual.data();
+  p3.m = 1;
+  p3.n = kN3;
+  p3.k = kN2;
+  p3.lda = kN2;
+  p3.ldw = kN2;
+  p3.ldc = kN3;
+  p3.epilogue = GemvEpilogue::kResidualAdd;
+  for (const GemvParams* p : {&p1, &p2, &p3}) {
+    ASSERT_TRUE(p->validate().is_ok()) << p->validate().to_string();
+  }
+
+  struct Outputs {
+    std::vector<bf16> out1, out2, residual;
+  };
+  const auto run_chain = [&](bool pdl) {
+    residual.assign(residual0);
+    out1.poison();  // also waits for the upload above
+    out2.poison();
+    p2.pdl = pdl;
+    p3.pdl = pdl;
+    launch_gemv(p1, stream->get());
+    launch_gemv(p2, stream->get());
+    launch_gemv(p3, stream->get());
+    stream->synchronize();
+    return Outputs{out1.download(), out2.download(), residual.download()};
+  };
+  const Outputs chained = run_chain(true);
+  const Outputs plain = run_chain(false);
+  const auto bits = [](const std::vector<bf16>& v) {
+    std::vector<std::uint16_t> out(v.size());
+    std::memcpy(out.data(), v.data(), v.size() * sizeof(bf16));
+    return out;
+  };
+  EXPECT_EQ(bits(chained.out1), bits(plain.out1));
+  EXPECT_EQ(bits(chained.out2), bits(plain.out2));
+  EXPECT_EQ(bits(chained.residual), bits(plain.residual));
+
+  // Each stage against float64 on the inputs the GPU actually gave it.
+  HostGemv h1;
+  h1.m = 1;
+  h1.n = kN1;
+  h1.k = kK1;
+  h1.lda = kK1;
+  h1.a = to_float(a1);
+  h1.w = to_float(w1);
+  EXPECT_LT(nmse(to_float(chained.out1), reference(h1)), kBf16Nmse);
+  HostGemv h2;
+  h2.m = 1;
+  h2.n = kN2;
+  h2.k = kN1;
+  h2.lda = kN1;
+  h2.a = to_float(chained.out1);
+  h2.w = to_float(w2);
+  h2.norm_weight = to_float(norm2);
+  h2.eps = p2.norm_eps;
+  EXPECT_LT(nmse(to_float(chained.out2), reference(h2)), kBf16Nmse);
+  EXPECT_GT(nmse(to_float(chained.out2), reference(h2, RefVariant{.norm = false})),
+            100 * kBf16Nmse);
+  HostGemv h3;
+  h3.m = 1;
+  h3.n = kN3;
+  h3.k = kN2;
+  h3.lda = kN2;
+  h3.a = to_float(chained.out2);
+  h3.w = to_float(w3);
+  h3.bias = to_float(bias3);
+  h3.epilogue = GemvEpilogue::kResidualAdd;
+  h3.residual = to_float(residual0);
+  h3.ldc = kN3;
+  EXPECT_LT(nmse(to_float(chained.residual), reference(h3)), kBf16Nmse);
+}
+
+TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {
+  CELLM_REQUIRE_GPU();
+  const FusedCase c{"det", 4, 2048, 2048, true, 0.0f, GemvEpilogue::kGatedSilu, false, false};
+  std::mt19937 rng(99);
+  const FusedOperands o = make_operands(c, rng);
+  DeviceArray<bf16> da(o.a), dw(o.w), dnorm(o.norm_weight);
+  DeviceArray<bf16> out(static_cast<std::size_t>(c.m) * c.n);
+  GemvParams p;
+  p.a = da.data();
+  p.w = dw.data();
+  p.out = out.data();
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.lda = o.host.lda;
+  p.ldw = c.k;
+  p.ldc = c.n;
+  p.prologue = GemvPrologue::kRmsNorm;
+  p.norm_weight = dnorm.data();
+  p.norm_eps = o.host.eps;
+  p.epilogue = c.epilogue;
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  out.poison();
+  launch_gemv(p, nullptr);
+  const auto first = out.download();
+  out.poison();
+  launch_gemv(p, nullptr);
+  const auto second = out.download();
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(bf16)), 0);
+  EXPECT_LT(nmse(to_float(first), reference(o.host)), kBf16Nmse);
+}
+
 // ---- host-only checks ----
 
 GemvParams fake_params() {
@@ -176,6 +633,101 @@ TEST(GemvValidateTest, RefusesKTailsAndShortLeadingDims) {
   p = fake_params();
   p.w = reinterpret_cast<const bf16*>(reinterpret_cast<std::uintptr_t>(p.w) + 2);
   EXPECT_FALSE(p.validate().is_ok());
+}
+
+// The message of a refusal, which must name `what`; empty when accepted.
+std::string refusal(const GemvParams& p) {
+  const Status status = p.validate();
+  if (status.is_ok()) return {};
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
+  return std::string(status.message());
+}
+
+GemvParams fake_norm_params() {
+  alignas(16) static std::byte weight[128];
+  GemvParams p = fake_params();
+  p.prologue = GemvPrologue::kRmsNorm;
+  p.norm_weight = reinterpret_cast<const bf16*>(weight);
+  return p;
+}
+
+TEST(GemvValidateTest, AcceptsTheFusedForms) {
+  GemvParams p = fake_norm_params();
+  EXPECT_EQ(refusal(p), "");
+  p.norm_weight_offset = 1.0f;
+  p.out_f32 = true;
+  EXPECT_EQ(refusal(p), "");
+  p = fake_params();
+  p.bias = p.a;
+  p.epilogue = GemvEpilogue::kResidualAdd;
+  EXPECT_EQ(refusal(p), "");
+  for (GemvEpilogue e : {GemvEpilogue::kGatedSilu, GemvEpilogue::kGatedGeluTanh}) {
+    p = fake_norm_params();
+    p.epilogue = e;
+    EXPECT_EQ(refusal(p), "");
+  }
+}
+
+TEST(GemvValidateTest, RefusesANormWithoutItsWeight) {
+  GemvParams p = fake_norm_params();
+  p.norm_weight = nullptr;
+  EXPECT_NE(refusal(p).find("norm_weight"), std::string::npos) << refusal(p);
+  p = fake_norm_params();
+  p.norm_weight = reinterpret_cast<const bf16*>(reinterpret_cast<std::uintptr_t>(p.norm_weight) + 2);
+  EXPECT_NE(refusal(p).find("norm_weight"), std::string::npos) << refusal(p);
+  // Without the prologue the weight is not read, so it may be anything.
+  p.prologue = GemvPrologue::kNone;
+  EXPECT_EQ(refusal(p), "");
+}
+
+TEST(GemvValidateTest, RefusesABadNormEpsOrOffset) {
+  for (float eps : {0.0f, -1e-6f, std::nanf("")}) {
+    GemvParams p = fake_norm_params();
+    p.norm_eps = eps;
+    EXPECT_NE(refusal(p).find("eps"), std::string::npos) << eps << ": " << refusal(p);
+  }
+  for (float offset : {0.5f, -1.0f, 2.0f}) {
+    GemvParams p = fake_norm_params();
+    p.norm_weight_offset = offset;
+    EXPECT_NE(refusal(p).find("offset"), std::string::npos) << offset << ": " << refusal(p);
+  }
+}
+
+TEST(GemvValidateTest, RefusesFloatOutputOutsideThePlainStore) {
+  for (GemvEpilogue e :
+       {GemvEpilogue::kResidualAdd, GemvEpilogue::kGatedSilu, GemvEpilogue::kGatedGeluTanh}) {
+    GemvParams p = fake_params();
+    p.out_f32 = true;
+    p.epilogue = e;
+    EXPECT_NE(refusal(p).find("float output"), std::string::npos) << refusal(p);
+  }
+}
+
+TEST(GemvValidateTest, RefusesABiasOnTheGatedEpilogues) {
+  for (GemvEpilogue e : {GemvEpilogue::kGatedSilu, GemvEpilogue::kGatedGeluTanh}) {
+    GemvParams p = fake_params();
+    p.bias = p.a;
+    p.epilogue = e;
+    EXPECT_NE(refusal(p).find("bias"), std::string::npos) << refusal(p);
+    p.bias = nullptr;
+    EXPECT_EQ(refusal(p), "");
+  }
+}
+
+TEST(GemvValidateTest, ARefusalIsPureAndRepeatable) {
+  GemvParams p = fake_norm_params();
+  p.norm_eps = 0.0f;
+  p.pdl = true;
+  const Status first = p.validate();
+  const Status second = p.validate();
+  EXPECT_FALSE(first.is_ok());
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(p.norm_eps, 0.0f);
+  EXPECT_EQ(p.prologue, GemvPrologue::kRmsNorm);
+  EXPECT_TRUE(p.pdl);
+  // Fixing the one field it named is enough.
+  p.norm_eps = 1e-6f;
+  EXPECT_TRUE(p.validate().is_ok()) << p.validate().to_string();
 }
 
 }  // namespace
