@@ -8,11 +8,7 @@
 #include "backend/cuda/kernels/embedding.cuh"
 #include "backend/cuda/kernels/gated_mlp.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/kv_scatter.cuh"
-#include "backend/cuda/kernels/qk_norm.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
-#include "backend/cuda/kernels/rope.cuh"
-#include "backend/cuda/kernels/rope_scatter.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/rope_table.h"
@@ -71,6 +67,11 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   f->q_dim_ = static_cast<std::int64_t>(spec.num_heads) * spec.head_dim;
   f->kv_dim_ = static_cast<std::int64_t>(spec.num_kv_heads) * spec.head_dim;
   f->qkv_dim_ = f->q_dim_ + 2 * f->kv_dim_;
+  prepare_gemv();
+  f->fusable_ = spec.hidden_size % 8 == 0 && f->q_dim_ % 8 == 0 && spec.intermediate_size % 8 == 0;
+  for (const DeviceLayer& layer : f->weights_.layers) {
+    if (layer.post_attn_norm != nullptr || layer.post_mlp_norm != nullptr) f->fusable_ = false;
+  }
   f->attention_scale_ = spec.attention_scale > 0.0f
                             ? spec.attention_scale
                             : 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
@@ -145,18 +146,10 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
                          std::int64_t k, void* out, DType out_dtype, std::int32_t m,
                          const bf16* bias, cudaStream_t stream) {
   if (active_.gemv && m <= std::min(active_.gemv_max_rows, kGemvMaxRows)) {
-    GemvParams g;
-    g.a = a;
-    g.w = w;
-    g.bias = bias;
+    GemvParams g = gemv_params(a, lda, w, n, k, nullptr, m);
     g.out = out;
     g.out_f32 = out_dtype == DType::kF32;
-    g.m = m;
-    g.n = static_cast<std::int32_t>(n);
-    g.k = static_cast<std::int32_t>(k);
-    g.lda = lda;
-    g.ldw = k;
-    g.ldc = n;
+    g.bias = bias;
     // Geometry the GEMV does not take (k not a multiple of 8, ...) stays on cuBLASLt.
     if (g.validate().is_ok()) {
       launch_gemv(g, stream);
@@ -179,8 +172,37 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
   return gemm_.run(args, gemm_ws_.data(), stream);
 }
 
-Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
-  const model::ModelSpec& s = spec_;
+Status CudaForward::gemv(const GemvParams& params, cudaStream_t stream) {
+  CELLM_RETURN_IF_ERROR(params.validate());
+  launch_gemv(params, stream);
+  return Status::ok();
+}
+
+GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16* w,
+                                    std::int64_t n, std::int64_t k, bf16* out,
+                                    std::int32_t m) const {
+  GemvParams g;
+  g.a = a;
+  g.w = w;
+  g.out = out;
+  g.m = m;
+  g.n = static_cast<std::int32_t>(n);
+  g.k = static_cast<std::int32_t>(k);
+  g.lda = lda;
+  g.ldw = k;
+  g.ldc = n;
+  g.norm_eps = spec_.norm_eps;
+  g.norm_weight_offset = spec_.norm_weight_offset ? 1.0f : 0.0f;
+  g.pdl = active_.pdl;
+  return g;
+}
+
+bool CudaForward::fused_step(const ForwardShape& shape) const {
+  return fusable_ && shape.kernels.gemv &&
+         shape.width <= std::min(shape.kernels.gemv_max_rows, kGemvMaxRows);
+}
+
+Status CudaForward::validate_shape(const ForwardShape& shape) const {
   const std::int32_t w = shape.width;
   if (w <= 0 || w > max_step_ || shape.rows <= 0 || shape.rows > w) {
     return invalid_argument("cuda forward: width {} / rows {} outside [1, {}]", w, shape.rows,
@@ -190,34 +212,43 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     return invalid_argument("cuda forward: split-KV attention serves at most {} rows",
                             kMaxDecodeWidth);
   }
-  const bool split_rows = shape.decode_rows >= 0;
-  if (split_rows &&
+  if (shape.decode_rows >= 0 &&
       (shape.decode_rows > w || shape.kernels.decode_attention != DecodeAttention::kV2)) {
     return invalid_argument(
         "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
         shape.decode_rows, w);
   }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
-  const std::int32_t* tokens =
-      step_.data() + StepArrays::kTokens * static_cast<std::size_t>(max_step_);
-  const std::int32_t* positions =
-      step_.data() + StepArrays::kPositions * static_cast<std::size_t>(max_step_);
-  const std::int32_t* slots =
-      step_.data() + StepArrays::kSlots * static_cast<std::size_t>(max_step_);
-  const std::int32_t* cells =
-      step_.data() + StepArrays::kCells * static_cast<std::size_t>(max_step_);
-  const std::int32_t* selector =
-      step_.data() + StepArrays::kSelector * static_cast<std::size_t>(max_step_);
-  const std::int32_t* attention_rows =
-      step_.data() + StepArrays::kAttentionRows * static_cast<std::size_t>(max_step_);
+  return Status::ok();
+}
+
+std::int32_t CudaForward::decode_splits(const ForwardShape& shape) const {
+  const model::ModelSpec& s = spec_;
+  // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
+  const bool split_rows = shape.decode_rows >= 0;
+  const std::int32_t rows =
+      split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
+  if (!(shape.decode_attention || split_rows) || rows <= 0) return 1;
+  const std::int32_t splits =
+      shape.kernels.decode_attention == DecodeAttention::kV2
+          ? attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, table_stride_,
+                                       sm_count_, shape.kernels.decode_split_keys)
+          : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_);
+  return std::min(kAttentionMaxSplits, splits);
+}
+
+Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
+  CELLM_RETURN_IF_ERROR(validate_shape(shape));
+  const model::ModelSpec& s = spec_;
+  const std::int32_t w = shape.width;
+  const StepInputs in = step_inputs();
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
-  const float offset = s.norm_weight_offset ? 1.0f : 0.0f;
-  const std::size_t pool_elems =
-      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+  active_ = shape.kernels;
+  const bool fused = fused_step(shape);
 
-  EmbeddingParams emb;
-  emb.tokens = tokens;
+  EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl
+  emb.tokens = in.tokens;
   emb.table = weights_.embed;
   emb.out = x_.data();
   emb.num_tokens = w;
@@ -235,162 +266,49 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     p.rows = w;
     p.dim = s.hidden_size;
     p.eps = s.norm_eps;
-    p.weight_offset = offset;
+    p.weight_offset = s.norm_weight_offset ? 1.0f : 0.0f;
+    p.pdl = active_.pdl;
     launch_rms_norm(p, stream);
   };
 
-  active_ = shape.kernels;
-  const bool decode_v2 = shape.kernels.decode_attention == DecodeAttention::kV2;
-  const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2
-                                     ? launch_attention_prefill_v2
-                                     : launch_attention_prefill;
-  std::int32_t splits = 1;
-  // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
-  const std::int32_t decode_width = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : w;
-  if ((shape.decode_attention || split_rows) && decode_width > 0) {
-    splits = decode_v2 ? attention_decode_v2_splits(decode_width, s.num_heads, s.num_kv_heads,
-                                                    table_stride_, sm_count_,
-                                                    shape.kernels.decode_split_keys)
-                       : attention_decode_splits(decode_width, s.num_heads, s.num_kv_heads,
-                                                 table_stride_, sm_count_);
-    splits = std::min(kAttentionMaxSplits, splits);
-  }
+  const std::int32_t splits = decode_splits(shape);
   for (int l = 0; l < s.num_layers; ++l) {
     const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
-    const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
-    bf16* k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
-    bf16* v_pool = k_pool + pool_elems;
-    if (l == 0) {
-      norm(x_.data(), nullptr, lw.attn_norm, h_.data());
+    if (fused) {
+      // x_ is the whole residual stream: the GEMVs add into it and normalise
+      // their own inputs, so no norm, add or activation kernel runs.
+      GemvParams qkv = gemv_params(x_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(), w);
+      qkv.bias = lw.qkv_bias;
+      qkv.prologue = GemvPrologue::kRmsNorm;
+      qkv.norm_weight = lw.attn_norm;
+      CELLM_RETURN_IF_ERROR(gemv(qkv, stream));
     } else {
-      norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data());
-    }
-    CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
-                               DType::kBF16, w, lw.qkv_bias, stream));
-    bf16* q = qkv_.data();
-    bf16* k = q + q_dim_;
-    bf16* v = k + kv_dim_;
-    if (s.qk_norm) {
-      QkNormParams p;
-      p.q = q;
-      p.k = k;
-      p.q_weight = lw.q_norm;
-      p.k_weight = lw.k_norm;
-      p.q_stride = qkv_dim_;
-      p.k_stride = qkv_dim_;
-      p.num_tokens = w;
-      p.num_heads = s.num_heads;
-      p.num_kv_heads = s.num_kv_heads;
-      p.head_dim = s.head_dim;
-      p.eps = s.norm_eps;
-      p.weight_offset = offset;
-      launch_qk_norm(p, stream);
-    }
-    const std::int32_t rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
-    // The tables are shared by every layer: the first layer's scatter writes them.
-    std::int32_t* table_writes = l == 0 ? table_.data() : nullptr;
-    if (shape.kernels.fused_rope && rope_scatter_supported(s.head_dim, rotary_dim)) {
-      RopeScatterParams rs;
-      rs.q = q;
-      rs.k = k;
-      rs.v = v;
-      rs.k_pool = k_pool;
-      rs.v_pool = v_pool;
-      rs.cells = cells;
-      rs.seq_slots = slots;
-      rs.positions = positions;
-      rs.cell_table = table_writes;
-      rs.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
-      rs.q_stride = qkv_dim_;
-      rs.k_stride = qkv_dim_;
-      rs.v_stride = qkv_dim_;
-      rs.num_tokens = w;
-      rs.num_heads = s.num_heads;
-      rs.num_kv_heads = s.num_kv_heads;
-      rs.head_dim = s.head_dim;
-      rs.rotary_dim = rotary_dim;
-      rs.max_cells = kv_cells_;
-      rs.max_seqs = max_seqs_;
-      rs.table_stride = table_stride_;
-      launch_rope_scatter(rs, stream);
-    } else {
-      RopeParams rope;
-      rope.q = q;
-      rope.k = k;
-      rope.positions = positions;
-      rope.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
-      rope.q_stride = qkv_dim_;
-      rope.k_stride = qkv_dim_;
-      rope.num_tokens = w;
-      rope.num_heads = s.num_heads;
-      rope.num_kv_heads = s.num_kv_heads;
-      rope.head_dim = s.head_dim;
-      rope.rotary_dim = rotary_dim;
-      launch_rope(rope, stream);
-
-      KvScatterParams sc;
-      sc.k = k;
-      sc.v = v;
-      sc.k_pool = k_pool;
-      sc.v_pool = v_pool;
-      sc.cells = cells;
-      sc.seq_slots = slots;
-      sc.positions = positions;
-      sc.cell_table = table_writes;
-      sc.k_stride = qkv_dim_;
-      sc.v_stride = qkv_dim_;
-      sc.num_tokens = w;
-      sc.num_kv_heads = s.num_kv_heads;
-      sc.head_dim = s.head_dim;
-      sc.max_cells = kv_cells_;
-      sc.max_seqs = max_seqs_;
-      sc.table_stride = table_stride_;
-      launch_kv_scatter(sc, stream);
-    }
-
-    AttentionParams at;
-    at.q = q;
-    at.out = attn_.data();
-    at.k_pool = k_pool;
-    at.v_pool = v_pool;
-    at.cell_table = table_.data();
-    at.seq_slots = slots;
-    at.positions = positions;
-    at.q_stride = qkv_dim_;
-    at.out_stride = q_dim_;
-    at.num_tokens = w;
-    at.num_heads = s.num_heads;
-    at.num_kv_heads = s.num_kv_heads;
-    at.head_dim = s.head_dim;
-    at.max_cells = kv_cells_;
-    at.max_seqs = max_seqs_;
-    at.table_stride = table_stride_;
-    at.window = ls.window;
-    at.scale = attention_scale_;
-    at.softcap = s.attn_logit_softcap.value_or(0.0f);
-    at.num_splits = splits;
-    at.workspace = attn_ws_.data();
-    at.split_min_keys = shape.kernels.decode_split_keys;
-    at.counters = attn_counters_.data();
-    if (split_rows) {
-      // Decode rows first; the prefill kernel then takes the rest, whose
-      // sequences own enough rows in this step to share K/V tiles.
-      // Launches of at most kMaxDecodeWidth rows reuse the partials and the
-      // counters one after another on the stream.
-      for (std::int32_t first = 0; first < shape.decode_rows; first += kMaxDecodeWidth) {
-        at.rows = attention_rows + first;
-        at.num_tokens = std::min(kMaxDecodeWidth, shape.decode_rows - first);
-        launch_attention_decode_v2(at, stream);
+      if (l == 0) {
+        norm(x_.data(), nullptr, lw.attn_norm, h_.data());
+      } else {
+        norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data());
       }
-      at.rows = attention_rows + shape.decode_rows;
-      at.num_tokens = w - shape.decode_rows;
-      if (at.num_tokens > 0) prefill_attention(at, stream);
-    } else if (shape.decode_attention && decode_v2) {
-      launch_attention_decode_v2(at, stream);
-    } else if (shape.decode_attention) {
-      launch_attention_decode(at, stream);
-    } else {
-      prefill_attention(at, stream);
+      CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
+                                 DType::kBF16, w, lw.qkv_bias, stream));
+    }
+    enqueue_attention(l, shape, in, splits, stream);
+    if (fused) {
+      GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
+      o.epilogue = GemvEpilogue::kResidualAdd;
+      CELLM_RETURN_IF_ERROR(gemv(o, stream));
+      GemvParams gate_up =
+          gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
+      gate_up.ldc = 2 * inter;
+      gate_up.prologue = GemvPrologue::kRmsNorm;
+      gate_up.norm_weight = lw.mlp_norm;
+      gate_up.epilogue = s.activation == model::Activation::kGeluTanh
+                             ? GemvEpilogue::kGatedGeluTanh
+                             : GemvEpilogue::kGatedSilu;
+      CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
+      GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
+      down.epilogue = GemvEpilogue::kResidualAdd;
+      CELLM_RETURN_IF_ERROR(gemv(down, stream));
+      continue;
     }
     CELLM_RETURN_IF_ERROR(gemm(attn_.data(), q_dim_, lw.o, hidden, q_dim_, tmp_.data(),
                                DType::kBF16, w, nullptr, stream));
@@ -409,29 +327,61 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     mlp.inter = s.intermediate_size;
     mlp.activation = s.activation == model::Activation::kGeluTanh ? GateActivation::kGeluTanh
                                                                   : GateActivation::kSilu;
+    mlp.pdl = active_.pdl;
     launch_gated_mlp(mlp, stream);
     CELLM_RETURN_IF_ERROR(gemm(gu_.data(), 2 * inter, lw.down, hidden, inter, tmp_.data(),
                                DType::kBF16, w, nullptr, stream));
     if (lw.post_mlp_norm != nullptr) norm(tmp_.data(), nullptr, lw.post_mlp_norm, tmp_.data());
   }
-  norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data());
+  return enqueue_logits(shape, in, fused, stream);
+}
 
+Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
+                                   cudaStream_t stream) {
+  const model::ModelSpec& s = spec_;
+  const std::int32_t w = shape.width;
+  const std::int64_t hidden = s.hidden_size;
   EmbeddingParams gather;  // the selected rows of the final hidden state
-  gather.tokens = selector;
-  gather.table = h_.data();
+  gather.tokens = in.selector;
+  gather.table = fused ? x_.data() : h_.data();
   gather.out = sel_.data();
   gather.num_tokens = shape.rows;
   gather.vocab = w;
   gather.dim = s.hidden_size;
   gather.scale = 1.0f;
-  launch_embedding(gather, stream);
-  CELLM_RETURN_IF_ERROR(gemm(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
-                             logits_.data(), DType::kF32, shape.rows, nullptr, stream));
+  gather.pdl = active_.pdl;
+  if (fused) {
+    // The final norm runs on the gathered rows, inside the lm_head GEMV.
+    launch_embedding(gather, stream);
+    GemvParams head = gemv_params(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
+                                  nullptr, shape.rows);
+    head.out = logits_.data();
+    head.out_f32 = true;
+    head.prologue = GemvPrologue::kRmsNorm;
+    head.norm_weight = weights_.final_norm;
+    CELLM_RETURN_IF_ERROR(gemv(head, stream));
+  } else {
+    RmsNormParams p;
+    p.x = tmp_.data();
+    p.residual = x_.data();
+    p.weight = weights_.final_norm;
+    p.out = h_.data();
+    p.rows = w;
+    p.dim = s.hidden_size;
+    p.eps = s.norm_eps;
+    p.weight_offset = s.norm_weight_offset ? 1.0f : 0.0f;
+    p.pdl = active_.pdl;
+    launch_rms_norm(p, stream);
+    launch_embedding(gather, stream);
+    CELLM_RETURN_IF_ERROR(gemm(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
+                               logits_.data(), DType::kF32, shape.rows, nullptr, stream));
+  }
   if (s.final_logit_softcap) {
     SoftCapParams cap;
     cap.logits = logits_.data();
     cap.count = static_cast<std::int64_t>(shape.rows) * s.vocab_size;
     cap.cap = *s.final_logit_softcap;
+    cap.pdl = active_.pdl;
     launch_soft_cap(cap, stream);
   }
   return Status::ok();

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_types.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_choice.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
@@ -68,9 +69,6 @@ class CudaForward {
   std::int32_t kv_cells() const { return kv_cells_; }
   std::int32_t table_stride() const { return table_stride_; }
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
-  const bf16* final_hidden() const {
-    return h_.data();
-  }  // [max_step, hidden], after the final norm
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;
@@ -82,9 +80,37 @@ class CudaForward {
   static std::size_t activation_bytes(const model::ModelSpec& spec, std::int32_t max_step);
 
  private:
+  // Device pointers to the step's input arrays (StepArrays).
+  struct StepInputs {
+    const std::int32_t* tokens;
+    const std::int32_t* positions;
+    const std::int32_t* slots;
+    const std::int32_t* cells;
+    const std::int32_t* selector;
+    const std::int32_t* attention_rows;
+  };
+
   CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm);
+  Status validate_shape(const ForwardShape& shape) const;
+  // A step that runs every projection on the GEMV with the norms, residual
+  // adds and the MLP activation fused in (models without post-norms).
+  bool fused_step(const ForwardShape& shape) const;
+  std::int32_t decode_splits(const ForwardShape& shape) const;
+  StepInputs step_inputs() const;
+  // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter and attention of layer l.
+  void enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
+                         std::int32_t splits, cudaStream_t stream);
+  void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
+                            cudaStream_t stream);
+  // Final norm, the selected rows and the lm_head (and the logit soft cap).
+  Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
+                        cudaStream_t stream);
   Status gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n, std::int64_t k,
               void* out, DType out_dtype, std::int32_t m, const bf16* bias, cudaStream_t stream);
+  // A plain GEMV of the enqueue in progress (its pdl, the model's norm constants).
+  GemvParams gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
+                         std::int64_t k, bf16* out, std::int32_t m) const;
+  Status gemv(const GemvParams& params, cudaStream_t stream);
 
   model::ModelSpec spec_;
   DeviceWeights weights_;
@@ -110,6 +136,7 @@ class CudaForward {
   DeviceBuffer<std::byte> gemm_ws_;
   std::int32_t max_decode_splits_ = 1;
   KernelChoice active_{};  // the enqueue in progress
+  bool fusable_ = false;   // no post-norms, and every width a multiple of 8
 };
 
 }  // namespace cellm::cuda

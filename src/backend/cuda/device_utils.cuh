@@ -41,6 +41,46 @@ __device__ __forceinline__ void store8(bf16* dst, const float (&in)[8]) {
   *reinterpret_cast<uint4*>(dst) = raw;
 }
 
+// Programmatic dependent launch (launch.h's LaunchConfig::pdl). A kernel
+// launched with pdl may start while the kernel before it is still running:
+// it must call griddep_wait() in every block before it reads or writes
+// anything an earlier kernel touches (weights are fine to read before).
+// The wait returns once every earlier kernel has finished and its writes are
+// visible; because every pdl kernel waits, that holds transitively down the
+// stream. griddep_launch_dependents() lets the next pdl kernel start its own
+// prologue; it does not make this kernel's writes visible early. Both are
+// no-ops when the kernel was launched without pdl.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Both, at the top of a kernel that reads nothing before its wait.
+__device__ __forceinline__ void griddep_enter() {
+  griddep_wait();
+  griddep_launch_dependents();
+}
+
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
 __device__ __forceinline__ float warp_sum(float value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {

@@ -22,8 +22,9 @@ struct LaunchConfig {
   dim3 block;
   std::size_t smem_bytes = 0;
   cudaStream_t stream = nullptr;
-  // Programmatic dependent launch: lets this kernel's prologue overlap the
-  // previous kernel's tail (kernels must call cudaGridDependencySynchronize).
+  // Programmatic dependent launch: lets this kernel start while the previous
+  // one finishes. Only for kernels that call griddep_wait()
+  // (device_utils.cuh) in every block before touching shared data.
   bool pdl = false;
 };
 

@@ -1,5 +1,6 @@
 // The CUDA forward with the new kernel variants (decode attention v2, fused
-// rope + scatter, GEMV) against the established kernels on the same random
+// rope + scatter, the GEMV path with its fused norms, residual adds and
+// activation, programmatic dependent launch) against the established kernels on the same random
 // weights: a prefill of three sequences, then decode steps with a padding row,
 // in the real layer shapes (Llama 1B/8B heads, Qwen3's q/k norms and group 2,
 // Gemma 3's head dim 256 and sliding windows; few layers where the full
@@ -119,13 +120,15 @@ struct Variant {
 };
 
 // The first kernels of each family (v1 decode attention, rope then scatter,
-// cuBLASLt for every GEMM): the baseline the later variants must match.
+// cuBLASLt for every GEMM, separate norm and activation kernels, plain
+// launches): the baseline the later variants must match.
 KernelChoice established() {
   KernelChoice k;
   k.decode_attention = DecodeAttention::kV1;
   k.prefill_attention = PrefillAttention::kV1;
   k.fused_rope = false;
   k.gemv = false;
+  k.pdl = false;
   return k;
 }
 
@@ -136,17 +139,32 @@ std::vector<Variant> variants() {
   v2_short.decode_split_keys = 64;  // several splits even at these contexts
   KernelChoice fused = established();
   fused.fused_rope = true;
+  // The decode steps have four rows: the fused GEMV path at max rows 4 and 8.
   KernelChoice gemv = established();
   gemv.gemv = true;
+  KernelChoice gemv_pdl = gemv;
+  gemv_pdl.pdl = true;
+  KernelChoice gemv8_pdl = gemv_pdl;
+  gemv8_pdl.gemv_max_rows = 8;
+  KernelChoice pdl = established();
+  pdl.pdl = true;
   KernelChoice prefill_v2 = established();
   prefill_v2.prefill_attention = PrefillAttention::kV2;
   KernelChoice all = v2_short;
   all.fused_rope = true;
   all.gemv = true;
   all.prefill_attention = PrefillAttention::kV2;
-  return {
-      {"decode_v2", v2}, {"decode_v2_split64", v2_short}, {"fused_rope", fused},     {"gemv", gemv},
-      {"all", all},      {"defaults", KernelChoice{}},    {"prefill_v2", prefill_v2}};
+  all.pdl = true;
+  return {{"decode_v2", v2},
+          {"decode_v2_split64", v2_short},
+          {"fused_rope", fused},
+          {"gemv", gemv},
+          {"gemv_pdl", gemv_pdl},
+          {"gemv8_pdl", gemv8_pdl},
+          {"pdl_without_gemv", pdl},
+          {"all", all},
+          {"defaults", KernelChoice{}},
+          {"prefill_v2", prefill_v2}};
 }
 
 class ForwardKernelsTest : public ::testing::TestWithParam<ForwardCase> {};

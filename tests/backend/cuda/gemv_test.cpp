@@ -588,12 +588,15 @@ TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {
 
 // ---- host-only checks ----
 
+// validate() never dereferences: the pointers only need their alignment, and
+// a and out their own (non-overlapping) ranges: a is 4 x 64 bf16, out 4 x 16.
 GemvParams fake_params() {
-  alignas(16) static std::byte storage[64];
+  alignas(16) static std::byte a_storage[4 * 64 * 2];
+  alignas(16) static std::byte out_storage[4 * 16 * 4];
   GemvParams p;
-  p.a = reinterpret_cast<const bf16*>(storage);
+  p.a = reinterpret_cast<const bf16*>(a_storage);
   p.w = p.a;
-  p.out = storage;
+  p.out = out_storage;
   p.m = 4;
   p.n = 16;
   p.k = 64;
@@ -601,6 +604,19 @@ GemvParams fake_params() {
   p.ldw = 64;
   p.ldc = 16;
   return p;
+}
+
+TEST(GemvValidateTest, RefusesAnOutputThatOverlapsTheInput) {
+  GemvParams p = fake_params();
+  p.out = const_cast<bf16*>(p.a) + 3 * 64 + 8;  // inside a's last row
+  Status status = p.validate();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("overlap"), std::string::npos) << status.to_string();
+  p.out = const_cast<bf16*>(p.a) + 3 * 64 + 64;  // just past it
+  EXPECT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  p.out = const_cast<bf16*>(p.a) - 3 * 16 - 8;  // its last row reaches into a
+  status = p.validate();
+  EXPECT_NE(status.message().find("overlap"), std::string::npos) << status.to_string();
 }
 
 TEST(GemvValidateTest, AcceptsAWellFormedCall) {

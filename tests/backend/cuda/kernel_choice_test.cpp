@@ -28,7 +28,9 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV2);
   EXPECT_TRUE(choice->fused_rope);
-  EXPECT_FALSE(choice->gemv);
+  EXPECT_TRUE(choice->gemv);
+  EXPECT_EQ(choice->gemv_max_rows, 4);
+  EXPECT_TRUE(choice->pdl);
   EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(*choice, KernelChoice{});
 }
@@ -38,19 +40,22 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_PREFILL_ATTN", "v1"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_FUSED_ROPE", "0"},
-                                                 {"CELLM_GEMV", "on"},
-                                                 {"CELLM_GEMV_MAX_ROWS", "4"},
+                                                 {"CELLM_GEMV", "off"},
+                                                 {"CELLM_GEMV_MAX_ROWS", "8"},
+                                                 {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_FALSE(choice->fused_rope);
-  EXPECT_TRUE(choice->gemv);
-  EXPECT_EQ(choice->gemv_max_rows, 4);
+  EXPECT_FALSE(choice->gemv);
+  EXPECT_EQ(choice->gemv_max_rows, 8);
+  EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=4 autotune=0");
+            "decode=v1 prefill=v1 split_keys=128 fused_rope=0 gemv=0 gemv_max_rows=8 pdl=0 "
+            "autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -58,6 +63,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_ATTN", "v3"}},        {{"CELLM_PREFILL_ATTN", "fast"}},
       {{"CELLM_FUSED_ROPE", "yes please"}}, {{"CELLM_GEMV", "2"}},
       {{"CELLM_GEMM_AUTOTUNE", "yes"}},     {{"CELLM_GEMV_MAX_ROWS", "9"}},
+      {{"CELLM_PDL", "2"}},
       {{"CELLM_GEMV_MAX_ROWS", "4x"}},      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
       {{"CELLM_DECODE_SPLIT_KEYS", ""}},
   };
@@ -77,9 +83,10 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
     EXPECT_FALSE(choice->fused_rope) << off;  // the default is on
   }
   for (const char* on : {"1", "on", "true"}) {
-    auto choice = parse_kernel_choice(lookup_from({{"CELLM_GEMV", on}}));
-    ASSERT_TRUE(choice.ok()) << on;
-    EXPECT_TRUE(choice->gemv) << on;
+    // Every flag defaults to on: what is checked is that the spelling parses.
+    auto choice = parse_kernel_choice(lookup_from({{"CELLM_PDL", on}}));
+    ASSERT_TRUE(choice.ok()) << on << ": " << choice.status().to_string();
+    EXPECT_TRUE(choice->pdl) << on;
   }
 }
 

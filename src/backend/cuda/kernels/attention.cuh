@@ -81,6 +81,9 @@ struct AttentionParams {
   std::int32_t split_min_keys = 256;
   std::int32_t* counters = nullptr;
 
+  // Programmatic dependent launch (launch.h); only the split-KV v2 kernel honours it.
+  bool pdl = false;
+
   Status validate() const;
   Status validate_decode() const;     // validate() plus the split fields
   Status validate_decode_v2() const;  // validate_decode() plus the v2 fields

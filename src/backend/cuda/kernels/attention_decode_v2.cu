@@ -112,6 +112,7 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
 template <int kMaxHd>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
+  griddep_enter();
   using L = V2Layout<kMaxHd>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
@@ -427,7 +428,7 @@ void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stre
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     launch(attention_decode_v2_kernel<kMaxHd>,
-           LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream}, params);
+           LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl}, params);
   });
   if (!dispatched) {
     cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: unvalidated head_dim");

@@ -9,6 +9,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
+  griddep_enter();
   const int t = blockIdx.x;
   const std::int32_t token = p.tokens[t];
   const bool valid = token >= 0 && token < p.vocab;
@@ -26,7 +27,7 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
 }  // namespace
 
 void launch_embedding(const EmbeddingParams& params, cudaStream_t stream) {
-  launch(embedding_kernel, LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream},
+  launch(embedding_kernel, LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream, params.pdl},
          params);
 }
 

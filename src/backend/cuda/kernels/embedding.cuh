@@ -28,6 +28,9 @@ struct EmbeddingParams {
   // Gemma multiplies by sqrt(hidden) rounded to bf16; the caller rounds.
   float scale = 1.0f;
 
+  // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
+  bool pdl = false;
+
   Status validate() const;
 };
 

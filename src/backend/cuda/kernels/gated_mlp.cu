@@ -8,18 +8,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu(float x) {
-  return x / (1.0f + expf(-x));
-}
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-
 template <GateActivation kAct>
 __global__ void __launch_bounds__(kThreads)
     gated_mlp_kernel(const __grid_constant__ GatedMlpParams p) {
+  griddep_enter();
   const std::int64_t row = blockIdx.y;
   const int c = (blockIdx.x * kThreads + threadIdx.x) * 8;
   if (c >= p.inter) return;
@@ -38,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_gated_mlp(const GatedMlpParams& params, cudaStream_t stream) {
   const LaunchConfig config{dim3(ceil_div(params.inter, kThreads * 8), params.rows), dim3(kThreads),
-                            0, stream};
+                            0, stream, params.pdl};
   switch (params.activation) {
     case GateActivation::kSilu:
       launch(gated_mlp_kernel<GateActivation::kSilu>, config, params);

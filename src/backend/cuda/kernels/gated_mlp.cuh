@@ -33,6 +33,9 @@ struct GatedMlpParams {
   std::int32_t inter = 0;  // multiple of 8
   GateActivation activation = GateActivation::kSilu;
 
+  // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
+  bool pdl = false;
+
   Status validate() const;
 };
 

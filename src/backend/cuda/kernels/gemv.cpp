@@ -14,7 +14,7 @@ Status GemvParams::validate() const {
         "the cuBLASLt GEMM otherwise)",
         m, n, k, kGemvMaxRows);
   }
-  if (n > 65535LL * 65535LL || lda < k || ldw < k || ldc < n || lda % 8 != 0 || ldw % 8 != 0) {
+  if (n > (1 << 30) || lda < k || ldw < k || ldc < n || lda % 8 != 0 || ldw % 8 != 0) {
     return invalid_argument(
         "cuda gemv: lda={} ldw={} ldc={} for k={} n={} (need lda, ldw >= k and multiples of 8, "
         "ldc >= n)",
@@ -22,6 +22,33 @@ Status GemvParams::validate() const {
   }
   CELLM_RETURN_IF_ERROR(require_aligned16(a, "gemv", "a"));
   CELLM_RETURN_IF_ERROR(require_aligned16(w, "gemv", "w"));
+  if (prologue == GemvPrologue::kRmsNorm) {
+    CELLM_RETURN_IF_ERROR(require_ptr(norm_weight, "gemv", "norm_weight"));
+    CELLM_RETURN_IF_ERROR(require_aligned16(norm_weight, "gemv", "norm_weight"));
+    if (!(norm_eps > 0.0f) || (norm_weight_offset != 0.0f && norm_weight_offset != 1.0f)) {
+      return invalid_argument("cuda gemv: norm eps {} must be positive and offset {} 0 or 1",
+                              norm_eps, norm_weight_offset);
+    }
+  }
+  const bool gated =
+      epilogue == GemvEpilogue::kGatedSilu || epilogue == GemvEpilogue::kGatedGeluTanh;
+  if (out_f32 && epilogue != GemvEpilogue::kStore) {
+    return invalid_argument(
+        "cuda gemv: float output is only for the plain store (the residual stream and the "
+        "gated activation are bf16)");
+  }
+  // Every block reads all of `a` while others write `out`: they must not meet.
+  const auto* a_begin = reinterpret_cast<const char*>(a);
+  const auto* a_end = a_begin + ((m - 1) * lda + k) * static_cast<std::int64_t>(sizeof(bf16));
+  const auto* o_begin = static_cast<const char*>(out);
+  const auto* o_end = o_begin + ((m - 1) * ldc + n) * static_cast<std::int64_t>(
+                                                        out_f32 ? sizeof(float) : sizeof(bf16));
+  if (a_begin < o_end && o_begin < a_end) {
+    return invalid_argument("cuda gemv: `a` and `out` overlap; give the product its own buffer");
+  }
+  if (gated && bias != nullptr) {
+    return invalid_argument("cuda gemv: the gated epilogues take no bias");
+  }
   return Status::ok();
 }
 

@@ -1,10 +1,24 @@
-// Skinny GEMM for decode widths: out[m, n] = a[m, k] @ w[n, k]^T (+ bias),
-// m <= kGemvMaxRows, bf16 operands, float accumulation, bf16 or float output.
-// Weight-bandwidth bound: a block of four warps owns four output columns and
-// splits k between its warps (16-byte loads, two steps in flight per lane,
-// weights streamed past L1), so even narrow layers launch hundreds of blocks
-// and no split-K reduction kernel is needed. The warps' partial sums are
-// added in a fixed order: the same inputs give the same bits on every run.
+// Skinny GEMM for decode widths, with the small ops around a projection
+// fused in: out[m, n] = epilogue(prologue(a)[m, k] @ w[n, k]^T + bias),
+// m <= kGemvMaxRows, bf16 operands, float accumulation.
+//
+// Built for batch 1-8 decode, where a step is a chain of weight reads with
+// tiny kernels in between: each warp owns two weight rows over the whole of
+// k, the grid is one resident wave that strides over the rows, and the first
+// weights are loaded (and the next ones prefetched into L2) *before* the
+// kernel waits on the previous kernel (programmatic dependent launch), so the
+// weight stream overlaps the tail of whatever ran before.
+//   prologue kRmsNorm: a row is RMS-normalised on the fly (every block
+//     reduces the rows' sums of squares itself), rounded to bf16 as the norm
+//     kernel would write it.
+//   epilogue kResidualAdd: out is the bf16 residual stream, updated in place
+//     as bf16(out + bf16(sum)): the GEMM output and the residual add of the
+//     unfused path, with the same roundings.
+//   epilogue kGatedSilu/kGatedGeluTanh: w holds 2n rows (gates, then ups);
+//     out[r, c] = bf16(act(bf16(gate)) * bf16(up)), as the gated-MLP kernel
+//     computes it from the bf16 GEMM output.
+// The warps' lanes are reduced by a fixed butterfly: the same inputs give the
+// same bits on every run and every grid size.
 //
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
@@ -24,22 +38,39 @@ namespace cellm::cuda {
 
 inline constexpr int kGemvMaxRows = 8;
 
+enum class GemvPrologue : std::int32_t { kNone, kRmsNorm };
+enum class GemvEpilogue : std::int32_t { kStore, kResidualAdd, kGatedSilu, kGatedGeluTanh };
+
 struct GemvParams {
   const bf16* a = nullptr;     // [m, lda], first k columns
-  const bf16* w = nullptr;     // [n, ldw], first k columns (PyTorch Linear layout)
-  const bf16* bias = nullptr;  // [n] or null
-  void* out = nullptr;         // [m, ldc]: bf16, or float when out_f32
+  const bf16* w = nullptr;     // [n, ldw] (2n rows for the gated epilogues), PyTorch Linear layout
+  const bf16* bias = nullptr;  // [n] or null (kStore and kResidualAdd only)
+  void* out = nullptr;  // [m, ldc]: bf16, or float when out_f32 (kStore only); never overlaps a
   bool out_f32 = false;
   std::int32_t m = 0;  // 1..kGemvMaxRows
-  std::int32_t n = 0;
+  std::int32_t n = 0;  // output columns
   std::int32_t k = 0;  // multiple of 8
   std::int64_t lda = 0;
   std::int64_t ldw = 0;
   std::int64_t ldc = 0;
 
+  GemvPrologue prologue = GemvPrologue::kNone;
+  const bf16* norm_weight = nullptr;  // [k], kRmsNorm
+  float norm_eps = 1e-6f;
+  float norm_weight_offset = 0.0f;  // 0 or 1 (Gemma's 1 + w)
+
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  // Launch with programmatic dependent launch (see launch.h).
+  bool pdl = false;
+
   Status validate() const;
 };
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
+
+// Queries the kernels' occupancy (the grid is one resident wave) on the
+// current device; launch_gemv does it on a device's first use, which should
+// not be during a stream capture, so a forward calls this up front.
+void prepare_gemv();
 
 }  // namespace cellm::cuda

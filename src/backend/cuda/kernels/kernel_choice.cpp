@@ -58,6 +58,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_GEMV_MAX_ROWS")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_max_rows, parse_int("CELLM_GEMV_MAX_ROWS", *v, 1, 8));
   }
+  if (auto v = lookup("CELLM_PDL")) {
+    CELLM_ASSIGN_OR_RETURN(choice.pdl, parse_flag("CELLM_PDL", *v));
+  }
   if (auto v = lookup("CELLM_GEMM_AUTOTUNE")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemm_autotune, parse_flag("CELLM_GEMM_AUTOTUNE", *v));
   }
@@ -80,11 +83,12 @@ KernelChoice kernel_choice_from_env() {
 
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
-      "decode={} prefill={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} autotune={}",
+      "decode={} prefill={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} pdl={} "
+      "autotune={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
-      choice.gemm_autotune ? 1 : 0);
+      choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

@@ -11,6 +11,7 @@ constexpr int kWarps = 4;
 // One warp per (token, head) vector; lane l holds dims [8l, 8l + 8).
 __global__ void __launch_bounds__(kWarps * 32)
     qk_norm_kernel(const __grid_constant__ QkNormParams p) {
+  griddep_enter();
   const int heads_per_token = p.num_heads + p.num_kv_heads;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (item >= static_cast<std::int64_t>(p.num_tokens) * heads_per_token) return;
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 void launch_qk_norm(const QkNormParams& params, cudaStream_t stream) {
   const long long items =
       static_cast<long long>(params.num_tokens) * (params.num_heads + params.num_kv_heads);
-  launch(qk_norm_kernel, LaunchConfig{dim3(ceil_div(items, kWarps)), dim3(kWarps * 32), 0, stream},
+  launch(qk_norm_kernel, LaunchConfig{dim3(ceil_div(items, kWarps)), dim3(kWarps * 32), 0, stream, params.pdl},
          params);
 }
 

@@ -33,6 +33,9 @@ struct QkNormParams {
   float eps = 1e-6f;
   float weight_offset = 0.0f;  // 0 or 1
 
+  // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
+  bool pdl = false;
+
   Status validate() const;
 };
 

@@ -10,6 +10,7 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(const __grid_constant__ RmsNormParams p) {
+  griddep_enter();
   __shared__ float scratch[32];
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * p.dim;
   const bf16* x = p.x + row;
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_rms_norm(const RmsNormParams& params, cudaStream_t stream) {
-  launch(rms_norm_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream}, params);
+  launch(rms_norm_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream, params.pdl}, params);
 }
 
 }  // namespace cellm::cuda

@@ -51,6 +51,7 @@ __device__ __forceinline__ void rotate8(const bf16* src, bf16* dst, int i0, int 
 
 __global__ void __launch_bounds__(kThreads)
     rope_scatter_kernel(const __grid_constant__ RopeScatterParams p) {
+  griddep_enter();
   const std::int64_t token = blockIdx.x;
   const int item = blockIdx.y * kThreads + threadIdx.x;
   const ItemCounts c = item_counts(p);
@@ -102,7 +103,8 @@ void launch_rope_scatter(const RopeScatterParams& params, cudaStream_t stream) {
   const ItemCounts c = item_counts(params);
   launch(
       rope_scatter_kernel,
-      LaunchConfig{dim3(params.num_tokens, ceil_div(c.total, kThreads)), dim3(kThreads), 0, stream},
+      LaunchConfig{dim3(params.num_tokens, ceil_div(c.total, kThreads)), dim3(kThreads), 0, stream,
+                   params.pdl},
       params);
 }
 

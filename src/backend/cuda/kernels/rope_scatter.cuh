@@ -47,6 +47,9 @@ struct RopeScatterParams {
   std::int32_t max_seqs = 0;
   std::int32_t table_stride = 0;
 
+  // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
+  bool pdl = false;
+
   Status validate() const;
 };
 

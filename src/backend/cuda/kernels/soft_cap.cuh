@@ -21,6 +21,9 @@ struct SoftCapParams {
   std::int64_t count = 0;
   float cap = 0.0f;  // > 0
 
+  // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
+  bool pdl = false;
+
   Status validate() const;
 };
 

@@ -1,0 +1,179 @@
+// The attention block of one layer of CudaForward::enqueue: q/k norms, rope
+// and the K/V scatter into the pool, then the attention kernels for the
+// step's rows (see cuda_forward.h).
+#include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/kv_scatter.cuh"
+#include "backend/cuda/kernels/qk_norm.cuh"
+#include "backend/cuda/kernels/rope.cuh"
+#include "backend/cuda/kernels/rope_scatter.cuh"
+#include "backend/cuda/rope_table.h"
+
+namespace cellm::cuda {
+
+CudaForward::StepInputs CudaForward::step_inputs() const {
+  const auto array = [&](int index) {
+    return step_.data() + static_cast<std::size_t>(index) * static_cast<std::size_t>(max_step_);
+  };
+  return StepInputs{array(StepArrays::kTokens),   array(StepArrays::kPositions),
+                    array(StepArrays::kSlots),    array(StepArrays::kCells),
+                    array(StepArrays::kSelector), array(StepArrays::kAttentionRows)};
+}
+
+void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
+                                       cudaStream_t stream) {
+  const model::ModelSpec& s = spec_;
+  const std::int32_t w = shape.width;
+  const std::size_t pool_elems =
+      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+  bf16* k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
+  bf16* v_pool = k_pool + pool_elems;
+  bf16* q = qkv_.data();
+  bf16* k = q + q_dim_;
+  bf16* v = k + kv_dim_;
+  const float* inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
+  const std::int32_t rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
+  // The tables are shared by every layer: the first layer's scatter writes them.
+  std::int32_t* table_writes = l == 0 ? table_.data() : nullptr;
+  if (shape.kernels.fused_rope && rope_scatter_supported(s.head_dim, rotary_dim)) {
+    RopeScatterParams rs;
+    rs.q = q;
+    rs.k = k;
+    rs.v = v;
+    rs.k_pool = k_pool;
+    rs.v_pool = v_pool;
+    rs.cells = in.cells;
+    rs.seq_slots = in.slots;
+    rs.positions = in.positions;
+    rs.cell_table = table_writes;
+    rs.inv_freq = inv_freq;
+    rs.q_stride = qkv_dim_;
+    rs.k_stride = qkv_dim_;
+    rs.v_stride = qkv_dim_;
+    rs.num_tokens = w;
+    rs.num_heads = s.num_heads;
+    rs.num_kv_heads = s.num_kv_heads;
+    rs.head_dim = s.head_dim;
+    rs.rotary_dim = rotary_dim;
+    rs.max_cells = kv_cells_;
+    rs.max_seqs = max_seqs_;
+    rs.table_stride = table_stride_;
+    rs.pdl = shape.kernels.pdl;
+    launch_rope_scatter(rs, stream);
+    return;
+  }
+  RopeParams rope;
+  rope.q = q;
+  rope.k = k;
+  rope.positions = in.positions;
+  rope.inv_freq = inv_freq;
+  rope.q_stride = qkv_dim_;
+  rope.k_stride = qkv_dim_;
+  rope.num_tokens = w;
+  rope.num_heads = s.num_heads;
+  rope.num_kv_heads = s.num_kv_heads;
+  rope.head_dim = s.head_dim;
+  rope.rotary_dim = rotary_dim;
+  launch_rope(rope, stream);
+
+  KvScatterParams sc;
+  sc.k = k;
+  sc.v = v;
+  sc.k_pool = k_pool;
+  sc.v_pool = v_pool;
+  sc.cells = in.cells;
+  sc.seq_slots = in.slots;
+  sc.positions = in.positions;
+  sc.cell_table = table_writes;
+  sc.k_stride = qkv_dim_;
+  sc.v_stride = qkv_dim_;
+  sc.num_tokens = w;
+  sc.num_kv_heads = s.num_kv_heads;
+  sc.head_dim = s.head_dim;
+  sc.max_cells = kv_cells_;
+  sc.max_seqs = max_seqs_;
+  sc.table_stride = table_stride_;
+  launch_kv_scatter(sc, stream);
+}
+
+void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
+                                    std::int32_t splits, cudaStream_t stream) {
+  const model::ModelSpec& s = spec_;
+  const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
+  const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
+  const std::int32_t w = shape.width;
+  const float offset = s.norm_weight_offset ? 1.0f : 0.0f;
+  bf16* q = qkv_.data();
+  if (s.qk_norm) {
+    QkNormParams p;
+    p.q = q;
+    p.k = q + q_dim_;
+    p.q_weight = lw.q_norm;
+    p.k_weight = lw.k_norm;
+    p.q_stride = qkv_dim_;
+    p.k_stride = qkv_dim_;
+    p.num_tokens = w;
+    p.num_heads = s.num_heads;
+    p.num_kv_heads = s.num_kv_heads;
+    p.head_dim = s.head_dim;
+    p.eps = s.norm_eps;
+    p.weight_offset = offset;
+    p.pdl = shape.kernels.pdl;
+    launch_qk_norm(p, stream);
+  }
+  enqueue_rope_scatter(l, shape, in, stream);
+
+  const std::size_t pool_elems =
+      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+  AttentionParams at;
+  at.q = q;
+  at.out = attn_.data();
+  at.k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
+  at.v_pool = at.k_pool + pool_elems;
+  at.cell_table = table_.data();
+  at.seq_slots = in.slots;
+  at.positions = in.positions;
+  at.q_stride = qkv_dim_;
+  at.out_stride = q_dim_;
+  at.num_tokens = w;
+  at.num_heads = s.num_heads;
+  at.num_kv_heads = s.num_kv_heads;
+  at.head_dim = s.head_dim;
+  at.max_cells = kv_cells_;
+  at.max_seqs = max_seqs_;
+  at.table_stride = table_stride_;
+  at.window = ls.window;
+  at.scale = attention_scale_;
+  at.softcap = s.attn_logit_softcap.value_or(0.0f);
+  at.num_splits = splits;
+  at.workspace = attn_ws_.data();
+  at.split_min_keys = shape.kernels.decode_split_keys;
+  at.counters = attn_counters_.data();
+  at.pdl = shape.kernels.pdl;
+  const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2
+                                     ? launch_attention_prefill_v2
+                                     : launch_attention_prefill;
+  const bool decode_v2 = shape.kernels.decode_attention == DecodeAttention::kV2;
+  if (shape.decode_rows >= 0) {
+    // Decode rows first; the prefill kernel then takes the rest, whose
+    // sequences own enough rows in this step to share K/V tiles.
+    // Launches of at most kMaxDecodeWidth rows reuse the partials and the
+    // counters one after another on the stream.
+    for (std::int32_t first = 0; first < shape.decode_rows; first += kMaxDecodeWidth) {
+      at.rows = in.attention_rows + first;
+      at.num_tokens = std::min(kMaxDecodeWidth, shape.decode_rows - first);
+      launch_attention_decode_v2(at, stream);
+    }
+    at.rows = in.attention_rows + shape.decode_rows;
+    at.num_tokens = w - shape.decode_rows;
+    if (at.num_tokens > 0) prefill_attention(at, stream);
+  } else if (shape.decode_attention && decode_v2) {
+    launch_attention_decode_v2(at, stream);
+  } else if (shape.decode_attention) {
+    launch_attention_decode(at, stream);
+  } else {
+    prefill_attention(at, stream);
+  }
+}
+
+}  // namespace cellm::cuda
