@@ -67,7 +67,6 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   f->q_dim_ = static_cast<std::int64_t>(spec.num_heads) * spec.head_dim;
   f->kv_dim_ = static_cast<std::int64_t>(spec.num_kv_heads) * spec.head_dim;
   f->qkv_dim_ = f->q_dim_ + 2 * f->kv_dim_;
-  prepare_gemv();
   f->fusable_ = spec.hidden_size % 8 == 0 && f->q_dim_ % 8 == 0 && spec.intermediate_size % 8 == 0;
   for (const DeviceLayer& layer : f->weights_.layers) {
     if (layer.post_attn_norm != nullptr || layer.post_mlp_norm != nullptr) f->fusable_ = false;

@@ -1,23 +1,57 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
-#include <algorithm>
-#include <atomic>
 
 namespace cellm::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+// A block owns a tile of 16 weight rows (8 gate and the 8 matching up rows
+// when gated) and its four warps split k in batches. The products run on
+// tensor cores (mma m16n8k16: weights as A, the activation rows as the 8
+// columns of B), so no lane converts or multiplies weights itself: the
+// CUDA-core version of this kernel was issue-bound at 2-2.8 TB/s on the H200
+// (and far worse at 4 rows), as every weight cost a conversion and an FMA per
+// activation row.
+//
+// Each lane loads 16 contiguous bytes of its rows g and g+8 at k offset
+// 8 * (lane % 4) of a 32-wide step and the same 16 bytes of activation row
+// g: the mma's k order is then a fixed permutation of memory order, the same
+// for A and B, which a dot product does not see.
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-// 16-byte chunks each lane has in flight per weight row: with two rows per
-// warp that is 128 bytes a lane, enough with a few warps per SM to cover
-// HBM latency without double-buffering in registers.
-constexpr int kBatch = 4;
-constexpr int kBatchChunks = 32 * kBatch;
-// Batches of a warp's first rows touched in L2 before the wait, on top of the
-// one loaded into registers: the previous kernel rarely uses the bandwidth.
-constexpr int kPrefetchBatches = 1;
+constexpr int kSteps = 8;             // 32-wide k steps per batch: 256 bytes per lane in flight
+constexpr int kBatchK = 32 * kSteps;  // k per batch
+constexpr int kTileRows = 16;
+
+__host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
+  return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
+}
+
+__host__ __device__ __forceinline__ int gemv_tiles(const GemvParams& p) {
+  return is_gated(p.epilogue) ? (p.n + 7) / 8 : (p.n + kTileRows - 1) / kTileRows;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
+
+struct WeightBatch {
+  uint4 lo[kSteps];  // row g
+  uint4 hi[kSteps];  // row g + 8
+};
+
+__device__ __forceinline__ void load_batch(const bf16* row_lo, const bf16* row_hi, int batch,
+                                           int t4, int k, WeightBatch& wb) {
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int at = batch * kBatchK + s * 32 + 8 * t4;
+    const bool ok = at < k;
+    wb.lo[s] = ok ? __ldcs(reinterpret_cast<const uint4*>(row_lo + at)) : make_uint4(0, 0, 0, 0);
+    wb.hi[s] = ok ? __ldcs(reinterpret_cast<const uint4*>(row_hi + at)) : make_uint4(0, 0, 0, 0);
+  }
+}
 
 __device__ __forceinline__ void to_float8(const uint4& raw, float (&out)[8]) {
   const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -29,49 +63,49 @@ __device__ __forceinline__ void to_float8(const uint4& raw, float (&out)[8]) {
   }
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
-}
-
-__host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
-  return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
-}
-
-// The two weight rows of a warp's unit and the output columns they feed:
-// rows 2u and 2u+1 (the second repeats the first past an odd n and is not
-// stored), or, gated, the gate row u and the up row n + u of one column.
-struct Unit {
-  const bf16* row0;
-  const bf16* row1;
-  int col0;
-  int col1;  // -1: nothing to store
-};
-
-__device__ __forceinline__ Unit unit_rows(const GemvParams& p, int u) {
-  Unit unit;
-  if (is_gated(p.epilogue)) {
-    unit.col0 = u;
-    unit.col1 = -1;
-    unit.row0 = p.w + static_cast<std::int64_t>(u) * p.ldw;
-    unit.row1 = p.w + static_cast<std::int64_t>(p.n + u) * p.ldw;
-  } else {
-    unit.col0 = 2 * u;
-    unit.col1 = 2 * u + 1 < p.n ? 2 * u + 1 : -1;
-    unit.row0 = p.w + static_cast<std::int64_t>(unit.col0) * p.ldw;
-    unit.row1 = p.w + static_cast<std::int64_t>(unit.col1 >= 0 ? unit.col1 : unit.col0) * p.ldw;
-  }
-  return unit;
-}
-
-__device__ __forceinline__ void load_batch(const Unit& unit, int base, int chunks, int lane,
-                                           uint4 (&w0)[kBatch], uint4 (&w1)[kBatch]) {
+// x * inv_rms * (w + offset), rounded to bf16 as the norm kernel writes it.
+__device__ __forceinline__ uint4 normalise(const uint4& x_raw, const uint4& w_raw, float inv_rms,
+                                           float offset) {
+  float x[8];
+  float w[8];
+  to_float8(x_raw, x);
+  to_float8(w_raw, w);
+  uint4 out;
+  unsigned* words = reinterpret_cast<unsigned*>(&out);
 #pragma unroll
-  for (int i = 0; i < kBatch; ++i) {
-    const int c = base + i * 32 + lane;
-    const bool ok = c < chunks;
-    w0[i] = ok ? __ldcs(reinterpret_cast<const uint4*>(unit.row0) + c) : make_uint4(0, 0, 0, 0);
-    w1[i] = ok ? __ldcs(reinterpret_cast<const uint4*>(unit.row1) + c) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < 4; ++i) {
+    words[i] = pack_bf16x2(x[2 * i] * inv_rms * (w[2 * i] + offset),
+                           x[2 * i + 1] * inv_rms * (w[2 * i + 1] + offset));
   }
+  return out;
+}
+
+// Every block reduces the rows' sums of squares itself: a row is a few KiB
+// and sits in L2, which is cheaper than another kernel. inv_rms[r] for r < m.
+__device__ __forceinline__ void rms_scales(const GemvParams& p, float* inv_rms) {
+  __shared__ float partial[kWarps][kGemvMaxRows];
+  const int chunks = p.k >> 3;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  for (int r = 0; r < p.m; ++r) {
+    float sum_sq = 0.0f;
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      float x[8];
+      to_float8(__ldg(reinterpret_cast<const uint4*>(p.a + r * p.lda) + c), x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum_sq = fmaf(x[e], x[e], sum_sq);
+    }
+    sum_sq = warp_sum(sum_sq);
+    if (lane == 0) partial[warp][r] = sum_sq;
+  }
+  __syncthreads();
+  if (threadIdx.x < p.m) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += partial[w][threadIdx.x];
+    inv_rms[threadIdx.x] = rsqrtf(total / static_cast<float>(p.k) + p.norm_eps);
+  }
+  __syncthreads();
 }
 
 __device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum) {
@@ -95,65 +129,46 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col,
       __float2bfloat16_rn(act * round_bf16(up));
 }
 
-// Every block reduces the rows' sums of squares itself: a is at most a few
-// KiB per row and sits in L2, which is cheaper than another kernel.
-template <int kM>
-__device__ __forceinline__ void rms_scales(const GemvParams& p, int chunks, float (&inv_rms)[kM]) {
-  __shared__ float partial[kWarps][kM];
-  float sum_sq[kM];
-#pragma unroll
-  for (int r = 0; r < kM; ++r) sum_sq[r] = 0.0f;
-  for (int c = threadIdx.x; c < chunks; c += kThreads) {
-#pragma unroll
-    for (int r = 0; r < kM; ++r) {
-      if (r < p.m) {
-        float x[8];
-        to_float8(__ldg(reinterpret_cast<const uint4*>(p.a + r * p.lda) + c), x);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sum_sq[r] = fmaf(x[e], x[e], sum_sq[r]);
-      }
-    }
-  }
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
+  __shared__ float inv_rms[kGemvMaxRows];
+  __shared__ float4 partial[kWarps - 1][32];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < kM; ++r) {
-    const float s = warp_sum(sum_sq[r]);
-    if (lane == 0) partial[warp][r] = s;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const bool gated = is_gated(p.epilogue);
+  // Fragment rows g and g + 8: two halves of 16 rows, or a gate and its up.
+  int col_lo;
+  int col_hi;
+  std::int64_t row_lo;
+  std::int64_t row_hi;
+  if (gated) {
+    col_lo = col_hi = blockIdx.x * 8 + g;
+    row_lo = min(col_lo, p.n - 1);
+    row_hi = p.n + row_lo;
+  } else {
+    col_lo = blockIdx.x * kTileRows + g;
+    col_hi = col_lo + 8;
+    row_lo = min(col_lo, p.n - 1);  // rows past n re-read the last; never stored
+    row_hi = min(col_hi, p.n - 1);
   }
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < kM; ++r) {
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += partial[w][r];
-    inv_rms[r] = rsqrtf(total / static_cast<float>(p.k) + p.norm_eps);
-  }
-}
+  const bf16* w_lo = p.w + row_lo * p.ldw;
+  const bf16* w_hi = p.w + row_hi * p.ldw;
+  const int batches = (p.k + kBatchK - 1) / kBatchK;
 
-template <int kM>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
-  const int lane = threadIdx.x & 31;
-  const int units = is_gated(p.epilogue) ? p.n : (p.n + 1) / 2;
-  const int chunks = p.k >> 3;
-  const int stride = gridDim.x * kWarps;
-  int u = blockIdx.x * kWarps + (threadIdx.x >> 5);
-
-  // Weights never change: stream the first ones in before waiting.
-  uint4 w0[kBatch];
-  uint4 w1[kBatch];
-  Unit unit{};
-  if (u < units) {
-    unit = unit_rows(p, u);
-    load_batch(unit, 0, chunks, lane, w0, w1);
+  // Weights never change: stream the first batch in (and touch the next in
+  // L2) before waiting on the kernel that produces the activations.
+  WeightBatch wb;
+  if (warp < batches) {
+    load_batch(w_lo, w_hi, warp, t4, p.k, wb);
+    const int next = warp + kWarps;
+    if (next < batches) {
 #pragma unroll
-    for (int b = 1; b <= kPrefetchBatches; ++b) {
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int c = b * kBatchChunks + i * 32 + lane;
-        if (c < chunks) {
-          prefetch_l2(reinterpret_cast<const uint4*>(unit.row0) + c);
-          prefetch_l2(reinterpret_cast<const uint4*>(unit.row1) + c);
+      for (int s = 0; s < kSteps; s += 2) {
+        const int at = next * kBatchK + s * 32 + 8 * t4;
+        if (at < p.k) {
+          prefetch_l2(w_lo + at);
+          prefetch_l2(w_hi + at);
         }
       }
     }
@@ -162,120 +177,72 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   griddep_launch_dependents();
 
   const bool norm = p.prologue == GemvPrologue::kRmsNorm;
-  float inv_rms[kM];
-  if (norm) rms_scales<kM>(p, chunks, inv_rms);
+  if (norm) rms_scales(p, inv_rms);
+  const bool has_row = g < p.m;  // this lane feeds activation row g as B's column g
+  const bf16* a_row = p.a + static_cast<std::int64_t>(has_row ? g : 0) * p.lda;
+  const float row_scale = norm && has_row ? inv_rms[g] : 1.0f;
 
-  for (bool first = true; u < units; u += stride, first = false) {
-    if (!first) {
-      unit = unit_rows(p, u);
-      load_batch(unit, 0, chunks, lane, w0, w1);
-    }
-    float acc0[kM];
-    float acc1[kM];
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int b = warp; b < batches; b += kWarps) {
+    if (b != warp) load_batch(w_lo, w_hi, b, t4, p.k, wb);
 #pragma unroll
-    for (int r = 0; r < kM; ++r) acc0[r] = acc1[r] = 0.0f;
-    for (int base = 0; base < chunks; base += kBatchChunks) {
-      if (base > 0) load_batch(unit, base, chunks, lane, w0, w1);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int c = base + i * 32 + lane;
-        if (c >= chunks) break;
-        float f0[8];
-        float f1[8];
-        to_float8(w0[i], f0);
-        to_float8(w1[i], f1);
-        float nw[8];
+    for (int s = 0; s < kSteps; ++s) {
+      const int at = b * kBatchK + s * 32 + 8 * t4;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (has_row && at < p.k) {
+        x = __ldg(reinterpret_cast<const uint4*>(a_row + at));
         if (norm) {
-          to_float8(__ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c), nw);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) nw[e] += p.norm_weight_offset;
-        }
-#pragma unroll
-        for (int r = 0; r < kM; ++r) {
-          if (r < p.m) {
-            float x[8];
-            to_float8(__ldg(reinterpret_cast<const uint4*>(p.a + r * p.lda) + c), x);
-            if (norm) {
-#pragma unroll
-              for (int e = 0; e < 8; ++e) x[e] = round_bf16(x[e] * inv_rms[r] * nw[e]);
-            }
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              acc0[r] = fmaf(x[e], f0[e], acc0[r]);
-              acc1[r] = fmaf(x[e], f1[e], acc1[r]);
-            }
-          }
+          x = normalise(x, __ldg(reinterpret_cast<const uint4*>(p.norm_weight + at)), row_scale,
+                        p.norm_weight_offset);
         }
       }
+      const unsigned a0[4] = {wb.lo[s].x, wb.hi[s].x, wb.lo[s].y, wb.hi[s].y};
+      const unsigned a1[4] = {wb.lo[s].z, wb.hi[s].z, wb.lo[s].w, wb.hi[s].w};
+      mma_bf16_16816(acc, a0, x.x, x.y);
+      mma_bf16_16816(acc, a1, x.z, x.w);
     }
+  }
+
+  // Warps 1..3 hand their partial tiles to warp 0, which adds them in order.
+  if (warp > 0) partial[warp - 1][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  __syncthreads();
+  if (warp != 0) return;
 #pragma unroll
-    for (int r = 0; r < kM; ++r) {
-      const float s0 = warp_sum(acc0[r]);
-      const float s1 = warp_sum(acc1[r]);
-      if (lane == r && r < p.m) {
-        if (is_gated(p.epilogue)) {
-          store_gated(p, r, unit.col0, s0, s1);
-        } else {
-          store_value(p, r, unit.col0, s0);
-          if (unit.col1 >= 0) store_value(p, r, unit.col1, s1);
-        }
-      }
-    }
+  for (int w = 0; w < kWarps - 1; ++w) {
+    const float4 v = partial[w][lane];
+    acc[0] += v.x;
+    acc[1] += v.y;
+    acc[2] += v.z;
+    acc[3] += v.w;
   }
-}
-
-// One resident wave: every block is on an SM from the start, so all of them
-// load their first weights while the previous kernel finishes. Per device,
-// as a host may hold different GPUs.
-template <int kM>
-int resident_blocks() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> blocks[kMaxDevices] = {};
-  int device = 0;
-  CELLM_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) device = 0;
-  int known = blocks[device].load(std::memory_order_relaxed);
-  if (known == 0) {
-    int per_sm = 0;
-    CELLM_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<kM>, kThreads, 0));
-    known = (per_sm > 0 ? per_sm : 1) * multiprocessor_count();
-    blocks[device].store(known, std::memory_order_relaxed);
+  // acc: (row g, activation rows 2 t4 and 2 t4 + 1), then (row g + 8, the same).
+  const int r0 = 2 * t4;
+  const int r1 = r0 + 1;
+  if (gated) {
+    if (col_lo >= p.n) return;
+    if (r0 < p.m) store_gated(p, r0, col_lo, acc[0], acc[2]);
+    if (r1 < p.m) store_gated(p, r1, col_lo, acc[1], acc[3]);
+    return;
   }
-  return known;
-}
-
-template <int kM>
-void launch_rows(const GemvParams& p, cudaStream_t stream) {
-  const int units = is_gated(p.epilogue) ? p.n : (p.n + 1) / 2;
-  const int blocks = std::min<int>(static_cast<int>(ceil_div(units, kWarps)), resident_blocks<kM>());
-  LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream};
-  config.pdl = p.pdl;
-  launch(gemv_kernel<kM>, config, p);
+  if (col_lo < p.n) {
+    if (r0 < p.m) store_value(p, r0, col_lo, acc[0]);
+    if (r1 < p.m) store_value(p, r1, col_lo, acc[1]);
+  }
+  if (col_hi < p.n) {
+    if (r0 < p.m) store_value(p, r0, col_hi, acc[2]);
+    if (r1 < p.m) store_value(p, r1, col_hi, acc[3]);
+  }
 }
 
 }  // namespace
-
-void prepare_gemv() {
-  resident_blocks<1>();
-  resident_blocks<2>();
-  resident_blocks<4>();
-  resident_blocks<8>();
-}
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
-  if (params.m <= 1) {
-    launch_rows<1>(params, stream);
-  } else if (params.m <= 2) {
-    launch_rows<2>(params, stream);
-  } else if (params.m <= 4) {
-    launch_rows<4>(params, stream);
-  } else {
-    launch_rows<8>(params, stream);
-  }
+  LaunchConfig config{dim3(static_cast<unsigned>(gemv_tiles(params))), dim3(kThreads), 0, stream};
+  config.pdl = params.pdl;
+  launch(gemv_kernel, config, params);
 }
 
 }  // namespace cellm::cuda

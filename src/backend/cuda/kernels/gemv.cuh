@@ -3,11 +3,11 @@
 // m <= kGemvMaxRows, bf16 operands, float accumulation.
 //
 // Built for batch 1-8 decode, where a step is a chain of weight reads with
-// tiny kernels in between: each warp owns two weight rows over the whole of
-// k, the grid is one resident wave that strides over the rows, and the first
-// weights are loaded (and the next ones prefetched into L2) *before* the
-// kernel waits on the previous kernel (programmatic dependent launch), so the
-// weight stream overlaps the tail of whatever ran before.
+// tiny kernels in between: a block owns 16 weight rows, its warps split k,
+// the products run on tensor cores (the activation rows are the 8 columns of
+// an mma), and the first weights are loaded (the next touched in L2) *before*
+// the kernel waits on the previous kernel (programmatic dependent launch), so
+// the weight stream overlaps the tail of whatever ran before.
 //   prologue kRmsNorm: a row is RMS-normalised on the fly (every block
 //     reduces the rows' sums of squares itself), rounded to bf16 as the norm
 //     kernel would write it.
@@ -17,8 +17,8 @@
 //   epilogue kGatedSilu/kGatedGeluTanh: w holds 2n rows (gates, then ups);
 //     out[r, c] = bf16(act(bf16(gate)) * bf16(up)), as the gated-MLP kernel
 //     computes it from the bf16 GEMM output.
-// The warps' lanes are reduced by a fixed butterfly: the same inputs give the
-// same bits on every run and every grid size.
+// The warps' partial tiles are added in a fixed order: the same inputs give
+// the same bits on every run.
 //
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
@@ -67,10 +67,5 @@ struct GemvParams {
 };
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
-
-// Queries the kernels' occupancy (the grid is one resident wave) on the
-// current device; launch_gemv does it on a device's first use, which should
-// not be during a stream capture, so a forward calls this up front.
-void prepare_gemv();
 
 }  // namespace cellm::cuda
