@@ -7,23 +7,32 @@
 namespace cellm::cuda {
 namespace {
 
-// A block owns a tile of 16 weight rows (8 gate and the 8 matching up rows
-// when gated) and its four warps split k in batches. The products run on
-// tensor cores (mma m16n8k16: weights as A, the activation rows as the 8
-// columns of B), so no lane converts or multiplies weights itself: the
-// CUDA-core version of this kernel was issue-bound at 2-2.8 TB/s on the H200
-// (and far worse at 4 rows), as every weight cost a conversion and an FMA per
-// activation row.
-//
-// Each lane loads 16 contiguous bytes of its rows g and g+8 at k offset
-// 8 * (lane % 4) of a 32-wide step and the same 16 bytes of activation row
-// g: the mma's k order is then a fixed permutation of memory order, the same
-// for A and B, which a dot product does not see.
+// A block owns a tile of 16 weight rows (8 gate rows and their 8 up rows
+// when gated) and streams it over k through a cp.async pipeline of kStages
+// shared-memory stages, so tens of KB per block stay in flight without
+// holding registers; the weights of the first stages are requested before
+// the kernel waits on its predecessor. Each stage also carries the
+// activation rows (zero past m) and, for the norm, the norm weights.
+// The products run on tensor cores (mma m16n8k16: the 16 weight rows as A,
+// up to 8 activation rows as the columns of B); the four warps take
+// interleaved 16-wide k steps of every stage and add their tiles at the end.
+// (Two register-only versions ran on the H200 first: per-lane FMAs were
+// issue-bound, and mma fed straight from 64-byte row pieces loaded into
+// registers reached only 2.3 TB/s.)
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kSteps = 8;             // 32-wide k steps per batch: 256 bytes per lane in flight
-constexpr int kBatchK = 32 * kSteps;  // k per batch
 constexpr int kTileRows = 16;
+constexpr int kStageK = 128;                    // k per stage: 256 bytes of each row
+constexpr int kStages = 8;                      // ~7 stages (28 KB of weights) in flight
+constexpr int kChunksPerRow = kStageK / 8;      // 16-byte pieces of a row per stage
+constexpr int kLd = kStageK + 8;                // padded row: ldmatrix rows hit distinct banks
+constexpr int kWeightElems = kTileRows * kLd;   // per stage
+constexpr int kActElems = kGemvMaxRows * kLd;   // per stage
+constexpr int kStageElems = kWeightElems + kActElems + kStageK;
+constexpr std::size_t kSmemBytes = sizeof(bf16) * kStages * kStageElems;
+static_assert(kThreads == (kTileRows / 2) * kChunksPerRow, "one row pair per thread per stage");
+static_assert(kThreads == kGemvMaxRows * kChunksPerRow, "one activation piece per thread");
+static_assert(kStageK == 16 * 2 * kWarps, "each warp takes two k16 steps per stage");
 
 __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
   return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
@@ -31,26 +40,6 @@ __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
 
 __host__ __device__ __forceinline__ int gemv_tiles(const GemvParams& p) {
   return is_gated(p.epilogue) ? (p.n + 7) / 8 : (p.n + kTileRows - 1) / kTileRows;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
-}
-
-struct WeightBatch {
-  uint4 lo[kSteps];  // row g
-  uint4 hi[kSteps];  // row g + 8
-};
-
-__device__ __forceinline__ void load_batch(const bf16* row_lo, const bf16* row_hi, int batch,
-                                           int t4, int k, WeightBatch& wb) {
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int at = batch * kBatchK + s * 32 + 8 * t4;
-    const bool ok = at < k;
-    wb.lo[s] = ok ? __ldcs(reinterpret_cast<const uint4*>(row_lo + at)) : make_uint4(0, 0, 0, 0);
-    wb.hi[s] = ok ? __ldcs(reinterpret_cast<const uint4*>(row_hi + at)) : make_uint4(0, 0, 0, 0);
-  }
 }
 
 __device__ __forceinline__ void to_float8(const uint4& raw, float (&out)[8]) {
@@ -63,21 +52,13 @@ __device__ __forceinline__ void to_float8(const uint4& raw, float (&out)[8]) {
   }
 }
 
-// x * inv_rms * (w + offset), rounded to bf16 as the norm kernel writes it.
-__device__ __forceinline__ uint4 normalise(const uint4& x_raw, const uint4& w_raw, float inv_rms,
-                                           float offset) {
-  float x[8];
-  float w[8];
-  to_float8(x_raw, x);
-  to_float8(w_raw, w);
-  uint4 out;
-  unsigned* words = reinterpret_cast<unsigned*>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    words[i] = pack_bf16x2(x[2 * i] * inv_rms * (w[2 * i] + offset),
-                           x[2 * i + 1] * inv_rms * (w[2 * i + 1] + offset));
-  }
-  return out;
+// x * inv_rms * (w + offset) for one bf16 pair, rounded to bf16 as the norm
+// kernel writes it.
+__device__ __forceinline__ unsigned normalise_pair(unsigned x_pair, unsigned w_pair, float inv_rms,
+                                                   float offset) {
+  const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x_pair));
+  const float2 w = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w_pair));
+  return pack_bf16x2(x.x * inv_rms * (w.x + offset), x.y * inv_rms * (w.y + offset));
 }
 
 // Every block reduces the rows' sums of squares itself: a row is a few KiB
@@ -130,78 +111,104 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col,
 }
 
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   __shared__ float inv_rms[kGemvMaxRows];
   __shared__ float4 partial[kWarps - 1][32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int g = lane >> 2;
-  const int t4 = lane & 3;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
   const bool gated = is_gated(p.epilogue);
-  // Fragment rows g and g + 8: two halves of 16 rows, or a gate and its up.
-  int col_lo;
-  int col_hi;
-  std::int64_t row_lo;
-  std::int64_t row_hi;
-  if (gated) {
-    col_lo = col_hi = blockIdx.x * 8 + g;
-    row_lo = min(col_lo, p.n - 1);
-    row_hi = p.n + row_lo;
-  } else {
-    col_lo = blockIdx.x * kTileRows + g;
-    col_hi = col_lo + 8;
-    row_lo = min(col_lo, p.n - 1);  // rows past n re-read the last; never stored
-    row_hi = min(col_hi, p.n - 1);
-  }
-  const bf16* w_lo = p.w + row_lo * p.ldw;
-  const bf16* w_hi = p.w + row_hi * p.ldw;
-  const int batches = (p.k + kBatchK - 1) / kBatchK;
+  const bool norm = p.prologue == GemvPrologue::kRmsNorm;
+  const int stages_total = (p.k + kStageK - 1) / kStageK;
 
-  // Weights never change: stream the first batch in (and touch the next in
-  // L2) before waiting on the kernel that produces the activations.
-  WeightBatch wb;
-  if (warp < batches) {
-    load_batch(w_lo, w_hi, warp, t4, p.k, wb);
-    const int next = warp + kWarps;
-    if (next < batches) {
-#pragma unroll
-      for (int s = 0; s < kSteps; s += 2) {
-        const int at = next * kBatchK + s * 32 + 8 * t4;
-        if (at < p.k) {
-          prefetch_l2(w_lo + at);
-          prefetch_l2(w_hi + at);
-        }
-      }
+  // Tile rows i and i + 8 (i < 8): two halves of 16 rows, or gate i and its up.
+  const int base_col = blockIdx.x * (gated ? 8 : kTileRows);
+  auto weight_row = [&](int i) -> std::int64_t {
+    if (gated) {
+      const int col = min(base_col + (i & 7), p.n - 1);
+      return i < 8 ? col : p.n + col;
     }
+    return min(base_col + i, p.n - 1);  // rows past n re-read the last; never stored
+  };
+  // Copy assignment: thread copies piece `chunk` of tile rows `pair` and
+  // `pair` + 8, and of activation row `pair`.
+  const int pair = tid / kChunksPerRow;
+  const int chunk = tid % kChunksPerRow;
+  const bf16* w_lo = p.w + weight_row(pair) * p.ldw + chunk * 8;
+  const bf16* w_hi = p.w + weight_row(pair + 8) * p.ldw + chunk * 8;
+  auto stage_ptr = [&](int stage) { return smem + stage * kStageElems; };
+  auto issue_weights = [&](int s) {
+    bf16* dst = stage_ptr(s % kStages);
+    const int at = s * kStageK + chunk * 8;
+    const bool ok = at < p.k;
+    cp_async16(dst + pair * kLd + chunk * 8, ok ? w_lo + s * kStageK : p.w, ok);
+    cp_async16(dst + (pair + 8) * kLd + chunk * 8, ok ? w_hi + s * kStageK : p.w, ok);
+  };
+  auto issue_inputs = [&](int s) {
+    bf16* dst = stage_ptr(s % kStages) + kWeightElems;
+    const int at = s * kStageK + chunk * 8;
+    const bool ok = at < p.k && pair < p.m;
+    cp_async16(dst + pair * kLd + chunk * 8,
+               ok ? p.a + static_cast<std::int64_t>(pair) * p.lda + at : p.a, ok);
+    if (norm && tid < kChunksPerRow) {
+      const int nat = s * kStageK + tid * 8;
+      cp_async16(dst + kActElems + tid * 8, nat < p.k ? p.norm_weight + nat : p.norm_weight,
+                 nat < p.k);
+    }
+  };
+
+  // Weights never change: request the first stages before waiting on the
+  // kernel that produces the activations.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages_total) issue_weights(s);
+    cp_async_commit();
   }
   griddep_wait();
   griddep_launch_dependents();
-
-  const bool norm = p.prologue == GemvPrologue::kRmsNorm;
+  for (int s = 0; s < kStages - 1 && s < stages_total; ++s) issue_inputs(s);
+  cp_async_commit();
   if (norm) rms_scales(p, inv_rms);
-  const bool has_row = g < p.m;  // this lane feeds activation row g as B's column g
-  const bf16* a_row = p.a + static_cast<std::int64_t>(has_row ? g : 0) * p.lda;
-  const float row_scale = norm && has_row ? inv_rms[g] : 1.0f;
 
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  const float row_scale = norm && g < p.m ? inv_rms[g] : 1.0f;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int b = warp; b < batches; b += kWarps) {
-    if (b != warp) load_batch(w_lo, w_hi, b, t4, p.k, wb);
+  for (int s = 0; s < stages_total; ++s) {
+    // The first stage also needs the inputs' group, committed last.
+    if (s == 0) {
+      cp_async_wait<0>();
+    } else {
+      cp_async_wait<kStages - 2>();
+    }
+    __syncthreads();  // stage s is visible; the stage refilled below is consumed
+    const int ahead = s + kStages - 1;
+    if (ahead < stages_total) {
+      issue_weights(ahead);
+      issue_inputs(ahead);
+    }
+    cp_async_commit();
+
+    const bf16* ws = stage_ptr(s % kStages);
+    const bf16* xs = ws + kWeightElems;
+    const bf16* nws = xs + kActElems;
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int at = b * kBatchK + s * 32 + 8 * t4;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (has_row && at < p.k) {
-        x = __ldg(reinterpret_cast<const uint4*>(a_row + at));
-        if (norm) {
-          x = normalise(x, __ldg(reinterpret_cast<const uint4*>(p.norm_weight + at)), row_scale,
-                        p.norm_weight_offset);
-        }
+    for (int j = 0; j < 2; ++j) {
+      const int kk = (2 * warp + j) * 16;
+      unsigned a[4];
+      unsigned b[4];
+      ldmatrix_x4(a, ws + (lane & 15) * kLd + kk + (lane >> 4) * 8);
+      ldmatrix_x4(b, xs + (lane & 7) * kLd + kk + ((lane >> 3) & 1) * 8);
+      if (norm) {
+        const auto* nw = reinterpret_cast<const unsigned*>(nws + kk + 2 * t4);
+        b[0] = normalise_pair(b[0], nw[0], row_scale, p.norm_weight_offset);
+        b[1] = normalise_pair(b[1], nw[4], row_scale, p.norm_weight_offset);
       }
-      const unsigned a0[4] = {wb.lo[s].x, wb.hi[s].x, wb.lo[s].y, wb.hi[s].y};
-      const unsigned a1[4] = {wb.lo[s].z, wb.hi[s].z, wb.lo[s].w, wb.hi[s].w};
-      mma_bf16_16816(acc, a0, x.x, x.y);
-      mma_bf16_16816(acc, a1, x.z, x.w);
+      mma_bf16_16816(acc, a, b[0], b[1]);
     }
   }
+  cp_async_wait<0>();
 
   // Warps 1..3 hand their partial tiles to warp 0, which adds them in order.
   if (warp > 0) partial[warp - 1][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -215,15 +222,18 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     acc[2] += v.z;
     acc[3] += v.w;
   }
-  // acc: (row g, activation rows 2 t4 and 2 t4 + 1), then (row g + 8, the same).
+  // acc: (tile row g, activation rows 2 t4 and 2 t4 + 1), then tile row g + 8.
   const int r0 = 2 * t4;
   const int r1 = r0 + 1;
   if (gated) {
-    if (col_lo >= p.n) return;
-    if (r0 < p.m) store_gated(p, r0, col_lo, acc[0], acc[2]);
-    if (r1 < p.m) store_gated(p, r1, col_lo, acc[1], acc[3]);
+    const int col = base_col + g;
+    if (col >= p.n) return;
+    if (r0 < p.m) store_gated(p, r0, col, acc[0], acc[2]);
+    if (r1 < p.m) store_gated(p, r1, col, acc[1], acc[3]);
     return;
   }
+  const int col_lo = base_col + g;
+  const int col_hi = col_lo + 8;
   if (col_lo < p.n) {
     if (r0 < p.m) store_value(p, r0, col_lo, acc[0]);
     if (r1 < p.m) store_value(p, r1, col_lo, acc[1]);
@@ -240,7 +250,8 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
-  LaunchConfig config{dim3(static_cast<unsigned>(gemv_tiles(params))), dim3(kThreads), 0, stream};
+  LaunchConfig config{dim3(static_cast<unsigned>(gemv_tiles(params))), dim3(kThreads), kSmemBytes,
+                      stream};
   config.pdl = params.pdl;
   launch(gemv_kernel, config, params);
 }
