@@ -22,14 +22,23 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = 16;
-constexpr int kStageK = 128;                    // k per stage: 256 bytes of each row
-constexpr int kStages = 8;                      // ~7 stages (28 KB of weights) in flight
-constexpr int kChunksPerRow = kStageK / 8;      // 16-byte pieces of a row per stage
-constexpr int kLd = kStageK + 8;                // padded row: ldmatrix rows hit distinct banks
-constexpr int kWeightElems = kTileRows * kLd;   // per stage
-constexpr int kActElems = kGemvMaxRows * kLd;   // per stage
+constexpr int kStageK = 128;                   // k per stage: 256 bytes of each row
+constexpr int kChunksPerRow = kStageK / 8;     // 16-byte pieces of a row per stage
+constexpr int kLd = kStageK + 8;               // padded row: ldmatrix rows hit distinct banks
+constexpr int kWeightElems = kTileRows * kLd;  // per stage
+constexpr int kActElems = kGemvMaxRows * kLd;  // per stage
 constexpr int kStageElems = kWeightElems + kActElems + kStageK;
-constexpr std::size_t kSmemBytes = sizeof(bf16) * kStages * kStageElems;
+
+// A layer with few tiles (1B's o and down projections: 128 tiles on 132 SMs)
+// gets one block per SM, which must keep as many bytes in flight as four
+// blocks of a wide layer: the pipeline deepens as the grid thins, so every
+// SM holds ~120 KB of weight requests whatever the shape, and a thin layer's
+// whole tile is requested before the kernel waits on its predecessor.
+template <int kStages>
+constexpr std::size_t smem_bytes() {
+  return sizeof(bf16) * kStages * kStageElems;
+}
+static_assert(smem_bytes<32>() <= 220 * 1024, "the deepest pipeline fits one block per SM");
 static_assert(kThreads == (kTileRows / 2) * kChunksPerRow, "one row pair per thread per stage");
 static_assert(kThreads == kGemvMaxRows * kChunksPerRow, "one activation piece per thread");
 static_assert(kStageK == 16 * 2 * kWarps, "each warp takes two k16 steps per stage");
@@ -68,16 +77,27 @@ __device__ __forceinline__ void rms_scales(const GemvParams& p, float* inv_rms) 
   const int chunks = p.k >> 3;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  for (int r = 0; r < p.m; ++r) {
-    float sum_sq = 0.0f;
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
-      float x[8];
-      to_float8(__ldg(reinterpret_cast<const uint4*>(p.a + r * p.lda) + c), x);
+  // All rows' loads in one pass, so their latencies overlap.
+  float sum_sq[kGemvMaxRows];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sum_sq = fmaf(x[e], x[e], sum_sq);
+  for (int r = 0; r < kGemvMaxRows; ++r) sum_sq[r] = 0.0f;
+  for (int c = threadIdx.x; c < chunks; c += kThreads) {
+#pragma unroll
+    for (int r = 0; r < kGemvMaxRows; ++r) {
+      if (r < p.m) {
+        float x[8];
+        to_float8(__ldg(reinterpret_cast<const uint4*>(p.a + r * p.lda) + c), x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum_sq[r] = fmaf(x[e], x[e], sum_sq[r]);
+      }
     }
-    sum_sq = warp_sum(sum_sq);
-    if (lane == 0) partial[warp][r] = sum_sq;
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvMaxRows; ++r) {
+    if (r < p.m) {
+      const float total = warp_sum(sum_sq[r]);
+      if (lane == 0) partial[warp][r] = total;
+    }
   }
   __syncthreads();
   if (threadIdx.x < p.m) {
@@ -110,6 +130,7 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col,
       __float2bfloat16_rn(act * round_bf16(up));
 }
 
+template <int kStages>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
@@ -244,16 +265,29 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   }
 }
 
+template <int kStages>
+void launch_stages(const GemvParams& params, int tiles, cudaStream_t stream) {
+  LaunchConfig config{dim3(static_cast<unsigned>(tiles)), dim3(kThreads), smem_bytes<kStages>(),
+                      stream};
+  config.pdl = params.pdl;
+  launch(gemv_kernel<kStages>, config, params);
+}
+
 }  // namespace
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
-  LaunchConfig config{dim3(static_cast<unsigned>(gemv_tiles(params))), dim3(kThreads), kSmemBytes,
-                      stream};
-  config.pdl = params.pdl;
-  launch(gemv_kernel, config, params);
+  const int tiles = gemv_tiles(params);
+  const int per_sm = (tiles + multiprocessor_count() - 1) / multiprocessor_count();
+  if (per_sm <= 1) {
+    launch_stages<32>(params, tiles, stream);
+  } else if (per_sm <= 2) {
+    launch_stages<16>(params, tiles, stream);
+  } else {
+    launch_stages<8>(params, tiles, stream);
+  }
 }
 
 }  // namespace cellm::cuda
