@@ -28,7 +28,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV2);
   EXPECT_TRUE(choice->fused_rope);
-  EXPECT_TRUE(choice->gemv);
+  EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 4);
   EXPECT_TRUE(choice->pdl);
   EXPECT_TRUE(choice->gemm_autotune);
@@ -40,7 +40,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_PREFILL_ATTN", "v1"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_FUSED_ROPE", "0"},
-                                                 {"CELLM_GEMV", "off"},
+                                                 {"CELLM_GEMV", "on"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"}}));
@@ -48,13 +48,13 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_FALSE(choice->fused_rope);
-  EXPECT_FALSE(choice->gemv);
+  EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 fused_rope=0 gemv=0 gemv_max_rows=8 pdl=0 "
+            "decode=v1 prefill=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=8 pdl=0 "
             "autotune=0");
 }
 
@@ -83,10 +83,9 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
     EXPECT_FALSE(choice->fused_rope) << off;  // the default is on
   }
   for (const char* on : {"1", "on", "true"}) {
-    // Every flag defaults to on: what is checked is that the spelling parses.
-    auto choice = parse_kernel_choice(lookup_from({{"CELLM_PDL", on}}));
+    auto choice = parse_kernel_choice(lookup_from({{"CELLM_GEMV", on}}));
     ASSERT_TRUE(choice.ok()) << on << ": " << choice.status().to_string();
-    EXPECT_TRUE(choice->pdl) << on;
+    EXPECT_TRUE(choice->gemv) << on;  // the default is off
   }
 }
 

@@ -11,10 +11,12 @@
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
 //                                  on the GEMV, with the norms, residual adds and the MLP
-//                                  activation fused into it, instead of cuBLASLt (default 1)
+//                                  activation fused into it, instead of cuBLASLt (default 0:
+//                                  on the H200 it still loses to cuBLASLt, 1B batch 1 1.257
+//                                  against 1.167 ms/step)
 //   CELLM_GEMV_MAX_ROWS=1..8       (default 4)
 //   CELLM_PDL=0|1                  programmatic dependent launch between the forward's own
-//                                  kernels (default 1)
+//                                  kernels (default 1: 8B batch 1 4.849 -> 4.780 ms/step)
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
@@ -37,7 +39,7 @@ struct KernelChoice {
   PrefillAttention prefill_attention = PrefillAttention::kV2;
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   bool fused_rope = true;
-  bool gemv = true;
+  bool gemv = false;
   std::int32_t gemv_max_rows = 4;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -54,7 +56,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 fused_rope=1 gemv=1 gemv_max_rows=4 pdl=1 autotune=1",
+// "decode=v2 prefill=v2 split_keys=128 fused_rope=1 gemv=0 gemv_max_rows=4 pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
