@@ -7,8 +7,8 @@
 namespace cellm::cuda {
 namespace {
 
-// A tile is 16 weight rows (8 gate rows and their 8 up rows when gated).
-// A block streams its tiles over k through a cp.async pipeline of
+// A block owns a tile of 16 weight rows (8 gate rows and their 8 up rows
+// when gated) and streams it over k through a cp.async pipeline of kStages
 // shared-memory stages, so tens of KB per block stay in flight without
 // holding registers; the weights of the first stages are requested before
 // the kernel waits on its predecessor. Each stage also carries the
@@ -16,9 +16,14 @@ namespace {
 // The products run on tensor cores (mma m16n8k16: the 16 weight rows as A,
 // up to 8 activation rows as the columns of B); the four warps take
 // interleaved 16-wide k steps of every stage and add their tiles at the end.
-// (Two register-only versions ran on the H200 first: per-lane FMAs were
-// issue-bound, and mma fed straight from 64-byte row pieces loaded into
-// registers reached only 2.3 TB/s.)
+// Still slower than cuBLASLt on the H200 (1B batch 1: 1.257 against 1.167
+// ms/step), so off by default (CELLM_GEMV). Tried there and slower still:
+// per-lane FMAs (issue-bound), mma fed from 64-byte row pieces loaded into
+// registers (2.3 TB/s), and persistent blocks running one pipeline over
+// several tiles (1.97 ms/step; 32 stages slower than 8 for the same tile).
+// Each stage moves only 4 KB of weights per block iteration, against 16 KB
+// for cuBLASLt's TMA-fed tiles: the next version should move more per
+// barrier (wider stages, TMA bulk copies).
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = 16;
@@ -29,13 +34,11 @@ constexpr int kWeightElems = kTileRows * kLd;  // per stage
 constexpr int kActElems = kGemvMaxRows * kLd;  // per stage
 constexpr int kStageElems = kWeightElems + kActElems + kStageK;
 
-// Bytes in flight per SM decide the bandwidth: a grid of at most one tile
-// per SM (1B's o and down projections: 128 tiles on 132 SMs) runs one
-// 32-stage block per SM, whose whole tile is requested before the kernel
-// waits on its predecessor; wider grids run two 16-stage blocks per SM, each
-// streaming an equal share of the tiles through one continuous pipeline
-// (~120 KB of weight requests in flight per SM either way). Tiles of one
-// block per launch, with an 8-stage pipeline each, reached only 2.1-3.1 TB/s.
+// A layer with few tiles (1B's o and down projections: 128 tiles on 132 SMs)
+// gets one block per SM, which must keep as many bytes in flight as four
+// blocks of a wide layer: the pipeline deepens as the grid thins, so every
+// SM holds ~120 KB of weight requests whatever the shape, and a thin layer's
+// whole tile is requested before the kernel waits on its predecessor.
 template <int kStages>
 constexpr std::size_t smem_bytes() {
   return sizeof(bf16) * kStages * kStageElems;
@@ -132,28 +135,6 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col,
       __float2bfloat16_rn(act * round_bf16(up));
 }
 
-// acc: (tile row g, activation rows 2 t4 and 2 t4 + 1), then tile row g + 8.
-__device__ __forceinline__ void store_tile(const GemvParams& p, bool gated, int col_lo, int t4,
-                                           const float (&acc)[4]) {
-  const int r0 = 2 * t4;
-  const int r1 = r0 + 1;
-  if (gated) {
-    if (col_lo >= p.n) return;
-    if (r0 < p.m) store_gated(p, r0, col_lo, acc[0], acc[2]);
-    if (r1 < p.m) store_gated(p, r1, col_lo, acc[1], acc[3]);
-    return;
-  }
-  const int col_hi = col_lo + 8;
-  if (col_lo < p.n) {
-    if (r0 < p.m) store_value(p, r0, col_lo, acc[0]);
-    if (r1 < p.m) store_value(p, r1, col_lo, acc[1]);
-  }
-  if (col_hi < p.n) {
-    if (r0 < p.m) store_value(p, r0, col_hi, acc[2]);
-    if (r1 < p.m) store_value(p, r1, col_hi, acc[3]);
-  }
-}
-
 template <int kStages>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -165,19 +146,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   const int warp = tid >> 5;
   const bool gated = is_gated(p.epilogue);
   const bool norm = p.prologue == GemvPrologue::kRmsNorm;
-  // The block's tiles are blockIdx.x, + gridDim.x, ...: one pipeline runs
-  // over all their stages, so the next tile's weights are already in flight
-  // while a tile finishes.
-  const int tile_stages = (p.k + kStageK - 1) / kStageK;
-  const int tiles = gemv_tiles(p);
-  const int block = static_cast<int>(blockIdx.x);
-  const int grid = static_cast<int>(gridDim.x);
-  const int my_tiles = block < tiles ? (tiles - 1 - block) / grid + 1 : 0;
-  const int total = my_tiles * tile_stages;
-  const int cols_per_tile = gated ? 8 : kTileRows;
+  const int stages_total = (p.k + kStageK - 1) / kStageK;
 
   // Tile rows i and i + 8 (i < 8): two halves of 16 rows, or gate i and its up.
-  auto weight_row = [&](int base_col, int i) -> std::int64_t {
+  const int base_col = blockIdx.x * (gated ? 8 : kTileRows);
+  auto weight_row = [&](int i) -> std::int64_t {
     if (gated) {
       const int col = min(base_col + (i & 7), p.n - 1);
       return i < 8 ? col : p.n + col;
@@ -188,26 +161,24 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   // `pair` + 8, and of activation row `pair`.
   const int pair = tid / kChunksPerRow;
   const int chunk = tid % kChunksPerRow;
-  auto stage_ptr = [&](int q) { return smem + (q % kStages) * kStageElems; };
-  auto issue_weights = [&](int q) {
-    const int base_col = (block + (q / tile_stages) * grid) * cols_per_tile;
-    const int at = (q % tile_stages) * kStageK + chunk * 8;
+  const bf16* w_lo = p.w + weight_row(pair) * p.ldw + chunk * 8;
+  const bf16* w_hi = p.w + weight_row(pair + 8) * p.ldw + chunk * 8;
+  auto stage_ptr = [&](int stage) { return smem + stage * kStageElems; };
+  auto issue_weights = [&](int s) {
+    bf16* dst = stage_ptr(s % kStages);
+    const int at = s * kStageK + chunk * 8;
     const bool ok = at < p.k;
-    bf16* dst = stage_ptr(q);
-    cp_async16(dst + pair * kLd + chunk * 8,
-               ok ? p.w + weight_row(base_col, pair) * p.ldw + at : p.w, ok);
-    cp_async16(dst + (pair + 8) * kLd + chunk * 8,
-               ok ? p.w + weight_row(base_col, pair + 8) * p.ldw + at : p.w, ok);
+    cp_async16(dst + pair * kLd + chunk * 8, ok ? w_lo + s * kStageK : p.w, ok);
+    cp_async16(dst + (pair + 8) * kLd + chunk * 8, ok ? w_hi + s * kStageK : p.w, ok);
   };
-  auto issue_inputs = [&](int q) {
-    bf16* dst = stage_ptr(q) + kWeightElems;
-    const int k0 = (q % tile_stages) * kStageK;
-    const int at = k0 + chunk * 8;
+  auto issue_inputs = [&](int s) {
+    bf16* dst = stage_ptr(s % kStages) + kWeightElems;
+    const int at = s * kStageK + chunk * 8;
     const bool ok = at < p.k && pair < p.m;
     cp_async16(dst + pair * kLd + chunk * 8,
                ok ? p.a + static_cast<std::int64_t>(pair) * p.lda + at : p.a, ok);
     if (norm && tid < kChunksPerRow) {
-      const int nat = k0 + tid * 8;
+      const int nat = s * kStageK + tid * 8;
       cp_async16(dst + kActElems + tid * 8, nat < p.k ? p.norm_weight + nat : p.norm_weight,
                  nat < p.k);
     }
@@ -216,13 +187,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   // Weights never change: request the first stages before waiting on the
   // kernel that produces the activations.
 #pragma unroll
-  for (int q = 0; q < kStages - 1; ++q) {
-    if (q < total) issue_weights(q);
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages_total) issue_weights(s);
     cp_async_commit();
   }
   griddep_wait();
   griddep_launch_dependents();
-  for (int q = 0; q < kStages - 1 && q < total; ++q) issue_inputs(q);
+  for (int s = 0; s < kStages - 1 && s < stages_total; ++s) issue_inputs(s);
   cp_async_commit();
   if (norm) rms_scales(p, inv_rms);
 
@@ -230,22 +201,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
   const int t4 = lane & 3;
   const float row_scale = norm && g < p.m ? inv_rms[g] : 1.0f;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int q = 0; q < total; ++q) {
+  for (int s = 0; s < stages_total; ++s) {
     // The first stage also needs the inputs' group, committed last.
-    if (q == 0) {
+    if (s == 0) {
       cp_async_wait<0>();
     } else {
       cp_async_wait<kStages - 2>();
     }
-    __syncthreads();  // stage q is visible; the stage refilled below is consumed
-    const int ahead = q + kStages - 1;
-    if (ahead < total) {
+    __syncthreads();  // stage s is visible; the stage refilled below is consumed
+    const int ahead = s + kStages - 1;
+    if (ahead < stages_total) {
       issue_weights(ahead);
       issue_inputs(ahead);
     }
     cp_async_commit();
 
-    const bf16* ws = stage_ptr(q);
+    const bf16* ws = stage_ptr(s % kStages);
     const bf16* xs = ws + kWeightElems;
     const bf16* nws = xs + kActElems;
 #pragma unroll
@@ -262,32 +233,46 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
       }
       mma_bf16_16816(acc, a, b[0], b[1]);
     }
-    if (q % tile_stages != tile_stages - 1) continue;
-
-    // Tile done: warps 1..3 hand their partials to warp 0, which adds them in
-    // order and stores. The next write of `partial` is a stage barrier away.
-    if (warp > 0) partial[warp - 1][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-      for (int w = 0; w < kWarps - 1; ++w) {
-        const float4 v = partial[w][lane];
-        acc[0] += v.x;
-        acc[1] += v.y;
-        acc[2] += v.z;
-        acc[3] += v.w;
-      }
-      const int base_col = (block + (q / tile_stages) * grid) * cols_per_tile;
-      store_tile(p, gated, base_col + g, t4, acc);
-    }
-    acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
   }
   cp_async_wait<0>();
+
+  // Warps 1..3 hand their partial tiles to warp 0, which adds them in order.
+  if (warp > 0) partial[warp - 1][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int w = 0; w < kWarps - 1; ++w) {
+    const float4 v = partial[w][lane];
+    acc[0] += v.x;
+    acc[1] += v.y;
+    acc[2] += v.z;
+    acc[3] += v.w;
+  }
+  // acc: (tile row g, activation rows 2 t4 and 2 t4 + 1), then tile row g + 8.
+  const int r0 = 2 * t4;
+  const int r1 = r0 + 1;
+  if (gated) {
+    const int col = base_col + g;
+    if (col >= p.n) return;
+    if (r0 < p.m) store_gated(p, r0, col, acc[0], acc[2]);
+    if (r1 < p.m) store_gated(p, r1, col, acc[1], acc[3]);
+    return;
+  }
+  const int col_lo = base_col + g;
+  const int col_hi = col_lo + 8;
+  if (col_lo < p.n) {
+    if (r0 < p.m) store_value(p, r0, col_lo, acc[0]);
+    if (r1 < p.m) store_value(p, r1, col_lo, acc[1]);
+  }
+  if (col_hi < p.n) {
+    if (r0 < p.m) store_value(p, r0, col_hi, acc[2]);
+    if (r1 < p.m) store_value(p, r1, col_hi, acc[3]);
+  }
 }
 
 template <int kStages>
-void launch_stages(const GemvParams& params, int blocks, cudaStream_t stream) {
-  LaunchConfig config{dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem_bytes<kStages>(),
+void launch_stages(const GemvParams& params, int tiles, cudaStream_t stream) {
+  LaunchConfig config{dim3(static_cast<unsigned>(tiles)), dim3(kThreads), smem_bytes<kStages>(),
                       stream};
   config.pdl = params.pdl;
   launch(gemv_kernel<kStages>, config, params);
@@ -300,15 +285,14 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
   const int tiles = gemv_tiles(params);
-  const int sms = multiprocessor_count();
-  if (tiles <= sms) {
-    launch_stages<32>(params, tiles, stream);  // one block per SM
-    return;
+  const int per_sm = (tiles + multiprocessor_count() - 1) / multiprocessor_count();
+  if (per_sm <= 1) {
+    launch_stages<32>(params, tiles, stream);
+  } else if (per_sm <= 2) {
+    launch_stages<16>(params, tiles, stream);
+  } else {
+    launch_stages<8>(params, tiles, stream);
   }
-  // Two 16-stage blocks per SM, each with an equal share of the tiles.
-  const int slots = 2 * sms;
-  const int per_block = (tiles + slots - 1) / slots;
-  launch_stages<16>(params, (tiles + per_block - 1) / per_block, stream);
 }
 
 }  // namespace cellm::cuda
