@@ -33,9 +33,10 @@ struct ServeBenchOptions {
   double request_rate = std::numeric_limits<double>::infinity();  // Poisson, requests/s
   int max_concurrency = 0;   // requests in flight at once; 0: no limit
   // Scheduler prefill chunk (tokens). Throughput-oriented, as a benchmark
-  // of a loaded server is: on the H200 (8B, 256 in flight) 2048 gave 9,277
-  // output tok/s against 8,546 at 512, for a longer ITL tail (p99 109 ms
-  // against 60 ms) as the prefill rides along fewer, wider steps.
+  // of a loaded server is: on the H200 (8B, 256 in flight) 2048 gave
+  // 9,044-9,344 output tok/s against 8,546 at 512, for a longer ITL tail
+  // (p99 125-129 ms against 60 ms) as the prefill rides along fewer, wider
+  // steps.
   int prefill_chunk = 2048;
   int max_batch_tokens = 0;  // tokens per engine step; 0: decodes + 2 chunks
   int warmup_requests = 1;   // untimed requests of the same shape before the run
