@@ -28,6 +28,8 @@ struct Engine::Impl {
   std::string model_name;
   std::string backend_name;
   std::int32_t max_sessions = 0;
+  std::int32_t prefill_chunk = 0;
+  std::int32_t max_batch_tokens = 0;
 };
 
 namespace {
@@ -49,6 +51,13 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
                                              const ProgressCallback& progress) {
   if (options.max_sessions <= 0) {
     return invalid_argument("max_sessions must be positive, got {}", options.max_sessions);
+  }
+  if (options.prefill_chunk < 0 || options.max_batch_tokens < 0 ||
+      options.max_decode_sequences < 0) {
+    return invalid_argument(
+        "prefill_chunk {}, max_batch_tokens {} and max_decode_sequences {} must not be negative "
+        "(0 picks the default)",
+        options.prefill_chunk, options.max_batch_tokens, options.max_decode_sequences);
   }
   auto impl = std::make_unique<Impl>();
   impl->model_name = name_of(options.model);
@@ -91,7 +100,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   const std::size_t decodes = options.max_decode_sequences > 0
                                   ? static_cast<std::size_t>(options.max_decode_sequences)
                                   : static_cast<std::size_t>(options.max_sessions);
-  const std::size_t chunk = std::min<std::size_t>(256, preferred);
+  constexpr std::size_t kDefaultChunk = 256;
+  const std::size_t chunk = std::min<std::size_t>(
+      options.prefill_chunk > 0 ? static_cast<std::size_t>(options.prefill_chunk) : kDefaultChunk,
+      preferred);
   std::size_t batch = options.max_batch_tokens > 0
                           ? static_cast<std::size_t>(options.max_batch_tokens)
                           : decodes + 2 * chunk;
@@ -101,6 +113,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
     return invalid_argument("no valid scheduler for batch {} tokens, {} decodes, chunk {}", batch,
                             decodes, chunk);
   }
+  impl->prefill_chunk = static_cast<std::int32_t>(chunk);
+  impl->max_batch_tokens = static_cast<std::int32_t>(batch);
   report(progress, "initializing", 0.9);
   impl->runner = std::make_unique<Runner>(*impl->executor, std::move(scheduler));
   auto ready = impl->runner->open_session_async().get();  // waits for initialize()
@@ -176,6 +190,12 @@ std::int32_t Engine::max_session_tokens() const {
 }
 std::int32_t Engine::max_sessions() const {
   return impl_->max_sessions;
+}
+std::int32_t Engine::prefill_chunk() const {
+  return impl_->prefill_chunk;
+}
+std::int32_t Engine::max_batch_tokens() const {
+  return impl_->max_batch_tokens;
 }
 Engine::KvCells Engine::kv_cells() const {
   const executor::CudaExecutor::KvCells cells = impl_->executor->published_kv_cells();

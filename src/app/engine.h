@@ -40,7 +40,11 @@ struct EngineOptions {
   std::int32_t max_sessions = 64;          // resident sessions: requests, clones, prefix snapshots
   std::int32_t max_session_tokens = 0;     // 0: divide the pool across sessions, capped by context
   std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
-  std::int32_t max_batch_tokens = 0;       // 0: the executor's preferred width plus decodes
+  std::int32_t max_batch_tokens = 0;       // 0: decodes plus two prefill chunks
+  // Prompt tokens a session prefills per engine step (0: 256), capped by the
+  // executor's widest step. Larger chunks raise throughput under load at the
+  // cost of inter-token latency for the sessions decoding beside them.
+  std::int32_t prefill_chunk = 0;
   std::int32_t max_decode_sequences = 0;   // 0: max_sessions
   program::ProgramOptions program;
 };
@@ -83,6 +87,9 @@ class Engine {
   const std::string& backend_name() const;  // "cpu" or "cuda"
   std::int32_t max_session_tokens() const;  // the per-session position limit
   std::int32_t max_sessions() const;
+  // The scheduler's limits as resolved at load.
+  std::int32_t prefill_chunk() const;
+  std::int32_t max_batch_tokens() const;
   // KV cells holding tokens and cells in the pool (scratch excluded), as of
   // the engine thread's last step, open, clone or close. Any thread.
   struct KvCells {

@@ -21,6 +21,15 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--max-session-tokens", args->max_session_tokens,
                   "per-session token limit (0: divide the pool, capped by the context)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefill-chunk", args->prefill_chunk,
+                  "prompt tokens a request prefills per engine step (0: 256); larger chunks "
+                  "serve more tokens/s under load, with longer gaps for the requests decoding")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--max-batch-tokens", args->max_batch_tokens,
+                  "tokens per engine step (0: the decoding sessions plus two prefill chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--prefix-cache", args->prefix_cache_entries, "prefix-cache entries (0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -111,6 +111,8 @@ int run_serve(const ServeArgs& args) {
     eo.backend = args.backend;
     eo.max_sessions = args.max_sessions;
     eo.max_session_tokens = args.max_session_tokens;
+    eo.prefill_chunk = args.prefill_chunk;
+    eo.max_batch_tokens = args.max_batch_tokens;
     // Snapshots occupy sessions: at most a quarter of them (see engine_service.h).
     eo.prefix_cache_entries = std::min(args.prefix_cache_entries, args.max_sessions / 4);
     const auto t0 = std::chrono::steady_clock::now();
@@ -135,10 +137,10 @@ int run_serve(const ServeArgs& args) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr,
                  "cellm serve: ready in %.1f s: model %s on %s, context %d tokens, %d sessions, "
-                 "prefix cache %s\n",
+                 "prefill chunk %d, %d tokens per step, prefix cache %s\n",
                  secs, engine->model_name().c_str(), engine->backend_name().c_str(),
-                 engine->max_session_tokens(), engine->max_sessions(),
-                 service->prefix_caching() ? "on" : "off");
+                 engine->max_session_tokens(), engine->max_sessions(), engine->prefill_chunk(),
+                 engine->max_batch_tokens(), service->prefix_caching() ? "on" : "off");
     std::fflush(stderr);
   });
 

@@ -27,6 +27,8 @@ struct ServeArgs {
   std::size_t body_limit = 8u << 20;       // request bytes before 413
   std::string served_model_name;           // empty: the model's file or folder name
   std::int32_t drain_timeout_s = 30;
+  std::int32_t prefill_chunk = 0;     // 0: the engine's default (256)
+  std::int32_t max_batch_tokens = 0;  // 0: decodes plus two prefill chunks
 };
 
 // Returns the process exit code: 0 after a clean stop, 1 when listening or

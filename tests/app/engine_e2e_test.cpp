@@ -182,6 +182,54 @@ TEST_F(EngineE2eTest, PrefixCacheHitGivesTheColdTokensWithLessPrefill) {
   EXPECT_EQ(warm.metrics.n_prefilled_tokens, 1);
 }
 
+// A small prefill chunk splits the prompt over several engine steps; the
+// continuation must not change.
+TEST_F(EngineE2eTest, SmallPrefillChunkGivesTheSameTokens) {
+  EXPECT_GT(engine_->prefill_chunk(), 0);
+  EXPECT_LE(engine_->prefill_chunk(), 256);
+  EXPECT_EQ(engine_->max_batch_tokens(), 40 + 2 * engine_->prefill_chunk());
+  const std::vector<Token> prompt = chat_prompt(
+      "You are a patient tutor. Explain, in two short sentences, why the sky looks blue on a "
+      "clear day and why sunsets are often red or orange.");
+  ASSERT_GT(prompt.size(), 48u) << "the prompt must span several chunks of 16";
+  Session wide = open();
+  const Outcome expected = generate(wide, prompt, greedy(12)).get();
+  ASSERT_NE(expected.reason, FinishReason::kFailed);
+
+  EngineOptions options;
+  options.model = smollm2();
+  options.backend = "cpu";
+  options.max_sessions = 8;  // the pool must be wider than the widest forward (2048)
+  options.max_session_tokens = 512;
+  options.prefix_cache_entries = 0;
+  options.prefill_chunk = 16;
+  auto loaded = Engine::load(options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  Engine& narrow = **loaded;
+  EXPECT_EQ(narrow.prefill_chunk(), 16);
+  EXPECT_EQ(narrow.max_batch_tokens(), 8 + 2 * 16);
+  auto session = narrow.runner().open_session_async().get();
+  ASSERT_TRUE(session.has_value());
+  const Outcome got = generate(*session, prompt, greedy(12)).get();
+  EXPECT_EQ(got.tokens, expected.tokens);
+  EXPECT_EQ(got.metrics.n_prefilled_tokens, static_cast<std::int64_t>(prompt.size()));
+}
+
+TEST(EngineOptionsTest, NegativeSchedulerLimitsAreRefusedBeforeAnythingLoads) {
+  for (int which = 0; which < 3; ++which) {
+    EngineOptions options;
+    options.model = "/nonexistent/model.gguf";  // never read: the limits are checked first
+    if (which == 0) options.prefill_chunk = -1;
+    if (which == 1) options.max_batch_tokens = -5;
+    if (which == 2) options.max_decode_sequences = -2;
+    auto loaded = Engine::load(options);
+    ASSERT_FALSE(loaded.ok()) << which;
+    EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(loaded.status().message().find("must not be negative"), std::string::npos)
+        << loaded.status().to_string();
+  }
+}
+
 // `cellm run` with a seed prints the same text twice, and another seed is allowed to differ.
 TEST(CliE2eTest, SeededRunIsReproducible) {
   ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
