@@ -158,6 +158,15 @@ class Runner {
   std::future<std::optional<Session>> open_session_async();
   // Whether the executor consumes this kind of prepared input. Reserves nothing.
   std::future<AcceptanceResult> accepts_async(PreparedInputPtr input);
+  // Whether the executor can suppress token ids, so that a GenConfig with
+  // min_new_tokens and stop tokens can run (Executor::can_suppress_tokens;
+  // a throw counts as false). Asked once, in the constructor before the
+  // engine thread starts, so reading it never waits for or races a step;
+  // the executor's answer must therefore be fixed from construction on (the
+  // CUDA executor's comes from the program's metadata). generate_async still
+  // asks the executor itself and refuses with kFailed; this lets callers
+  // refuse up front instead.
+  bool can_suppress_tokens() const { return can_suppress_tokens_; }
   // Idempotent. Blocks until the engine has stopped, live generations ended
   // kCancelled and every session closed; from a callback it only requests
   // the stop.
@@ -167,6 +176,7 @@ class Runner {
 
  private:
   std::shared_ptr<detail::EngineCore> core_;
+  bool can_suppress_tokens_ = true;
 };
 
 }  // namespace cellm

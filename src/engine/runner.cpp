@@ -205,6 +205,12 @@ GenerationHandle Session::generate_async(GenerationInput delta, GenConfig config
 
 Runner::Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler)
     : core_(std::make_shared<detail::EngineCore>(executor, std::move(scheduler))) {
+  // Before start(): from then on only the engine thread may call the executor.
+  try {
+    can_suppress_tokens_ = executor.can_suppress_tokens();
+  } catch (...) {
+    can_suppress_tokens_ = false;  // as the engine treats a throw
+  }
   core_->start();
 }
 

@@ -89,6 +89,7 @@ class EngineService final : public GenerationService {
   std::int32_t sequences_for(std::int32_t n) const override { return inner_->sequences_for(n); }
   bool prefix_caching() const override { return inner_->prefix_caching(); }
   std::vector<Token> stop_tokens() const override { return inner_->stop_tokens(); }
+  bool can_suppress_tokens() const override { return inner_->can_suppress_tokens(); }
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
     return inner_->tokenize(text, add_special);
   }

@@ -175,11 +175,20 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   }
 
   if (r.min_tokens > 0 && !r.ignore_eos) {
-    // Until min_tokens every stop token is suppressed in sampling, and a
-    // policy holds only so many; refused here rather than failing later.
+    // Until min_tokens every stop token is suppressed in sampling, which
+    // some device samplers cannot do at all and a policy does for only so
+    // many ids; refused here rather than failing once the run has started.
     std::vector<Token> stops = svc.stop_tokens();
     std::sort(stops.begin(), stops.end());
     stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
+    if (!stops.empty() && !svc.can_suppress_tokens()) {
+      return refuse(invalid_argument("min_tokens {} needs the model's stop tokens held back "
+                                     "until it is reached, but this server's sampler cannot "
+                                     "suppress token ids (its device sample method takes none); "
+                                     "drop min_tokens or set ignore_eos",
+                                     r.min_tokens),
+                    "min_tokens");
+    }
     if (stops.size() > kMaxSuppressedTokens) {
       return refuse(invalid_argument("min_tokens needs the model's {} stop tokens held back until "
                                      "it is reached, but at most {} can be; drop min_tokens or "

@@ -92,6 +92,10 @@ class GenerationService {
   // The tokens a generation stops on unless ignore_eos (the model's EOS set).
   // min_tokens suppresses them, so it is refused when they are too many.
   virtual std::vector<Token> stop_tokens() const = 0;
+  // Whether the sampler can hold token ids back at all (a device sampler
+  // whose method takes no suppressed ids cannot); when false, min_tokens
+  // with stop tokens is refused before admission.
+  virtual bool can_suppress_tokens() const { return true; }
 
   virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
   // `messages` is the OpenAI list; `extra` the template variables.

@@ -56,6 +56,7 @@ class RunnerService final : public GenerationService {
   std::int32_t sequences_for(std::int32_t n) const override;
   bool prefix_caching() const override { return cache_ != nullptr; }
   std::vector<Token> stop_tokens() const override { return config_.stop_tokens; }
+  bool can_suppress_tokens() const override { return runner_.can_suppress_tokens(); }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override;
   Result<std::string> render_chat(const nlohmann::ordered_json& messages,

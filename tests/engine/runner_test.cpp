@@ -591,6 +591,44 @@ TEST_F(RunnerTest, GenerationRefusesAMinimumWhenTheExecutorCannotSuppressTokens)
   EXPECT_EQ(exec.sampling()[policies].params.suppressed_count, 2u);
 }
 
+TEST_F(RunnerTest, ReportsWhetherItsExecutorCanSuppressTokens) {
+  exec.set_can_suppress_tokens(false);
+  start();
+  EXPECT_FALSE(runner->can_suppress_tokens());
+  // It agrees with what the engine then does with a minimum.
+  Session s = open();
+  GenConfig minimum = budget(3);
+  minimum.min_new_tokens = 1;
+  minimum.stop_tokens = {300};
+  Collector c;
+  auto h = run(s, {1}, minimum, c);
+  EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
+  EXPECT_TRUE(exec.batches().empty());
+
+  FakeExecutor capable;
+  Runner other(capable, DecodeFirstScheduler::create(20, 4, 8));
+  EXPECT_TRUE(other.can_suppress_tokens());
+  other.shutdown();
+}
+
+TEST(RunnerCapabilityTest, AnExecutorThatThrowsWhenAskedCannotSuppress) {
+  class Throwing final : public FakeExecutor {
+   public:
+    bool can_suppress_tokens() const override { throw std::runtime_error("no sampler metadata"); }
+  } exec;
+  Runner runner(exec, DecodeFirstScheduler::create(20, 4, 8));
+  EXPECT_FALSE(runner.can_suppress_tokens());
+  // The runner still works for everything else.
+  auto s = runner.open_session_async().get();
+  ASSERT_TRUE(s.has_value());
+  Collector c;
+  auto h = s->generate_async(std::vector<Token>{1, 2}, budget(2), c.on_update(), c.on_settled());
+  h.wait();
+  EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit) << h.error_message();
+  s.reset();
+  runner.shutdown();
+}
+
 TEST(GenConfigTest, CheckNamesTheFieldThatIsWrong) {
   EXPECT_TRUE(check_gen_config(budget(1)).is_ok());
   EXPECT_EQ(check_gen_config(budget(0)).message(), "max_new_tokens must be greater than zero");

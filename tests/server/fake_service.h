@@ -3,8 +3,9 @@
 // EOS. Each choice of a job replies with a scripted text, one token per step
 // on its own thread, then EOS (or, with ignore_eos, the filler 'x' forever)
 // until max_new_tokens; knobs hold the first token or start() itself, fail a
-// choice, slow the steps and refuse start(). Records what it was asked and
-// cancellations.
+// choice, slow the steps, refuse start() and set what it reports (stop
+// tokens, whether it can suppress them). Records what it was asked (start()
+// calls, admission requests) and cancellations.
 //
 // Thread-safety: every member is safe from any thread.
 #pragma once
@@ -37,6 +38,7 @@ struct FakeKnobs {
   std::optional<Status> start_error;
   bool prefix_caching = false;
   std::vector<Token> stop_tokens = {kEos};  // what stop_tokens() reports
+  bool can_suppress_tokens = true;          // what can_suppress_tokens() reports
   std::int64_t cached_tokens = 0;
 };
 
@@ -72,6 +74,10 @@ class FakeService : public GenerationService {
     cv_.notify_all();
   }
   int starts_waiting() const { return starts_waiting_.load(); }
+  // Every start() call, refused ones included.
+  int start_calls() const { return start_calls_.load(); }
+  // sequences_for() calls: the server asks it only to take an admission ticket.
+  int admission_asks() const { return admission_asks_.load(); }
   std::vector<GenerationSpec> specs() const {
     std::lock_guard lock(mu_);
     return specs_;
@@ -96,6 +102,11 @@ class FakeService : public GenerationService {
   std::int32_t max_sequences() const override { return knobs_.max_sequences; }
   bool prefix_caching() const override { return knobs_.prefix_caching; }
   std::vector<Token> stop_tokens() const override { return knobs_.stop_tokens; }
+  bool can_suppress_tokens() const override { return knobs_.can_suppress_tokens; }
+  std::int32_t sequences_for(std::int32_t n) const override {
+    admission_asks_ += 1;
+    return n;
+  }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
     std::vector<Token> ids;
@@ -134,6 +145,7 @@ class FakeService : public GenerationService {
   }
   Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
                                                const std::function<bool()>&) override {
+    start_calls_ += 1;
     if (knobs_.start_error) return *knobs_.start_error;
     {
       std::unique_lock lock(mu_);
@@ -241,6 +253,8 @@ class FakeService : public GenerationService {
   bool held_ = false;
   bool start_held_ = false;
   std::atomic<int> starts_waiting_{0};
+  std::atomic<int> start_calls_{0};
+  mutable std::atomic<int> admission_asks_{0};
   std::vector<GenerationSpec> specs_;
   std::atomic<int> live_jobs_{0};
   std::atomic<int> cancelled_{0};

@@ -245,8 +245,9 @@ ModelText letters_text() {
 }
 
 struct ServiceStack {
-  explicit ServiceStack(std::uint64_t eos_every)
-      : executor(16, eos_every), runner(executor, DecodeFirstScheduler::create(64, 16, 16)) {
+  explicit ServiceStack(std::uint64_t eos_every, bool can_suppress = true)
+      : executor(16, eos_every, can_suppress),
+        runner(executor, DecodeFirstScheduler::create(64, 16, 16)) {
     RunnerServiceConfig c;
     c.model_name = "toy";
     c.context_length = 256;
@@ -367,6 +368,63 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   auto fine = crowded.start(
       spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
   EXPECT_TRUE(fine.ok()) << fine.status().to_string();
+}
+
+TEST(MinTokensTest, ServiceOverAnExecutorThatCannotSuppressRefusesBeforeOpeningASession) {
+  ServiceStack s(1, /*can_suppress=*/false);
+  EXPECT_FALSE(s.service->can_suppress_tokens());
+  GenerationSpec spec;
+  spec.prompt = {'h', 'i'};
+  spec.max_new_tokens = 4;
+  spec.min_new_tokens = 2;
+  std::atomic<int> events{0};
+  auto job = s.service->start(
+      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(job.status().message()).find("min_new_tokens 2"), std::string::npos)
+      << job.status().to_string();
+  EXPECT_EQ(events.load(), 0);
+  EXPECT_EQ(s.executor.open_sessions(), 0u);
+  EXPECT_TRUE(s.executor.executed().empty());
+  EXPECT_TRUE(s.executor.policies().empty());
+  // Without stop tokens to hold back (ignore_eos), or without a minimum, it runs.
+  spec.ignore_eos = true;
+  auto ignoring = s.service->start(
+      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  EXPECT_TRUE(ignoring.ok()) << ignoring.status().to_string();
+  spec.ignore_eos = false;
+  spec.min_new_tokens = 0;
+  auto plain = s.service->start(
+      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+  EXPECT_TRUE(plain.ok()) << plain.status().to_string();
+}
+
+TEST(MinTokensTest, ServerRefusesMinTokensWithA400WhenTheExecutorCannotSuppress) {
+  ServiceStack s(1, /*can_suppress=*/false);
+  LiveServer live(s.service);
+  httplib::Client c("127.0.0.1", live.server.port());
+  const nlohmann::json req = {{"prompt", "go"}, {"max_tokens", 6}, {"min_tokens", 3}};
+  auto res = c.Post("/v1/completions", req.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  const nlohmann::json body = nlohmann::json::parse(res->body, nullptr, false);
+  ASSERT_TRUE(body.contains("error")) << res->body;
+  EXPECT_EQ(body["error"]["param"], "min_tokens");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  const std::string message = body["error"]["message"].get<std::string>();
+  EXPECT_NE(message.find("cannot suppress"), std::string::npos) << message;
+  // Nothing reached the engine: no session, no step, no policy.
+  EXPECT_EQ(s.executor.open_sessions(), 0u);
+  EXPECT_TRUE(s.executor.executed().empty());
+  EXPECT_TRUE(s.executor.policies().empty());
+  // The same request without the minimum is served (this toy samples EOS
+  // first, which nothing holds back now).
+  nlohmann::json plain = req;
+  plain.erase("min_tokens");
+  nlohmann::json r = live.post(plain);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 1) << r.dump();
+  EXPECT_FALSE(s.executor.executed().empty());
 }
 
 TEST(MinTokensTest, AStopStringAcrossTheMinimumEndsTheChoiceBeforeIt) {

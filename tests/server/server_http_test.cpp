@@ -186,6 +186,70 @@ TEST(ServerHttpTest, RepeatedStopTokensCountOnceTowardsTheMinTokensLimit) {
   EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 2);
 }
 
+TEST(ServerHttpTest, MinTokensIsRefusedUpFrontWhenTheSamplerCannotSuppressTokens) {
+  FakeService::Knobs k;
+  k.can_suppress_tokens = false;
+  TestServer ts({}, k);
+  const json body = {{"prompt", "abc"}, {"min_tokens", 2}, {"max_tokens", 5}};
+  JsonReply r = ts.post("/v1/completions", body);
+  expect_error(r, 400, "min_tokens", "cannot suppress token ids");
+  EXPECT_EQ(r.body["error"]["type"], "invalid_request_error");
+  // The message says what to do instead.
+  EXPECT_NE(r.raw.find("drop min_tokens or set ignore_eos"), std::string::npos) << r.raw;
+  expect_error(ts.post("/v1/chat/completions",
+                       json{{"messages", json::array({json{{"role", "user"}, {"content", "x"}}})},
+                            {"min_tokens", 1},
+                            {"stream", true}}),
+               400, "min_tokens", "min_tokens 1");
+  // Refused before admission and before the service was asked to start.
+  EXPECT_EQ(ts.service().admission_asks(), 0);
+  EXPECT_EQ(ts.service().start_calls(), 0);
+  EXPECT_TRUE(ts.service().specs().empty());
+  EXPECT_EQ(ts.service().live_jobs(), 0);
+
+  // The same service still serves what needs no suppression: no minimum, a
+  // zero minimum, or ignore_eos (no stop token is kept).
+  json no_min = body;
+  no_min.erase("min_tokens");
+  JsonReply plain = ts.post("/v1/completions", no_min);
+  EXPECT_EQ(plain.status, 200) << plain.raw;
+  EXPECT_EQ(plain.body["choices"][0]["text"], "Hello");
+  json zero = body;
+  zero["min_tokens"] = 0;
+  EXPECT_EQ(ts.post("/v1/completions", zero).status, 200);
+  json ignoring = body;
+  ignoring["ignore_eos"] = true;
+  EXPECT_EQ(ts.post("/v1/completions", ignoring).status, 200);
+  EXPECT_EQ(ts.service().admission_asks(), 3);
+  ASSERT_EQ(ts.service().specs().size(), 3u);
+  EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 0);
+  EXPECT_EQ(ts.service().specs()[2].min_new_tokens, 2);
+  EXPECT_TRUE(ts.service().specs()[2].ignore_eos);
+}
+
+TEST(ServerHttpTest, MinTokensOnAModelWithoutStopTokensNeedsNoSuppression) {
+  FakeService::Knobs k;
+  k.can_suppress_tokens = false;
+  k.stop_tokens.clear();
+  TestServer ts({}, k);
+  JsonReply r =
+      ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 2}, {"max_tokens", 5}});
+  EXPECT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(ts.service().specs().size(), 1u);
+  EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 2);
+}
+
+TEST(ServerHttpTest, MinTokensRunsWhenTheSamplerCanSuppressTokens) {
+  TestServer ts;  // the fake suppresses by default, as the interface does
+  JsonReply r =
+      ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 2}, {"max_tokens", 5}});
+  EXPECT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(ts.service().admission_asks(), 1);
+  ASSERT_EQ(ts.service().specs().size(), 1u);
+  EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 2);
+  EXPECT_EQ(ts.service().specs()[0].max_new_tokens, 5);
+}
+
 TEST(ServerHttpTest, CompletionReturnsTextFinishReasonAndUsage) {
   TestServer ts;
   JsonReply r = ts.post("/v1/completions", json{{"prompt", "Hi there"}, {"temperature", 0}});

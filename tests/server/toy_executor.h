@@ -4,8 +4,10 @@
 // seed when sampling is not greedy), mapped to a lower-case letter, or EOS
 // (257) when the hash says so. A wrong prefix restore or a mixed-up clone
 // therefore changes the output. A policy's suppressed ids are honoured as a
-// sampler would: a suppressed EOS becomes a letter. Records every executed
-// input and every installed policy.
+// sampler would: a suppressed EOS becomes a letter. Built with can_suppress
+// false it reports what a device sampler without suppressed ids would, so
+// the runner never installs such a policy. Records every executed input and
+// every installed policy.
 //
 // Thread-safety: Executor methods run on the engine thread; the records are
 // read by the test thread under the mutex.
@@ -38,8 +40,12 @@ class ToyExecutor final : public Executor {
     std::size_t outputs_before;  // tokens the session had produced until then
   };
 
-  explicit ToyExecutor(std::size_t max_sessions, std::uint64_t eos_every = 0)
-      : max_sessions_(max_sessions), eos_every_(eos_every) {}
+  explicit ToyExecutor(std::size_t max_sessions, std::uint64_t eos_every = 0,
+                       bool can_suppress = true)
+      : max_sessions_(max_sessions), eos_every_(eos_every), can_suppress_(can_suppress) {}
+
+  // False plays a device sampler whose method takes no suppressed ids.
+  bool can_suppress_tokens() const override { return can_suppress_; }
 
   std::optional<SessionId> open_session() override {
     std::lock_guard lock(mu_);
@@ -138,6 +144,7 @@ class ToyExecutor final : public Executor {
   mutable std::mutex mu_;
   std::size_t max_sessions_;
   std::uint64_t eos_every_;
+  const bool can_suppress_;
   SessionId next_id_ = 1;
   std::map<SessionId, State> sessions_;
   std::vector<Executed> executed_;
