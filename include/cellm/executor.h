@@ -51,7 +51,9 @@ class Executor {
                             std::optional<std::uint64_t> seed) = 0;
 
   // Whether a policy's suppressed ids (min_new_tokens) can be honoured. A host
-  // sampler always can; a device sampler only if its method takes them.
+  // sampler always can; a device sampler only if its method takes them. The
+  // answer is fixed once the executor is constructed: the Runner reads it then,
+  // from its own thread, to let servers refuse such requests up front.
   virtual bool can_suppress_tokens() const { return true; }
 
   // Whether prepared inputs of this kind can be consumed (metadata only).
