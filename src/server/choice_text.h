@@ -4,9 +4,9 @@
 // string onwards is ever released. Counts the tokens that reached the client.
 // With min_tokens (vLLM's rule): no stop string can end a choice before
 // min_tokens tokens, but once they are out a match counts if it ends in later
-// text, even when it began inside the first min_tokens tokens' text. So that
-// such a match can still be withheld, the tail of that early text that could
-// begin a stop string is held back like any other.
+// text, even when it began inside the first min_tokens tokens' text. The
+// matcher is told where that early text ends, so it both passes over matches
+// lying wholly inside it and holds back its tail that could begin a later one.
 //
 // Thread-safety: one ChoiceText per choice, used by one thread.
 #pragma once
@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cellm/status.h"
@@ -39,28 +40,20 @@ class ChoiceText {
   // stop string).
   std::string finish();
 
-  bool stopped_by_string() const { return stopped_ || stops_.stopped(); }
+  bool stopped_by_string() const { return stops_.stopped(); }
   std::int64_t tokens() const { return tokens_; }
 
  private:
-  // The boundary path, used while text of the first min_tokens tokens is
-  // still held: `window_` is that held text plus what followed it, and only
-  // matches ending past `boundary_` (its first bytes that are early text)
-  // count. Hands over to `stops_` once no early byte is held any more.
   ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher matcher,
-             std::vector<std::string> stops, std::int64_t min_tokens);
-  std::string absorb(const std::string& piece);
-  std::size_t held_prefix_length() const;
+             std::int64_t min_tokens)
+      : stream_(std::move(stream)), stops_(std::move(matcher)), min_tokens_(min_tokens) {}
+  // Text that the detokenizer released after the tokens_-th token.
+  std::string feed(std::string_view piece);
 
   std::unique_ptr<TokenTextStream> stream_;
   text::StopMatcher stops_;
-  std::vector<std::string> stop_strings_;
   std::int64_t min_tokens_;
   std::int64_t tokens_ = 0;
-  std::string window_;
-  std::size_t boundary_ = 0;
-  bool windowed_;
-  bool stopped_ = false;
   bool finished_ = false;
 };
 

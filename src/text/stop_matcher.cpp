@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/utf8.h"
 
 namespace cellm::text {
@@ -14,6 +15,48 @@ Result<StopMatcher> StopMatcher::create(std::vector<std::string> stops) {
   return StopMatcher(std::move(stops));
 }
 
+void StopMatcher::ignore_matches_ending_by(std::size_t offset) {
+  CELLM_CHECK(offset >= ignore_end_, "stop boundary moved back from {} to {}", ignore_end_, offset);
+  ignore_end_ = offset;
+}
+
+std::size_t StopMatcher::find_stop() {
+  // The earliest counting match ends the stream (ties: the stop listed first).
+  // Every occurrence is tried, overlapping ones included, because an ignored
+  // early one may overlap a later one that counts.
+  std::size_t best = std::string::npos;
+  for (std::size_t i = 0; i < stops_.size(); ++i) {
+    const std::string& stop = stops_[i];
+    for (std::size_t at = held_.find(stop); at != std::string::npos && at < best;
+         at = held_.find(stop, at + 1)) {
+      if (held_at_ + at + stop.size() > ignore_end_) {
+        best = at;
+        stop_index_ = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+std::size_t StopMatcher::tail_to_hold() const {
+  // A tail that is a proper prefix of a stop string may still become a match,
+  // unless that match would end by the boundary and so not count; a shorter
+  // tail of the same stop would end later, so the search goes on past it.
+  const std::size_t end = bytes_pushed();
+  std::size_t hold = 0;
+  for (const std::string& stop : stops_) {
+    for (std::size_t k = std::min(stop.size() - 1, held_.size()); k > hold; --k) {
+      if (end - k + stop.size() > ignore_end_ &&
+          held_.compare(held_.size() - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
 StopMatcher::Output StopMatcher::push(std::string_view text) {
   Output out;
   if (stopped()) {
@@ -22,34 +65,19 @@ StopMatcher::Output StopMatcher::push(std::string_view text) {
     return out;
   }
   held_.append(text);
-  // The earliest occurrence of any stop string ends the stream.
-  std::size_t best = std::string::npos;
-  for (std::size_t i = 0; i < stops_.size(); ++i) {
-    const std::size_t at = held_.find(stops_[i]);
-    if (at < best) {
-      best = at;
-      stop_index_ = static_cast<int>(i);
-    }
-  }
-  if (best != std::string::npos) {
-    out.text = held_.substr(0, best);
+  const std::size_t at = find_stop();
+  if (at != std::string::npos) {
+    out.text = held_.substr(0, at);
     out.stopped = true;
     out.stop_index = stop_index_;
+    held_at_ += held_.size();
     held_.clear();
     return out;
   }
-  // Hold the longest tail that is a proper prefix of some stop string.
-  std::size_t hold = 0;
-  for (const std::string& stop : stops_) {
-    for (std::size_t k = std::min(stop.size() - 1, held_.size()); k > hold; --k) {
-      if (held_.compare(held_.size() - k, k, stop, 0, k) == 0) {
-        hold = k;
-        break;
-      }
-    }
-  }
-  out.text = held_.substr(0, held_.size() - hold);
-  held_.erase(0, held_.size() - hold);
+  const std::size_t release = held_.size() - tail_to_hold();
+  out.text = held_.substr(0, release);
+  held_.erase(0, release);
+  held_at_ += release;
   return out;
 }
 
@@ -57,6 +85,7 @@ std::string StopMatcher::finish() {
   if (stopped()) return {};
   std::string out = std::move(held_);
   held_.clear();
+  held_at_ += out.size();
   return out;
 }
 

@@ -134,6 +134,37 @@ TEST(ChoiceTextTest, WithoutAMinimumStopsAreLookedForFromTheFirstToken) {
   EXPECT_EQ(u.finish(), "");
 }
 
+// A stream whose detokenizer releases its text only at the end.
+class TailOnly final : public TokenTextStream {
+ public:
+  explicit TailOnly(std::string tail) : tail_(std::move(tail)) {}
+  std::string push(Token) override { return {}; }
+  std::string finish() override { return tail_; }
+
+ private:
+  std::string tail_;
+};
+
+TEST(ChoiceTextTest, TheFinalTailIsEarlyTextOnlyWithinAMinimum) {
+  // Without a minimum the tail is searched even when no token came before it.
+  Result<ChoiceText> t = ChoiceText::create(std::make_unique<TailOnly>("xab"), {"ab"}, 0);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->finish(), "x");
+  EXPECT_TRUE(t->stopped_by_string());
+  // Within the minimum it is early text: a match wholly inside it is shown.
+  Result<ChoiceText> u = ChoiceText::create(std::make_unique<TailOnly>("xab"), {"ab"}, 2);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->push(std::vector<Token>{kSilent}), "");
+  EXPECT_EQ(u->finish(), "xab");
+  EXPECT_FALSE(u->stopped_by_string());
+  // Past the minimum it is later text again.
+  Result<ChoiceText> w = ChoiceText::create(std::make_unique<TailOnly>("xab"), {"ab"}, 1);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->push(std::vector<Token>{kSilent, kSilent}), "");
+  EXPECT_EQ(w->finish(), "x");
+  EXPECT_TRUE(w->stopped_by_string());
+}
+
 TEST(ChoiceTextTest, MalformedStopStringsAreRefused) {
   EXPECT_EQ(ChoiceText::create(std::make_unique<Bytes>(), {""}, 2).status().code(),
             StatusCode::kInvalidArgument);
