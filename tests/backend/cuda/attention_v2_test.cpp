@@ -196,6 +196,10 @@ TEST(DecodeSplitPlanTest, HostSplitCountFillsTheDeviceAndRespectsTheLength) {
   EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 131072, 132, 256), 33);
   // Wide batches need no splitting.
   EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256), 1);
+  // ... unless more blocks per SM are asked for: 8 x 132 over 512 blocks.
+  EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256, 8), 3);
+  EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256, 2),
+            attention_decode_v2_splits(64, 32, 8, 131072, 132, 256));
   // Short tables bound the count.
   EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 300, 132, 256), 2);
   EXPECT_EQ(attention_decode_v2_splits(1, 4, 1, 1 << 20, 132, 1), kAttentionMaxSplits);

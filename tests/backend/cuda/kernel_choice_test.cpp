@@ -31,6 +31,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 4);
   EXPECT_TRUE(choice->pdl);
+  EXPECT_EQ(choice->decode_split_target, 2);
   EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(*choice, KernelChoice{});
 }
@@ -39,6 +40,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v1"},
                                                  {"CELLM_PREFILL_ATTN", "v1"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
+                                                 {"CELLM_DECODE_SPLIT_TARGET", "6"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "on"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
@@ -47,6 +49,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
+  EXPECT_EQ(choice->decode_split_target, 6);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
@@ -54,8 +57,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 fused_rope=0 gemv=1 gemv_max_rows=8 pdl=0 "
-            "autotune=0");
+            "decode=v1 prefill=v1 split_keys=128 split_target=6 fused_rope=0 gemv=1 "
+            "gemv_max_rows=8 pdl=0 autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -63,7 +66,8 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_ATTN", "v3"}},        {{"CELLM_PREFILL_ATTN", "fast"}},
       {{"CELLM_FUSED_ROPE", "yes please"}}, {{"CELLM_GEMV", "2"}},
       {{"CELLM_GEMM_AUTOTUNE", "yes"}},     {{"CELLM_GEMV_MAX_ROWS", "9"}},
-      {{"CELLM_PDL", "2"}},
+      {{"CELLM_PDL", "2"}},                 {{"CELLM_DECODE_SPLIT_TARGET", "0"}},
+      {{"CELLM_DECODE_SPLIT_TARGET", "33"}},
       {{"CELLM_GEMV_MAX_ROWS", "4x"}},      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
       {{"CELLM_DECODE_SPLIT_KEYS", ""}},
   };

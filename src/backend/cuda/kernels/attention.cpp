@@ -86,10 +86,13 @@ std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t n
 
 std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t num_heads,
                                         std::int32_t num_kv_heads, std::int32_t max_kv_len,
-                                        int sm_count, std::int32_t split_min_keys) {
+                                        int sm_count, std::int32_t split_min_keys,
+                                        std::int32_t blocks_per_sm) {
   const auto blocks = static_cast<std::int64_t>(
       attention_decode_v2_counters(std::max(1, num_tokens), num_heads, std::max(1, num_kv_heads)));
-  const std::int64_t wanted = (2LL * std::max(1, sm_count) + blocks - 1) / blocks;
+  const std::int64_t target =
+      static_cast<std::int64_t>(std::max(1, blocks_per_sm)) * std::max(1, sm_count);
+  const std::int64_t wanted = (target + blocks - 1) / blocks;
   const std::int64_t keys = std::max(1, split_min_keys);
   const std::int64_t by_length = std::max<std::int64_t>(1, (max_kv_len + keys - 1) / keys);
   return static_cast<std::int32_t>(

@@ -127,11 +127,13 @@ std::int32_t attention_decode_splits(std::int32_t num_tokens, std::int32_t num_h
 std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t num_heads,
                                          std::int64_t num_kv_heads);
 
-// Decode v2's split count: enough blocks for two per multiprocessor, no more
-// than max_kv_len / split_min_keys (the per-token plan trims it further).
+// Decode v2's split count: enough blocks for `blocks_per_sm` per
+// multiprocessor, no more than max_kv_len / split_min_keys (the per-token plan
+// trims it further).
 std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t num_heads,
                                         std::int32_t num_kv_heads, std::int32_t max_kv_len,
-                                        int sm_count, std::int32_t split_min_keys);
+                                        int sm_count, std::int32_t split_min_keys,
+                                        std::int32_t blocks_per_sm = 2);
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);

@@ -49,6 +49,10 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_split_keys,
                            parse_int("CELLM_DECODE_SPLIT_KEYS", *v, 1, 1 << 20));
   }
+  if (auto v = lookup("CELLM_DECODE_SPLIT_TARGET")) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_split_target,
+                           parse_int("CELLM_DECODE_SPLIT_TARGET", *v, 1, 32));
+  }
   if (auto v = lookup("CELLM_FUSED_ROPE")) {
     CELLM_ASSIGN_OR_RETURN(choice.fused_rope, parse_flag("CELLM_FUSED_ROPE", *v));
   }
@@ -83,10 +87,11 @@ KernelChoice kernel_choice_from_env() {
 
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
-      "decode={} prefill={} split_keys={} fused_rope={} gemv={} gemv_max_rows={} pdl={} "
-      "autotune={}",
+      "decode={} prefill={} split_keys={} split_target={} fused_rope={} gemv={} gemv_max_rows={} "
+      "pdl={} autotune={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
+      choice.decode_split_target,
       choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
       choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0);
 }

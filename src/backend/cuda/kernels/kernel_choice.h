@@ -7,6 +7,8 @@
 // made:
 //   CELLM_DECODE_ATTN=v1|v2        split-KV decode attention (v2, default: staged, tensor cores)
 //   CELLM_DECODE_SPLIT_KEYS=N      v2: fewest keys per used split (default 128)
+//   CELLM_DECODE_SPLIT_TARGET=N    v2: split-KV blocks per SM the split count aims for
+//                                  (default 2: 1B batch 64 runs one split; not yet A/B'd)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
@@ -38,6 +40,7 @@ struct KernelChoice {
   DecodeAttention decode_attention = DecodeAttention::kV2;
   PrefillAttention prefill_attention = PrefillAttention::kV2;
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
+  std::int32_t decode_split_target = 2;
   bool fused_rope = true;
   bool gemv = false;
   std::int32_t gemv_max_rows = 4;
@@ -56,7 +59,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 fused_rope=1 gemv=0 gemv_max_rows=4 pdl=1 autotune=1",
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 fused_rope=1 gemv=0 gemv_max_rows=4
+// pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
