@@ -64,11 +64,13 @@ struct GenConfig {
 
 // Whether `config` can run at all: InvalidArgument naming the field when
 // max_new_tokens <= 0, min_new_tokens lies outside [0, max_new_tokens], or a
-// minimum would need more than kMaxSuppressedTokens distinct stop tokens
-// suppressed. generate_async refuses such a config with kFailed and this
-// message before the session, the executor or the sampling policy is touched;
-// callers that want to refuse a request up front call it themselves.
-Status check_gen_config(const GenConfig& config);
+// minimum would need stop tokens suppressed and either they are more than
+// kMaxSuppressedTokens distinct ids or the executor cannot suppress any
+// (`can_suppress_tokens`, see Runner::can_suppress_tokens). generate_async
+// refuses such a config with kFailed and this message before the session,
+// the executor or the sampling policy is touched; callers that want to
+// refuse a request up front call it themselves.
+Status check_gen_config(const GenConfig& config, bool can_suppress_tokens = true);
 
 // A copyable view of one generation's outcome. Dropping it does not cancel;
 // it may outlive the runner.

@@ -273,25 +273,20 @@ void EngineCore::handle_(StartCommand& c, bool running) {
   auto it = running ? sessions_.find(gen->sid) : sessions_.end();
   if (it == sessions_.end()) return reject(FinishReason::kCancelled, "");
   SessionRecord& rec = it->second;
-  if (Status valid = check_gen_config(gen->config); !valid.is_ok()) {
-    return reject(FinishReason::kFailed, std::string(valid.message()));
-  }
   // Until min_new_tokens are out, the stop tokens must not even be sampled.
   const bool suppress_stops = gen->config.min_new_tokens > 0 && !gen->config.stop_tokens.empty();
-  // Refused here rather than failing the first step, which would poison the session.
-  bool can_suppress = false;
-  try {
-    can_suppress = !suppress_stops || executor_.can_suppress_tokens();
-  } catch (...) {
-    can_suppress = false;
+  // A device sampler that cannot suppress is refused here rather than
+  // failing the first step, which would poison the session.
+  bool can_suppress = true;
+  if (suppress_stops) {
+    try {
+      can_suppress = executor_.can_suppress_tokens();
+    } catch (...) {
+      can_suppress = false;
+    }
   }
-  if (!can_suppress) {
-    return reject(
-        FinishReason::kFailed,
-        fmt::format("min_new_tokens {} (OpenAI min_tokens) needs the stop tokens suppressed until "
-                    "it is reached, but the program's device sampler takes no suppressed ids; "
-                    "drop min_new_tokens or serve a program whose sample method takes them",
-                    gen->config.min_new_tokens));
+  if (Status valid = check_gen_config(gen->config, can_suppress); !valid.is_ok()) {
+    return reject(FinishReason::kFailed, std::string(valid.message()));
   }
   SamplingParams policy = gen->config.sampling;
   if (suppress_stops) {

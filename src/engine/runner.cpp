@@ -31,13 +31,20 @@ void settle_inline(detail::GenerationState& state, GenerationMetrics metrics, Fi
 
 }  // namespace
 
-Status check_gen_config(const GenConfig& config) {
+Status check_gen_config(const GenConfig& config, bool can_suppress_tokens) {
   if (config.max_new_tokens <= 0) {
     return invalid_argument("max_new_tokens must be greater than zero");
   }
   if (config.min_new_tokens < 0 || config.min_new_tokens > config.max_new_tokens) {
     return invalid_argument("min_new_tokens {} must be within [0, max_new_tokens = {}]",
                             config.min_new_tokens, config.max_new_tokens);
+  }
+  if (config.min_new_tokens > 0 && !config.stop_tokens.empty() && !can_suppress_tokens) {
+    return invalid_argument(
+        "min_new_tokens {} needs the stop tokens suppressed until it is reached, but the "
+        "executor's device sampler takes no suppressed ids; drop min_new_tokens (OpenAI "
+        "min_tokens) or serve a program whose sample method takes them",
+        config.min_new_tokens);
   }
   if (config.min_new_tokens > 0) {
     // Until the minimum every stop token is suppressed in sampling, and a

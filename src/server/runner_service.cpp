@@ -125,15 +125,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(
     return c;
   };
   // The engine would refuse these too, but only after sessions were taken.
-  const GenConfig first_config = config_for(0);
-  CELLM_RETURN_IF_ERROR(check_gen_config(first_config));
-  if (first_config.min_new_tokens > 0 && !first_config.stop_tokens.empty() &&
-      !runner_.can_suppress_tokens()) {
-    return invalid_argument(
-        "min_new_tokens {} needs the stop tokens suppressed until it is reached, but the "
-        "executor's device sampler takes no suppressed ids; drop min_tokens or set ignore_eos",
-        first_config.min_new_tokens);
-  }
+  CELLM_RETURN_IF_ERROR(check_gen_config(config_for(0), runner_.can_suppress_tokens()));
 
   auto job = std::make_unique<Job>(cache_mu_, spec.n);
   std::optional<Session> session;

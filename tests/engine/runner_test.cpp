@@ -538,6 +538,19 @@ TEST_F(RunnerTest, GenerationRefusesAMinimumWhenTheExecutorCannotSuppressTokens)
   minimum.min_new_tokens = 2;
   minimum.stop_tokens = {300, 301};
   ASSERT_TRUE(check_gen_config(minimum).is_ok());  // only this executor refuses it
+  // The same rule, told the capability: refused; without stop tokens or a
+  // minimum nothing needs suppressing.
+  const Status refused = check_gen_config(minimum, /*can_suppress_tokens=*/false);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(refused.message()).find("device sampler takes no suppressed ids"),
+            std::string::npos)
+      << refused.to_string();
+  GenConfig stopless = minimum;
+  stopless.stop_tokens.clear();
+  EXPECT_TRUE(check_gen_config(stopless, false).is_ok());
+  GenConfig no_minimum = minimum;
+  no_minimum.min_new_tokens = 0;
+  EXPECT_TRUE(check_gen_config(no_minimum, false).is_ok());
   const EngineMetrics before = runner->metrics();
   Collector c;
   auto h = run(s, {1, 2}, minimum, c);
