@@ -3,22 +3,20 @@
 // m <= kGemvMaxRows, bf16 operands, float accumulation.
 //
 // Built for batch 1-8 decode, where a step is a chain of weight reads with
-// tiny kernels in between: a block owns 16 weight rows, its warps split k,
-// the products run on tensor cores (the activation rows are the 8 columns of
-// an mma), and the first weights are loaded (the next touched in L2) *before*
-// the kernel waits on the previous kernel (programmatic dependent launch), so
-// the weight stream overlaps the tail of whatever ran before.
-//   prologue kRmsNorm: a row is RMS-normalised on the fly (every block
-//     reduces the rows' sums of squares itself), rounded to bf16 as the norm
-//     kernel would write it.
+// tiny kernels in between: a warp streams two weight rows through registers
+// with two batches of loads in flight, and the first weights are requested
+// *before* the kernel waits on the previous kernel (programmatic dependent
+// launch), so the weight stream overlaps the tail of whatever ran before.
+//   prologue kRmsNorm: every block RMS-normalises the rows into shared
+//     memory, rounded to bf16 as the norm kernel would write them.
 //   epilogue kResidualAdd: out is the bf16 residual stream, updated in place
 //     as bf16(out + bf16(sum)): the GEMM output and the residual add of the
 //     unfused path, with the same roundings.
 //   epilogue kGatedSilu/kGatedGeluTanh: w holds 2n rows (gates, then ups);
 //     out[r, c] = bf16(act(bf16(gate)) * bf16(up)), as the gated-MLP kernel
 //     computes it from the bf16 GEMM output.
-// The warps' partial tiles are added in a fixed order: the same inputs give
-// the same bits on every run.
+// Every sum is reduced in a fixed order: the same inputs give the same bits
+// on every run.
 //
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
