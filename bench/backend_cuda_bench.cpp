@@ -277,7 +277,8 @@ BENCHMARK(BM_RopeScatter)->Apply(rope_scatter_args)->UseManualTime();
 // ---- linear layers at decode widths: args {variant (0 = cuBLASLt, 1 = GEMV,
 // 2 = GEMV launched with programmatic dependent launch, so each launch
 // streams its first weights while the one before it finishes, as in the
-// forward's chain), m, n, k, f32 output} ----
+// forward's chain; 3 = as 2 with the RMSNorm prologue of q/k/v, gate/up and
+// lm_head), m, n, k, f32 output} ----
 void BM_DecodeGemm(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const bool gemv = state.range(0) >= 1;
@@ -305,7 +306,12 @@ void BM_DecodeGemm(benchmark::State& state) {
   g.ldw = k;
   g.ldc = n;
   g.w = weights[0].data();
-  g.pdl = state.range(0) == 2;
+  g.pdl = state.range(0) >= 2;
+  auto norm_weight = filled<bf16>(static_cast<std::size_t>(k), 0x3c);
+  if (state.range(0) == 3) {
+    g.prologue = GemvPrologue::kRmsNorm;
+    g.norm_weight = norm_weight.data();
+  }
   const Status valid = g.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
@@ -345,9 +351,8 @@ void decode_gemm_args(benchmark::internal::Benchmark* b) {
                           {128256, 2048, 1}, {6144, 4096, 0},  {4096, 4096, 0},  {28672, 4096, 0},
                           {4096, 14336, 0},  {128256, 4096, 1}};
   for (const Shape& s : shapes) {
-    for (const int m : {1, 4}) {
-      for (const int gemv : {0, 1, 2}) b->Args({gemv, m, s.n, s.k, s.f32});
-    }
+    for (const int gemv : {0, 1, 2, 3}) b->Args({gemv, 1, s.n, s.k, s.f32});
+    for (const int gemv : {0, 2}) b->Args({gemv, 2, s.n, s.k, s.f32});
   }
 }
 BENCHMARK(BM_DecodeGemm)->Apply(decode_gemm_args)->UseManualTime();

@@ -170,9 +170,17 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   const int my_units = first < units ? (units - 1 - first) / stride + 1 : 0;
   const int total = my_units * per_unit;  // this warp's batches
 
+  // Which part of k the j-th batch covers. A unit starts at a part set by its
+  // index: the warps of a wave then read different column ranges of their
+  // rows at any moment, spread over all of memory, instead of all reading the
+  // same column range of thousands of rows a row length apart.
+  auto chunk_base = [&](int j) {
+    const int u = first + (j / per_unit) * stride;
+    return ((j % per_unit + u % per_unit) % per_unit) * kBatchChunks + lane;
+  };
   auto load = [&](Batch& b, int j) {
     const UnitRows rows = unit_rows(p, first + (j / per_unit) * stride);
-    const int base = (j % per_unit) * kBatchChunks + lane;
+    const int base = chunk_base(j);
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int c = base + 32 * i;
@@ -206,31 +214,37 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   for (int r = 0; r < kM; ++r) acc0[r] = acc1[r] = 0.0f;
 
   auto consume = [&](const Batch& b, int j) {
-    const int in_unit = j % per_unit;
-    const int base = in_unit * kBatchChunks + lane;
+    const int base = chunk_base(j);
+    // Pieces past k hold zero weights (see load): reading zeros for their
+    // activations too keeps the loop free of branches, so each row's pieces
+    // are requested together.
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      const int c = base + 32 * i;
-      if (c < chunks) {
-        float w0[8];
-        float w1[8];
-        to_float8(b.w0[i], w0);
-        to_float8(b.w1[i], w1);
+    for (int r = 0; r < kM; ++r) {
+      if (r < p.m) {
+        uint4 xr[kChunks];
 #pragma unroll
-        for (int r = 0; r < kM; ++r) {
-          if (r < p.m) {
-            float xv[8];
-            to_float8(*reinterpret_cast<const uint4*>(x + r * ldx + 8 * c), xv);
+        for (int i = 0; i < kChunks; ++i) {
+          const int c = base + 32 * i;
+          xr[i] = c < chunks ? *reinterpret_cast<const uint4*>(x + r * ldx + 8 * c)
+                             : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              acc0[r] = fmaf(xv[e], w0[e], acc0[r]);
-              acc1[r] = fmaf(xv[e], w1[e], acc1[r]);
-            }
+        for (int i = 0; i < kChunks; ++i) {
+          float xv[8];
+          float w0[8];
+          float w1[8];
+          to_float8(xr[i], xv);
+          to_float8(b.w0[i], w0);
+          to_float8(b.w1[i], w1);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            acc0[r] = fmaf(xv[e], w0[e], acc0[r]);
+            acc1[r] = fmaf(xv[e], w1[e], acc1[r]);
           }
         }
       }
     }
-    if (in_unit != per_unit - 1) return;
+    if (j % per_unit != per_unit - 1) return;
     const UnitRows rows = unit_rows(p, first + (j / per_unit) * stride);
     const bool gated = is_gated(p.epilogue);
 #pragma unroll
