@@ -1,9 +1,6 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
-
-#include <algorithm>
 
 namespace cellm::cuda {
 namespace {
@@ -28,7 +25,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunks = 4;                  // per lane and row in a batch: 64 bytes
 constexpr int kBatchChunks = 32 * kChunks;  // of a row per batch: 1024 values
 constexpr int kMaxBlocksPerSm = 4;          // 16 warps; two batches each ~ 128 KB in flight per SM
-constexpr std::size_t kSmemPerSm = 220 * 1024;
 
 __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
   return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
@@ -36,13 +32,6 @@ __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
 
 __host__ __device__ __forceinline__ int gemv_units(const GemvParams& p) {
   return is_gated(p.epilogue) ? p.n : (p.n + 1) / 2;
-}
-
-// The normalised rows and the norm weights live in shared memory.
-__host__ __device__ __forceinline__ std::size_t staged_bytes(const GemvParams& p) {
-  return p.prologue == GemvPrologue::kRmsNorm
-             ? static_cast<std::size_t>(p.m + 1) * p.k * sizeof(bf16)
-             : 0;
 }
 
 __device__ __forceinline__ void to_float8(const uint4& raw, float (&out)[8]) {
@@ -89,52 +78,6 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
   return rows;
 }
 
-// RMS-normalises the m rows of `a` into shared memory (bf16, rounded as the
-// norm kernel writes them): raw rows and norm weights are copied in with
-// cp.async (all requested at once), each warp reduces whole rows, then every
-// thread scales the pieces it copied. Every block does this itself: a row is
-// a few KiB in L2, cheaper than a kernel of its own.
-__device__ __forceinline__ void stage_normalised(const GemvParams& p, bf16* xs) {
-  __shared__ float inv_rms[kGemvMaxRows];
-  const int chunks = p.k >> 3;
-  bf16* nw = xs + static_cast<std::int64_t>(p.m) * p.k;
-  for (int i = threadIdx.x; i < (p.m + 1) * chunks; i += kThreads) {
-    const int r = i / chunks;
-    const int c = i - r * chunks;
-    const bf16* src = r < p.m ? p.a + r * p.lda + 8 * c : p.norm_weight + 8 * c;
-    cp_async16(xs + static_cast<std::int64_t>(i) * 8, src, true);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  const int lane = threadIdx.x & 31;
-  for (int r = threadIdx.x >> 5; r < p.m; r += kWarps) {
-    float sum_sq = 0.0f;
-    for (int c = lane; c < chunks; c += 32) {
-      float x[8];
-      to_float8(*reinterpret_cast<const uint4*>(xs + r * p.k + 8 * c), x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum_sq = fmaf(x[e], x[e], sum_sq);
-    }
-    sum_sq = warp_sum(sum_sq);
-    if (lane == 0) inv_rms[r] = rsqrtf(sum_sq / static_cast<float>(p.k) + p.norm_eps);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < p.m * chunks; i += kThreads) {
-    const int r = i / chunks;
-    const int c = i - r * chunks;
-    auto* x = reinterpret_cast<uint4*>(xs + static_cast<std::int64_t>(i) * 8);
-    float xv[8];
-    float wv[8];
-    to_float8(*x, xv);
-    to_float8(*reinterpret_cast<const uint4*>(nw + 8 * c), wv);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) xv[e] = xv[e] * inv_rms[r] * (wv[e] + p.norm_weight_offset);
-    store8(reinterpret_cast<bf16*>(x), xv);
-  }
-  __syncthreads();
-}
-
 __device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum) {
   const std::int64_t at = static_cast<std::int64_t>(r) * p.ldc + col;
   if (p.bias != nullptr) sum += __bfloat162float(p.bias[col]);
@@ -160,7 +103,6 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col,
 template <int kM>
 __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     gemv_kernel(const __grid_constant__ GemvParams p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
   const int lane = threadIdx.x & 31;
   const int chunks = p.k >> 3;
   const int per_unit = (chunks + kBatchChunks - 1) / kBatchChunks;
@@ -169,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   const int stride = gridDim.x * kWarps;
   const int my_units = first < units ? (units - 1 - first) / stride + 1 : 0;
   const int total = my_units * per_unit;  // this warp's batches
+  const bool norm = p.prologue == GemvPrologue::kRmsNorm;
 
   // Which part of k the j-th batch covers. A unit starts at a part set by its
   // index: the warps of a wave then read different column ranges of their
@@ -199,33 +142,41 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   griddep_wait();
   griddep_launch_dependents();
 
-  const bf16* x = p.a;
-  std::int64_t ldx = p.lda;
-  if (p.prologue == GemvPrologue::kRmsNorm) {
-    bf16* xs = reinterpret_cast<bf16*>(smem_raw);
-    stage_normalised(p, xs);
-    x = xs;
-    ldx = p.k;
-  }
-
   float acc0[kM];
   float acc1[kM];
+  // The norm is folded into the sums: the products take x * (w_norm +
+  // offset), and each row's sum is scaled by its 1/rms at the end. A warp's
+  // first unit sees every piece of the rows once, so it adds up their
+  // squares on the way; no block-wide pass or barrier is needed.
+  float sum_sq[kM];
+  float inv_rms[kM];
 #pragma unroll
-  for (int r = 0; r < kM; ++r) acc0[r] = acc1[r] = 0.0f;
+  for (int r = 0; r < kM; ++r) acc0[r] = acc1[r] = sum_sq[r] = 0.0f;
 
   auto consume = [&](const Batch& b, int j) {
     const int base = chunk_base(j);
+    const bool first_unit = j < per_unit;
     // Pieces past k hold zero weights (see load): reading zeros for their
     // activations too keeps the loop free of branches, so each row's pieces
     // are requested together.
+    uint4 nw[kChunks];
+    if (norm) {
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i) {
+        const int c = base + 32 * i;
+        nw[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c)
+                           : make_uint4(0, 0, 0, 0);
+      }
+    }
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
       if (r < p.m) {
+        const bf16* row = p.a + r * p.lda;
         uint4 xr[kChunks];
 #pragma unroll
         for (int i = 0; i < kChunks; ++i) {
           const int c = base + 32 * i;
-          xr[i] = c < chunks ? *reinterpret_cast<const uint4*>(x + r * ldx + 8 * c)
+          xr[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(row) + c)
                              : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
@@ -234,6 +185,15 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
           float w0[8];
           float w1[8];
           to_float8(xr[i], xv);
+          if (norm) {
+            float g[8];
+            to_float8(nw[i], g);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              if (first_unit) sum_sq[r] = fmaf(xv[e], xv[e], sum_sq[r]);
+              xv[e] *= g[e] + p.norm_weight_offset;
+            }
+          }
           to_float8(b.w0[i], w0);
           to_float8(b.w1[i], w1);
 #pragma unroll
@@ -245,13 +205,23 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
       }
     }
     if (j % per_unit != per_unit - 1) return;
+    if (norm && first_unit) {
+#pragma unroll
+      for (int r = 0; r < kM; ++r) {
+        inv_rms[r] = rsqrtf(warp_sum(sum_sq[r]) / static_cast<float>(p.k) + p.norm_eps);
+      }
+    }
     const UnitRows rows = unit_rows(p, first + (j / per_unit) * stride);
     const bool gated = is_gated(p.epilogue);
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
-      const float s0 = warp_sum(acc0[r]);
-      const float s1 = warp_sum(acc1[r]);
+      float s0 = warp_sum(acc0[r]);
+      float s1 = warp_sum(acc1[r]);
       acc0[r] = acc1[r] = 0.0f;
+      if (norm) {
+        s0 *= inv_rms[r];
+        s1 *= inv_rms[r];
+      }
       if (lane == r && r < p.m) {
         if (gated) {
           store_gated(p, r, rows.col, s0, s1);
@@ -275,16 +245,12 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
 template <int kM>
 void launch_rows(const GemvParams& params, cudaStream_t stream) {
-  const std::size_t smem = staged_bytes(params);
-  const int units = gemv_units(params);
-  const long long blocks = ceil_div(units, kWarps);
-  const int per_sm = static_cast<int>(
-      std::clamp<std::size_t>(kSmemPerSm / std::max<std::size_t>(smem, 1), 1, kMaxBlocksPerSm));
-  const long long wave = static_cast<long long>(per_sm) * multiprocessor_count();
+  const long long blocks = ceil_div(gemv_units(params), kWarps);
+  const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
   // As many rounds as one wave needs, spread evenly so no warp walks an extra unit.
   const long long rounds = (blocks + wave - 1) / wave;
   const long long grid = (blocks + rounds - 1) / rounds;
-  LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream};
+  LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream};
   config.pdl = params.pdl;
   launch(gemv_kernel<kM>, config, params);
 }
@@ -292,7 +258,7 @@ void launch_rows(const GemvParams& params, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream) {
-  static_assert(kGemvMaxRows == 8, "one instantiation per power of two up to kGemvMaxRows");
+  static_assert(kGemvMaxRows == 8, "buckets of 1, 2 and 4 rows; 5 to 8 run as two launches");
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
@@ -303,7 +269,18 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   } else if (params.m <= 4) {
     launch_rows<4>(params, stream);
   } else {
-    launch_rows<8>(params, stream);
+    // A bucket of 8 would spill (its sums and norm state need ~40 more
+    // registers): rows 4.. run as a second launch over the same weights.
+    GemvParams low = params;
+    low.m = 4;
+    launch_rows<4>(low, stream);
+    GemvParams high = params;
+    high.m = params.m - 4;
+    high.a = params.a + 4 * params.lda;
+    high.out = params.out_f32
+                   ? static_cast<void*>(static_cast<float*>(params.out) + 4 * params.ldc)
+                   : static_cast<void*>(static_cast<bf16*>(params.out) + 4 * params.ldc);
+    launch_rows<4>(high, stream);
   }
 }
 
