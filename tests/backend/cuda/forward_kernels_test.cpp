@@ -142,6 +142,7 @@ std::vector<Variant> variants() {
   // The decode steps have four rows: the fused GEMV path at max rows 4 and 8.
   KernelChoice gemv = established();
   gemv.gemv = true;
+  gemv.gemv_max_rows = 4;
   KernelChoice gemv_pdl = gemv;
   gemv_pdl.pdl = true;
   KernelChoice gemv8_pdl = gemv_pdl;
@@ -153,6 +154,7 @@ std::vector<Variant> variants() {
   KernelChoice all = v2_short;
   all.fused_rope = true;
   all.gemv = true;
+  all.gemv_max_rows = 4;
   all.prefill_attention = PrefillAttention::kV2;
   all.pdl = true;
   return {{"decode_v2", v2},

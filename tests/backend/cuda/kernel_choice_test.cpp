@@ -28,8 +28,8 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV2);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV2);
   EXPECT_TRUE(choice->fused_rope);
-  EXPECT_FALSE(choice->gemv);
-  EXPECT_EQ(choice->gemv_max_rows, 4);
+  EXPECT_TRUE(choice->gemv);
+  EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
   EXPECT_TRUE(choice->gemm_autotune);
@@ -42,7 +42,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_DECODE_SPLIT_TARGET", "6"},
                                                  {"CELLM_FUSED_ROPE", "0"},
-                                                 {"CELLM_GEMV", "on"},
+                                                 {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"}}));
@@ -51,13 +51,13 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_EQ(choice->decode_split_target, 6);
   EXPECT_FALSE(choice->fused_rope);
-  EXPECT_TRUE(choice->gemv);
+  EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 split_target=6 fused_rope=0 gemv=1 "
+            "decode=v1 prefill=v1 split_keys=128 split_target=6 fused_rope=0 gemv=0 "
             "gemv_max_rows=8 pdl=0 autotune=0");
 }
 

@@ -25,9 +25,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kChunks = 4;                  // per lane and row in a batch: 64 bytes
 constexpr int kBatchChunks = 32 * kChunks;  // of a row per batch: 1024 values
 constexpr int kMaxBlocksPerSm = 4;          // 16 warps; two batches each ~ 128 KB in flight per SM
-// When a warp lets the next kernel launch: at its wait (the next kernel's
-// blocks then sit on the SMs for this whole kernel), or at its last batches.
-constexpr bool kTriggerAtEnd = false;
 
 __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
   return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
@@ -143,7 +140,10 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   if (total > 0) load(next0, 0);
   if (total > 1) load(next1, 1);
   griddep_wait();
-  if (!kTriggerAtEnd || total == 0) griddep_launch_dependents();
+  // The next kernel may launch now: its blocks only find room as these
+  // finish (one wave fills the SMs), and then request their own first
+  // weights. (Letting it launch at the last batches instead measured the same.)
+  griddep_launch_dependents();
 
   float acc0[kM];
   float acc1[kM];
@@ -237,7 +237,6 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   };
 
   for (int j = 0; j < total; j += 2) {
-    if (kTriggerAtEnd && j + 2 >= total) griddep_launch_dependents();
     consume(next0, j);
     if (j + 2 < total) load(next0, j + 2);
     if (j + 1 < total) {

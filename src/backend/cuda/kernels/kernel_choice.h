@@ -2,9 +2,9 @@
 // new kernel can ship next to the one it may replace and one GPU run can A/B
 // them. The defaults are the variants the H200 measured fastest (v2 decode
 // attention and fused rope: 8B batch 64 from 11.5 to 6.5 ms/step; v2 prefill
-// attention: 8B prompt of 512 from 15.4 to 13.7 ms; the GEMV lost to
-// cuBLASLt); the environment can override them when a program's knobs are
-// made:
+// attention: 8B prompt of 512 from 15.4 to 13.7 ms; the fused GEMV for
+// one-row steps: 1B batch 1 from 1.16 to 1.00 ms, 8B from 4.83 to 4.45); the
+// environment can override them when a program's knobs are made:
 //   CELLM_DECODE_ATTN=v1|v2        split-KV decode attention (v2, default: staged, tensor cores)
 //   CELLM_DECODE_SPLIT_KEYS=N      v2: fewest keys per used split (default 128)
 //   CELLM_DECODE_SPLIT_TARGET=N    v2: split-KV blocks per SM the split count aims for
@@ -13,10 +13,9 @@
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
 //                                  on the GEMV, with the norms, residual adds and the MLP
-//                                  activation fused into it, instead of cuBLASLt (default 0:
-//                                  on the H200 it still loses to cuBLASLt, 1B batch 1 1.257
-//                                  against 1.167 ms/step)
-//   CELLM_GEMV_MAX_ROWS=1..8       (default 4)
+//                                  activation fused into it, instead of cuBLASLt (default 1)
+//   CELLM_GEMV_MAX_ROWS=1..8       (default 1: at 2 rows and more cuBLASLt is faster, 1B batch 2
+//                                  1.16 against 1.30 ms/step)
 //   CELLM_PDL=0|1                  programmatic dependent launch between the forward's own
 //                                  kernels (default 1: 8B batch 1 4.849 -> 4.780 ms/step)
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
@@ -42,8 +41,8 @@ struct KernelChoice {
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   std::int32_t decode_split_target = 2;
   bool fused_rope = true;
-  bool gemv = false;
-  std::int32_t gemv_max_rows = 4;
+  bool gemv = true;
+  std::int32_t gemv_max_rows = 1;
   bool pdl = true;
   bool gemm_autotune = true;
 
@@ -59,7 +58,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 fused_rope=1 gemv=0 gemv_max_rows=4
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 fused_rope=1 gemv=1 gemv_max_rows=1
 // pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
