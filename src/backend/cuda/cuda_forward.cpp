@@ -281,6 +281,10 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       qkv.bias = lw.qkv_bias;
       qkv.prologue = GemvPrologue::kRmsNorm;
       qkv.norm_weight = lw.attn_norm;
+      if (rope_in_gemv(l, shape)) {
+        qkv.epilogue = GemvEpilogue::kRopeScatter;
+        qkv.rope = rope_scatter_params(l, shape, in);
+      }
       CELLM_RETURN_IF_ERROR(gemv(qkv, stream));
     } else {
       if (l == 0) {

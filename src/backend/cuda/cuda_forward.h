@@ -102,6 +102,11 @@ class CudaForward {
                          std::int32_t splits, cudaStream_t stream);
   void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                             cudaStream_t stream);
+  // Layer l's rope + K/V scatter as rope_scatter (or the q/k/v GEMV's epilogue) takes it.
+  RopeScatterParams rope_scatter_params(int l, const ForwardShape& shape, const StepInputs& in);
+  // Whether layer l's q/k/v GEMV does the rope and the scatter itself (a fused
+  // step, full rotary, no q/k norm in between).
+  bool rope_in_gemv(int l, const ForwardShape& shape) const;
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);

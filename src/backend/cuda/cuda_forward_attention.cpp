@@ -20,79 +20,83 @@ CudaForward::StepInputs CudaForward::step_inputs() const {
                     array(StepArrays::kSelector), array(StepArrays::kAttentionRows)};
 }
 
-void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
-                                       cudaStream_t stream) {
+RopeScatterParams CudaForward::rope_scatter_params(int l, const ForwardShape& shape,
+                                                   const StepInputs& in) {
   const model::ModelSpec& s = spec_;
-  const std::int32_t w = shape.width;
   const std::size_t pool_elems =
       static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
-  bf16* k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
-  bf16* v_pool = k_pool + pool_elems;
-  bf16* q = qkv_.data();
-  bf16* k = q + q_dim_;
-  bf16* v = k + kv_dim_;
-  const float* inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
-  const std::int32_t rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
+  RopeScatterParams rs;
+  rs.q = qkv_.data();
+  rs.k = rs.q + q_dim_;
+  rs.v = rs.k + kv_dim_;
+  rs.k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
+  rs.v_pool = rs.k_pool + pool_elems;
+  rs.cells = in.cells;
+  rs.seq_slots = in.slots;
+  rs.positions = in.positions;
   // The tables are shared by every layer: the first layer's scatter writes them.
-  std::int32_t* table_writes = l == 0 ? table_.data() : nullptr;
-  if (shape.kernels.fused_rope && rope_scatter_supported(s.head_dim, rotary_dim)) {
-    RopeScatterParams rs;
-    rs.q = q;
-    rs.k = k;
-    rs.v = v;
-    rs.k_pool = k_pool;
-    rs.v_pool = v_pool;
-    rs.cells = in.cells;
-    rs.seq_slots = in.slots;
-    rs.positions = in.positions;
-    rs.cell_table = table_writes;
-    rs.inv_freq = inv_freq;
-    rs.q_stride = qkv_dim_;
-    rs.k_stride = qkv_dim_;
-    rs.v_stride = qkv_dim_;
-    rs.num_tokens = w;
-    rs.num_heads = s.num_heads;
-    rs.num_kv_heads = s.num_kv_heads;
-    rs.head_dim = s.head_dim;
-    rs.rotary_dim = rotary_dim;
-    rs.max_cells = kv_cells_;
-    rs.max_seqs = max_seqs_;
-    rs.table_stride = table_stride_;
-    rs.pdl = shape.kernels.pdl;
+  rs.cell_table = l == 0 ? table_.data() : nullptr;
+  rs.inv_freq = inv_freq_.data() + static_cast<std::size_t>(l) * inv_freq_stride_;
+  rs.q_stride = qkv_dim_;
+  rs.k_stride = qkv_dim_;
+  rs.v_stride = qkv_dim_;
+  rs.num_tokens = shape.width;
+  rs.num_heads = s.num_heads;
+  rs.num_kv_heads = s.num_kv_heads;
+  rs.head_dim = s.head_dim;
+  rs.rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
+  rs.max_cells = kv_cells_;
+  rs.max_seqs = max_seqs_;
+  rs.table_stride = table_stride_;
+  rs.pdl = shape.kernels.pdl;
+  return rs;
+}
+
+bool CudaForward::rope_in_gemv(int l, const ForwardShape& shape) const {
+  const std::int32_t rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
+  return fused_step(shape) && shape.kernels.fused_rope && !spec_.qk_norm &&
+         rope_scatter_supported(spec_.head_dim, rotary_dim) && rotary_dim == spec_.head_dim;
+}
+
+void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
+                                       cudaStream_t stream) {
+  const RopeScatterParams rs = rope_scatter_params(l, shape, in);
+  if (shape.kernels.fused_rope && rope_scatter_supported(rs.head_dim, rs.rotary_dim)) {
     launch_rope_scatter(rs, stream);
     return;
   }
+  // Rope in place (k too: rope_scatter leaves the activation's k alone), then the scatter.
   RopeParams rope;
-  rope.q = q;
-  rope.k = k;
-  rope.positions = in.positions;
-  rope.inv_freq = inv_freq;
-  rope.q_stride = qkv_dim_;
-  rope.k_stride = qkv_dim_;
-  rope.num_tokens = w;
-  rope.num_heads = s.num_heads;
-  rope.num_kv_heads = s.num_kv_heads;
-  rope.head_dim = s.head_dim;
-  rope.rotary_dim = rotary_dim;
+  rope.q = rs.q;
+  rope.k = qkv_.data() + q_dim_;
+  rope.positions = rs.positions;
+  rope.inv_freq = rs.inv_freq;
+  rope.q_stride = rs.q_stride;
+  rope.k_stride = rs.k_stride;
+  rope.num_tokens = rs.num_tokens;
+  rope.num_heads = rs.num_heads;
+  rope.num_kv_heads = rs.num_kv_heads;
+  rope.head_dim = rs.head_dim;
+  rope.rotary_dim = rs.rotary_dim;
   launch_rope(rope, stream);
 
   KvScatterParams sc;
-  sc.k = k;
-  sc.v = v;
-  sc.k_pool = k_pool;
-  sc.v_pool = v_pool;
-  sc.cells = in.cells;
-  sc.seq_slots = in.slots;
-  sc.positions = in.positions;
-  sc.cell_table = table_writes;
-  sc.k_stride = qkv_dim_;
-  sc.v_stride = qkv_dim_;
-  sc.num_tokens = w;
-  sc.num_kv_heads = s.num_kv_heads;
-  sc.head_dim = s.head_dim;
-  sc.max_cells = kv_cells_;
-  sc.max_seqs = max_seqs_;
-  sc.table_stride = table_stride_;
+  sc.k = rs.k;
+  sc.v = rs.v;
+  sc.k_pool = rs.k_pool;
+  sc.v_pool = rs.v_pool;
+  sc.cells = rs.cells;
+  sc.seq_slots = rs.seq_slots;
+  sc.positions = rs.positions;
+  sc.cell_table = rs.cell_table;
+  sc.k_stride = rs.k_stride;
+  sc.v_stride = rs.v_stride;
+  sc.num_tokens = rs.num_tokens;
+  sc.num_kv_heads = rs.num_kv_heads;
+  sc.head_dim = rs.head_dim;
+  sc.max_cells = rs.max_cells;
+  sc.max_seqs = rs.max_seqs;
+  sc.table_stride = rs.table_stride;
   launch_kv_scatter(sc, stream);
 }
 
@@ -121,7 +125,7 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
     p.pdl = shape.kernels.pdl;
     launch_qk_norm(p, stream);
   }
-  enqueue_rope_scatter(l, shape, in, stream);
+  if (!rope_in_gemv(l, shape)) enqueue_rope_scatter(l, shape, in, stream);
 
   const std::size_t pool_elems =
       static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);

@@ -235,6 +235,7 @@ std::vector<double> reference(const HostGemv& h, const RefVariant& v = {}) {
       double value = 0.0;
       switch (h.epilogue) {
         case GemvEpilogue::kStore:
+        case GemvEpilogue::kRopeScatter:  // tested against rope_scatter in gemv_rope_test.cpp
           value = sum + bias;
           break;
         case GemvEpilogue::kResidualAdd: {

@@ -49,6 +49,23 @@ Status GemvParams::validate() const {
   if (gated && bias != nullptr) {
     return invalid_argument("cuda gemv: the gated epilogues take no bias");
   }
+  if (epilogue == GemvEpilogue::kRopeScatter) {
+    CELLM_RETURN_IF_ERROR(rope.validate());
+    const std::int64_t qkv = static_cast<std::int64_t>(rope.num_heads + 2 * rope.num_kv_heads) *
+                             rope.head_dim;
+    if (rope.rotary_dim != rope.head_dim || qkv != n || rope.num_tokens != m) {
+      return invalid_argument(
+          "cuda gemv: the rope epilogue needs a full rotary ({} of {}), n = (heads + 2 kv "
+          "heads) * head_dim ({} against n={}) and one token per row ({} against m={}); use "
+          "rope_scatter after the product otherwise",
+          rope.rotary_dim, rope.head_dim, qkv, n, rope.num_tokens, m);
+    }
+    if (rope.q != out || rope.q_stride != ldc) {
+      return invalid_argument(
+          "cuda gemv: the rope epilogue writes q into out: rope.q and q_stride must be out and "
+          "ldc");
+    }
+  }
   return Status::ok();
 }
 

@@ -56,25 +56,30 @@ struct Batch {
 
 struct UnitRows {
   const uint4* row0;
-  const uint4* row1;  // past an odd n, repeats row0 (never stored)
-  int col;            // output column of row0
-  bool second;        // row1 is output column col + 1
+  const uint4* row1;
+  int col0;  // output column of row0
+  int col1;  // of row1; < 0: none (past an odd n, where row1 repeats row0; or gated)
 };
 
 __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
   UnitRows rows;
-  const auto row = [&](std::int64_t r) { return reinterpret_cast<const uint4*>(p.w + r * p.ldw); };
   if (is_gated(p.epilogue)) {
-    rows.col = u;
-    rows.second = false;
-    rows.row0 = row(u);
-    rows.row1 = row(static_cast<std::int64_t>(p.n) + u);
+    rows.col0 = u;
+    rows.col1 = -1;
+  } else if (p.epilogue == GemvEpilogue::kRopeScatter &&
+             u < (p.n - p.rope.num_kv_heads * p.rope.head_dim) / 2) {
+    // q and k heads: rows i and i + half of a head (the k heads follow the q heads).
+    const int half = p.rope.head_dim / 2;
+    rows.col0 = (u / half) * p.rope.head_dim + u % half;
+    rows.col1 = rows.col0 + half;
   } else {
-    rows.col = 2 * u;
-    rows.second = 2 * u + 1 < p.n;
-    rows.row0 = row(rows.col);
-    rows.row1 = row(rows.second ? rows.col + 1 : rows.col);
+    rows.col0 = 2 * u;
+    rows.col1 = 2 * u + 1 < p.n ? 2 * u + 1 : -1;
   }
+  const auto row = [&](std::int64_t r) { return reinterpret_cast<const uint4*>(p.w + r * p.ldw); };
+  rows.row0 = row(rows.col0);
+  rows.row1 = is_gated(p.epilogue) ? row(static_cast<std::int64_t>(p.n) + u)
+                                   : row(rows.col1 >= 0 ? rows.col1 : rows.col0);
   return rows;
 }
 
@@ -97,6 +102,62 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col,
   const float act = p.epilogue == GemvEpilogue::kGatedSilu ? silu(g) : gelu_tanh(g);
   static_cast<bf16*>(p.out)[static_cast<std::int64_t>(r) * p.ldc + col] =
       __float2bfloat16_rn(act * round_bf16(up));
+}
+
+// What rope_scatter does with one pair of product values of token r (see
+// gemv.cuh): x0, x1 are the sums for columns col0 and col1.
+__device__ __forceinline__ void store_rope(const GemvParams& p, int r, const UnitRows& rows,
+                                           float x0, float x1) {
+  const RopeScatterParams& rp = p.rope;
+  if (p.bias != nullptr) {
+    x0 += __bfloat162float(p.bias[rows.col0]);
+    x1 += __bfloat162float(p.bias[rows.col1]);
+  }
+  // The separate kernels read the product back as bf16.
+  x0 = round_bf16(x0);
+  x1 = round_bf16(x1);
+  const int hd = rp.head_dim;
+  const int head = rows.col0 / hd;  // q heads, then k heads, then v heads
+  const int dim = rows.col0 % hd;
+  const std::int32_t cell = rp.cells[r];
+  const bool cell_ok = cell >= 0 && cell < rp.max_cells;
+  if (head >= rp.num_heads + rp.num_kv_heads) {
+    if (!cell_ok) return;
+    bf16* dst = rp.v_pool + (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head -
+                             rp.num_heads - rp.num_kv_heads) * hd + dim;
+    dst[0] = __float2bfloat16_rn(x0);
+    dst[1] = __float2bfloat16_rn(x1);
+    return;
+  }
+  float sn;
+  float cs;
+  // Full-precision sincosf, as rope_scatter.cu: angles reach 1e5 radians.
+  sincosf(static_cast<float>(rp.positions[r]) * rp.inv_freq[dim], &sn, &cs);
+  const bf16 y0 = __float2bfloat16_rn(x0 * cs - x1 * sn);
+  const bf16 y1 = __float2bfloat16_rn(x1 * cs + x0 * sn);
+  const int half = hd / 2;
+  if (head < rp.num_heads) {
+    bf16* q = static_cast<bf16*>(p.out) + static_cast<std::int64_t>(r) * p.ldc;
+    q[rows.col0] = y0;
+    q[rows.col1] = y1;
+    return;
+  }
+  if (!cell_ok) return;
+  bf16* dst = rp.k_pool +
+              (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads) * hd + dim;
+  dst[0] = y0;
+  dst[half] = y1;
+}
+
+// The cell table entry of token r, as rope_scatter writes it.
+__device__ __forceinline__ void write_cell_table(const RopeScatterParams& rp, int r) {
+  const std::int32_t cell = rp.cells[r];
+  const std::int32_t slot = rp.seq_slots[r];
+  const std::int32_t position = rp.positions[r];
+  if (slot >= 0 && slot < rp.max_seqs && position >= 0 && position < rp.table_stride &&
+      cell >= 0 && cell < rp.max_cells) {
+    rp.cell_table[static_cast<std::int64_t>(slot) * rp.table_stride + position] = cell;
+  }
 }
 
 // kM: activation rows the kernel is built for (p.m <= kM).
@@ -214,8 +275,8 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
         inv_rms[r] = rsqrtf(warp_sum(sum_sq[r]) / static_cast<float>(p.k) + p.norm_eps);
       }
     }
-    const UnitRows rows = unit_rows(p, first + (j / per_unit) * stride);
-    const bool gated = is_gated(p.epilogue);
+    const int u = first + (j / per_unit) * stride;
+    const UnitRows rows = unit_rows(p, u);
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
       float s0 = warp_sum(acc0[r]);
@@ -226,11 +287,14 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
         s1 *= inv_rms[r];
       }
       if (lane == r && r < p.m) {
-        if (gated) {
-          store_gated(p, r, rows.col, s0, s1);
+        if (is_gated(p.epilogue)) {
+          store_gated(p, r, rows.col0, s0, s1);
+        } else if (p.epilogue == GemvEpilogue::kRopeScatter) {
+          store_rope(p, r, rows, s0, s1);
+          if (u == 0 && p.rope.cell_table != nullptr) write_cell_table(p.rope, r);
         } else {
-          store_value(p, r, rows.col, s0);
-          if (rows.second) store_value(p, r, rows.col + 1, s1);
+          store_value(p, r, rows.col0, s0);
+          if (rows.col1 >= 0) store_value(p, r, rows.col1, s1);
         }
       }
     }

@@ -17,6 +17,11 @@
 //   epilogue kGatedSilu/kGatedGeluTanh: w holds 2n rows (gates, then ups);
 //     out[r, c] = bf16(act(bf16(gate)) * bf16(up)), as the gated-MLP kernel
 //     computes it from the bf16 GEMM output.
+//   epilogue kRopeScatter: the product is a step's q/k/v, and the epilogue
+//     does what rope_scatter.cuh does to the stored product (same roundings):
+//     q is rotated into out, k rotated and v copied into their cells of the
+//     pools, the cell table written. A warp pairs the rows (i, i + half) of a
+//     q or k head, so both halves of a rotation meet in one epilogue.
 // Every sum is reduced in a fixed order: the same inputs give the same bits
 // on every run.
 //
@@ -28,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_types.h"
+#include "backend/cuda/kernels/rope_scatter.cuh"
 // Status is only declared here: .cu files must not pull fmt through nvcc
 // (validate() is defined in the family's .cpp).
 namespace cellm {
@@ -39,7 +45,13 @@ namespace cellm::cuda {
 inline constexpr int kGemvMaxRows = 8;
 
 enum class GemvPrologue : std::int32_t { kNone, kRmsNorm };
-enum class GemvEpilogue : std::int32_t { kStore, kResidualAdd, kGatedSilu, kGatedGeluTanh };
+enum class GemvEpilogue : std::int32_t {
+  kStore,
+  kResidualAdd,
+  kGatedSilu,
+  kGatedGeluTanh,
+  kRopeScatter
+};
 
 struct GemvParams {
   const bf16* a = nullptr;     // [m, lda], first k columns
@@ -60,6 +72,10 @@ struct GemvParams {
   float norm_weight_offset = 0.0f;  // 0 or 1 (Gemma's 1 + w)
 
   GemvEpilogue epilogue = GemvEpilogue::kStore;
+  // kRopeScatter: n = (num_heads + 2 num_kv_heads) * head_dim, rotary_dim =
+  // head_dim, num_tokens = m, q = out and q_stride = ldc (bf16); k and v are
+  // not read (the product replaces them).
+  RopeScatterParams rope;
   // Launch with programmatic dependent launch (see launch.h).
   bool pdl = false;
 
