@@ -102,6 +102,9 @@ class CudaForward {
                          std::int32_t splits, cudaStream_t stream);
   void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                             cudaStream_t stream);
+  // Layer l's K and V pools: [cells, kv_heads, head_dim] each, inside kv_.
+  bf16* k_pool(int l) const;
+  bf16* v_pool(int l) const;
   // Layer l's rope + K/V scatter as rope_scatter (or the q/k/v GEMV's epilogue) takes it.
   RopeScatterParams rope_scatter_params(int l, const ForwardShape& shape, const StepInputs& in);
   // Whether layer l's q/k/v GEMV does the rope and the scatter itself (a fused

@@ -20,17 +20,25 @@ CudaForward::StepInputs CudaForward::step_inputs() const {
                     array(StepArrays::kSelector), array(StepArrays::kAttentionRows)};
 }
 
+bf16* CudaForward::k_pool(int l) const {
+  const std::size_t pool_elems =
+      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+  return kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
+}
+
+bf16* CudaForward::v_pool(int l) const {
+  return k_pool(l) + static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+}
+
 RopeScatterParams CudaForward::rope_scatter_params(int l, const ForwardShape& shape,
                                                    const StepInputs& in) {
   const model::ModelSpec& s = spec_;
-  const std::size_t pool_elems =
-      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
   RopeScatterParams rs;
   rs.q = qkv_.data();
   rs.k = rs.q + q_dim_;
   rs.v = rs.k + kv_dim_;
-  rs.k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
-  rs.v_pool = rs.k_pool + pool_elems;
+  rs.k_pool = k_pool(l);
+  rs.v_pool = v_pool(l);
   rs.cells = in.cells;
   rs.seq_slots = in.slots;
   rs.positions = in.positions;
@@ -127,13 +135,11 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
   }
   if (!rope_in_gemv(l, shape)) enqueue_rope_scatter(l, shape, in, stream);
 
-  const std::size_t pool_elems =
-      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
   AttentionParams at;
   at.q = q;
   at.out = attn_.data();
-  at.k_pool = kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
-  at.v_pool = at.k_pool + pool_elems;
+  at.k_pool = k_pool(l);
+  at.v_pool = v_pool(l);
   at.cell_table = table_.data();
   at.seq_slots = in.slots;
   at.positions = in.positions;
