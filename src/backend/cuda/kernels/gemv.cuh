@@ -2,8 +2,9 @@
 // fused in: out[m, n] = epilogue(prologue(a)[m, k] @ w[n, k]^T + bias),
 // m <= kGemvMaxRows, bf16 operands, float accumulation.
 //
-// Built for batch 1-8 decode, where a step is a chain of weight reads with
-// tiny kernels in between: a warp streams two weight rows through registers
+// Built for batch-1 decode (it takes up to 8 rows, but from two rows on
+// cuBLASLt is faster on the H200), where a step is a chain of weight reads
+// with tiny kernels in between: a warp streams two weight rows through registers
 // with two batches of loads in flight, and the first weights are requested
 // *before* the kernel waits on the previous kernel (programmatic dependent
 // launch), so the weight stream overlaps the tail of whatever ran before.
