@@ -295,17 +295,8 @@ void BM_DecodeGemm(benchmark::State& state) {
   auto workspace = filled<std::byte>(GemmRunner::kDefaultWorkspaceBytes, 0);
   auto runner = GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes);
   CELLM_CHECK(runner.ok(), "{}", runner.status().to_string());
-  GemvParams g;
-  g.a = a.data();
-  g.out = out.data();
+  GemvParams g = gemv_dense(a.data(), weights[0].data(), out.data(), m, n, k);
   g.out_f32 = f32;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = k;
-  g.ldw = k;
-  g.ldc = n;
-  g.w = weights[0].data();
   g.pdl = state.range(0) >= 2;
   auto norm_weight = filled<bf16>(static_cast<std::size_t>(k), 0x3c);
   if (state.range(0) == 3) {

@@ -144,7 +144,7 @@ Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len)
 Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, void* out, DType out_dtype, std::int32_t m,
                          const bf16* bias, cudaStream_t stream) {
-  if (active_.gemv && m <= std::min(active_.gemv_max_rows, kGemvMaxRows)) {
+  if (gemv_takes(active_, m)) {
     GemvParams g = gemv_params(a, lda, w, n, k, nullptr, m);
     g.out = out;
     g.out_f32 = out_dtype == DType::kF32;
@@ -171,6 +171,21 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
   return gemm_.run(args, gemm_ws_.data(), stream);
 }
 
+void CudaForward::norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out,
+                       std::int32_t rows, cudaStream_t stream) const {
+  RmsNormParams p;
+  p.x = x;
+  p.residual = residual;
+  p.weight = weight;
+  p.out = out;
+  p.rows = rows;
+  p.dim = spec_.hidden_size;
+  p.eps = spec_.norm_eps;
+  p.weight_offset = norm_offset();
+  p.pdl = active_.pdl;
+  launch_rms_norm(p, stream);
+}
+
 Status CudaForward::gemv(const GemvParams& params, cudaStream_t stream) {
   CELLM_RETURN_IF_ERROR(params.validate());
   launch_gemv(params, stream);
@@ -180,25 +195,21 @@ Status CudaForward::gemv(const GemvParams& params, cudaStream_t stream) {
 GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16* w,
                                     std::int64_t n, std::int64_t k, bf16* out,
                                     std::int32_t m) const {
-  GemvParams g;
-  g.a = a;
-  g.w = w;
-  g.out = out;
-  g.m = m;
-  g.n = static_cast<std::int32_t>(n);
-  g.k = static_cast<std::int32_t>(k);
+  GemvParams g = gemv_dense(a, w, out, m, static_cast<std::int32_t>(n),
+                            static_cast<std::int32_t>(k));
   g.lda = lda;
-  g.ldw = k;
-  g.ldc = n;
   g.norm_eps = spec_.norm_eps;
-  g.norm_weight_offset = spec_.norm_weight_offset ? 1.0f : 0.0f;
+  g.norm_weight_offset = norm_offset();
   g.pdl = active_.pdl;
   return g;
 }
 
+bool CudaForward::gemv_takes(const KernelChoice& kernels, std::int32_t rows) {
+  return kernels.gemv && rows <= std::min(kernels.gemv_max_rows, kGemvMaxRows);
+}
+
 bool CudaForward::fused_step(const ForwardShape& shape) const {
-  return fusable_ && shape.kernels.gemv &&
-         shape.width <= std::min(shape.kernels.gemv_max_rows, kGemvMaxRows);
+  return fusable_ && gemv_takes(shape.kernels, shape.width);
 }
 
 Status CudaForward::validate_shape(const ForwardShape& shape) const {
@@ -257,23 +268,11 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   emb.scale = s.embedding_scale;
   launch_embedding(emb, stream);
 
-  auto norm = [&](const bf16* x, bf16* residual, const bf16* weight, bf16* out) {
-    RmsNormParams p;
-    p.x = x;
-    p.residual = residual;
-    p.weight = weight;
-    p.out = out;
-    p.rows = w;
-    p.dim = s.hidden_size;
-    p.eps = s.norm_eps;
-    p.weight_offset = s.norm_weight_offset ? 1.0f : 0.0f;
-    p.pdl = active_.pdl;
-    launch_rms_norm(p, stream);
-  };
 
   const std::int32_t splits = decode_splits(shape);
   for (int l = 0; l < s.num_layers; ++l) {
     const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
+    const bool rope_in_qkv = rope_in_gemv(l, shape);
     if (fused) {
       // x_ is the whole residual stream: the GEMVs add into it and normalise
       // their own inputs, so no norm, add or activation kernel runs.
@@ -281,21 +280,21 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       qkv.bias = lw.qkv_bias;
       qkv.prologue = GemvPrologue::kRmsNorm;
       qkv.norm_weight = lw.attn_norm;
-      if (rope_in_gemv(l, shape)) {
+      if (rope_in_qkv) {
         qkv.epilogue = GemvEpilogue::kRopeScatter;
         qkv.rope = rope_scatter_params(l, shape, in);
       }
       CELLM_RETURN_IF_ERROR(gemv(qkv, stream));
     } else {
       if (l == 0) {
-        norm(x_.data(), nullptr, lw.attn_norm, h_.data());
+        norm(x_.data(), nullptr, lw.attn_norm, h_.data(), w, stream);
       } else {
-        norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data());
+        norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data(), w, stream);
       }
       CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
                                  DType::kBF16, w, lw.qkv_bias, stream));
     }
-    enqueue_attention(l, shape, in, splits, stream);
+    enqueue_attention(l, shape, in, splits, rope_in_qkv, stream);
     if (fused) {
       GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
       o.epilogue = GemvEpilogue::kResidualAdd;
@@ -316,8 +315,10 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     }
     CELLM_RETURN_IF_ERROR(gemm(attn_.data(), q_dim_, lw.o, hidden, q_dim_, tmp_.data(),
                                DType::kBF16, w, nullptr, stream));
-    if (lw.post_attn_norm != nullptr) norm(tmp_.data(), nullptr, lw.post_attn_norm, tmp_.data());
-    norm(tmp_.data(), x_.data(), lw.mlp_norm, h_.data());
+    if (lw.post_attn_norm != nullptr) {
+      norm(tmp_.data(), nullptr, lw.post_attn_norm, tmp_.data(), w, stream);
+    }
+    norm(tmp_.data(), x_.data(), lw.mlp_norm, h_.data(), w, stream);
     CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.gate_up, 2 * inter, hidden, gu_.data(),
                                DType::kBF16, w, nullptr, stream));
     GatedMlpParams mlp;
@@ -335,7 +336,9 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     launch_gated_mlp(mlp, stream);
     CELLM_RETURN_IF_ERROR(gemm(gu_.data(), 2 * inter, lw.down, hidden, inter, tmp_.data(),
                                DType::kBF16, w, nullptr, stream));
-    if (lw.post_mlp_norm != nullptr) norm(tmp_.data(), nullptr, lw.post_mlp_norm, tmp_.data());
+    if (lw.post_mlp_norm != nullptr) {
+      norm(tmp_.data(), nullptr, lw.post_mlp_norm, tmp_.data(), w, stream);
+    }
   }
   return enqueue_logits(shape, in, fused, stream);
 }
@@ -365,17 +368,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.norm_weight = weights_.final_norm;
     CELLM_RETURN_IF_ERROR(gemv(head, stream));
   } else {
-    RmsNormParams p;
-    p.x = tmp_.data();
-    p.residual = x_.data();
-    p.weight = weights_.final_norm;
-    p.out = h_.data();
-    p.rows = w;
-    p.dim = s.hidden_size;
-    p.eps = s.norm_eps;
-    p.weight_offset = s.norm_weight_offset ? 1.0f : 0.0f;
-    p.pdl = active_.pdl;
-    launch_rms_norm(p, stream);
+    norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data(), w, stream);
     launch_embedding(gather, stream);
     CELLM_RETURN_IF_ERROR(gemm(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
                                logits_.data(), DType::kF32, shape.rows, nullptr, stream));

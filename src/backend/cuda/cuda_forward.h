@@ -95,18 +95,27 @@ class CudaForward {
   // A step that runs every projection on the GEMV with the norms, residual
   // adds and the MLP activation fused in (models without post-norms).
   bool fused_step(const ForwardShape& shape) const;
+  // Whether `rows` rows go to the GEMV instead of cuBLASLt under `kernels`.
+  static bool gemv_takes(const KernelChoice& kernels, std::int32_t rows);
+  // 1 where the model stores its norm weights as w - 1 (Gemma), else 0.
+  float norm_offset() const { return spec_.norm_weight_offset ? 1.0f : 0.0f; }
+  // RMSNorm of `rows` hidden rows (plus `residual`, which it updates, when given).
+  void norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, std::int32_t rows,
+            cudaStream_t stream) const;
   std::int32_t decode_splits(const ForwardShape& shape) const;
   StepInputs step_inputs() const;
-  // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter and attention of layer l.
+  // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter (unless
+  // `rope_done`: the q/k/v GEMV did both) and attention of layer l.
   void enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                         std::int32_t splits, cudaStream_t stream);
+                         std::int32_t splits, bool rope_done, cudaStream_t stream);
   void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                             cudaStream_t stream);
   // Layer l's K and V pools: [cells, kv_heads, head_dim] each, inside kv_.
   bf16* k_pool(int l) const;
   bf16* v_pool(int l) const;
   // Layer l's rope + K/V scatter as rope_scatter (or the q/k/v GEMV's epilogue) takes it.
-  RopeScatterParams rope_scatter_params(int l, const ForwardShape& shape, const StepInputs& in);
+  RopeScatterParams rope_scatter_params(int l, const ForwardShape& shape,
+                                        const StepInputs& in) const;
   // Whether layer l's q/k/v GEMV does the rope and the scatter itself (a fused
   // step, full rotary, no q/k norm in between).
   bool rope_in_gemv(int l, const ForwardShape& shape) const;

@@ -31,7 +31,7 @@ bf16* CudaForward::v_pool(int l) const {
 }
 
 RopeScatterParams CudaForward::rope_scatter_params(int l, const ForwardShape& shape,
-                                                   const StepInputs& in) {
+                                                   const StepInputs& in) const {
   const model::ModelSpec& s = spec_;
   RopeScatterParams rs;
   rs.q = qkv_.data();
@@ -109,12 +109,11 @@ void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const S
 }
 
 void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                                    std::int32_t splits, cudaStream_t stream) {
+                                    std::int32_t splits, bool rope_done, cudaStream_t stream) {
   const model::ModelSpec& s = spec_;
   const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
   const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
   const std::int32_t w = shape.width;
-  const float offset = s.norm_weight_offset ? 1.0f : 0.0f;
   bf16* q = qkv_.data();
   if (s.qk_norm) {
     QkNormParams p;
@@ -129,11 +128,11 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
     p.num_kv_heads = s.num_kv_heads;
     p.head_dim = s.head_dim;
     p.eps = s.norm_eps;
-    p.weight_offset = offset;
+    p.weight_offset = norm_offset();
     p.pdl = shape.kernels.pdl;
     launch_qk_norm(p, stream);
   }
-  if (!rope_in_gemv(l, shape)) enqueue_rope_scatter(l, shape, in, stream);
+  if (!rope_done) enqueue_rope_scatter(l, shape, in, stream);
 
   AttentionParams at;
   at.q = q;

@@ -20,15 +20,19 @@ struct alignas(16) Bf16x8 {
   bf16 v[8];
 };
 
-__device__ __forceinline__ void load8(const bf16* src, float (&out)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+// Eight bf16 values already loaded as 16 bytes, widened exactly to float
+// (a bf16 is the high half of its float: a shift or a mask per value).
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
   }
+}
+
+__device__ __forceinline__ void load8(const bf16* src, float (&out)[8]) {
+  unpack8(*reinterpret_cast<const uint4*>(src), out);
 }
 
 __device__ __forceinline__ void store8(bf16* dst, const float (&in)[8]) {

@@ -94,15 +94,8 @@ TEST_P(GemvRopeTest, MatchesTheProductThenRopeScatter) {
   Run fused = make_run();
   Run split = make_run();
 
-  GemvParams g;
-  g.a = da.data();
-  g.w = dw.data();
+  GemvParams g = gemv_dense(da.data(), dw.data(), nullptr, c.m, n, c.k);
   g.bias = dbias.data();
-  g.m = c.m;
-  g.n = n;
-  g.k = c.k;
-  g.lda = c.k;
-  g.ldw = c.k;
   g.ldc = ldc;
   g.prologue = GemvPrologue::kRmsNorm;
   g.norm_weight = dnorm.data();

@@ -457,39 +457,12 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   auto stream = Stream::create();
   ASSERT_TRUE(stream.ok()) << stream.status().to_string();
 
-  GemvParams p1;
-  p1.a = da1.data();
-  p1.w = dw1.data();
-  p1.out = out1.data();
-  p1.m = 1;
-  p1.n = kN1;
-  p1.k = kK1;
-  p1.lda = kK1;
-  p1.ldw = kK1;
-  p1.ldc = kN1;
-  GemvParams p2;
-  p2.a = out1.data();
-  p2.w = dw2.data();
-  p2.out = out2.data();
-  p2.m = 1;
-  p2.n = kN2;
-  p2.k = kN1;
-  p2.lda = kN1;
-  p2.ldw = kN1;
-  p2.ldc = kN2;
+  GemvParams p1 = gemv_dense(da1.data(), dw1.data(), out1.data(), 1, kN1, kK1);
+  GemvParams p2 = gemv_dense(out1.data(), dw2.data(), out2.data(), 1, kN2, kN1);
   p2.prologue = GemvPrologue::kRmsNorm;
   p2.norm_weight = dnorm2.data();
-  GemvParams p3;
-  p3.a = out2.data();
-  p3.w = dw3.data();
+  GemvParams p3 = gemv_dense(out2.data(), dw3.data(), residual.data(), 1, kN3, kN2);
   p3.bias = dbias3.data();
-  p3.out = residual.data();
-  p3.m = 1;
-  p3.n = kN3;
-  p3.k = kN2;
-  p3.lda = kN2;
-  p3.ldw = kN2;
-  p3.ldc = kN3;
   p3.epilogue = GemvEpilogue::kResidualAdd;
   for (const GemvParams* p : {&p1, &p2, &p3}) {
     ASSERT_TRUE(p->validate().is_ok()) << p->validate().to_string();
@@ -563,16 +536,8 @@ TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {
   const FusedOperands o = make_operands(c, rng);
   DeviceArray<bf16> da(o.a), dw(o.w), dnorm(o.norm_weight);
   DeviceArray<bf16> out(static_cast<std::size_t>(c.m) * c.n);
-  GemvParams p;
-  p.a = da.data();
-  p.w = dw.data();
-  p.out = out.data();
-  p.m = c.m;
-  p.n = c.n;
-  p.k = c.k;
+  GemvParams p = gemv_dense(da.data(), dw.data(), out.data(), c.m, c.n, c.k);
   p.lda = o.host.lda;
-  p.ldw = c.k;
-  p.ldc = c.n;
   p.prologue = GemvPrologue::kRmsNorm;
   p.norm_weight = dnorm.data();
   p.norm_eps = o.host.eps;
@@ -596,17 +561,8 @@ TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {
 GemvParams fake_params() {
   alignas(16) static std::byte a_storage[4 * 64 * 2];
   alignas(16) static std::byte out_storage[4 * 16 * 4];
-  GemvParams p;
-  p.a = reinterpret_cast<const bf16*>(a_storage);
-  p.w = p.a;
-  p.out = out_storage;
-  p.m = 4;
-  p.n = 16;
-  p.k = 64;
-  p.lda = 64;
-  p.ldw = 64;
-  p.ldc = 16;
-  return p;
+  const auto* a = reinterpret_cast<const bf16*>(a_storage);
+  return gemv_dense(a, a, out_storage, 4, 16, 64);
 }
 
 TEST(GemvValidateTest, RefusesAnOutputThatOverlapsTheInput) {

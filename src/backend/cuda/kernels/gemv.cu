@@ -1,5 +1,6 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -35,16 +36,6 @@ __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
 
 __host__ __device__ __forceinline__ int gemv_units(const GemvParams& p) {
   return is_gated(p.epilogue) ? p.n : (p.n + 1) / 2;
-}
-
-__device__ __forceinline__ void to_float8(const uint4& raw, float (&out)[8]) {
-  // bf16 -> float is a 16-bit shift: two integer ops per pair.
-  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(words[i] << 16);
-    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
 }
 
 // Streamed once per step: keep the weights from evicting the activations.
@@ -132,12 +123,11 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
     dst[1] = __float2bfloat16_rn(x1);
     return;
   }
-  float sn;
-  float cs;
-  // Full-precision sincosf, as rope_scatter.cu: angles reach 1e5 radians.
-  sincosf(static_cast<float>(rp.positions[r]) * rp.inv_freq[dim], &sn, &cs);
-  const bf16 y0 = __float2bfloat16_rn(x0 * cs - x1 * sn);
-  const bf16 y1 = __float2bfloat16_rn(x1 * cs + x0 * sn);
+  float r0;
+  float r1;
+  rope_rotate(x0, x1, static_cast<float>(rp.positions[r]), rp.inv_freq[dim], &r0, &r1);
+  const bf16 y0 = __float2bfloat16_rn(r0);
+  const bf16 y1 = __float2bfloat16_rn(r1);
   const int half = hd / 2;
   if (head < rp.num_heads) {
     bf16* q = static_cast<bf16*>(p.out) + static_cast<std::int64_t>(r) * p.ldc;
@@ -150,17 +140,6 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
               (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads) * hd + dim;
   dst[0] = y0;
   dst[half] = y1;
-}
-
-// The cell table entry of token r, as rope_scatter writes it.
-__device__ __forceinline__ void write_cell_table(const RopeScatterParams& rp, int r) {
-  const std::int32_t cell = rp.cells[r];
-  const std::int32_t slot = rp.seq_slots[r];
-  const std::int32_t position = rp.positions[r];
-  if (slot >= 0 && slot < rp.max_seqs && position >= 0 && position < rp.table_stride &&
-      cell >= 0 && cell < rp.max_cells) {
-    rp.cell_table[static_cast<std::int64_t>(slot) * rp.table_stride + position] = cell;
-  }
 }
 
 // kM: activation rows the kernel is built for (p.m <= kM).
@@ -251,18 +230,18 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
           float xv[8];
           float w0[8];
           float w1[8];
-          to_float8(xr[i], xv);
+          unpack8(xr[i], xv);
           if (norm) {
             float g[8];
-            to_float8(nw[i], g);
+            unpack8(nw[i], g);
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
               if (first_unit) sum_sq[r] = fmaf(xv[e], xv[e], sum_sq[r]);
               xv[e] *= g[e] + p.norm_weight_offset;
             }
           }
-          to_float8(b.w0[i], w0);
-          to_float8(b.w1[i], w1);
+          unpack8(b.w0[i], w0);
+          unpack8(b.w1[i], w1);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             acc0[r] = fmaf(xv[e], w0[e], acc0[r]);
@@ -294,7 +273,11 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
           store_gated(p, r, rows.col0, s0, s1);
         } else if (p.epilogue == GemvEpilogue::kRopeScatter) {
           store_rope(p, r, rows, s0, s1);
-          if (u == 0 && p.rope.cell_table != nullptr) write_cell_table(p.rope, r);
+          if (u == 0 && p.rope.cell_table != nullptr) {
+            record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride,
+                        p.rope.max_cells, p.rope.seq_slots[r], p.rope.positions[r],
+                        p.rope.cells[r]);
+          }
         } else {
           store_value(p, r, rows.col0, s0);
           if (rows.col1 >= 0) store_value(p, r, rows.col1, s1);

@@ -83,6 +83,23 @@ struct GemvParams {
   Status validate() const;
 };
 
+// A plain product over packed operands: a [m, k], w [n, k], out [m, n]
+// (lda = ldw = k, ldc = n); callers set the rest.
+inline GemvParams gemv_dense(const bf16* a, const bf16* w, void* out, std::int32_t m,
+                             std::int32_t n, std::int32_t k) {
+  GemvParams p;
+  p.a = a;
+  p.w = w;
+  p.out = out;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.lda = k;
+  p.ldw = k;
+  p.ldc = n;
+  return p;
+}
+
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
 
 }  // namespace cellm::cuda

@@ -8,7 +8,8 @@
 //   CELLM_DECODE_ATTN=v1|v2        split-KV decode attention (v2, default: staged, tensor cores)
 //   CELLM_DECODE_SPLIT_KEYS=N      v2: fewest keys per used split (default 128)
 //   CELLM_DECODE_SPLIT_TARGET=N    v2: split-KV blocks per SM the split count aims for
-//                                  (default 2: 1B batch 64 runs one split; not yet A/B'd)
+//                                  (default 2: 1B batch 64 runs one split; 4 and 8 were slower,
+//                                  1.89 and 1.94 against 1.72 ms/step)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections

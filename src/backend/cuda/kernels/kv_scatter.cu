@@ -1,6 +1,7 @@
 #include "backend/cuda/kernels/kv_scatter.cuh"
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -14,12 +15,8 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t token = blockIdx.x;
   const std::int32_t cell = p.cells[token];
   if (p.cell_table != nullptr && threadIdx.x == 0) {
-    const std::int32_t slot = p.seq_slots[token];
-    const std::int32_t position = p.positions[token];
-    if (slot >= 0 && slot < p.max_seqs && position >= 0 && position < p.table_stride && cell >= 0 &&
-        cell < p.max_cells) {
-      p.cell_table[static_cast<std::int64_t>(slot) * p.table_stride + position] = cell;
-    }
+    record_cell(p.cell_table, p.max_seqs, p.table_stride, p.max_cells, p.seq_slots[token],
+                p.positions[token], cell);
   }
   if (cell < 0 || cell >= p.max_cells) return;
   const int row_elems = p.num_kv_heads * p.head_dim;

@@ -1,4 +1,5 @@
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/kernels/rope_scatter.cuh"
 #include "backend/cuda/launch.h"
 
@@ -38,12 +39,7 @@ __device__ __forceinline__ void rotate8(const bf16* src, bf16* dst, int i0, int 
   float y2[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    float sn;
-    float cs;
-    // Full-precision sincosf, as rope.cu: angles reach 1e5 radians.
-    sincosf(position * inv_freq[i0 + e], &sn, &cs);
-    y1[e] = x1[e] * cs - x2[e] * sn;
-    y2[e] = x2[e] * cs + x1[e] * sn;
+    rope_rotate(x1[e], x2[e], position, inv_freq[i0 + e], &y1[e], &y2[e]);
   }
   store8(dst + i0, y1);
   store8(dst + i0 + half, y2);
@@ -57,12 +53,8 @@ __global__ void __launch_bounds__(kThreads)
   const ItemCounts c = item_counts(p);
   const std::int32_t cell = p.cells[token];
   if (item == 0 && p.cell_table != nullptr) {
-    const std::int32_t slot = p.seq_slots[token];
-    const std::int32_t position = p.positions[token];
-    if (slot >= 0 && slot < p.max_seqs && position >= 0 && position < p.table_stride && cell >= 0 &&
-        cell < p.max_cells) {
-      p.cell_table[static_cast<std::int64_t>(slot) * p.table_stride + position] = cell;
-    }
+    record_cell(p.cell_table, p.max_seqs, p.table_stride, p.max_cells, p.seq_slots[token],
+                p.positions[token], cell);
   }
   if (item >= c.total) return;
   const int half = p.rotary_dim / 2;
