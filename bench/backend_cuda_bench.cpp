@@ -82,7 +82,7 @@ void time_launches(benchmark::State& state, double bytes_per_launch, Launch&& la
 }
 
 // ---- decode attention: args {variant (1 = v1, 2 = v2), head_dim, heads,
-// kv_heads, batch, context, split_min_keys} ----
+// kv_heads, batch, context, split_min_keys, cluster (v2)} ----
 void BM_DecodeAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const bool v2 = state.range(0) == 2;
@@ -92,6 +92,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   const auto batch = static_cast<std::int32_t>(state.range(4));
   const auto context = static_cast<std::int32_t>(state.range(5));
   const auto min_keys = static_cast<std::int32_t>(state.range(6));
+  const auto cluster = static_cast<std::int32_t>(state.range(7));
   // The forward's tables are as long as the cache's max_seq_len.
   const std::int32_t stride = std::max(context, 32768);
   const std::int64_t cells = static_cast<std::int64_t>(batch) * context + 1;
@@ -124,7 +125,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   auto out = filled<bf16>(static_cast<std::size_t>(batch) * heads * hd, 0);
   const int sm = multiprocessor_count();
   const std::int32_t splits =
-      v2 ? attention_decode_v2_splits(batch, heads, kv_heads, stride, sm, min_keys)
+      v2 ? attention_decode_v2_splits(batch, heads, kv_heads, stride, sm, min_keys, 2, cluster)
          : attention_decode_splits(batch, heads, kv_heads, stride, sm);
   auto workspace =
       filled<float>(attention_decode_workspace_bytes(batch, heads, hd, splits) / sizeof(float), 0);
@@ -150,7 +151,10 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.workspace = workspace.data();
   p.split_min_keys = min_keys;
   p.counters = counters.data();
-  const Status valid = p.validate_decode_v2();
+  p.cluster = splits % cluster == 0 ? cluster : 1;
+  p.k_pool = k_pools[0].data();
+  p.v_pool = v_pools[0].data();
+  const Status valid = v2 ? p.validate_decode_v2() : p.validate_decode();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
     return;
@@ -169,7 +173,7 @@ void BM_DecodeAttention(benchmark::State& state) {
 }
 
 void decode_attention_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"v", "hd", "heads", "kv", "batch", "ctx", "min_keys"});
+  b->ArgNames({"v", "hd", "heads", "kv", "batch", "ctx", "min_keys", "cluster"});
   struct Model {
     int hd, heads, kv;
   };
@@ -177,14 +181,20 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
     for (const int batch : {1, 8, 64, 256}) {
       for (const int ctx : {128, 512, 2048, 8192}) {
         if (static_cast<std::int64_t>(batch) * ctx > 256 * 2048) continue;  // > ~2 GB per layer
-        for (const int v : {1, 2}) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256});
+        for (const int v : {1, 2}) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
       }
+    }
+    // Batch 1 as the forward runs it (128 keys per split at least), the
+    // splits merged through the counter and in clusters of 8.
+    for (const int ctx : {512, 2048, 8192}) {
+      for (const int cluster : {1, 8}) b->Args({2, m.hd, m.heads, m.kv, 1, ctx, 128, cluster});
     }
   }
   // The split minimum at batch 1 (v2 only).
   for (const int min_keys : {64, 128, 512}) {
-    for (const int ctx : {512, 8192}) b->Args({2, 128, 32, 8, 1, ctx, min_keys});
+    for (const int ctx : {512, 8192}) b->Args({2, 128, 32, 8, 1, ctx, min_keys, 1});
   }
+  b->Args({2, 128, 32, 8, 1, 512, 64, 8});
 }
 BENCHMARK(BM_DecodeAttention)->Apply(decode_attention_args)->UseManualTime();
 

@@ -243,7 +243,8 @@ std::int32_t CudaForward::decode_splits(const ForwardShape& shape) const {
       shape.kernels.decode_attention == DecodeAttention::kV2
           ? attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, table_stride_,
                                        sm_count_, shape.kernels.decode_split_keys,
-                                       shape.kernels.decode_split_target)
+                                       shape.kernels.decode_split_target,
+                                       shape.kernels.decode_cluster)
           : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_);
   return std::min(kAttentionMaxSplits, splits);
 }

@@ -158,6 +158,8 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
   at.workspace = attn_ws_.data();
   at.split_min_keys = shape.kernels.decode_split_keys;
   at.counters = attn_counters_.data();
+  // decode_splits() rounded the count to a multiple of the cluster for v2.
+  at.cluster = splits % shape.kernels.decode_cluster == 0 ? shape.kernels.decode_cluster : 1;
   at.pdl = shape.kernels.pdl;
   const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2
                                      ? launch_attention_prefill_v2

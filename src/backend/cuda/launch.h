@@ -26,6 +26,10 @@ struct LaunchConfig {
   // one finishes. Only for kernels that call griddep_wait()
   // (device_utils.cuh) in every block before touching shared data.
   bool pdl = false;
+  // Thread block clusters of (1, 1, cluster_z) blocks (sm_90); 1 = none. The
+  // grid's z must be a multiple, and the kernel may then share shared memory
+  // across the cluster's blocks.
+  unsigned cluster_z = 1;
 };
 
 // Raises `kernel`'s dynamic shared-memory limit to at least `bytes`, once.
@@ -42,18 +46,25 @@ void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&...
   if (config.smem_bytes > 48 * 1024) {
     ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), config.smem_bytes);
   }
-  cudaLaunchAttribute attributes[1];
+  cudaLaunchAttribute attributes[2];
   cudaLaunchConfig_t raw{};
   raw.gridDim = config.grid;
   raw.blockDim = config.block;
   raw.dynamicSmemBytes = config.smem_bytes;
   raw.stream = config.stream;
   raw.numAttrs = 0;
+  raw.attrs = attributes;
   if (config.pdl) {
-    attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[0].val.programmaticStreamSerializationAllowed = 1;
-    raw.attrs = attributes;
-    raw.numAttrs = 1;
+    cudaLaunchAttribute& pdl = attributes[raw.numAttrs++];
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (config.cluster_z > 1) {
+    cudaLaunchAttribute& cluster = attributes[raw.numAttrs++];
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = config.cluster_z;
   }
   CELLM_CUDA_CHECK(cudaLaunchKernelEx(&raw, kernel, std::forward<Args>(args)...));
   check_launch(config.stream, "cudaLaunchKernelEx");

@@ -75,6 +75,38 @@ TEST_P(DecodeV2Test, MatchesReferenceAndV1) {
   for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
 }
 
+// The same splits launched in clusters of 2, 4 and 8: tokens whose used
+// splits fit in a cluster merge in distributed shared memory, the others
+// through the counter as before; both orders of summation are the split
+// order, so the outputs agree to far below the reference tolerance.
+TEST_P(DecodeV2Test, ClusteredLaunchesMergeLikeTheCounterPath) {
+  CELLM_REQUIRE_GPU();
+  DecodeCase c = GetParam();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int base_splits = testing::make_decode_scenario(c).splits;
+  if (base_splits < 2) GTEST_SKIP() << "one split: nothing to merge";
+  for (const int cluster : {2, 4, 8}) {
+    c.splits = std::min(kAttentionMaxSplits, (base_splits + cluster - 1) / cluster * cluster);
+    const DecodeScenario s = testing::make_decode_scenario(c);
+    DecodeDevice d(c, s);
+    AttentionParams p = d.params(c, s, scale);
+    ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+    d.out.poison();
+    launch_attention_decode_v2(p, nullptr);
+    const auto counter_path = to_float(d.out.download());
+    p.cluster = cluster;
+    ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+    d.out.poison();
+    launch_attention_decode_v2(p, nullptr);
+    const auto clustered = to_float(d.out.download());
+    EXPECT_LT(nmse(clustered, testing::decode_reference(c, s, scale)), kAttentionNmse)
+        << "cluster " << cluster;
+    EXPECT_LT(nmse(clustered, as_double(counter_path)), 1e-6) << "cluster " << cluster;
+    expect_empty_rows_zero(c, s, clustered, "clustered");
+    for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DecodeV2Test,
     ::testing::Values(
@@ -200,6 +232,11 @@ TEST(DecodeSplitPlanTest, HostSplitCountFillsTheDeviceAndRespectsTheLength) {
   EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256, 8), 3);
   EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256, 2),
             attention_decode_v2_splits(64, 32, 8, 131072, 132, 256));
+  // Clusters round the count up to a multiple, within the maximum.
+  EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 131072, 132, 256, 2, 8), 40);
+  EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 131072, 132, 256, 2, 4), 36);
+  EXPECT_EQ(attention_decode_v2_splits(64, 32, 8, 131072, 132, 256, 2, 8), 1);
+  EXPECT_EQ(attention_decode_v2_splits(1, 4, 1, 1 << 20, 132, 1, 2, 8), kAttentionMaxSplits);
   // Short tables bound the count.
   EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 300, 132, 256), 2);
   EXPECT_EQ(attention_decode_v2_splits(1, 4, 1, 1 << 20, 132, 1), kAttentionMaxSplits);
@@ -257,6 +294,20 @@ TEST(DecodeV2ValidateTest, RefusesANonPositiveSplitMinimum) {
   const Status status = p.validate_decode_v2();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("split_min_keys"), std::string::npos) << status.to_string();
+}
+
+TEST(DecodeV2ValidateTest, RefusesAClusterThatDoesNotDivideTheSplits) {
+  AttentionParams p = fake_params();  // 4 splits
+  for (const int cluster : {2, 4}) {
+    p.cluster = cluster;
+    EXPECT_TRUE(p.validate_decode_v2().is_ok()) << cluster;
+  }
+  for (const int cluster : {0, 3, 8, 16}) {
+    p.cluster = cluster;
+    const Status status = p.validate_decode_v2();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << cluster;
+    EXPECT_NE(status.message().find("cluster"), std::string::npos) << status.to_string();
+  }
 }
 
 TEST(DecodeV2ValidateTest, RefusesWhatV1Refuses) {

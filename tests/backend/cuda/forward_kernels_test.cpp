@@ -151,7 +151,13 @@ std::vector<Variant> variants() {
   pdl.pdl = true;
   KernelChoice prefill_v2 = established();
   prefill_v2.prefill_attention = PrefillAttention::kV2;
+  // Splits merged in clusters of 8 (distributed shared memory) and of 2.
+  KernelChoice clustered = v2_short;
+  clustered.decode_cluster = 8;
+  KernelChoice clustered2 = v2_short;
+  clustered2.decode_cluster = 2;
   KernelChoice all = v2_short;
+  all.decode_cluster = 8;
   all.fused_rope = true;
   all.gemv = true;
   all.gemv_max_rows = 4;
@@ -159,6 +165,8 @@ std::vector<Variant> variants() {
   all.pdl = true;
   return {{"decode_v2", v2},
           {"decode_v2_split64", v2_short},
+          {"decode_v2_cluster8", clustered},
+          {"decode_v2_cluster2", clustered2},
           {"fused_rope", fused},
           {"gemv", gemv},
           {"gemv_pdl", gemv_pdl},

@@ -41,6 +41,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_PREFILL_ATTN", "v1"},
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_DECODE_SPLIT_TARGET", "6"},
+                                                 {"CELLM_DECODE_CLUSTER", "4"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
@@ -50,6 +51,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_EQ(choice->decode_split_target, 6);
+  EXPECT_EQ(choice->decode_cluster, 4);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
@@ -57,7 +59,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 split_target=6 fused_rope=0 gemv=0 "
+            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 fused_rope=0 gemv=0 "
             "gemv_max_rows=8 pdl=0 autotune=0");
 }
 
@@ -69,7 +71,8 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_PDL", "2"}},                 {{"CELLM_DECODE_SPLIT_TARGET", "0"}},
       {{"CELLM_DECODE_SPLIT_TARGET", "33"}},
       {{"CELLM_GEMV_MAX_ROWS", "4x"}},      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
-      {{"CELLM_DECODE_SPLIT_KEYS", ""}},
+      {{"CELLM_DECODE_SPLIT_KEYS", ""}},   {{"CELLM_DECODE_CLUSTER", "3"}},
+      {{"CELLM_DECODE_CLUSTER", "16"}},
   };
   for (const auto& values : bad) {
     auto choice = parse_kernel_choice(lookup_from(values));

@@ -72,6 +72,13 @@ Status AttentionParams::validate_decode_v2() const {
         "zeroed once)",
         num_splits);
   }
+  if ((cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8) ||
+      num_splits % cluster != 0) {
+    return invalid_argument(
+        "cuda attention decode v2: cluster={} with {} splits (need 1, 2, 4 or 8 dividing the "
+        "split count)",
+        cluster, num_splits);
+  }
   return Status::ok();
 }
 
@@ -87,7 +94,7 @@ std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t n
 std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t num_heads,
                                         std::int32_t num_kv_heads, std::int32_t max_kv_len,
                                         int sm_count, std::int32_t split_min_keys,
-                                        std::int32_t blocks_per_sm) {
+                                        std::int32_t blocks_per_sm, std::int32_t cluster) {
   const auto blocks = static_cast<std::int64_t>(
       attention_decode_v2_counters(std::max(1, num_tokens), num_heads, std::max(1, num_kv_heads)));
   const std::int64_t target =
@@ -95,8 +102,11 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
   const std::int64_t wanted = (target + blocks - 1) / blocks;
   const std::int64_t keys = std::max(1, split_min_keys);
   const std::int64_t by_length = std::max<std::int64_t>(1, (max_kv_len + keys - 1) / keys);
-  return static_cast<std::int32_t>(
-      std::clamp<std::int64_t>(std::min(wanted, by_length), 1, kAttentionMaxSplits));
+  std::int64_t splits = std::clamp<std::int64_t>(std::min(wanted, by_length), 1, kAttentionMaxSplits);
+  if (cluster > 1 && splits > 1) {
+    splits = std::min<std::int64_t>((splits + cluster - 1) / cluster * cluster, kAttentionMaxSplits);
+  }
+  return static_cast<std::int32_t>(splits);
 }
 
 std::size_t attention_decode_workspace_bytes(std::int64_t num_tokens, std::int64_t num_heads,

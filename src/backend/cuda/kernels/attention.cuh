@@ -80,6 +80,11 @@ struct AttentionParams {
   // launch that completes leaves them zero.
   std::int32_t split_min_keys = 256;
   std::int32_t* counters = nullptr;
+  // Decode v2 only: splits per thread block cluster (1, 2, 4 or 8; num_splits
+  // a multiple). When a token's used splits fit in one cluster they merge
+  // through distributed shared memory, without the workspace round trip and
+  // the counter; longer histories take the counter path as with 1.
+  std::int32_t cluster = 1;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel honours it.
   bool pdl = false;
@@ -130,10 +135,12 @@ std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t n
 // Decode v2's split count: enough blocks for `blocks_per_sm` per
 // multiprocessor, no more than max_kv_len / split_min_keys (the per-token plan
 // trims it further).
+// With `cluster` > 1 the count is rounded up to a multiple of it (at most
+// kAttentionMaxSplits, itself a multiple of 8).
 std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t num_heads,
                                         std::int32_t num_kv_heads, std::int32_t max_kv_len,
                                         int sm_count, std::int32_t split_min_keys,
-                                        std::int32_t blocks_per_sm = 2);
+                                        std::int32_t blocks_per_sm = 2, std::int32_t cluster = 1);
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);

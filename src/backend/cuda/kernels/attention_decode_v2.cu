@@ -1,12 +1,19 @@
 // Decode attention v2 (see attention.cuh). One block per (token, kv head,
 // group of up to 16 q heads, split); four warps. K/V tiles of 64 keys are
 // copied into shared memory by cp.async, kStages deep, so a block keeps tens
-// of KB in flight instead of v1's few hundred bytes per warp. Each warp owns
-// 16 keys of a tile and runs its own online softmax over them with tensor
-// cores: S = Q K^T (16 heads x 16 keys), P = exp2(S - m) kept in registers as
-// the A operand of O += P V. The warps' states are merged in shared memory at
-// the end, and with several splits the last block of a (token, head group)
-// to finish merges the splits in split order (deterministic).
+// of KB in flight instead of v1's few hundred bytes per warp. The cells of
+// the keys come from the sequence's table in windows of 512 staged in shared
+// memory, each read from global memory half a window before its first tile.
+// Each warp owns 16 keys of a tile and runs its own online softmax over them
+// with tensor cores: S = Q K^T (16 heads x 16 keys), P = exp2(S - m) kept in
+// registers as the A operand of O += P V. The warps' states are merged in
+// shared memory at the end. With several splits the splits of a (token,
+// head group) are merged in split order (deterministic): through distributed
+// shared memory when the launch clusters them and the token's used splits fit
+// in one cluster, otherwise by the last block to finish, through a float
+// workspace and a counter.
+#include <cooperative_groups.h>
+
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
@@ -20,16 +27,26 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
 constexpr int kTileKeys = 64;                // 16 per warp
+constexpr int kWindowKeys = 512;             // table entries staged at once
+constexpr int kWindowTiles = kWindowKeys / kTileKeys;
+constexpr int kWindowPerThread = kWindowKeys / kThreads;
+static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxCluster = 8;
 
 template <int kMaxHd>
 struct V2Layout {
-  // Deeper pipelines for narrow heads, so every bucket keeps ~100 KB in flight.
-  static constexpr int kStages = kMaxHd <= 64 ? 4 : (kMaxHd <= 128 ? 3 : 2);
+  // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
+  // lets five blocks share a multiprocessor, and their 20 warps hide the
+  // softmax's latency better than four stages at two blocks did (the key loop
+  // was latency-bound, not bandwidth-bound, at 1B batch 64). Wider heads keep
+  // three (two blocks per SM) and two stages.
+  static constexpr int kStages = kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2);
   // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
   static constexpr int kLd = kMaxHd + 8;
   static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
   static constexpr int kKeyStep = kThreads / kChunks;
+  static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
   static constexpr int kCopies = kTileKeys / kKeyStep;  // per thread, per K (and V) tile
   static constexpr int kLdo = kMaxHd + 8;               // float rows of the warp merge
   static constexpr int kMaxSplits = kAttentionMaxSplits;
@@ -38,7 +55,8 @@ struct V2Layout {
   static constexpr std::size_t kK = kQ + sizeof(bf16) * kRows * kLd;
   static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLd;
   static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLd;
-  static constexpr std::size_t kPipeEnd = kFlags + sizeof(int) * kStages * kTileKeys;
+  static constexpr std::size_t kTable = kFlags + sizeof(int) * kStages * kTileKeys;
+  static constexpr std::size_t kPipeEnd = kTable + sizeof(int) * 2 * kWindowKeys;
   // After the key loop the tiles are dead: the merges reuse them from kK.
   static constexpr std::size_t kMergeAcc = kK;
   static constexpr std::size_t kMergeM = kMergeAcc + sizeof(float) * kWarps * kRows * kLdo;
@@ -48,9 +66,16 @@ struct V2Layout {
   static constexpr std::size_t kRowDen = kSplitL + sizeof(float) * kRows * kMaxSplits;
   static constexpr std::size_t kIsLast = kRowDen + sizeof(float) * kRows;
   static constexpr std::size_t kMergeEnd = kIsLast + sizeof(int);
-  static constexpr std::size_t kBytes = kPipeEnd > kMergeEnd ? kPipeEnd : kMergeEnd;
+  // A block's merged partial, read by the other blocks of its cluster; apart
+  // from the warp merge's area, which is still being read when it is written.
+  static constexpr std::size_t kClusterAcc = (kMergeEnd + 15) / 16 * 16;
+  static constexpr std::size_t kClusterM = kClusterAcc + sizeof(float) * kRows * kMaxHd;
+  static constexpr std::size_t kClusterL = kClusterM + sizeof(float) * kRows;
+  static constexpr std::size_t kClusterEnd = kClusterL + sizeof(float) * kRows;
+  static constexpr std::size_t kBytes = kPipeEnd > kClusterEnd ? kPipeEnd : kClusterEnd;
 
   static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
+  static_assert(kRows * kChunks % kThreads == 0);
   static_assert(kTileKeys == 16 * kWarps);
 };
 
@@ -71,27 +96,56 @@ __device__ __forceinline__ float* partial_stats(const AttentionParams& p, int to
   return p.workspace + acc_floats + partial_index(p, token, head, split) * 2;
 }
 
-// The cells of the keys this thread copies for the tile at `tile_begin`;
-// -1 for keys past `end` or entries outside the pool.
-template <int kMaxHd>
-__device__ __forceinline__ void fetch_cells(const AttentionParams& p, const std::int32_t* table,
-                                            int tile_begin, int end, int key0,
-                                            int (&cells)[V2Layout<kMaxHd>::kCopies]) {
-  using L = V2Layout<kMaxHd>;
+// Release/acquire at device scope around the split counter: a lighter fence
+// than __threadfence()'s sequentially consistent one, and all the
+// message passing through the workspace needs.
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+
+// This thread's entries of table window `w` (keys begin + w * kWindowKeys
+// onwards): -1 past `end` or outside the pool. The loads stay in flight until
+// store_window() needs their values.
+__device__ __forceinline__ void load_window(const AttentionParams& p, const std::int32_t* table,
+                                            int begin, int end, int w,
+                                            int (&entries)[kWindowPerThread]) {
 #pragma unroll
-  for (int i = 0; i < L::kCopies; ++i) {
-    const int kpos = tile_begin + key0 + i * L::kKeyStep;
+  for (int j = 0; j < kWindowPerThread; ++j) {
+    const int kpos = begin + w * kWindowKeys + j * kThreads + static_cast<int>(threadIdx.x);
     int cell = kpos < end ? table[kpos] : -1;
     if (cell >= p.max_cells) cell = -1;
-    cells[i] = cell;
+    entries[j] = cell;
   }
+}
+
+// Window w goes to buffer w % 2 of `windows_s`.
+__device__ __forceinline__ void store_window(int* windows_s, int w,
+                                             const int (&entries)[kWindowPerThread]) {
+  int* buffer = windows_s + (w & 1) * kWindowKeys;
+#pragma unroll
+  for (int j = 0; j < kWindowPerThread; ++j) {
+    buffer[j * kThreads + static_cast<int>(threadIdx.x)] = entries[j];
+  }
+}
+
+// The cells of the keys this thread copies for tile `tile`, from its window.
+template <int kMaxHd>
+__device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int key0,
+                                           int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+  using L = V2Layout<kMaxHd>;
+  const int* entries = windows_s + ((tile / kWindowTiles) & 1) * kWindowKeys +
+                       (tile % kWindowTiles) * kTileKeys;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) cells[i] = entries[key0 + i * L::kKeyStep];
 }
 
 template <int kMaxHd>
 __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
                                            bf16* v_stage, int* flags, int key0, int chunk,
-                                           const int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+                                           const int* windows_s, int tile) {
   using L = V2Layout<kMaxHd>;
+  int cells[L::kCopies];
+  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
   const int dim = chunk * 8;
   const bool dim_ok = dim < p.head_dim;
 #pragma unroll
@@ -107,6 +161,54 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
     cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
     if (chunk == 0) flags[key] = ok ? 1 : 0;
   }
+}
+
+// Block `rank` of the cluster writes its share of the token's outputs from
+// the `used` partials in the cluster's shared memory, in split order. The
+// first barrier publishes every block's partial (release/acquire at cluster
+// scope); the second keeps each block's shared memory alive until the others
+// have read it.
+template <int kMaxHd>
+__device__ __forceinline__ void cluster_merge(const AttentionParams& p, int token, int first_head,
+                                              int heads, int used, int rank) {
+  using L = V2Layout<kMaxHd>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
+  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
+  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
+  cluster.sync();
+  const int hd = p.head_dim;
+  for (int idx = rank * kThreads + static_cast<int>(threadIdx.x); idx < heads * hd;
+       idx += p.cluster * kThreads) {
+    const int h = idx / hd;
+    float m[kMaxCluster];
+    float l[kMaxCluster];
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kMaxCluster; ++j) {
+      if (j < used) {
+        m[j] = *cluster.map_shared_rank(ms + h, j);
+        l[j] = *cluster.map_shared_rank(ls + h, j);
+        if (l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
+      }
+    }
+    float num = 0.0f;
+    float den = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxCluster; ++j) {
+      if (j < used) {
+        const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
+        den += weight * l[j];
+        num += weight * *cluster.map_shared_rank(acc + idx, j);
+      }
+    }
+    p.out[static_cast<std::int64_t>(token) * p.out_stride +
+          static_cast<std::int64_t>(first_head + h) * hd + idx % hd] =
+        __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+  }
+  cluster.sync();
 }
 
 template <int kMaxHd>
@@ -146,49 +248,62 @@ __global__ void __launch_bounds__(kThreads)
   // An inactive row still needs one block to write its zeros.
   const int used = max(plan.used, 1);
   const int split = blockIdx.z;
-  if (split >= used) return;
+  // A token whose used splits fit in one cluster merges them there: every
+  // block of its first cluster takes part, those past `used` with no keys.
+  const bool clustered = p.cluster > 1 && used > 1 && used <= p.cluster;
+  if (split >= (clustered ? p.cluster : used)) return;
   const int begin = lo + split * plan.chunk;
   const int end = min(lo + length, begin + plan.chunk);
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const std::int32_t* table =
       p.cell_table + static_cast<std::int64_t>(active ? slot : 0) * p.table_stride;
 
+  // The table's first window and the Q rows are requested together; the
+  // second window stays in flight in `entries` until half of the first is used.
+  int* windows_s = reinterpret_cast<int*>(smem + L::kTable);
+  const int windows = (tiles + kWindowTiles - 1) / kWindowTiles;
+  int entries[kWindowPerThread];
+  load_window(p, table, begin, end, 0, entries);
   // Q rows of this block's heads; missing heads and dims are zero.
-  for (int idx = tid; idx < kRows * L::kChunks; idx += kThreads) {
+  uint4 q_parts[L::kQPerThread];
+#pragma unroll
+  for (int j = 0; j < L::kQPerThread; ++j) {
+    const int idx = tid + j * kThreads;
     const int r = idx / L::kChunks;
     const int c = (idx % L::kChunks) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
+    q_parts[j] = make_uint4(0, 0, 0, 0);
     if (r < heads && c < hd) {
-      value = *reinterpret_cast<const uint4*>(p.q + static_cast<std::int64_t>(token) * p.q_stride +
-                                              static_cast<std::int64_t>(first_head + r) * hd + c);
+      q_parts[j] = *reinterpret_cast<const uint4*>(
+          p.q + static_cast<std::int64_t>(token) * p.q_stride +
+          static_cast<std::int64_t>(first_head + r) * hd + c);
     }
-    *reinterpret_cast<uint4*>(q_s + r * L::kLd + c) = value;
   }
+  store_window(windows_s, 0, entries);
+  if (windows > 1) load_window(p, table, begin, end, 1, entries);
+  __syncthreads();  // window 0 is visible to every copying thread
 
   // Copy assignment: thread copies chunk `chunk` of keys key0 + i * kKeyStep.
   const int chunk = tid % L::kChunks;
   const int key0 = tid / L::kChunks;
   auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLd; };
   auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLd; };
-
-  {
-    // Prologue: every table read first, then the copies, so the reads overlap.
-    int cells[L::kStages - 1][L::kCopies];
+  auto issue = [&](int tile) {
+    const int stage = tile % L::kStages;
+    issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kTileKeys,
+                       key0, chunk, windows_s, tile);
+  };
 #pragma unroll
-    for (int s = 0; s < L::kStages - 1; ++s) {
-      fetch_cells<kMaxHd>(p, table, begin + s * kTileKeys, end, key0, cells[s]);
-    }
-#pragma unroll
-    for (int s = 0; s < L::kStages - 1; ++s) {
-      if (s < tiles) {
-        issue_tile<kMaxHd>(p, kv_head, k_stage(s), v_stage(s), flags_s + s * kTileKeys, key0, chunk,
-                           cells[s]);
-      }
-      cp_async_commit();
-    }
+  for (int s = 0; s < L::kStages - 1; ++s) {
+    if (s < tiles) issue(s);
+    cp_async_commit();
   }
-  int next_cells[L::kCopies];
-  fetch_cells<kMaxHd>(p, table, begin + (L::kStages - 1) * kTileKeys, end, key0, next_cells);
+  // Visible to the MMAs after the first barrier of the key loop.
+#pragma unroll
+  for (int j = 0; j < L::kQPerThread; ++j) {
+    const int idx = tid + j * kThreads;
+    *reinterpret_cast<uint4*>(q_s + (idx / L::kChunks) * L::kLd + (idx % L::kChunks) * 8) =
+        q_parts[j];
+  }
 
   const int g = lane >> 2;  // fragment row (and row + 8)
   const int t4 = lane & 3;  // fragment column pair
@@ -208,14 +323,20 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
     const int ahead = tile + L::kStages - 1;
     if (ahead < tiles) {
-      const int stage = ahead % L::kStages;
-      issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kTileKeys,
-                         key0, chunk, next_cells);
+      // Window w + 1 was requested when copies reached window w; it is stored
+      // half a window later, behind this barrier, into the buffer window w - 1
+      // left (its last copy was issued before the barrier), and first read
+      // half a window and at least one barrier after that.
+      const int w = ahead / kWindowTiles;
+      if (ahead % kWindowTiles == kWindowTiles / 2 && w + 1 < windows) {
+        store_window(windows_s, w + 1, entries);
+      }
+      issue(ahead);
+      if (ahead % kWindowTiles == 0 && w + 1 < windows) {
+        load_window(p, table, begin, end, w + 1, entries);
+      }
     }
     cp_async_commit();
-    if (ahead + 1 < tiles) {
-      fetch_cells<kMaxHd>(p, table, begin + (ahead + 1) * kTileKeys, end, key0, next_cells);
-    }
 
     const int stage = tile % L::kStages;
     const bf16* ks = k_stage(stage) + warp * 16 * L::kLd;
@@ -343,6 +464,12 @@ __global__ void __launch_bounds__(kThreads)
     if (used == 1) {
       p.out[static_cast<std::int64_t>(token) * p.out_stride + static_cast<std::int64_t>(head) * hd +
             d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+    } else if (clustered) {
+      reinterpret_cast<float*>(smem + L::kClusterAcc)[idx] = num;
+      if (d == 0) {
+        reinterpret_cast<float*>(smem + L::kClusterM)[h] = m_max;
+        reinterpret_cast<float*>(smem + L::kClusterL)[h] = den;
+      }
     } else {
       partial_acc(p, row, head, split)[d] = num;
       if (d == 0) {
@@ -352,11 +479,15 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  if (clustered) {
+    cluster_merge<kMaxHd>(p, token, first_head, heads, used, split);
+    return;
+  }
   if (used == 1) return;
 
   // The last split block of this (token, head group) to arrive merges them.
   int* is_last = reinterpret_cast<int*>(smem + L::kIsLast);
-  __threadfence();  // this block's partials are visible device-wide before the count
+  fence_acq_rel_gpu();  // this block's partials are visible device-wide before the count
   __syncthreads();
   if (tid == 0) {
     int* counter = p.counters + static_cast<std::int64_t>(row) * gridDim.y + blockIdx.y;
@@ -367,7 +498,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   if (*is_last == 0) return;
-  __threadfence();
+  fence_acq_rel_gpu();  // the other blocks' partials, released before their counts
 
   float* split_m = reinterpret_cast<float*>(smem + L::kSplitM);  // then the weights
   float* split_l = reinterpret_cast<float*>(smem + L::kSplitL);
@@ -430,8 +561,11 @@ void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stre
   const int head_groups = (group + kRows - 1) / kRows;
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
+    const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     launch(attention_decode_v2_kernel<kMaxHd>,
-           LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl}, params);
+           LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl,
+                        cluster},
+           params);
   });
   if (!dispatched) {
     cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: unvalidated head_dim");

@@ -53,6 +53,12 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_split_target,
                            parse_int("CELLM_DECODE_SPLIT_TARGET", *v, 1, 32));
   }
+  if (auto v = lookup("CELLM_DECODE_CLUSTER")) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_cluster, parse_int("CELLM_DECODE_CLUSTER", *v, 1, 8));
+    if ((choice.decode_cluster & (choice.decode_cluster - 1)) != 0) {
+      return invalid_argument("CELLM_DECODE_CLUSTER='{}': expected 1, 2, 4 or 8", *v);
+    }
+  }
   if (auto v = lookup("CELLM_FUSED_ROPE")) {
     CELLM_ASSIGN_OR_RETURN(choice.fused_rope, parse_flag("CELLM_FUSED_ROPE", *v));
   }
@@ -87,11 +93,11 @@ KernelChoice kernel_choice_from_env() {
 
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
-      "decode={} prefill={} split_keys={} split_target={} fused_rope={} gemv={} gemv_max_rows={} "
-      "pdl={} autotune={}",
+      "decode={} prefill={} split_keys={} split_target={} cluster={} fused_rope={} gemv={} "
+      "gemv_max_rows={} pdl={} autotune={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
-      choice.decode_split_target,
+      choice.decode_split_target, choice.decode_cluster,
       choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
       choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0);
 }

@@ -10,6 +10,8 @@
 //   CELLM_DECODE_SPLIT_TARGET=N    v2: split-KV blocks per SM the split count aims for
 //                                  (default 2: 1B batch 64 runs one split; 4 and 8 were slower,
 //                                  1.89 and 1.94 against 1.72 ms/step)
+//   CELLM_DECODE_CLUSTER=1|2|4|8   v2: splits per thread block cluster; a token whose used splits
+//                                  fit in one merges them in distributed shared memory (default 1)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
@@ -41,6 +43,7 @@ struct KernelChoice {
   PrefillAttention prefill_attention = PrefillAttention::kV2;
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   std::int32_t decode_split_target = 2;
+  std::int32_t decode_cluster = 1;
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
@@ -59,8 +62,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 fused_rope=1 gemv=1 gemv_max_rows=1
-// pdl=1 autotune=1",
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 fused_rope=1 gemv=1
+// gemv_max_rows=1 pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
