@@ -129,6 +129,7 @@ KernelChoice established() {
   k.fused_rope = false;
   k.gemv = false;
   k.pdl = false;
+  k.decode_cluster = 1;  // v2's splits merge through the counter
   return k;
 }
 

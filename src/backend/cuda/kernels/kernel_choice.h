@@ -11,7 +11,9 @@
 //                                  (default 2: 1B batch 64 runs one split; 4 and 8 were slower,
 //                                  1.89 and 1.94 against 1.72 ms/step)
 //   CELLM_DECODE_CLUSTER=1|2|4|8   v2: splits per thread block cluster; a token whose used splits
-//                                  fit in one merges them in distributed shared memory (default 1)
+//                                  fit in one merges them in distributed shared memory (default 8:
+//                                  8B batch 1 ctx 512 4.38-4.39 against 4.48-4.51 ms/step with 1;
+//                                  other points within run-to-run spread)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
@@ -43,7 +45,7 @@ struct KernelChoice {
   PrefillAttention prefill_attention = PrefillAttention::kV2;
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   std::int32_t decode_split_target = 2;
-  std::int32_t decode_cluster = 1;
+  std::int32_t decode_cluster = 8;
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
