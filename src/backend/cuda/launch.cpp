@@ -18,20 +18,34 @@ void ensure_dynamic_smem(const void* kernel, std::size_t bytes) {
   current = bytes;
 }
 
-int multiprocessor_count() {
+namespace {
+
+// A device attribute of the current device, read once per device.
+int cached_attribute(cudaDeviceAttr attribute) {
   static std::mutex mutex;
-  static std::unordered_map<int, int> counts;
+  static std::unordered_map<long long, int> values;
   int device = 0;
   CELLM_CUDA_CHECK(cudaGetDevice(&device));
+  const long long key = static_cast<long long>(device) << 32 | static_cast<int>(attribute);
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = counts.find(device);
-  if (it != counts.end()) {
+  auto it = values.find(key);
+  if (it != values.end()) {
     return it->second;
   }
-  int count = 0;
-  CELLM_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  counts.emplace(device, count);
-  return count;
+  int value = 0;
+  CELLM_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  values.emplace(key, value);
+  return value;
+}
+
+}  // namespace
+
+int multiprocessor_count() {
+  return cached_attribute(cudaDevAttrMultiProcessorCount);
+}
+
+bool cluster_launch_supported() {
+  return cached_attribute(cudaDevAttrClusterLaunch) != 0;
 }
 
 }  // namespace cellm::cuda

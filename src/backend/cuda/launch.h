@@ -38,6 +38,10 @@ void ensure_dynamic_smem(const void* kernel, std::size_t bytes);
 // The device's multiprocessor count (cached per device).
 int multiprocessor_count();
 
+// Whether the current device launches thread block clusters (sm_90 on;
+// cached per device).
+bool cluster_launch_supported();
+
 template <typename... KernelArgs, typename... Args>
 void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&... args) {
   if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) {

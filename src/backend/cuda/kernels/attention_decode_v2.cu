@@ -171,6 +171,10 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
 template <int kMaxHd>
 __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int token, int first_head,
                                               int heads, int used, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Clusters need sm_90; the launch never asks for them below it.
+  __trap();
+#else
   using L = V2Layout<kMaxHd>;
   extern __shared__ __align__(128) unsigned char smem[];
   namespace cg = cooperative_groups;
@@ -209,6 +213,7 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
         __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
   }
   cluster.sync();
+#endif
 }
 
 template <int kMaxHd>
@@ -558,7 +563,11 @@ std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
   }
 }
 
-void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stream) {
+void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t stream) {
+  // Where the device has no clusters (before sm_90) the splits merge through
+  // the counter.
+  AttentionParams params = requested;
+  if (params.cluster > 1 && !cluster_launch_supported()) params.cluster = 1;
   const int group = params.num_heads / params.num_kv_heads;
   const int head_groups = (group + kRows - 1) / kRows;
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
