@@ -107,6 +107,28 @@ TEST_P(DecodeV2Test, ClusteredLaunchesMergeLikeTheCounterPath) {
   }
 }
 
+// Every token here fits in one cluster of 8 (at most 512 keys, 64 per split),
+// so no block may touch the counters: with them preset to a value the
+// counter path would never finish on, only the cluster merge can write the
+// right output, and the counters must come back unchanged.
+TEST(DecodeV2Test, ShortHistoriesMergeInTheClusterWithoutTheCounter) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c{32, 8, 128, 6, 65, 512, 0, 0.0f, 8, 64, 51};
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DecodeDevice d(c, s);
+  AttentionParams p = d.params(c, s, scale);
+  p.cluster = 8;
+  ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+  const std::vector<std::int32_t> sentinel(d.counters.download().size(), 1000);
+  d.counters.assign(sentinel);
+  d.out.poison();
+  launch_attention_decode_v2(p, nullptr);
+  EXPECT_LT(nmse(to_float(d.out.download()), testing::decode_reference(c, s, scale)),
+            kAttentionNmse);
+  EXPECT_EQ(d.counters.download(), sentinel);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DecodeV2Test,
     ::testing::Values(

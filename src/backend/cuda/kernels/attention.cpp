@@ -72,12 +72,11 @@ Status AttentionParams::validate_decode_v2() const {
         "zeroed once)",
         num_splits);
   }
-  if ((cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8) ||
-      num_splits % cluster != 0) {
+  if (!valid_attention_cluster(cluster) || num_splits % cluster != 0) {
     return invalid_argument(
-        "cuda attention decode v2: cluster={} with {} splits (need 1, 2, 4 or 8 dividing the "
-        "split count)",
-        cluster, num_splits);
+        "cuda attention decode v2: cluster={} with {} splits (need a power of two up to {} "
+        "dividing the split count)",
+        cluster, num_splits, kAttentionMaxCluster);
   }
   return Status::ok();
 }

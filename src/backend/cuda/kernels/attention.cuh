@@ -43,6 +43,15 @@ class Status;
 namespace cellm::cuda {
 
 inline constexpr int kAttentionMaxSplits = 64;
+// Decode v2's largest cluster of splits (the portable cluster size); cluster
+// sizes are powers of two up to it, so they divide kAttentionMaxSplits.
+inline constexpr int kAttentionMaxCluster = 8;
+static_assert(kAttentionMaxSplits % kAttentionMaxCluster == 0);
+
+// 1, 2, 4 or 8: what decode v2 launches as a cluster.
+constexpr bool valid_attention_cluster(int cluster) {
+  return cluster >= 1 && cluster <= kAttentionMaxCluster && (cluster & (cluster - 1)) == 0;
+}
 
 struct AttentionParams {
   const bf16* q = nullptr;                   // [num_tokens, q_stride], heads first
@@ -80,8 +89,8 @@ struct AttentionParams {
   // launch that completes leaves them zero.
   std::int32_t split_min_keys = 256;
   std::int32_t* counters = nullptr;
-  // Decode v2 only: splits per thread block cluster (1, 2, 4 or 8; num_splits
-  // a multiple). When a token's used splits fit in one cluster they merge
+  // Decode v2 only: splits per thread block cluster (a power of two up to
+  // kAttentionMaxCluster; num_splits a multiple). When a token's used splits fit in one cluster they merge
   // through distributed shared memory, without the workspace round trip and
   // the counter; longer histories take the counter path as with 1.
   std::int32_t cluster = 1;

@@ -32,7 +32,6 @@ constexpr int kWindowTiles = kWindowKeys / kTileKeys;
 constexpr int kWindowPerThread = kWindowKeys / kThreads;
 static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxCluster = 8;
 
 template <int kMaxHd>
 struct V2Layout {
@@ -187,11 +186,11 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
   for (int idx = rank * kThreads + static_cast<int>(threadIdx.x); idx < heads * hd;
        idx += p.cluster * kThreads) {
     const int h = idx / hd;
-    float m[kMaxCluster];
-    float l[kMaxCluster];
+    float m[kAttentionMaxCluster];
+    float l[kAttentionMaxCluster];
     float m_max = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kMaxCluster; ++j) {
+    for (int j = 0; j < kAttentionMaxCluster; ++j) {
       if (j < used) {
         m[j] = *cluster.map_shared_rank(ms + h, j);
         l[j] = *cluster.map_shared_rank(ls + h, j);
@@ -201,7 +200,7 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
     float num = 0.0f;
     float den = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMaxCluster; ++j) {
+    for (int j = 0; j < kAttentionMaxCluster; ++j) {
       if (j < used) {
         const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
         den += weight * l[j];

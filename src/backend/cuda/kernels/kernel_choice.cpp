@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/kernels/attention.cuh"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -54,8 +55,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
                            parse_int("CELLM_DECODE_SPLIT_TARGET", *v, 1, 32));
   }
   if (auto v = lookup("CELLM_DECODE_CLUSTER")) {
-    CELLM_ASSIGN_OR_RETURN(choice.decode_cluster, parse_int("CELLM_DECODE_CLUSTER", *v, 1, 8));
-    if ((choice.decode_cluster & (choice.decode_cluster - 1)) != 0) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_cluster,
+                           parse_int("CELLM_DECODE_CLUSTER", *v, 1, kAttentionMaxCluster));
+    if (!valid_attention_cluster(choice.decode_cluster)) {
       return invalid_argument("CELLM_DECODE_CLUSTER='{}': expected 1, 2, 4 or 8", *v);
     }
   }
