@@ -65,8 +65,9 @@ struct V2Layout {
   static constexpr std::size_t kRowDen = kSplitL + sizeof(float) * kRows * kMaxSplits;
   static constexpr std::size_t kIsLast = kRowDen + sizeof(float) * kRows;
   static constexpr std::size_t kMergeEnd = kIsLast + sizeof(int);
-  // A block's merged partial, read by the other blocks of its cluster; apart
-  // from the warp merge's area, which is still being read when it is written.
+  // A block's merged partial (its maximum and denominator per head serve
+  // every path), read by the other blocks of its cluster; apart from the warp
+  // merge's area, which is still being read when it is written.
   static constexpr std::size_t kClusterAcc = (kMergeEnd + 15) / 16 * 16;
   static constexpr std::size_t kClusterM = kClusterAcc + sizeof(float) * kRows * kMaxHd;
   static constexpr std::size_t kClusterL = kClusterM + sizeof(float) * kRows;
@@ -162,8 +163,28 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
   }
 }
 
+// Stores four consecutive outputs of a head row (no alignment asked of
+// out_stride, so one scalar at a time).
+__device__ __forceinline__ void store_out4(const AttentionParams& p, int token, int head, int d,
+                                           float4 num, float den) {
+  bf16* out = p.out + static_cast<std::int64_t>(token) * p.out_stride +
+              static_cast<std::int64_t>(head) * p.head_dim + d;
+  const bool any = den > 0.0f;
+  out[0] = __float2bfloat16_rn(any ? num.x / den : 0.0f);
+  out[1] = __float2bfloat16_rn(any ? num.y / den : 0.0f);
+  out[2] = __float2bfloat16_rn(any ? num.z / den : 0.0f);
+  out[3] = __float2bfloat16_rn(any ? num.w / den : 0.0f);
+}
+
+__device__ __forceinline__ float4 fma4(float w, float4 a, float4 acc) {
+  return make_float4(fmaf(w, a.x, acc.x), fmaf(w, a.y, acc.y), fmaf(w, a.z, acc.z),
+                     fmaf(w, a.w, acc.w));
+}
+
 // Block `rank` of the cluster writes its share of the token's outputs from
-// the `used` partials in the cluster's shared memory, in split order. The
+// the `used` partials in the cluster's shared memory, in split order, four
+// columns per thread: every remote load of a thread is issued before any is
+// used, so the merge costs one distributed-shared-memory round trip. The
 // first barrier publishes every block's partial (release/acquire at cluster
 // scope); the second keeps each block's shared memory alive until the others
 // have read it.
@@ -175,6 +196,7 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
   __trap();
 #else
   using L = V2Layout<kMaxHd>;
+  constexpr int kQuads = kMaxHd / 4;
   extern __shared__ __align__(128) unsigned char smem[];
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -182,55 +204,55 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
   float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
   float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
   cluster.sync();
-  const int hd = p.head_dim;
-  for (int idx = rank * kThreads + static_cast<int>(threadIdx.x); idx < heads * hd;
-       idx += p.cluster * kThreads) {
-    const int h = idx / hd;
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < heads * kQuads;
+       e += p.cluster * kThreads) {
+    const int h = e / kQuads;
+    const int d = (e % kQuads) * 4;
+    if (d >= p.head_dim) continue;
     float m[kAttentionMaxCluster];
     float l[kAttentionMaxCluster];
-    float m_max = -INFINITY;
+    float4 a[kAttentionMaxCluster];
 #pragma unroll
     for (int j = 0; j < kAttentionMaxCluster; ++j) {
       if (j < used) {
         m[j] = *cluster.map_shared_rank(ms + h, j);
         l[j] = *cluster.map_shared_rank(ls + h, j);
-        if (l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
+        a[j] = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
       }
     }
-    float num = 0.0f;
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kAttentionMaxCluster; ++j) {
+      if (j < used && l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
+    }
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float den = 0.0f;
 #pragma unroll
     for (int j = 0; j < kAttentionMaxCluster; ++j) {
       if (j < used) {
         const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
         den += weight * l[j];
-        num += weight * *cluster.map_shared_rank(acc + idx, j);
+        num = fma4(weight, a[j], num);
       }
     }
-    p.out[static_cast<std::int64_t>(token) * p.out_stride +
-          static_cast<std::int64_t>(first_head + h) * hd + idx % hd] =
-        __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+    store_out4(p, token, first_head + h, d, num, den);
   }
   cluster.sync();
 #endif
 }
 
+// Four blocks' registers per SM up to 128-wide heads (116 registers at 128,
+// no spills): a block then fits beside the three GEMV blocks an SM holds
+// during the q/k/v projection instead of waiting for them to leave.
 template <int kMaxHd>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMaxHd <= 128 ? 4 : 1)
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
-  // Waits, but never lets the next kernel start early: a GEMV launched at
-  // this point fills every SM with blocks that wait out the attention, and on
-  // the H200 that slowed 8B batch 1 from 4.45 to 5.31 ms/step (1B: no change).
-  // Letting it start after the key loop, so its weight prefetch would overlap
-  // the merge, was as bad (4.35 -> 5.17).
-  griddep_wait();
   using L = V2Layout<kMaxHd>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L::kK);
   bf16* v_s = reinterpret_cast<bf16*>(smem + L::kV);
   int* flags_s = reinterpret_cast<int*>(smem + L::kFlags);
-
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -263,6 +285,15 @@ __global__ void __launch_bounds__(kThreads)
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const std::int32_t* table =
       p.cell_table + static_cast<std::int64_t>(active ? slot : 0) * p.table_stride;
+  // Everything above reads only the step's rows, slots and positions, which
+  // were uploaded before the step's first kernel: blocks with nothing to do
+  // leave, and the others have their ranges, before the wait.
+  // Waits, but never lets the next kernel start early: a GEMV launched at
+  // this point fills every SM with blocks that wait out the attention, and on
+  // the H200 that slowed 8B batch 1 from 4.45 to 5.31 ms/step (1B: no change).
+  // Letting it start after the key loop, so its weight prefetch would overlap
+  // the merge, was as bad (4.35 -> 5.17).
+  griddep_wait();
 
   // The table's first window and the Q rows are requested together; the
   // second window stays in flight in `entries` until half of the first is used.
@@ -425,7 +456,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();  // every warp is done with the tiles: reuse them for the merge
 
   float* merge_acc = reinterpret_cast<float*>(smem + L::kMergeAcc);
-  float* merge_m = reinterpret_cast<float*>(smem + L::kMergeM);
+  float* merge_m = reinterpret_cast<float*>(smem + L::kMergeM);  // then the warps' weights
   float* merge_l = reinterpret_cast<float*>(smem + L::kMergeL);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -448,41 +479,51 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  for (int idx = tid; idx < heads * hd; idx += kThreads) {
-    const int h = idx / hd;
-    const int d = idx % hd;
+  // The block's maximum and denominator per head, and each warp's weight, are
+  // worked out once per head, not once per output column.
+  float* block_m = reinterpret_cast<float*>(smem + L::kClusterM);
+  float* block_l = reinterpret_cast<float*>(smem + L::kClusterL);
+  if (tid < heads) {
     float m_max = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m_max = fmaxf(m_max, merge_m[w * kRows + h]);
-    float num = 0.0f;
+    for (int w = 0; w < kWarps; ++w) m_max = fmaxf(m_max, merge_m[w * kRows + tid]);
     float den = 0.0f;
-    if (m_max != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float mw = merge_m[w * kRows + h];
-        if (mw == -INFINITY) continue;
-        const float weight = exp2f(mw - m_max);
-        den += weight * merge_l[w * kRows + h];
-        num += weight * merge_acc[(w * kRows + h) * L::kLdo + d];
-      }
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = merge_m[w * kRows + tid];
+      const float weight = mw == -INFINITY ? 0.0f : exp2f(mw - m_max);
+      den += weight * merge_l[w * kRows + tid];
+      merge_m[w * kRows + tid] = weight;
     }
-    const int head = first_head + h;
+    block_m[tid] = m_max;
+    block_l[tid] = den;
+    if (!clustered && used > 1) {
+      float* stats = partial_stats(p, row, first_head + tid, split);
+      stats[0] = m_max;
+      stats[1] = den;
+    }
+  }
+  __syncthreads();
+
+  // Four columns per thread; a head row is kMaxHd / 4 (a power of two) of them.
+  constexpr int kQuads = kMaxHd / 4;
+  for (int e = tid; e < heads * kQuads; e += kThreads) {
+    const int h = e / kQuads;
+    const int d = (e % kQuads) * 4;
+    if (d >= hd) continue;
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      num = fma4(merge_m[w * kRows + h],
+                 *reinterpret_cast<const float4*>(merge_acc + (w * kRows + h) * L::kLdo + d), num);
+    }
     if (used == 1) {
-      p.out[static_cast<std::int64_t>(token) * p.out_stride + static_cast<std::int64_t>(head) * hd +
-            d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+      store_out4(p, token, first_head + h, d, num, block_l[h]);
     } else if (clustered) {
-      reinterpret_cast<float*>(smem + L::kClusterAcc)[idx] = num;
-      if (d == 0) {
-        reinterpret_cast<float*>(smem + L::kClusterM)[h] = m_max;
-        reinterpret_cast<float*>(smem + L::kClusterL)[h] = den;
-      }
+      *reinterpret_cast<float4*>(reinterpret_cast<float*>(smem + L::kClusterAcc) + h * kMaxHd +
+                                 d) = num;
     } else {
-      partial_acc(p, row, head, split)[d] = num;
-      if (d == 0) {
-        float* stats = partial_stats(p, row, head, split);
-        stats[0] = m_max;
-        stats[1] = den;
-      }
+      *reinterpret_cast<float4*>(partial_acc(p, row, first_head + h, split) + d) = num;
     }
   }
   if (clustered) {
