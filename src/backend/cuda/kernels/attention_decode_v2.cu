@@ -241,11 +241,12 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
 #endif
 }
 
-// Four blocks' registers per SM up to 128-wide heads (116 registers at 128,
-// no spills): a block then fits beside the three GEMV blocks an SM holds
-// during the q/k/v projection instead of waiting for them to leave.
+// Register bounds: five blocks per SM at 64-wide heads, which is what their
+// shared memory allows (at most 96 registers), and four up to 128-wide heads
+// (116 registers, no spills), so a block fits beside the three blocks an SM
+// holds of the q/k/v GEMV instead of waiting for them to leave.
 template <int kMaxHd>
-__global__ void __launch_bounds__(kThreads, kMaxHd <= 128 ? 4 : 1)
+__global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
   using L = V2Layout<kMaxHd>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -575,20 +576,20 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 128 ? 4 : 1)
     row_den[tid] = den;
   }
   __syncthreads();
-  for (int idx = tid; idx < heads * hd; idx += kThreads) {
-    const int h = idx / hd;
-    const int d = idx % hd;
-    const int head = first_head + h;
+  for (int e = tid; e < heads * kQuads; e += kThreads) {
+    const int h = e / kQuads;
+    const int d = (e % kQuads) * 4;
+    if (d >= hd) continue;
     const float* weights = split_m + h * L::kMaxSplits;
-    const float* src = partial_acc(p, row, head, 0) + d;
-    float num = 0.0f;
+    const float* src = partial_acc(p, row, first_head + h, 0) + d;
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
     for (int sp = 0; sp < used; ++sp) {
-      num += weights[sp] * __ldcg(src + static_cast<std::int64_t>(sp) * hd);
+      num = fma4(weights[sp],
+                 __ldcg(reinterpret_cast<const float4*>(src + static_cast<std::int64_t>(sp) * hd)),
+                 num);
     }
-    const float den = row_den[h];
-    p.out[static_cast<std::int64_t>(token) * p.out_stride + static_cast<std::int64_t>(head) * hd +
-          d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+    store_out4(p, token, first_head + h, d, num, row_den[h]);
   }
 }
 
