@@ -95,7 +95,11 @@ struct AttentionParams {
   // the counter; longer histories take the counter path as with 1.
   std::int32_t cluster = 1;
 
-  // Programmatic dependent launch (launch.h); only the split-KV v2 kernel honours it.
+  // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
+  // honours it. v2 reads `rows`, `seq_slots` and `positions` before its wait,
+  // so they must be written before the kernel it follows starts (the forward
+  // uploads them ahead of the step's first kernel); everything else it reads
+  // after the wait.
   bool pdl = false;
 
   Status validate() const;
