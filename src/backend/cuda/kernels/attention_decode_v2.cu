@@ -48,6 +48,9 @@ struct V2Layout {
   static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
   static constexpr int kCopies = kTileKeys / kKeyStep;  // per thread, per K (and V) tile
   static constexpr int kLdo = kMaxHd + 8;               // float rows of the warp merge
+  // The merges write four output columns per thread: kQuads per head row, a
+  // power of two, so a quad's head is a shift away.
+  static constexpr int kQuads = kMaxHd / 4;
   static constexpr int kMaxSplits = kAttentionMaxSplits;
 
   static constexpr std::size_t kQ = 0;
@@ -181,6 +184,17 @@ __device__ __forceinline__ float4 fma4(float w, float4 a, float4 acc) {
                      fmaf(w, a.w, acc.w));
 }
 
+// Quad `e` of a block's head rows: head `h` of the block, first column `d`.
+struct HeadQuad {
+  int h;
+  int d;
+};
+template <int kMaxHd>
+__device__ __forceinline__ HeadQuad head_quad(int e) {
+  constexpr int kQuads = V2Layout<kMaxHd>::kQuads;
+  return {e / kQuads, (e % kQuads) * 4};
+}
+
 // Block `rank` of the cluster writes its share of the token's outputs from
 // the `used` partials in the cluster's shared memory, in split order, four
 // columns per thread: every remote load of a thread is issued before any is
@@ -196,7 +210,6 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
   __trap();
 #else
   using L = V2Layout<kMaxHd>;
-  constexpr int kQuads = kMaxHd / 4;
   extern __shared__ __align__(128) unsigned char smem[];
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -204,10 +217,9 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
   float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
   float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
   cluster.sync();
-  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < heads * kQuads;
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < heads * L::kQuads;
        e += p.cluster * kThreads) {
-    const int h = e / kQuads;
-    const int d = (e % kQuads) * 4;
+    const auto [h, d] = head_quad<kMaxHd>(e);
     if (d >= p.head_dim) continue;
     float m[kAttentionMaxCluster];
     float l[kAttentionMaxCluster];
@@ -289,7 +301,8 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   // Everything above reads only the step's rows, slots and positions, which
   // were uploaded before the step's first kernel: blocks with nothing to do
   // leave, and the others have their ranges, before the wait.
-  // Waits, but never lets the next kernel start early: a GEMV launched at
+  //
+  // The wait never lets the next kernel start early: a GEMV launched at
   // this point fills every SM with blocks that wait out the attention, and on
   // the H200 that slowed 8B batch 1 from 4.45 to 5.31 ms/step (1B: no change).
   // Letting it start after the key loop, so its weight prefetch would overlap
@@ -506,11 +519,8 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   }
   __syncthreads();
 
-  // Four columns per thread; a head row is kMaxHd / 4 (a power of two) of them.
-  constexpr int kQuads = kMaxHd / 4;
-  for (int e = tid; e < heads * kQuads; e += kThreads) {
-    const int h = e / kQuads;
-    const int d = (e % kQuads) * 4;
+  for (int e = tid; e < heads * L::kQuads; e += kThreads) {
+    const auto [h, d] = head_quad<kMaxHd>(e);
     if (d >= hd) continue;
     float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -576,9 +586,8 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
     row_den[tid] = den;
   }
   __syncthreads();
-  for (int e = tid; e < heads * kQuads; e += kThreads) {
-    const int h = e / kQuads;
-    const int d = (e % kQuads) * 4;
+  for (int e = tid; e < heads * L::kQuads; e += kThreads) {
+    const auto [h, d] = head_quad<kMaxHd>(e);
     if (d >= hd) continue;
     const float* weights = split_m + h * L::kMaxSplits;
     const float* src = partial_acc(p, row, first_head + h, 0) + d;
