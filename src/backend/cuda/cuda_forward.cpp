@@ -44,7 +44,8 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
          attention_decode_v2_counters(static_cast<std::int64_t>(decode_width), s.num_heads,
                                       s.num_kv_heads) *
              sizeof(std::int32_t) +
-         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t);
+         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t) +
+         decode_stream_partials_floats(s.num_heads, s.head_dim) * sizeof(float);
 }
 
 CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm)
@@ -121,13 +122,15 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_RETURN_IF_ERROR(alloc(f->inv_freq_, freqs.size()));
   CELLM_CUDA_CHECK(cudaMemcpy(f->inv_freq_.data(), freqs.data(), freqs.size() * sizeof(float),
                               cudaMemcpyHostToDevice));
+  CELLM_RETURN_IF_ERROR(f->init_stream());
   return f;
 }
 
 std::size_t CudaForward::workspace_bytes() const {
   return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
          gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + attn_counters_.bytes() +
-         gemm_ws_.bytes() + step_.bytes();
+         gemm_ws_.bytes() + step_.bytes() + stream_layers_.bytes() + stream_partials_.bytes() +
+         stream_sync_.bytes();
 }
 
 Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
@@ -257,6 +260,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
   active_ = shape.kernels;
+  if (stream_step(shape)) return enqueue_stream(shape, in, stream);
   const bool fused = fused_step(shape);
 
   EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_types.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels/decode_stream.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_choice.h"
 #include "backend/cuda/resources.h"
@@ -73,6 +74,8 @@ class CudaForward {
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;
   const model::ModelSpec& spec() const { return spec_; }
+  // Why one-token steps cannot run on the decode stream; "" when they can.
+  const char* stream_unavailable() const { return stream_off_; }
 
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
@@ -119,6 +122,12 @@ class CudaForward {
   // Whether layer l's q/k/v GEMV does the rope and the scatter itself (a fused
   // step, full rotary, no q/k norm in between).
   bool rope_in_gemv(int l, const ForwardShape& shape) const;
+  // cuda_forward_stream.cpp: whether the model can run one-token steps on
+  // the decode stream (set at create; `stream_off_` says why not), whether
+  // this step does, and the step itself (embedding, stream, logits).
+  Status init_stream();
+  bool stream_step(const ForwardShape& shape) const;
+  Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);
@@ -152,6 +161,12 @@ class CudaForward {
   DeviceBuffer<std::int32_t> attn_counters_;  // decode v2's split counters, kept zero
   DeviceBuffer<std::byte> gemm_ws_;
   std::int32_t max_decode_splits_ = 1;
+  // The decode stream's per-layer weight table, partials and counters.
+  DeviceBuffer<DecodeStreamLayer> stream_layers_;
+  DeviceBuffer<float> stream_partials_;
+  DeviceBuffer<std::uint32_t> stream_sync_;
+  DecodeStreamLayout stream_layout_{};
+  const char* stream_off_ = "";  // why the model cannot use it; empty when it can
   KernelChoice active_{};  // the enqueue in progress
   bool fusable_ = false;   // no post-norms, and every width a multiple of 8
 };

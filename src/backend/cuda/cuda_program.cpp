@@ -45,6 +45,7 @@ class CudaProgram final : public program::Program {
                                       std::span<const Tensor> inputs) override;
 
   CudaProgramKnobs knobs;
+  const char* decode_stream_unavailable() const { return forward_->stream_unavailable(); }
 
  private:
   CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
@@ -442,6 +443,11 @@ Result<Tensor> copy_to_host(const Tensor& tensor) {
 CudaProgramKnobs* cuda_program_knobs(program::Program& program) {
   auto* p = dynamic_cast<CudaProgram*>(&program);
   return p == nullptr ? nullptr : &p->knobs;
+}
+
+const char* decode_stream_unavailable(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? nullptr : p->decode_stream_unavailable();
 }
 
 }  // namespace cellm::cuda

@@ -54,5 +54,9 @@ struct CudaProgramKnobs {
 };
 // The knobs of a program made by this backend; null for other programs.
 CudaProgramKnobs* cuda_program_knobs(program::Program& program);
+// Why the program's one-token steps cannot run on the decode stream
+// (kernels/decode_stream.cuh), or "" when they can (with the knob on); null
+// for other programs.
+const char* decode_stream_unavailable(program::Program& program);
 
 }  // namespace cellm::cuda

@@ -44,6 +44,14 @@ int multiprocessor_count() {
   return cached_attribute(cudaDevAttrMultiProcessorCount);
 }
 
+int max_smem_per_block_optin() {
+  return cached_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+}
+
+int compute_capability_major() {
+  return cached_attribute(cudaDevAttrComputeCapabilityMajor);
+}
+
 bool cluster_launch_supported() {
   return cached_attribute(cudaDevAttrClusterLaunch) != 0;
 }

@@ -38,6 +38,11 @@ void ensure_dynamic_smem(const void* kernel, std::size_t bytes);
 // The device's multiprocessor count (cached per device).
 int multiprocessor_count();
 
+// The current device's opt-in shared memory per block and its compute
+// capability's major version (cached per device).
+int max_smem_per_block_optin();
+int compute_capability_major();
+
 // Whether the current device launches thread block clusters (sm_90 on;
 // cached per device).
 bool cluster_launch_supported();

@@ -21,6 +21,9 @@
 //                                  activation fused into it, instead of cuBLASLt (default 1)
 //   CELLM_GEMV_MAX_ROWS=1..8       (default 1: at 2 rows and more cuBLASLt is faster, 1B batch 2
 //                                  1.16 against 1.30 ms/step)
+//   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
+//                                  streams the weights through shared memory (decode_stream.cuh)
+//                                  instead of the GEMV chain (default 1)
 //   CELLM_PDL=0|1                  programmatic dependent launch between the forward's own
 //                                  kernels (default 1: 8B batch 1 4.849 -> 4.780 ms/step)
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
@@ -49,6 +52,7 @@ struct KernelChoice {
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
+  bool decode_stream = true;
   bool pdl = true;
   bool gemm_autotune = true;
 
@@ -65,7 +69,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 fused_rope=1 gemv=1
-// gemv_max_rows=1 pdl=1 autotune=1",
+// gemv_max_rows=1 stream=1 pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 

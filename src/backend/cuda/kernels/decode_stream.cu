@@ -1,0 +1,444 @@
+#include <algorithm>
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/bulk_copy.cuh"
+#include "backend/cuda/kernels/decode_stream.cuh"
+#include "backend/cuda/kernels/decode_stream_attention.cuh"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace decode_stream {
+namespace {
+
+// A block is kWarps consumer warps and one producer warp (the last).
+constexpr int kThreads = kConsumers + 32;
+// A piece is what one warp multiplies in one step: 16 bytes per lane, 256
+// columns of one weight row (rows are whole pieces: k % 256 == 0).
+constexpr int kPieceBytes = 512;
+constexpr int kPieceShift = 8;  // log2 of the columns of a piece
+constexpr int kStageBytes = 16 * 1024;
+constexpr int kMaxStages = 12;
+constexpr int kMinStages = 4;  // fewer would stall the stream at every phase barrier
+constexpr int kHeaderBytes = 512;  // ring barriers, norm sums
+constexpr int kMaxPieceRounds = 8;  // pieces of a row per warp: k <= 8 * 8 * 256
+constexpr int kPhases = 5;          // q/k/v, attention, o, gate/up, down
+
+// The matrices of a layer in stream order; gate and up are two row ranges
+// of one matrix, so a block holds the gate and the up row of its columns.
+enum Matrix : int { kQkv = 0, kO, kGate, kUp, kDown, kMatrices };
+
+// A block's share of one matrix: whole rows, contiguous in memory.
+struct Segment {
+  const unsigned char* src;
+  unsigned bytes;
+  int k;
+  int row0;  // the block's local index of the first row (gate rows, then up rows)
+  int rows;
+};
+
+__device__ __forceinline__ int share(int n, int b, int grid) {
+  return static_cast<int>(static_cast<long long>(n) * b / grid);
+}
+
+__device__ __forceinline__ Segment segment(const DecodeStreamParams& p, const DecodeStreamLayer& lw,
+                                           int m) {
+  const int b = blockIdx.x;
+  const int grid = gridDim.x;
+  const int q_dim = p.num_heads * p.head_dim;
+  const int qkv_dim = q_dim + 2 * p.num_kv_heads * p.head_dim;
+  int n = p.hidden;
+  int k = p.hidden;
+  const bf16* w = lw.o;
+  std::int64_t row_offset = 0;
+  int row0 = 0;
+  switch (m) {
+    case kQkv:
+      n = qkv_dim;
+      w = lw.qkv;
+      break;
+    case kO:
+      k = q_dim;
+      break;
+    case kGate:
+    case kUp:
+      n = p.inter;
+      w = lw.gate_up;
+      if (m == kUp) {
+        row_offset = p.inter;
+        row0 = share(n, b + 1, grid) - share(n, b, grid);
+      }
+      break;
+    default:
+      k = p.inter;
+      w = lw.down;
+      break;
+  }
+  const int r0 = share(n, b, grid);
+  const int r1 = share(n, b + 1, grid);
+  Segment s;
+  s.src = reinterpret_cast<const unsigned char*>(w + (row_offset + r0) * k);
+  s.bytes = static_cast<unsigned>(r1 - r0) * static_cast<unsigned>(k) * sizeof(bf16);
+  s.k = k;
+  s.row0 = row0;
+  s.rows = r1 - r0;
+  return s;
+}
+
+struct Shared {
+  std::uint64_t* full;   // [stages]: a stage's bytes have landed
+  std::uint64_t* empty;  // [stages]: every consumer warp is done with it
+  float* norm_sums;      // [kWarps]
+  float* region;         // row partials [rows][kWarps], or the attention scratch
+  unsigned char* ring;   // [stages][kStageBytes]
+  int stages;
+};
+
+__device__ __forceinline__ Shared carve(unsigned char* smem, const DecodeStreamParams& p) {
+  Shared s;
+  s.full = reinterpret_cast<std::uint64_t*>(smem);
+  s.empty = s.full + kMaxStages;
+  s.norm_sums = reinterpret_cast<float*>(s.empty + kMaxStages);
+  s.region = reinterpret_cast<float*>(smem + kHeaderBytes);
+  s.stages = p.stages;
+  s.ring = smem + p.smem_bytes - p.stages * kStageBytes;
+  return s;
+}
+
+// The producer: one lane walks every stage of every matrix of every layer
+// in the order the consumers read them, and refills a slot as soon as the
+// consumers release it. It never waits on the computation.
+__device__ __forceinline__ void produce(const DecodeStreamParams& p, const Shared& sh) {
+  const std::uint64_t policy = l2_evict_first_policy();
+  unsigned seq = 0;
+  for (int l = 0; l < p.num_layers; ++l) {
+    const DecodeStreamLayer lw = p.layers[l];
+    for (int m = 0; m < kMatrices; ++m) {
+      const Segment s = segment(p, lw, m);
+      for (unsigned off = 0; off < s.bytes; off += kStageBytes, ++seq) {
+        const unsigned slot = seq % sh.stages;
+        const unsigned use = seq / sh.stages;
+        if (use > 0) mbar_wait(&sh.empty[slot], (use - 1) & 1u);
+        const unsigned bytes = min(static_cast<unsigned>(kStageBytes), s.bytes - off);
+        mbar_expect_bytes(&sh.full[slot], bytes);
+        bulk_copy_to_shared(sh.ring + slot * kStageBytes, s.src + off, bytes, &sh.full[slot],
+                            policy);
+      }
+    }
+  }
+}
+
+// A consumer warp's inputs of one matrix: the 8 columns its lane multiplies
+// in each of its pieces (piece warp + 8 j of every row), as floats.
+template <int R>
+struct Inputs {
+  float x[R][8];
+};
+
+// Loads `in` (bf16, k columns, written earlier in this launch: read through
+// L2) and, with a norm weight, returns this block's 1 / rms of it (the warps'
+// sums of squares meet in shared memory in a fixed order) and folds the
+// weight into the inputs; the 1 / rms is applied to the finished sums.
+template <int R>
+__device__ __forceinline__ float load_inputs(Inputs<R>& in, const bf16* src, int k, const bf16* norm_weight,
+                             const DecodeStreamParams& p, const Shared& sh) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int pieces = k >> kPieceShift;
+  float squares = 0.0f;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int piece = warp + kWarps * j;
+    if (piece < pieces) {
+      unpack8(__ldcg(reinterpret_cast<const uint4*>(src) + piece * 32 + lane), in.x[j]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) in.x[j][e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) squares = fmaf(in.x[j][e], in.x[j][e], squares);
+  }
+  if (norm_weight == nullptr) return 1.0f;
+  squares = warp_sum(squares);
+  if (lane == 0) sh.norm_sums[warp] = squares;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int piece = warp + kWarps * j;
+    if (piece < pieces) {
+      float g[8];
+      unpack8(__ldg(reinterpret_cast<const uint4*>(norm_weight) + piece * 32 + lane), g);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) in.x[j][e] *= g[e] + p.norm_weight_offset;
+    }
+  }
+  consumers_sync();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += sh.norm_sums[w];
+  return rsqrtf(total / static_cast<float>(k) + p.norm_eps);
+}
+
+// Multiplies one segment, stage by stage as the producer lands them, into
+// per-row, per-warp sums: region[(row0 + row) * kWarps + warp]. A warp takes
+// the pieces warp, warp + 8, ... of every row, so its inputs stay in
+// registers and each row's sum has a fixed order.
+template <int R>
+__device__ __forceinline__ void consume(const Segment& s, const Inputs<R>& in, const Shared& sh, unsigned& seq) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int pieces = s.k >> kPieceShift;
+  float acc = 0.0f;
+  for (unsigned off = 0; off < s.bytes; off += kStageBytes, ++seq) {
+    const unsigned slot = seq % sh.stages;
+    mbar_wait(&sh.full[slot], (seq / sh.stages) & 1u);
+    const unsigned bytes = min(static_cast<unsigned>(kStageBytes), s.bytes - off);
+    const unsigned char* stage = sh.ring + slot * kStageBytes + lane * 16;
+    const int g0 = static_cast<int>(off / kPieceBytes);
+    const int g1 = static_cast<int>((off + bytes) / kPieceBytes);
+    int row = g0 / pieces;
+    int p0 = g0 - row * pieces;
+    for (int g = g0; g < g1; ++row, p0 = 0) {
+      const int p_end = min(pieces, p0 + (g1 - g));
+      const int base = g - g0 - p0;  // stage piece of this row's piece 0
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const int piece = warp + kWarps * j;
+        if (piece >= p0 && piece < p_end) {
+          float w[8];
+          unpack8(*reinterpret_cast<const uint4*>(stage + (base + piece) * kPieceBytes), w);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc = fmaf(in.x[j][e], w[e], acc);
+        }
+      }
+      if (p_end == pieces) {  // the row ends in this stage
+        if (warp < pieces) {
+          const float sum = warp_sum(acc);
+          if (lane == 0) sh.region[(s.row0 + row) * kWarps + warp] = sum;
+        }
+        acc = 0.0f;
+      }
+      g += p_end - p0;
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&sh.empty[slot]);
+  }
+}
+
+// A finished row's sum: its warps' parts in warp order.
+__device__ __forceinline__ float row_sum(const Shared& sh, int local_row, int k) {
+  const int warps = min(kWarps, k >> kPieceShift);
+  float sum = 0.0f;
+  for (int w = 0; w < warps; ++w) sum += sh.region[local_row * kWarps + w];
+  return sum;
+}
+
+// Loads the inputs and multiplies the block's segments of matrices
+// [first, last] (gate and up share inputs). Returns the 1 / rms (or 1).
+template <int R>
+__device__ __forceinline__ float project(const DecodeStreamParams& p, const DecodeStreamLayer& lw, int first,
+                         int last, const bf16* src, int k, const bf16* norm_weight,
+                         const Shared& sh, unsigned& seq) {
+  Inputs<R> in;
+  const float inv_rms = load_inputs<R>(in, src, k, norm_weight, p, sh);
+  for (int m = first; m <= last; ++m) consume<R>(segment(p, lw, m), in, sh, seq);
+  return inv_rms;
+}
+
+__device__ __forceinline__ float project_any(const DecodeStreamParams& p, const DecodeStreamLayer& lw, int first,
+                             int last, const bf16* src, int k, const bf16* norm_weight,
+                             const Shared& sh, unsigned& seq) {
+  const int rounds = ((k >> kPieceShift) + kWarps - 1) / kWarps;
+  if (rounds <= 1) return project<1>(p, lw, first, last, src, k, norm_weight, sh, seq);
+  if (rounds <= 2) return project<2>(p, lw, first, last, src, k, norm_weight, sh, seq);
+  if (rounds <= 4) return project<4>(p, lw, first, last, src, k, norm_weight, sh, seq);
+  return project<kMaxPieceRounds>(p, lw, first, last, src, k, norm_weight, sh, seq);
+}
+
+// Grid-wide phase barrier over sync[0], which counts block arrivals. Every
+// block arrives once per phase, and waits for phase n's arrivals before it
+// arrives at phase n + 1, so `grid * phase` arrivals mean phase `phase`
+// is done everywhere. The last arrival of the launch zeroes the counter.
+__device__ __forceinline__ void arrive(const DecodeStreamParams& p) {
+  __threadfence();
+  consumers_sync();
+  if (threadIdx.x == 0) {
+    const unsigned total = static_cast<unsigned>(gridDim.x) * kPhases * p.num_layers;
+    const unsigned before = atomic_add_acq_rel(p.sync, 1u);
+    if (before + 1 == total) atomicExch(p.sync, 0u);
+  }
+}
+
+__device__ __forceinline__ void wait_for(const DecodeStreamParams& p, int phase) {
+  if (threadIdx.x == 0) {
+    const unsigned target = static_cast<unsigned>(gridDim.x) * static_cast<unsigned>(phase);
+    while (load_acquire(p.sync) < target) {
+    }
+  }
+  consumers_sync();
+}
+
+template <int E>
+__device__ __forceinline__ void attention_phase(const DecodeStreamParams& p, int layer, int phase, int pos,
+                                int slot, int cell, const Shared& sh) {
+  const Unit u = unit_of_block(pos, p.num_kv_heads);
+  KeyBatch<E> batch;
+  // Earlier steps' keys do not depend on this step: request them first.
+  if (u.active) prefetch_keys<E>(p, layer, u.g, u.begin, u.end, pos, slot, batch);
+  wait_for(p, phase);
+  if (u.active) attention_unit<E>(p, layer, u, pos, slot, cell, sh.region, batch);
+  arrive(p);
+}
+
+__global__ void __maxnreg__(224)
+    decode_stream_kernel(const __grid_constant__ DecodeStreamParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Shared sh = carve(smem, p);
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int i = 0; i < sh.stages; ++i) {
+      mbar_init(&sh.full[i], 1);
+      mbar_init(&sh.empty[i], kWarps);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid >= kConsumers) {
+    // Weights only: the producer starts before the previous kernel is done.
+    if (tid == kConsumers) produce(p, sh);
+    return;
+  }
+  griddep_wait();
+  const int pos = *p.position;
+  const int slot = *p.slot;
+  const int cell = *p.cell;
+  const int q_dim = p.num_heads * p.head_dim;
+  const bf16* no_norm = nullptr;
+  unsigned seq = 0;
+  int phase = 0;
+  for (int l = 0; l < p.num_layers; ++l) {
+    const DecodeStreamLayer& lw = p.layers[l];
+    // q/k/v of the normalised residual stream.
+    if (phase > 0) wait_for(p, phase);
+    float inv_rms = project_any(p, lw, kQkv, kQkv, p.x, p.hidden, lw.attn_norm, sh, seq);
+    consumers_sync();
+    {
+      const Segment s = segment(p, lw, kQkv);
+      const int first_row = share(q_dim + 2 * p.num_kv_heads * p.head_dim, blockIdx.x, gridDim.x);
+      for (int t = tid; t < s.rows; t += kConsumers) {
+        float v = row_sum(sh, t, s.k) * inv_rms;
+        if (lw.qkv_bias != nullptr) v += __bfloat162float(lw.qkv_bias[first_row + t]);
+        p.qkv[first_row + t] = __float2bfloat16_rn(v);
+      }
+    }
+    arrive(p);
+    ++phase;
+
+    if (p.head_dim == 64) {
+      attention_phase<2>(p, l, phase++, pos, slot, cell, sh);
+    } else {
+      attention_phase<4>(p, l, phase++, pos, slot, cell, sh);
+    }
+
+    // x += o(attn)
+    wait_for(p, phase);
+    project_any(p, lw, kO, kO, p.attn, q_dim, no_norm, sh, seq);
+    consumers_sync();
+    {
+      const Segment s = segment(p, lw, kO);
+      const int first_row = share(p.hidden, blockIdx.x, gridDim.x);
+      for (int t = tid; t < s.rows; t += kConsumers) {
+        bf16* out = p.x + first_row + t;
+        *out = __float2bfloat16_rn(__bfloat162float(__ldcg(out)) + round_bf16(row_sum(sh, t, s.k)));
+      }
+    }
+    arrive(p);
+    ++phase;
+
+    // gu = act(gate) * up of the normalised stream.
+    wait_for(p, phase);
+    inv_rms = project_any(p, lw, kGate, kUp, p.x, p.hidden, lw.mlp_norm, sh, seq);
+    consumers_sync();
+    {
+      const Segment s = segment(p, lw, kGate);
+      const int first_col = share(p.inter, blockIdx.x, gridDim.x);
+      for (int t = tid; t < s.rows; t += kConsumers) {
+        const float g = round_bf16(row_sum(sh, t, s.k) * inv_rms);
+        const float up = round_bf16(row_sum(sh, s.rows + t, s.k) * inv_rms);
+        const float act = p.gelu_tanh ? gelu_tanh(g) : silu(g);
+        p.gu[first_col + t] = __float2bfloat16_rn(act * up);
+      }
+    }
+    arrive(p);
+    ++phase;
+
+    // x += down(gu)
+    wait_for(p, phase);
+    project_any(p, lw, kDown, kDown, p.gu, p.inter, no_norm, sh, seq);
+    consumers_sync();
+    {
+      const Segment s = segment(p, lw, kDown);
+      const int first_row = share(p.hidden, blockIdx.x, gridDim.x);
+      for (int t = tid; t < s.rows; t += kConsumers) {
+        bf16* out = p.x + first_row + t;
+        *out = __float2bfloat16_rn(__bfloat162float(__ldcg(out)) + round_bf16(row_sum(sh, t, s.k)));
+      }
+    }
+    arrive(p);
+    ++phase;
+  }
+}
+
+}  // namespace
+}  // namespace decode_stream
+
+std::size_t decode_stream_partials_floats(std::int32_t num_heads, std::int32_t head_dim) {
+  return static_cast<std::size_t>(num_heads) * decode_stream::kMaxSplits *
+         static_cast<std::size_t>(head_dim + 2);
+}
+
+std::size_t decode_stream_sync_words(std::int32_t num_kv_heads) {
+  return 1 + static_cast<std::size_t>(num_kv_heads);
+}
+
+DecodeStreamLayout decode_stream_layout(std::int32_t hidden, std::int32_t q_dim,
+                                        std::int32_t inter, std::int32_t num_heads,
+                                        std::int32_t num_kv_heads, std::int32_t head_dim,
+                                        std::int32_t grid, std::int32_t smem_limit) {
+  using namespace decode_stream;
+  if (grid <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return {};
+  const auto per_block = [&](std::int32_t n) { return (n + grid - 1) / grid; };
+  const std::int32_t qkv_dim = q_dim + 2 * num_kv_heads * head_dim;
+  const std::int32_t rows =
+      std::max({per_block(qkv_dim), per_block(hidden), 2 * per_block(inter)});
+  const std::int32_t partial_bytes = rows * kWarps * 4;
+  const std::int32_t attention_bytes =
+      attention_scratch_floats(num_heads / num_kv_heads, head_dim) * 4;
+  const std::int32_t region = (std::max(partial_bytes, attention_bytes) + 127) / 128 * 128;
+  const std::int32_t fixed = kHeaderBytes + region;
+  const std::int32_t stages = std::min(kMaxStages, (smem_limit - fixed) / kStageBytes);
+  if (stages < kMinStages) return {};
+  return DecodeStreamLayout{fixed + stages * kStageBytes, stages};
+}
+
+bool decode_stream_fits(std::int32_t grid, std::int32_t smem_bytes) {
+  using namespace decode_stream;
+  ensure_dynamic_smem(reinterpret_cast<const void*>(decode_stream_kernel),
+                      static_cast<std::size_t>(smem_bytes));
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_stream_kernel, kThreads,
+                                                    static_cast<std::size_t>(smem_bytes)) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return per_sm >= 1 && grid <= per_sm * multiprocessor_count();
+}
+
+void launch_decode_stream(const DecodeStreamParams& params, cudaStream_t stream) {
+  using namespace decode_stream;
+  LaunchConfig config{dim3(static_cast<unsigned>(params.grid)), dim3(kThreads),
+                      static_cast<std::size_t>(params.smem_bytes), stream};
+  config.pdl = params.pdl;
+  launch(decode_stream_kernel, config, params);
+}
+
+}  // namespace cellm::cuda
