@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_types.h"
@@ -75,7 +76,7 @@ class CudaForward {
   std::size_t workspace_bytes() const;
   const model::ModelSpec& spec() const { return spec_; }
   // Why one-token steps cannot run on the decode stream; "" when they can.
-  const char* stream_unavailable() const { return stream_off_; }
+  const char* stream_unavailable() const { return stream_off_.c_str(); }
 
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
@@ -166,7 +167,7 @@ class CudaForward {
   DeviceBuffer<float> stream_partials_;
   DeviceBuffer<std::uint32_t> stream_sync_;
   DecodeStreamLayout stream_layout_{};
-  const char* stream_off_ = "";  // why the model cannot use it; empty when it can
+  std::string stream_off_;  // why the model cannot use it; empty when it can
   KernelChoice active_{};  // the enqueue in progress
   bool fusable_ = false;   // no post-norms, and every width a multiple of 8
 };

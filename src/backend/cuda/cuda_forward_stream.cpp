@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/kernels/embedding.cuh"
@@ -16,26 +18,34 @@ Status CudaForward::init_stream() {
   stream_off_ = decode_stream_unsupported(s.hidden_size, static_cast<std::int32_t>(q_dim_),
                                           s.intermediate_size, s.num_heads, s.num_kv_heads,
                                           s.head_dim);
-  if (*stream_off_ == '\0' && !fusable_) stream_off_ = "the model has post-norms";
-  if (*stream_off_ == '\0' && (s.qk_norm || s.attn_logit_softcap.has_value())) {
+  if (stream_off_.empty() && !fusable_) stream_off_ = "the model has post-norms";
+  if (stream_off_.empty() && (s.qk_norm || s.attn_logit_softcap.has_value())) {
     stream_off_ = "q/k norms or attention soft caps";
   }
-  for (std::size_t l = 0; l < s.layers.size() && *stream_off_ == '\0'; ++l) {
+  for (std::size_t l = 0; l < s.layers.size() && stream_off_.empty(); ++l) {
     if (s.layers[l].window != 0) stream_off_ = "a sliding-window layer";
     if (rotary_dims_[l] != s.head_dim) stream_off_ = "a partial rotary";
   }
-  if (*stream_off_ == '\0' && compute_capability_major() < 9) {
+  if (stream_off_.empty() && compute_capability_major() < 9) {
     stream_off_ = "the device predates sm_90 (bulk async copies)";
   }
-  if (*stream_off_ == '\0') {
+  if (stream_off_.empty()) {
     stream_layout_ = decode_stream_layout(s.hidden_size, static_cast<std::int32_t>(q_dim_),
                                           s.intermediate_size, s.num_heads, s.num_kv_heads,
                                           s.head_dim, sm_count_, max_smem_per_block_optin());
-    if (stream_layout_.stages == 0 || !decode_stream_fits(sm_count_, stream_layout_.smem_bytes)) {
-      stream_off_ = "its blocks do not fit one per SM";
+    const int per_sm = stream_layout_.stages == 0
+                           ? 0
+                           : decode_stream_blocks_per_sm(stream_layout_.smem_bytes);
+    if (per_sm < 0) {
+      stream_off_ = fmt::format("the occupancy query failed: {}",
+                                cudaGetErrorString(static_cast<cudaError_t>(-per_sm)));
+    } else if (per_sm == 0) {
+      stream_off_ = fmt::format(
+          "its blocks of {} bytes of shared memory and {} weight stages do not fit one per SM",
+          stream_layout_.smem_bytes, stream_layout_.stages);
     }
   }
-  if (*stream_off_ != '\0') {
+  if (!stream_off_.empty()) {
     CELLM_LOG_INFO("cuda: one-token steps run the kernel chain ({})", stream_off_);
     return Status::ok();
   }

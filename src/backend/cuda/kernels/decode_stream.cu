@@ -419,18 +419,18 @@ DecodeStreamLayout decode_stream_layout(std::int32_t hidden, std::int32_t q_dim,
   return DecodeStreamLayout{fixed + stages * kStageBytes, stages};
 }
 
-bool decode_stream_fits(std::int32_t grid, std::int32_t smem_bytes) {
+int decode_stream_blocks_per_sm(std::int32_t smem_bytes) {
   using namespace decode_stream;
   ensure_dynamic_smem(reinterpret_cast<const void*>(decode_stream_kernel),
                       static_cast<std::size_t>(smem_bytes));
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_stream_kernel, kThreads,
-                                                    static_cast<std::size_t>(smem_bytes)) !=
-      cudaSuccess) {
+  const cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, decode_stream_kernel, kThreads, static_cast<std::size_t>(smem_bytes));
+  if (error != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return -static_cast<int>(error);
   }
-  return per_sm >= 1 && grid <= per_sm * multiprocessor_count();
+  return per_sm;
 }
 
 void launch_decode_stream(const DecodeStreamParams& params, cudaStream_t stream) {

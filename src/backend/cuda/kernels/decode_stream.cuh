@@ -116,8 +116,9 @@ DecodeStreamLayout decode_stream_layout(std::int32_t hidden, std::int32_t q_dim,
 std::size_t decode_stream_partials_floats(std::int32_t num_heads, std::int32_t head_dim);
 std::size_t decode_stream_sync_words(std::int32_t num_kv_heads);
 
-// Whether `grid` blocks of `smem_bytes` are all resident at once on this device.
-bool decode_stream_fits(std::int32_t grid, std::int32_t smem_bytes);
+// How many blocks of `smem_bytes` one SM holds at once (the launch needs
+// grid <= that times the SM count), or minus the CUDA error of the query.
+int decode_stream_blocks_per_sm(std::int32_t smem_bytes);
 
 void launch_decode_stream(const DecodeStreamParams& params, cudaStream_t stream);
 
