@@ -175,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // Histories of 1..12 keys: one range per kv head, written without a merge.
         StreamCase{"llama_hd64_short", kLlama64, 1, 12},
-        // ~4,200 keys: 64 ranges of 66 keys per kv head, two batches per warp.
+        // ~4,200 keys: 64 ranges of 66 keys per kv head, three batches per block.
         StreamCase{"llama_hd64_long", kLlama64, 4200, 6},
         // Eight q heads per kv head, 700 keys in 44 ranges.
         StreamCase{"llama_hd128_group8", kLlama128, 700, 8},

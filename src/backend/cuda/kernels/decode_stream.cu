@@ -10,7 +10,9 @@ namespace cellm::cuda {
 namespace decode_stream {
 namespace {
 
-// A block is kWarps consumer warps and one producer warp (the last).
+// A block is kWarps consumer warps and one producer warp (the last). Nine
+// warps put three on one of the SM's four register-file quarters, which caps
+// a thread at 168 registers (launch bounds of one block per SM).
 constexpr int kThreads = kConsumers + 32;
 // A piece is what one warp multiplies in one step: 16 bytes per lane, 256
 // columns of one weight row (rows are whole pieces: k % 256 == 0).
@@ -288,7 +290,7 @@ __device__ __forceinline__ void attention_phase(const DecodeStreamParams& p, int
   arrive(p);
 }
 
-__global__ void __maxnreg__(224)
+__global__ void __launch_bounds__(kThreads, 1)
     decode_stream_kernel(const __grid_constant__ DecodeStreamParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Shared sh = carve(smem, p);

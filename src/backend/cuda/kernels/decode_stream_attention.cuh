@@ -29,7 +29,7 @@ inline constexpr int kConsumers = kWarps * 32;
 inline constexpr int kMaxGroup = 8;     // q heads per kv head
 inline constexpr int kMaxSplits = 64;   // key ranges per kv head
 inline constexpr int kMinKeys = 16;     // fewest keys a range is cut to
-inline constexpr int kKeysPerWarp = 8;  // keys a warp has in flight
+inline constexpr int kKeysPerWarp = 4;  // keys a warp has in flight
 
 // Named barrier over the consumer warps (the producer warp never joins).
 __device__ __forceinline__ void consumers_sync() {
