@@ -32,8 +32,8 @@ struct StreamCase {
 };
 
 constexpr const char* kLlama64 = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-  "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 3,
-  "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 2048,
+  "hidden_size": 1024, "intermediate_size": 1536, "num_hidden_layers": 3,
+  "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 2048,
   "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
   "tie_word_embeddings": false, "hidden_act": "silu",
   "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
@@ -46,8 +46,8 @@ constexpr const char* kLlama128 = R"({"architectures": ["LlamaForCausalLM"], "mo
   "tie_word_embeddings": true, "hidden_act": "silu"})";
 
 constexpr const char* kQwen2Bias = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
-  "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 2,
-  "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 128, "vocab_size": 1024,
+  "hidden_size": 1280, "intermediate_size": 3328, "num_hidden_layers": 2,
+  "num_attention_heads": 10, "num_key_value_heads": 5, "head_dim": 128, "vocab_size": 1024,
   "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
   "tie_word_embeddings": true, "hidden_act": "silu", "use_sliding_window": false})";
 
@@ -175,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // Histories of 1..12 keys: one range per kv head, written without a merge.
         StreamCase{"llama_hd64_short", kLlama64, 1, 12},
-        // ~4,200 keys: 64 ranges of 66 keys per kv head, three batches per block.
+        // ~4,200 keys: 33 ranges of 128 keys per kv head, four batches per block.
         StreamCase{"llama_hd64_long", kLlama64, 4200, 6},
         // Eight q heads per kv head, 700 keys in 44 ranges.
         StreamCase{"llama_hd128_group8", kLlama128, 700, 8},

@@ -20,8 +20,8 @@ const char* decode_stream_unsupported(std::int32_t hidden, std::int32_t q_dim, s
     return "more than 8 q heads per kv head";
   }
   for (const std::int32_t k : {hidden, q_dim, inter}) {
-    if (k <= 0 || k % kPieceColumns != 0 || k > kMaxColumns) {
-      return "hidden, q and intermediate sizes must be multiples of 256 up to 16384";
+    if (k < 4 * kPieceColumns || k % kPieceColumns != 0 || k > kMaxColumns) {
+      return "hidden, q and intermediate sizes must be multiples of 256 from 1024 to 16384";
     }
   }
   return "";

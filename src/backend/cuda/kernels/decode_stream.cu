@@ -179,16 +179,26 @@ __device__ __forceinline__ float load_inputs(Inputs<R>& in, const bf16* src, int
   return rsqrtf(total / static_cast<float>(k) + p.norm_eps);
 }
 
+// Rows a 16 KiB stage can touch, by the rounds R of pieces a warp takes per
+// row (k >= 1024, so at least four pieces a row: 32 / pieces + 1 rows).
+template <int R>
+inline constexpr int kStageRows = R == 1 ? 9 : (R == 2 ? 5 : (R == 4 ? 3 : 2));
+
 // Multiplies one segment, stage by stage as the producer lands them, into
 // per-row, per-warp sums: region[(row0 + row) * kWarps + warp]. A warp takes
 // the pieces warp, warp + 8, ... of every row, so its inputs stay in
-// registers and each row's sum has a fixed order.
+// registers and each row's sum has a fixed order. Within a stage every row
+// it touches gets its own accumulators and the rows finished there are
+// reduced together, so loads, products and shuffles of different rows
+// overlap (one row after another, the shuffles' latency was the bottleneck).
 template <int R>
-__device__ __forceinline__ void consume(const Segment& s, const Inputs<R>& in, const Shared& sh, unsigned& seq) {
+__device__ __forceinline__ void consume(const Segment& s, const Inputs<R>& in, const Shared& sh,
+                                        unsigned& seq) {
+  constexpr int kRows = kStageRows<R>;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int pieces = s.k >> kPieceShift;
-  float acc = 0.0f;
+  float carry = 0.0f;  // a row that continues into the next stage
   for (unsigned off = 0; off < s.bytes; off += kStageBytes, ++seq) {
     const unsigned slot = seq % sh.stages;
     mbar_wait(&sh.full[slot], (seq / sh.stages) & 1u);
@@ -196,29 +206,52 @@ __device__ __forceinline__ void consume(const Segment& s, const Inputs<R>& in, c
     const unsigned char* stage = sh.ring + slot * kStageBytes + lane * 16;
     const int g0 = static_cast<int>(off / kPieceBytes);
     const int g1 = static_cast<int>((off + bytes) / kPieceBytes);
-    int row = g0 / pieces;
-    int p0 = g0 - row * pieces;
-    for (int g = g0; g < g1; ++row, p0 = 0) {
-      const int p_end = min(pieces, p0 + (g1 - g));
-      const int base = g - g0 - p0;  // stage piece of this row's piece 0
+    const int row_lo = g0 / pieces;
+    const int row_hi = (g1 - 1) / pieces;
+    const int p_lo = g0 - row_lo * pieces;
+    const int p_hi = g1 - row_hi * pieces;  // the last row's pieces end here
+    const int last = row_hi - row_lo;
+    const int done = p_hi == pieces ? last + 1 : last;  // rows finished in this stage
+    float part[kRows];
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      const int begin = rr == 0 ? p_lo : 0;
+      const int end = rr < last ? pieces : (rr == last ? p_hi : 0);
+      const int base = (row_lo + rr) * pieces - g0;  // stage piece of the row's piece 0
+      float even = rr == 0 ? carry : 0.0f;
+      float odd = 0.0f;
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         const int piece = warp + kWarps * j;
-        if (piece >= p0 && piece < p_end) {
+        if (piece >= begin && piece < end) {
           float w[8];
           unpack8(*reinterpret_cast<const uint4*>(stage + (base + piece) * kPieceBytes), w);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc = fmaf(in.x[j][e], w[e], acc);
+          for (int e = 0; e < 8; e += 2) {
+            even = fmaf(in.x[j][e], w[e], even);
+            odd = fmaf(in.x[j][e + 1], w[e + 1], odd);
+          }
         }
       }
-      if (p_end == pieces) {  // the row ends in this stage
-        if (warp < pieces) {
-          const float sum = warp_sum(acc);
-          if (lane == 0) sh.region[(s.row0 + row) * kWarps + warp] = sum;
-        }
-        acc = 0.0f;
+      part[rr] = even + odd;
+    }
+    carry = 0.0f;
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      if (rr == last && done == last) carry = part[rr];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        if (rr < done) part[rr] += __shfl_xor_sync(0xffffffffu, part[rr], offset);
       }
-      g += p_end - p0;
+    }
+    if (lane == 0 && warp < pieces) {
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        if (rr < done) sh.region[(s.row0 + row_lo + rr) * kWarps + warp] = part[rr];
+      }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&sh.empty[slot]);
@@ -278,7 +311,7 @@ __device__ __forceinline__ void wait_for(const DecodeStreamParams& p, int phase)
   consumers_sync();
 }
 
-template <int E>
+template <int E, int G>
 __device__ __forceinline__ void attention_phase(const DecodeStreamParams& p, int layer, int phase, int pos,
                                 int slot, int cell, const Shared& sh) {
   const Unit u = unit_of_block(pos, p.num_kv_heads);
@@ -286,7 +319,7 @@ __device__ __forceinline__ void attention_phase(const DecodeStreamParams& p, int
   // Earlier steps' keys do not depend on this step: request them first.
   if (u.active) prefetch_keys<E>(p, layer, u.g, u.begin, u.end, pos, slot, batch);
   wait_for(p, phase);
-  if (u.active) attention_unit<E>(p, layer, u, pos, slot, cell, sh.region, batch);
+  if (u.active) attention_unit<E, G>(p, layer, u, pos, slot, cell, sh.region, batch);
   arrive(p);
 }
 
@@ -334,10 +367,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     arrive(p);
     ++phase;
 
+    const bool wide_group = p.num_heads > 4 * p.num_kv_heads;
     if (p.head_dim == 64) {
-      attention_phase<2>(p, l, phase++, pos, slot, cell, sh);
+      if (wide_group) {
+        attention_phase<2, kMaxGroup>(p, l, phase++, pos, slot, cell, sh);
+      } else {
+        attention_phase<2, 4>(p, l, phase++, pos, slot, cell, sh);
+      }
+    } else if (wide_group) {
+      attention_phase<4, kMaxGroup>(p, l, phase++, pos, slot, cell, sh);
     } else {
-      attention_phase<4>(p, l, phase++, pos, slot, cell, sh);
+      attention_phase<4, 4>(p, l, phase++, pos, slot, cell, sh);
     }
 
     // x += o(attn)

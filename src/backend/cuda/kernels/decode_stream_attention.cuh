@@ -151,8 +151,9 @@ __device__ __forceinline__ void prefetch_keys(const DecodeStreamParams& p, int l
 }
 
 // The phase's work for an active unit; `batch` holds the unit's first keys
-// (prefetch_keys with first = u.begin).
-template <int E>
+// (prefetch_keys with first = u.begin). E: columns per lane (head_dim / 32);
+// G: heads per kv head the registers are sized for (at least the model's).
+template <int E, int G>
 __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int layer, const Unit& u, int pos,
                                int slot, int cell, float* scratch, KeyBatch<E>& batch) {
   const int tid = threadIdx.x;
@@ -230,17 +231,20 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   }
   consumers_sync();
 
-  float q[kMaxGroup][E];
+  // This lane's q columns, in registers for up to four heads per kv head;
+  // eight would crowd out the rest (they are read from shared memory).
+  constexpr bool kQInRegisters = G <= 4;
+  float q[kQInRegisters ? G : 1][E];
 #pragma unroll
-  for (int i = 0; i < kMaxGroup; ++i) {
+  for (int i = 0; i < (kQInRegisters ? G : 1); ++i) {
 #pragma unroll
     for (int e = 0; e < E; ++e) q[i][e] = i < group ? q_s[i * hd + lane * E + e] : 0.0f;
   }
-  float m[kMaxGroup];
-  float l[kMaxGroup];
-  float o[kMaxGroup][E];
+  float m[G];
+  float l[G];
+  float o[G][E];
 #pragma unroll
-  for (int i = 0; i < kMaxGroup; ++i) {
+  for (int i = 0; i < G; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
 #pragma unroll
@@ -248,37 +252,62 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   }
   for (int first = begin; first < end; first += kWarps * kKeysPerWarp) {
     if (first != begin) prefetch_keys<E>(p, layer, g, first, end, pos, slot, batch);
+    // Every (key, head) dot of a few keys first, reduced together: their
+    // shuffles overlap instead of running one chain after another (eight
+    // heads take the keys one at a time, to stay within the registers).
+    constexpr int kT = G <= 4 ? kKeysPerWarp : 1;
 #pragma unroll
-    for (int t = 0; t < kKeysPerWarp; ++t) {
-      const int j = first + warp + kWarps * t;
-      if (j >= end) break;
-      if (j == pos) {
-        pack_row<E>(k_new + lane * E, batch.k[t]);
-        pack_row<E>(v_new + lane * E, batch.v[t]);
+    for (int t0 = 0; t0 < kKeysPerWarp; t0 += kT) {
+      float vf[kT][E];
+      float dot[kT][G];
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        if (first + warp + kWarps * (t0 + t) == pos) {
+          pack_row<E>(k_new + lane * E, batch.k[t0 + t]);
+          pack_row<E>(v_new + lane * E, batch.v[t0 + t]);
+        }
+        float kf[E];
+        unpack_row<E>(batch.k[t0 + t], kf);
+        unpack_row<E>(batch.v[t0 + t], vf[t]);
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+          dot[t][i] = 0.0f;
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            const float qe = kQInRegisters ? q[kQInRegisters ? i : 0][e]
+                                           : (i < group ? q_s[i * hd + lane * E + e] : 0.0f);
+            dot[t][i] = fmaf(qe, kf[e], dot[t][i]);
+          }
+        }
       }
-      float kf[E];
-      float vf[E];
-      unpack_row<E>(batch.k[t], kf);
-      unpack_row<E>(batch.v[t], vf);
 #pragma unroll
-      for (int i = 0; i < kMaxGroup; ++i) {
-        if (i >= group) break;
-        float dot = 0.0f;
+      for (int offset = 16; offset > 0; offset >>= 1) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) dot = fmaf(q[i][e], kf[e], dot);
-        const float s = warp_sum(dot) * p.scale;
-        const float m_new = fmaxf(m[i], s);
-        const float correction = expf(m[i] - m_new);
-        const float weight = expf(s - m_new);
-        l[i] = fmaf(l[i], correction, weight);
+        for (int t = 0; t < kT; ++t) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) o[i][e] = fmaf(o[i][e], correction, weight * vf[e]);
-        m[i] = m_new;
+          for (int i = 0; i < G; ++i) dot[t][i] += __shfl_xor_sync(0xffffffffu, dot[t][i], offset);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        if (first + warp + kWarps * (t0 + t) >= end) break;
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+          if (i >= group) break;
+          const float sc = dot[t][i] * p.scale;
+          const float m_new = fmaxf(m[i], sc);
+          const float correction = expf(m[i] - m_new);
+          const float weight = expf(sc - m_new);
+          l[i] = fmaf(l[i], correction, weight);
+#pragma unroll
+          for (int e = 0; e < E; ++e) o[i][e] = fmaf(o[i][e], correction, weight * vf[t][e]);
+          m[i] = m_new;
+        }
       }
     }
   }
 #pragma unroll
-  for (int i = 0; i < kMaxGroup; ++i) {
+  for (int i = 0; i < G; ++i) {
     if (i >= group) break;
     if (lane == 0) {
       warp_m[warp * group + i] = m[i];
