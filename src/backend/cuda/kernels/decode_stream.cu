@@ -268,19 +268,23 @@ __device__ __forceinline__ float row_sum(const Shared& sh, int local_row, int k)
 
 // Loads the inputs and multiplies the block's segments of matrices
 // [first, last] (gate and up share inputs). Returns the 1 / rms (or 1).
+// Not inlined, like the attention phase: one copy per R in the kernel. With
+// every call site inlined the kernel grew past 500 KB of code and ran at half
+// the speed, its instruction fetches competing with the weight stream.
 template <int R>
-__device__ __forceinline__ float project(const DecodeStreamParams& p, const DecodeStreamLayer& lw, int first,
-                         int last, const bf16* src, int k, const bf16* norm_weight,
-                         const Shared& sh, unsigned& seq) {
+__device__ __noinline__ float project(const DecodeStreamParams& p, const DecodeStreamLayer& lw,
+                                      int first, int last, const bf16* src, int k,
+                                      const bf16* norm_weight, const Shared sh, unsigned& seq) {
   Inputs<R> in;
   const float inv_rms = load_inputs<R>(in, src, k, norm_weight, p, sh);
   for (int m = first; m <= last; ++m) consume<R>(segment(p, lw, m), in, sh, seq);
   return inv_rms;
 }
 
-__device__ __forceinline__ float project_any(const DecodeStreamParams& p, const DecodeStreamLayer& lw, int first,
-                             int last, const bf16* src, int k, const bf16* norm_weight,
-                             const Shared& sh, unsigned& seq) {
+__device__ __forceinline__ float project_any(const DecodeStreamParams& p,
+                                             const DecodeStreamLayer& lw, int first, int last,
+                                             const bf16* src, int k, const bf16* norm_weight,
+                                             const Shared& sh, unsigned& seq) {
   const int rounds = ((k >> kPieceShift) + kWarps - 1) / kWarps;
   if (rounds <= 1) return project<1>(p, lw, first, last, src, k, norm_weight, sh, seq);
   if (rounds <= 2) return project<2>(p, lw, first, last, src, k, norm_weight, sh, seq);
@@ -312,8 +316,8 @@ __device__ __forceinline__ void wait_for(const DecodeStreamParams& p, int phase)
 }
 
 template <int E, int G>
-__device__ __forceinline__ void attention_phase(const DecodeStreamParams& p, int layer, int phase, int pos,
-                                int slot, int cell, const Shared& sh) {
+__device__ __noinline__ void attention_phase(const DecodeStreamParams& p, int layer, int phase,
+                                             int pos, int slot, int cell, const Shared sh) {
   const Unit u = unit_of_block(pos, p.num_kv_heads);
   KeyBatch<E> batch;
   // Earlier steps' keys do not depend on this step: request them first.
@@ -346,86 +350,73 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int slot = *p.slot;
   const int cell = *p.cell;
   const int q_dim = p.num_heads * p.head_dim;
-  const bf16* no_norm = nullptr;
+  const int qkv_dim = q_dim + 2 * p.num_kv_heads * p.head_dim;
+  const bool wide_group = p.num_heads > 4 * p.num_kv_heads;
   unsigned seq = 0;
   int phase = 0;
   for (int l = 0; l < p.num_layers; ++l) {
     const DecodeStreamLayer& lw = p.layers[l];
-    // q/k/v of the normalised residual stream.
-    if (phase > 0) wait_for(p, phase);
-    float inv_rms = project_any(p, lw, kQkv, kQkv, p.x, p.hidden, lw.attn_norm, sh, seq);
-    consumers_sync();
-    {
-      const Segment s = segment(p, lw, kQkv);
-      const int first_row = share(q_dim + 2 * p.num_kv_heads * p.head_dim, blockIdx.x, gridDim.x);
-      for (int t = tid; t < s.rows; t += kConsumers) {
-        float v = row_sum(sh, t, s.k) * inv_rms;
-        if (lw.qkv_bias != nullptr) v += __bfloat162float(lw.qkv_bias[first_row + t]);
-        p.qkv[first_row + t] = __float2bfloat16_rn(v);
+    for (int step = 0; step < kPhases; ++step, ++phase) {
+      if (step == 1) {  // attention (it waits for the q/k/v itself, after its prefetch)
+        if (p.head_dim == 64) {
+          if (wide_group) {
+            attention_phase<2, kMaxGroup>(p, l, phase, pos, slot, cell, sh);
+          } else {
+            attention_phase<2, 4>(p, l, phase, pos, slot, cell, sh);
+          }
+        } else if (wide_group) {
+          attention_phase<4, kMaxGroup>(p, l, phase, pos, slot, cell, sh);
+        } else {
+          attention_phase<4, 4>(p, l, phase, pos, slot, cell, sh);
+        }
+        continue;
       }
-    }
-    arrive(p);
-    ++phase;
-
-    const bool wide_group = p.num_heads > 4 * p.num_kv_heads;
-    if (p.head_dim == 64) {
-      if (wide_group) {
-        attention_phase<2, kMaxGroup>(p, l, phase++, pos, slot, cell, sh);
+      if (phase > 0) wait_for(p, phase);
+      // The projection of this phase: its input, norm and matrices.
+      const bf16* src = p.x;
+      int k = p.hidden;
+      const bf16* norm = nullptr;
+      int first = kQkv;
+      int last = kQkv;
+      int n = qkv_dim;
+      if (step == 0) {
+        norm = lw.attn_norm;
+      } else if (step == 2) {
+        src = p.attn;
+        k = q_dim;
+        first = last = kO;
+        n = p.hidden;
+      } else if (step == 3) {
+        norm = lw.mlp_norm;
+        first = kGate;
+        last = kUp;
+        n = p.inter;
       } else {
-        attention_phase<2, 4>(p, l, phase++, pos, slot, cell, sh);
+        src = p.gu;
+        k = p.inter;
+        first = last = kDown;
+        n = p.hidden;
       }
-    } else if (wide_group) {
-      attention_phase<4, kMaxGroup>(p, l, phase++, pos, slot, cell, sh);
-    } else {
-      attention_phase<4, 4>(p, l, phase++, pos, slot, cell, sh);
-    }
-
-    // x += o(attn)
-    wait_for(p, phase);
-    project_any(p, lw, kO, kO, p.attn, q_dim, no_norm, sh, seq);
-    consumers_sync();
-    {
-      const Segment s = segment(p, lw, kO);
-      const int first_row = share(p.hidden, blockIdx.x, gridDim.x);
-      for (int t = tid; t < s.rows; t += kConsumers) {
-        bf16* out = p.x + first_row + t;
-        *out = __float2bfloat16_rn(__bfloat162float(__ldcg(out)) + round_bf16(row_sum(sh, t, s.k)));
+      const float inv_rms = project_any(p, lw, first, last, src, k, norm, sh, seq);
+      consumers_sync();
+      const int r0 = share(n, blockIdx.x, gridDim.x);
+      const int rows = share(n, blockIdx.x + 1, gridDim.x) - r0;
+      for (int t = tid; t < rows; t += kConsumers) {
+        const float sum = row_sum(sh, t, k) * inv_rms;
+        if (step == 0) {
+          const float bias = lw.qkv_bias != nullptr ? __bfloat162float(lw.qkv_bias[r0 + t]) : 0.0f;
+          p.qkv[r0 + t] = __float2bfloat16_rn(sum + bias);
+        } else if (step == 3) {
+          const float g = round_bf16(sum);
+          const float up = round_bf16(row_sum(sh, rows + t, k) * inv_rms);
+          p.gu[r0 + t] = __float2bfloat16_rn((p.gelu_tanh ? gelu_tanh(g) : silu(g)) * up);
+        } else {  // o and down add into the residual stream
+          bf16* out = p.x + r0 + t;
+          *out = __float2bfloat16_rn(__bfloat162float(__ldcg(out)) + round_bf16(sum));
+        }
       }
+      arrive(p);
     }
-    arrive(p);
-    ++phase;
-
-    // gu = act(gate) * up of the normalised stream.
-    wait_for(p, phase);
-    inv_rms = project_any(p, lw, kGate, kUp, p.x, p.hidden, lw.mlp_norm, sh, seq);
-    consumers_sync();
-    {
-      const Segment s = segment(p, lw, kGate);
-      const int first_col = share(p.inter, blockIdx.x, gridDim.x);
-      for (int t = tid; t < s.rows; t += kConsumers) {
-        const float g = round_bf16(row_sum(sh, t, s.k) * inv_rms);
-        const float up = round_bf16(row_sum(sh, s.rows + t, s.k) * inv_rms);
-        const float act = p.gelu_tanh ? gelu_tanh(g) : silu(g);
-        p.gu[first_col + t] = __float2bfloat16_rn(act * up);
-      }
-    }
-    arrive(p);
-    ++phase;
-
-    // x += down(gu)
-    wait_for(p, phase);
-    project_any(p, lw, kDown, kDown, p.gu, p.inter, no_norm, sh, seq);
-    consumers_sync();
-    {
-      const Segment s = segment(p, lw, kDown);
-      const int first_row = share(p.hidden, blockIdx.x, gridDim.x);
-      for (int t = tid; t < s.rows; t += kConsumers) {
-        bf16* out = p.x + first_row + t;
-        *out = __float2bfloat16_rn(__bfloat162float(__ldcg(out)) + round_bf16(row_sum(sh, t, s.k)));
-      }
-    }
-    arrive(p);
-    ++phase;
   }
 }
 

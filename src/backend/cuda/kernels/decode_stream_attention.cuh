@@ -183,47 +183,40 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   int* flag = reinterpret_cast<int*>(merged_l + group);
 
   // Rotated q (rounded to bf16, as the stored q of the kernel chain), and the
-  // newest key and value when this range ends at it.
+  // newest key and value when this range ends at it (one rotation loop: the
+  // full-precision sincosf is large code).
   const bool newest = end == n_keys && begin < end;
   const float fpos = static_cast<float>(pos);
-  for (int idx = tid; idx < group * half; idx += kConsumers) {
+  const int q_dim = p.num_heads * hd;
+  const bool cell_ok = cell >= 0 && cell < p.max_cells;
+  const std::int64_t pool = static_cast<std::int64_t>(p.max_cells) * kvh * hd;
+  bf16* k_pool = p.kv + 2 * layer * pool + (static_cast<std::int64_t>(cell) * kvh + g) * hd;
+  bf16* v_pool = k_pool + pool;
+  const int rotated = group + (newest ? 1 : 0);  // q heads, then the newest key
+  for (int idx = tid; idx < rotated * half; idx += kConsumers) {
     const int i = idx / half;
     const int d = idx % half;
-    const bf16* q = p.qkv + (g * group + i) * hd;
+    const bf16* x = p.qkv + (i < group ? (g * group + i) * hd : q_dim + g * hd);
     float r0;
     float r1;
-    rope_rotate(__bfloat162float(__ldcg(q + d)), __bfloat162float(__ldcg(q + d + half)), fpos,
+    rope_rotate(__bfloat162float(__ldcg(x + d)), __bfloat162float(__ldcg(x + d + half)), fpos,
                 lw.inv_freq[d], &r0, &r1);
-    q_s[i * hd + d] = round_bf16(r0);
-    q_s[i * hd + d + half] = round_bf16(r1);
+    const bf16 y0 = __float2bfloat16_rn(r0);
+    const bf16 y1 = __float2bfloat16_rn(r1);
+    float* dst = i < group ? q_s + i * hd : k_new;
+    dst[d] = __bfloat162float(y0);
+    dst[d + half] = __bfloat162float(y1);
+    if (i == group && cell_ok) {
+      k_pool[d] = y0;
+      k_pool[d + half] = y1;
+    }
   }
   if (newest) {
-    const int q_dim = p.num_heads * hd;
-    const bf16* k = p.qkv + q_dim + g * hd;
-    const bf16* v = k + kvh * hd;
-    const bool cell_ok = cell >= 0 && cell < p.max_cells;
-    const std::int64_t pool = static_cast<std::int64_t>(p.max_cells) * kvh * hd;
-    bf16* k_pool = p.kv + 2 * layer * pool + (static_cast<std::int64_t>(cell) * kvh + g) * hd;
-    bf16* v_pool = k_pool + pool;
-    for (int d = tid; d < half; d += kConsumers) {
-      float r0;
-      float r1;
-      rope_rotate(__bfloat162float(__ldcg(k + d)), __bfloat162float(__ldcg(k + d + half)), fpos,
-                  lw.inv_freq[d], &r0, &r1);
-      const bf16 y0 = __float2bfloat16_rn(r0);
-      const bf16 y1 = __float2bfloat16_rn(r1);
-      const bf16 v0 = __ldcg(v + d);
-      const bf16 v1 = __ldcg(v + d + half);
-      k_new[d] = __bfloat162float(y0);
-      k_new[d + half] = __bfloat162float(y1);
-      v_new[d] = __bfloat162float(v0);
-      v_new[d + half] = __bfloat162float(v1);
-      if (cell_ok) {
-        k_pool[d] = y0;
-        k_pool[d + half] = y1;
-        v_pool[d] = v0;
-        v_pool[d + half] = v1;
-      }
+    const bf16* v = p.qkv + q_dim + (kvh + g) * hd;
+    for (int d = tid; d < hd; d += kConsumers) {
+      const bf16 value = __ldcg(v + d);
+      v_new[d] = __bfloat162float(value);
+      if (cell_ok) v_pool[d] = value;
     }
     if (layer == 0 && g == 0 && tid == 0) {
       record_cell(p.cell_table, p.max_seqs, p.table_stride, p.max_cells, slot, pos, cell);
