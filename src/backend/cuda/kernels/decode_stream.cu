@@ -18,11 +18,23 @@ constexpr int kThreads = kConsumers + 32;
 // columns of one weight row (rows are whole pieces: k % 256 == 0).
 constexpr int kPieceBytes = 512;
 constexpr int kPieceShift = 8;  // log2 of the columns of a piece
-constexpr int kStageBytes = 16 * 1024;
-constexpr int kMaxStages = 12;
-constexpr int kMinStages = 4;  // fewer would stall the stream at every phase barrier
+// A stage holds as many whole rows of a matrix as fit in kStageBytes (one
+// row of 14336 columns is 28 KiB), so a row never spans two stages.
+constexpr int kStageBytes = 32 * 1024;
+constexpr int kMaxStages = 7;
+constexpr int kMinStages = 3;  // fewer would stall the stream at every phase barrier
 constexpr int kHeaderBytes = 512;  // ring barriers, norm sums
 constexpr int kMaxPieceRounds = 8;  // pieces of a row per warp: k <= 8 * 8 * 256
+
+// The warps that share one row: the fewest (a power of two) that keep a
+// warp's pieces of a row at eight or fewer, so its inputs fit in registers.
+// The other warps take other rows of the stage, so every warp reduces about
+// one row per stage.
+__host__ __device__ __forceinline__ int team_size(int pieces) {
+  int t = 1;
+  while (t < kWarps && t * kMaxPieceRounds < pieces) t *= 2;
+  return t;
+}
 constexpr int kPhases = 5;          // q/k/v, attention, o, gate/up, down
 
 // The matrices of a layer in stream order; gate and up are two row ranges
@@ -32,7 +44,6 @@ enum Matrix : int { kQkv = 0, kO, kGate, kUp, kDown, kMatrices };
 // A block's share of one matrix: whole rows, contiguous in memory.
 struct Segment {
   const unsigned char* src;
-  unsigned bytes;
   int k;
   int row0;  // the block's local index of the first row (gate rows, then up rows)
   int rows;
@@ -79,7 +90,6 @@ __device__ __forceinline__ Segment segment(const DecodeStreamParams& p, const De
   const int r1 = share(n, b + 1, grid);
   Segment s;
   s.src = reinterpret_cast<const unsigned char*>(w + (row_offset + r0) * k);
-  s.bytes = static_cast<unsigned>(r1 - r0) * static_cast<unsigned>(k) * sizeof(bf16);
   s.k = k;
   s.row0 = row0;
   s.rows = r1 - r0;
@@ -116,40 +126,46 @@ __device__ __forceinline__ void produce(const DecodeStreamParams& p, const Share
     const DecodeStreamLayer lw = p.layers[l];
     for (int m = 0; m < kMatrices; ++m) {
       const Segment s = segment(p, lw, m);
-      for (unsigned off = 0; off < s.bytes; off += kStageBytes, ++seq) {
+      const unsigned row_bytes = static_cast<unsigned>(s.k) * sizeof(bf16);
+      const int per_stage = kStageBytes / static_cast<int>(row_bytes);
+      for (int r = 0; r < s.rows; r += per_stage, ++seq) {
         const unsigned slot = seq % sh.stages;
         const unsigned use = seq / sh.stages;
         if (use > 0) mbar_wait(&sh.empty[slot], (use - 1) & 1u);
-        const unsigned bytes = min(static_cast<unsigned>(kStageBytes), s.bytes - off);
+        const unsigned bytes = static_cast<unsigned>(min(per_stage, s.rows - r)) * row_bytes;
         mbar_expect_bytes(&sh.full[slot], bytes);
-        bulk_copy_to_shared(sh.ring + slot * kStageBytes, s.src + off, bytes, &sh.full[slot],
-                            policy);
+        bulk_copy_to_shared(sh.ring + slot * kStageBytes, s.src + r * row_bytes, bytes,
+                            &sh.full[slot], policy);
       }
     }
   }
 }
 
 // A consumer warp's inputs of one matrix: the 8 columns its lane multiplies
-// in each of its pieces (piece warp + 8 j of every row), as floats.
+// in each of its pieces of a row (member + T j for a team of T warps), as
+// floats.
 template <int R>
 struct Inputs {
   float x[R][8];
 };
 
 // Loads `in` (bf16, k columns, written earlier in this launch: read through
-// L2) and, with a norm weight, returns this block's 1 / rms of it (the warps'
-// sums of squares meet in shared memory in a fixed order) and folds the
-// weight into the inputs; the 1 / rms is applied to the finished sums.
+// L2) and, with a norm weight, returns this block's 1 / rms of it (the first
+// team's sums of squares meet in shared memory in a fixed order) and folds
+// the weight into the inputs; the 1 / rms is applied to the finished sums.
 template <int R>
-__device__ __forceinline__ float load_inputs(Inputs<R>& in, const bf16* src, int k, const bf16* norm_weight,
-                             const DecodeStreamParams& p, const Shared& sh) {
+__device__ __forceinline__ float load_inputs(Inputs<R>& in, const bf16* src, int k,
+                                             const bf16* norm_weight, const DecodeStreamParams& p,
+                                             const Shared& sh) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int pieces = k >> kPieceShift;
+  const int team = team_size(pieces);
+  const int member = warp & (team - 1);
   float squares = 0.0f;
 #pragma unroll
   for (int j = 0; j < R; ++j) {
-    const int piece = warp + kWarps * j;
+    const int piece = member + team * j;
     if (piece < pieces) {
       unpack8(__ldcg(reinterpret_cast<const uint4*>(src) + piece * 32 + lane), in.x[j]);
     } else {
@@ -161,10 +177,10 @@ __device__ __forceinline__ float load_inputs(Inputs<R>& in, const bf16* src, int
   }
   if (norm_weight == nullptr) return 1.0f;
   squares = warp_sum(squares);
-  if (lane == 0) sh.norm_sums[warp] = squares;
+  if (lane == 0 && warp < team) sh.norm_sums[warp] = squares;
 #pragma unroll
   for (int j = 0; j < R; ++j) {
-    const int piece = warp + kWarps * j;
+    const int piece = member + team * j;
     if (piece < pieces) {
       float g[8];
       unpack8(__ldg(reinterpret_cast<const uint4*>(norm_weight) + piece * 32 + lane), g);
@@ -174,58 +190,44 @@ __device__ __forceinline__ float load_inputs(Inputs<R>& in, const bf16* src, int
   }
   consumers_sync();
   float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += sh.norm_sums[w];
+  for (int w = 0; w < team; ++w) total += sh.norm_sums[w];
   return rsqrtf(total / static_cast<float>(k) + p.norm_eps);
 }
 
-// Rows a 16 KiB stage can touch, by the rounds R of pieces a warp takes per
-// row (k >= 1024, so at least four pieces a row: 32 / pieces + 1 rows).
-template <int R>
-inline constexpr int kStageRows = R == 1 ? 9 : (R == 2 ? 5 : (R == 4 ? 3 : 2));
-
 // Multiplies one segment, stage by stage as the producer lands them, into
-// per-row, per-warp sums: region[(row0 + row) * kWarps + warp]. A warp takes
-// the pieces warp, warp + 8, ... of every row, so its inputs stay in
-// registers and each row's sum has a fixed order. Within a stage every row
-// it touches gets its own accumulators and the rows finished there are
-// reduced together, so loads, products and shuffles of different rows
-// overlap (one row after another, the shuffles' latency was the bottleneck).
+// per-row, per-member sums: region[(row0 + row) * kWarps + member]. The
+// warps form teams of T (team_size); a team takes every (8 / T)-th row of a
+// stage and its members the pieces member, member + T, ... of that row, so
+// inputs stay in registers, a warp reduces one row at a time in uniform
+// control flow, and each row's sum has a fixed order. (Splitting every row
+// over all eight warps made each warp reduce every row, and those shuffles
+// outnumbered the products.)
 template <int R>
 __device__ __forceinline__ void consume(const Segment& s, const Inputs<R>& in, const Shared& sh,
                                         unsigned& seq) {
-  constexpr int kRows = kStageRows<R>;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int pieces = s.k >> kPieceShift;
-  float carry = 0.0f;  // a row that continues into the next stage
-  for (unsigned off = 0; off < s.bytes; off += kStageBytes, ++seq) {
+  const int team = team_size(pieces);
+  const int member = warp & (team - 1);
+  const int teams = kWarps / team;
+  const int row_bytes = s.k * static_cast<int>(sizeof(bf16));
+  const int per_stage = kStageBytes / row_bytes;
+  for (int r0 = 0; r0 < s.rows; r0 += per_stage, ++seq) {
     const unsigned slot = seq % sh.stages;
     mbar_wait(&sh.full[slot], (seq / sh.stages) & 1u);
-    const unsigned bytes = min(static_cast<unsigned>(kStageBytes), s.bytes - off);
+    const int rows = min(per_stage, s.rows - r0);
     const unsigned char* stage = sh.ring + slot * kStageBytes + lane * 16;
-    const int g0 = static_cast<int>(off / kPieceBytes);
-    const int g1 = static_cast<int>((off + bytes) / kPieceBytes);
-    const int row_lo = g0 / pieces;
-    const int row_hi = (g1 - 1) / pieces;
-    const int p_lo = g0 - row_lo * pieces;
-    const int p_hi = g1 - row_hi * pieces;  // the last row's pieces end here
-    const int last = row_hi - row_lo;
-    const int done = p_hi == pieces ? last + 1 : last;  // rows finished in this stage
-    float part[kRows];
-#pragma unroll
-    for (int rr = 0; rr < kRows; ++rr) {
-      const int begin = rr == 0 ? p_lo : 0;
-      const int end = rr < last ? pieces : (rr == last ? p_hi : 0);
-      const int base = (row_lo + rr) * pieces - g0;  // stage piece of the row's piece 0
-      float even = rr == 0 ? carry : 0.0f;
+    for (int r = warp / team; r < rows; r += teams) {
+      const unsigned char* row = stage + r * row_bytes;
+      float even = 0.0f;
       float odd = 0.0f;
 #pragma unroll
       for (int j = 0; j < R; ++j) {
-        const int piece = warp + kWarps * j;
-        if (piece >= begin && piece < end) {
+        const int piece = member + team * j;
+        if (piece < pieces) {
           float w[8];
-          unpack8(*reinterpret_cast<const uint4*>(stage + (base + piece) * kPieceBytes), w);
+          unpack8(*reinterpret_cast<const uint4*>(row + piece * kPieceBytes), w);
 #pragma unroll
           for (int e = 0; e < 8; e += 2) {
             even = fmaf(in.x[j][e], w[e], even);
@@ -233,46 +235,27 @@ __device__ __forceinline__ void consume(const Segment& s, const Inputs<R>& in, c
           }
         }
       }
-      part[rr] = even + odd;
-    }
-    carry = 0.0f;
-#pragma unroll
-    for (int rr = 0; rr < kRows; ++rr) {
-      if (rr == last && done == last) carry = part[rr];
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-#pragma unroll
-      for (int rr = 0; rr < kRows; ++rr) {
-        if (rr < done) part[rr] += __shfl_xor_sync(0xffffffffu, part[rr], offset);
-      }
-    }
-    if (lane == 0 && warp < pieces) {
-#pragma unroll
-      for (int rr = 0; rr < kRows; ++rr) {
-        if (rr < done) sh.region[(s.row0 + row_lo + rr) * kWarps + warp] = part[rr];
-      }
+      const float sum = warp_sum(even + odd);
+      if (lane == 0) sh.region[(s.row0 + r0 + r) * kWarps + member] = sum;
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&sh.empty[slot]);
   }
 }
 
-// A finished row's sum: its warps' parts in warp order.
+// A finished row's sum: its team members' parts in member order.
 __device__ __forceinline__ float row_sum(const Shared& sh, int local_row, int k) {
-  const int warps = min(kWarps, k >> kPieceShift);
+  const int team = team_size(k >> kPieceShift);
   float sum = 0.0f;
-  for (int w = 0; w < warps; ++w) sum += sh.region[local_row * kWarps + w];
+  for (int w = 0; w < team; ++w) sum += sh.region[local_row * kWarps + w];
   return sum;
 }
 
 // Loads the inputs and multiplies the block's segments of matrices
 // [first, last] (gate and up share inputs). Returns the 1 / rms (or 1).
-// Not inlined, like the attention phase: one copy per R in the kernel. With
-// every call site inlined the kernel grew past 500 KB of code and ran at half
-// the speed, its instruction fetches competing with the weight stream.
+// Called from one place in the kernel, so it exists once per R.
 template <int R>
-__device__ __noinline__ float project(const DecodeStreamParams& p, const DecodeStreamLayer& lw,
+__device__ __forceinline__ float project(const DecodeStreamParams& p, const DecodeStreamLayer& lw,
                                       int first, int last, const bf16* src, int k,
                                       const bf16* norm_weight, const Shared sh, unsigned& seq) {
   Inputs<R> in;
@@ -285,10 +268,11 @@ __device__ __forceinline__ float project_any(const DecodeStreamParams& p,
                                              const DecodeStreamLayer& lw, int first, int last,
                                              const bf16* src, int k, const bf16* norm_weight,
                                              const Shared& sh, unsigned& seq) {
-  const int rounds = ((k >> kPieceShift) + kWarps - 1) / kWarps;
-  if (rounds <= 1) return project<1>(p, lw, first, last, src, k, norm_weight, sh, seq);
-  if (rounds <= 2) return project<2>(p, lw, first, last, src, k, norm_weight, sh, seq);
-  if (rounds <= 4) return project<4>(p, lw, first, last, src, k, norm_weight, sh, seq);
+  const int pieces = k >> kPieceShift;
+  const int team = team_size(pieces);
+  if ((pieces + team - 1) / team <= 4) {
+    return project<4>(p, lw, first, last, src, k, norm_weight, sh, seq);
+  }
   return project<kMaxPieceRounds>(p, lw, first, last, src, k, norm_weight, sh, seq);
 }
 
