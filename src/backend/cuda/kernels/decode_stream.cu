@@ -23,6 +23,11 @@ constexpr int kPieceShift = 8;  // log2 of the columns of a piece
 constexpr int kStageBytes = 32 * 1024;
 constexpr int kMaxStages = 7;
 constexpr int kMinStages = 3;  // fewer would stall the stream at every phase barrier
+#ifndef CELLM_STREAM_L2_AHEAD
+#define CELLM_STREAM_L2_AHEAD 4
+#endif
+// Stages past the ring each SM pulls into L2 (4: 128 KiB a block, 17 MB in all).
+constexpr int kL2Ahead = CELLM_STREAM_L2_AHEAD;
 constexpr int kHeaderBytes = 512;  // ring barriers, norm sums
 constexpr int kMaxPieceRounds = 8;  // pieces of a row per warp: k <= 8 * 8 * 256
 
@@ -116,27 +121,72 @@ __device__ __forceinline__ Shared carve(unsigned char* smem, const DecodeStreamP
   return s;
 }
 
+// A position in the weight stream: stage `r / per_stage` of matrix m of
+// layer l (the order the consumers read them).
+struct Cursor {
+  int l = 0;
+  int m = 0;
+  int r = 0;
+  Segment s{};
+  unsigned row_bytes = 0;
+  int per_stage = 0;
+  bool done = false;
+
+  __device__ __forceinline__ void load(const DecodeStreamParams& p) {
+    s = segment(p, p.layers[l], m);
+    row_bytes = static_cast<unsigned>(s.k) * sizeof(bf16);
+    per_stage = kStageBytes / static_cast<int>(row_bytes);
+  }
+  // Skips matrices of which this block has no rows.
+  __device__ __forceinline__ void settle(const DecodeStreamParams& p) {
+    while (!done && r >= s.rows) {
+      r = 0;
+      if (++m == kMatrices) {
+        m = 0;
+        done = ++l == p.num_layers;
+      }
+      if (!done) load(p);
+    }
+  }
+  __device__ __forceinline__ void start(const DecodeStreamParams& p) {
+    load(p);
+    settle(p);
+  }
+  __device__ __forceinline__ void next(const DecodeStreamParams& p) {
+    r += per_stage;
+    settle(p);
+  }
+  __device__ __forceinline__ const unsigned char* src() const { return s.src + r * row_bytes; }
+  __device__ __forceinline__ unsigned bytes() const {
+    return static_cast<unsigned>(min(per_stage, s.rows - r)) * row_bytes;
+  }
+};
+
 // The producer: one lane walks every stage of every matrix of every layer
 // in the order the consumers read them, and refills a slot as soon as the
-// consumers release it. It never waits on the computation.
+// consumers release it. It never waits on the computation. The ring holds
+// only ~6 us of this SM's share of the bandwidth, less than a layer's phase
+// barriers and attention take, so the producer also asks L2 for the stages
+// kL2Ahead beyond the ring: DRAM keeps streaming while the ring is full.
 __device__ __forceinline__ void produce(const DecodeStreamParams& p, const Shared& sh) {
   const std::uint64_t policy = l2_evict_first_policy();
-  unsigned seq = 0;
-  for (int l = 0; l < p.num_layers; ++l) {
-    const DecodeStreamLayer lw = p.layers[l];
-    for (int m = 0; m < kMatrices; ++m) {
-      const Segment s = segment(p, lw, m);
-      const unsigned row_bytes = static_cast<unsigned>(s.k) * sizeof(bf16);
-      const int per_stage = kStageBytes / static_cast<int>(row_bytes);
-      for (int r = 0; r < s.rows; r += per_stage, ++seq) {
-        const unsigned slot = seq % sh.stages;
-        const unsigned use = seq / sh.stages;
-        if (use > 0) mbar_wait(&sh.empty[slot], (use - 1) & 1u);
-        const unsigned bytes = static_cast<unsigned>(min(per_stage, s.rows - r)) * row_bytes;
-        mbar_expect_bytes(&sh.full[slot], bytes);
-        bulk_copy_to_shared(sh.ring + slot * kStageBytes, s.src + r * row_bytes, bytes,
-                            &sh.full[slot], policy);
-      }
+  Cursor cur;
+  cur.start(p);
+  Cursor ahead = cur;
+  for (int i = 0; i < sh.stages && !ahead.done; ++i) ahead.next(p);
+  for (int i = 0; i < kL2Ahead && !ahead.done; ++i, ahead.next(p)) {
+    prefetch_to_l2(ahead.src(), ahead.bytes());
+  }
+  for (unsigned seq = 0; !cur.done; ++seq, cur.next(p)) {
+    const unsigned slot = seq % sh.stages;
+    const unsigned use = seq / sh.stages;
+    if (use > 0) mbar_wait(&sh.empty[slot], (use - 1) & 1u);
+    const unsigned bytes = cur.bytes();
+    mbar_expect_bytes(&sh.full[slot], bytes);
+    bulk_copy_to_shared(sh.ring + slot * kStageBytes, cur.src(), bytes, &sh.full[slot], policy);
+    if (!ahead.done) {
+      prefetch_to_l2(ahead.src(), ahead.bytes());
+      ahead.next(p);
     }
   }
 }

@@ -243,6 +243,7 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
 #pragma unroll
     for (int e = 0; e < E; ++e) o[i][e] = 0.0f;
   }
+#pragma unroll 1
   for (int first = begin; first < end; first += kWarps * kKeysPerWarp) {
     if (first != begin) prefetch_keys<E>(p, layer, g, first, end, pos, slot, batch);
     // Every (key, head) dot of a few keys first, reduced together: their
