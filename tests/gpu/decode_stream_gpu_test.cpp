@@ -53,23 +53,6 @@ constexpr const char* kQwen2Bias = R"({"architectures": ["Qwen2ForCausalLM"], "m
 
 class DecodeStreamTest : public ::testing::TestWithParam<StreamCase> {};
 
-std::unique_ptr<executor::CudaExecutor> make_executor(std::shared_ptr<program::Program> p) {
-  auto ex = executor::CudaExecutor::create(std::move(p), 3, 0);
-  EXPECT_TRUE(ex.ok()) << ex.status().to_string();
-  if (!ex.ok()) return nullptr;
-  EXPECT_TRUE((*ex)->initialize());
-  return std::move(ex).value();
-}
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    d += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-    n += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(d / std::max(n, 1e-30));
-}
-
 // Feeds `count` tokens in steps of at most `chunk`.
 bool feed_chunked(executor::CudaExecutor& ex, FedSeq& s, std::size_t count, std::size_t chunk) {
   for (std::size_t done = 0; done < count;) {
@@ -106,9 +89,9 @@ TEST_P(DecodeStreamTest, OneTokenStepsMatchTheCpuProgramAndTheKernelChain) {
   options.device_sampling = false;
   auto cpu_program = cpu::CpuProgram::create(*spec, *host, options);
   ASSERT_TRUE(cpu_program.ok()) << cpu_program.status().to_string();
-  auto stream = make_executor(std::move(stream_program).value());
-  auto chain = make_executor(std::move(chain_program).value());
-  auto cpu = make_executor(std::move(cpu_program).value());
+  auto stream = make_test_executor(std::move(stream_program).value(), 3);
+  auto chain = make_test_executor(std::move(chain_program).value(), 3);
+  auto cpu = make_test_executor(std::move(cpu_program).value(), 3);
   ASSERT_NE(stream, nullptr);
   ASSERT_NE(chain, nullptr);
   ASSERT_NE(cpu, nullptr);

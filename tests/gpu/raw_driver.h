@@ -8,8 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -59,6 +62,27 @@ inline bool feed(executor::CudaExecutor& ex, std::vector<std::pair<FedSeq*, std:
   if (!ok || !copied) return false;
   for (auto& [s, count] : parts) s->fed += count;
   return true;
+}
+
+// An initialised executor over `program` for `sessions` sessions (null, with
+// a test failure, when either step fails).
+inline std::unique_ptr<executor::CudaExecutor> make_test_executor(
+    std::shared_ptr<program::Program> program, int sessions) {
+  auto ex = executor::CudaExecutor::create(std::move(program), sessions, 0);
+  EXPECT_TRUE(ex.ok()) << ex.status().to_string();
+  if (!ex.ok()) return nullptr;
+  EXPECT_TRUE((*ex)->initialize());
+  return std::move(ex).value();
+}
+
+// ||got - ref|| / ||ref|| over one logits row.
+inline double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double d = 0, n = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    d += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
+    n += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(d / std::max(n, 1e-30));
 }
 
 }  // namespace cellm::gpu_testing

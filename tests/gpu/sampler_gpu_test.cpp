@@ -39,14 +39,6 @@ std::shared_ptr<program::Program> fixture_program(const model::LoadedModel& m, b
   return shared;
 }
 
-std::unique_ptr<executor::CudaExecutor> executor_for(std::shared_ptr<program::Program> p) {
-  auto ex = executor::CudaExecutor::create(std::move(p), 8, 0);
-  EXPECT_TRUE(ex.ok()) << ex.status().to_string();
-  if (!ex.ok()) return nullptr;
-  EXPECT_TRUE((*ex)->initialize());
-  return std::move(ex).value();
-}
-
 class GpuSamplerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,7 +56,7 @@ class GpuSamplerTest : public ::testing::Test {
 };
 
 TEST_F(GpuSamplerTest, DeviceSamplerDrawsWhatTheHostAlgorithmDraws) {
-  auto ex = executor_for(fixture_program(model_, true, true));
+  auto ex = make_test_executor(fixture_program(model_, true, true), 8);
   ASSERT_NE(ex, nullptr);
   std::vector<std::int64_t> tokens = {3, 17, 42, 9, 100, 7, 250, 33};
   FedSeq seqs[8];
@@ -129,7 +121,7 @@ TEST_F(GpuSamplerTest, DeviceSamplerDrawsWhatTheHostAlgorithmDraws) {
 std::vector<std::vector<Token>> generate(const model::LoadedModel& model, bool device_sampling,
                                          const SamplingParams& params) {
   std::vector<std::vector<Token>> drawn(3);
-  auto ex = executor_for(fixture_program(model, device_sampling, true));
+  auto ex = make_test_executor(fixture_program(model, device_sampling, true), 8);
   EXPECT_NE(ex, nullptr);
   if (!ex) return drawn;
   EXPECT_EQ(ex->samples_on_device(), device_sampling);
@@ -214,7 +206,7 @@ TEST_F(GpuSamplerTest, GraphReplayEqualsEagerBitForBit) {
     inputs[i] = static_cast<std::int64_t>((i * 37 + 11) % 300);
   std::map<std::size_t, std::vector<float>> got[2];
   for (int graphs = 0; graphs < 2; ++graphs) {
-    auto ex = executor_for(fixture_program(model_, true, graphs == 1));
+    auto ex = make_test_executor(fixture_program(model_, true, graphs == 1), 8);
     ASSERT_NE(ex, nullptr);
     FedSeq a, b;
     a.seq = ex->cache_control().seq_new().value_or(-1);

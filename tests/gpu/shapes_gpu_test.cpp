@@ -28,23 +28,6 @@ struct ShapeCase {
 
 class GpuShapeTest : public ::testing::TestWithParam<ShapeCase> {};
 
-std::unique_ptr<executor::CudaExecutor> make_executor(std::shared_ptr<program::Program> p) {
-  auto ex = executor::CudaExecutor::create(std::move(p), 2, 0);
-  EXPECT_TRUE(ex.ok()) << ex.status().to_string();
-  if (!ex.ok()) return nullptr;
-  EXPECT_TRUE((*ex)->initialize());
-  return std::move(ex).value();
-}
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double d = 0, n = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    d += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-    n += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(d / std::max(n, 1e-30));
-}
-
 TEST_P(GpuShapeTest, CudaLogitsMatchTheCpuProgramOnTheSameWeights) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const ShapeCase& sc = GetParam();
@@ -64,8 +47,8 @@ TEST_P(GpuShapeTest, CudaLogitsMatchTheCpuProgramOnTheSameWeights) {
   options.device_sampling = false;
   auto cpu_program = cpu::CpuProgram::create(*spec, *host, options);
   ASSERT_TRUE(cpu_program.ok()) << cpu_program.status().to_string();
-  auto gpu = make_executor(std::move(gpu_program).value());
-  auto cpu = make_executor(std::move(cpu_program).value());
+  auto gpu = make_test_executor(std::move(gpu_program).value(), 2);
+  auto cpu = make_test_executor(std::move(cpu_program).value(), 2);
   ASSERT_NE(gpu, nullptr);
   ASSERT_NE(cpu, nullptr);
 

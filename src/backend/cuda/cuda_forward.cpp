@@ -263,16 +263,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   if (stream_step(shape)) return enqueue_stream(shape, in, stream);
   const bool fused = fused_step(shape);
 
-  EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl
-  emb.tokens = in.tokens;
-  emb.table = weights_.embed;
-  emb.out = x_.data();
-  emb.num_tokens = w;
-  emb.vocab = s.vocab_size;
-  emb.dim = s.hidden_size;
-  emb.scale = s.embedding_scale;
-  launch_embedding(emb, stream);
-
+  embed(in, w, stream);
 
   const std::int32_t splits = decode_splits(shape);
   for (int l = 0; l < s.num_layers; ++l) {
@@ -346,6 +337,18 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     }
   }
   return enqueue_logits(shape, in, fused, stream);
+}
+
+void CudaForward::embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const {
+  EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl
+  emb.tokens = in.tokens;
+  emb.table = weights_.embed;
+  emb.out = x_.data();
+  emb.num_tokens = width;
+  emb.vocab = spec_.vocab_size;
+  emb.dim = spec_.hidden_size;
+  emb.scale = spec_.embedding_scale;
+  launch_embedding(emb, stream);
 }
 
 Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,

@@ -129,6 +129,8 @@ class CudaForward {
   Status init_stream();
   bool stream_step(const ForwardShape& shape) const;
   Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
+  // The token embeddings of the step's `width` rows into x_ (its first kernel).
+  void embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const;
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);

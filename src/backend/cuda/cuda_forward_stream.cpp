@@ -7,7 +7,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_forward.h"
-#include "backend/cuda/kernels/embedding.cuh"
 #include "backend/cuda/launch.h"
 #include "core/log.h"
 
@@ -116,15 +115,7 @@ Status CudaForward::enqueue_stream(const ForwardShape& shape, const StepInputs& 
   p.pdl = shape.kernels.pdl;
   CELLM_RETURN_IF_ERROR(p.validate());
 
-  EmbeddingParams emb;  // it follows the step's upload, so no pdl
-  emb.tokens = in.tokens;
-  emb.table = weights_.embed;
-  emb.out = x_.data();
-  emb.num_tokens = 1;
-  emb.vocab = s.vocab_size;
-  emb.dim = s.hidden_size;
-  emb.scale = s.embedding_scale;
-  launch_embedding(emb, stream);
+  embed(in, 1, stream);
   launch_decode_stream(p, stream);
   return enqueue_logits(shape, in, /*fused=*/true, stream);
 }
