@@ -89,14 +89,6 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
 #endif
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16) at `src` (16-byte aligned);
-// nothing waits for it.
-__device__ __forceinline__ void prefetch_to_l2(const void* src, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
-
 // Grid-wide counters: an increment that releases this thread's (and,
 // through a preceding block barrier, its block's) writes and acquires those
 // of the increments before it, and an acquire read before reading what

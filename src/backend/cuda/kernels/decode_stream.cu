@@ -23,11 +23,6 @@ constexpr int kPieceShift = 8;  // log2 of the columns of a piece
 constexpr int kStageBytes = 32 * 1024;
 constexpr int kMaxStages = 7;
 constexpr int kMinStages = 3;  // fewer would stall the stream at every phase barrier
-#ifndef CELLM_STREAM_L2_AHEAD
-#define CELLM_STREAM_L2_AHEAD 4
-#endif
-// Stages past the ring each SM pulls into L2 (4: 128 KiB a block, 17 MB in all).
-constexpr int kL2Ahead = CELLM_STREAM_L2_AHEAD;
 constexpr int kHeaderBytes = 512;  // ring barriers, norm sums
 constexpr int kMaxPieceRounds = 8;  // pieces of a row per warp: k <= 8 * 8 * 256
 
@@ -164,19 +159,13 @@ struct Cursor {
 
 // The producer: one lane walks every stage of every matrix of every layer
 // in the order the consumers read them, and refills a slot as soon as the
-// consumers release it. It never waits on the computation. The ring holds
-// only ~6 us of this SM's share of the bandwidth, less than a layer's phase
-// barriers and attention take, so the producer also asks L2 for the stages
-// kL2Ahead beyond the ring: DRAM keeps streaming while the ring is full.
+// consumers release it. It never waits on the computation. (Also asking L2
+// for the stages past the ring, with cp.async.bulk.prefetch, measured slower:
+// 1B 1.31 and 1.51 ms/step at 4 and 10 stages ahead against 1.13 without.)
 __device__ __forceinline__ void produce(const DecodeStreamParams& p, const Shared& sh) {
   const std::uint64_t policy = l2_evict_first_policy();
   Cursor cur;
   cur.start(p);
-  Cursor ahead = cur;
-  for (int i = 0; i < sh.stages && !ahead.done; ++i) ahead.next(p);
-  for (int i = 0; i < kL2Ahead && !ahead.done; ++i, ahead.next(p)) {
-    prefetch_to_l2(ahead.src(), ahead.bytes());
-  }
   for (unsigned seq = 0; !cur.done; ++seq, cur.next(p)) {
     const unsigned slot = seq % sh.stages;
     const unsigned use = seq / sh.stages;
@@ -184,10 +173,6 @@ __device__ __forceinline__ void produce(const DecodeStreamParams& p, const Share
     const unsigned bytes = cur.bytes();
     mbar_expect_bytes(&sh.full[slot], bytes);
     bulk_copy_to_shared(sh.ring + slot * kStageBytes, cur.src(), bytes, &sh.full[slot], policy);
-    if (!ahead.done) {
-      prefetch_to_l2(ahead.src(), ahead.bytes());
-      ahead.next(p);
-    }
   }
 }
 

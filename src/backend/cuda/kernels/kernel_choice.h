@@ -24,7 +24,7 @@
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
-//                                  far, 1B batch 1 1.13 against 0.97 ms/step, 8B 4.57 against 4.31)
+//                                  far: 1B batch 1 1.13 against 0.97 ms/step, 8B 4.57 against 4.31)
 //   CELLM_PDL=0|1                  programmatic dependent launch between the forward's own
 //                                  kernels (default 1: 8B batch 1 4.849 -> 4.780 ms/step)
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
