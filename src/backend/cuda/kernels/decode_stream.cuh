@@ -34,7 +34,11 @@
 // stream stalls (see bench/results/README.md, session 8).
 //
 // Thread-safety: launch_decode_stream is reentrant; params are plain values.
-// Concurrent launches must not share the sync counters.
+// Concurrent launches must not share the sync counters. Nor may two
+// persistent launches run at once on one device (two programs stepping on
+// separate streams): if the SMs were split between them, each grid's barrier
+// would wait for blocks that cannot start. The launch is a plain one, not a
+// cooperative one, so nothing enforces this; one program per device does.
 #pragma once
 
 #include <cstddef>
