@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -83,6 +85,20 @@ inline double relative_error(const std::vector<float>& got, const std::vector<fl
     n += static_cast<double>(ref[i]) * ref[i];
   }
   return std::sqrt(d / std::max(n, 1e-30));
+}
+
+// Where the reference's top-two margin exceeds `margin`, expects `got` to
+// have the same argmax and returns true (the position counted as checked).
+inline bool expect_argmax_where_clear(const std::vector<float>& got,
+                                      const std::vector<float>& ref, float margin,
+                                      const std::string& where) {
+  std::vector<float> sorted = ref;
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+  if (!(sorted[0] - sorted[1] > margin)) return false;
+  EXPECT_EQ(std::max_element(got.begin(), got.end()) - got.begin(),
+            std::max_element(ref.begin(), ref.end()) - ref.begin())
+      << where;
+  return true;
 }
 
 }  // namespace cellm::gpu_testing

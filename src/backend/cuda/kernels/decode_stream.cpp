@@ -3,30 +3,6 @@
 #include "backend/cuda/kernels/validate_util.h"
 
 namespace cellm::cuda {
-namespace {
-
-constexpr std::int32_t kPieceColumns = 256;
-constexpr std::int32_t kMaxColumns = 8 * 8 * kPieceColumns;  // eight pieces per warp and row
-constexpr std::int32_t kMaxGroup = 8;
-
-}  // namespace
-
-const char* decode_stream_unsupported(std::int32_t hidden, std::int32_t q_dim, std::int32_t inter,
-                                      std::int32_t num_heads, std::int32_t num_kv_heads,
-                                      std::int32_t head_dim) {
-  if (head_dim != 64 && head_dim != 128) return "head_dim is not 64 or 128";
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 ||
-      num_heads / num_kv_heads > kMaxGroup) {
-    return "more than 8 q heads per kv head";
-  }
-  for (const std::int32_t k : {hidden, q_dim, inter}) {
-    if (k < 4 * kPieceColumns || k % kPieceColumns != 0 || k > kMaxColumns) {
-      return "hidden, q and intermediate sizes must be multiples of 256 from 1024 to 16384";
-    }
-  }
-  return "";
-}
-
 Status DecodeStreamParams::validate() const {
   CELLM_RETURN_IF_ERROR(require_ptr(layers, "decode stream", "layers"));
   for (const void* ptr : {static_cast<const void*>(x), static_cast<const void*>(qkv),

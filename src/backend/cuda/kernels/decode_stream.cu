@@ -442,6 +442,28 @@ __global__ void __launch_bounds__(kThreads, 1)
 }  // namespace
 }  // namespace decode_stream
 
+const char* decode_stream_unsupported(std::int32_t hidden, std::int32_t q_dim, std::int32_t inter,
+                                      std::int32_t num_heads, std::int32_t num_kv_heads,
+                                      std::int32_t head_dim) {
+  using namespace decode_stream;
+  if (head_dim != 64 && head_dim != 128) return "head_dim is not 64 or 128";
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 ||
+      num_heads / num_kv_heads > kMaxGroup) {
+    return "more than 8 q heads per kv head";
+  }
+  // Whole pieces per row, at most kMaxPieceRounds of them per warp of a full
+  // team (their inputs live in registers). The lower bound of four pieces
+  // is what the GPU tests have covered (see decode_stream_gpu_test.cpp).
+  constexpr int kPieceColumns = 1 << kPieceShift;
+  constexpr int kMaxColumns = kWarps * kMaxPieceRounds * kPieceColumns;
+  for (const std::int32_t k : {hidden, q_dim, inter}) {
+    if (k < 4 * kPieceColumns || k % kPieceColumns != 0 || k > kMaxColumns) {
+      return "hidden, q and intermediate sizes must be multiples of 256 from 1024 to 16384";
+    }
+  }
+  return "";
+}
+
 std::size_t decode_stream_partials_floats(std::int32_t num_heads, std::int32_t head_dim) {
   return static_cast<std::size_t>(num_heads) * decode_stream::kMaxSplits *
          static_cast<std::size_t>(head_dim + 2);

@@ -67,8 +67,8 @@ __device__ __forceinline__ Unit unit_of_block(int pos, int kv_heads) {
   Unit u;
   u.active = static_cast<int>(blockIdx.x) < kv_heads * split.splits;
   u.splits = split.splits;
-  u.g = blockIdx.x / split.splits;
-  u.range = blockIdx.x % split.splits;
+  u.g = blockIdx.x / u.splits;
+  u.range = blockIdx.x % u.splits;
   u.begin = u.range * split.chunk;
   u.end = min(n_keys, u.begin + split.chunk);
   return u;
@@ -167,8 +167,6 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   const int g = u.g;
   const int begin = u.begin;
   const int end = u.end;
-  const KeySplit split{u.splits, 0};
-  const int range = u.range;
   const DecodeStreamLayer& lw = p.layers[layer];
 
   float* q_s = scratch;                   // [group][hd]
@@ -315,7 +313,7 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   // The unit's result per head and column, the warps in a fixed order (a
   // warp with no keys has m = -inf and weighs 0).
   const int width = hd + 2;  // partial record: m, l, then hd columns
-  float* partial = p.partials + static_cast<std::int64_t>(g * split.splits + range) * group * width;
+  float* partial = p.partials + static_cast<std::int64_t>(g * u.splits + u.range) * group * width;
   for (int idx = tid; idx < group * hd; idx += kConsumers) {
     const int i = idx / hd;
     const int d = idx % hd;
@@ -330,7 +328,7 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
         acc = fmaf(warp_o[(w * group + i) * hd + d], f, acc);
       }
     }
-    if (split.splits == 1) {
+    if (u.splits == 1) {
       p.attn[(g * group + i) * hd + d] = __float2bfloat16_rn(acc / sum);
     } else {
       if (d == 0) {
@@ -340,7 +338,7 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
       partial[i * width + 2 + d] = acc;
     }
   }
-  if (split.splits == 1) return;
+  if (u.splits == 1) return;
 
   // The last range of this kv head to finish merges all of them.
   __threadfence();
@@ -348,7 +346,7 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   if (tid == 0) {
     unsigned* counter = p.sync + 1 + g;
     const unsigned done = atomic_add_acq_rel(counter, 1u);
-    const bool last = done == static_cast<unsigned>(split.splits - 1);
+    const bool last = done == static_cast<unsigned>(u.splits - 1);
     if (last) {
       __threadfence();
       *counter = 0;  // for the next layer; every range of this one has counted
@@ -357,19 +355,19 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
   }
   consumers_sync();
   if (*flag == 0) return;
-  const float* head = p.partials + static_cast<std::int64_t>(g * split.splits) * group * width;
-  for (int idx = tid; idx < group * split.splits; idx += kConsumers) {
-    const int i = idx / split.splits;
-    const int r = idx % split.splits;
+  const float* head = p.partials + static_cast<std::int64_t>(g * u.splits) * group * width;
+  for (int idx = tid; idx < group * u.splits; idx += kConsumers) {
+    const int i = idx / u.splits;
+    const int r = idx % u.splits;
     merge_w[i * kMaxSplits + r] = __ldcg(head + (r * group + i) * width);
     merge_l[i * kMaxSplits + r] = __ldcg(head + (r * group + i) * width + 1);
   }
   consumers_sync();
   if (tid < group) {
     float mx = -INFINITY;
-    for (int r = 0; r < split.splits; ++r) mx = fmaxf(mx, merge_w[tid * kMaxSplits + r]);
+    for (int r = 0; r < u.splits; ++r) mx = fmaxf(mx, merge_w[tid * kMaxSplits + r]);
     float sum = 0.0f;
-    for (int r = 0; r < split.splits; ++r) {
+    for (int r = 0; r < u.splits; ++r) {
       const float mr = merge_w[tid * kMaxSplits + r];
       const float f = mr == -INFINITY ? 0.0f : expf(mr - mx);
       merge_w[tid * kMaxSplits + r] = f;
@@ -382,7 +380,7 @@ __device__ __forceinline__ void attention_unit(const DecodeStreamParams& p, int 
     const int i = idx / hd;
     const int d = idx % hd;
     float acc = 0.0f;
-    for (int r = 0; r < split.splits; ++r) {
+    for (int r = 0; r < u.splits; ++r) {
       acc = fmaf(__ldcg(head + (r * group + i) * width + 2 + d), merge_w[i * kMaxSplits + r], acc);
     }
     p.attn[(g * group + i) * hd + d] = __float2bfloat16_rn(acc / merged_l[i]);
