@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "gpu_test_util.h"
@@ -287,6 +288,8 @@ struct FusedCase {
   GemvEpilogue epilogue;
   bool bias;
   bool f32_out;
+  // GemvParams::single_rows: small projections give each warp one row.
+  bool single_rows = false;
 };
 
 struct FusedOperands {
@@ -358,7 +361,9 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   p.norm_eps = o.host.eps;
   p.norm_weight_offset = c.offset;
   p.epilogue = c.epilogue;
+  p.single_rows = c.single_rows;
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  ASSERT_EQ(gemv_uses_single_rows(p), c.single_rows) << "the case meant to cover one-row units";
   CELLM_CUDA_CHECK(cudaDeviceSynchronize());
   launch_gemv(p, nullptr);
   const auto all = c.f32_out ? out32.download() : to_float(out16.download());
@@ -432,7 +437,18 @@ INSTANTIATE_TEST_SUITE_P(
         FusedCase{"norm_f32_rows8", 8, 4000, 2048, true, 0.0f, GemvEpilogue::kStore, false, true},
         FusedCase{"gemma_norm_f32", 2, 3000, 1152, true, 1.0f, GemvEpilogue::kStore, false, true},
         FusedCase{"gemma_norm_store", 5, 1027, 2304, true, 1.0f, GemvEpilogue::kStore, false,
-                  false}),
+                  false},
+        // One-row units (small, long projections of one-row steps): the down
+        // projections of 1B and Qwen3-0.6B, and k and n tails with a norm, a
+        // bias and float output.
+        FusedCase{"down_single_rows", 1, 2048, 8192, false, 0.0f, GemvEpilogue::kResidualAdd,
+                  false, false, true},
+        FusedCase{"qwen_down_single_rows", 1, 1024, 3072, false, 0.0f,
+                  GemvEpilogue::kResidualAdd, false, false, true},
+        FusedCase{"bias_single_rows", 1, 2047, 4104, false, 0.0f, GemvEpilogue::kResidualAdd,
+                  true, false, true},
+        FusedCase{"gemma_norm_f32_single_rows", 1, 1001, 2312, true, 1.0f, GemvEpilogue::kStore,
+                  false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A pdl GEMV reads what the GEMV before it wrote: the first is big enough
@@ -527,6 +543,37 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   h3.residual = to_float(residual0);
   h3.ldc = kN3;
   EXPECT_LT(nmse(to_float(chained.residual), reference(h3)), kBf16Nmse);
+}
+
+// One-row units are for one-row steps of small projections whose row pairs
+// would leave the GPU half empty and have more weights than a warp keeps in
+// flight; everything else keeps pairs (see GemvParams::single_rows).
+TEST(GemvSingleRowsTest, TakesOnlySmallLongProjections) {
+  CELLM_REQUIRE_GPU();
+  const auto params = [](std::int32_t m, std::int32_t n, std::int32_t k, GemvEpilogue e) {
+    GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, n, k);
+    p.epilogue = e;
+    p.single_rows = true;
+    return p;
+  };
+  EXPECT_TRUE(gemv_uses_single_rows(params(1, 2048, 8192, GemvEpilogue::kResidualAdd)));
+  EXPECT_TRUE(gemv_uses_single_rows(params(1, 1024, 3072, GemvEpilogue::kStore)));
+  GemvParams off = params(1, 2048, 8192, GemvEpilogue::kResidualAdd);
+  off.single_rows = false;
+  EXPECT_FALSE(gemv_uses_single_rows(off)) << "the knob is off";
+  EXPECT_FALSE(gemv_uses_single_rows(params(2, 2048, 8192, GemvEpilogue::kResidualAdd)))
+      << "two rows";
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, 2048, 2048, GemvEpilogue::kResidualAdd)))
+      << "a pair's weights are all in flight at once";
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, 1024, 8192, GemvEpilogue::kGatedSilu)))
+      << "a gated unit is a gate and an up row";
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, 3072, 8192, GemvEpilogue::kRopeScatter)))
+      << "rope pairs the halves of a head";
+  // Pairs that fill more than half of one wave (8B's 4096 outputs on the
+  // H200's 132 SMs: 512 blocks of 528) keep them.
+  const int sms = multiprocessor_count();
+  const std::int32_t too_wide = 8 * 4 * sms;  // 2 * (n / 2) / 4 blocks > 2 * sms
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, too_wide, 14336, GemvEpilogue::kResidualAdd)));
 }
 
 TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {

@@ -30,6 +30,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->fused_rope);
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 1);
+  EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -46,6 +47,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
+                                                 {"CELLM_GEMV_SINGLE_ROWS", "0"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"}}));
@@ -57,13 +59,14 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
+  EXPECT_FALSE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 fused_rope=0 gemv=0 "
-            "gemv_max_rows=8 stream=1 pdl=0 autotune=0");
+            "gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -76,6 +79,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_GEMV_MAX_ROWS", "4x"}},      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
       {{"CELLM_DECODE_SPLIT_KEYS", ""}},   {{"CELLM_DECODE_CLUSTER", "3"}},
       {{"CELLM_DECODE_CLUSTER", "16"}},     {{"CELLM_DECODE_STREAM", "persistent"}},
+      {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
   };
   for (const auto& values : bad) {
     auto choice = parse_kernel_choice(lookup_from(values));

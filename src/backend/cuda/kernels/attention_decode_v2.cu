@@ -306,7 +306,11 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   // this point fills every SM with blocks that wait out the attention, and on
   // the H200 that slowed 8B batch 1 from 4.45 to 5.31 ms/step (1B: no change).
   // Letting it start after the key loop, so its weight prefetch would overlap
-  // the merge, was as bad (4.35 -> 5.17).
+  // the merge, was as bad (4.35 -> 5.17). Session 9 measured the launch right
+  // after this wait again, per kernel (globaltimer marks): 8B went from 4.31
+  // to 5.11 ms/step. The o projection did gain 3 us a layer, but the
+  // attention lost 3, and the gate/up and down GEMVs after it lost 14 and 6
+  // (72 and 34 us against 58 and 28), as did the lm_head (274 against 250).
   griddep_wait();
 
   // The table's first window and the Q rows are requested together; the

@@ -7,8 +7,9 @@ namespace cellm::cuda {
 namespace {
 
 // A warp owns a unit of two weight rows (two adjacent output columns, or the
-// gate row and the up row of one column) and streams them through registers
-// in batches of kChunks 16-byte pieces per lane and row, two batches in
+// gate row and the up row of one column; one row for small projections, see
+// GemvParams::single_rows) and streams them through registers in batches of
+// kPieces 16-byte pieces per lane over the unit's rows, two batches in
 // flight: the next batch is requested before the current one is multiplied.
 // The grid is at most one resident wave; a warp walks its units and their
 // batches as one sequence, so the loads of its next unit are already in
@@ -26,16 +27,20 @@ namespace {
 // before the wait (1B +0.05, 8B +0.12 ms/step).
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunks = 4;                  // per lane and row in a batch: 64 bytes
-constexpr int kBatchChunks = 32 * kChunks;  // of a row per batch: 1024 values
+constexpr int kPieces = 8;                  // 16-byte loads per lane in a batch, over the unit's rows
 constexpr int kMaxBlocksPerSm = 4;          // 16 warps; two batches each ~ 128 KB in flight per SM
 
 __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
   return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
 }
 
+// kR: weight rows per unit. Two is the rule (a rope or gated epilogue needs
+// its pair of rows in one warp); one row per unit doubles the warps of a
+// projection too small to fill the GPU with pairs, so as many bytes are in
+// flight per SM as for a large one.
+template <int kR>
 __host__ __device__ __forceinline__ int gemv_units(const GemvParams& p) {
-  return is_gated(p.epilogue) ? p.n : (p.n + 1) / 2;
+  return is_gated(p.epilogue) || kR == 1 ? p.n : (p.n + 1) / 2;
 }
 
 // Streamed once per step: keep the weights from evicting the activations.
@@ -43,21 +48,21 @@ __device__ __forceinline__ uint4 load_weights(const uint4* ptr) {
   return __ldcs(ptr);
 }
 
+template <int kR>
 struct Batch {
-  uint4 w0[kChunks];
-  uint4 w1[kChunks];
+  uint4 w[kR][kPieces / kR];
 };
 
 struct UnitRows {
-  const uint4* row0;
-  const uint4* row1;
-  int col0;  // output column of row0
-  int col1;  // of row1; < 0: none (past an odd n, where row1 repeats row0; or gated)
+  const uint4* row[2];
+  int col0;  // output column of row[0]
+  int col1;  // of row[1]; < 0: none (one-row units, past an odd n, or gated)
 };
 
+template <int kR>
 __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
   UnitRows rows;
-  if (is_gated(p.epilogue)) {
+  if (is_gated(p.epilogue) || kR == 1) {
     rows.col0 = u;
     rows.col1 = -1;
   } else if (p.epilogue == GemvEpilogue::kRopeScatter &&
@@ -71,9 +76,9 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
     rows.col1 = 2 * u + 1 < p.n ? 2 * u + 1 : -1;
   }
   const auto row = [&](std::int64_t r) { return reinterpret_cast<const uint4*>(p.w + r * p.ldw); };
-  rows.row0 = row(rows.col0);
-  rows.row1 = is_gated(p.epilogue) ? row(static_cast<std::int64_t>(p.n) + u)
-                                   : row(rows.col1 >= 0 ? rows.col1 : rows.col0);
+  rows.row[0] = row(rows.col0);
+  rows.row[1] = is_gated(p.epilogue) ? row(static_cast<std::int64_t>(p.n) + u)
+                                     : row(rows.col1 >= 0 ? rows.col1 : rows.col0);
   return rows;
 }
 
@@ -142,14 +147,17 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
   dst[half] = y1;
 }
 
-// kM: activation rows the kernel is built for (p.m <= kM).
-template <int kM>
+// kM: activation rows the kernel is built for (p.m <= kM); kR: weight rows
+// per unit (gemv_units).
+template <int kM, int kR>
 __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     gemv_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int kPerRow = kPieces / kR;          // a lane's loads of a row in a batch
+  constexpr int kBatchChunks = 32 * kPerRow;     // 8-value chunks of a row per batch
   const int lane = threadIdx.x & 31;
   const int chunks = p.k >> 3;
   const int per_unit = (chunks + kBatchChunks - 1) / kBatchChunks;
-  const int units = gemv_units(p);
+  const int units = gemv_units<kR>(p);
   const int first = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int stride = gridDim.x * kWarps;
   const int my_units = first < units ? (units - 1 - first) / stride + 1 : 0;
@@ -164,22 +172,24 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     const int u = first + (j / per_unit) * stride;
     return ((j % per_unit + u % per_unit) % per_unit) * kBatchChunks + lane;
   };
-  auto load = [&](Batch& b, int j) {
-    const UnitRows rows = unit_rows(p, first + (j / per_unit) * stride);
+  auto load = [&](Batch<kR>& b, int j) {
+    const UnitRows rows = unit_rows<kR>(p, first + (j / per_unit) * stride);
     const int base = chunk_base(j);
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
+    for (int i = 0; i < kPerRow; ++i) {
       const int c = base + 32 * i;
       const bool ok = c < chunks;
-      b.w0[i] = ok ? load_weights(rows.row0 + c) : make_uint4(0, 0, 0, 0);
-      b.w1[i] = ok ? load_weights(rows.row1 + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int w = 0; w < kR; ++w) {
+        b.w[w][i] = ok ? load_weights(rows.row[w] + c) : make_uint4(0, 0, 0, 0);
+      }
     }
   };
 
   // Weights never change: request the first two batches before waiting on
   // the kernel that produces the activations.
-  Batch next0;
-  Batch next1;
+  Batch<kR> next0;
+  Batch<kR> next1;
   if (total > 0) load(next0, 0);
   if (total > 1) load(next1, 1);
   griddep_wait();
@@ -188,8 +198,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   // weights. (Letting it launch at the last batches instead measured the same.)
   griddep_launch_dependents();
 
-  float acc0[kM];
-  float acc1[kM];
+  float acc[kR][kM];
   // The norm is folded into the sums: the products take x * (w_norm +
   // offset), and each row's sum is scaled by its 1/rms at the end. A warp's
   // first unit sees every piece of the rows once, so it adds up their
@@ -197,55 +206,61 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   float sum_sq[kM];
   float inv_rms[kM];
 #pragma unroll
-  for (int r = 0; r < kM; ++r) acc0[r] = acc1[r] = sum_sq[r] = 0.0f;
+  for (int r = 0; r < kM; ++r) {
+    sum_sq[r] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kR; ++w) acc[w][r] = 0.0f;
+  }
 
-  auto consume = [&](const Batch& b, int j) {
+  auto consume = [&](const Batch<kR>& b, int j) {
     const int base = chunk_base(j);
     const bool first_unit = j < per_unit;
     // Pieces past k hold zero weights (see load): reading zeros for their
     // activations too keeps the loop free of branches, so each row's pieces
-    // are requested together.
-    uint4 nw[kChunks];
-    if (norm) {
+    // are requested together. Inputs go four pieces at a time, which keeps
+    // one-row units (eight pieces) within the register budget.
 #pragma unroll
-      for (int i = 0; i < kChunks; ++i) {
-        const int c = base + 32 * i;
-        nw[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c)
-                           : make_uint4(0, 0, 0, 0);
-      }
-    }
+    for (int i0 = 0; i0 < kPerRow; i0 += 4) {
+      uint4 nw[4];
+      if (norm) {
 #pragma unroll
-    for (int r = 0; r < kM; ++r) {
-      if (r < p.m) {
-        const bf16* row = p.a + r * p.lda;
-        uint4 xr[kChunks];
-#pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-          const int c = base + 32 * i;
-          xr[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(row) + c)
+        for (int i = 0; i < 4; ++i) {
+          const int c = base + 32 * (i0 + i);
+          nw[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c)
                              : make_uint4(0, 0, 0, 0);
         }
+      }
 #pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-          float xv[8];
-          float w0[8];
-          float w1[8];
-          unpack8(xr[i], xv);
-          if (norm) {
-            float g[8];
-            unpack8(nw[i], g);
+      for (int r = 0; r < kM; ++r) {
+        if (r < p.m) {
+          const bf16* row = p.a + r * p.lda;
+          uint4 xr[4];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              if (first_unit) sum_sq[r] = fmaf(xv[e], xv[e], sum_sq[r]);
-              xv[e] *= g[e] + p.norm_weight_offset;
-            }
+          for (int i = 0; i < 4; ++i) {
+            const int c = base + 32 * (i0 + i);
+            xr[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(row) + c)
+                               : make_uint4(0, 0, 0, 0);
           }
-          unpack8(b.w0[i], w0);
-          unpack8(b.w1[i], w1);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            acc0[r] = fmaf(xv[e], w0[e], acc0[r]);
-            acc1[r] = fmaf(xv[e], w1[e], acc1[r]);
+          for (int i = 0; i < 4; ++i) {
+            float xv[8];
+            unpack8(xr[i], xv);
+            if (norm) {
+              float g[8];
+              unpack8(nw[i], g);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                if (first_unit) sum_sq[r] = fmaf(xv[e], xv[e], sum_sq[r]);
+                xv[e] *= g[e] + p.norm_weight_offset;
+              }
+            }
+#pragma unroll
+            for (int w = 0; w < kR; ++w) {
+              float wv[8];
+              unpack8(b.w[w][i0 + i], wv);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[w][r] = fmaf(xv[e], wv[e], acc[w][r]);
+            }
           }
         }
       }
@@ -258,20 +273,21 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
       }
     }
     const int u = first + (j / per_unit) * stride;
-    const UnitRows rows = unit_rows(p, u);
+    const UnitRows rows = unit_rows<kR>(p, u);
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
-      float s0 = warp_sum(acc0[r]);
-      float s1 = warp_sum(acc1[r]);
-      acc0[r] = acc1[r] = 0.0f;
+      float s0 = warp_sum(acc[0][r]);
+      float s1 = kR == 2 ? warp_sum(acc[kR - 1][r]) : 0.0f;
+#pragma unroll
+      for (int w = 0; w < kR; ++w) acc[w][r] = 0.0f;
       if (norm) {
         s0 *= inv_rms[r];
         s1 *= inv_rms[r];
       }
       if (lane == r && r < p.m) {
-        if (is_gated(p.epilogue)) {
+        if (kR == 2 && is_gated(p.epilogue)) {
           store_gated(p, r, rows.col0, s0, s1);
-        } else if (p.epilogue == GemvEpilogue::kRopeScatter) {
+        } else if (kR == 2 && p.epilogue == GemvEpilogue::kRopeScatter) {
           store_rope(p, r, rows, s0, s1);
           if (u == 0 && p.rope.cell_table != nullptr) {
             record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride,
@@ -296,19 +312,46 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   }
 }
 
-template <int kM>
-void launch_rows(const GemvParams& params, cudaStream_t stream) {
-  const long long blocks = ceil_div(gemv_units(params), kWarps);
+template <int kM, int kR>
+void launch_units(const GemvParams& params, cudaStream_t stream) {
+  const long long blocks = ceil_div(gemv_units<kR>(params), kWarps);
   const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
   // As many rounds as one wave needs, spread evenly so no warp walks an extra unit.
   const long long rounds = (blocks + wave - 1) / wave;
   const long long grid = (blocks + rounds - 1) / rounds;
   LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream};
   config.pdl = params.pdl;
-  launch(gemv_kernel<kM>, config, params);
+  launch(gemv_kernel<kM, kR>, config, params);
+}
+
+template <int kM>
+void launch_rows(const GemvParams& params, cudaStream_t stream) {
+  if constexpr (kM == 1) {
+    if (gemv_uses_single_rows(params)) {
+      launch_units<kM, 1>(params, stream);
+      return;
+    }
+  }
+  launch_units<kM, 2>(params, stream);
 }
 
 }  // namespace
+
+// Pairs of rows, unless they would fill at most half of one wave, a pair
+// has more than the two batches a warp keeps in flight, and the epilogue
+// takes single rows (one-row steps only: wider steps run on cuBLASLt by
+// default, and the build stays smaller). On the H200 one-row units took 1B's
+// down projection (k = 8192) from 13.5 to 10 us; its o projection (k = 2048,
+// all of a pair's weights in flight at once) went from 4.7 to 3.7 us, but
+// then filled every SM, so the gate/up GEMV after it could no longer start
+// beside it and took 21 us instead of 17.5.
+bool gemv_uses_single_rows(const GemvParams& params) {
+  const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
+  constexpr int kPairBatchValues = 32 * (kPieces / 2) * 8;
+  return params.single_rows && params.m == 1 && !is_gated(params.epilogue) &&
+         params.epilogue != GemvEpilogue::kRopeScatter && params.k > 2 * kPairBatchValues &&
+         2 * ceil_div(gemv_units<2>(params), kWarps) <= wave;
+}
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   static_assert(kGemvMaxRows == 8, "buckets of 1, 2 and 4 rows; 5 to 8 run as two launches");

@@ -79,6 +79,13 @@ struct GemvParams {
   RopeScatterParams rope;
   // Launch with programmatic dependent launch (see launch.h).
   bool pdl = false;
+  // One-row steps of a projection whose row pairs would fill at most half of
+  // one wave and whose rows are longer than the two batches a warp keeps in
+  // flight (1B's down: 2048 outputs of 8192 columns) give each warp one row
+  // instead of two, so an SM keeps as many weight bytes in flight as for a
+  // large projection. Plain and residual-add epilogues only; the products
+  // are the same, summed in another order.
+  bool single_rows = false;
 
   Status validate() const;
 };
@@ -101,5 +108,8 @@ inline GemvParams gemv_dense(const bf16* a, const bf16* w, void* out, std::int32
 }
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
+
+// Whether launch_gemv gives this call one-row units (see single_rows).
+bool gemv_uses_single_rows(const GemvParams& params);
 
 }  // namespace cellm::cuda

@@ -70,6 +70,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_GEMV_MAX_ROWS")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_max_rows, parse_int("CELLM_GEMV_MAX_ROWS", *v, 1, 8));
   }
+  if (auto v = lookup("CELLM_GEMV_SINGLE_ROWS")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemv_single_rows, parse_flag("CELLM_GEMV_SINGLE_ROWS", *v));
+  }
   if (auto v = lookup("CELLM_DECODE_STREAM")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_stream, parse_flag("CELLM_DECODE_STREAM", *v));
   }
@@ -99,11 +102,12 @@ KernelChoice kernel_choice_from_env() {
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
       "decode={} prefill={} split_keys={} split_target={} cluster={} fused_rope={} gemv={} "
-      "gemv_max_rows={} stream={} pdl={} autotune={}",
+      "gemv_max_rows={} single_rows={} stream={} pdl={} autotune={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster,
       choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
+      choice.gemv_single_rows ? 1 : 0,
       choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0);
 }
 

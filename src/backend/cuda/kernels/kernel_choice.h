@@ -21,6 +21,10 @@
 //                                  activation fused into it, instead of cuBLASLt (default 1)
 //   CELLM_GEMV_MAX_ROWS=1..8       (default 1: at 2 rows and more cuBLASLt is faster, 1B batch 2
 //                                  1.16 against 1.30 ms/step)
+//   CELLM_GEMV_SINGLE_ROWS=0|1     one-row steps give each warp of a small, long projection (row
+//                                  pairs filling at most half of one wave, more than two batches
+//                                  of weights per pair: 1B's down) one weight row instead of two
+//                                  (gemv.cuh; default 1)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -53,6 +57,7 @@ struct KernelChoice {
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
+  bool gemv_single_rows = true;
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -70,7 +75,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 fused_rope=1 gemv=1
-// gemv_max_rows=1 stream=1 pdl=1 autotune=1",
+// gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
