@@ -311,6 +311,13 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   // to 5.11 ms/step. The o projection did gain 3 us a layer, but the
   // attention lost 3, and the gate/up and down GEMVs after it lost 14 and 6
   // (72 and 34 us against 58 and 28), as did the lm_head (274 against 250).
+  // Having the blocks with keys ask L2 for the o projection's weights (and
+  // the head of gate/up's) once their key loop was done, with bulk
+  // prefetches, was slower too. The attention itself took 19.8 us a layer
+  // instead of 7.6 at 1B with 24 MB (1.12 against 0.95 ms/step; 9 MB, the
+  // o projection alone: 1.00-1.03) and 14.4 instead of 6.8 at 8B with 34 MB
+  // (4.50-4.54 against 4.35), while the o GEMV gained 0.6 and 3 us; its
+  // blocks apparently do not retire before their bulk operations land.
   griddep_wait();
 
   // The table's first window and the Q rows are requested together; the
