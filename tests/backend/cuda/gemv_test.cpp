@@ -569,11 +569,16 @@ TEST(GemvSingleRowsTest, TakesOnlySmallLongProjections) {
       << "a gated unit is a gate and an up row";
   EXPECT_FALSE(gemv_uses_single_rows(params(1, 3072, 8192, GemvEpilogue::kRopeScatter)))
       << "rope pairs the halves of a head";
-  // Pairs that fill more than half of one wave (8B's 4096 outputs on the
-  // H200's 132 SMs: 512 blocks of 528) keep them.
+  // The edges. Rows of more than 2048 columns (two batches of a pair):
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, 2048, 2048, GemvEpilogue::kStore)));
+  EXPECT_TRUE(gemv_uses_single_rows(params(1, 2048, 2056, GemvEpilogue::kStore)));
+  // Pairs in blocks of four warps that fill at most half of one wave of four
+  // blocks per SM: n / 2 pairs in n / 8 blocks, so n <= 16 blocks per SM.
+  // 8B's 4096 outputs on the H200's 132 SMs (512 blocks of 528) keep pairs.
   const int sms = multiprocessor_count();
-  const std::int32_t too_wide = 8 * 4 * sms;  // 2 * (n / 2) / 4 blocks > 2 * sms
-  EXPECT_FALSE(gemv_uses_single_rows(params(1, too_wide, 14336, GemvEpilogue::kResidualAdd)));
+  EXPECT_TRUE(gemv_uses_single_rows(params(1, 16 * sms, 8192, GemvEpilogue::kResidualAdd)));
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, 16 * sms + 8, 8192, GemvEpilogue::kResidualAdd)));
+  EXPECT_FALSE(gemv_uses_single_rows(params(1, 4096, 14336, GemvEpilogue::kResidualAdd)));
 }
 
 TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {

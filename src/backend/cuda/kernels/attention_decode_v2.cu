@@ -302,22 +302,15 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   // were uploaded before the step's first kernel: blocks with nothing to do
   // leave, and the others have their ranges, before the wait.
   //
-  // The wait never lets the next kernel start early: a GEMV launched at
-  // this point fills every SM with blocks that wait out the attention, and on
-  // the H200 that slowed 8B batch 1 from 4.45 to 5.31 ms/step (1B: no change).
-  // Letting it start after the key loop, so its weight prefetch would overlap
-  // the merge, was as bad (4.35 -> 5.17). Session 9 measured the launch right
-  // after this wait again, per kernel (globaltimer marks): 8B went from 4.31
-  // to 5.11 ms/step. The o projection did gain 3 us a layer, but the
-  // attention lost 3, and the gate/up and down GEMVs after it lost 14 and 6
-  // (72 and 34 us against 58 and 28), as did the lm_head (274 against 250).
-  // Having the blocks with keys ask L2 for the o projection's weights (and
-  // the head of gate/up's) once their key loop was done, with bulk
-  // prefetches, was slower too. The attention itself took 19.8 us a layer
-  // instead of 7.6 at 1B with 24 MB (1.12 against 0.95 ms/step; 9 MB, the
-  // o projection alone: 1.00-1.03) and 14.4 instead of 6.8 at 8B with 34 MB
-  // (4.50-4.54 against 4.35), while the o GEMV gained 0.6 and 3 us; its
-  // blocks apparently do not retire before their bulk operations land.
+  // The wait never lets the next kernel start early, and the kernel does not
+  // fetch the next projection's weights either; each was measured slower on
+  // the H200 (bench/results/README.md, sessions 5, 6 and 9):
+  // - launching the o GEMV here or after the key loop: 8B batch 1 4.45 ->
+  //   5.31 and 4.35 -> 5.17 ms/step; measured again per kernel, 4.31 -> 5.11,
+  //   the attention and every GEMV after it (and the lm_head) slower;
+  // - bulk L2 prefetches of the o (and gate/up) weights after the key loop:
+  //   1B 0.95 -> 1.00-1.27, 8B 4.35 -> 4.40-4.54 ms/step, the attention
+  //   itself 7.6 -> 19.8 us a layer at 1B.
   griddep_wait();
 
   // The table's first window and the Q rows are requested together; the

@@ -43,6 +43,13 @@ __host__ __device__ __forceinline__ int gemv_units(const GemvParams& p) {
   return is_gated(p.epilogue) || kR == 1 ? p.n : (p.n + 1) / 2;
 }
 
+// A lane's 16-byte loads of one row in a batch, and the row's 8-value chunks
+// a batch covers (1024 values for pairs, 2048 for single rows).
+template <int kR>
+inline constexpr int per_row_loads = kPieces / kR;
+template <int kR>
+inline constexpr int batch_chunks = 32 * per_row_loads<kR>;
+
 // Streamed once per step: keep the weights from evicting the activations.
 __device__ __forceinline__ uint4 load_weights(const uint4* ptr) {
   return __ldcs(ptr);
@@ -50,7 +57,7 @@ __device__ __forceinline__ uint4 load_weights(const uint4* ptr) {
 
 template <int kR>
 struct Batch {
-  uint4 w[kR][kPieces / kR];
+  uint4 w[kR][per_row_loads<kR>];
 };
 
 struct UnitRows {
@@ -152,8 +159,8 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
 template <int kM, int kR>
 __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     gemv_kernel(const __grid_constant__ GemvParams p) {
-  constexpr int kPerRow = kPieces / kR;          // a lane's loads of a row in a batch
-  constexpr int kBatchChunks = 32 * kPerRow;     // 8-value chunks of a row per batch
+  constexpr int kPerRow = per_row_loads<kR>;
+  constexpr int kBatchChunks = batch_chunks<kR>;
   const int lane = threadIdx.x & 31;
   const int chunks = p.k >> 3;
   const int per_unit = (chunks + kBatchChunks - 1) / kBatchChunks;
@@ -277,7 +284,8 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 #pragma unroll
     for (int r = 0; r < kM; ++r) {
       float s0 = warp_sum(acc[0][r]);
-      float s1 = kR == 2 ? warp_sum(acc[kR - 1][r]) : 0.0f;
+      float s1 = 0.0f;
+      if constexpr (kR == 2) s1 = warp_sum(acc[1][r]);
 #pragma unroll
       for (int w = 0; w < kR; ++w) acc[w][r] = 0.0f;
       if (norm) {
@@ -347,9 +355,8 @@ void launch_rows(const GemvParams& params, cudaStream_t stream) {
 // beside it and took 21 us instead of 17.5.
 bool gemv_uses_single_rows(const GemvParams& params) {
   const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
-  constexpr int kPairBatchValues = 32 * (kPieces / 2) * 8;
   return params.single_rows && params.m == 1 && !is_gated(params.epilogue) &&
-         params.epilogue != GemvEpilogue::kRopeScatter && params.k > 2 * kPairBatchValues &&
+         params.epilogue != GemvEpilogue::kRopeScatter && params.k > 2 * 8 * batch_chunks<2> &&
          2 * ceil_div(gemv_units<2>(params), kWarps) <= wave;
 }
 
