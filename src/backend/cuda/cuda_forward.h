@@ -28,11 +28,13 @@
 
 namespace cellm::cuda {
 
-// Host-visible layout of the per-step inputs: six int32 arrays of max_step.
-// kAttentionRows is read only by steps with ForwardShape::decode_rows >= 0.
+// Host-visible layout of the per-step inputs: seven int32 arrays of max_step.
+// kFreshFrom: per row, the lowest position of the step's rows of its sequence
+// (AttentionParams::fresh_from; 0 is always safe). kAttentionRows is read
+// only by steps with ForwardShape::decode_rows >= 0.
 struct StepArrays {
-  static constexpr int kCount = 6;
-  enum Index { kTokens = 0, kPositions, kSlots, kCells, kSelector, kAttentionRows };
+  static constexpr int kCount = 7;
+  enum Index { kTokens = 0, kPositions, kSlots, kCells, kSelector, kFreshFrom, kAttentionRows };
 };
 
 // The split-KV decode kernels serve at most this many rows in one launch
@@ -65,7 +67,7 @@ class CudaForward {
   // Enqueues the forward. No allocation, no synchronisation: capturable.
   Status enqueue(const ForwardShape& shape, cudaStream_t stream);
 
-  std::int32_t* step_device() const { return step_.data(); }  // [5, max_step]
+  std::int32_t* step_device() const { return step_.data(); }  // [StepArrays::kCount, max_step]
   std::int32_t* table_device() const { return table_.data(); }
   std::int32_t max_step() const { return max_step_; }
   std::int32_t kv_cells() const { return kv_cells_; }
@@ -91,6 +93,7 @@ class CudaForward {
     const std::int32_t* slots;
     const std::int32_t* cells;
     const std::int32_t* selector;
+    const std::int32_t* fresh_from;
     const std::int32_t* attention_rows;
   };
 
@@ -170,8 +173,8 @@ class CudaForward {
   DeviceBuffer<std::uint32_t> stream_sync_;
   DecodeStreamLayout stream_layout_{};
   std::string stream_off_;  // why the model cannot use it; empty when it can
-  KernelChoice active_{};  // the enqueue in progress
-  bool fusable_ = false;   // no post-norms, and every width a multiple of 8
+  KernelChoice active_{};   // the enqueue in progress
+  bool fusable_ = false;    // no post-norms, and every width a multiple of 8
 };
 
 }  // namespace cellm::cuda

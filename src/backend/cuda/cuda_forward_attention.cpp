@@ -15,9 +15,10 @@ CudaForward::StepInputs CudaForward::step_inputs() const {
   const auto array = [&](int index) {
     return step_.data() + static_cast<std::size_t>(index) * static_cast<std::size_t>(max_step_);
   };
-  return StepInputs{array(StepArrays::kTokens),   array(StepArrays::kPositions),
-                    array(StepArrays::kSlots),    array(StepArrays::kCells),
-                    array(StepArrays::kSelector), array(StepArrays::kAttentionRows)};
+  return StepInputs{array(StepArrays::kTokens),       array(StepArrays::kPositions),
+                    array(StepArrays::kSlots),        array(StepArrays::kCells),
+                    array(StepArrays::kSelector),     array(StepArrays::kFreshFrom),
+                    array(StepArrays::kAttentionRows)};
 }
 
 bf16* CudaForward::k_pool(int l) const {
@@ -158,6 +159,10 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
   at.workspace = attn_ws_.data();
   at.split_min_keys = shape.kernels.decode_split_keys;
   at.counters = attn_counters_.data();
+  if (shape.kernels.decode_early_keys) {
+    at.fresh_from = in.fresh_from;
+    at.cells = in.cells;
+  }
   // decode_splits() rounded the count to a multiple of the cluster for v2.
   at.cluster = splits % shape.kernels.decode_cluster == 0 ? shape.kernels.decode_cluster : 1;
   at.pdl = shape.kernels.pdl;

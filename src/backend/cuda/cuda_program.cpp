@@ -72,7 +72,7 @@ class CudaProgram final : public program::Program {
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
   PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
-  std::vector<std::int32_t> row_scratch_;  // split_attention_rows' counters
+  std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   std::map<std::int32_t, GraphExec> graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
@@ -185,6 +185,7 @@ void CudaProgram::stage_padding_step(std::int32_t width) {
     staging(StepArrays::kSlots)[i] = -1;
     staging(StepArrays::kCells)[i] = cache::kScratchCell;
     staging(StepArrays::kSelector)[i] = 0;
+    staging(StepArrays::kFreshFrom)[i] = 0;
   }
 }
 
@@ -281,9 +282,11 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
     staging(StepArrays::kSelector)[i] =
         static_cast<std::int32_t>(call.selector[static_cast<std::size_t>(std::min(i, rows - 1))]);
   }
+  const auto w = static_cast<std::size_t>(width);
+  first_step_positions({staging(StepArrays::kSlots), w}, {staging(StepArrays::kPositions), w},
+                       {staging(StepArrays::kFreshFrom), w}, row_scratch_);
   ForwardShape shape{width, computed, uses_decode_kernel(method), knobs.kernels};
   if (!shape.decode_attention && knobs.kernels.decode_attention == DecodeAttention::kV2) {
-    const auto w = static_cast<std::size_t>(width);
     shape.decode_rows =
         split_attention_rows({staging(StepArrays::kSlots), w}, width,
                              {staging(StepArrays::kAttentionRows), w}, row_scratch_);

@@ -1,4 +1,5 @@
-// split_attention_rows: which rows of an eager step the split-KV kernel takes.
+// split_attention_rows: which rows of an eager step the split-KV kernel takes;
+// first_step_positions: where each row's keys of this step begin.
 // Host only (no device needed).
 #include "backend/cuda/attention_rows.h"
 
@@ -75,6 +76,26 @@ TEST(AttentionRowsTest, NoRowsNoLead) {
   EXPECT_EQ(lead, 0);
   EXPECT_TRUE(split({-1, -1}, 10, &lead).size() == 2);
   EXPECT_EQ(lead, 0);
+}
+
+TEST(FirstStepPositionsTest, EachRowGetsItsSequencesFirstRowInTheStep) {
+  // Slot 4 decodes at 30; slot 2 feeds positions 7..9 out of order; slot 0
+  // decodes at 0; a padding row.
+  const std::vector<std::int32_t> slots = {4, 2, 2, 0, 2, -1};
+  const std::vector<std::int32_t> positions = {30, 9, 7, 0, 8, 0};
+  std::vector<std::int32_t> fresh(slots.size(), -5);
+  std::vector<std::int32_t> scratch = {99, 99};  // stale contents are ignored
+  first_step_positions(slots, positions, fresh, scratch);
+  EXPECT_EQ(fresh, (std::vector<std::int32_t>{30, 7, 7, 0, 7, 0}));
+}
+
+TEST(FirstStepPositionsTest, NegativePositionsWaitForEverything) {
+  const std::vector<std::int32_t> slots = {1, 1};
+  const std::vector<std::int32_t> positions = {-1, 5};
+  std::vector<std::int32_t> fresh(2);
+  std::vector<std::int32_t> scratch;
+  first_step_positions(slots, positions, fresh, scratch);
+  EXPECT_EQ(fresh, (std::vector<std::int32_t>{0, 0}));
 }
 
 }  // namespace

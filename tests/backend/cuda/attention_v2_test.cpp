@@ -25,6 +25,7 @@ namespace {
 using testing::DecodeCase;
 using testing::DecodeDevice;
 using testing::DecodeScenario;
+using testing::DeviceArray;
 using testing::nmse;
 using testing::to_float;
 
@@ -103,6 +104,53 @@ TEST_P(DecodeV2Test, ClusteredLaunchesMergeLikeTheCounterPath) {
         << "cluster " << cluster;
     EXPECT_LT(nmse(clustered, as_double(counter_path)), 1e-6) << "cluster " << cluster;
     expect_empty_rows_zero(c, s, clustered, "clustered");
+    for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+  }
+}
+
+// Which keys a row reads before the programmatic-launch wait changes when it
+// reads them, never what it computes: with fresh_from at the row's own key,
+// several tiles back, 0 (every key waits) or past it (none waits), and with
+// and without the step's cells, the outputs equal those of the launch that
+// reads everything after the wait, bit for bit, clustered or not.
+TEST_P(DecodeV2Test, SettledKeysReadBeforeTheWaitChangeNothing) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c = GetParam();
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DecodeDevice d(c, s);
+  std::vector<std::int32_t> fresh(s.slots.size());
+  std::vector<std::int32_t> cells(s.slots.size(), 0);
+  for (std::size_t t = 0; t < s.slots.size(); ++t) {
+    const int pos = s.positions[t];
+    const int choice = static_cast<int>(t % 4);
+    fresh[t] = choice == 0 ? pos : choice == 1 ? std::max(0, pos - 70) : choice == 2 ? 0 : pos + 1;
+    if (s.slots[t] >= 0 && pos >= 0) {
+      cells[t] = s.table[static_cast<std::size_t>(s.slots[t]) * s.table_stride +
+                         static_cast<std::size_t>(pos)];
+    }
+  }
+  DeviceArray<std::int32_t> fresh_d(fresh);
+  DeviceArray<std::int32_t> cells_d(cells);
+  for (const int cluster : {1, 8}) {
+    AttentionParams p = d.params(c, s, scale);
+    if (cluster > 1 && p.num_splits % cluster != 0) continue;
+    p.cluster = cluster;
+    p.pdl = true;
+    ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+    d.out.poison();
+    launch_attention_decode_v2(p, nullptr);
+    const auto after_wait = d.out.download();
+    EXPECT_LT(nmse(to_float(after_wait), testing::decode_reference(c, s, scale)), kAttentionNmse);
+    for (const bool with_cells : {false, true}) {
+      p.fresh_from = fresh_d.data();
+      p.cells = with_cells ? cells_d.data() : nullptr;
+      d.out.poison();
+      launch_attention_decode_v2(p, nullptr);
+      const auto early = d.out.download();
+      ASSERT_EQ(0, std::memcmp(after_wait.data(), early.data(), early.size() * sizeof(bf16)))
+          << "cluster " << cluster << (with_cells ? ", with cells" : ", table only");
+    }
     for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
   }
 }

@@ -81,6 +81,7 @@ std::vector<std::vector<float>> run(const ForwardCase& c, const KernelChoice& ke
       at(StepArrays::kPositions, p) = p;
       at(StepArrays::kSlots, p) = s;
       at(StepArrays::kCells, p) = next_cell++;
+      at(StepArrays::kFreshFrom, p) = 0;  // the whole prompt is this step's
     }
     at(StepArrays::kSelector, 0) = c.prompt - 1;
     execute(c.prompt, 1, false);
@@ -92,12 +93,16 @@ std::vector<std::vector<float>> run(const ForwardCase& c, const KernelChoice& ke
       at(StepArrays::kPositions, s) = c.prompt + d;
       at(StepArrays::kSlots, s) = s;
       at(StepArrays::kCells, s) = next_cell++;
+      // The history before this token is settled: the split-KV kernel reads
+      // it before its wait on the q/k/v projection.
+      at(StepArrays::kFreshFrom, s) = c.prompt + d;
       at(StepArrays::kSelector, s) = s;
     }
     at(StepArrays::kTokens, kSeqs) = 0;
     at(StepArrays::kPositions, kSeqs) = 0;
     at(StepArrays::kSlots, kSeqs) = -1;
     at(StepArrays::kCells, kSeqs) = 0;
+    at(StepArrays::kFreshFrom, kSeqs) = 0;
     execute(kSeqs + 1, kSeqs, true);
   }
   return logits;

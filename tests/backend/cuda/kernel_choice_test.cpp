@@ -34,6 +34,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
+  EXPECT_TRUE(choice->decode_early_keys);
   EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(*choice, KernelChoice{});
 }
@@ -44,6 +45,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPLIT_KEYS", "128"},
                                                  {"CELLM_DECODE_SPLIT_TARGET", "6"},
                                                  {"CELLM_DECODE_CLUSTER", "4"},
+                                                 {"CELLM_DECODE_EARLY_KEYS", "0"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
@@ -56,6 +58,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_EQ(choice->decode_split_target, 6);
   EXPECT_EQ(choice->decode_cluster, 4);
+  EXPECT_FALSE(choice->decode_early_keys);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
@@ -64,22 +67,32 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
-  EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 fused_rope=0 gemv=0 "
-            "gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0");
+  EXPECT_EQ(
+      describe(*choice),
+      "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 fused_rope=0 "
+      "gemv=0 "
+      "gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
   const std::map<std::string, std::string> bad[] = {
-      {{"CELLM_DECODE_ATTN", "v3"}},        {{"CELLM_PREFILL_ATTN", "fast"}},
-      {{"CELLM_FUSED_ROPE", "yes please"}}, {{"CELLM_GEMV", "2"}},
-      {{"CELLM_GEMM_AUTOTUNE", "yes"}},     {{"CELLM_GEMV_MAX_ROWS", "9"}},
-      {{"CELLM_PDL", "2"}},                 {{"CELLM_DECODE_SPLIT_TARGET", "0"}},
+      {{"CELLM_DECODE_ATTN", "v3"}},
+      {{"CELLM_PREFILL_ATTN", "fast"}},
+      {{"CELLM_FUSED_ROPE", "yes please"}},
+      {{"CELLM_GEMV", "2"}},
+      {{"CELLM_GEMM_AUTOTUNE", "yes"}},
+      {{"CELLM_GEMV_MAX_ROWS", "9"}},
+      {{"CELLM_PDL", "2"}},
+      {{"CELLM_DECODE_SPLIT_TARGET", "0"}},
       {{"CELLM_DECODE_SPLIT_TARGET", "33"}},
-      {{"CELLM_GEMV_MAX_ROWS", "4x"}},      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
-      {{"CELLM_DECODE_SPLIT_KEYS", ""}},   {{"CELLM_DECODE_CLUSTER", "3"}},
-      {{"CELLM_DECODE_CLUSTER", "16"}},     {{"CELLM_DECODE_STREAM", "persistent"}},
+      {{"CELLM_GEMV_MAX_ROWS", "4x"}},
+      {{"CELLM_DECODE_SPLIT_KEYS", "0"}},
+      {{"CELLM_DECODE_SPLIT_KEYS", ""}},
+      {{"CELLM_DECODE_CLUSTER", "3"}},
+      {{"CELLM_DECODE_CLUSTER", "16"}},
+      {{"CELLM_DECODE_STREAM", "persistent"}},
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
+      {{"CELLM_DECODE_EARLY_KEYS", "later"}},
   };
   for (const auto& values : bad) {
     auto choice = parse_kernel_choice(lookup_from(values));

@@ -90,16 +90,26 @@ struct AttentionParams {
   std::int32_t split_min_keys = 256;
   std::int32_t* counters = nullptr;
   // Decode v2 only: splits per thread block cluster (a power of two up to
-  // kAttentionMaxCluster; num_splits a multiple). When a token's used splits fit in one cluster they merge
-  // through distributed shared memory, without the workspace round trip and
-  // the counter; longer histories take the counter path as with 1.
+  // kAttentionMaxCluster; num_splits a multiple). When a token's used splits fit in one cluster
+  // they merge through distributed shared memory, without the workspace round trip and the counter;
+  // longer histories take the counter path as with 1.
   std::int32_t cluster = 1;
 
+  // Decode v2 only, both optional, [num_tokens] indexed like `positions`.
+  // fresh_from: the lowest position the step writes for the row's sequence
+  // (its first row's position). Keys before it are older than the step, so
+  // v2 reads their cells and K/V before its wait; null or 0: every key waits.
+  // cells: the cell each row's own key went to, which spares the table read
+  // of the newest key after the wait.
+  const std::int32_t* fresh_from = nullptr;
+  const std::int32_t* cells = nullptr;
+
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
-  // honours it. v2 reads `rows`, `seq_slots` and `positions` before its wait,
-  // so they must be written before the kernel it follows starts (the forward
-  // uploads them ahead of the step's first kernel); everything else it reads
-  // after the wait.
+  // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
+  // `cells` before its wait, so they must be written before the kernel it
+  // follows starts (the forward uploads them ahead of the step's first
+  // kernel), and so must the cell table and K/V of every key before
+  // fresh_from; everything else it reads after the wait.
   bool pdl = false;
 
   Status validate() const;

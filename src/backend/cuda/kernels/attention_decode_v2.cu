@@ -4,6 +4,9 @@
 // of KB in flight instead of v1's few hundred bytes per warp. The cells of
 // the keys come from the sequence's table in windows of 512 staged in shared
 // memory, each read from global memory half a window before its first tile.
+// Keys older than the step (AttentionParams::fresh_from) are staged before
+// the programmatic-launch wait, while the q/k/v projection still runs; after
+// it only Q and the step's own keys are fetched.
 // Each warp owns 16 keys of a tile and runs its own online softmax over them
 // with tensor cores: S = Q K^T (16 heads x 16 keys), P = exp2(S - m) kept in
 // registers as the A operand of O += P V. The warps' states are merged in
@@ -32,6 +35,8 @@ constexpr int kWindowTiles = kWindowKeys / kTileKeys;
 constexpr int kWindowPerThread = kWindowKeys / kThreads;
 static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
 constexpr float kLog2e = 1.4426950408889634f;
+// No cell of the row's own key in the step's inputs (AttentionParams::cells).
+constexpr int kUnknownCell = -(1 << 30);
 
 template <int kMaxHd>
 struct V2Layout {
@@ -46,8 +51,8 @@ struct V2Layout {
   static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
   static constexpr int kKeyStep = kThreads / kChunks;
   static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
-  static constexpr int kCopies = kTileKeys / kKeyStep;  // per thread, per K (and V) tile
-  static constexpr int kLdo = kMaxHd + 8;               // float rows of the warp merge
+  static constexpr int kCopies = kTileKeys / kKeyStep;            // per thread, per K (and V) tile
+  static constexpr int kLdo = kMaxHd + 8;                         // float rows of the warp merge
   // The merges write four output columns per thread: kQuads per head row, a
   // power of two, so a quad's head is a shift away.
   static constexpr int kQuads = kMaxHd / 4;
@@ -107,17 +112,38 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
 }
 
 // This thread's entries of table window `w` (keys begin + w * kWindowKeys
-// onwards): -1 past `end` or outside the pool. The loads stay in flight until
-// store_window() needs their values.
+// onwards): -1 past `end` or outside the pool, and -1 for now at and past
+// `readable` (keys this step may still be writing: resolve_window fills them
+// in after the wait). The loads stay in flight until store_window() needs
+// their values. Table reads go through L2 only (__ldcg): a line read before
+// the wait may hold entries the step writes, and must not be found in L1
+// after it.
 __device__ __forceinline__ void load_window(const AttentionParams& p, const std::int32_t* table,
-                                            int begin, int end, int w,
+                                            int begin, int end, int readable, int w,
                                             int (&entries)[kWindowPerThread]) {
 #pragma unroll
   for (int j = 0; j < kWindowPerThread; ++j) {
     const int kpos = begin + w * kWindowKeys + j * kThreads + static_cast<int>(threadIdx.x);
-    int cell = kpos < end ? table[kpos] : -1;
+    int cell = kpos < end && kpos < readable ? __ldcg(table + kpos) : -1;
     if (cell >= p.max_cells) cell = -1;
     entries[j] = cell;
+  }
+}
+
+// After the wait: this thread's entries of window 0 in [settled, end), the
+// keys the step's own rows wrote, go into shared memory. The row's own key
+// comes from the step's cells, which need no table read.
+__device__ __forceinline__ void resolve_window(const AttentionParams& p, const std::int32_t* table,
+                                               int begin, int settled, int end, int pos,
+                                               int own_cell, int* windows_s) {
+#pragma unroll
+  for (int j = 0; j < kWindowPerThread; ++j) {
+    const int index = j * kThreads + static_cast<int>(threadIdx.x);
+    const int kpos = begin + index;
+    if (kpos < settled || kpos >= end) continue;
+    int cell = kpos == pos && own_cell != kUnknownCell ? own_cell : __ldcg(table + kpos);
+    if (cell < 0 || cell >= p.max_cells) cell = -1;
+    windows_s[index] = cell;
   }
 }
 
@@ -136,16 +162,21 @@ template <int kMaxHd>
 __device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int key0,
                                            int (&cells)[V2Layout<kMaxHd>::kCopies]) {
   using L = V2Layout<kMaxHd>;
-  const int* entries = windows_s + ((tile / kWindowTiles) & 1) * kWindowKeys +
-                       (tile % kWindowTiles) * kTileKeys;
+  const int* entries =
+      windows_s + ((tile / kWindowTiles) & 1) * kWindowKeys + (tile % kWindowTiles) * kTileKeys;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) cells[i] = entries[key0 + i * L::kKeyStep];
 }
 
-template <int kMaxHd>
+// Which keys of a tile issue_tile copies: all, or (around the wait) those
+// written before this step or those written by it; see `settled` below.
+enum class TileKeys { kAll, kSettled, kFresh };
+
+template <int kMaxHd, TileKeys kKeys = TileKeys::kAll>
 __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
                                            bf16* v_stage, int* flags, int key0, int chunk,
-                                           const int* windows_s, int tile) {
+                                           const int* windows_s, int tile, int first_key,
+                                           int settled, int end) {
   using L = V2Layout<kMaxHd>;
   int cells[L::kCopies];
   tile_cells<kMaxHd>(windows_s, tile, key0, cells);
@@ -154,6 +185,11 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int key = key0 + i * L::kKeyStep;
+    if constexpr (kKeys != TileKeys::kAll) {
+      const int kpos = first_key + key;
+      const bool fresh = kpos >= settled && kpos < end;
+      if (fresh != (kKeys == TileKeys::kFresh)) continue;
+    }
     const bool ok = cells[i] >= 0;
     const bool fill = ok && dim_ok;
     // A zero-filling copy reads nothing but still gets an in-bounds address.
@@ -163,6 +199,28 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
     cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
     cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
     if (chunk == 0) flags[key] = ok ? 1 : 0;
+  }
+}
+
+// Pulls the settled keys of a tile into L2 (one request per 128-byte line of
+// each K and V row) so that its copies after the wait are L2 hits.
+template <int kMaxHd>
+__device__ __forceinline__ void prefetch_tile(const AttentionParams& p, int kv_head, int key0,
+                                              int chunk, const int* windows_s, int tile,
+                                              int first_key, int settled) {
+  using L = V2Layout<kMaxHd>;
+  const int dim = chunk * 8;
+  if (dim % 64 != 0 || dim >= p.head_dim) return;
+  int cells[L::kCopies];
+  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int kpos = first_key + key0 + i * L::kKeyStep;
+    if (kpos >= settled || cells[i] < 0) continue;
+    const std::int64_t offset =
+        (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim;
+    prefetch_l2(p.k_pool + offset);
+    prefetch_l2(p.v_pool + offset);
   }
 }
 
@@ -298,10 +356,53 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const std::int32_t* table =
       p.cell_table + static_cast<std::int64_t>(active ? slot : 0) * p.table_stride;
-  // Everything above reads only the step's rows, slots and positions, which
-  // were uploaded before the step's first kernel: blocks with nothing to do
-  // leave, and the others have their ranges, before the wait.
+  // Keys before `settled` were written by earlier steps, so their cells and
+  // their K/V can be read before the wait; the kernel before this one may
+  // still be writing the others (fresh_from).
+  const int settled = p.fresh_from != nullptr && active
+                          ? min(max(p.fresh_from[token], begin), max(end, begin))
+                          : begin;
+  int own_cell = kUnknownCell;
+  if (p.cells != nullptr && active) own_cell = p.cells[token];
+  // Everything above reads only the step's inputs, which were uploaded before
+  // the step's first kernel: blocks with nothing to do leave, and the others
+  // have their ranges, before the wait.
   //
+  // Before the wait the block also stages the settled keys of its first
+  // window's cells, copies them for the first kStages - 1 tiles and pulls the
+  // next two tiles into L2: a block launched beside the q/k/v projection
+  // then finds its history in place when the projection ends. After the
+  // wait only Q and the step's own keys are read.
+  int* windows_s = reinterpret_cast<int*>(smem + L::kTable);
+  const int windows = (tiles + kWindowTiles - 1) / kWindowTiles;
+  int entries[kWindowPerThread];
+  load_window(p, table, begin, end, settled, 0, entries);
+  store_window(windows_s, 0, entries);
+  __syncthreads();  // window 0's settled entries are visible to every copying thread
+
+  // Copy assignment: thread copies chunk `chunk` of keys key0 + i * kKeyStep.
+  const int chunk = tid % L::kChunks;
+  const int key0 = tid / L::kChunks;
+  auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLd; };
+  auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLd; };
+  auto issue = [&]<TileKeys kKeys>(int tile) {
+    const int stage = tile % L::kStages;
+    issue_tile<kMaxHd, kKeys>(p, kv_head, k_stage(stage), v_stage(stage),
+                              flags_s + stage * kTileKeys, key0, chunk, windows_s, tile,
+                              begin + tile * kTileKeys, settled, end);
+  };
+  const int early_tiles = min(tiles, L::kStages - 1);
+#pragma unroll
+  for (int s = 0; s < L::kStages - 1; ++s) {
+    if (s < tiles) issue.template operator()<TileKeys::kSettled>(s);
+    cp_async_commit();
+  }
+  for (int tile = early_tiles; tile < min(tiles, min(kWindowTiles, early_tiles + 2)); ++tile) {
+    prefetch_tile<kMaxHd>(p, kv_head, key0, chunk, windows_s, tile, begin + tile * kTileKeys,
+                          settled);
+  }
+  __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
+
   // The wait never lets the next kernel start early, and the kernel does not
   // fetch the next projection's weights either; each was measured slower on
   // the H200 (bench/results/README.md, sessions 5, 6 and 9):
@@ -313,12 +414,6 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   //   itself 7.6 -> 19.8 us a layer at 1B.
   griddep_wait();
 
-  // The table's first window and the Q rows are requested together; the
-  // second window stays in flight in `entries` until half of the first is used.
-  int* windows_s = reinterpret_cast<int*>(smem + L::kTable);
-  const int windows = (tiles + kWindowTiles - 1) / kWindowTiles;
-  int entries[kWindowPerThread];
-  load_window(p, table, begin, end, 0, entries);
   // Q rows of this block's heads; missing heads and dims are zero.
   uint4 q_parts[L::kQPerThread];
 #pragma unroll
@@ -328,30 +423,23 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
     const int c = (idx % L::kChunks) * 8;
     q_parts[j] = make_uint4(0, 0, 0, 0);
     if (r < heads && c < hd) {
-      q_parts[j] = *reinterpret_cast<const uint4*>(
-          p.q + static_cast<std::int64_t>(token) * p.q_stride +
-          static_cast<std::int64_t>(first_head + r) * hd + c);
+      q_parts[j] =
+          *reinterpret_cast<const uint4*>(p.q + static_cast<std::int64_t>(token) * p.q_stride +
+                                          static_cast<std::int64_t>(first_head + r) * hd + c);
     }
   }
-  store_window(windows_s, 0, entries);
-  if (windows > 1) load_window(p, table, begin, end, 1, entries);
-  __syncthreads();  // window 0 is visible to every copying thread
-
-  // Copy assignment: thread copies chunk `chunk` of keys key0 + i * kKeyStep.
-  const int chunk = tid % L::kChunks;
-  const int key0 = tid / L::kChunks;
-  auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLd; };
-  auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLd; };
-  auto issue = [&](int tile) {
-    const int stage = tile % L::kStages;
-    issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kTileKeys,
-                       key0, chunk, windows_s, tile);
-  };
-#pragma unroll
-  for (int s = 0; s < L::kStages - 1; ++s) {
-    if (s < tiles) issue(s);
-    cp_async_commit();
+  // The fresh keys' cells, then their copies in the early tiles. The second
+  // window stays in flight in `entries` until half of the first is used.
+  resolve_window(p, table, begin, settled, end, pos, own_cell, windows_s);
+  if (windows > 1) load_window(p, table, begin, end, end, 1, entries);
+  const bool early_fresh = settled < min(end, begin + early_tiles * kTileKeys);
+  if (early_fresh) {
+    __syncthreads();  // the resolved entries are visible to every copying thread
+    for (int s = 0; s < early_tiles; ++s) issue.template operator()<TileKeys::kFresh>(s);
   }
+  // Its own group, committed after the early tiles': the first wait of the
+  // key loop takes every group when it holds copies.
+  cp_async_commit();
   // Visible to the MMAs after the first barrier of the key loop.
 #pragma unroll
   for (int j = 0; j < L::kQPerThread; ++j) {
@@ -374,7 +462,13 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   const float softcap = p.softcap;
 
   for (int tile = 0; tile < tiles; ++tile) {
-    cp_async_wait<L::kStages - 2>();
+    // Groups so far: the early tiles', the fresh keys', then one per tile
+    // issued in this loop; all but the newest kStages - 2 must be complete.
+    if (tile == 0 && early_fresh) {
+      cp_async_wait<0>();
+    } else {
+      cp_async_wait<L::kStages - 2>();
+    }
     __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
     const int ahead = tile + L::kStages - 1;
     if (ahead < tiles) {
@@ -386,9 +480,9 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
       if (ahead % kWindowTiles == kWindowTiles / 2 && w + 1 < windows) {
         store_window(windows_s, w + 1, entries);
       }
-      issue(ahead);
+      issue.template operator()<TileKeys::kAll>(ahead);
       if (ahead % kWindowTiles == 0 && w + 1 < windows) {
-        load_window(p, table, begin, end, w + 1, entries);
+        load_window(p, table, begin, end, end, w + 1, entries);
       }
     }
     cp_async_commit();
@@ -535,8 +629,8 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
     if (used == 1) {
       store_out4(p, token, first_head + h, d, num, block_l[h]);
     } else if (clustered) {
-      *reinterpret_cast<float4*>(reinterpret_cast<float*>(smem + L::kClusterAcc) + h * kMaxHd +
-                                 d) = num;
+      *reinterpret_cast<float4*>(reinterpret_cast<float*>(smem + L::kClusterAcc) + h * kMaxHd + d) =
+          num;
     } else {
       *reinterpret_cast<float4*>(partial_acc(p, row, first_head + h, split) + d) = num;
     }
@@ -627,10 +721,10 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
-    launch(attention_decode_v2_kernel<kMaxHd>,
-           LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl,
-                        cluster},
-           params);
+    launch(
+        attention_decode_v2_kernel<kMaxHd>,
+        LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl, cluster},
+        params);
   });
   if (!dispatched) {
     cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: unvalidated head_dim");

@@ -61,6 +61,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
       return invalid_argument("CELLM_DECODE_CLUSTER='{}': expected 1, 2, 4 or 8", *v);
     }
   }
+  if (auto v = lookup("CELLM_DECODE_EARLY_KEYS")) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_early_keys, parse_flag("CELLM_DECODE_EARLY_KEYS", *v));
+  }
   if (auto v = lookup("CELLM_FUSED_ROPE")) {
     CELLM_ASSIGN_OR_RETURN(choice.fused_rope, parse_flag("CELLM_FUSED_ROPE", *v));
   }
@@ -101,14 +104,15 @@ KernelChoice kernel_choice_from_env() {
 
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
-      "decode={} prefill={} split_keys={} split_target={} cluster={} fused_rope={} gemv={} "
+      "decode={} prefill={} split_keys={} split_target={} cluster={} early_keys={} fused_rope={} "
+      "gemv={} "
       "gemv_max_rows={} single_rows={} stream={} pdl={} autotune={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
-      choice.decode_split_target, choice.decode_cluster,
+      choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
       choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
-      choice.gemv_single_rows ? 1 : 0,
-      choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0);
+      choice.gemv_single_rows ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
+      choice.gemm_autotune ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

@@ -14,6 +14,8 @@
 //                                  fit in one merges them in distributed shared memory (default 8:
 //                                  8B batch 1 ctx 512 4.38-4.39 against 4.48-4.51 ms/step with 1;
 //                                  other points within run-to-run spread)
+//   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
+//                                  on the q/k/v projection (AttentionParams::fresh_from; default 1)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
@@ -54,6 +56,7 @@ struct KernelChoice {
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   std::int32_t decode_split_target = 2;
   std::int32_t decode_cluster = 8;
+  bool decode_early_keys = true;
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
@@ -74,7 +77,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 fused_rope=1 gemv=1
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 fused_rope=1 gemv=1
 // gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);

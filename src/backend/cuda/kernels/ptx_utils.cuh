@@ -26,6 +26,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill
                : "memory");
 }
 
+// Asks L2 for the 128-byte line holding `ptr`; nothing comes back to the thread.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
+
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
