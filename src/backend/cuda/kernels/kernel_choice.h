@@ -15,7 +15,8 @@
 //                                  8B batch 1 ctx 512 4.38-4.39 against 4.48-4.51 ms/step with 1;
 //                                  other points within run-to-run spread)
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
-//                                  on the q/k/v projection (AttentionParams::fresh_from; default 1)
+//                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
+//                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
