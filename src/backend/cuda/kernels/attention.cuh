@@ -111,6 +111,9 @@ struct AttentionParams {
   // kernel), and so must the cell table and K/V of every key before
   // fresh_from; everything else it reads after the wait.
   bool pdl = false;
+#if CELLM_KERNEL_TRACE
+  std::int32_t trace_slot = -1;  // kernel_trace.cuh (decode v2)
+#endif
 
   Status validate() const;
   Status validate_decode() const;     // validate() plus the split fields

@@ -16,10 +16,12 @@
 // in one cluster, otherwise by the last block to finish, through a float
 // workspace and a counter.
 #include <cooperative_groups.h>
+#include <string>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
@@ -37,6 +39,10 @@ static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
 constexpr float kLog2e = 1.4426950408889634f;
 // No cell of the row's own key in the step's inputs (AttentionParams::cells).
 constexpr int kUnknownCell = -(1 << 30);
+
+// Timeline marks (kernel_trace.cuh) past entry and the wait.
+CELLM_TRACE_TABLE(attention_trace);
+enum Phase : int { kEarlyReadsIssued = 2, kFirstTile, kKeysDone, kBlockMerged, kMergedStored };
 
 template <int kMaxHd>
 struct V2Layout {
@@ -307,6 +313,7 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
     }
     store_out4(p, token, first_head + h, d, num, den);
   }
+  trace::mark(attention_trace, trace::slot_of(p), kMergedStored);
   cluster.sync();
 #endif
 }
@@ -318,6 +325,8 @@ __device__ __forceinline__ void cluster_merge(const AttentionParams& p, int toke
 template <int kMaxHd>
 __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
+  // Every return below is taken by the whole block (the exit mark's barrier).
+  const trace::BlockScope traced(attention_trace, trace::slot_of(p));
   using L = V2Layout<kMaxHd>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
@@ -405,6 +414,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
                           settled);
   }
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
+  trace::mark(attention_trace, trace::slot_of(p), kEarlyReadsIssued);
 
   // The wait never lets the next kernel start early, and the kernel does not
   // fetch the next projection's weights either; each was measured slower on
@@ -416,6 +426,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   //   1B 0.95 -> 1.00-1.27, 8B 4.35 -> 4.40-4.54 ms/step, the attention
   //   itself 7.6 -> 19.8 us a layer at 1B.
   griddep_wait();
+  trace::mark(attention_trace, trace::slot_of(p), 1);
 
   // Q rows of this block's heads; missing heads and dims are zero.
   uint4 q_parts[L::kQPerThread];
@@ -473,6 +484,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
       cp_async_wait<L::kStages - 2>();
     }
     __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
+    if (tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
     const int ahead = tile + L::kStages - 1;
     if (ahead < tiles) {
       // Window w + 1 was requested when copies reached window w; it is stored
@@ -569,6 +581,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the tiles: reuse them for the merge
+  trace::mark(attention_trace, trace::slot_of(p), kKeysDone);
 
   float* merge_acc = reinterpret_cast<float*>(smem + L::kMergeAcc);
   float* merge_m = reinterpret_cast<float*>(smem + L::kMergeM);  // then the warps' weights
@@ -638,6 +651,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
       *reinterpret_cast<float4*>(partial_acc(p, row, first_head + h, split) + d) = num;
     }
   }
+  trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
   if (clustered) {
     cluster_merge<kMaxHd>(p, token, first_head, heads, used, split);
     return;
@@ -701,6 +715,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
     }
     store_out4(p, token, first_head + h, d, num, row_den[h]);
   }
+  trace::mark(attention_trace, trace::slot_of(p), kMergedStored);
 }
 
 }  // namespace
@@ -719,6 +734,12 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   // the counter.
   AttentionParams params = requested;
   if (params.cluster > 1 && !cluster_launch_supported()) params.cluster = 1;
+  trace::assign_slot(params, attention_trace, [&] {
+    return "attention/decode_v2 rows=" + std::to_string(params.num_tokens) +
+           " hd=" + std::to_string(params.head_dim) +
+           " splits=" + std::to_string(params.num_splits) +
+           " cluster=" + std::to_string(params.cluster);
+  });
   const int group = params.num_heads / params.num_kv_heads;
   const int head_groups = (group + kRows - 1) / kRows;
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);

@@ -1,10 +1,16 @@
+#include <iterator>
+#include <string>
+
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
 namespace {
+
+CELLM_TRACE_TABLE(gemv_trace);
 
 // A warp owns a unit of two weight rows (two adjacent output columns, or the
 // gate row and the up row of one column; one row for small projections, see
@@ -27,8 +33,8 @@ namespace {
 // before the wait (1B +0.05, 8B +0.12 ms/step).
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kPieces = 8;                  // 16-byte loads per lane in a batch, over the unit's rows
-constexpr int kMaxBlocksPerSm = 4;          // 16 warps; two batches each ~ 128 KB in flight per SM
+constexpr int kPieces = 8;          // 16-byte loads per lane in a batch, over the unit's rows
+constexpr int kMaxBlocksPerSm = 4;  // 16 warps; two batches each ~ 128 KB in flight per SM
 
 __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
   return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
@@ -129,8 +135,11 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
   const bool cell_ok = cell >= 0 && cell < rp.max_cells;
   if (head >= rp.num_heads + rp.num_kv_heads) {
     if (!cell_ok) return;
-    bf16* dst = rp.v_pool + (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head -
-                             rp.num_heads - rp.num_kv_heads) * hd + dim;
+    bf16* dst = rp.v_pool +
+                (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads -
+                 rp.num_kv_heads) *
+                    hd +
+                dim;
     dst[0] = __float2bfloat16_rn(x0);
     dst[1] = __float2bfloat16_rn(x1);
     return;
@@ -195,11 +204,13 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
   // Weights never change: request the first two batches before waiting on
   // the kernel that produces the activations.
+  trace::mark(gemv_trace, trace::slot_of(p), 0);
   Batch<kR> next0;
   Batch<kR> next1;
   if (total > 0) load(next0, 0);
   if (total > 1) load(next1, 1);
   griddep_wait();
+  trace::mark(gemv_trace, trace::slot_of(p), 1);
   // The next kernel may launch now: its blocks only find room as these
   // finish (one wave fills the SMs), and then request their own first
   // weights. (Letting it launch at the last batches instead measured the same.)
@@ -298,9 +309,8 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
         } else if (kR == 2 && p.epilogue == GemvEpilogue::kRopeScatter) {
           store_rope(p, r, rows, s0, s1);
           if (u == 0 && p.rope.cell_table != nullptr) {
-            record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride,
-                        p.rope.max_cells, p.rope.seq_slots[r], p.rope.positions[r],
-                        p.rope.cells[r]);
+            record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride, p.rope.max_cells,
+                        p.rope.seq_slots[r], p.rope.positions[r], p.rope.cells[r]);
           }
         } else {
           store_value(p, r, rows.col0, s0);
@@ -318,10 +328,21 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
       if (j + 3 < total) load(next1, j + 3);
     }
   }
+  trace::block_exit(gemv_trace, trace::slot_of(p));
+}
+
+// The timeline's label of a GEMV launch: its epilogue and shape.
+[[maybe_unused]] std::string trace_label(const GemvParams& p) {
+  static constexpr const char* kEpilogues[] = {"store", "residual", "silu", "gelu", "rope"};
+  const auto e = static_cast<std::size_t>(p.epilogue);
+  return std::string("gemv/") + (e < std::size(kEpilogues) ? kEpilogues[e] : "?") +
+         " m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
 }
 
 template <int kM, int kR>
-void launch_units(const GemvParams& params, cudaStream_t stream) {
+void launch_units(const GemvParams& requested, cudaStream_t stream) {
+  GemvParams params = requested;
+  trace::assign_slot(params, gemv_trace, [&] { return trace_label(params); });
   const long long blocks = ceil_div(gemv_units<kR>(params), kWarps);
   const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
   // As many rounds as one wave needs, spread evenly so no warp walks an extra unit.
@@ -380,9 +401,8 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
     GemvParams high = params;
     high.m = params.m - 4;
     high.a = params.a + 4 * params.lda;
-    high.out = params.out_f32
-                   ? static_cast<void*>(static_cast<float*>(params.out) + 4 * params.ldc)
-                   : static_cast<void*>(static_cast<bf16*>(params.out) + 4 * params.ldc);
+    high.out = params.out_f32 ? static_cast<void*>(static_cast<float*>(params.out) + 4 * params.ldc)
+                              : static_cast<void*>(static_cast<bf16*>(params.out) + 4 * params.ldc);
     launch_rows<4>(high, stream);
   }
 }

@@ -86,6 +86,9 @@ struct GemvParams {
   // large projection. Plain and residual-add epilogues only; the products
   // are the same, summed in another order.
   bool single_rows = false;
+#if CELLM_KERNEL_TRACE
+  std::int32_t trace_slot = -1;  // kernel_trace.cuh
+#endif
 
   Status validate() const;
 };
