@@ -14,13 +14,17 @@
 // head group) are merged in split order (deterministic): through distributed
 // shared memory when the launch clusters them and the token's used splits fit
 // in one cluster, otherwise by the last block to finish, through a float
-// workspace and a counter.
+// workspace and a counter. The block's layout, the key staging and the
+// merges are in attention_decode_v2_{layout,stage,merge}.cuh.
 #include <cooperative_groups.h>
 #include <string>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
+#include "backend/cuda/kernels/attention_decode_v2_merge.cuh"
+#include "backend/cuda/kernels/attention_decode_v2_stage.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
@@ -28,295 +32,9 @@
 namespace cellm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
-constexpr int kTileKeys = 64;                // 16 per warp
-constexpr int kWindowKeys = 512;             // table entries staged at once
-constexpr int kWindowTiles = kWindowKeys / kTileKeys;
-constexpr int kWindowPerThread = kWindowKeys / kThreads;
-static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
-constexpr float kLog2e = 1.4426950408889634f;
-// No cell of the row's own key in the step's inputs (AttentionParams::cells).
-constexpr int kUnknownCell = -(1 << 30);
-
-// Timeline marks (kernel_trace.cuh) past entry and the wait.
+// Timeline marks of the kernel (kernel_trace.cuh); its phases are
+// attention_decode_v2_layout.cuh's Phase.
 CELLM_TRACE_TABLE(attention_trace);
-enum Phase : int { kEarlyReadsIssued = 2, kFirstTile, kKeysDone, kBlockMerged, kMergedStored };
-
-template <int kMaxHd>
-struct V2Layout {
-  // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
-  // lets five blocks share a multiprocessor, and their 20 warps hide the
-  // softmax's latency better than four stages at two blocks did (the key loop
-  // was latency-bound, not bandwidth-bound, at 1B batch 64). Wider heads keep
-  // three (two blocks per SM) and two stages.
-  static constexpr int kStages = kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2);
-  // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
-  static constexpr int kLd = kMaxHd + 8;
-  static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
-  static constexpr int kKeyStep = kThreads / kChunks;
-  static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
-  static constexpr int kCopies = kTileKeys / kKeyStep;            // per thread, per K (and V) tile
-  static constexpr int kLdo = kMaxHd + 8;                         // float rows of the warp merge
-  // The merges write four output columns per thread: kQuads per head row, a
-  // power of two, so a quad's head is a shift away.
-  static constexpr int kQuads = kMaxHd / 4;
-  static constexpr int kMaxSplits = kAttentionMaxSplits;
-
-  static constexpr std::size_t kQ = 0;
-  static constexpr std::size_t kK = kQ + sizeof(bf16) * kRows * kLd;
-  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLd;
-  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLd;
-  static constexpr std::size_t kTable = kFlags + sizeof(int) * kStages * kTileKeys;
-  static constexpr std::size_t kPipeEnd = kTable + sizeof(int) * 2 * kWindowKeys;
-  // After the key loop the tiles are dead: the merges reuse them from kK.
-  static constexpr std::size_t kMergeAcc = kK;
-  static constexpr std::size_t kMergeM = kMergeAcc + sizeof(float) * kWarps * kRows * kLdo;
-  static constexpr std::size_t kMergeL = kMergeM + sizeof(float) * kWarps * kRows;
-  static constexpr std::size_t kSplitM = kMergeL + sizeof(float) * kWarps * kRows;
-  static constexpr std::size_t kSplitL = kSplitM + sizeof(float) * kRows * kMaxSplits;
-  static constexpr std::size_t kRowDen = kSplitL + sizeof(float) * kRows * kMaxSplits;
-  static constexpr std::size_t kIsLast = kRowDen + sizeof(float) * kRows;
-  static constexpr std::size_t kMergeEnd = kIsLast + sizeof(int);
-  // A block's merged partial (its maximum and denominator per head serve
-  // every path), read by the other blocks of its cluster; apart from the warp
-  // merge's area, which is still being read when it is written.
-  static constexpr std::size_t kClusterAcc = (kMergeEnd + 15) / 16 * 16;
-  static constexpr std::size_t kClusterM = kClusterAcc + sizeof(float) * kRows * kMaxHd;
-  static constexpr std::size_t kClusterL = kClusterM + sizeof(float) * kRows;
-  static constexpr std::size_t kClusterEnd = kClusterL + sizeof(float) * kRows;
-  static constexpr std::size_t kBytes = kPipeEnd > kClusterEnd ? kPipeEnd : kClusterEnd;
-
-  static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
-  static_assert(kRows * kChunks % kThreads == 0);
-  static_assert(kTileKeys == 16 * kWarps);
-};
-
-__device__ __forceinline__ std::int64_t partial_index(const AttentionParams& p, int token, int head,
-                                                      int split) {
-  return (static_cast<std::int64_t>(token) * p.num_heads + head) * p.num_splits + split;
-}
-
-__device__ __forceinline__ float* partial_acc(const AttentionParams& p, int token, int head,
-                                              int split) {
-  return p.workspace + partial_index(p, token, head, split) * p.head_dim;
-}
-
-__device__ __forceinline__ float* partial_stats(const AttentionParams& p, int token, int head,
-                                                int split) {
-  const std::int64_t acc_floats =
-      static_cast<std::int64_t>(p.num_tokens) * p.num_heads * p.num_splits * p.head_dim;
-  return p.workspace + acc_floats + partial_index(p, token, head, split) * 2;
-}
-
-// Release/acquire at device scope around the split counter: a lighter fence
-// than __threadfence()'s sequentially consistent one, and all the
-// message passing through the workspace needs.
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-}
-
-// This thread's entries of table window `w` (keys begin + w * kWindowKeys
-// onwards): -1 past `end` or outside the pool, and -1 for now at and past
-// `readable` (keys this step may still be writing: resolve_window fills them
-// in after the wait). The loads stay in flight until store_window() needs
-// their values. Table reads go through L2 only (__ldcg): a line read before
-// the wait may hold entries the step writes, and must not be found in L1
-// after it.
-__device__ __forceinline__ void load_window(const AttentionParams& p, const std::int32_t* table,
-                                            int begin, int end, int readable, int w,
-                                            int (&entries)[kWindowPerThread]) {
-#pragma unroll
-  for (int j = 0; j < kWindowPerThread; ++j) {
-    const int kpos = begin + w * kWindowKeys + j * kThreads + static_cast<int>(threadIdx.x);
-    int cell = kpos < end && kpos < readable ? __ldcg(table + kpos) : -1;
-    if (cell >= p.max_cells) cell = -1;
-    entries[j] = cell;
-  }
-}
-
-// After the wait: this thread's entries of window 0 in [settled, end), the
-// keys the step's own rows wrote, go into shared memory. The row's own key
-// comes from the step's cells, which need no table read.
-__device__ __forceinline__ void resolve_window(const AttentionParams& p, const std::int32_t* table,
-                                               int begin, int settled, int end, int pos,
-                                               int own_cell, int* windows_s) {
-#pragma unroll
-  for (int j = 0; j < kWindowPerThread; ++j) {
-    const int index = j * kThreads + static_cast<int>(threadIdx.x);
-    const int kpos = begin + index;
-    if (kpos < settled || kpos >= end) continue;
-    int cell = kpos == pos && own_cell != kUnknownCell ? own_cell : __ldcg(table + kpos);
-    if (cell < 0 || cell >= p.max_cells) cell = -1;
-    windows_s[index] = cell;
-  }
-}
-
-// Window w goes to buffer w % 2 of `windows_s`.
-__device__ __forceinline__ void store_window(int* windows_s, int w,
-                                             const int (&entries)[kWindowPerThread]) {
-  int* buffer = windows_s + (w & 1) * kWindowKeys;
-#pragma unroll
-  for (int j = 0; j < kWindowPerThread; ++j) {
-    buffer[j * kThreads + static_cast<int>(threadIdx.x)] = entries[j];
-  }
-}
-
-// The cells of the keys this thread copies for tile `tile`, from its window.
-template <int kMaxHd>
-__device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int key0,
-                                           int (&cells)[V2Layout<kMaxHd>::kCopies]) {
-  using L = V2Layout<kMaxHd>;
-  const int* entries =
-      windows_s + ((tile / kWindowTiles) & 1) * kWindowKeys + (tile % kWindowTiles) * kTileKeys;
-#pragma unroll
-  for (int i = 0; i < L::kCopies; ++i) cells[i] = entries[key0 + i * L::kKeyStep];
-}
-
-// Which keys of a tile issue_tile copies: all, or (around the wait) those
-// written before this step or those written by it; see `settled` below.
-enum class TileKeys { kAll, kSettled, kFresh };
-
-template <int kMaxHd, TileKeys kKeys = TileKeys::kAll>
-__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
-                                           bf16* v_stage, int* flags, int key0, int chunk,
-                                           const int* windows_s, int tile, int first_key,
-                                           int settled, int end) {
-  using L = V2Layout<kMaxHd>;
-  int cells[L::kCopies];
-  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
-  const int dim = chunk * 8;
-  const bool dim_ok = dim < p.head_dim;
-#pragma unroll
-  for (int i = 0; i < L::kCopies; ++i) {
-    const int key = key0 + i * L::kKeyStep;
-    if constexpr (kKeys != TileKeys::kAll) {
-      const int kpos = first_key + key;
-      const bool fresh = kpos >= settled && kpos < end;
-      if (fresh != (kKeys == TileKeys::kFresh)) continue;
-    }
-    const bool ok = cells[i] >= 0;
-    const bool fill = ok && dim_ok;
-    // A zero-filling copy reads nothing but still gets an in-bounds address.
-    const std::int64_t offset =
-        fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
-             : 0;
-    cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
-    cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
-    if (chunk == 0) flags[key] = ok ? 1 : 0;
-  }
-}
-
-// Pulls the settled keys of a tile into L2 (one request per 128-byte line of
-// each K and V row) so that its copies after the wait are L2 hits.
-template <int kMaxHd>
-__device__ __forceinline__ void prefetch_tile(const AttentionParams& p, int kv_head, int key0,
-                                              int chunk, const int* windows_s, int tile,
-                                              int first_key, int settled) {
-  using L = V2Layout<kMaxHd>;
-  const int dim = chunk * 8;
-  if (dim % 64 != 0 || dim >= p.head_dim) return;
-  int cells[L::kCopies];
-  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
-#pragma unroll
-  for (int i = 0; i < L::kCopies; ++i) {
-    const int kpos = first_key + key0 + i * L::kKeyStep;
-    if (kpos >= settled || cells[i] < 0) continue;
-    const std::int64_t offset =
-        (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim;
-    prefetch_l2(p.k_pool + offset);
-    prefetch_l2(p.v_pool + offset);
-  }
-}
-
-// Stores four consecutive outputs of a head row (no alignment asked of
-// out_stride, so one scalar at a time).
-__device__ __forceinline__ void store_out4(const AttentionParams& p, int token, int head, int d,
-                                           float4 num, float den) {
-  bf16* out = p.out + static_cast<std::int64_t>(token) * p.out_stride +
-              static_cast<std::int64_t>(head) * p.head_dim + d;
-  const bool any = den > 0.0f;
-  out[0] = __float2bfloat16_rn(any ? num.x / den : 0.0f);
-  out[1] = __float2bfloat16_rn(any ? num.y / den : 0.0f);
-  out[2] = __float2bfloat16_rn(any ? num.z / den : 0.0f);
-  out[3] = __float2bfloat16_rn(any ? num.w / den : 0.0f);
-}
-
-__device__ __forceinline__ float4 fma4(float w, float4 a, float4 acc) {
-  return make_float4(fmaf(w, a.x, acc.x), fmaf(w, a.y, acc.y), fmaf(w, a.z, acc.z),
-                     fmaf(w, a.w, acc.w));
-}
-
-// Quad `e` of a block's head rows: head `h` of the block, first column `d`.
-struct HeadQuad {
-  int h;
-  int d;
-};
-template <int kMaxHd>
-__device__ __forceinline__ HeadQuad head_quad(int e) {
-  constexpr int kQuads = V2Layout<kMaxHd>::kQuads;
-  return {e / kQuads, (e % kQuads) * 4};
-}
-
-// Block `rank` of the cluster writes its share of the token's outputs from
-// the `used` partials in the cluster's shared memory, in split order, four
-// columns per thread: every remote load of a thread is issued before any is
-// used, so the merge costs one distributed-shared-memory round trip. The
-// first barrier publishes every block's partial (release/acquire at cluster
-// scope); the second keeps each block's shared memory alive until the others
-// have read it.
-template <int kMaxHd>
-__device__ __forceinline__ void cluster_merge(const AttentionParams& p, int token, int first_head,
-                                              int heads, int used, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  // Clusters need sm_90; the launch never asks for them below it.
-  __trap();
-#else
-  using L = V2Layout<kMaxHd>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
-  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
-  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
-  cluster.sync();
-  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < heads * L::kQuads;
-       e += p.cluster * kThreads) {
-    const auto [h, d] = head_quad<kMaxHd>(e);
-    if (d >= p.head_dim) continue;
-    float m[kAttentionMaxCluster];
-    float l[kAttentionMaxCluster];
-    float4 a[kAttentionMaxCluster];
-#pragma unroll
-    for (int j = 0; j < kAttentionMaxCluster; ++j) {
-      if (j < used) {
-        m[j] = *cluster.map_shared_rank(ms + h, j);
-        l[j] = *cluster.map_shared_rank(ls + h, j);
-        a[j] = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
-      }
-    }
-    float m_max = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kAttentionMaxCluster; ++j) {
-      if (j < used && l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
-    }
-    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float den = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kAttentionMaxCluster; ++j) {
-      if (j < used) {
-        const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
-        den += weight * l[j];
-        num = fma4(weight, a[j], num);
-      }
-    }
-    store_out4(p, token, first_head + h, d, num, den);
-  }
-  trace::mark(attention_trace, trace::slot_of(p), kMergedStored);
-  cluster.sync();
-#endif
-}
 
 // Register bounds: five blocks per SM at 64-wide heads, which is what their
 // shared memory allows (at most 96 registers), and four up to 128-wide heads
@@ -653,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   }
   trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
   if (clustered) {
-    cluster_merge<kMaxHd>(p, token, first_head, heads, used, split);
+    cluster_merge<kMaxHd>(attention_trace, p, token, first_head, heads, used, split);
     return;
   }
   if (used == 1) return;

@@ -1,0 +1,83 @@
+// Decode attention v2's block (attention_decode_v2.cu): its shape, its
+// shared-memory layout per head-dim bucket, and the timeline marks of its
+// phases (kernel_trace.cuh). Included by that file and its helpers only.
+//
+// Thread-safety: constants and types only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels/attention.cuh"
+
+namespace cellm::cuda {
+// Internal linkage, as when this lived in the .cu file: in a named namespace
+// nvcc gave the kernel more registers (82 -> 86 at 64-wide heads).
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
+constexpr int kTileKeys = 64;                // 16 per warp
+constexpr int kWindowKeys = 512;             // table entries staged at once
+constexpr int kWindowTiles = kWindowKeys / kTileKeys;
+constexpr int kWindowPerThread = kWindowKeys / kThreads;
+static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
+constexpr float kLog2e = 1.4426950408889634f;
+// No cell of the row's own key in the step's inputs (AttentionParams::cells).
+constexpr int kUnknownCell = -(1 << 30);
+
+// Marks 2..6 of the kernel timeline (kernel_trace.cuh): its phases.
+enum Phase : int { kEarlyReadsIssued = 2, kFirstTile, kKeysDone, kBlockMerged, kMergedStored };
+
+template <int kMaxHd>
+struct V2Layout {
+  // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
+  // lets five blocks share a multiprocessor, and their 20 warps hide the
+  // softmax's latency better than four stages at two blocks did (the key loop
+  // was latency-bound, not bandwidth-bound, at 1B batch 64). Wider heads keep
+  // three (two blocks per SM) and two stages.
+  static constexpr int kStages = kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2);
+  // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
+  static constexpr int kLd = kMaxHd + 8;
+  static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
+  static constexpr int kKeyStep = kThreads / kChunks;
+  static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
+  static constexpr int kCopies = kTileKeys / kKeyStep;            // per thread, per K (and V) tile
+  static constexpr int kLdo = kMaxHd + 8;                         // float rows of the warp merge
+  // The merges write four output columns per thread: kQuads per head row, a
+  // power of two, so a quad's head is a shift away.
+  static constexpr int kQuads = kMaxHd / 4;
+  static constexpr int kMaxSplits = kAttentionMaxSplits;
+
+  static constexpr std::size_t kQ = 0;
+  static constexpr std::size_t kK = kQ + sizeof(bf16) * kRows * kLd;
+  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLd;
+  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLd;
+  static constexpr std::size_t kTable = kFlags + sizeof(int) * kStages * kTileKeys;
+  static constexpr std::size_t kPipeEnd = kTable + sizeof(int) * 2 * kWindowKeys;
+  // After the key loop the tiles are dead: the merges reuse them from kK.
+  static constexpr std::size_t kMergeAcc = kK;
+  static constexpr std::size_t kMergeM = kMergeAcc + sizeof(float) * kWarps * kRows * kLdo;
+  static constexpr std::size_t kMergeL = kMergeM + sizeof(float) * kWarps * kRows;
+  static constexpr std::size_t kSplitM = kMergeL + sizeof(float) * kWarps * kRows;
+  static constexpr std::size_t kSplitL = kSplitM + sizeof(float) * kRows * kMaxSplits;
+  static constexpr std::size_t kRowDen = kSplitL + sizeof(float) * kRows * kMaxSplits;
+  static constexpr std::size_t kIsLast = kRowDen + sizeof(float) * kRows;
+  static constexpr std::size_t kMergeEnd = kIsLast + sizeof(int);
+  // A block's merged partial (its maximum and denominator per head serve
+  // every path), read by the other blocks of its cluster; apart from the warp
+  // merge's area, which is still being read when it is written.
+  static constexpr std::size_t kClusterAcc = (kMergeEnd + 15) / 16 * 16;
+  static constexpr std::size_t kClusterM = kClusterAcc + sizeof(float) * kRows * kMaxHd;
+  static constexpr std::size_t kClusterL = kClusterM + sizeof(float) * kRows;
+  static constexpr std::size_t kClusterEnd = kClusterL + sizeof(float) * kRows;
+  static constexpr std::size_t kBytes = kPipeEnd > kClusterEnd ? kPipeEnd : kClusterEnd;
+
+  static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
+  static_assert(kRows * kChunks % kThreads == 0);
+  static_assert(kTileKeys == 16 * kWarps);
+};
+
+}  // namespace
+}  // namespace cellm::cuda

@@ -1,0 +1,135 @@
+// Decode attention v2's merges (attention_decode_v2.cu): where a split's
+// partial lives in the float workspace, the output stores, and the merge of
+// a token's splits through the distributed shared memory of their cluster.
+//
+// Thread-safety: device helpers; cluster_merge must be called by every thread
+// of every block of the cluster (it holds two cluster barriers).
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cstdint>
+
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
+#include "backend/cuda/kernels/kernel_trace.cuh"
+
+namespace cellm::cuda {
+// Internal linkage, as when this lived in the .cu file: in a named namespace
+// nvcc gave the kernel more registers (82 -> 86 at 64-wide heads).
+namespace {
+
+__device__ __forceinline__ std::int64_t partial_index(const AttentionParams& p, int token, int head,
+                                                      int split) {
+  return (static_cast<std::int64_t>(token) * p.num_heads + head) * p.num_splits + split;
+}
+
+__device__ __forceinline__ float* partial_acc(const AttentionParams& p, int token, int head,
+                                              int split) {
+  return p.workspace + partial_index(p, token, head, split) * p.head_dim;
+}
+
+__device__ __forceinline__ float* partial_stats(const AttentionParams& p, int token, int head,
+                                                int split) {
+  const std::int64_t acc_floats =
+      static_cast<std::int64_t>(p.num_tokens) * p.num_heads * p.num_splits * p.head_dim;
+  return p.workspace + acc_floats + partial_index(p, token, head, split) * 2;
+}
+
+// Release/acquire at device scope around the split counter: a lighter fence
+// than __threadfence()'s sequentially consistent one, and all the
+// message passing through the workspace needs.
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+
+// Stores four consecutive outputs of a head row (no alignment asked of
+// out_stride, so one scalar at a time).
+__device__ __forceinline__ void store_out4(const AttentionParams& p, int token, int head, int d,
+                                           float4 num, float den) {
+  bf16* out = p.out + static_cast<std::int64_t>(token) * p.out_stride +
+              static_cast<std::int64_t>(head) * p.head_dim + d;
+  const bool any = den > 0.0f;
+  out[0] = __float2bfloat16_rn(any ? num.x / den : 0.0f);
+  out[1] = __float2bfloat16_rn(any ? num.y / den : 0.0f);
+  out[2] = __float2bfloat16_rn(any ? num.z / den : 0.0f);
+  out[3] = __float2bfloat16_rn(any ? num.w / den : 0.0f);
+}
+
+__device__ __forceinline__ float4 fma4(float w, float4 a, float4 acc) {
+  return make_float4(fmaf(w, a.x, acc.x), fmaf(w, a.y, acc.y), fmaf(w, a.z, acc.z),
+                     fmaf(w, a.w, acc.w));
+}
+
+// Quad `e` of a block's head rows: head `h` of the block, first column `d`.
+struct HeadQuad {
+  int h;
+  int d;
+};
+template <int kMaxHd>
+__device__ __forceinline__ HeadQuad head_quad(int e) {
+  constexpr int kQuads = V2Layout<kMaxHd>::kQuads;
+  return {e / kQuads, (e % kQuads) * 4};
+}
+
+// Block `rank` of the cluster writes its share of the token's outputs from
+// the `used` partials in the cluster's shared memory, in split order, four
+// columns per thread: every remote load of a thread is issued before any is
+// used, so the merge costs one distributed-shared-memory round trip. The
+// first barrier publishes every block's partial (release/acquire at cluster
+// scope); the second keeps each block's shared memory alive until the others
+// have read it.
+template <int kMaxHd>
+__device__ __forceinline__ void cluster_merge(unsigned long long* trace_table,
+                                              const AttentionParams& p, int token, int first_head,
+                                              int heads, int used, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Clusters need sm_90; the launch never asks for them below it.
+  __trap();
+#else
+  using L = V2Layout<kMaxHd>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
+  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
+  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
+  cluster.sync();
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < heads * L::kQuads;
+       e += p.cluster * kThreads) {
+    const auto [h, d] = head_quad<kMaxHd>(e);
+    if (d >= p.head_dim) continue;
+    float m[kAttentionMaxCluster];
+    float l[kAttentionMaxCluster];
+    float4 a[kAttentionMaxCluster];
+#pragma unroll
+    for (int j = 0; j < kAttentionMaxCluster; ++j) {
+      if (j < used) {
+        m[j] = *cluster.map_shared_rank(ms + h, j);
+        l[j] = *cluster.map_shared_rank(ls + h, j);
+        a[j] = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
+      }
+    }
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kAttentionMaxCluster; ++j) {
+      if (j < used && l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
+    }
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float den = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kAttentionMaxCluster; ++j) {
+      if (j < used) {
+        const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
+        den += weight * l[j];
+        num = fma4(weight, a[j], num);
+      }
+    }
+    store_out4(p, token, first_head + h, d, num, den);
+  }
+  trace::mark(trace_table, trace::slot_of(p), kMergedStored);
+  cluster.sync();
+#endif
+}
+
+}  // namespace
+}  // namespace cellm::cuda
