@@ -18,7 +18,11 @@ namespace cellm::cuda::trace {
 // 84 MB of device memory per traced kernel file.
 inline constexpr int kSlots = 2048;  // traced launches per process
 inline constexpr int kBlocks = 640;  // blocks per launch (later ones unrecorded)
-inline constexpr int kMarks = 8;     // 0 entry, 1 after the wait, 2..6 phases, 7 exit
+inline constexpr int kMarks = 8;     // per block: entry, after the wait, 5 phases, exit
+inline constexpr int kEntryMark = 0;
+inline constexpr int kWaitMark = 1;        // the programmatic-launch wait returned
+inline constexpr int kFirstPhaseMark = 2;  // a kernel's own phases: 2..kExitMark - 1
+inline constexpr int kExitMark = kMarks - 1;
 inline constexpr long long kTableEntries = static_cast<long long>(kSlots) * kBlocks * kMarks;
 
 // The next slot for a launch that writes into `table` (a __device__ array of

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   //   1B 0.95 -> 1.00-1.27, 8B 4.35 -> 4.40-4.54 ms/step, the attention
   //   itself 7.6 -> 19.8 us a layer at 1B.
   griddep_wait();
-  trace::mark(attention_trace, trace::slot_of(p), 1);
+  trace::mark(attention_trace, trace::slot_of(p), trace::kWaitMark);
 
   // Q rows of this block's heads; missing heads and dims are zero.
   uint4 q_parts[L::kQPerThread];

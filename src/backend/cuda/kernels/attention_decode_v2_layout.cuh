@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/kernel_trace.h"
 #include "backend/cuda/kernels/attention.cuh"
 
 namespace cellm::cuda {
@@ -27,8 +28,16 @@ constexpr float kLog2e = 1.4426950408889634f;
 // No cell of the row's own key in the step's inputs (AttentionParams::cells).
 constexpr int kUnknownCell = -(1 << 30);
 
-// Marks 2..6 of the kernel timeline (kernel_trace.cuh): its phases.
-enum Phase : int { kEarlyReadsIssued = 2, kFirstTile, kKeysDone, kBlockMerged, kMergedStored };
+// The kernel's phases in its timeline (kernel_trace.cuh), between the wait and
+// exit marks.
+enum Phase : int {
+  kEarlyReadsIssued = trace::kFirstPhaseMark,
+  kFirstTile,
+  kKeysDone,
+  kBlockMerged,
+  kMergedStored,
+};
+static_assert(kMergedStored < trace::kExitMark);
 
 template <int kMaxHd>
 struct V2Layout {

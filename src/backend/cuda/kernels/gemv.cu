@@ -1,4 +1,3 @@
-#include <iterator>
 #include <string>
 
 #include "backend/cuda/device_utils.cuh"
@@ -204,13 +203,13 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
   // Weights never change: request the first two batches before waiting on
   // the kernel that produces the activations.
-  trace::mark(gemv_trace, trace::slot_of(p), 0);
+  trace::mark(gemv_trace, trace::slot_of(p), trace::kEntryMark);
   Batch<kR> next0;
   Batch<kR> next1;
   if (total > 0) load(next0, 0);
   if (total > 1) load(next1, 1);
   griddep_wait();
-  trace::mark(gemv_trace, trace::slot_of(p), 1);
+  trace::mark(gemv_trace, trace::slot_of(p), trace::kWaitMark);
   // The next kernel may launch now: its blocks only find room as these
   // finish (one wave fills the SMs), and then request their own first
   // weights. (Letting it launch at the last batches instead measured the same.)
@@ -333,10 +332,16 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
 // The timeline's label of a GEMV launch: its epilogue and shape.
 [[maybe_unused]] std::string trace_label(const GemvParams& p) {
-  static constexpr const char* kEpilogues[] = {"store", "residual", "silu", "gelu", "rope"};
-  const auto e = static_cast<std::size_t>(p.epilogue);
-  return std::string("gemv/") + (e < std::size(kEpilogues) ? kEpilogues[e] : "?") +
-         " m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
+  const char* epilogue = "?";
+  switch (p.epilogue) {
+    case GemvEpilogue::kStore: epilogue = "store"; break;
+    case GemvEpilogue::kResidualAdd: epilogue = "residual"; break;
+    case GemvEpilogue::kGatedSilu: epilogue = "silu"; break;
+    case GemvEpilogue::kGatedGeluTanh: epilogue = "gelu"; break;
+    case GemvEpilogue::kRopeScatter: epilogue = "rope"; break;
+  }
+  return std::string("gemv/") + epilogue + " m=" + std::to_string(p.m) +
+         " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
 }
 
 template <int kM, int kR>

@@ -67,7 +67,7 @@ __device__ __forceinline__ void mark(unsigned long long* table, int slot, int wh
 __device__ __forceinline__ void block_exit(unsigned long long* table, int slot) {
 #if CELLM_KERNEL_TRACE
   __syncthreads();
-  mark(table, slot, kMarks - 1);
+  mark(table, slot, kExitMark);
 #else
   (void)table;
   (void)slot;
@@ -81,7 +81,7 @@ class BlockScope {
   __device__ __forceinline__ BlockScope(unsigned long long* table, int slot)
 #if CELLM_KERNEL_TRACE
       : table_(table), slot_(slot) {
-    mark(table, slot, 0);
+    mark(table, slot, kEntryMark);
   }
   __device__ __forceinline__ ~BlockScope() {
     block_exit(table_, slot_);
