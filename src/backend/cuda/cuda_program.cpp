@@ -87,6 +87,9 @@ class CudaProgram final : public program::Program {
   DeviceBuffer<std::int32_t> suppressed_device_;
   PinnedBuffer<std::int32_t> tokens_host_;
   DeviceBuffer<std::int32_t> tokens_device_;
+  // The split argmax's partials and per-row counters (sample.cuh).
+  DeviceBuffer<std::int64_t> argmax_partials_;
+  DeviceBuffer<std::int32_t> argmax_counters_;
   std::vector<std::int64_t> sampled_;
   std::vector<float> host_logits_;  // only without device sampling
 };
@@ -139,6 +142,13 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                          DeviceBuffer<std::int32_t>::allocate(steps * kSampleMaxSuppressed));
   CELLM_ASSIGN_OR_RETURN(p->tokens_host_, PinnedBuffer<std::int32_t>::allocate(steps));
   CELLM_ASSIGN_OR_RETURN(p->tokens_device_, DeviceBuffer<std::int32_t>::allocate(steps));
+  static_assert(argmax_partials_bytes(1) % sizeof(std::int64_t) == 0);
+  CELLM_ASSIGN_OR_RETURN(
+      p->argmax_partials_,
+      DeviceBuffer<std::int64_t>::allocate(argmax_partials_bytes(static_cast<std::int32_t>(steps)) /
+                                           sizeof(std::int64_t)));
+  CELLM_ASSIGN_OR_RETURN(p->argmax_counters_, DeviceBuffer<std::int32_t>::allocate(steps));
+  CELLM_CUDA_CHECK(cudaMemset(p->argmax_counters_.data(), 0, p->argmax_counters_.bytes()));
   CELLM_LOG_INFO("cuda: weights {} MiB, workspace {} MiB, KV pool {} cells ({} MiB)",
                  p->forward_->weight_bytes() >> 20, p->forward_->workspace_bytes() >> 20, cells,
                  p->forward_->kv_bytes() >> 20);
@@ -343,6 +353,10 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
   p.rows = rows;
   p.vocab = static_cast<std::int32_t>(vocab);
   if (argmax) {
+    if (knobs.kernels.split_argmax) {
+      p.argmax_partials = argmax_partials_.data();
+      p.argmax_counters = argmax_counters_.data();
+    }
     launch_sample_argmax(p, stream_.get());
   } else {
     CELLM_RETURN_IF_ERROR(program::check_host_input(name, "params", inputs[1], DType::kF32, 2));

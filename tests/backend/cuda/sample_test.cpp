@@ -275,6 +275,95 @@ TEST(SampleArgmaxTest, FirstMaximumWinsAndNaNIsIgnored) {
   EXPECT_EQ(got[3], host_argmax(logits.data() + 3 * vocab, vocab));
 }
 
+// The argmax split over blocks (argmax_partials set) against the one-block
+// kernel and a host reference, on vocabularies that give one part, a ragged
+// last part and the 64-part cap; maxima repeated across parts, NaNs, rows of
+// -inf or all NaN, and suppressed ids (the row maximum and id 0 among them).
+// Each split launch runs three times on the same workspace: the counters
+// must come back to zero for the next launch to merge at all.
+TEST(SampleArgmaxTest, SplitOverBlocksMatchesOneBlock) {
+  CELLM_REQUIRE_GPU();
+  const int rows = 6;
+  for (const int vocab : {1, 5, 4095, 4097, 32000, 128256, 262144, 300001}) {
+    std::mt19937 rng(static_cast<unsigned>(vocab));
+    auto logits = random_logits(rows, vocab, 3.0f, rng);
+    auto at = [&](int r, int i) -> float& {
+      return logits[static_cast<std::size_t>(r) * vocab + static_cast<std::size_t>(i)];
+    };
+    // Row 1: the same maximum early and late (the early one wins).
+    at(1, vocab / 3) = 90.0f;
+    at(1, vocab - 1) = 90.0f;
+    // Row 2: NaNs around a maximum that is not first.
+    at(2, 0) = NAN;
+    at(2, vocab / 2) = 80.0f;
+    at(2, vocab - 1) = NAN;
+    for (int i = 0; i < vocab; ++i) {
+      at(3, i) = -INFINITY;
+      at(4, i) = NAN;
+      at(5, i) = -2.0f;
+    }
+    std::vector<std::int32_t> banned(static_cast<std::size_t>(rows) * kSampleMaxSuppressed, -1);
+    banned[0] = host_argmax(&at(0, 0), vocab);
+    banned[1] = vocab + 7;  // outside the vocabulary: suppresses nothing
+    banned[3 * kSampleMaxSuppressed] = 0;
+    banned[5 * kSampleMaxSuppressed] = 0;
+    banned[5 * kSampleMaxSuppressed + 1] = vocab > 2 ? 2 : 0;
+    DeviceArray<float> dl(logits);
+    DeviceArray<std::int32_t> db(banned);
+    DeviceArray<std::int64_t> partials(argmax_partials_bytes(rows) / sizeof(std::int64_t));
+    DeviceArray<std::int32_t> counters(std::vector<std::int32_t>(rows, 0));
+    for (const bool suppress : {false, true}) {
+      auto run = [&](bool split) {
+        DeviceArray<std::int32_t> out(rows);
+        out.poison();
+        SampleParams p{.logits = dl.data(),
+                       .out = out.data(),
+                       .suppressed = suppress ? db.data() : nullptr,
+                       .logits_stride = vocab,
+                       .rows = rows,
+                       .vocab = vocab};
+        if (split) {
+          p.argmax_partials = partials.data();
+          p.argmax_counters = counters.data();
+        }
+        EXPECT_TRUE(p.validate_argmax().is_ok());
+        launch_sample_argmax(p, nullptr);
+        return out.download();
+      };
+      const auto one_block = run(false);
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        EXPECT_EQ(run(true), one_block)
+            << "vocab " << vocab << " suppress " << suppress << " launch " << repeat;
+        EXPECT_EQ(counters.download(), std::vector<std::int32_t>(rows, 0));
+      }
+      for (int r = 0; r < rows; ++r) {
+        // Host reference: suppressed ids are no candidates; with none left
+        // (all NaN or suppressed) the first id that is not suppressed.
+        std::vector<float> row(&at(r, 0), &at(r, 0) + vocab);
+        std::vector<bool> off(static_cast<std::size_t>(vocab), false);
+        for (int j = 0; suppress && j < kSampleMaxSuppressed; ++j) {
+          const int id = banned[static_cast<std::size_t>(r) * kSampleMaxSuppressed + j];
+          if (id >= 0 && id < vocab) off[static_cast<std::size_t>(id)] = true;
+        }
+        int want = -1;
+        for (int i = 0; i < vocab; ++i) {
+          if (off[static_cast<std::size_t>(i)] || std::isnan(row[static_cast<std::size_t>(i)]))
+            continue;
+          if (want < 0 || row[static_cast<std::size_t>(i)] > row[static_cast<std::size_t>(want)])
+            want = i;
+        }
+        if (want < 0) {
+          want = 0;
+          while (want < vocab && off[static_cast<std::size_t>(want)]) ++want;
+          if (want >= vocab) want = 0;
+        }
+        EXPECT_EQ(one_block[static_cast<std::size_t>(r)], want)
+            << "vocab " << vocab << " row " << r << " suppress " << suppress;
+      }
+    }
+  }
+}
+
 TEST(SampleTest, MatchesSpecOnFixtureVocabularyWithFloatSums) {
   CELLM_REQUIRE_GPU();
   const int vocab = 384;

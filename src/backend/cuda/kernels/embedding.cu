@@ -1,6 +1,8 @@
-#include "backend/cuda/kernels/embedding.cuh"
+#include <string>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/embedding.cuh"
+#include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -8,8 +10,13 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// The step's first kernel: its gap in the timeline is the host's share of a step.
+CELLM_TRACE_TABLE(embedding_trace);
+
 __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
+  const trace::BlockScope traced(embedding_trace, trace::slot_of(p));
   griddep_enter();
+  trace::mark(embedding_trace, trace::slot_of(p), trace::kWaitMark);
   const int t = blockIdx.x;
   const std::int32_t token = p.tokens[t];
   const bool valid = token >= 0 && token < p.vocab;
@@ -26,9 +33,12 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
 
 }  // namespace
 
-void launch_embedding(const EmbeddingParams& params, cudaStream_t stream) {
-  launch(embedding_kernel, LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream, params.pdl},
-         params);
+void launch_embedding(const EmbeddingParams& requested, cudaStream_t stream) {
+  EmbeddingParams params = requested;
+  trace::assign_slot(params, embedding_trace,
+                     [&] { return "embedding rows=" + std::to_string(params.num_tokens); });
+  launch(embedding_kernel,
+         LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream, params.pdl}, params);
 }
 
 }  // namespace cellm::cuda

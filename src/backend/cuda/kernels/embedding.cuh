@@ -30,6 +30,9 @@ struct EmbeddingParams {
 
   // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
   bool pdl = false;
+#if CELLM_KERNEL_TRACE
+  std::int32_t trace_slot = -1;  // kernel_trace.cuh
+#endif
 
   Status validate() const;
 };

@@ -1,10 +1,17 @@
-#include "backend/cuda/kernels/sample.cuh"
+#include <algorithm>
+#include <string>
+
+#include <climits>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/kernel_trace.cuh"
+#include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
 namespace {
+
+CELLM_TRACE_TABLE(sample_trace);
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -339,6 +346,9 @@ __device__ int nth_with_bits(const Softmax& sm, unsigned bits, u64 j, u64* scan_
 
 __global__ void __launch_bounds__(kThreads)
     sample_argmax_kernel(const __grid_constant__ SampleParams p) {
+  const trace::BlockScope traced(sample_trace, trace::slot_of(p));
+  // No programmatic wait: the launch itself waits for the logits.
+  trace::mark(sample_trace, trace::slot_of(p), trace::kWaitMark);
   __shared__ ArgMax scratch[kWarps];
   __shared__ Banned banned;
   load_banned(p, static_cast<int>(blockIdx.x), banned);
@@ -347,7 +357,110 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) p.out[blockIdx.x] = best.index;
 }
 
+// The split argmax (sample.cuh): block (row, part) scans logits [part *
+// chunk, (part + 1) * chunk) of its row with kSplitUnroll loads in flight per
+// thread, and the last block of the row to arrive reduces the parts.
+constexpr int kSplitThreads = 256;
+constexpr int kSplitWarps = kSplitThreads / 32;
+constexpr int kSplitUnroll = 4;
+constexpr int kSplitMinChunk = 4096;  // logits per block, at least
+
+int argmax_parts(int vocab) {
+  return std::clamp((vocab + kSplitMinChunk - 1) / kSplitMinChunk, 1, kArgmaxMaxParts);
+}
+
+// The preferred of the block's candidates; every thread gets it.
+__device__ __forceinline__ ArgMax split_block_argmax(float best, int best_i, ArgMax* scratch) {
+  warp_argmax(best, best_i);
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) scratch[threadIdx.x >> 5] = ArgMax{best, best_i};
+  __syncthreads();
+  best = lane < kSplitWarps ? scratch[lane].value : -INFINITY;
+  best_i = lane < kSplitWarps ? scratch[lane].index : INT_MAX;
+  warp_argmax(best, best_i);
+  return ArgMax{best, best_i};
+}
+
+__global__ void __launch_bounds__(kSplitThreads)
+    sample_argmax_split_kernel(const __grid_constant__ SampleParams p) {
+  const trace::BlockScope traced(sample_trace, trace::slot_of(p));
+  // No programmatic wait: the launch itself waits for the logits.
+  trace::mark(sample_trace, trace::slot_of(p), trace::kWaitMark);
+  __shared__ ArgMax scratch[kSplitWarps];
+  __shared__ Banned banned;
+  __shared__ bool last;
+  const int r = static_cast<int>(blockIdx.x);
+  const int part = static_cast<int>(blockIdx.y);
+  const int parts = static_cast<int>(gridDim.y);
+  load_banned(p, r, banned);
+  const float* row = p.logits + static_cast<std::int64_t>(r) * p.logits_stride;
+  const int chunk = (p.vocab + parts - 1) / parts;
+  const int begin = part * chunk;
+  const int end = min(p.vocab, begin + chunk);
+  float best = -INFINITY;
+  int best_i = p.vocab;  // sentinel: loses every tie
+  // Indices rise within a thread, so taking only strictly better values keeps
+  // the lower id of a tie; across threads warp_argmax breaks ties by id.
+  for (int base = begin + static_cast<int>(threadIdx.x); base < end;
+       base += kSplitThreads * kSplitUnroll) {
+    float v[kSplitUnroll];
+#pragma unroll
+    for (int u = 0; u < kSplitUnroll; ++u) {
+      const int i = base + u * kSplitThreads;
+      v[u] = i < end ? row[i] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kSplitUnroll; ++u) {
+      const int i = base + u * kSplitThreads;
+      if (i < end && !banned.has(i) && better(v[u], i, best, best_i)) {
+        best = v[u];
+        best_i = i;
+      }
+    }
+  }
+  const ArgMax mine = split_block_argmax(best, best_i, scratch);
+  ArgMax* partials =
+      static_cast<ArgMax*>(p.argmax_partials) + static_cast<std::int64_t>(r) * kArgmaxMaxParts;
+  if (threadIdx.x == 0) {
+    partials[part] = mine;
+    __threadfence();  // the partial is visible device-wide before the count
+    const int arrived = atomicAdd(p.argmax_counters + r, 1);
+    last = arrived == parts - 1;
+    if (last) atomicExch(p.argmax_counters + r, 0);  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials, released before their counts
+  best = -INFINITY;
+  best_i = INT_MAX;
+  for (int q = static_cast<int>(threadIdx.x); q < parts; q += kSplitThreads) {
+    // Through L2: other blocks wrote them.
+    const float value = __ldcg(&partials[q].value);
+    const int index = __ldcg(&partials[q].index);
+    if (better(value, index, best, best_i)) {
+      best = value;
+      best_i = index;
+    }
+  }
+  __syncthreads();  // scratch is reused
+  const ArgMax row_best = split_block_argmax(best, best_i, scratch);
+  if (threadIdx.x == 0) {
+    int index = row_best.index;
+    if (index >= p.vocab) {
+      // All NaN: the first candidate, as the host takes (0 if none is left).
+      index = 0;
+      while (index < p.vocab && banned.has(index)) ++index;
+      if (index >= p.vocab) index = 0;
+    }
+    p.out[r] = index;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant__ SampleParams p) {
+  // Every return below is taken by the whole block (the exit mark's barrier).
+  const trace::BlockScope traced(sample_trace, trace::slot_of(p));
+  // No programmatic wait: the launch itself waits for the logits.
+  trace::mark(sample_trace, trace::slot_of(p), trace::kWaitMark);
   __shared__ ArgMax argmax_scratch[kWarps];
   __shared__ float f32_scratch[kWarps];
   __shared__ u64 u64_scratch[kWarps];
@@ -454,11 +567,26 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const __grid_constant_
 
 }  // namespace
 
-void launch_sample_argmax(const SampleParams& params, cudaStream_t stream) {
-  launch(sample_argmax_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream}, params);
+void launch_sample_argmax(const SampleParams& requested, cudaStream_t stream) {
+  SampleParams params = requested;
+  const bool split = params.argmax_partials != nullptr && params.argmax_counters != nullptr;
+  const int parts = split ? argmax_parts(params.vocab) : 1;
+  trace::assign_slot(params, sample_trace, [&] {
+    return "sample/argmax rows=" + std::to_string(params.rows) + " parts=" + std::to_string(parts);
+  });
+  if (split) {
+    launch(sample_argmax_split_kernel,
+           LaunchConfig{dim3(params.rows, parts), dim3(kSplitThreads), 0, stream}, params);
+  } else {
+    launch(sample_argmax_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream},
+           params);
+  }
 }
 
-void launch_sample(const SampleParams& params, cudaStream_t stream) {
+void launch_sample(const SampleParams& requested, cudaStream_t stream) {
+  SampleParams params = requested;
+  trace::assign_slot(params, sample_trace,
+                     [&] { return "sample/draw rows=" + std::to_string(params.rows); });
   launch(sample_kernel, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream}, params);
 }
 

@@ -1,7 +1,13 @@
 // The device sampler over float32 logits [rows, vocab], one block per row.
 //
 // sample_argmax: the first index of the row maximum (ties -> lower id; NaN
-// logits are ignored).
+// logits are ignored). Given a workspace (argmax_partials/argmax_counters),
+// a row is scanned by up to kArgmaxMaxParts blocks of a few thousand logits
+// each, and the last of them to finish reduces their partials: a batch-1
+// step then reads its 128K logits on dozens of SMs instead of one. The
+// result is the same either way: "larger value, then lower id" is a total
+// order on the candidates, so its maximum does not depend on how the row is
+// cut.
 //
 // sample: batching_spec.md section 4.8. params[r] = (temperature, top_p,
 // top_k, coin). temperature <= 0 -> argmax. Otherwise p = softmax(x / T);
@@ -30,6 +36,7 @@
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -42,17 +49,31 @@ class Status;
 
 namespace cellm::cuda {
 
-inline constexpr int kSampleParamsPerRow = 4;  // temperature, top_p, top_k, coin
+inline constexpr int kSampleParamsPerRow = 4;   // temperature, top_p, top_k, coin
 inline constexpr int kSampleMaxSuppressed = 8;  // = cellm::kMaxSuppressedTokens
+inline constexpr int kArgmaxMaxParts = 64;      // blocks per row of the split argmax
+// Bytes of argmax_partials for `rows` rows (8 per part).
+inline constexpr std::size_t argmax_partials_bytes(std::int32_t rows) {
+  return static_cast<std::size_t>(rows) * kArgmaxMaxParts * 8;
+}
 
 struct SampleParams {
-  const float* logits = nullptr;  // [rows, logits_stride], first `vocab` columns used
-  const float* params = nullptr;  // [rows, 4]; unused by sample_argmax
-  std::int32_t* out = nullptr;    // [rows]
+  const float* logits = nullptr;             // [rows, logits_stride], first `vocab` columns used
+  const float* params = nullptr;             // [rows, 4]; unused by sample_argmax
+  std::int32_t* out = nullptr;               // [rows]
   const std::int32_t* suppressed = nullptr;  // [rows, kSampleMaxSuppressed] or null
   std::int64_t logits_stride = 0;
   std::int32_t rows = 0;
   std::int32_t vocab = 0;
+  // sample_argmax's split over blocks (null: one block per row). The
+  // counters ([rows]) must be zero before a launch and are left zero by it;
+  // the partials (argmax_partials_bytes(rows)) are scratch. Launches that
+  // share them must be ordered (one stream).
+  void* argmax_partials = nullptr;
+  std::int32_t* argmax_counters = nullptr;
+#if CELLM_KERNEL_TRACE
+  std::int32_t trace_slot = -1;  // kernel_trace.cuh
+#endif
 
   Status validate() const;         // for sample
   Status validate_argmax() const;  // for sample_argmax (params may be null)
