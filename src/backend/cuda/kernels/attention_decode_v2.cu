@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   // have their ranges, before the wait.
   //
   // Before the wait the block also stages the settled keys of its first
-  // window's cells, copies them for the first kStages - 1 tiles and pulls the
+  // window's cells, copies them for the first kStages tiles and pulls the
   // next two tiles into L2: a block launched beside the q/k/v projection
   // then finds its history in place when the projection ends. After the
   // wait only Q and the step's own keys are read. On the H200 this took the
@@ -121,9 +121,13 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
                               flags_s + stage * kTileKeys, key0, chunk, windows_s, tile,
                               begin + tile * kTileKeys, settled, end);
   };
-  const int early_tiles = min(tiles, L::kStages - 1);
+  // Every stage is filled before the wait, so a block of up to kStages tiles
+  // (1B batch 1 at 512 keys: two tiles a block) has all its copies in flight
+  // while the projection runs; the key loop refills a stage only from its
+  // second tile on, once the stage's first tile is consumed.
+  const int early_tiles = min(tiles, L::kStages);
 #pragma unroll
-  for (int s = 0; s < L::kStages - 1; ++s) {
+  for (int s = 0; s < L::kStages; ++s) {
     if (s < tiles) issue.template operator()<TileKeys::kSettled>(s);
     cp_async_commit();
   }
@@ -134,9 +138,11 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
   trace::mark(attention_trace, trace::slot_of(p), kEarlyReadsIssued);
 
-  // The wait never lets the next kernel start early, and the kernel does not
-  // fetch the next projection's weights either; each was measured slower on
-  // the H200 (bench/results/README.md, sessions 5, 6 and 9):
+  // The next kernel may launch only once the outputs are stored (in
+  // cluster_merge; other paths at exit), and the kernel does not fetch the
+  // next projection's weights; earlier launches and the prefetch were
+  // measured slower on the H200 (bench/results/README.md, sessions 5, 6
+  // and 9):
   // - launching the o GEMV here or after the key loop: 8B batch 1 4.45 ->
   //   5.31 and 4.35 -> 5.17 ms/step; measured again per kernel, 4.31 -> 5.11,
   //   the attention and every GEMV after it (and the lm_head) slower;
@@ -194,8 +200,11 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   const float softcap = p.softcap;
 
   for (int tile = 0; tile < tiles; ++tile) {
-    // Groups so far: the early tiles', the fresh keys', then one per tile
-    // issued in this loop; all but the newest kStages - 2 must be complete.
+    // Groups so far: one per stage filled early, the fresh keys', then one
+    // per iteration (empty at the first); all but the newest kStages - 2 must
+    // be complete. Tile t >= kStages is in group t + 2, committed kStages - 2
+    // groups before this iteration's wait; an earlier tile sits in a group
+    // at least as old.
     if (tile == 0 && early_fresh) {
       cp_async_wait<0>();
     } else {
@@ -203,8 +212,9 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
     }
     __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
     if (tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
+    // The stage consumed by the previous iteration (none at the first).
     const int ahead = tile + L::kStages - 1;
-    if (ahead < tiles) {
+    if (tile > 0 && ahead < tiles) {
       // Window w + 1 was requested when copies reached window w; it is stored
       // half a window later, behind this barrier, into the buffer window w - 1
       // left (its last copy was issued before the barrier), and first read

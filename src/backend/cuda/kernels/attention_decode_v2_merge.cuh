@@ -9,6 +9,7 @@
 #include <cooperative_groups.h>
 #include <cstdint>
 
+#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
@@ -127,6 +128,11 @@ __device__ __forceinline__ void cluster_merge(unsigned long long* trace_table,
     store_out4(p, token, first_head + h, d, num, den);
   }
   trace::mark(trace_table, trace::slot_of(p), kMergedStored);
+  // The outputs are stored: the next kernel may launch while the cluster
+  // waits for its last reader and the blocks leave (its wait still holds it
+  // until this grid is complete). Earlier triggers cost more than they gain
+  // (attention_decode_v2.cu, before the wait).
+  griddep_launch_dependents();
   cluster.sync();
 #endif
 }
