@@ -6,9 +6,11 @@
 // achieved rate (`bytes_per_second`) against the ~4.3 TB/s copy roofline.
 // Buffers are cycled over several copies ("layers") past the 50 MB L2, as a
 // forward pass reads each layer's weights and KV once.
+// The device sampler is timed on the logits of a Llama-3 vocabulary.
 // Run: backend_cuda_bench --benchmark_filter=Decode --benchmark_counters_tabular=true
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -20,6 +22,7 @@
 #include "backend/cuda/kernels/kv_scatter.cuh"
 #include "backend/cuda/kernels/rope.cuh"
 #include "backend/cuda/kernels/rope_scatter.cuh"
+#include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "core/check.h"
@@ -357,6 +360,68 @@ void decode_gemm_args(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_DecodeGemm)->Apply(decode_gemm_args)->UseManualTime();
+
+// ---- the device sampler on [rows, 128256] logits drawn from N(0, 3^2):
+// args {policy (0 = argmax on one block per row, 1 = argmax split over
+// blocks, 2 = temperature 0.8 over the whole vocabulary, 3 = and top-p 0.95,
+// 4 = and top-k 40), rows, cluster (draws: a cluster of blocks per row)}.
+// The logits stay in L2 as a step's do. ----
+void BM_Sample(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const auto policy = static_cast<int>(state.range(0));
+  const auto rows = static_cast<std::int32_t>(state.range(1));
+  const bool cluster = state.range(2) == 1;
+  constexpr std::int32_t kVocab = 128256;
+  std::vector<float> host(static_cast<std::size_t>(rows) * kVocab);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  for (float& x : host) x = dist(rng);
+  std::vector<float> params;
+  for (std::int32_t r = 0; r < rows; ++r) {
+    const float top_p = policy == 3 ? 0.95f : 0.0f;
+    const float top_k = policy == 4 ? 40.0f : 0.0f;
+    params.insert(params.end(), {0.8f, top_p, top_k, 0.37f});
+  }
+  auto logits = filled<float>(host.size(), 0);
+  auto params_d = filled<float>(params.size(), 0);
+  auto out = filled<std::int32_t>(static_cast<std::size_t>(rows), 0);
+  auto partials = filled<std::int64_t>(argmax_partials_bytes(rows) / sizeof(std::int64_t), 0);
+  auto counters = filled<std::int32_t>(static_cast<std::size_t>(rows), 0);
+  CELLM_CUDA_CHECK(
+      cudaMemcpy(logits.data(), host.data(), host.size() * sizeof(float), cudaMemcpyDefault));
+  CELLM_CUDA_CHECK(
+      cudaMemcpy(params_d.data(), params.data(), params.size() * sizeof(float), cudaMemcpyDefault));
+  SampleParams p;
+  p.logits = logits.data();
+  p.params = params_d.data();
+  p.out = out.data();
+  p.logits_stride = kVocab;
+  p.rows = rows;
+  p.vocab = kVocab;
+  p.cluster = cluster;
+  if (policy == 1) {
+    p.argmax_partials = partials.data();
+    p.argmax_counters = counters.data();
+  }
+  time_launches(state, static_cast<double>(host.size() * sizeof(float)), [&](int) {
+    if (policy <= 1) {
+      launch_sample_argmax(p, nullptr);
+    } else {
+      launch_sample(p, nullptr);
+    }
+  });
+}
+
+void sample_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"policy", "rows", "cluster"});
+  for (const int rows : {1, 8, 64}) {
+    for (int policy = 0; policy <= 4; ++policy) {
+      b->Args({policy, rows, 0});
+      if (policy >= 2) b->Args({policy, rows, 1});
+    }
+  }
+}
+BENCHMARK(BM_Sample)->Apply(sample_args)->UseManualTime();
 
 }  // namespace
 }  // namespace cellm::cuda

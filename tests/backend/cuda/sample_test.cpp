@@ -23,6 +23,11 @@ namespace {
 
 using testing::DeviceArray;
 
+// Which draw kernel run_sampler and run_suppressed launch: one block a row,
+// or a cluster of blocks (SampleParams::cluster); set by SampleTest's
+// parameter.
+bool g_cluster = false;
+
 struct RowParams {
   float temperature;
   float top_p;
@@ -164,7 +169,8 @@ std::vector<std::int32_t> run_sampler(const std::vector<float>& logits, int rows
                  .out = out.data(),
                  .logits_stride = vocab,
                  .rows = rows,
-                 .vocab = vocab};
+                 .vocab = vocab,
+                 .cluster = g_cluster};
   EXPECT_TRUE(p.validate().is_ok());
   launch_sample(p, nullptr);
   return out.download();
@@ -188,7 +194,8 @@ std::vector<std::int32_t> run_suppressed(const std::vector<float>& logits, int r
                  .suppressed = db.data(),
                  .logits_stride = vocab,
                  .rows = rows,
-                 .vocab = vocab};
+                 .vocab = vocab,
+                 .cluster = g_cluster};
   EXPECT_TRUE(p.validate().is_ok());
   if (argmax) {
     launch_sample_argmax(p, nullptr);
@@ -275,16 +282,30 @@ TEST(SampleArgmaxTest, FirstMaximumWinsAndNaNIsIgnored) {
   EXPECT_EQ(got[3], host_argmax(logits.data() + 3 * vocab, vocab));
 }
 
+// The draw's tests run on both kernels: one block a row and a cluster of
+// blocks a row.
+class SampleTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { g_cluster = GetParam(); }
+  void TearDown() override { g_cluster = false; }
+};
+INSTANTIATE_TEST_SUITE_P(Kernels, SampleTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Cluster" : "OneBlock";
+                         });
+
 // The argmax split over blocks (argmax_partials set) against the one-block
 // kernel and a host reference, on vocabularies that give one part, a ragged
 // last part and the 64-part cap; maxima repeated across parts, NaNs, rows of
-// -inf or all NaN, and suppressed ids (the row maximum and id 0 among them).
+// -inf or all NaN, and suppressed ids (the row maximum and id 0 among them);
+// at 128256 ids with 20 rows, which leaves each row 12 parts.
 // Each split launch runs three times on the same workspace: the counters
 // must come back to zero for the next launch to merge at all.
 TEST(SampleArgmaxTest, SplitOverBlocksMatchesOneBlock) {
   CELLM_REQUIRE_GPU();
-  const int rows = 6;
   for (const int vocab : {1, 5, 4095, 4097, 32000, 128256, 262144, 300001}) {
+    // 20 rows leave 12 parts a row instead of 32 (the launch's block budget).
+    const int rows = vocab == 128256 ? 20 : 6;
     std::mt19937 rng(static_cast<unsigned>(vocab));
     auto logits = random_logits(rows, vocab, 3.0f, rng);
     auto at = [&](int r, int i) -> float& {
@@ -364,7 +385,7 @@ TEST(SampleArgmaxTest, SplitOverBlocksMatchesOneBlock) {
   }
 }
 
-TEST(SampleTest, MatchesSpecOnFixtureVocabularyWithFloatSums) {
+TEST_P(SampleTest, MatchesSpecOnFixtureVocabularyWithFloatSums) {
   CELLM_REQUIRE_GPU();
   const int vocab = 384;
   std::mt19937 rng(2);
@@ -372,7 +393,7 @@ TEST(SampleTest, MatchesSpecOnFixtureVocabularyWithFloatSums) {
   check_rows(random_logits(static_cast<int>(rows.size()), vocab, 2.0f, rng), vocab, rows, true);
 }
 
-TEST(SampleTest, MatchesSpecOnLargeVocabularies) {
+TEST_P(SampleTest, MatchesSpecOnLargeVocabularies) {
   CELLM_REQUIRE_GPU();
   for (const int vocab : {32000, 262144}) {
     for (const float stddev : {4.0f, 0.05f}) {  // peaked and nearly flat
@@ -384,7 +405,7 @@ TEST(SampleTest, MatchesSpecOnLargeVocabularies) {
   }
 }
 
-TEST(SampleTest, TiesInProbabilityGoToTheLowerId) {
+TEST_P(SampleTest, TiesInProbabilityGoToTheLowerId) {
   CELLM_REQUIRE_GPU();
   const int vocab = 5000;
   std::mt19937 rng(3);
@@ -395,7 +416,7 @@ TEST(SampleTest, TiesInProbabilityGoToTheLowerId) {
   check_rows(logits, vocab, rows, false);
 }
 
-TEST(SampleTest, EmpiricalDistributionMatchesSoftmax) {
+TEST_P(SampleTest, EmpiricalDistributionMatchesSoftmax) {
   CELLM_REQUIRE_GPU();
   const int vocab = 16, draws = 4000;
   std::mt19937 rng(4);
@@ -422,7 +443,7 @@ TEST(SampleTest, EmpiricalDistributionMatchesSoftmax) {
 // Suppressed ids (min_tokens): never drawn, and otherwise the same draw as
 // the row with those logits set to -inf by hand, even when the suppressed ids
 // hold nearly all the mass or the argmax.
-TEST(SampleTest, SuppressedIdsAreNeverDrawn) {
+TEST_P(SampleTest, SuppressedIdsAreNeverDrawn) {
   CELLM_REQUIRE_GPU();
   for (const int vocab : {384, 262144}) {
     std::mt19937 rng(6 + vocab);
@@ -469,7 +490,7 @@ TEST(SampleTest, SuppressedIdsAreNeverDrawn) {
   }
 }
 
-TEST(SampleTest, SameInputsGiveSameTokens) {
+TEST_P(SampleTest, SameInputsGiveSameTokens) {
   CELLM_REQUIRE_GPU();
   const int vocab = 262144;
   std::mt19937 rng(5);

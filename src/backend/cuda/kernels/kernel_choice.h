@@ -36,7 +36,9 @@
 //                                  kernels (default 1: 8B batch 1 4.849 -> 4.780 ms/step)
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
 //   CELLM_SPLIT_ARGMAX=0|1         the device argmax spreads a row over up to 64 blocks instead of
-//                                  one (sample.cuh; default 1)
+//                                  one when a step has few rows (sample.cuh; default 1)
+//   CELLM_SAMPLE_CLUSTER=0|1       the device draw (temperature, top-k, top-p) runs each row on a
+//                                  cluster of 8 blocks instead of one (sample_draw.cu; default 1)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once
@@ -68,6 +70,7 @@ struct KernelChoice {
   bool pdl = true;
   bool gemm_autotune = true;
   bool split_argmax = true;
+  bool cluster_sampler = true;
 
   friend bool operator==(const KernelChoice&, const KernelChoice&) = default;
 };
@@ -82,7 +85,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 fused_rope=1 gemv=1
-// gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1",
+// gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
+// cluster_sampler=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 

@@ -1,4 +1,5 @@
-// The device sampler over float32 logits [rows, vocab], one block per row.
+// The device sampler over float32 logits [rows, vocab]: sample.cu holds the
+// argmax, sample_draw.cu the draw.
 //
 // sample_argmax: the first index of the row maximum (ties -> lower id; NaN
 // logits are ignored). Given a workspace (argmax_partials/argmax_counters),
@@ -19,8 +20,9 @@
 // probability is <= coin, clamped to vocab - 1.
 //
 // Arithmetic and determinism: p is float32 computed as the host does
-// (y = x / T, e = expf(y - max y), p = e / Z). Z is a fixed-tree block sum
-// (the host sums sequentially, so Z may differ in the last bits). Every
+// (y = x / T, e = expf(y - max y), p = e / Z). Z is a fixed-tree block sum,
+// and with a cluster the blocks' sums added in rank order (the host sums
+// sequentially, so Z may differ in the last bits). Every
 // cumulative mass is summed exactly in 52-bit fixed point (p * 2^52,
 // truncated) instead of a sequential float32 cumsum; the host and device can
 // therefore disagree only when the coin or top_p lands within float rounding
@@ -52,6 +54,7 @@ namespace cellm::cuda {
 inline constexpr int kSampleParamsPerRow = 4;   // temperature, top_p, top_k, coin
 inline constexpr int kSampleMaxSuppressed = 8;  // = cellm::kMaxSuppressedTokens
 inline constexpr int kArgmaxMaxParts = 64;      // blocks per row of the split argmax
+inline constexpr int kSampleClusterBlocks = 8;  // blocks per row of the clustered draw
 // Bytes of argmax_partials for `rows` rows (8 per part).
 inline constexpr std::size_t argmax_partials_bytes(std::int32_t rows) {
   return static_cast<std::size_t>(rows) * kArgmaxMaxParts * 8;
@@ -71,6 +74,11 @@ struct SampleParams {
   // share them must be ordered (one stream).
   void* argmax_partials = nullptr;
   std::int32_t* argmax_counters = nullptr;
+  // sample only: a row is drawn by a cluster of kSampleClusterBlocks blocks,
+  // each owning a slice of the ids, instead of by one block (ignored where
+  // the device has no clusters). Rows whose sum Z rounds differently may
+  // then differ from the one-block draw, within the rounding described above.
+  bool cluster = false;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh
 #endif
