@@ -112,36 +112,23 @@ __device__ __forceinline__ int first_candidate(int vocab, const Banned& banned) 
   return i < vocab ? i : 0;
 }
 
-__device__ __forceinline__ u64 warp_sum_u64(u64 value) {
+// Sums over a warp and over the block (u64 or float), in a fixed tree:
+// every thread gets the same total on every run.
+template <class T>
+__device__ __forceinline__ T warp_sum(T value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1)
     value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }
 
-__device__ __forceinline__ u64 block_sum_u64(u64 value, u64* scratch) {
-  value = warp_sum_u64(value);
+template <class T>
+__device__ __forceinline__ T block_sum(T value, T* scratch) {
+  value = warp_sum(value);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = value;
   __syncthreads();
-  const u64 total = warp_sum_u64(scratch[threadIdx.x & 31]);
-  __syncthreads();
-  return total;
-}
-
-__device__ __forceinline__ float warp_sum_f32(float value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
-
-__device__ __forceinline__ float block_sum_f32(float value, float* scratch) {
-  value = warp_sum_f32(value);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = value;
-  __syncthreads();
-  const float total = warp_sum_f32(scratch[threadIdx.x & 31]);
+  const T total = warp_sum(scratch[threadIdx.x & 31]);
   __syncthreads();
   return total;
 }

@@ -410,7 +410,7 @@ __device__ u64 count_within_coin(const Team<kC>& team, const Softmax& sm, u64 co
   const int lane = static_cast<int>(threadIdx.x & 31);
   u64 mass = 0;
   for (int i = span.begin + lane; i < span.end; i += 32) mass += fixed(sm.prob(i));
-  mass = warp_sum_u64(mass);
+  mass = warp_sum(mass);
   u64 block_mass = 0;
   u64 running = warps_before_u64(mass, scratch, &block_mass);
   running += team.before(block_mass);
@@ -435,7 +435,7 @@ __device__ u64 count_within_coin(const Team<kC>& team, const Softmax& sm, u64 co
       running += __shfl_sync(0xffffffffu, inclusive, 31);
     }
   }
-  return team.sum(block_sum_u64(lane == 0 ? count : 0, scratch));
+  return team.sum(block_sum(lane == 0 ? count : 0, scratch));
 }
 
 // A team of kC blocks per row: blockIdx.x is the row, blockIdx.z the rank.
@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = team.begin + static_cast<int>(threadIdx.x); i < team.end; i += kThreads) {
     partial += expf(__fsub_rn(__fdiv_rn(sm.logit(i), temperature), sm.max_scaled));
   }
-  sm.sum = team.sum_f32(block_sum_f32(partial, f32_scratch));
+  sm.sum = team.sum_f32(block_sum(partial, f32_scratch));
 
   const bool use_top_k = top_k > 0.0f && top_k < static_cast<float>(vocab);
   const bool use_top_p = !use_top_k && top_p > 0.0f && top_p < 1.0f;
