@@ -3,12 +3,13 @@
 //
 // sample_argmax: the first index of the row maximum (ties -> lower id; NaN
 // logits are ignored). Given a workspace (argmax_partials/argmax_counters),
-// a row is scanned by up to kArgmaxMaxParts blocks of a few thousand logits
-// each, and the last of them to finish reduces their partials: a batch-1
-// step then reads its 128K logits on dozens of SMs instead of one. The
-// result is the same either way: "larger value, then lower id" is a total
-// order on the candidates, so its maximum does not depend on how the row is
-// cut.
+// a step of up to 32 rows has each row scanned by up to kArgmaxMaxParts
+// blocks of a few thousand logits, and the last of them to finish reduces
+// their partials: a batch-1 step then reads its 128K logits on dozens of
+// SMs instead of one. Wider steps keep one block a row, which measured
+// faster at 64 rows. The result is the same either way: "larger value, then
+// lower id" is a total order on the candidates, so its maximum does not
+// depend on how the row is cut.
 //
 // sample: batching_spec.md section 4.8. params[r] = (temperature, top_p,
 // top_k, coin). temperature <= 0 -> argmax. Otherwise p = softmax(x / T);
