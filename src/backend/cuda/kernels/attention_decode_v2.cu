@@ -123,8 +123,9 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   };
   // Every stage is filled before the wait, so a block of up to kStages tiles
   // (1B batch 1 at 512 keys: two tiles a block) has all its copies in flight
-  // while the projection runs; the key loop refills a stage only from its
-  // second tile on, once the stage's first tile is consumed.
+  // while the projection runs (H200, 1B batch 1: 0.966 -> 0.956 ms/step);
+  // the key loop refills a stage only from its second iteration on, once the
+  // stage's first tile is consumed.
   const int early_tiles = min(tiles, L::kStages);
 #pragma unroll
   for (int s = 0; s < L::kStages; ++s) {
