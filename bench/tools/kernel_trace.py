@@ -9,6 +9,9 @@ programmatic-launch wait, 7 block exit; 2..6 are kernel phases.
 The launches are ordered by their wait, and split into runs wherever nothing
 was traced for --split-us; the last run is the step reported (a graph's
 replays overwrite its capture's slots, so the report holds the last replay).
+Eager launches take a new slot each time: the argmax after the previous
+replay follows it by less than --split-us and opens the run, so the span is
+one step period and the embedding's gap is the host's share of it.
 Launches with the same label (each layer's q/k/v GEMV, say) are averaged:
 
   dur     first wait return -> last block exit (us)
