@@ -366,6 +366,9 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
   gather.dim = s.hidden_size;
   gather.scale = 1.0f;
   gather.pdl = active_.pdl;
+#if CELLM_KERNEL_TRACE
+  gather.trace_name = "gather";
+#endif
   if (fused) {
     // The final norm runs on the gathered rows, inside the lm_head GEMV.
     launch_embedding(gather, stream);

@@ -10,7 +10,8 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// The step's first kernel: its gap in the timeline is the host's share of a step.
+// The step's first kernel: its gap in the timeline is the host's share of a
+// step. The same kernel gathers the selected rows before the lm_head.
 CELLM_TRACE_TABLE(embedding_trace);
 
 __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
@@ -35,8 +36,14 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
 
 void launch_embedding(const EmbeddingParams& requested, cudaStream_t stream) {
   EmbeddingParams params = requested;
-  trace::assign_slot(params, embedding_trace,
-                     [&] { return "embedding rows=" + std::to_string(params.num_tokens); });
+  trace::assign_slot(params, embedding_trace, [&] {
+#if CELLM_KERNEL_TRACE
+    const std::string name = params.trace_name;
+#else
+    const std::string name = "embedding";
+#endif
+    return name + " rows=" + std::to_string(params.num_tokens);
+  });
   launch(embedding_kernel,
          LaunchConfig{dim3(params.num_tokens), dim3(kThreads), 0, stream, params.pdl}, params);
 }

@@ -32,6 +32,9 @@ struct EmbeddingParams {
   bool pdl = false;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh
+  // The timeline's name: the forward also gathers the selected rows of the
+  // final hidden state with this kernel ("gather").
+  const char* trace_name = "embedding";
 #endif
 
   Status validate() const;
