@@ -139,6 +139,16 @@ TEST(CudaValidateTest, SamplerNeedsParams) {
   EXPECT_EQ(p.validate().code(), StatusCode::kInvalidArgument);
   p.logits_stride = 4;
   EXPECT_EQ(p.validate_argmax().code(), StatusCode::kInvalidArgument);
+  // The split argmax's workspace comes whole or not at all.
+  p.logits_stride = 8;
+  std::int64_t partials[kArgmaxMaxParts] = {};
+  std::int32_t counters[1] = {};
+  p.argmax_partials = partials;
+  EXPECT_EQ(p.validate_argmax().code(), StatusCode::kInvalidArgument);
+  p.argmax_counters = counters;
+  EXPECT_TRUE(p.validate_argmax().is_ok());
+  p.argmax_partials = nullptr;
+  EXPECT_EQ(p.validate_argmax().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CudaResourcesTest, BuffersStreamsEventsAndGraphReplay) {

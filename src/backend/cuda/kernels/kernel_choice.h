@@ -38,7 +38,8 @@
 //   CELLM_SPLIT_ARGMAX=0|1         the device argmax spreads a row over up to 64 blocks instead of
 //                                  one when a step has few rows (sample.cuh; default 1)
 //   CELLM_SAMPLE_CLUSTER=0|1       the device draw (temperature, top-k, top-p) runs each row on a
-//                                  cluster of 8 blocks instead of one (sample_draw.cu; default 1)
+//                                  cluster of 8 blocks instead of one while all rows' clusters
+//                                  fit on the SMs (sample_draw.cu; default 1)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once

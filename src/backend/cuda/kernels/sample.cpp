@@ -15,6 +15,12 @@ Status SampleParams::validate_argmax() const {
     return invalid_argument("cuda sample: rows={} vocab={} logits_stride={} (stride >= vocab > 0)",
                             rows, vocab, logits_stride);
   }
+  // Half a workspace would silently fall back to one block a row.
+  if ((argmax_partials == nullptr) != (argmax_counters == nullptr)) {
+    return invalid_argument(
+        "cuda sample: the split argmax needs both argmax_partials and argmax_counters (or "
+        "neither, for one block a row)");
+  }
   return Status::ok();
 }
 

@@ -17,7 +17,6 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr double kFixedOne = 4503599627370496.0;  // 2^52
 
 using u64 = unsigned long long;
 

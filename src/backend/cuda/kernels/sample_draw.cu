@@ -26,6 +26,7 @@ namespace {
 CELLM_TRACE_TABLE(draw_trace);
 
 constexpr int kClusterBlocks = kSampleClusterBlocks;  // the portable cluster size
+constexpr double kFixedOne = 4503599627370496.0;      // 2^52: the masses' fixed point
 
 // The kC blocks drawing one row. Each member function is called by every
 // thread of every block of the team, with values that are the same across
