@@ -361,16 +361,18 @@ void decode_gemm_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_DecodeGemm)->Apply(decode_gemm_args)->UseManualTime();
 
-// ---- the device sampler on [rows, 128256] logits drawn from N(0, 3^2):
-// args {policy (0 = argmax on one block per row, 1 = argmax split over
-// blocks, 2 = temperature 0.8 over the whole vocabulary, 3 = and top-p 0.95,
-// 4 = and top-k 40), rows, cluster (draws: a cluster of blocks per row)}.
+// ---- the device sampler on [rows, 128256] logits drawn from N(0, 3^2)
+// (top-p 0.95 then keeps ~1,200 ids): args {policy (0 = argmax on one block
+// per row, 1 = argmax split over blocks, 2 = temperature 0.8 over the whole
+// vocabulary, 3 = and top-p 0.95, 4 = and top-k 40), rows, cluster (draws: a
+// cluster of blocks per row), candidates (top-k/top-p over candidate sets)}.
 // The logits stay in L2 as a step's do. ----
 void BM_Sample(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const auto policy = static_cast<int>(state.range(0));
   const auto rows = static_cast<std::int32_t>(state.range(1));
   const bool cluster = state.range(2) == 1;
+  const bool candidates = state.range(3) == 1;
   constexpr std::int32_t kVocab = 128256;
   std::vector<float> host(static_cast<std::size_t>(rows) * kVocab);
   std::mt19937 rng(7);
@@ -399,6 +401,7 @@ void BM_Sample(benchmark::State& state) {
   p.rows = rows;
   p.vocab = kVocab;
   p.cluster = cluster;
+  p.candidates = candidates;
   if (policy == 1) {
     p.argmax_partials = partials.data();
     p.argmax_counters = counters.data();
@@ -413,11 +416,14 @@ void BM_Sample(benchmark::State& state) {
 }
 
 void sample_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"policy", "rows", "cluster"});
-  for (const int rows : {1, 8, 64}) {
+  b->ArgNames({"policy", "rows", "cluster", "candidates"});
+  for (const int rows : {1, 8, 64, 256}) {
     for (int policy = 0; policy <= 4; ++policy) {
-      b->Args({policy, rows, 0});
-      if (policy >= 2) b->Args({policy, rows, 1});
+      for (const int cluster : {0, 1}) {
+        if (cluster == 1 && policy < 2) continue;
+        b->Args({policy, rows, cluster, 1});
+        if (policy >= 3) b->Args({policy, rows, cluster, 0});
+      }
     }
   }
 }

@@ -70,6 +70,16 @@ Status validate(const ServeBenchOptions& o) {
   if (!(o.temperature >= 0.0f) || std::isinf(o.temperature)) {
     return invalid_argument("--temperature must be 0 (greedy) or positive, got {}", o.temperature);
   }
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) {
+    return invalid_argument("--top-p must lie in (0, 1] (1: off), got {}", o.top_p);
+  }
+  if (o.top_k < 0) {
+    return invalid_argument("--top-k must be 0 (off) or positive, got {}", o.top_k);
+  }
+  if ((o.top_p < 1.0f || o.top_k > 0) && o.temperature == 0.0f) {
+    return invalid_argument(
+        "--top-p and --top-k shape a sampled draw: give --temperature > 0 with them");
+  }
   if (!(o.gpu_memory_fraction > 0.0 && o.gpu_memory_fraction <= 1.0)) {
     return invalid_argument("--gpu-memory-fraction must lie in (0, 1], got {}",
                             o.gpu_memory_fraction);
@@ -279,6 +289,8 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
                    {"prefill_chunk", o.prefill_chunk},
                    {"max_batch_tokens", o.max_batch_tokens},
                    {"temperature", o.temperature},
+                   {"top_p", o.top_p},
+                   {"top_k", o.top_k},
                    {"seed", o.seed},
                    {"completed", r.completed},
                    {"failed", r.failed},

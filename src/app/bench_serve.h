@@ -31,7 +31,7 @@ struct ServeBenchOptions {
   int prefix_len = 0;        // random tokens shared by every prompt
   bool reuse_prefix = true;  // prefill the prefix once and clone it per request
   double request_rate = std::numeric_limits<double>::infinity();  // Poisson, requests/s
-  int max_concurrency = 0;   // requests in flight at once; 0: no limit
+  int max_concurrency = 0;  // requests in flight at once; 0: no limit
   // Scheduler prefill chunk (tokens). Throughput-oriented, as a benchmark
   // of a loaded server is: on the H200 (8B, 256 in flight) 2048 gave
   // 9,044-9,344 output tok/s against 8,546 at 512, for a longer ITL tail
@@ -41,6 +41,8 @@ struct ServeBenchOptions {
   int max_batch_tokens = 0;  // tokens per engine step; 0: decodes + 2 chunks
   int warmup_requests = 1;   // untimed requests of the same shape before the run
   float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;        // 1: off (with temperature > 0)
+  int top_k = 0;             // 0: off
   std::uint64_t seed = 1;
   double gpu_memory_fraction = 0.9;  // CUDA: device share for weights, workspace and KV
   double progress_s = 10.0;          // a progress line on stderr this often; 0: none

@@ -432,6 +432,8 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   }
   GenConfig base;
   base.sampling.temperature = o.temperature;
+  base.sampling.top_p = o.top_p;
+  base.sampling.top_k = o.top_k;
   if (o.temperature > 0) base.seed = o.seed;
   const int cap = need.sessions - (prefix ? 1 : 0);
   LoadDriver driver(runner, prefix ? &*prefix : nullptr, o.prefix_len, base);

@@ -80,6 +80,10 @@ CLI::App* add_serve(CLI::App* bench, app::ServeBenchOptions& o) {
   serve->add_option("--warmup", o.warmup_requests, "untimed requests before the run")
       ->capture_default_str();
   serve->add_option("--temperature", o.temperature, "0: greedy")->capture_default_str();
+  serve->add_option("--top-p", o.top_p, "nucleus mass kept (1: off; needs --temperature)")
+      ->capture_default_str();
+  serve->add_option("--top-k", o.top_k, "most likely tokens kept (0: off; needs --temperature)")
+      ->capture_default_str();
   serve->add_option("--seed", o.seed, "prompts, lengths, arrivals and sampling")
       ->capture_default_str();
   serve

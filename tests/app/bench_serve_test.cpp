@@ -210,6 +210,10 @@ TEST(BenchServeOptionsTest, RefusalsNameTheOption) {
       {"--progress", [](ServeBenchOptions& o) { o.progress_s = -1; }},
       {"--progress", [](ServeBenchOptions& o) { o.progress_s = std::nan(""); }},
       {"--temperature", [](ServeBenchOptions& o) { o.temperature = -0.5f; }},
+      {"--top-p", [](ServeBenchOptions& o) { o.top_p = 0.0f; }},
+      {"--top-p", [](ServeBenchOptions& o) { o.top_p = std::nan(""); }},
+      {"--top-k", [](ServeBenchOptions& o) { o.top_k = -2; }},
+      {"--top-p", [](ServeBenchOptions& o) { o.top_p = 0.9f; }},  // without a temperature
       {"--gpu-memory-fraction", [](ServeBenchOptions& o) { o.gpu_memory_fraction = 0; }},
       {"--gpu-memory-fraction", [](ServeBenchOptions& o) { o.gpu_memory_fraction = 1.5; }},
       {"--input-len", [](ServeBenchOptions& o) { o.input_len = 2000000000; }},
@@ -235,6 +239,10 @@ TEST(BenchServeOptionsTest, AcceptsFiniteRatesAndTheExactBatchMinimum) {
   o.request_rate = 0.5;
   o.max_concurrency = 64;
   o.max_batch_tokens = 64 + o.prefill_chunk;
+  EXPECT_TRUE(validate(o).is_ok());
+  o.temperature = 0.8f;
+  o.top_p = 0.95f;
+  o.top_k = 40;
   EXPECT_TRUE(validate(o).is_ok());
 }
 

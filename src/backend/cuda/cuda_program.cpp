@@ -380,6 +380,7 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     // there a team's rows would queue behind each other.
     p.cluster = knobs.kernels.cluster_sampler &&
                 static_cast<std::int64_t>(rows) * kSampleClusterBlocks <= multiprocessor_count();
+    p.candidates = knobs.kernels.sample_candidates;
     if (inputs.size() == 3) {
       const Tensor& ids = inputs[2];
       CELLM_RETURN_IF_ERROR(program::check_host_input(name, "suppressed", ids, DType::kI64, 2));

@@ -54,7 +54,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
                                                  {"CELLM_SPLIT_ARGMAX", "0"},
-                                                 {"CELLM_SAMPLE_CLUSTER", "0"}}));
+                                                 {"CELLM_SAMPLE_CLUSTER", "0"},
+                                                 {"CELLM_SAMPLE_CANDIDATES", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
@@ -70,13 +71,14 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_FALSE(choice->split_argmax);
   EXPECT_FALSE(choice->cluster_sampler);
+  EXPECT_FALSE(choice->sample_candidates);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(
       describe(*choice),
       "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 fused_rope=0 "
       "gemv=0 "
       "gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0 split_argmax=0 "
-      "cluster_sampler=0");
+      "cluster_sampler=0 sample_candidates=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -90,6 +92,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_PDL", "2"}},
       {{"CELLM_SPLIT_ARGMAX", "2"}},
       {{"CELLM_SAMPLE_CLUSTER", "yes"}},
+      {{"CELLM_SAMPLE_CANDIDATES", "some"}},
       {{"CELLM_DECODE_SPLIT_TARGET", "0"}},
       {{"CELLM_DECODE_SPLIT_TARGET", "33"}},
       {{"CELLM_GEMV_MAX_ROWS", "4x"}},

@@ -88,6 +88,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_SAMPLE_CLUSTER")) {
     CELLM_ASSIGN_OR_RETURN(choice.cluster_sampler, parse_flag("CELLM_SAMPLE_CLUSTER", *v));
   }
+  if (auto v = lookup("CELLM_SAMPLE_CANDIDATES")) {
+    CELLM_ASSIGN_OR_RETURN(choice.sample_candidates, parse_flag("CELLM_SAMPLE_CANDIDATES", *v));
+  }
   if (auto v = lookup("CELLM_GEMM_AUTOTUNE")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemm_autotune, parse_flag("CELLM_GEMM_AUTOTUNE", *v));
   }
@@ -113,13 +116,14 @@ std::string describe(const KernelChoice& choice) {
       "decode={} prefill={} split_keys={} split_target={} cluster={} early_keys={} fused_rope={} "
       "gemv={} "
       "gemv_max_rows={} single_rows={} stream={} pdl={} autotune={} split_argmax={} "
-      "cluster_sampler={}",
+      "cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
       choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
       choice.gemv_single_rows ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
-      choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0);
+      choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
+      choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

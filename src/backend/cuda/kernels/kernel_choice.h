@@ -40,6 +40,10 @@
 //   CELLM_SAMPLE_CLUSTER=0|1       the device draw (temperature, top-k, top-p) runs each row on a
 //                                  cluster of 8 blocks instead of one while all rows' clusters
 //                                  fit on the SMs (sample_draw.cu; default 1)
+//   CELLM_SAMPLE_CANDIDATES=0|1    the device draw's top-k and top-p passes run over the tokens
+//                                  whose p can reach the kept set, compacted into shared memory,
+//                                  instead of over the row (sample_draw.cu; default 1; the same
+//                                  tokens either way)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once
@@ -72,6 +76,7 @@ struct KernelChoice {
   bool gemm_autotune = true;
   bool split_argmax = true;
   bool cluster_sampler = true;
+  bool sample_candidates = true;
 
   friend bool operator==(const KernelChoice&, const KernelChoice&) = default;
 };
@@ -87,7 +92,7 @@ KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 fused_rope=1 gemv=1
 // gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
-// cluster_sampler=1",
+// cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 

@@ -80,6 +80,14 @@ struct SampleParams {
   // the device has no clusters). Rows whose sum Z rounds differently may
   // then differ from the one-block draw, within the rounding described above.
   bool cluster = false;
+  // sample only: top-k and top-p select over the tokens whose p can reach the
+  // kept set, held in shared memory, instead of reading the row on every
+  // pass (sample_draw.cu). The token is the same either way; off is for
+  // comparisons.
+  bool candidates = true;
+  // sample only, optional ([rows]): 1 where a row's top-k or top-p draw ran
+  // over candidates, 0 elsewhere (for tests and benchmarks).
+  std::int32_t* drawn_from_candidates = nullptr;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh
 #endif

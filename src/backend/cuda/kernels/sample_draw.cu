@@ -3,21 +3,30 @@
 // on. Every pass over the row recomputes p (expf and two IEEE divisions a
 // logit), so a pass is bound by one SM's arithmetic when one block draws a
 // row: on the H200 a 128K-id top-p draw took 0.88 ms that way, longer than
-// the 1B model's whole decode step. A row is therefore drawn by a team of
-// blocks, a cluster of kClusterBlocks where the device has clusters (one
-// block elsewhere): each block owns a contiguous slice of the ids, and the
-// team combines its blocks' partials (maximum, softmax sum, histogram bins,
-// masses and counts) through distributed shared memory, always in rank
-// order, so a draw is deterministic. The integer sums are exact, so only Z,
-// a float summed block by block, can differ from the one-block draw (in its
-// last bits; see sample.cuh).
-#include <cooperative_groups.h>
+// the 1B model's whole decode step. Two things shorten it:
+// - A row is drawn by a team of blocks (sample_team.cuh), a cluster of
+//   kClusterBlocks where the device has clusters and the step's rows fit the
+//   SMs, one block elsewhere.
+// - Top-k and top-p passes run over candidates in shared memory instead of
+//   the row. The softmax sum also bins exp(x / T - max) by its exponent,
+//   which tells how far down the row the kept set can reach; one more pass
+//   keeps every token whose p is at least that bin's lower edge, in id
+//   order, and the selection then runs over those. Where the set is too
+//   large to hold, or turns out to miss the kept set (it cannot when the
+//   bins are right; the check costs nothing), the draw runs over the row as
+//   before. Both give the same token (sample_select.cuh).
+// The integer sums are exact, so only Z, a float summed block by block, can
+// differ between one block and a cluster (in its last bits; see sample.cuh).
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/kernels/sample_common.cuh"
+#include "backend/cuda/kernels/sample_select.cuh"
+#include "backend/cuda/kernels/sample_team.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -26,102 +35,17 @@ namespace {
 CELLM_TRACE_TABLE(draw_trace);
 
 constexpr int kClusterBlocks = kSampleClusterBlocks;  // the portable cluster size
-constexpr double kFixedOne = 4503599627370496.0;      // 2^52: the masses' fixed point
-
-// The kC blocks drawing one row. Each member function is called by every
-// thread of every block of the team, with values that are the same across
-// each block's threads; every remote read is followed by a cluster barrier,
-// so no block leaves while another still reads its shared memory.
-template <int kC>
-struct Team {
-  int rank;   // 0 .. kC - 1
-  int begin;  // this block's ids: [begin, end)
-  int end;
-  u64* box;  // a shared word, exchanged by each()
-
-  // Calls fold(j, value of block j) for every block of the team, in rank
-  // order.
-  template <class Fold>
-  __device__ void each(u64 value, Fold&& fold) const {
-    if constexpr (kC == 1) {
-      fold(0, value);
-    } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      namespace cg = cooperative_groups;
-      cg::cluster_group cluster = cg::this_cluster();
-      if (threadIdx.x == 0) *box = value;
-      cluster.sync();
-#pragma unroll
-      for (int j = 0; j < kC; ++j) fold(j, *cluster.map_shared_rank(box, j));
-      cluster.sync();  // the box may be written again
-#else
-      // Clusters need sm_90; the launch never asks for them below it.
-      __trap();
-#endif
-    }
-  }
-
-  __device__ u64 sum(u64 value) const {
-    u64 total = 0;
-    each(value, [&](int, u64 v) { total += v; });
-    return total;
-  }
-
-  // The sum of `value` over the blocks before this one.
-  __device__ u64 before(u64 value) const {
-    u64 total = 0;
-    each(value, [&](int j, u64 v) { total += j < rank ? v : 0; });
-    return total;
-  }
-
-  // In rank order; with one block, exactly `value`.
-  __device__ float sum_f32(float value) const {
-    float total = 0.0f;
-    each(__float_as_uint(value),
-         [&](int, u64 v) { total = __fadd_rn(total, __uint_as_float(static_cast<unsigned>(v))); });
-    return total;
-  }
-
-  __device__ int max_index(int value) const {  // value >= -1
-    u64 best = 0;
-    each(static_cast<u64>(value + 1), [&](int, u64 v) { best = v > best ? v : best; });
-    return static_cast<int>(best) - 1;
-  }
-
-  __device__ ArgMax argmax(ArgMax mine) const {
-    ArgMax best = mine;
-    each((static_cast<u64>(__float_as_uint(mine.value)) << 32) | static_cast<unsigned>(mine.index),
-         [&](int, u64 v) {
-           const float value = __uint_as_float(static_cast<unsigned>(v >> 32));
-           const int index = static_cast<int>(static_cast<unsigned>(v));
-           if (better(value, index, best.value, best.index)) best = ArgMax{value, index};
-         });
-    return best;
-  }
-};
-
-// The row's probabilities, recomputed bit-identically wherever needed.
-// Suppressed ids read as -inf, so their probability is exactly 0.
-struct Softmax {
-  const float* row;
-  const Banned* banned;
-  int vocab;
-  float temperature;
-  float max_scaled;  // max of x / T
-  float sum;         // Z
-
-  __device__ __forceinline__ float logit(int i) const {
-    return banned->has(i) ? -INFINITY : row[i];
-  }
-  __device__ __forceinline__ float prob(int i) const {
-    const float y = __fdiv_rn(logit(i), temperature);
-    return __fdiv_rn(expf(__fsub_rn(y, max_scaled)), sum);
-  }
-};
-
-__device__ __forceinline__ u64 fixed(float p) {
-  return __double2ull_rz(static_cast<double>(p) * kFixedOne);
-}
+// Candidates a block may hold (8 bytes each): a cluster block's whole slice
+// of a 128K vocabulary, and on one block the kept sets of all but nearly flat
+// rows (N(0, 3^2) logits at T = 0.8: ~1,200 candidates for top-p 0.95).
+constexpr int kMaxCandidates = 16384;
+// Shared memory the kernel keeps for itself besides the candidates.
+constexpr int kStaticSmemReserve = 8192;
+// Tokens just below the guessed edge whose p rounds onto the threshold join
+// the candidates; room is kept for them.
+constexpr int kTieSlack = 64;
+// The softmax sum's bins weigh exp(x / T - max) <= 1 in this fixed point.
+constexpr double kFixedUnnormalized = 1099511627776.0;  // 2^40
 
 // The largest id whose probability is nonzero (-1 when none).
 template <int kC>
@@ -137,270 +61,6 @@ __device__ int last_live(const Team<kC>& team, const Softmax& sm, int* slot) {
   const int block_last = *slot;
   __syncthreads();
   return team.max_index(block_last);
-}
-
-struct SelectShared {
-  unsigned count[256];  // this block's bins
-  u64 mass[256];
-  unsigned team_count[256];  // the team's, summed by warp 0
-  int digit;
-  u64 above_count;
-  u64 above_mass;
-  bool found;
-};
-
-struct Selection {
-  bool found;
-  unsigned bits;    // the selected value of p, as bits
-  u64 above_count;  // eligible tokens with p above it
-  u64 above_mass;   // and their fixed-point mass
-  u64 tie_count;    // eligible tokens with exactly this p
-};
-
-// Warp 0 of every block sums the team's bins (lane l: bins 255 - 8l - j for
-// j < 8, into `count` and `mass`) and leaves the sums of counts in
-// sh.team_count.
-template <int kC>
-__device__ __forceinline__ void team_bins(SelectShared& sh, int lane, unsigned (&count)[8],
-                                          u64 (&mass)[8]) {
-  const int top = 255 - lane * 8;  // bins top - j, j < 8
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    count[j] = 0;
-    mass[j] = 0;
-  }
-  if constexpr (kC == 1) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      count[j] = sh.count[top - j];
-      mass[j] = sh.mass[top - j];
-    }
-  } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    // One rank at a time: its eight bins are requested together, and the
-    // addresses stay few enough for the 64 registers of a 1024-thread block.
-#pragma unroll 1
-    for (int r = 0; r < kC; ++r) {
-      const unsigned* counts = cluster.map_shared_rank(sh.count, r);
-      const u64* masses = cluster.map_shared_rank(sh.mass, r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        count[j] += counts[top - j];
-        mass[j] += masses[top - j];
-      }
-    }
-#endif
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) sh.team_count[top - j] = count[j];
-}
-
-template <int kC>
-__device__ __forceinline__ void team_barrier() {
-  if constexpr (kC > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#endif
-  }
-}
-
-// Radix select over the bits of p (non-negative floats order like their
-// bits): the largest v such that the weight (count or fixed mass) of the
-// eligible tokens with p >= v exceeds `target`. Eligible: bits > floor_bits,
-// or every token when has_floor is false.
-template <int kC>
-__device__ Selection radix_select(const Team<kC>& team, const Softmax& sm, bool by_mass, u64 target,
-                                  bool has_floor, unsigned floor_bits, SelectShared& sh) {
-  unsigned prefix = 0;
-  unsigned mask = 0;
-  if (threadIdx.x == 0) {
-    sh.above_count = 0;
-    sh.above_mass = 0;
-    sh.found = true;
-  }
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    __syncthreads();
-    for (int d = threadIdx.x; d < 256; d += kThreads) {
-      sh.count[d] = 0;
-      sh.mass[d] = 0;
-    }
-    __syncthreads();
-    // Most probabilities share a few digits (the top byte is the exponent),
-    // so the lanes of a warp that fall in one bin add up their count and
-    // mass first and one of them updates the bin: one shared atomic per bin
-    // and warp instead of up to 32 on one address (H200, 128K ids: a top-p
-    // draw 1.06 -> 0.88 ms on one block). Every lane runs the same number of
-    // rounds so the warp's collectives see all its lanes.
-    for (int base = team.begin; base < team.end; base += kThreads) {
-      const int i = base + static_cast<int>(threadIdx.x);
-      int d = -1;
-      u64 m = 0;
-      if (i < team.end) {
-        const float p = sm.prob(i);
-        const unsigned bits = __float_as_uint(p);
-        if (!((has_floor && bits <= floor_bits) || (bits & mask) != prefix)) {
-          d = static_cast<int>((bits >> shift) & 255);
-          m = fixed(p);
-        }
-      }
-      const unsigned peers = __match_any_sync(0xffffffffu, d);
-      if (d >= 0) {
-        // m <= 2^52: three 20-bit pieces, each summed exactly over <= 32 lanes.
-        const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(m & 0xfffffu));
-        const unsigned mid = __reduce_add_sync(peers, static_cast<unsigned>((m >> 20) & 0xfffffu));
-        const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(m >> 40));
-        if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
-          atomicAdd(&sh.count[d], static_cast<unsigned>(__popc(peers)));
-          atomicAdd(&sh.mass[d], static_cast<u64>(lo) + (static_cast<u64>(mid) << 20) +
-                                     (static_cast<u64>(hi) << 40));
-        }
-      }
-    }
-    __syncthreads();
-    team_barrier<kC>();  // every block's bins are complete
-    if (threadIdx.x < 32) {
-      // Warp 0 finds the bin where the weight from the top crosses `target`:
-      // lane l owns bins 255 - 8l .. 248 - 8l, lanes scan their chunk totals.
-      // Every block does the same with the same sums.
-      const int lane = threadIdx.x;
-      unsigned count[8];  // a bin counts at most the vocabulary
-      u64 mass[8];
-      team_bins<kC>(sh, lane, count, mass);
-      u64 chunk_count = 0;
-      u64 chunk_mass = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        chunk_count += count[j];
-        chunk_mass += mass[j];
-      }
-      u64 incl_count = chunk_count;
-      u64 incl_mass = chunk_mass;
-#pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const u64 c = __shfl_up_sync(0xffffffffu, incl_count, offset);
-        const u64 m = __shfl_up_sync(0xffffffffu, incl_mass, offset);
-        if (lane >= offset) {
-          incl_count += c;
-          incl_mass += m;
-        }
-      }
-      const bool found_so_far = sh.found;
-      const u64 above_count = sh.above_count;
-      const u64 above_mass = sh.above_mass;
-      // Every lane has read them before one lane rewrites them below
-      // (racecheck flagged the read/write pair without this).
-      __syncwarp();
-      const u64 reach = (by_mass ? above_mass + incl_mass : above_count + incl_count);
-      const unsigned crossing = __ballot_sync(0xffffffffu, found_so_far && reach > target);
-      if (crossing == 0) {
-        if (lane == 0) {
-          sh.found = false;
-          sh.digit = 0;
-        }
-      } else if (lane == __ffs(crossing) - 1) {
-        u64 acc_count = above_count + incl_count - chunk_count;
-        u64 acc_mass = above_mass + incl_mass - chunk_mass;
-        int chosen = 255 - lane * 8 - 7;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const u64 weight = by_mass ? mass[j] : static_cast<u64>(count[j]);
-          if ((by_mass ? acc_mass : acc_count) + weight > target) {
-            chosen = 255 - lane * 8 - j;
-            break;
-          }
-          acc_count += count[j];
-          acc_mass += mass[j];
-        }
-        sh.above_count = acc_count;
-        sh.above_mass = acc_mass;
-        sh.digit = chosen;
-      }
-    }
-    team_barrier<kC>();  // every block has read the others' bins
-    __syncthreads();
-    prefix |= static_cast<unsigned>(sh.digit) << shift;
-    mask |= 255u << shift;
-  }
-  Selection result;
-  result.found = sh.found;
-  result.bits = prefix;
-  result.above_count = sh.above_count;
-  result.above_mass = sh.above_mass;
-  result.tie_count = sh.team_count[sh.digit];
-  __syncthreads();
-  return result;
-}
-
-// Warp w's share of a block's ids for the id-order walks below: a
-// contiguous span, read 32 ids at a time so every load is coalesced (a span
-// per thread made each warp load touch 32 lines).
-struct WarpSpan {
-  int begin;
-  int end;
-};
-__device__ __forceinline__ WarpSpan warp_span(int begin, int end) {
-  const int span = (end - begin + kWarps - 1) / kWarps;
-  const int first = min(end, begin + static_cast<int>(threadIdx.x >> 5) * span);
-  return {first, min(end, first + span)};
-}
-
-// Sum of `value` over the warps before this one, and over all of them in
-// `total`; `value` must be the same on all lanes of a warp.
-__device__ u64 warps_before_u64(u64 value, u64* scratch, u64* total) {
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  __syncthreads();  // scratch may still be read
-  if ((threadIdx.x & 31) == 0) scratch[warp] = value;
-  __syncthreads();
-  u64 before = 0;
-  u64 all = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    before += w < warp ? scratch[w] : 0;
-    all += scratch[w];
-  }
-  __syncthreads();  // scratch may be reused
-  *total = all;
-  return before;
-}
-
-// The index of the j-th token (0-based, id order) whose p has exactly `bits`.
-template <int kC>
-__device__ int nth_with_bits(const Team<kC>& team, const Softmax& sm, unsigned bits, u64 j,
-                             u64* scratch, int* result) {
-  const WarpSpan span = warp_span(team.begin, team.end);
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  u64 count = 0;
-  for (int base = span.begin; base < span.end; base += 32) {
-    const int i = base + lane;
-    const bool hit = i < span.end && __float_as_uint(sm.prob(i)) == bits;
-    count += static_cast<u64>(__popc(__ballot_sync(0xffffffffu, hit)));
-  }
-  if (threadIdx.x == 0) *result = -1;
-  u64 block_count = 0;
-  u64 seen = warps_before_u64(count, scratch, &block_count);
-  seen += team.before(block_count);
-  if (j >= seen && j < seen + count) {
-    // This warp holds it: walk its span again until the j-th match.
-    for (int base = span.begin; base < span.end; base += 32) {
-      const int i = base + lane;
-      const bool hit = i < span.end && __float_as_uint(sm.prob(i)) == bits;
-      const unsigned hits = __ballot_sync(0xffffffffu, hit);
-      const auto n = static_cast<u64>(__popc(hits));
-      if (j < seen + n) {
-        // The (j - seen)-th set lane of `hits`.
-        unsigned rest = hits;
-        for (u64 k = seen; k < j; ++k) rest &= rest - 1;
-        if (lane == 0) *result = base + __ffs(rest) - 1;
-        break;
-      }
-      seen += n;
-    }
-  }
-  __syncthreads();
-  const int found = *result;
-  __syncthreads();
-  return team.max_index(found);
 }
 
 // Tokens, in id order, whose cumulative fixed-point mass is <= `coin`: the
@@ -439,21 +99,127 @@ __device__ u64 count_within_coin(const Team<kC>& team, const Softmax& sm, u64 co
   return team.sum(block_sum(lane == 0 ? count : 0, scratch));
 }
 
+// Z, the team's sum of exp(x / T - max) in a fixed tree. With `bin` the
+// same pass bins each term by its float exponent (weights in 2^40 fixed
+// point) for the candidates' guess.
+template <int kC>
+__device__ float softmax_sum(const Team<kC>& team, const Softmax& sm, bool bin, SelectShared& sh,
+                             float* scratch) {
+  if (bin) clear_bins(sh);
+  float partial = 0.0f;
+  // Every lane runs the same number of rounds so bin_add sees all its lanes.
+  for (int base = team.begin; base < team.end; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    int d = -1;
+    u64 m = 0;
+    if (i < team.end) {
+      const float e = sm.unnormalized(i);
+      partial += e;
+      if (e >= 0.0f) {  // in [0, 1]: exponent 0 .. 127
+        d = static_cast<int>(__float_as_uint(e) >> 23);
+        m = __double2ull_rz(static_cast<double>(e) * kFixedUnnormalized);
+      }
+    }
+    if (bin) bin_add(sh, d, m);
+  }
+  return team.sum_f32(block_sum(partial, scratch));
+}
+
+// Where each block keeps its candidates (dynamic shared memory).
+struct CandidateSpace {
+  int* ids;
+  unsigned* values;  // bits of p
+  int capacity;
+};
+
+// The top-k or top-p draw over candidates, once softmax_sum has binned the
+// row: kUndecided when the set would not fit or cannot decide the draw.
+template <int kC>
+__device__ int draw_candidates(const Team<kC>& team, const Softmax& sm, const CandidateSpace& space,
+                               bool use_top_k, float top_k, float top_p, float coin,
+                               SelectShared& sel, u64* scratch, int* warp_counts,
+                               int* found_index) {
+  // The highest exponent bin at which the weight from the top crosses what
+  // the kept set needs: k tokens, or top_p of Z with a margin for the
+  // difference between e / Z and p's rounding.
+  if (use_top_k) {
+    find_crossing<kC>(sel, /*by_mass=*/false, static_cast<u64>(ceilf(top_k)) - 1);
+  } else {
+    const double margin = 1.0 + 1.0 / 1024.0;
+    find_crossing<kC>(sel, /*by_mass=*/true,
+                      __double2ull_rz(static_cast<double>(top_p) * margin *
+                                      static_cast<double>(sm.sum) * kFixedUnnormalized));
+  }
+  if (!sel.found) return kUndecided;
+  const int edge = sel.digit;
+  const unsigned own =
+      threadIdx.x >= static_cast<unsigned>(edge) && threadIdx.x < 256 ? sel.count[threadIdx.x] : 0;
+  const u64 expected = team.max_of(block_sum(static_cast<u64>(own), scratch));
+  if (expected + kTieSlack > static_cast<u64>(space.capacity)) return kUndecided;
+
+  // Every token with e >= 2^(edge - 127) has p >= this (the division rounds
+  // monotonically), so the candidates are a superset of the bins' count.
+  const unsigned floor_bits =
+      __float_as_uint(__fdiv_rn(__uint_as_float(static_cast<unsigned>(edge) << 23), sm.sum));
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  int n = 0;  // the block's candidates so far
+  for (int base = team.begin; base < team.end; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    unsigned bits = 0;
+    bool keep = false;
+    if (i < team.end) {
+      bits = __float_as_uint(sm.prob(i));
+      keep = bits >= floor_bits;
+    }
+    // Id order: each warp's kept lanes go after those of the warps before it.
+    const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    const int count = warp_counts[lane];
+    int inclusive = count;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += v;
+    }
+    const int before = __shfl_sync(0xffffffffu, inclusive - count, warp);
+    const int round_total = __shfl_sync(0xffffffffu, inclusive, 31);
+    if (keep) {
+      const int at = n + before + __popc(ballot & ((1u << lane) - 1u));
+      if (at < space.capacity) {
+        space.ids[at] = i;
+        space.values[at] = bits;
+      }
+    }
+    n += round_total;
+    __syncthreads();  // warp_counts is rewritten next round; the candidates are visible
+  }
+  if (team.max_of(n > space.capacity ? 1 : 0) != 0) return kUndecided;
+  const CandidateSource candidates{space.ids, space.values, 0, n};
+  return draw_kept(team, candidates, use_top_k, top_k, top_p, coin, sm.vocab, sel, scratch,
+                   found_index);
+}
+
 // A team of kC blocks per row: blockIdx.x is the row, blockIdx.z the rank.
-// Every return below is taken by every thread of the team.
+// `capacity` candidates fit in each block's dynamic shared memory (0: every
+// pass runs over the row). Every return below is taken by every thread of
+// the team.
 template <int kC>
 __global__ void __launch_bounds__(kThreads, 1)
-    sample_kernel(const __grid_constant__ SampleParams p) {
+    sample_kernel(const __grid_constant__ SampleParams p, int capacity) {
   const trace::BlockScope traced(draw_trace, trace::slot_of(p));
   // No programmatic wait: the launch itself waits for the logits.
   trace::mark(draw_trace, trace::slot_of(p), trace::kWaitMark);
   __shared__ ArgMax argmax_scratch[kWarps];
   __shared__ float f32_scratch[kWarps];
   __shared__ u64 u64_scratch[kWarps];
+  __shared__ int warp_counts[kWarps];
   __shared__ SelectShared select_shared;
   __shared__ int found_index;
   __shared__ Banned banned;
   __shared__ u64 box;
+  extern __shared__ __align__(16) unsigned char candidate_smem[];
 
   const int r = static_cast<int>(blockIdx.x);
   const int vocab = p.vocab;
@@ -472,19 +238,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   ArgMax greedy =
       team.argmax(block_argmax(row, team.begin, team.end, vocab, banned, argmax_scratch));
   if (greedy.index >= vocab) greedy.index = first_candidate(vocab, banned);
+  if (lead && p.drawn_from_candidates != nullptr) p.drawn_from_candidates[r] = 0;
   if (!(temperature > 0.0f) || greedy.value == -INFINITY || isnan(greedy.value)) {
     if (lead) p.out[r] = greedy.index;
     return;
   }
-  Softmax sm{row, &banned, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
-  float partial = 0.0f;
-  for (int i = team.begin + static_cast<int>(threadIdx.x); i < team.end; i += kThreads) {
-    partial += expf(__fsub_rn(__fdiv_rn(sm.logit(i), temperature), sm.max_scaled));
-  }
-  sm.sum = team.sum_f32(block_sum(partial, f32_scratch));
-
   const bool use_top_k = top_k > 0.0f && top_k < static_cast<float>(vocab);
   const bool use_top_p = !use_top_k && top_p > 0.0f && top_p < 1.0f;
+  const bool guess = capacity > 0 && (use_top_k || use_top_p);
+  Softmax sm{row, &banned, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
+  SelectShared& sel = select_shared;
+  sm.sum = softmax_sum(team, sm, guess, sel, f32_scratch);
 
   if (!use_top_k && !use_top_p) {
     // Token order: count the tokens whose cumulative mass is <= coin.
@@ -500,52 +264,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  // The kept set: every token with p above `kept.bits` plus the first
-  // `kept_ties` tokens (id order) with p equal to it.
-  SelectShared& sel = select_shared;
-  Selection kept;
-  u64 kept_ties = 0;
-  if (use_top_k) {
-    const u64 k = static_cast<u64>(ceilf(top_k));
-    kept = radix_select(team, sm, /*by_mass=*/false, k - 1, false, 0, sel);
-    kept_ties = k - kept.above_count;
-  } else {
-    const u64 target = __double2ull_rz(static_cast<double>(top_p) * kFixedOne);
-    kept = radix_select(team, sm, /*by_mass=*/true, target, false, 0, sel);
-    if (kept.found) {
-      // Tied token n precedes with mass above + n * w; kept while <= top_p.
-      const u64 w = fixed(__uint_as_float(kept.bits));
-      kept_ties = w == 0 ? kept.tie_count : min(kept.tie_count, (target - kept.above_mass) / w + 1);
-    } else {
-      // Rounding left the whole row within top_p: keep everything.
-      kept = radix_select(team, sm, /*by_mass=*/false, static_cast<u64>(vocab) - 1, false, 0, sel);
-      kept_ties = kept.tie_count;
-    }
+  int index = kUndecided;
+  if (guess && isfinite(sm.sum) && sm.sum > 0.0f) {
+    const CandidateSpace space{reinterpret_cast<int*>(candidate_smem),
+                               reinterpret_cast<unsigned*>(candidate_smem) + capacity, capacity};
+    index = draw_candidates(team, sm, space, use_top_k, top_k, top_p, coin, sel, u64_scratch,
+                            warp_counts, &found_index);
   }
-  const u64 tie_weight = fixed(__uint_as_float(kept.bits));
-  const u64 kept_mass = kept.above_mass + kept_ties * tie_weight;
-  const u64 u = __double2ull_rz(static_cast<double>(coin) * static_cast<double>(kept_mass));
-
-  // The first kept rank whose cumulative mass exceeds u.
-  unsigned chosen_bits = kept.bits;
-  u64 nth = 0;
-  bool in_kept_ties = true;
-  if (kept.above_mass > u) {
-    const Selection above = radix_select(team, sm, /*by_mass=*/true, u, true, kept.bits, sel);
-    if (above.found) {
-      const u64 w = fixed(__uint_as_float(above.bits));
-      chosen_bits = above.bits;
-      nth = w == 0 ? 0 : min(above.tie_count - 1, (u - above.above_mass) / w);
-      in_kept_ties = false;
-    }
+  if (lead && p.drawn_from_candidates != nullptr) p.drawn_from_candidates[r] = index != kUndecided;
+  if (index == kUndecided) {
+    const RowSource whole{&sm, team.begin, team.end};
+    index = draw_kept(team, whole, use_top_k, top_k, top_p, coin, vocab, sel, u64_scratch,
+                      &found_index);
   }
-  if (in_kept_ties) {
-    const u64 last = kept_ties > 0 ? kept_ties - 1 : 0;
-    nth = (tie_weight == 0 || u < kept.above_mass) ? last
-                                                   : min(last, (u - kept.above_mass) / tie_weight);
-  }
-  const int index = nth_with_bits(team, sm, chosen_bits, nth, u64_scratch, &found_index);
   if (lead) p.out[r] = index >= 0 ? index : greedy.index;
+}
+
+// Candidates per block that the device's shared memory holds (0: none).
+int candidate_capacity() {
+  const int fit = (max_smem_per_block_optin() - kStaticSmemReserve) / 8;
+  return fit >= 1024 ? std::min(fit, kMaxCandidates) : 0;
 }
 
 }  // namespace
@@ -553,17 +291,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 void launch_sample(const SampleParams& requested, cudaStream_t stream) {
   SampleParams params = requested;
   const bool cluster = params.cluster && cluster_launch_supported();
+  const int capacity = params.candidates ? candidate_capacity() : 0;
   trace::assign_slot(params, draw_trace, [&] {
     return "sample/draw rows=" + std::to_string(params.rows) +
            " blocks=" + std::to_string(cluster ? kClusterBlocks : 1);
   });
+  const std::size_t smem = static_cast<std::size_t>(capacity) * 8;
   if (cluster) {
     launch(sample_kernel<kClusterBlocks>,
-           LaunchConfig{dim3(params.rows, 1, kClusterBlocks), dim3(kThreads), 0, stream, false,
+           LaunchConfig{dim3(params.rows, 1, kClusterBlocks), dim3(kThreads), smem, stream, false,
                         kClusterBlocks},
-           params);
+           params, capacity);
   } else {
-    launch(sample_kernel<1>, LaunchConfig{dim3(params.rows), dim3(kThreads), 0, stream}, params);
+    launch(sample_kernel<1>, LaunchConfig{dim3(params.rows), dim3(kThreads), smem, stream}, params,
+           capacity);
   }
 }
 
