@@ -8,13 +8,13 @@
 //   kClusterBlocks where the device has clusters and the step's rows fit the
 //   SMs, one block elsewhere.
 // - Top-k and top-p passes run over candidates in shared memory instead of
-//   the row. The softmax sum also bins exp(x / T - max) by its exponent,
-//   which tells how far down the row the kept set can reach; one more pass
-//   keeps every token whose p is at least that bin's lower edge, in id
-//   order, and the selection then runs over those. Where the set is too
-//   large to hold, or turns out to miss the kept set (it cannot when the
-//   bins are right; the check costs nothing), the draw runs over the row as
-//   before. Both give the same token (sample_select.cuh).
+//   the row. The softmax sum also counts the tokens by how far x / T lies
+//   below its maximum, which tells how far down the kept set can reach; a
+//   cheap pass then copies every token whose logit clears that point, in id
+//   order, with its p, and the selection runs over those. Where they would
+//   not fit, or the kept set turns out to reach below them (it does not when
+//   the counts are right; the check costs nothing), the draw runs over the
+//   row as before. Both give the same token (sample_select.cuh).
 // The integer sums are exact, so only Z, a float summed block by block, can
 // differ between one block and a cluster (in its last bits; see sample.cuh).
 #include <algorithm>
@@ -41,11 +41,10 @@ constexpr int kClusterBlocks = kSampleClusterBlocks;  // the portable cluster si
 constexpr int kMaxCandidates = 16384;
 // Shared memory the kernel keeps for itself besides the candidates.
 constexpr int kStaticSmemReserve = 8192;
-// Tokens just below the guessed edge whose p rounds onto the threshold join
-// the candidates; room is kept for them.
-constexpr int kTieSlack = 64;
-// The softmax sum's bins weigh exp(x / T - max) <= 1 in this fixed point.
-constexpr double kFixedUnnormalized = 1099511627776.0;  // 2^40
+// The guess's bins: x / T below its maximum, a quarter apart (the mass of a
+// bin is then known within a factor of 1.28 from its count).
+constexpr int kGuessBins = 128;
+constexpr float kBinWidth = 0.25f;
 
 // The largest id whose probability is nonzero (-1 when none).
 template <int kC>
@@ -100,29 +99,102 @@ __device__ u64 count_within_coin(const Team<kC>& team, const Softmax& sm, u64 co
 }
 
 // Z, the team's sum of exp(x / T - max) in a fixed tree. With `bin` the
-// same pass bins each term by its float exponent (weights in 2^40 fixed
-// point) for the candidates' guess.
+// same pass counts the row's tokens by x / T below the maximum, in bins of
+// kBinWidth (the last bin takes everything further down) for the candidates'
+// guess: the lanes of a warp in one bin add up first, so a bin costs one
+// shared atomic per warp and no reduction.
 template <int kC>
 __device__ float softmax_sum(const Team<kC>& team, const Softmax& sm, bool bin, SelectShared& sh,
                              float* scratch) {
   if (bin) clear_bins(sh);
   float partial = 0.0f;
-  // Every lane runs the same number of rounds so bin_add sees all its lanes.
+  // Every lane runs the same number of rounds so the match sees all its lanes.
   for (int base = team.begin; base < team.end; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     int d = -1;
-    u64 m = 0;
     if (i < team.end) {
-      const float e = sm.unnormalized(i);
-      partial += e;
-      if (e >= 0.0f) {  // in [0, 1]: exponent 0 .. 127
-        d = static_cast<int>(__float_as_uint(e) >> 23);
-        m = __double2ull_rz(static_cast<double>(e) * kFixedUnnormalized);
+      const float y = __fdiv_rn(sm.logit(i), sm.temperature);
+      partial += expf(__fsub_rn(y, sm.max_scaled));  // as Softmax::unnormalized
+      const float below = sm.max_scaled - y;         // >= 0; NaN or inf past the last bin
+      d = below < kGuessBins * kBinWidth ? static_cast<int>(below * (1.0f / kBinWidth))
+                                         : kGuessBins - 1;
+    }
+    if (bin) {
+      const unsigned peers = __match_any_sync(0xffffffffu, d);
+      if (d >= 0 && (threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
+        atomicAdd(&sh.count[min(d, kGuessBins - 1)], static_cast<unsigned>(__popc(peers)));
       }
     }
-    if (bin) bin_add(sh, d, m);
   }
   return team.sum_f32(block_sum(partial, scratch));
+}
+
+// The guess: the first bin (from the maximum down) by which the team's bins
+// hold k tokens, or more than `mass` of exp(x / T - max) counting each token
+// at its bin's lowest value (so the real mass is larger); the last bin,
+// which reaches down to every token, when none does (a nearly flat row).
+// Warp 0 of every block walks the same sums.
+template <int kC>
+__device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double mass) {
+  static_assert(kGuessBins == 4 * 32, "warp 0 walks four bins a lane");
+  __syncthreads();
+  team_barrier<kC>();  // every block's bins are complete
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    unsigned count[4] = {0, 0, 0, 0};
+#pragma unroll 1
+    for (int r = 0; r < kC; ++r) {
+      const unsigned* bins = sh.count;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if constexpr (kC > 1) bins = cooperative_groups::this_cluster().map_shared_rank(sh.count, r);
+#endif
+#pragma unroll
+      for (int j = 0; j < 4; ++j) count[j] += bins[4 * lane + j];
+    }
+    u64 chunk_count = 0;
+    double chunk_mass = 0.0;
+    double low[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int d = 4 * lane + j;
+      low[j] = d == kGuessBins - 1 ? 0.0 : exp(-static_cast<double>(d + 1) * kBinWidth);
+      chunk_count += count[j];
+      chunk_mass += count[j] * low[j];
+    }
+    u64 incl_count = chunk_count;
+    double incl_mass = chunk_mass;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const u64 c = __shfl_up_sync(0xffffffffu, incl_count, offset);
+      const double m = __shfl_up_sync(0xffffffffu, incl_mass, offset);
+      if (lane >= offset) {
+        incl_count += c;
+        incl_mass += m;
+      }
+    }
+    const unsigned crossing =
+        __ballot_sync(0xffffffffu, by_count ? incl_count >= k : incl_mass > mass);
+    if (crossing == 0) {
+      if (lane == 0) sh.digit = kGuessBins - 1;
+    } else if (lane == __ffs(crossing) - 1) {
+      u64 acc_count = incl_count - chunk_count;
+      double acc_mass = incl_mass - chunk_mass;
+      int edge = 4 * lane + 3;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc_count += count[j];
+        acc_mass += count[j] * low[j];
+        if (by_count ? acc_count >= k : acc_mass > mass) {
+          edge = 4 * lane + j;
+          break;
+        }
+      }
+      sh.digit = edge;
+    }
+  }
+  team_barrier<kC>();  // every block has read the others' bins
+  __syncthreads();
+  return sh.digit;
 }
 
 // Where each block keeps its candidates (dynamic shared memory).
@@ -132,71 +204,67 @@ struct CandidateSpace {
   int capacity;
 };
 
+// Copies the block's tokens with logit >= x_floor, in id order, with their
+// p: each warp counts its span, then writes it after the warps before it.
+// Only the candidates' p is computed. Returns the block's count, or -1 when
+// some block of the team has more than it can hold.
+template <int kC>
+__device__ int compact(const Team<kC>& team, const Softmax& sm, float x_floor,
+                       const CandidateSpace& space, u64* scratch) {
+  const WarpSpan span = warp_span(team.begin, team.end);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const unsigned lower = (1u << lane) - 1u;
+  u64 count = 0;
+#pragma unroll 4
+  for (int base = span.begin; base < span.end; base += 32) {
+    const int i = base + lane;
+    count += __popc(__ballot_sync(0xffffffffu, i < span.end && sm.logit(i) >= x_floor));
+  }
+  u64 block_count = 0;
+  const u64 before = warps_before_u64(count, scratch, &block_count);
+  if (team.max_of(block_count) > static_cast<u64>(space.capacity)) return -1;
+  int at = static_cast<int>(before);
+  for (int base = span.begin; base < span.end && at < static_cast<int>(before + count);
+       base += 32) {
+    const int i = base + lane;
+    const bool hit = i < span.end && sm.logit(i) >= x_floor;
+    const unsigned hits = __ballot_sync(0xffffffffu, hit);
+    if (hit) {
+      const int k = at + __popc(hits & lower);
+      space.ids[k] = i;
+      space.values[k] = __float_as_uint(sm.prob(i));
+    }
+    at += __popc(hits);
+  }
+  __syncthreads();  // the candidates are visible
+  return static_cast<int>(block_count);
+}
+
 // The top-k or top-p draw over candidates, once softmax_sum has binned the
 // row: kUndecided when the set would not fit or cannot decide the draw.
 template <int kC>
 __device__ int draw_candidates(const Team<kC>& team, const Softmax& sm, const CandidateSpace& space,
                                bool use_top_k, float top_k, float top_p, float coin,
-                               SelectShared& sel, u64* scratch, int* warp_counts,
-                               int* found_index) {
-  // The highest exponent bin at which the weight from the top crosses what
-  // the kept set needs: k tokens, or top_p of Z with a margin for the
-  // difference between e / Z and p's rounding.
-  if (use_top_k) {
-    find_crossing<kC>(sel, /*by_mass=*/false, static_cast<u64>(ceilf(top_k)) - 1);
-  } else {
-    const double margin = 1.0 + 1.0 / 1024.0;
-    find_crossing<kC>(sel, /*by_mass=*/true,
-                      __double2ull_rz(static_cast<double>(top_p) * margin *
-                                      static_cast<double>(sm.sum) * kFixedUnnormalized));
-  }
-  if (!sel.found) return kUndecided;
-  const int edge = sel.digit;
-  const unsigned own =
-      threadIdx.x >= static_cast<unsigned>(edge) && threadIdx.x < 256 ? sel.count[threadIdx.x] : 0;
-  const u64 expected = team.max_of(block_sum(static_cast<u64>(own), scratch));
-  if (expected + kTieSlack > static_cast<u64>(space.capacity)) return kUndecided;
-
-  // Every token with e >= 2^(edge - 127) has p >= this (the division rounds
-  // monotonically), so the candidates are a superset of the bins' count.
-  const unsigned floor_bits =
-      __float_as_uint(__fdiv_rn(__uint_as_float(static_cast<unsigned>(edge) << 23), sm.sum));
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  int n = 0;  // the block's candidates so far
-  for (int base = team.begin; base < team.end; base += kThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    unsigned bits = 0;
-    bool keep = false;
-    if (i < team.end) {
-      bits = __float_as_uint(sm.prob(i));
-      keep = bits >= floor_bits;
-    }
-    // Id order: each warp's kept lanes go after those of the warps before it.
-    const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    const int count = warp_counts[lane];
-    int inclusive = count;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, offset);
-      if (lane >= offset) inclusive += v;
-    }
-    const int before = __shfl_sync(0xffffffffu, inclusive - count, warp);
-    const int round_total = __shfl_sync(0xffffffffu, inclusive, 31);
-    if (keep) {
-      const int at = n + before + __popc(ballot & ((1u << lane) - 1u));
-      if (at < space.capacity) {
-        space.ids[at] = i;
-        space.values[at] = bits;
-      }
-    }
-    n += round_total;
-    __syncthreads();  // warp_counts is rewritten next round; the candidates are visible
-  }
-  if (team.max_of(n > space.capacity ? 1 : 0) != 0) return kUndecided;
-  const CandidateSource candidates{space.ids, space.values, 0, n};
+                               SelectShared& sel, u64* scratch, int* found_index) {
+  // Top-p asks for a margin over top_p of Z, for the difference between the
+  // bins' sums and the fixed-point masses of p.
+  const int edge = guess_edge<kC>(
+      sel, use_top_k, static_cast<u64>(ceilf(top_k)),
+      static_cast<double>(top_p) * (1.0 + 1.0 / 1024.0) * static_cast<double>(sm.sum));
+  // Tokens at or above the bin's lower edge (the last bin has none: every
+  // token); whatever stays out has a logit below x_floor, so (x / T and the
+  // division by Z rounding monotonically, expf within a few ulps) a p no
+  // larger than `outside`.
+  const float x_floor =
+      edge == kGuessBins - 1
+          ? -INFINITY
+          : __fmul_rn(sm.temperature, sm.max_scaled - static_cast<float>(edge + 1) * kBinWidth);
+  const float at_floor = expf(__fsub_rn(__fdiv_rn(x_floor, sm.temperature), sm.max_scaled));
+  const unsigned outside =
+      __float_as_uint(__fdiv_rn(__fmul_ru(at_floor, 1.0f + 1.0f / 1024.0f), sm.sum));
+  const int n = compact(team, sm, x_floor, space, scratch);
+  if (n < 0) return kUndecided;
+  const CandidateSource candidates{space.ids, space.values, 0, n, outside};
   return draw_kept(team, candidates, use_top_k, top_k, top_p, coin, sm.vocab, sel, scratch,
                    found_index);
 }
@@ -214,7 +282,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ ArgMax argmax_scratch[kWarps];
   __shared__ float f32_scratch[kWarps];
   __shared__ u64 u64_scratch[kWarps];
-  __shared__ int warp_counts[kWarps];
   __shared__ SelectShared select_shared;
   __shared__ int found_index;
   __shared__ Banned banned;
@@ -269,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const CandidateSpace space{reinterpret_cast<int*>(candidate_smem),
                                reinterpret_cast<unsigned*>(candidate_smem) + capacity, capacity};
     index = draw_candidates(team, sm, space, use_top_k, top_k, top_p, coin, sel, u64_scratch,
-                            warp_counts, &found_index);
+                            &found_index);
   }
   if (lead && p.drawn_from_candidates != nullptr) p.drawn_from_candidates[r] = index != kUndecided;
   if (index == kUndecided) {

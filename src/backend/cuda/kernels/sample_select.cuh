@@ -3,9 +3,10 @@
 // coin lands on, and the id-order walk that picks among tokens of equal p.
 // Each runs over a Source: the team's whole slice of the row (p recomputed
 // from the logits on every pass), or the candidates a block compacted into
-// shared memory (every token whose p is at least some value, in id order).
-// A selection that stays above a candidate set's lowest p is the same over
-// the set as over the row, so the two sources give the same token.
+// shared memory (every token whose logit clears some value, in id order,
+// with its p). A selection whose value lies above the largest p a token
+// left out can have is the same over the set as over the row, so the two
+// sources give the same token.
 // Included by sample_draw.cu only.
 //
 // Thread-safety: device helpers; every function must be called by every
@@ -59,13 +60,15 @@ struct RowSource {
 };
 
 // A block's candidates: ids[k] has p of bits values[k], k in [0, end), in id
-// order (and the blocks of a team in rank order).
+// order (and the blocks of a team in rank order). No token left out has p
+// above `outside` (bits).
 struct CandidateSource {
   static constexpr bool kWholeRow = false;
   const int* ids;
   const unsigned* values;
   int begin;
   int end;
+  unsigned outside;
   __device__ __forceinline__ unsigned bits(int k) const { return values[k]; }
   __device__ __forceinline__ int id(int k) const { return ids[k]; }
 };
@@ -350,13 +353,13 @@ __device__ int nth_with_bits(const Team<kC>& team, const Source& src, unsigned b
   return team.max_index(found);
 }
 
-// The top-k (use_top_k) or top-p draw from `src`, which holds every token
-// whose p is at least some value. The kept set is every token with p above a
-// selected value plus the first tokens (id order) with p equal to it; the
-// coin picks the first kept rank whose cumulative mass exceeds coin * kept
-// mass. Returns the token's id, -1 when no token carries the chosen bits,
-// or kUndecided when candidates hold fewer than k tokens or not more than
-// top_p of the mass (the whole row then keeps every token).
+// The top-k (use_top_k) or top-p draw from `src`: the row, or candidates
+// that hold every token whose p is above their `outside`. The kept set is every token with p above
+// a selected value plus the first tokens (id order) with p equal to it; the coin picks the first
+// kept rank whose cumulative mass exceeds coin * kept mass. Returns the token's id, -1 when no
+// token carries the chosen bits, or kUndecided when candidates hold fewer than k tokens, not more
+// than top_p of the mass (the whole row then keeps every token), or a kept set that a token left
+// out could join.
 template <int kC, class Source>
 __device__ int draw_kept(const Team<kC>& team, const Source& src, bool use_top_k, float top_k,
                          float top_p, float coin, int vocab, SelectShared& sel, u64* scratch,
@@ -366,7 +369,9 @@ __device__ int draw_kept(const Team<kC>& team, const Source& src, bool use_top_k
   if (use_top_k) {
     const u64 k = static_cast<u64>(ceilf(top_k));
     kept = radix_select<kC>(src, /*by_mass=*/false, k - 1, false, 0, sel);
-    if (!Source::kWholeRow && !kept.found) return kUndecided;
+    if constexpr (!Source::kWholeRow) {
+      if (!kept.found) return kUndecided;
+    }
     kept_ties = k - kept.above_count;
   } else {
     const u64 target = __double2ull_rz(static_cast<double>(top_p) * kFixedOne);
@@ -382,6 +387,12 @@ __device__ int draw_kept(const Team<kC>& team, const Source& src, bool use_top_k
     } else {
       return kUndecided;
     }
+  }
+  if constexpr (!Source::kWholeRow) {
+    // The kept set, and every rank the coin can pick, lies above the
+    // selected value: the candidates hold all of it only when no token left
+    // out can reach that value.
+    if (kept.bits <= src.outside) return kUndecided;
   }
   const u64 tie_weight = fixed(__uint_as_float(kept.bits));
   const u64 kept_mass = kept.above_mass + kept_ties * tie_weight;
