@@ -111,7 +111,19 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SampleCandidatesTest, ::testing::Values(false,
 // vocabularies: the same token with and without candidates.
 TEST_P(SampleCandidatesTest, SameTokenAsTheRowDraw) {
   CELLM_REQUIRE_GPU();
-  for (const int vocab : {384, 32000, 128256, 300001}) {
+  for (const int vocab : {32000, 128256, 300001}) {
+    for (const float stddev : {0.05f, 1.0f, 3.0f, 8.0f}) {
+      const Case c = make_case(vocab, 24, stddev, static_cast<unsigned>(vocab + 100 * stddev));
+      expect_same_tokens(c, GetParam(), "normal logits");
+    }
+  }
+}
+
+// The same on vocabularies of a few blocks' width (small enough for
+// compute-sanitizer's racecheck).
+TEST_P(SampleCandidatesTest, SameTokenOnSmallVocabularies) {
+  CELLM_REQUIRE_GPU();
+  for (const int vocab : {384, 4097}) {
     for (const float stddev : {0.05f, 1.0f, 3.0f, 8.0f}) {
       const Case c = make_case(vocab, 24, stddev, static_cast<unsigned>(vocab + 100 * stddev));
       expect_same_tokens(c, GetParam(), "normal logits");

@@ -33,6 +33,15 @@ namespace cellm::cuda {
 namespace {
 
 CELLM_TRACE_TABLE(draw_trace);
+// The draw's phases in the timeline (kernel_trace.cuh).
+enum Phase : int {
+  kArgmaxDone = trace::kFirstPhaseMark,
+  kSummed,
+  kGuessed,
+  kCompacted,
+  kDrawn,
+};
+static_assert(kDrawn < trace::kExitMark);
 
 constexpr int kClusterBlocks = kSampleClusterBlocks;  // the portable cluster size
 // Candidates a block may hold (8 bytes each): a cluster block's whole slice
@@ -130,12 +139,13 @@ __device__ float softmax_sum(const Team<kC>& team, const Softmax& sm, bool bin, 
 }
 
 // The guess: the first bin (from the maximum down) by which the team's bins
-// hold k tokens, or more than `mass` of exp(x / T - max) counting each token
-// at its bin's lowest value (so the real mass is larger); the last bin,
-// which reaches down to every token, when none does (a nearly flat row).
-// Warp 0 of every block walks the same sums.
+// hold k tokens, or more than `fraction` of the row's exp(x / T - max),
+// both sums counting each token at its bin's middle value (within a factor
+// of 1.13 of the truth), then one bin more for what that estimate misses;
+// the last bin, which reaches down to every token, when none does (a nearly
+// flat row). Warp 0 of every block walks the same sums.
 template <int kC>
-__device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double mass) {
+__device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double fraction) {
   static_assert(kGuessBins == 4 * 32, "warp 0 walks four bins a lane");
   __syncthreads();
   team_barrier<kC>();  // every block's bins are complete
@@ -157,7 +167,7 @@ __device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double mass) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int d = 4 * lane + j;
-      low[j] = d == kGuessBins - 1 ? 0.0 : exp(-static_cast<double>(d + 1) * kBinWidth);
+      low[j] = d == kGuessBins - 1 ? 0.0 : exp(-(static_cast<double>(d) + 0.5) * kBinWidth);
       chunk_count += count[j];
       chunk_mass += count[j] * low[j];
     }
@@ -172,6 +182,7 @@ __device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double mass) {
         incl_mass += m;
       }
     }
+    const double mass = fraction * __shfl_sync(0xffffffffu, incl_mass, 31);
     const unsigned crossing =
         __ballot_sync(0xffffffffu, by_count ? incl_count >= k : incl_mass > mass);
     if (crossing == 0) {
@@ -185,7 +196,7 @@ __device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double mass) {
         acc_count += count[j];
         acc_mass += count[j] * low[j];
         if (by_count ? acc_count >= k : acc_mass > mass) {
-          edge = 4 * lane + j;
+          edge = by_count ? 4 * lane + j : min(4 * lane + j + 1, kGuessBins - 1);
           break;
         }
       }
@@ -245,12 +256,11 @@ __device__ int compact(const Team<kC>& team, const Softmax& sm, float x_floor,
 template <int kC>
 __device__ int draw_candidates(const Team<kC>& team, const Softmax& sm, const CandidateSpace& space,
                                bool use_top_k, float top_k, float top_p, float coin,
-                               SelectShared& sel, u64* scratch, int* found_index) {
-  // Top-p asks for a margin over top_p of Z, for the difference between the
+                               SelectShared& sel, u64* scratch, int* found_index, int trace_slot) {
+  // Top-p asks for a margin over top_p, for the difference between the
   // bins' sums and the fixed-point masses of p.
-  const int edge = guess_edge<kC>(
-      sel, use_top_k, static_cast<u64>(ceilf(top_k)),
-      static_cast<double>(top_p) * (1.0 + 1.0 / 1024.0) * static_cast<double>(sm.sum));
+  const int edge = guess_edge<kC>(sel, use_top_k, static_cast<u64>(ceilf(top_k)),
+                                  static_cast<double>(top_p) * (1.0 + 1.0 / 1024.0));
   // Tokens at or above the bin's lower edge (the last bin has none: every
   // token); whatever stays out has a logit below x_floor, so (x / T and the
   // division by Z rounding monotonically, expf within a few ulps) a p no
@@ -262,7 +272,9 @@ __device__ int draw_candidates(const Team<kC>& team, const Softmax& sm, const Ca
   const float at_floor = expf(__fsub_rn(__fdiv_rn(x_floor, sm.temperature), sm.max_scaled));
   const unsigned outside =
       __float_as_uint(__fdiv_rn(__fmul_ru(at_floor, 1.0f + 1.0f / 1024.0f), sm.sum));
+  trace::mark(draw_trace, trace_slot, kGuessed);
   const int n = compact(team, sm, x_floor, space, scratch);
+  trace::mark(draw_trace, trace_slot, kCompacted);
   if (n < 0) return kUndecided;
   const CandidateSource candidates{space.ids, space.values, 0, n, outside};
   return draw_kept(team, candidates, use_top_k, top_k, top_p, coin, sm.vocab, sel, scratch,
@@ -305,6 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   ArgMax greedy =
       team.argmax(block_argmax(row, team.begin, team.end, vocab, banned, argmax_scratch));
   if (greedy.index >= vocab) greedy.index = first_candidate(vocab, banned);
+  trace::mark(draw_trace, trace::slot_of(p), kArgmaxDone);
   if (lead && p.drawn_from_candidates != nullptr) p.drawn_from_candidates[r] = 0;
   if (!(temperature > 0.0f) || greedy.value == -INFINITY || isnan(greedy.value)) {
     if (lead) p.out[r] = greedy.index;
@@ -316,6 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Softmax sm{row, &banned, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
   SelectShared& sel = select_shared;
   sm.sum = softmax_sum(team, sm, guess, sel, f32_scratch);
+  trace::mark(draw_trace, trace::slot_of(p), kSummed);
 
   if (!use_top_k && !use_top_p) {
     // Token order: count the tokens whose cumulative mass is <= coin.
@@ -336,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const CandidateSpace space{reinterpret_cast<int*>(candidate_smem),
                                reinterpret_cast<unsigned*>(candidate_smem) + capacity, capacity};
     index = draw_candidates(team, sm, space, use_top_k, top_k, top_p, coin, sel, u64_scratch,
-                            &found_index);
+                            &found_index, trace::slot_of(p));
   }
   if (lead && p.drawn_from_candidates != nullptr) p.drawn_from_candidates[r] = index != kUndecided;
   if (index == kUndecided) {
@@ -344,6 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     index = draw_kept(team, whole, use_top_k, top_k, top_p, coin, vocab, sel, u64_scratch,
                       &found_index);
   }
+  trace::mark(draw_trace, trace::slot_of(p), kDrawn);
   if (lead) p.out[r] = index >= 0 ? index : greedy.index;
 }
 
