@@ -48,8 +48,9 @@ constexpr int kClusterBlocks = kSampleClusterBlocks;  // the portable cluster si
 // of a 128K vocabulary, and on one block the kept sets of all but nearly flat
 // rows (N(0, 3^2) logits at T = 0.8: ~1,200 candidates for top-p 0.95).
 constexpr int kMaxCandidates = 16384;
-// Shared memory the kernel keeps for itself besides the candidates.
-constexpr int kStaticSmemReserve = 8192;
+// Shared memory the kernel keeps for itself besides the candidates (the
+// warps' guess bins are 16 KB).
+constexpr int kStaticSmemReserve = 32768;
 // The guess's bins: x / T below its maximum, a quarter apart (the mass of a
 // bin is then known within a factor of 1.28 from its count).
 constexpr int kGuessBins = 128;
@@ -107,33 +108,37 @@ __device__ u64 count_within_coin(const Team<kC>& team, const Softmax& sm, u64 co
   return team.sum(block_sum(lane == 0 ? count : 0, scratch));
 }
 
-// Z, the team's sum of exp(x / T - max) in a fixed tree. With `bin` the
-// same pass counts the row's tokens by x / T below the maximum, in bins of
-// kBinWidth (the last bin takes everything further down) for the candidates'
-// guess: the lanes of a warp in one bin add up first, so a bin costs one
-// shared atomic per warp and no reduction.
+// The guess's bin of a token whose x / T is y: how far y lies below the
+// maximum, in steps of kBinWidth; the last bin takes everything further down
+// (and NaN). Also the candidates' test, so it must stay one expression.
+__device__ __forceinline__ int guess_bin(float y, float max_scaled) {
+  const float below = __fsub_rn(max_scaled, y);  // >= 0
+  return below < kGuessBins * kBinWidth ? static_cast<int>(below * (1.0f / kBinWidth))
+                                        : kGuessBins - 1;
+}
+
+// Per warp, its span's tokens per guess bin (shared memory).
+using WarpBins = unsigned[kWarps][kGuessBins];
+
+// Z, the team's sum of exp(x / T - max) in a fixed tree, each warp over a
+// contiguous span. With `bin` the same pass counts each warp's tokens per
+// guess bin: one shared atomic a token into the warp's own bins (the
+// lanes of a warp contend only where they share a bin; summing per bin
+// within the warp first cost the H200 100 us a 128K row, the whole pass 45).
 template <int kC>
-__device__ float softmax_sum(const Team<kC>& team, const Softmax& sm, bool bin, SelectShared& sh,
+__device__ float softmax_sum(const Team<kC>& team, const Softmax& sm, bool bin, WarpBins& bins,
                              float* scratch) {
-  if (bin) clear_bins(sh);
+  if (bin) {
+    for (int j = threadIdx.x; j < kWarps * kGuessBins; j += kThreads) bins[0][j] = 0;
+    __syncthreads();
+  }
+  const WarpSpan span = warp_span(team.begin, team.end);
+  unsigned* mine = bins[threadIdx.x >> 5];
   float partial = 0.0f;
-  // Every lane runs the same number of rounds so the match sees all its lanes.
-  for (int base = team.begin; base < team.end; base += kThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    int d = -1;
-    if (i < team.end) {
-      const float y = __fdiv_rn(sm.logit(i), sm.temperature);
-      partial += expf(__fsub_rn(y, sm.max_scaled));  // as Softmax::unnormalized
-      const float below = sm.max_scaled - y;         // >= 0; NaN or inf past the last bin
-      d = below < kGuessBins * kBinWidth ? static_cast<int>(below * (1.0f / kBinWidth))
-                                         : kGuessBins - 1;
-    }
-    if (bin) {
-      const unsigned peers = __match_any_sync(0xffffffffu, d);
-      if (d >= 0 && (threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1)) {
-        atomicAdd(&sh.count[min(d, kGuessBins - 1)], static_cast<unsigned>(__popc(peers)));
-      }
-    }
+  for (int i = span.begin + static_cast<int>(threadIdx.x & 31); i < span.end; i += 32) {
+    const float y = __fdiv_rn(sm.logit(i), sm.temperature);
+    partial += expf(__fsub_rn(y, sm.max_scaled));  // as Softmax::unnormalized
+    if (bin) atomicAdd(&mine[guess_bin(y, sm.max_scaled)], 1u);
   }
   return team.sum_f32(block_sum(partial, scratch));
 }
@@ -145,8 +150,15 @@ __device__ float softmax_sum(const Team<kC>& team, const Softmax& sm, bool bin, 
 // the last bin, which reaches down to every token, when none does (a nearly
 // flat row). Warp 0 of every block walks the same sums.
 template <int kC>
-__device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double fraction) {
+__device__ int guess_edge(const WarpBins& bins, SelectShared& sh, bool by_count, u64 k,
+                          double fraction) {
   static_assert(kGuessBins == 4 * 32, "warp 0 walks four bins a lane");
+  __syncthreads();
+  if (threadIdx.x < kGuessBins) {  // the block's bins, published to the team
+    unsigned total = 0;
+    for (int w = 0; w < kWarps; ++w) total += bins[w][threadIdx.x];
+    sh.count[threadIdx.x] = total;
+  }
   __syncthreads();
   team_barrier<kC>();  // every block's bins are complete
   if (threadIdx.x < 32) {
@@ -154,22 +166,24 @@ __device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double fractio
     unsigned count[4] = {0, 0, 0, 0};
 #pragma unroll 1
     for (int r = 0; r < kC; ++r) {
-      const unsigned* bins = sh.count;
+      const unsigned* block_bins = sh.count;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if constexpr (kC > 1) bins = cooperative_groups::this_cluster().map_shared_rank(sh.count, r);
+      if constexpr (kC > 1) {
+        block_bins = cooperative_groups::this_cluster().map_shared_rank(sh.count, r);
+      }
 #endif
 #pragma unroll
-      for (int j = 0; j < 4; ++j) count[j] += bins[4 * lane + j];
+      for (int j = 0; j < 4; ++j) count[j] += block_bins[4 * lane + j];
     }
     u64 chunk_count = 0;
     double chunk_mass = 0.0;
-    double low[4];
+    double middle[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int d = 4 * lane + j;
-      low[j] = d == kGuessBins - 1 ? 0.0 : exp(-(static_cast<double>(d) + 0.5) * kBinWidth);
+      middle[j] = d == kGuessBins - 1 ? 0.0 : exp(-(static_cast<double>(d) + 0.5) * kBinWidth);
       chunk_count += count[j];
-      chunk_mass += count[j] * low[j];
+      chunk_mass += count[j] * middle[j];
     }
     u64 incl_count = chunk_count;
     double incl_mass = chunk_mass;
@@ -194,7 +208,7 @@ __device__ int guess_edge(SelectShared& sh, bool by_count, u64 k, double fractio
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         acc_count += count[j];
-        acc_mass += count[j] * low[j];
+        acc_mass += count[j] * middle[j];
         if (by_count ? acc_count >= k : acc_mass > mass) {
           edge = by_count ? 4 * lane + j : min(4 * lane + j + 1, kGuessBins - 1);
           break;
@@ -215,35 +229,35 @@ struct CandidateSpace {
   int capacity;
 };
 
-// Copies the block's tokens with logit >= x_floor, in id order, with their
-// p: each warp counts its span, then writes it after the warps before it.
-// Only the candidates' p is computed. Returns the block's count, or -1 when
-// some block of the team has more than it can hold.
-template <int kC>
-__device__ int compact(const Team<kC>& team, const Softmax& sm, float x_floor,
-                       const CandidateSpace& space, u64* scratch) {
-  const WarpSpan span = warp_span(team.begin, team.end);
+// Copies the block's tokens in guess bins <= edge, in id order, with their
+// p, to `at` onwards: each warp's count is its bins' sum, so it writes its
+// span after the warps before it in one pass, and only the candidates' p is
+// computed. Returns the block's count; writes nothing when that exceeds
+// `room`.
+__device__ int compact(const Softmax& sm, int begin, int end, const WarpBins& bins, int edge,
+                       int* ids, unsigned* values, int room, u64* scratch) {
   const int lane = static_cast<int>(threadIdx.x & 31);
-  const unsigned lower = (1u << lane) - 1u;
-  u64 count = 0;
-#pragma unroll 4
-  for (int base = span.begin; base < span.end; base += 32) {
-    const int i = base + lane;
-    count += __popc(__ballot_sync(0xffffffffu, i < span.end && sm.logit(i) >= x_floor));
-  }
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  u64 mine = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) mine += 4 * lane + j <= edge ? bins[warp][4 * lane + j] : 0;
+  const u64 count = warp_sum(mine);
   u64 block_count = 0;
   const u64 before = warps_before_u64(count, scratch, &block_count);
-  if (team.max_of(block_count) > static_cast<u64>(space.capacity)) return -1;
+  if (block_count > static_cast<u64>(room)) return static_cast<int>(block_count);
+  const WarpSpan span = warp_span(begin, end);
+  const unsigned lower = (1u << lane) - 1u;
   int at = static_cast<int>(before);
-  for (int base = span.begin; base < span.end && at < static_cast<int>(before + count);
-       base += 32) {
+  const int stop = static_cast<int>(before + count);
+  for (int base = span.begin; base < span.end && at < stop; base += 32) {
     const int i = base + lane;
-    const bool hit = i < span.end && sm.logit(i) >= x_floor;
+    const bool hit =
+        i < span.end && guess_bin(__fdiv_rn(sm.logit(i), sm.temperature), sm.max_scaled) <= edge;
     const unsigned hits = __ballot_sync(0xffffffffu, hit);
     if (hit) {
       const int k = at + __popc(hits & lower);
-      space.ids[k] = i;
-      space.values[k] = __float_as_uint(sm.prob(i));
+      ids[k] = i;
+      values[k] = __float_as_uint(sm.prob(i));
     }
     at += __popc(hits);
   }
@@ -253,32 +267,69 @@ __device__ int compact(const Team<kC>& team, const Softmax& sm, float x_floor,
 
 // The top-k or top-p draw over candidates, once softmax_sum has binned the
 // row: kUndecided when the set would not fit or cannot decide the draw.
+// A team gathers its blocks' candidates in its first block, which draws
+// alone: a radix pass over a few thousand tokens in one block's shared
+// memory costs less than the team's barriers and remote reads (H200: the
+// team's 8 passes took 133 us).
 template <int kC>
 __device__ int draw_candidates(const Team<kC>& team, const Softmax& sm, const CandidateSpace& space,
-                               bool use_top_k, float top_k, float top_p, float coin,
-                               SelectShared& sel, u64* scratch, int* found_index, int trace_slot) {
-  // Top-p asks for a margin over top_p, for the difference between the
-  // bins' sums and the fixed-point masses of p.
-  const int edge = guess_edge<kC>(sel, use_top_k, static_cast<u64>(ceilf(top_k)),
+                               const WarpBins& bins, bool use_top_k, float top_k, float top_p,
+                               float coin, SelectShared& sel, u64* scratch, int* found_index,
+                               int trace_slot) {
+  // Top-p asks for a margin over top_p: the bins only estimate the mass.
+  const int edge = guess_edge<kC>(bins, sel, use_top_k, static_cast<u64>(ceilf(top_k)),
                                   static_cast<double>(top_p) * (1.0 + 1.0 / 1024.0));
-  // Tokens at or above the bin's lower edge (the last bin has none: every
-  // token); whatever stays out has a logit below x_floor, so (x / T and the
-  // division by Z rounding monotonically, expf within a few ulps) a p no
-  // larger than `outside`.
-  const float x_floor =
-      edge == kGuessBins - 1
-          ? -INFINITY
-          : __fmul_rn(sm.temperature, sm.max_scaled - static_cast<float>(edge + 1) * kBinWidth);
-  const float at_floor = expf(__fsub_rn(__fdiv_rn(x_floor, sm.temperature), sm.max_scaled));
-  const unsigned outside =
-      __float_as_uint(__fdiv_rn(__fmul_ru(at_floor, 1.0f + 1.0f / 1024.0f), sm.sum));
+  // A token left out lies at least (edge + 1) bins below the maximum, so (the
+  // division by Z rounding monotonically, expf and the subtractions within a
+  // few ulps) its p is below `outside`; no bin leaves out nothing.
+  const float at_floor = edge == kGuessBins - 1
+                             ? 0.0f
+                             : expf(-static_cast<float>(edge + 1) * kBinWidth) * (1.0f + 0x1p-10f);
+  const unsigned outside = __float_as_uint(__fdiv_ru(at_floor, sm.sum));
   trace::mark(draw_trace, trace_slot, kGuessed);
-  const int n = compact(team, sm, x_floor, space, scratch);
+  const int n = compact(sm, team.begin, team.end, bins, edge, space.ids, space.values,
+                        space.capacity, scratch);
+  int total = n;
+  if constexpr (kC > 1) {
+    // Each block's count, in rank order: where its candidates go in the
+    // first block's buffer.
+    u64 counts[kC];
+    team.each(static_cast<u64>(n), [&](int j, u64 v) { counts[j] = v; });
+    u64 sum = 0;
+    for (int j = 0; j < kC; ++j) sum += counts[j];
+    if (sum > static_cast<u64>(space.capacity)) return kUndecided;
+    total = static_cast<int>(sum);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (team.rank == 0) {
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      int at = static_cast<int>(counts[0]);
+      for (int r = 1; r < kC; ++r) {
+        const int* ids = cluster.map_shared_rank(space.ids, r);
+        const unsigned* values = cluster.map_shared_rank(space.values, r);
+        for (int j = threadIdx.x; j < static_cast<int>(counts[r]); j += kThreads) {
+          space.ids[at + j] = ids[j];
+          space.values[at + j] = values[j];
+        }
+        at += static_cast<int>(counts[r]);
+      }
+    }
+#endif
+    team_barrier<kC>();  // the first block has read every block's candidates
+  } else if (n > space.capacity) {
+    return kUndecided;
+  }
   trace::mark(draw_trace, trace_slot, kCompacted);
-  if (n < 0) return kUndecided;
-  const CandidateSource candidates{space.ids, space.values, 0, n, outside};
-  return draw_kept(team, candidates, use_top_k, top_k, top_p, coin, sm.vocab, sel, scratch,
-                   found_index);
+  int token = kUndecided;
+  if (team.rank == 0) {
+    __syncthreads();  // the gathered candidates are visible
+    const Team<1> alone{0, 0, total, team.box};
+    const CandidateSource candidates{space.ids, space.values, 0, total, outside};
+    token = draw_kept(alone, candidates, use_top_k, top_k, top_p, coin, sm.vocab, sel, scratch,
+                      found_index);
+  }
+  if constexpr (kC > 1) token = static_cast<int>(team.max_of(static_cast<u64>(token + 2))) - 2;
+  return token;
 }
 
 // A team of kC blocks per row: blockIdx.x is the row, blockIdx.z the rank.
@@ -295,6 +346,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ float f32_scratch[kWarps];
   __shared__ u64 u64_scratch[kWarps];
   __shared__ SelectShared select_shared;
+  __shared__ WarpBins warp_bins;
   __shared__ int found_index;
   __shared__ Banned banned;
   __shared__ u64 box;
@@ -328,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool guess = capacity > 0 && (use_top_k || use_top_p);
   Softmax sm{row, &banned, vocab, temperature, __fdiv_rn(greedy.value, temperature), 0.0f};
   SelectShared& sel = select_shared;
-  sm.sum = softmax_sum(team, sm, guess, sel, f32_scratch);
+  sm.sum = softmax_sum(team, sm, guess, warp_bins, f32_scratch);
   trace::mark(draw_trace, trace::slot_of(p), kSummed);
 
   if (!use_top_k && !use_top_p) {
@@ -349,8 +401,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (guess && isfinite(sm.sum) && sm.sum > 0.0f) {
     const CandidateSpace space{reinterpret_cast<int*>(candidate_smem),
                                reinterpret_cast<unsigned*>(candidate_smem) + capacity, capacity};
-    index = draw_candidates(team, sm, space, use_top_k, top_k, top_p, coin, sel, u64_scratch,
-                            &found_index, trace::slot_of(p));
+    index = draw_candidates(team, sm, space, warp_bins, use_top_k, top_k, top_p, coin, sel,
+                            u64_scratch, &found_index, trace::slot_of(p));
   }
   if (lead && p.drawn_from_candidates != nullptr) p.drawn_from_candidates[r] = index != kUndecided;
   if (index == kUndecided) {
