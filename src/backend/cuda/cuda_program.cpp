@@ -374,10 +374,13 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
                                      cudaMemcpyHostToDevice, stream_.get()));
     p.params = params_device_.data();
     // Clusters while every row's blocks fit on the SMs at once (1024-thread
-    // blocks, one an SM). H200, 128K ids: 1 and 8 rows drew in 26-28 us
-    // (temperature) and 232-243 us (top-k, top-p) against 81-122 and
-    // 841-913 us on one block a row; wider steps were not measured, and
-    // there a team's rows would queue behind each other.
+    // blocks, one an SM). H200, 128K ids, 1 and 8 rows: 28-31 us
+    // (temperature), 46-48 (top-k 40) and 67-95 (top-p 0.95) against
+    // 104-146, 107-111 and 145-178 us on one block a row. Forced onto 64
+    // rows (512 blocks for 132 SMs, so teams queue), they drew
+    // temperature rows in 135 us against 150 and top-p rows in 1.22 ms
+    // against 1.07 (before the final candidate sets); wider steps keep one
+    // block a row until that is measured again.
     p.cluster = knobs.kernels.cluster_sampler &&
                 static_cast<std::int64_t>(rows) * kSampleClusterBlocks <= multiprocessor_count();
     p.candidates = knobs.kernels.sample_candidates;

@@ -42,8 +42,9 @@
 //                                  fit on the SMs (sample_draw.cu; default 1)
 //   CELLM_SAMPLE_CANDIDATES=0|1    the device draw's top-k and top-p passes run over the tokens
 //                                  whose p can reach the kept set, compacted into shared memory,
-//                                  instead of over the row (sample_draw.cu; default 1; the same
-//                                  tokens either way)
+//                                  instead of over the row (sample_draw.cu; default 1, the same
+//                                  tokens either way: H200, 128K ids, one row, top-p 0.95 0.87 ms
+//                                  -> 145 us on one block, 227 -> 67 us on a cluster)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once

@@ -15,8 +15,10 @@
 // top_k, coin). temperature <= 0 -> argmax. Otherwise p = softmax(x / T);
 // top-k (0 < top_k < vocab) wins over top-p (0 < top_p < 1); the kept prefix
 // of p sorted descending (ties -> lower id) is found by radix select on the
-// bits of p instead of a sort, and the coin picks the first kept rank whose
-// cumulative mass exceeds coin * kept mass. With neither, the coin is placed
+// bits of p instead of a sort, over the few thousand tokens that can reach
+// it where they fit in shared memory (SampleParams::candidates), and the
+// coin picks the first kept rank whose cumulative mass exceeds coin * kept
+// mass. With neither, the coin is placed
 // in token order: the result is the number of tokens whose cumulative
 // probability is <= coin, clamped to vocab - 1.
 //
