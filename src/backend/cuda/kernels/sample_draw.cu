@@ -194,15 +194,7 @@ __device__ int guess_edge(const WarpBins& bins, SelectShared& sh, bool by_count,
     }
     u64 incl_count = chunk_count;
     double incl_mass = chunk_mass;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const u64 c = __shfl_up_sync(0xffffffffu, incl_count, offset);
-      const double m = __shfl_up_sync(0xffffffffu, incl_mass, offset);
-      if (lane >= offset) {
-        incl_count += c;
-        incl_mass += m;
-      }
-    }
+    warp_inclusive_scan(incl_count, incl_mass);
     const double mass = fraction * __shfl_sync(0xffffffffu, incl_mass, 31);
     const unsigned crossing =
         __ballot_sync(0xffffffffu, by_count ? incl_count >= k : incl_mass > mass);
@@ -237,10 +229,10 @@ struct CandidateSpace {
 };
 
 // Copies the block's tokens in guess bins <= edge, in id order, with their
-// p, to `at` onwards: each warp's count is its bins' sum, so it writes its
-// span after the warps before it in one pass, and only the candidates' p is
-// computed. Returns the block's count; writes nothing when that exceeds
-// `room`.
+// p, to ids/values from 0: each warp's count is its bins' sum, so it writes
+// its span after the warps before it in one pass, and only the candidates'
+// p is computed. Returns the block's count; writes nothing when that
+// exceeds `room`.
 __device__ int compact(const Softmax& sm, int begin, int end, const WarpBins& bins, int edge,
                        int* ids, unsigned* values, int room, u64* scratch) {
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -288,7 +280,7 @@ __device__ int draw_candidates(const Team<kC>& team, const Softmax& sm, const Ca
                                   static_cast<double>(top_p) * (1.0 + 1.0 / 1024.0));
   // A token left out lies at least (edge + 1) bins below the maximum, so (the
   // division by Z rounding monotonically, expf and the subtractions within a
-  // few ulps) its p is below `outside`; no bin leaves out nothing.
+  // few ulps) its p is below `outside`. The last bin leaves out no token.
   const float at_floor = edge == kGuessBins - 1
                              ? 0.0f
                              : expf(-static_cast<float>(edge + 1) * kBinWidth) * (1.0f + 0x1p-10f);

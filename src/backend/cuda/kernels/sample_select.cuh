@@ -126,6 +126,21 @@ __device__ __forceinline__ void bin_add(SelectShared& sh, int d, u64 m) {
   }
 }
 
+// Inclusive sums of a count and a mass over the warp's lanes.
+template <class Mass>
+__device__ __forceinline__ void warp_inclusive_scan(u64& count, Mass& mass) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const u64 c = __shfl_up_sync(0xffffffffu, count, offset);
+    const Mass m = __shfl_up_sync(0xffffffffu, mass, offset);
+    if (lane >= offset) {
+      count += c;
+      mass += m;
+    }
+  }
+}
+
 // Warp 0 of every block sums the team's bins (lane l: bins 255 - 8l - j for
 // j < 8, into `count` and `mass`) and leaves the sums of counts in
 // sh.team_count.
@@ -190,15 +205,7 @@ __device__ void find_crossing(SelectShared& sh, bool by_mass, u64 target) {
     }
     u64 incl_count = chunk_count;
     u64 incl_mass = chunk_mass;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const u64 c = __shfl_up_sync(0xffffffffu, incl_count, offset);
-      const u64 m = __shfl_up_sync(0xffffffffu, incl_mass, offset);
-      if (lane >= offset) {
-        incl_count += c;
-        incl_mass += m;
-      }
-    }
+    warp_inclusive_scan(incl_count, incl_mass);
     const bool found_so_far = sh.found;
     const u64 above_count = sh.above_count;
     const u64 above_mass = sh.above_mass;
