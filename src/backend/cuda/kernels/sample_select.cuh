@@ -10,7 +10,7 @@
 // Included by sample_draw.cu only.
 //
 // Thread-safety: device helpers; every function must be called by every
-// thread of every block of the team (they hold barriers).
+// thread of every block of the team it is given (they hold barriers).
 #pragma once
 
 #include "backend/cuda/kernels/sample_common.cuh"
@@ -20,9 +20,9 @@ namespace cellm::cuda {
 namespace {
 
 constexpr double kFixedOne = 4503599627370496.0;  // 2^52: the masses' fixed point
-// A draw that needs a candidate set which cannot decide it (fewer than k
-// tokens, or not more than top_p of the mass) reports this and is drawn
-// again over the row.
+// A draw whose candidate set cannot decide it (fewer than k tokens, not
+// more than top_p of the mass, or a kept set that a token left out could
+// join) reports this and is drawn again over the row.
 constexpr int kUndecided = -2;
 
 // The row's probabilities, recomputed bit-identically wherever needed.
@@ -59,9 +59,9 @@ struct RowSource {
   __device__ __forceinline__ int id(int k) const { return k; }
 };
 
-// A block's candidates: ids[k] has p of bits values[k], k in [0, end), in id
-// order (and the blocks of a team in rank order). No token left out has p
-// above `outside` (bits).
+// Candidates in one block's shared memory: ids[k] has p of bits values[k],
+// k in [0, end), in id order. No token left out has p above `outside`
+// (bits).
 struct CandidateSource {
   static constexpr bool kWholeRow = false;
   const int* ids;
