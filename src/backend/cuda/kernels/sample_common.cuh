@@ -1,7 +1,8 @@
 // What the device sampler's kernels share (sample.cu: argmax, sample_draw.cu:
 // the draw): a row's suppressed ids, the "larger value, then lower id" order
 // of the argmax, and block reductions over 1024 threads. Included by those
-// two files only.
+// two files and the draw's own headers (sample_team.cuh, sample_select.cuh)
+// only.
 //
 // Thread-safety: device helpers; the block_* ones must be called by every
 // thread of the block (they hold barriers).
