@@ -45,7 +45,9 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
                                       s.num_kv_heads) *
              sizeof(std::int32_t) +
          GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t) +
-         decode_stream_partials_floats(s.num_heads, s.head_dim) * sizeof(float);
+         decode_stream_partials_floats(s.num_heads, s.head_dim) * sizeof(float) +
+         (static_cast<std::size_t>(s.num_kv_heads) * h) * sizeof(float) +
+         kAttentionMaxCluster * sizeof(std::int32_t);
 }
 
 CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm)
@@ -123,6 +125,7 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_CUDA_CHECK(cudaMemcpy(f->inv_freq_.data(), freqs.data(), freqs.size() * sizeof(float),
                               cudaMemcpyHostToDevice));
   CELLM_RETURN_IF_ERROR(f->init_stream());
+  CELLM_RETURN_IF_ERROR(f->init_fused_o());
   return f;
 }
 
@@ -130,7 +133,7 @@ std::size_t CudaForward::workspace_bytes() const {
   return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
          gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + attn_counters_.bytes() +
          gemm_ws_.bytes() + step_.bytes() + stream_layers_.bytes() + stream_partials_.bytes() +
-         stream_sync_.bytes();
+         stream_sync_.bytes() + o_partials_.bytes() + o_counters_.bytes();
 }
 
 Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
@@ -195,11 +198,10 @@ Status CudaForward::gemv(const GemvParams& params, cudaStream_t stream) {
   return Status::ok();
 }
 
-GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16* w,
-                                    std::int64_t n, std::int64_t k, bf16* out,
-                                    std::int32_t m) const {
-  GemvParams g = gemv_dense(a, w, out, m, static_cast<std::int32_t>(n),
-                            static_cast<std::int32_t>(k));
+GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
+                                    std::int64_t k, bf16* out, std::int32_t m) const {
+  GemvParams g =
+      gemv_dense(a, w, out, m, static_cast<std::int32_t>(n), static_cast<std::int32_t>(k));
   g.lda = lda;
   g.norm_eps = spec_.norm_eps;
   g.norm_weight_offset = norm_offset();
@@ -238,15 +240,16 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
 
 std::int32_t CudaForward::decode_splits(const ForwardShape& shape) const {
   const model::ModelSpec& s = spec_;
+  // The fused o projection runs one cluster of splits per kv head.
+  if (o_in_attention(shape)) return shape.kernels.decode_cluster;
   // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
   const bool split_rows = shape.decode_rows >= 0;
-  const std::int32_t rows =
-      split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
+  const std::int32_t rows = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
   if (!(shape.decode_attention || split_rows) || rows <= 0) return 1;
   const std::int32_t splits =
       shape.kernels.decode_attention == DecodeAttention::kV2
-          ? attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, table_stride_,
-                                       sm_count_, shape.kernels.decode_split_keys,
+          ? attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_,
+                                       shape.kernels.decode_split_keys,
                                        shape.kernels.decode_split_target,
                                        shape.kernels.decode_cluster)
           : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_);
@@ -263,6 +266,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   active_ = shape.kernels;
   if (stream_step(shape)) return enqueue_stream(shape, in, stream);
   const bool fused = fused_step(shape);
+  const bool o_fused = o_in_attention(shape);
 
   embed(in, w, stream);
 
@@ -291,19 +295,19 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
                                  DType::kBF16, w, lw.qkv_bias, stream));
     }
-    enqueue_attention(l, shape, in, splits, rope_in_qkv, stream);
+    CELLM_RETURN_IF_ERROR(enqueue_attention(l, shape, in, splits, rope_in_qkv, o_fused, stream));
     if (fused) {
-      GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
-      o.epilogue = GemvEpilogue::kResidualAdd;
-      CELLM_RETURN_IF_ERROR(gemv(o, stream));
-      GemvParams gate_up =
-          gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
+      if (!o_fused) {
+        GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
+        o.epilogue = GemvEpilogue::kResidualAdd;
+        CELLM_RETURN_IF_ERROR(gemv(o, stream));
+      }
+      GemvParams gate_up = gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
       gate_up.ldc = 2 * inter;
       gate_up.prologue = GemvPrologue::kRmsNorm;
       gate_up.norm_weight = lw.mlp_norm;
-      gate_up.epilogue = s.activation == model::Activation::kGeluTanh
-                             ? GemvEpilogue::kGatedGeluTanh
-                             : GemvEpilogue::kGatedSilu;
+      gate_up.epilogue = s.activation == model::Activation::kGeluTanh ? GemvEpilogue::kGatedGeluTanh
+                                                                      : GemvEpilogue::kGatedSilu;
       CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
       GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
       down.epilogue = GemvEpilogue::kResidualAdd;

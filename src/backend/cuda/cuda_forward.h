@@ -79,6 +79,10 @@ class CudaForward {
   const model::ModelSpec& spec() const { return spec_; }
   // Why one-token steps cannot run on the decode stream; "" when they can.
   const char* stream_unavailable() const { return stream_off_.c_str(); }
+  // Why one-token steps cannot fuse the o projection into the decode
+  // attention (AttentionParams::o_weight) with the default kernels; "" when
+  // they can.
+  const char* fused_o_unavailable() const { return fused_o_off_.c_str(); }
 
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
@@ -113,8 +117,12 @@ class CudaForward {
   StepInputs step_inputs() const;
   // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter (unless
   // `rope_done`: the q/k/v GEMV did both) and attention of layer l.
-  void enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                         std::int32_t splits, bool rope_done, cudaStream_t stream);
+  // With `o_fused` the attention kernel also adds the o projection into x_.
+  Status enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
+                           std::int32_t splits, bool rope_done, bool o_fused, cudaStream_t stream);
+  // Whether this step's attention does the o projection (one-token fused
+  // steps of a model that fits it, with the knob on).
+  bool o_in_attention(const ForwardShape& shape) const;
   void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                             cudaStream_t stream);
   // Layer l's K and V pools: [cells, kv_heads, head_dim] each, inside kv_.
@@ -130,6 +138,10 @@ class CudaForward {
   // the decode stream (set at create; `stream_off_` says why not), whether
   // this step does, and the step itself (embedding, stream, logits).
   Status init_stream();
+  // cuda_forward_attention.cpp: whether the model can fuse the o projection
+  // into one-token steps' attention (`fused_o_off_` says why not), and its
+  // buffers when it can.
+  Status init_fused_o();
   bool stream_step(const ForwardShape& shape) const;
   Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
   // The token embeddings of the step's `width` rows into x_ (its first kernel).
@@ -173,8 +185,13 @@ class CudaForward {
   DeviceBuffer<std::uint32_t> stream_sync_;
   DecodeStreamLayout stream_layout_{};
   std::string stream_off_;  // why the model cannot use it; empty when it can
-  KernelChoice active_{};   // the enqueue in progress
-  bool fusable_ = false;    // no post-norms, and every width a multiple of 8
+  // The fused o projection's partials [kv_heads, hidden] and its per-slice
+  // counters (kept zero), and why the model cannot use it.
+  DeviceBuffer<float> o_partials_;
+  DeviceBuffer<std::int32_t> o_counters_;
+  std::string fused_o_off_;
+  KernelChoice active_{};  // the enqueue in progress
+  bool fusable_ = false;   // no post-norms, and every width a multiple of 8
 };
 
 }  // namespace cellm::cuda

@@ -7,6 +7,7 @@
 #include "backend/cuda/kernels/qk_norm.cuh"
 #include "backend/cuda/kernels/rope.cuh"
 #include "backend/cuda/kernels/rope_scatter.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/rope_table.h"
 
 namespace cellm::cuda {
@@ -109,8 +110,40 @@ void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const S
   launch_kv_scatter(sc, stream);
 }
 
-void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                                    std::int32_t splits, bool rope_done, cudaStream_t stream) {
+Status CudaForward::init_fused_o() {
+  const model::ModelSpec& s = spec_;
+  if (!fusable_) {
+    fused_o_off_ = "the model has post-norms or widths the GEMV does not take";
+  } else if (compute_capability_major() < 9 || !cluster_launch_supported()) {
+    fused_o_off_ = "the device has no thread block clusters and bulk async copies (sm_90)";
+  } else {
+    fused_o_off_ =
+        attention_fused_o_unsupported(s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim,
+                                      KernelChoice{}.decode_cluster, max_smem_per_block_optin());
+  }
+  if (!fused_o_off_.empty()) return Status::ok();
+  CELLM_ASSIGN_OR_RETURN(o_partials_,
+                         DeviceBuffer<float>::allocate(static_cast<std::size_t>(s.num_kv_heads) *
+                                                       static_cast<std::size_t>(s.hidden_size)));
+  CELLM_ASSIGN_OR_RETURN(o_counters_, DeviceBuffer<std::int32_t>::allocate(kAttentionMaxCluster));
+  // Zero once; every completed launch leaves them zero.
+  CELLM_CUDA_CHECK(cudaMemset(o_counters_.data(), 0, o_counters_.bytes()));
+  return Status::ok();
+}
+
+bool CudaForward::o_in_attention(const ForwardShape& shape) const {
+  const model::ModelSpec& s = spec_;
+  return !o_counters_.empty() && shape.kernels.decode_fused_o && shape.width == 1 &&
+         shape.decode_rows < 0 && shape.decode_attention &&
+         shape.kernels.decode_attention == DecodeAttention::kV2 && fused_step(shape) &&
+         *attention_fused_o_unsupported(s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim,
+                                        shape.kernels.decode_cluster,
+                                        max_smem_per_block_optin()) == '\0';
+}
+
+Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
+                                      std::int32_t splits, bool rope_done, bool o_fused,
+                                      cudaStream_t stream) {
   const model::ModelSpec& s = spec_;
   const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
   const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
@@ -184,12 +217,21 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
     at.num_tokens = w - shape.decode_rows;
     if (at.num_tokens > 0) prefill_attention(at, stream);
   } else if (shape.decode_attention && decode_v2) {
+    if (o_fused) {
+      at.o_weight = lw.o;
+      at.o_residual = x_.data();
+      at.o_partials = o_partials_.data();
+      at.o_counters = o_counters_.data();
+      at.o_rows = s.hidden_size;
+      CELLM_RETURN_IF_ERROR(at.validate_decode_v2());
+    }
     launch_attention_decode_v2(at, stream);
   } else if (shape.decode_attention) {
     launch_attention_decode(at, stream);
   } else {
     prefill_attention(at, stream);
   }
+  return Status::ok();
 }
 
 }  // namespace cellm::cuda

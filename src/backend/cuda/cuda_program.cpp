@@ -47,6 +47,7 @@ class CudaProgram final : public program::Program {
 
   CudaProgramKnobs knobs;
   const char* decode_stream_unavailable() const { return forward_->stream_unavailable(); }
+  const char* decode_fused_o_unavailable() const { return forward_->fused_o_unavailable(); }
 
  private:
   CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
@@ -479,6 +480,11 @@ CudaProgramKnobs* cuda_program_knobs(program::Program& program) {
 const char* decode_stream_unavailable(program::Program& program) {
   auto* p = dynamic_cast<CudaProgram*>(&program);
   return p == nullptr ? nullptr : p->decode_stream_unavailable();
+}
+
+const char* decode_fused_o_unavailable(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? nullptr : p->decode_fused_o_unavailable();
 }
 
 }  // namespace cellm::cuda

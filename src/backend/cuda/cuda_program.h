@@ -58,5 +58,9 @@ CudaProgramKnobs* cuda_program_knobs(program::Program& program);
 // (kernels/decode_stream.cuh), or "" when they can (with the knob on); null
 // for other programs.
 const char* decode_stream_unavailable(program::Program& program);
+// Why the program's one-token steps cannot fuse the o projection into the
+// decode attention (KernelChoice::decode_fused_o, AttentionParams::o_weight)
+// with the default kernels, or "" when they can; null for other programs.
+const char* decode_fused_o_unavailable(program::Program& program);
 
 }  // namespace cellm::cuda

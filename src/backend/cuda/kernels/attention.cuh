@@ -104,6 +104,24 @@ struct AttentionParams {
   const std::int32_t* fresh_from = nullptr;
   const std::int32_t* cells = nullptr;
 
+  // Decode v2, one-token steps only, optional: the o projection and its
+  // residual add fused after the merge (attention_decode_v2_out.cuh). With
+  // o_weight set, o_residual[i] = bf16(o_residual[i] + bf16(sum_j out[j] *
+  // o_weight[i, j])) as the o GEMV's kResidualAdd computes it, summed in
+  // another fixed order (out is still stored). Each kv head's cluster holds
+  // its heads' columns of o_weight in shared memory, copied before the wait;
+  // block r of the cluster multiplies rows [r, r + 1) * o_rows / cluster into
+  // o_partials, and the last kv head to finish a slice of rows adds the kv
+  // heads' partials in order. Needs num_tokens == 1, no row map, num_splits ==
+  // cluster > 1, at most kAttentionV2MaxGroup q heads per kv head, head_dim
+  // at most 128, o_rows a multiple of 32 * cluster, and the shared memory of
+  // attention_decode_v2_fused_o_smem_bytes.
+  const bf16* o_weight = nullptr;      // [o_rows, num_heads * head_dim]
+  bf16* o_residual = nullptr;          // [o_rows], updated in place
+  float* o_partials = nullptr;         // [num_kv_heads, o_rows]
+  std::int32_t* o_counters = nullptr;  // [cluster]; zero once, launches leave them zero
+  std::int32_t o_rows = 0;
+
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
   // `cells` before its wait, so they must be written before the kernel it
@@ -170,6 +188,20 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
+
+// Dynamic shared memory of decode v2 with the o projection fused
+// (AttentionParams::o_weight) for this shape, 0 where head_dim is not
+// supported by it.
+std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::int32_t num_heads,
+                                                   std::int32_t num_kv_heads, std::int32_t o_rows,
+                                                   std::int32_t cluster);
+
+// Why a model's one-token steps cannot fuse the o projection into decode v2
+// with clusters of `cluster` blocks and `smem_limit` bytes of shared memory
+// per block (the device's opt-in limit); "" when they can.
+const char* attention_fused_o_unsupported(std::int32_t hidden, std::int32_t num_heads,
+                                          std::int32_t num_kv_heads, std::int32_t head_dim,
+                                          std::int32_t cluster, int smem_limit);
 
 // Dynamic shared memory of the prefill kernel for this head dim (for checks).
 std::size_t attention_prefill_smem_bytes(std::int32_t head_dim);

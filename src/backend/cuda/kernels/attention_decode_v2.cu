@@ -24,6 +24,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_merge.cuh"
+#include "backend/cuda/kernels/attention_decode_v2_out.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_stage.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
@@ -39,9 +40,12 @@ CELLM_TRACE_TABLE(attention_trace);
 // Register bounds: five blocks per SM at 64-wide heads, which is what their
 // shared memory allows (at most 96 registers), and four up to 128-wide heads
 // (116 registers, no spills), so a block fits beside the three blocks an SM
-// holds of the q/k/v GEMV instead of waiting for them to leave.
-template <int kMaxHd>
-__global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1))
+// holds of the q/k/v GEMV instead of waiting for them to leave. With the o
+// projection fused (kFuseO) its weights fill most of an SM's shared memory,
+// so one block a multiprocessor is what fits anyway.
+template <int kMaxHd, bool kFuseO>
+__global__ void __launch_bounds__(kThreads,
+                                  kFuseO ? 1 : (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
   // Every return below is taken by the whole block (the exit mark's barrier).
   const trace::BlockScope traced(attention_trace, trace::slot_of(p));
@@ -76,7 +80,9 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
   const int split = blockIdx.z;
   // A token whose used splits fit in one cluster merges them there: every
   // block of its first cluster takes part, those past `used` with no keys.
-  const bool clustered = p.cluster > 1 && used > 1 && used <= p.cluster;
+  // With the o projection fused every block of the cluster always takes part
+  // (its splits are the cluster, so `used` fits), one used split included.
+  const bool clustered = kFuseO || (p.cluster > 1 && used > 1 && used <= p.cluster);
   if (split >= (clustered ? p.cluster : used)) return;
   const int begin = lo + split * plan.chunk;
   const int end = min(lo + length, begin + plan.chunk);
@@ -137,6 +143,9 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
                           settled);
   }
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
+  // The o projection's weights are the largest read of a fused launch; they
+  // queue behind the keys.
+  if constexpr (kFuseO) issue_o_weights<kMaxHd>(p, kv_head, split, smem);
   trace::mark(attention_trace, trace::slot_of(p), kEarlyReadsIssued);
 
   // The next kernel may launch only once the outputs are stored (in
@@ -371,7 +380,8 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
       num = fma4(merge_m[w * kRows + h],
                  *reinterpret_cast<const float4*>(merge_acc + (w * kRows + h) * L::kLdo + d), num);
     }
-    if (used == 1) {
+    // (With kFuseO `clustered` holds for one used split as well.)
+    if (!kFuseO && used == 1) {
       store_out4(p, token, first_head + h, d, num, block_l[h]);
     } else if (clustered) {
       *reinterpret_cast<float4*>(reinterpret_cast<float*>(smem + L::kClusterAcc) + h * kMaxHd + d) =
@@ -381,6 +391,11 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
     }
   }
   trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
+  if constexpr (kFuseO) {
+    cluster_merge_all<kMaxHd>(attention_trace, p, token, first_head, heads, used, split, smem);
+    o_projection<kMaxHd>(p, kv_head, split, smem);
+    return;
+  }
   if (clustered) {
     cluster_merge<kMaxHd>(attention_trace, p, token, first_head, heads, used, split);
     return;
@@ -449,6 +464,18 @@ __global__ void __launch_bounds__(kThreads, kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 
 
 }  // namespace
 
+std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::int32_t num_heads,
+                                                   std::int32_t num_kv_heads, std::int32_t o_rows,
+                                                   std::int32_t cluster) {
+  if (num_kv_heads <= 0 || cluster <= 0) return 0;
+  const int cols = num_heads / num_kv_heads * head_dim;
+  switch (head_dim) {
+    case 64: return fused_o_layout(V2Layout<64>::kBytes, o_rows, cluster, cols).bytes;
+    case 128: return fused_o_layout(V2Layout<128>::kBytes, o_rows, cluster, cols).bytes;
+    default: return 0;
+  }
+}
+
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
   switch (head_dim_bucket(head_dim)) {
     case 64: return V2Layout<64>::kBytes;
@@ -474,10 +501,23 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
-    launch(
-        attention_decode_v2_kernel<kMaxHd>,
-        LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl, cluster},
-        params);
+    if (params.o_weight == nullptr) {
+      launch(
+          attention_decode_v2_kernel<kMaxHd, false>,
+          LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl, cluster},
+          params);
+      return;
+    }
+    // Only 64- and 128-wide heads are built with the fused o projection
+    // (AttentionParams::validate_decode_v2 refuses the others).
+    if constexpr (kMaxHd == 64 || kMaxHd == 128) {
+      const std::size_t smem = attention_decode_v2_fused_o_smem_bytes(
+          params.head_dim, params.num_heads, params.num_kv_heads, params.o_rows, params.cluster);
+      launch(attention_decode_v2_kernel<kMaxHd, true>,
+             LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
+    } else {
+      cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: fused o with this head_dim");
+    }
   });
   if (!dispatched) {
     cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: unvalidated head_dim");

@@ -3,7 +3,8 @@
 // a token's splits through the distributed shared memory of their cluster.
 //
 // Thread-safety: device helpers; cluster_merge must be called by every thread
-// of every block of the cluster (it holds two cluster barriers).
+// of every block of the cluster (it holds two cluster barriers), merge_quad
+// between those barriers.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -72,13 +73,56 @@ __device__ __forceinline__ HeadQuad head_quad(int e) {
   return {e / kQuads, (e % kQuads) * 4};
 }
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// The merge of one quad of a head row (head `h`, columns d..d+3) over the
+// `used` partials in the cluster's shared memory, in split order: every
+// remote load is issued before any is used, so it costs one distributed-
+// shared-memory round trip. num / den is the output (den 0: no keys).
+struct MergedQuad {
+  float4 num;
+  float den;
+};
+template <int kMaxHd>
+__device__ __forceinline__ MergedQuad merge_quad(cooperative_groups::cluster_group& cluster,
+                                                 unsigned char* smem, int h, int d, int used) {
+  using L = V2Layout<kMaxHd>;
+  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
+  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
+  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
+  float m[kAttentionMaxCluster];
+  float l[kAttentionMaxCluster];
+  float4 a[kAttentionMaxCluster];
+#pragma unroll
+  for (int j = 0; j < kAttentionMaxCluster; ++j) {
+    if (j < used) {
+      m[j] = *cluster.map_shared_rank(ms + h, j);
+      l[j] = *cluster.map_shared_rank(ls + h, j);
+      a[j] = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
+    }
+  }
+  float m_max = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kAttentionMaxCluster; ++j) {
+    if (j < used && l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
+  }
+  MergedQuad out{make_float4(0.0f, 0.0f, 0.0f, 0.0f), 0.0f};
+#pragma unroll
+  for (int j = 0; j < kAttentionMaxCluster; ++j) {
+    if (j < used) {
+      const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
+      out.den += weight * l[j];
+      out.num = fma4(weight, a[j], out.num);
+    }
+  }
+  return out;
+}
+#endif
+
 // Block `rank` of the cluster writes its share of the token's outputs from
-// the `used` partials in the cluster's shared memory, in split order, four
-// columns per thread: every remote load of a thread is issued before any is
-// used, so the merge costs one distributed-shared-memory round trip. The
-// first barrier publishes every block's partial (release/acquire at cluster
-// scope); the second keeps each block's shared memory alive until the others
-// have read it.
+// the `used` partials in the cluster's shared memory (merge_quad), four
+// columns per thread. The first barrier publishes every block's partial
+// (release/acquire at cluster scope); the second keeps each block's shared
+// memory alive until the others have read it.
 template <int kMaxHd>
 __device__ __forceinline__ void cluster_merge(unsigned long long* trace_table,
                                               const AttentionParams& p, int token, int first_head,
@@ -91,41 +135,13 @@ __device__ __forceinline__ void cluster_merge(unsigned long long* trace_table,
   extern __shared__ __align__(128) unsigned char smem[];
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
-  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
-  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
   cluster.sync();
   for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < heads * L::kQuads;
        e += p.cluster * kThreads) {
     const auto [h, d] = head_quad<kMaxHd>(e);
     if (d >= p.head_dim) continue;
-    float m[kAttentionMaxCluster];
-    float l[kAttentionMaxCluster];
-    float4 a[kAttentionMaxCluster];
-#pragma unroll
-    for (int j = 0; j < kAttentionMaxCluster; ++j) {
-      if (j < used) {
-        m[j] = *cluster.map_shared_rank(ms + h, j);
-        l[j] = *cluster.map_shared_rank(ls + h, j);
-        a[j] = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
-      }
-    }
-    float m_max = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kAttentionMaxCluster; ++j) {
-      if (j < used && l[j] > 0.0f) m_max = fmaxf(m_max, m[j]);
-    }
-    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float den = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kAttentionMaxCluster; ++j) {
-      if (j < used) {
-        const float weight = l[j] > 0.0f ? exp2f(m[j] - m_max) : 0.0f;
-        den += weight * l[j];
-        num = fma4(weight, a[j], num);
-      }
-    }
-    store_out4(p, token, first_head + h, d, num, den);
+    const MergedQuad merged = merge_quad<kMaxHd>(cluster, smem, h, d, used);
+    store_out4(p, token, first_head + h, d, merged.num, merged.den);
   }
   trace::mark(trace_table, trace::slot_of(p), kMergedStored);
   // The outputs are stored: the next kernel may launch while the cluster

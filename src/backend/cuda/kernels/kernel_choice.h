@@ -17,6 +17,10 @@
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
 //                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
 //                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
+//   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
+//                                  also multiplies its output by the o projection and adds it to
+//                                  the residual stream (AttentionParams::o_weight), so no o GEMV
+//                                  runs (default 1)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
@@ -68,6 +72,7 @@ struct KernelChoice {
   std::int32_t decode_split_target = 2;
   std::int32_t decode_cluster = 8;
   bool decode_early_keys = true;
+  bool decode_fused_o = true;
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
@@ -91,8 +96,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 fused_rope=1 gemv=1
-// gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 fused_o=1
+// fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
 // cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
