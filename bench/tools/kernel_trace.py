@@ -31,6 +31,15 @@ MARKS = 8
 ENTRY, WAIT, EXIT = 0, 1, 7
 # Names of marks 2..6 by label prefix (attention_decode_v2.cu's Phase).
 PHASES = {
+    # The same kernel with the o projection fused (attention_decode_v2_out.cuh);
+    # before its plain label, which is a prefix of this one.
+    "attention/decode_v2+o": {
+        2: "early reads issued",
+        4: "key loop done",
+        3: "heads merged in every block",
+        5: "o weights landed",
+        6: "partials stored and counted",
+    },
     "attention/decode_v2": {
         2: "early reads issued",
         3: "first tile visible",

@@ -82,5 +82,14 @@ class KernelTraceTest(unittest.TestCase):
         self.assertIn("no complete traced launches", out.getvalue())
 
 
+class PhaseNamesTest(unittest.TestCase):
+    def test_the_fused_o_projection_has_its_own_phases(self):
+        fused = kernel_trace.phase_names("attention/decode_v2+o rows=1 hd=64 splits=8 cluster=8")
+        self.assertEqual(fused[5], "o weights landed")
+        plain = kernel_trace.phase_names("attention/decode_v2 rows=1 hd=64 splits=8 cluster=8")
+        self.assertEqual(plain[5], "block merge done")
+        self.assertEqual(kernel_trace.phase_names("gemv/rope m=1"), {})
+
+
 if __name__ == "__main__":
     unittest.main()

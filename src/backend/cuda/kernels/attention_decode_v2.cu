@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads,
       cp_async_wait<L::kStages - 2>();
     }
     __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
-    if (tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
+    if (!kFuseO && tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
     // The stage consumed by the previous iteration (none at the first).
     const int ahead = tile + L::kStages - 1;
     if (tile > 0 && ahead < tiles) {
@@ -390,10 +390,10 @@ __global__ void __launch_bounds__(kThreads,
       *reinterpret_cast<float4*>(partial_acc(p, row, first_head + h, split) + d) = num;
     }
   }
-  trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
+  if constexpr (!kFuseO) trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
   if constexpr (kFuseO) {
     cluster_merge_all<kMaxHd>(attention_trace, p, token, first_head, heads, used, split, smem);
-    o_projection<kMaxHd>(p, kv_head, split, smem);
+    o_projection<kMaxHd>(attention_trace, p, kv_head, split, smem);
     return;
   }
   if (clustered) {
@@ -491,8 +491,10 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   AttentionParams params = requested;
   if (params.cluster > 1 && !cluster_launch_supported()) params.cluster = 1;
   trace::assign_slot(params, attention_trace, [&] {
-    return "attention/decode_v2 rows=" + std::to_string(params.num_tokens) +
-           " hd=" + std::to_string(params.head_dim) +
+    // The fused o projection's phases differ (kernel_trace.py names both).
+    return std::string(params.o_weight != nullptr ? "attention/decode_v2+o"
+                                                  : "attention/decode_v2") +
+           " rows=" + std::to_string(params.num_tokens) + " hd=" + std::to_string(params.head_dim) +
            " splits=" + std::to_string(params.num_splits) +
            " cluster=" + std::to_string(params.cluster);
   });

@@ -38,6 +38,14 @@ enum Phase : int {
   kMergedStored,
 };
 static_assert(kMergedStored < trace::kExitMark);
+// With the o projection fused (attention_decode_v2_out.cuh) the marks after
+// the key loop follow its phases instead; the first tile and the block merge
+// are not marked.
+enum FusedOPhase : int {
+  kHeadsMerged = kFirstTile,         // every block holds the merged heads
+  kOWeightsLanded = kBlockMerged,    // the block's o rows are in shared memory
+  kPartialsCounted = kMergedStored,  // its partials are stored and counted
+};
 
 template <int kMaxHd>
 struct V2Layout {

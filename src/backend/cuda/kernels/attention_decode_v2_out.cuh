@@ -131,7 +131,7 @@ __device__ __forceinline__ void cluster_merge_all(unsigned long long* trace_tabl
     v[3] = __float2bfloat16_rn(any ? merged.num.w / den : 0.0f);
     if (rank == 0) store_out4(p, token, first_head + h, d, merged.num, den);
   }
-  trace::mark(trace_table, trace::slot_of(p), kMergedStored);
+  trace::mark(trace_table, trace::slot_of(p), kHeadsMerged);
   // As in cluster_merge: the next kernel may launch now; its wait still
   // holds it until this grid, the projection included, is complete.
   griddep_launch_dependents();
@@ -145,12 +145,14 @@ __device__ __forceinline__ void cluster_merge_all(unsigned long long* trace_tabl
 // then the last kv head to finish this slice adds the slice's partials, in
 // kv head order, to the residual stream with the o GEMV's roundings.
 template <int kMaxHd>
-__device__ __forceinline__ void o_projection(const AttentionParams& p, int kv_head, int rank,
+__device__ __forceinline__ void o_projection(unsigned long long* trace_table,
+                                             const AttentionParams& p, int kv_head, int rank,
                                              unsigned char* smem) {
   const FusedOLayout l = fused_o_layout<kMaxHd>(p);
   const bf16* w = reinterpret_cast<const bf16*>(smem + l.weights);
   const bf16* vector = reinterpret_cast<const bf16*>(smem + l.vector);
   mbar_wait(reinterpret_cast<std::uint64_t*>(smem + l.barrier), 0);
+  trace::mark(trace_table, trace::slot_of(p), kOWeightsLanded);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int g = lane >> 2;
@@ -190,6 +192,7 @@ __device__ __forceinline__ void o_projection(const AttentionParams& p, int kv_he
     *is_last = last ? 1 : 0;
   }
   __syncthreads();
+  trace::mark(trace_table, trace::slot_of(p), kPartialsCounted);
   if (*is_last == 0) return;
   fence_acq_rel_gpu();  // the other kv heads' partials, released before their counts
   for (int r = static_cast<int>(threadIdx.x); r < l.rows; r += kThreads) {
