@@ -143,9 +143,6 @@ __global__ void __launch_bounds__(kThreads,
                           settled);
   }
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
-  // The o projection's weights are the largest read of a fused launch; they
-  // queue behind the keys.
-  if constexpr (kFuseO) issue_o_weights<kMaxHd>(p, kv_head, split, smem);
   trace::mark(attention_trace, trace::slot_of(p), kEarlyReadsIssued);
 
   // The next kernel may launch only once the outputs are stored (in
@@ -320,6 +317,8 @@ __global__ void __launch_bounds__(kThreads,
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the tiles: reuse them for the merge
   trace::mark(attention_trace, trace::slot_of(p), kKeysDone);
+  // The o projection's weights land while the block and the cluster merge.
+  if constexpr (kFuseO) issue_o_weights<kMaxHd>(p, kv_head, split, smem);
 
   float* merge_acc = reinterpret_cast<float*>(smem + L::kMergeAcc);
   float* merge_m = reinterpret_cast<float*>(smem + L::kMergeM);  // then the warps' weights

@@ -7,15 +7,14 @@
 // Why: at batch 1 the o GEMV is a small projection (1B: 8.4 MB, 4.1 us a
 // layer plus a 0.9 us gap on the H200) that starts only when the attention
 // has finished, so its weights are requested late and stream at half the
-// copy bandwidth. Here the weights do not wait for anything: every block
-// copies its slice of o into shared memory before the programmatic-launch
-// wait, while the q/k/v projection still runs, and it has landed by the time
-// the merge is done. The projection itself is a few tensor-core products out
-// of shared memory.
+// copy bandwidth, and it pays a launch and a gap. Here every block copies its
+// slice of o into shared memory while the cluster merges, and the projection
+// itself is a few tensor-core products out of shared memory.
 //
 // Thread-safety: device helpers; every block of the cluster must call
 // cluster_merge_all (two cluster barriers), and every thread of a block
-// issue_o_weights and o_projection.
+// issue_o_weights (with no other cp.async group pending that it waits for
+// later) and o_projection.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -26,7 +25,6 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_merge.cuh"
-#include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 
@@ -37,14 +35,13 @@ namespace {
 // The fused projection's shared memory, after the attention's own: the
 // block's rows of the kv head's o columns (each row padded by 16 bytes, so
 // the eight rows of an ldmatrix tile hit distinct banks), the merged heads
-// as bf16, the copies' mbarrier and the flag of the slice's last block.
+// as bf16 and the flag of the slice's last block.
 struct FusedOLayout {
   int rows = 0;  // o rows of this block
   int cols = 0;  // the kv head's q heads times head_dim
   int ld = 0;    // bf16 elements per staged row
   std::size_t weights = 0;
   std::size_t vector = 0;
-  std::size_t barrier = 0;
   std::size_t flag = 0;
   std::size_t bytes = 0;
 };
@@ -57,8 +54,7 @@ __host__ __device__ constexpr FusedOLayout fused_o_layout(std::size_t base, int 
   l.ld = cols + 8;
   l.weights = (base + 127) / 128 * 128;
   l.vector = l.weights + sizeof(bf16) * static_cast<std::size_t>(l.rows) * l.ld;
-  l.barrier = (l.vector + sizeof(bf16) * cols + 15) / 16 * 16;
-  l.flag = l.barrier + sizeof(std::uint64_t);
+  l.flag = (l.vector + sizeof(bf16) * cols + 15) / 16 * 16;
   l.bytes = l.flag + 16;
   return l;
 }
@@ -71,34 +67,27 @@ __device__ __forceinline__ FusedOLayout fused_o_layout(const AttentionParams& p)
 
 // Block `rank` of kv head `kv_head`'s cluster copies rows [rank * rows,
 // (rank + 1) * rows) of o, the kv head's columns only, into shared memory:
-// one bulk copy a row, issued by the first warp, counted on one mbarrier.
-// Nothing here depends on the step, so it runs before the wait.
+// 16-byte cp.async copies from every thread, a row's 32 lanes reading its
+// columns in a row, committed as one group (o_projection waits for it).
+// Issued once the key loop is done: the loop's waits would otherwise count
+// this group. On the H200 (1B batch 1) one 512-byte bulk copy a row instead
+// took 9-12 us to land the block's 128 KiB, and issued before the wait it
+// delayed the wait's return by 5 us (bench/results/README.md, session 13).
 template <int kMaxHd>
 __device__ __forceinline__ void issue_o_weights(const AttentionParams& p, int kv_head, int rank,
                                                 unsigned char* smem) {
   const FusedOLayout l = fused_o_layout<kMaxHd>(p);
-  if (threadIdx.x >= 32) return;
-  auto* bar = reinterpret_cast<std::uint64_t*>(smem + l.barrier);
-  const unsigned row_bytes = static_cast<unsigned>(sizeof(bf16)) * l.cols;
-  if (threadIdx.x == 0) {
-    mbar_init(bar, 1);
-    mbar_init_fence();
-    mbar_expect_bytes(bar, row_bytes * static_cast<unsigned>(l.rows));
-  }
-  __syncwarp();
-  // Each lane's copies must see the initialised barrier too.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
   const std::int64_t ld = static_cast<std::int64_t>(p.num_heads) * p.head_dim;
   const bf16* src = p.o_weight + static_cast<std::int64_t>(rank) * l.rows * ld +
                     static_cast<std::int64_t>(kv_head) * l.cols;
   bf16* dst = reinterpret_cast<bf16*>(smem + l.weights);
-  const std::uint64_t policy = l2_evict_first_policy();
-  for (int r = static_cast<int>(threadIdx.x); r < l.rows; r += 32) {
-    bulk_copy_to_shared(dst + static_cast<std::int64_t>(r) * l.ld, src + r * ld, row_bytes, bar,
-                        policy);
+  const int chunks = l.cols / 8;  // 16-byte pieces of a row
+  for (int i = static_cast<int>(threadIdx.x); i < l.rows * chunks; i += kThreads) {
+    const int r = i / chunks;
+    const int c = i - r * chunks;
+    cp_async16(dst + static_cast<std::int64_t>(r) * l.ld + c * 8, src + r * ld + c * 8, true);
   }
+  cp_async_commit();
 }
 
 // cluster_merge's merge, done for every head row by every block of the
@@ -151,7 +140,8 @@ __device__ __forceinline__ void o_projection(unsigned long long* trace_table,
   const FusedOLayout l = fused_o_layout<kMaxHd>(p);
   const bf16* w = reinterpret_cast<const bf16*>(smem + l.weights);
   const bf16* vector = reinterpret_cast<const bf16*>(smem + l.vector);
-  mbar_wait(reinterpret_cast<std::uint64_t*>(smem + l.barrier), 0);
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's copies have landed
   trace::mark(trace_table, trace::slot_of(p), kOWeightsLanded);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
