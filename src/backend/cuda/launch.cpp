@@ -1,5 +1,6 @@
 #include "backend/cuda/launch.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -54,6 +55,16 @@ int compute_capability_major() {
 
 bool cluster_launch_supported() {
   return cached_attribute(cudaDevAttrClusterLaunch) != 0;
+}
+
+std::size_t one_block_per_sm_smem() {
+  // Two blocks fit while 2 * (bytes + the per-block reservation) <= the SM's.
+  const auto per_sm =
+      static_cast<std::size_t>(cached_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor));
+  const auto reserved =
+      static_cast<std::size_t>(cached_attribute(cudaDevAttrReservedSharedMemoryPerBlock));
+  const std::size_t bytes = (per_sm / 2 - reserved + 16 + 15) / 16 * 16;
+  return std::min(bytes, static_cast<std::size_t>(max_smem_per_block_optin()));
 }
 
 }  // namespace cellm::cuda

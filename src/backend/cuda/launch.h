@@ -47,6 +47,10 @@ int compute_capability_major();
 // cached per device).
 bool cluster_launch_supported();
 
+// Dynamic shared memory per block that leaves no room on a multiprocessor for
+// a second block asking as much (the current device; at most the opt-in limit).
+std::size_t one_block_per_sm_smem();
+
 template <typename... KernelArgs, typename... Args>
 void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&... args) {
   if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) {

@@ -230,6 +230,34 @@ TEST(DecodeV2Test, RepeatedLaunchesAreBitwiseEqual) {
   }
 }
 
+// One block an SM (AttentionParams::spread) changes where the blocks run,
+// not what they compute: a batch-1 launch that fits the SMs gives the same
+// bits with and without it, clustered or not; one too wide to fit ignores it.
+TEST(DecodeV2Test, SpreadLaunchesGiveTheSameBits) {
+  CELLM_REQUIRE_GPU();
+  for (const int cluster : {1, 8}) {
+    for (const int batch : {1, 64}) {
+      const DecodeCase c{32, 8, 64, batch, 1, 700, 0, 0.0f, 8, 128, 61};
+      const DecodeScenario s = testing::make_decode_scenario(c);
+      DecodeDevice d(c, s);
+      AttentionParams p = d.params(c, s, 0.125f);
+      p.cluster = cluster;
+      ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+      d.out.poison();
+      launch_attention_decode_v2(p, nullptr);
+      const auto packed = d.out.download();
+      p.spread = true;
+      d.out.poison();
+      launch_attention_decode_v2(p, nullptr);
+      const auto spread = d.out.download();
+      ASSERT_EQ(0, std::memcmp(packed.data(), spread.data(), packed.size() * sizeof(bf16)))
+          << "cluster " << cluster << " batch " << batch;
+      EXPECT_LT(nmse(to_float(spread), testing::decode_reference(c, s, 0.125f)), kAttentionNmse);
+      for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+    }
+  }
+}
+
 TEST(DecodeV2Test, CapturedGraphReplaysForANewMix) {
   CELLM_REQUIRE_GPU();
   const DecodeCase c{8, 2, 64, 6, 1, 900, 0, 0.0f, 8, 64, 41};

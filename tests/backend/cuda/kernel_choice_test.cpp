@@ -35,7 +35,8 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
   EXPECT_TRUE(choice->decode_early_keys);
-  EXPECT_TRUE(choice->decode_fused_o);
+  EXPECT_TRUE(choice->decode_spread);
+  EXPECT_FALSE(choice->decode_fused_o);
   EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(*choice, KernelChoice{});
 }
@@ -47,7 +48,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPLIT_TARGET", "6"},
                                                  {"CELLM_DECODE_CLUSTER", "4"},
                                                  {"CELLM_DECODE_EARLY_KEYS", "0"},
-                                                 {"CELLM_DECODE_FUSED_O", "0"},
+                                                 {"CELLM_DECODE_SPREAD", "0"},
+                                                 {"CELLM_DECODE_FUSED_O", "1"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
@@ -64,7 +66,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_split_target, 6);
   EXPECT_EQ(choice->decode_cluster, 4);
   EXPECT_FALSE(choice->decode_early_keys);
-  EXPECT_FALSE(choice->decode_fused_o);
+  EXPECT_FALSE(choice->decode_spread);
+  EXPECT_TRUE(choice->decode_fused_o);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
@@ -77,7 +80,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->sample_candidates);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 fused_o=0 "
+            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
+            "fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0 "
             "split_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
@@ -105,6 +109,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
+      {{"CELLM_DECODE_SPREAD", "wide"}},
   };
   for (const auto& values : bad) {
     auto choice = parse_kernel_choice(lookup_from(values));
@@ -128,23 +133,25 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
   }
 }
 
-// The fused o projection is on by default; 0 turns it off and 1 keeps it on
-// while leaving every other knob at its default.
-TEST(KernelChoiceTest, FusedOTakesZeroAndOne) {
-  auto off = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "0"}}));
-  ASSERT_TRUE(off.ok()) << off.status().to_string();
-  EXPECT_FALSE(off->decode_fused_o);
-  KernelChoice expected;
-  expected.decode_fused_o = false;
-  EXPECT_EQ(*off, expected);
-  EXPECT_NE(describe(*off).find(" early_keys=1 fused_o=0 fused_rope=1 "), std::string::npos)
-      << describe(*off);
+// The fused o projection is off by default (measured slower) and the spread
+// on; each knob moves only itself.
+TEST(KernelChoiceTest, FusedOAndSpreadTakeZeroAndOne) {
   auto on = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "1"}}));
   ASSERT_TRUE(on.ok()) << on.status().to_string();
-  EXPECT_TRUE(on->decode_fused_o);
-  EXPECT_EQ(*on, KernelChoice{});
-  EXPECT_NE(describe(*on).find(" early_keys=1 fused_o=1 fused_rope=1 "), std::string::npos)
+  KernelChoice expected;
+  expected.decode_fused_o = true;
+  EXPECT_EQ(*on, expected);
+  EXPECT_NE(describe(*on).find(" early_keys=1 spread=1 fused_o=1 fused_rope=1 "), std::string::npos)
       << describe(*on);
+  auto off = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "0"}}));
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_EQ(*off, KernelChoice{});
+  auto narrow = parse_kernel_choice(lookup_from({{"CELLM_DECODE_SPREAD", "0"}}));
+  ASSERT_TRUE(narrow.ok()) << narrow.status().to_string();
+  expected = KernelChoice{};
+  expected.decode_spread = false;
+  EXPECT_EQ(*narrow, expected);
+  EXPECT_NE(describe(*narrow).find(" spread=0 fused_o=0 "), std::string::npos) << describe(*narrow);
 }
 
 }  // namespace

@@ -122,6 +122,14 @@ struct AttentionParams {
   std::int32_t* o_counters = nullptr;  // [cluster]; zero once, launches leave them zero
   std::int32_t o_rows = 0;
 
+  // Decode v2 only: when the launch's blocks fit the device's SMs one each,
+  // ask for enough shared memory that no two blocks share an SM. With the
+  // default packing an SM took several of a step's few blocks while others
+  // had none; on the H200 one block an SM ran 1B batch 1's attention in 6.7
+  // instead of 8.1 us and its blocks arrived 2 us earlier (the GEMV after it
+  // lost about 1 us to the smaller L1 such an SM is left with).
+  bool spread = false;
+
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
   // `cells` before its wait, so they must be written before the kernel it

@@ -16,6 +16,7 @@
 // in one cluster, otherwise by the last block to finish, through a float
 // workspace and a counter. The block's layout, the key staging and the
 // merges are in attention_decode_v2_{layout,stage,merge}.cuh.
+#include <algorithm>
 #include <cooperative_groups.h>
 #include <string>
 
@@ -503,10 +504,13 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
-      launch(
-          attention_decode_v2_kernel<kMaxHd, false>,
-          LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd>::kBytes, stream, params.pdl, cluster},
-          params);
+      std::size_t smem = V2Layout<kMaxHd>::kBytes;
+      if (params.spread &&
+          static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count()) {
+        smem = std::max(smem, one_block_per_sm_smem());
+      }
+      launch(attention_decode_v2_kernel<kMaxHd, false>,
+             LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
       return;
     }
     // Only 64- and 128-wide heads are built with the fused o projection

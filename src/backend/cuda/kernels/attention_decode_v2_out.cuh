@@ -11,6 +11,15 @@
 // slice of o into shared memory while the cluster merges, and the projection
 // itself is a few tensor-core products out of shared memory.
 //
+// Status: correct (kernel and program tests) but slower, so
+// CELLM_DECODE_FUSED_O is off by default. On the H200, 1B batch 1 ran 0.972
+// against 0.949-0.953 ms/step. The kernel's 64 blocks (8 kv heads x 8
+// splits) are the only SMs reading o, and one SM pulls 20-30 GB/s: the
+// block's 128 KiB landed 4-8 us after the key loop, well after the merge,
+// where the o GEMV spreads the same 8.4 MB over every SM. A version would
+// need o's rows spread over all the SMs (16-block clusters, or blocks that
+// only project) to gain (bench/results/README.md, session 13).
+//
 // Thread-safety: device helpers; every block of the cluster must call
 // cluster_merge_all (two cluster barriers), and every thread of a block
 // issue_o_weights (with no other cp.async group pending that it waits for

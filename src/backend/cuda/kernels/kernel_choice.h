@@ -17,10 +17,15 @@
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
 //                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
 //                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
+//   CELLM_DECODE_SPREAD=0|1        v2: a launch whose blocks fit the SMs one each takes enough
+//                                  shared memory that no two share an SM (AttentionParams::spread;
+//                                  default 1: batch 1 ctx 512, 1B 0.944-0.955 -> 0.910-0.918
+//                                  ms/step, Qwen3-0.6B 0.933 -> 0.880, 8B equal)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
-//                                  runs (default 1)
+//                                  runs (default 0: correct, but slower so far: 1B batch 1 0.972
+//                                  against 0.949-0.953 ms/step; attention_decode_v2_out.cuh)
 //   CELLM_PREFILL_ATTN=v1|v2       prefill attention (v2, default: scores in registers, cp.async)
 //   CELLM_FUSED_ROPE=0|1           rope + KV scatter as one kernel (default 1)
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
@@ -72,7 +77,8 @@ struct KernelChoice {
   std::int32_t decode_split_target = 2;
   std::int32_t decode_cluster = 8;
   bool decode_early_keys = true;
-  bool decode_fused_o = true;
+  bool decode_spread = true;
+  bool decode_fused_o = false;
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
@@ -96,7 +102,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 fused_o=1
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 fused_o=0
 // fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
 // cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
