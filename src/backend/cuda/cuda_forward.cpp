@@ -253,17 +253,6 @@ std::int32_t CudaForward::decode_splits(const ForwardShape& shape) const {
                                        shape.kernels.decode_split_target,
                                        shape.kernels.decode_cluster)
           : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_);
-  // A one-row step whose blocks could have an SM each (AttentionParams::spread)
-  // keeps its splits to what fits, as long as a cluster of them still does:
-  // 1B and 8B at batch 1 launch 16 splits a kv head instead of 40.
-  if (shape.kernels.decode_spread && shape.kernels.decode_attention == DecodeAttention::kV2 &&
-      rows == 1) {
-    const std::int32_t per_split =
-        static_cast<std::int32_t>(attention_decode_v2_counters(1, s.num_heads, s.num_kv_heads));
-    const std::int32_t cluster = std::max(1, shape.kernels.decode_cluster);
-    const std::int32_t fit = sm_count_ / std::max(1, per_split) / cluster * cluster;
-    if (fit >= std::max(2, cluster) && fit < splits) return fit;
-  }
   return std::min(kAttentionMaxSplits, splits);
 }
 
