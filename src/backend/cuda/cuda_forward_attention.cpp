@@ -115,7 +115,7 @@ Status CudaForward::init_fused_o() {
   if (!fusable_) {
     fused_o_off_ = "the model has post-norms or widths the GEMV does not take";
   } else if (compute_capability_major() < 9 || !cluster_launch_supported()) {
-    fused_o_off_ = "the device has no thread block clusters and bulk async copies (sm_90)";
+    fused_o_off_ = "the device has no thread block clusters (sm_90)";
   } else {
     fused_o_off_ =
         attention_fused_o_unsupported(s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim,

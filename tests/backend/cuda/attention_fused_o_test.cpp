@@ -155,37 +155,21 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- host-only checks (no device needed) ----
 
+// One token of Llama-3.2-1B's heads on one cluster of 8 splits, with the o
+// projection's pointers: what validate() accepts.
 AttentionParams fused_params() {
-  // Never launched: only validate() reads these.
-  alignas(16) static std::byte storage[64];
-  auto* any = reinterpret_cast<bf16*>(storage);
-  auto* ints = reinterpret_cast<std::int32_t*>(storage);
-  AttentionParams p;
-  p.q = any;
-  p.out = any;
-  p.k_pool = any;
-  p.v_pool = any;
-  p.cell_table = ints;
-  p.seq_slots = ints;
-  p.positions = ints;
+  AttentionParams p = testing::unlaunched_decode_params();
   p.q_stride = 48 * 64;
   p.out_stride = 32 * 64;
   p.num_tokens = 1;
   p.num_heads = 32;
   p.num_kv_heads = 8;
-  p.head_dim = 64;
-  p.max_cells = 100;
-  p.max_seqs = 4;
-  p.table_stride = 100;
-  p.scale = 0.125f;
   p.num_splits = kCluster;
   p.cluster = kCluster;
-  p.workspace = reinterpret_cast<float*>(storage);
-  p.counters = ints;
-  p.o_weight = any;
-  p.o_residual = any;
-  p.o_partials = reinterpret_cast<float*>(storage);
-  p.o_counters = ints;
+  p.o_weight = p.q;
+  p.o_residual = p.out;
+  p.o_partials = p.workspace;
+  p.o_counters = p.counters;
   p.o_rows = 2048;
   return p;
 }

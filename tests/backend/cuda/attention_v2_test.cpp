@@ -342,41 +342,13 @@ TEST(DecodeSplitPlanTest, HostSplitCountFillsTheDeviceAndRespectsTheLength) {
   EXPECT_EQ(attention_decode_v2_counters(10, 32, 1), 20u);  // two head groups of 16
 }
 
-AttentionParams fake_params() {
-  // Never launched: only validate() reads these.
-  alignas(16) static std::byte storage[64];
-  auto* any = reinterpret_cast<bf16*>(storage);
-  AttentionParams p;
-  p.q = any;
-  p.out = any;
-  p.k_pool = any;
-  p.v_pool = any;
-  p.cell_table = reinterpret_cast<const std::int32_t*>(storage);
-  p.seq_slots = p.cell_table;
-  p.positions = p.cell_table;
-  p.q_stride = 8 * 64;
-  p.out_stride = 8 * 64;
-  p.num_tokens = 4;
-  p.num_heads = 8;
-  p.num_kv_heads = 2;
-  p.head_dim = 64;
-  p.max_cells = 100;
-  p.max_seqs = 4;
-  p.table_stride = 100;
-  p.scale = 0.125f;
-  p.num_splits = 4;
-  p.workspace = reinterpret_cast<float*>(storage);
-  p.counters = reinterpret_cast<std::int32_t*>(storage);
-  return p;
-}
-
 TEST(DecodeV2ValidateTest, AcceptsAWellFormedCall) {
-  EXPECT_TRUE(fake_params().validate_decode_v2().is_ok())
-      << fake_params().validate_decode_v2().to_string();
+  EXPECT_TRUE(testing::unlaunched_decode_params().validate_decode_v2().is_ok())
+      << testing::unlaunched_decode_params().validate_decode_v2().to_string();
 }
 
 TEST(DecodeV2ValidateTest, RefusesSplitsWithoutCounters) {
-  AttentionParams p = fake_params();
+  AttentionParams p = testing::unlaunched_decode_params();
   p.counters = nullptr;
   const Status status = p.validate_decode_v2();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
@@ -387,7 +359,7 @@ TEST(DecodeV2ValidateTest, RefusesSplitsWithoutCounters) {
 }
 
 TEST(DecodeV2ValidateTest, RefusesANonPositiveSplitMinimum) {
-  AttentionParams p = fake_params();
+  AttentionParams p = testing::unlaunched_decode_params();
   p.split_min_keys = 0;
   const Status status = p.validate_decode_v2();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
@@ -395,7 +367,7 @@ TEST(DecodeV2ValidateTest, RefusesANonPositiveSplitMinimum) {
 }
 
 TEST(DecodeV2ValidateTest, RefusesAClusterThatDoesNotDivideTheSplits) {
-  AttentionParams p = fake_params();  // 4 splits
+  AttentionParams p = testing::unlaunched_decode_params();  // 4 splits
   for (const int cluster : {2, 4}) {
     p.cluster = cluster;
     EXPECT_TRUE(p.validate_decode_v2().is_ok()) << cluster;
@@ -409,13 +381,13 @@ TEST(DecodeV2ValidateTest, RefusesAClusterThatDoesNotDivideTheSplits) {
 }
 
 TEST(DecodeV2ValidateTest, RefusesWhatV1Refuses) {
-  AttentionParams p = fake_params();
+  AttentionParams p = testing::unlaunched_decode_params();
   p.num_splits = kAttentionMaxSplits + 1;
   EXPECT_FALSE(p.validate_decode_v2().is_ok());
-  p = fake_params();
+  p = testing::unlaunched_decode_params();
   p.head_dim = 60;
   EXPECT_FALSE(p.validate_decode_v2().is_ok());
-  p = fake_params();
+  p = testing::unlaunched_decode_params();
   p.num_kv_heads = 3;
   EXPECT_FALSE(p.validate_decode_v2().is_ok());
 }

@@ -2,13 +2,14 @@
 // over sequences of chosen lengths in a shuffled K/V pool, with the awkward
 // rows the kernels must honour (a padding row, a row at position -1, two
 // tokens of one sequence, table entries outside the pool), and the float64
-// CPU reference the kernels are judged by.
+// CPU reference the kernels are judged by; plus params for validate()-only checks.
 //
 // Thread-safety: test-only helpers; call from the test thread.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -200,5 +201,35 @@ struct DecodeDevice {
     return p;
   }
 };
+
+// Params over a few static bytes, for validate() only: never launch them.
+// Four tokens of 8 q heads over 2 kv heads of 64, four splits.
+inline AttentionParams unlaunched_decode_params() {
+  alignas(16) static std::byte storage[64];
+  auto* any = reinterpret_cast<bf16*>(storage);
+  auto* ints = reinterpret_cast<std::int32_t*>(storage);
+  AttentionParams p;
+  p.q = any;
+  p.out = any;
+  p.k_pool = any;
+  p.v_pool = any;
+  p.cell_table = ints;
+  p.seq_slots = ints;
+  p.positions = ints;
+  p.q_stride = 8 * 64;
+  p.out_stride = 8 * 64;
+  p.num_tokens = 4;
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.max_cells = 100;
+  p.max_seqs = 4;
+  p.table_stride = 100;
+  p.scale = 0.125f;
+  p.num_splits = 4;
+  p.workspace = reinterpret_cast<float*>(storage);
+  p.counters = ints;
+  return p;
+}
 
 }  // namespace cellm::cuda::testing

@@ -109,13 +109,13 @@ struct AttentionParams {
   // o_weight set, o_residual[i] = bf16(o_residual[i] + bf16(sum_j out[j] *
   // o_weight[i, j])) as the o GEMV's kResidualAdd computes it, summed in
   // another fixed order (out is still stored). Each kv head's cluster holds
-  // its heads' columns of o_weight in shared memory, copied before the wait;
-  // block r of the cluster multiplies rows [r, r + 1) * o_rows / cluster into
-  // o_partials, and the last kv head to finish a slice of rows adds the kv
-  // heads' partials in order. Needs num_tokens == 1, no row map, num_splits ==
-  // cluster > 1, at most kAttentionV2MaxGroup q heads per kv head, head_dim
-  // at most 128, o_rows a multiple of 32 * cluster, and the shared memory of
-  // attention_decode_v2_fused_o_smem_bytes.
+  // its heads' columns of o_weight in shared memory, copied once its key loop
+  // is done; block r of the cluster multiplies rows [r, r + 1) * o_rows /
+  // cluster into o_partials, and the last kv head to finish a slice of rows
+  // adds the kv heads' partials in order. Needs num_tokens == 1, no row map,
+  // num_splits == cluster > 1, at most kAttentionV2MaxGroup q heads per kv
+  // head, head_dim 64 or 128, o_rows a multiple of 32 * cluster, and the
+  // shared memory of attention_decode_v2_fused_o_smem_bytes.
   const bf16* o_weight = nullptr;      // [o_rows, num_heads * head_dim]
   bf16* o_residual = nullptr;          // [o_rows], updated in place
   float* o_partials = nullptr;         // [num_kv_heads, o_rows]

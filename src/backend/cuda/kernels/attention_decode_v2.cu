@@ -15,7 +15,8 @@
 // shared memory when the launch clusters them and the token's used splits fit
 // in one cluster, otherwise by the last block to finish, through a float
 // workspace and a counter. The block's layout, the key staging and the
-// merges are in attention_decode_v2_{layout,stage,merge}.cuh.
+// merges are in attention_decode_v2_{layout,stage,merge}.cuh; the o projection
+// fused into one-token steps (off by default) in attention_decode_v2_out.cuh.
 #include <algorithm>
 #include <cooperative_groups.h>
 #include <string>
