@@ -40,12 +40,6 @@ PHASES = {
         5: "o weights landed",
         6: "partials stored and counted",
     },
-    "gemv_ring": {
-        2: "inputs loaded",
-        3: "first stage landed",
-        4: "last stage multiplied",
-        5: "epilogue stored",
-    },
     "attention/decode_v2": {
         2: "early reads issued",
         3: "first tile visible",

@@ -207,31 +207,7 @@ GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16*
   g.norm_weight_offset = norm_offset();
   g.pdl = active_.pdl;
   g.single_rows = active_.gemv_single_rows;
-  g.ring = active_.gemv_ring;
   return g;
-}
-
-const char* CudaForward::ring_unavailable() const {
-  if (!fusable_) return "the model has post-norms or widths the GEMV does not take";
-  const std::int64_t hidden = spec_.hidden_size;
-  const std::int64_t inter = spec_.intermediate_size;
-  struct Projection {
-    std::int64_t n, k;
-    GemvEpilogue epilogue;
-  };
-  for (const Projection& p : {Projection{qkv_dim_, hidden, GemvEpilogue::kStore},
-                              Projection{hidden, q_dim_, GemvEpilogue::kResidualAdd},
-                              Projection{inter, hidden, GemvEpilogue::kGatedSilu},
-                              Projection{hidden, inter, GemvEpilogue::kResidualAdd}}) {
-    GemvParams g = gemv_params(nullptr, p.k, nullptr, p.n, p.k, nullptr, 1);
-    g.epilogue = p.epilogue;
-    g.ring = true;
-    if (!gemv_ring_takes(g)) {
-      return "a projection's k is not a multiple of 256 up to 16384, or its rows overflow the "
-             "sums a ring block keeps";
-    }
-  }
-  return "";
 }
 
 bool CudaForward::gemv_takes(const KernelChoice& kernels, std::int32_t rows) {
@@ -406,8 +382,6 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
-    // The lm_head stays on the register GEMV, already near the copy rate.
-    head.ring = false;
     CELLM_RETURN_IF_ERROR(gemv(head, stream));
   } else {
     norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data(), w, stream);

@@ -83,9 +83,6 @@ class CudaForward {
   // attention (AttentionParams::o_weight) with the default kernels; "" when
   // they can.
   const char* fused_o_unavailable() const { return fused_o_off_.c_str(); }
-  // Why one-token steps cannot run a layer's projections on the ring GEMV
-  // (GemvParams::ring); "" when they can.
-  const char* ring_unavailable() const;
 
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);

@@ -48,7 +48,6 @@ class CudaProgram final : public program::Program {
   CudaProgramKnobs knobs;
   const char* decode_stream_unavailable() const { return forward_->stream_unavailable(); }
   const char* decode_fused_o_unavailable() const { return forward_->fused_o_unavailable(); }
-  const char* gemv_ring_unavailable() const { return forward_->ring_unavailable(); }
 
  private:
   CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
@@ -486,11 +485,6 @@ const char* decode_stream_unavailable(program::Program& program) {
 const char* decode_fused_o_unavailable(program::Program& program) {
   auto* p = dynamic_cast<CudaProgram*>(&program);
   return p == nullptr ? nullptr : p->decode_fused_o_unavailable();
-}
-
-const char* gemv_ring_unavailable(program::Program& program) {
-  auto* p = dynamic_cast<CudaProgram*>(&program);
-  return p == nullptr ? nullptr : p->gemv_ring_unavailable();
 }
 
 }  // namespace cellm::cuda

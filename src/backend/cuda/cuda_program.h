@@ -62,9 +62,5 @@ const char* decode_stream_unavailable(program::Program& program);
 // decode attention (KernelChoice::decode_fused_o, AttentionParams::o_weight)
 // with the default kernels, or "" when they can; null for other programs.
 const char* decode_fused_o_unavailable(program::Program& program);
-// Why the program's one-token steps cannot run their layers' projections on
-// the ring GEMV (KernelChoice::gemv_ring, GemvParams::ring), or "" when they
-// can; null for other programs.
-const char* gemv_ring_unavailable(program::Program& program);
 
 }  // namespace cellm::cuda

@@ -290,8 +290,6 @@ struct FusedCase {
   bool f32_out;
   // GemvParams::single_rows: small projections give each warp one row.
   bool single_rows = false;
-  // GemvParams::ring: the call runs on the ring GEMV.
-  bool ring = false;
 };
 
 struct FusedOperands {
@@ -364,11 +362,8 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   p.norm_weight_offset = c.offset;
   p.epilogue = c.epilogue;
   p.single_rows = c.single_rows;
-  p.ring = c.ring;
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
-  ASSERT_EQ(gemv_uses_single_rows(p), c.single_rows && !c.ring)
-      << "the case meant to cover one-row units";
-  ASSERT_EQ(gemv_ring_takes(p), c.ring) << "the case meant to cover the ring GEMV";
+  ASSERT_EQ(gemv_uses_single_rows(p), c.single_rows) << "the case meant to cover one-row units";
   CELLM_CUDA_CHECK(cudaDeviceSynchronize());
   launch_gemv(p, nullptr);
   const auto all = c.f32_out ? out32.download() : to_float(out16.download());
@@ -453,25 +448,7 @@ INSTANTIATE_TEST_SUITE_P(
         FusedCase{"bias_single_rows", 1, 2047, 4104, false, 0.0f, GemvEpilogue::kResidualAdd,
                   true, false, true},
         FusedCase{"gemma_norm_f32_single_rows", 1, 1001, 2312, true, 1.0f, GemvEpilogue::kStore,
-                  false, true, true},
-        // The ring GEMV: the projections of 1B's and 8B's one-row steps, a
-        // bias, Gemma's norm offset with GELU, and n smaller than the SMs.
-        FusedCase{"ring_qkv_norm_bias", 1, 3072, 2048, true, 0.0f, GemvEpilogue::kStore, true,
-                  false, false, true},
-        FusedCase{"ring_o_residual", 1, 2048, 2048, false, 0.0f, GemvEpilogue::kResidualAdd,
-                  false, false, false, true},
-        FusedCase{"ring_gate_up_norm_silu", 1, 8192, 2048, true, 0.0f, GemvEpilogue::kGatedSilu,
-                  false, false, false, true},
-        FusedCase{"ring_down_residual", 1, 2048, 8192, false, 0.0f, GemvEpilogue::kResidualAdd,
-                  false, false, false, true},
-        FusedCase{"ring_8b_gate_up", 1, 14336, 4096, true, 0.0f, GemvEpilogue::kGatedSilu, false,
-                  false, false, true},
-        FusedCase{"ring_8b_down", 1, 4096, 14336, false, 0.0f, GemvEpilogue::kResidualAdd, false,
-                  false, false, true},
-        FusedCase{"ring_gemma_norm_gelu", 1, 2048, 2304, true, 1.0f,
-                  GemvEpilogue::kGatedGeluTanh, false, false, false, true},
-        FusedCase{"ring_bias_few_units", 1, 100, 1024, false, 0.0f, GemvEpilogue::kResidualAdd,
-                  true, false, false, true}),
+                  false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A pdl GEMV reads what the GEMV before it wrote: the first is big enough
@@ -510,13 +487,12 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   struct Outputs {
     std::vector<bf16> out1, out2, residual;
   };
-  const auto run_chain = [&](bool pdl, bool ring = false) {
+  const auto run_chain = [&](bool pdl) {
     residual.assign(residual0);
     out1.poison();  // also waits for the upload above
     out2.poison();
     p2.pdl = pdl;
     p3.pdl = pdl;
-    for (GemvParams* p : {&p1, &p2, &p3}) p->ring = ring;
     launch_gemv(p1, stream->get());
     launch_gemv(p2, stream->get());
     launch_gemv(p3, stream->get());
@@ -533,16 +509,6 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   EXPECT_EQ(bits(chained.out1), bits(plain.out1));
   EXPECT_EQ(bits(chained.out2), bits(plain.out2));
   EXPECT_EQ(bits(chained.residual), bits(plain.residual));
-  // The ring GEMV's chain: its next block streams beside it before the wait.
-  for (GemvParams* p : {&p1, &p2, &p3}) {
-    p->ring = true;
-    ASSERT_TRUE(gemv_ring_takes(*p)) << p->n << " x " << p->k;
-  }
-  const Outputs ring_chained = run_chain(true, true);
-  const Outputs ring_plain = run_chain(false, true);
-  EXPECT_EQ(bits(ring_chained.out1), bits(ring_plain.out1));
-  EXPECT_EQ(bits(ring_chained.out2), bits(ring_plain.out2));
-  EXPECT_EQ(bits(ring_chained.residual), bits(ring_plain.residual));
 
   // Each stage against float64 on the inputs the GPU actually gave it.
   HostGemv h1;
@@ -577,43 +543,6 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   h3.residual = to_float(residual0);
   h3.ldc = kN3;
   EXPECT_LT(nmse(to_float(chained.residual), reference(h3)), kBf16Nmse);
-
-  // The ring chain against float64 on the inputs it gave itself.
-  EXPECT_LT(nmse(to_float(ring_chained.out1), reference(h1)), kBf16Nmse);
-  h2.a = to_float(ring_chained.out1);
-  EXPECT_LT(nmse(to_float(ring_chained.out2), reference(h2)), kBf16Nmse);
-  h3.a = to_float(ring_chained.out2);
-  EXPECT_LT(nmse(to_float(ring_chained.residual), reference(h3)), kBf16Nmse);
-}
-
-// The ring GEMV takes one-row calls whose rows are whole 256-column pieces,
-// at most 64 of them, with bf16 output; the rest stay on the register GEMV.
-TEST(GemvRingTest, TakesOnlyWhatItCanStream) {
-  CELLM_REQUIRE_GPU();
-  const auto params = [](int m, int n, int k, GemvEpilogue e) {
-    bf16* fake = reinterpret_cast<bf16*>(std::uintptr_t{256});
-    GemvParams p = gemv_dense(fake, fake, fake + (1 << 20), m, n, k);
-    p.epilogue = e;
-    p.ring = true;
-    return p;
-  };
-  EXPECT_TRUE(gemv_ring_takes(params(1, 2048, 8192, GemvEpilogue::kResidualAdd)));
-  EXPECT_TRUE(gemv_ring_takes(params(1, 14336, 4096, GemvEpilogue::kGatedSilu)));
-  EXPECT_TRUE(gemv_ring_takes(params(1, 1024, 16384, GemvEpilogue::kStore)));
-  GemvParams off = params(1, 2048, 8192, GemvEpilogue::kResidualAdd);
-  off.ring = false;
-  EXPECT_FALSE(gemv_ring_takes(off)) << "the knob is off";
-  EXPECT_FALSE(gemv_ring_takes(params(2, 2048, 8192, GemvEpilogue::kResidualAdd)))
-      << "two rows";
-  EXPECT_FALSE(gemv_ring_takes(params(1, 2048, 2056, GemvEpilogue::kStore)))
-      << "k is not a multiple of 256";
-  EXPECT_FALSE(gemv_ring_takes(params(1, 2048, 16640, GemvEpilogue::kStore)))
-      << "more than 64 pieces a row";
-  GemvParams f32 = params(1, 2048, 2048, GemvEpilogue::kStore);
-  f32.out_f32 = true;
-  EXPECT_FALSE(gemv_ring_takes(f32)) << "float output (the lm_head)";
-  EXPECT_FALSE(gemv_ring_takes(params(1, 128256, 2048, GemvEpilogue::kStore)))
-      << "a vocabulary's rows overflow the block's sums";
 }
 
 // One-row units are for one-row steps of small projections whose row pairs

@@ -31,7 +31,6 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
-  EXPECT_FALSE(choice->gemv_ring);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -55,7 +54,6 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_GEMV_SINGLE_ROWS", "0"},
-                                                 {"CELLM_GEMV_RING", "1"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
@@ -74,7 +72,6 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->gemv_single_rows);
-  EXPECT_TRUE(choice->gemv_ring);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -85,7 +82,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(describe(*choice),
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
             "fused_o=1 "
-            "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 ring=1 stream=1 pdl=0 autotune=0 "
+            "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0 "
             "split_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
@@ -97,7 +94,6 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_GEMV", "2"}},
       {{"CELLM_GEMM_AUTOTUNE", "yes"}},
       {{"CELLM_GEMV_MAX_ROWS", "9"}},
-      {{"CELLM_GEMV_RING", "on please"}},
       {{"CELLM_PDL", "2"}},
       {{"CELLM_SPLIT_ARGMAX", "2"}},
       {{"CELLM_SAMPLE_CLUSTER", "yes"}},

@@ -2,8 +2,8 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/gemv_units.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
+#include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -35,6 +35,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kPieces = 8;          // 16-byte loads per lane in a batch, over the unit's rows
 constexpr int kMaxBlocksPerSm = 4;  // 16 warps; two batches each ~ 128 KB in flight per SM
 
+__host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
+  return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
+}
+
 // kR: weight rows per unit. Two is the rule (a rope or gated epilogue needs
 // its pair of rows in one warp); one row per unit doubles the warps of a
 // projection too small to fill the GPU with pairs, so as many bytes are in
@@ -63,17 +67,99 @@ struct Batch {
 
 struct UnitRows {
   const uint4* row[2];
-  UnitCols cols;
+  int col0;  // output column of row[0]
+  int col1;  // of row[1]; < 0: none (one-row units, past an odd n, or gated)
 };
 
 template <int kR>
 __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
   UnitRows rows;
-  rows.cols = unit_cols<kR>(p, u);
+  if (is_gated(p.epilogue) || kR == 1) {
+    rows.col0 = u;
+    rows.col1 = -1;
+  } else if (p.epilogue == GemvEpilogue::kRopeScatter &&
+             u < (p.n - p.rope.num_kv_heads * p.rope.head_dim) / 2) {
+    // q and k heads: rows i and i + half of a head (the k heads follow the q heads).
+    const int half = p.rope.head_dim / 2;
+    rows.col0 = (u / half) * p.rope.head_dim + u % half;
+    rows.col1 = rows.col0 + half;
+  } else {
+    rows.col0 = 2 * u;
+    rows.col1 = 2 * u + 1 < p.n ? 2 * u + 1 : -1;
+  }
   const auto row = [&](std::int64_t r) { return reinterpret_cast<const uint4*>(p.w + r * p.ldw); };
-  rows.row[0] = row(rows.cols.row0);
-  rows.row[1] = row(rows.cols.row1);
+  rows.row[0] = row(rows.col0);
+  rows.row[1] = is_gated(p.epilogue) ? row(static_cast<std::int64_t>(p.n) + u)
+                                     : row(rows.col1 >= 0 ? rows.col1 : rows.col0);
   return rows;
+}
+
+__device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum) {
+  const std::int64_t at = static_cast<std::int64_t>(r) * p.ldc + col;
+  if (p.bias != nullptr) sum += __bfloat162float(p.bias[col]);
+  if (p.epilogue == GemvEpilogue::kResidualAdd) {
+    bf16* out = static_cast<bf16*>(p.out) + at;
+    *out = __float2bfloat16_rn(__bfloat162float(*out) + round_bf16(sum));
+  } else if (p.out_f32) {
+    static_cast<float*>(p.out)[at] = sum;
+  } else {
+    static_cast<bf16*>(p.out)[at] = __float2bfloat16_rn(sum);
+  }
+}
+
+__device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col, float gate,
+                                            float up) {
+  const float g = round_bf16(gate);
+  const float act = p.epilogue == GemvEpilogue::kGatedSilu ? silu(g) : gelu_tanh(g);
+  static_cast<bf16*>(p.out)[static_cast<std::int64_t>(r) * p.ldc + col] =
+      __float2bfloat16_rn(act * round_bf16(up));
+}
+
+// What rope_scatter does with one pair of product values of token r (see
+// gemv.cuh): x0, x1 are the sums for columns col0 and col1.
+__device__ __forceinline__ void store_rope(const GemvParams& p, int r, const UnitRows& rows,
+                                           float x0, float x1) {
+  const RopeScatterParams& rp = p.rope;
+  if (p.bias != nullptr) {
+    x0 += __bfloat162float(p.bias[rows.col0]);
+    x1 += __bfloat162float(p.bias[rows.col1]);
+  }
+  // The separate kernels read the product back as bf16.
+  x0 = round_bf16(x0);
+  x1 = round_bf16(x1);
+  const int hd = rp.head_dim;
+  const int head = rows.col0 / hd;  // q heads, then k heads, then v heads
+  const int dim = rows.col0 % hd;
+  const std::int32_t cell = rp.cells[r];
+  const bool cell_ok = cell >= 0 && cell < rp.max_cells;
+  if (head >= rp.num_heads + rp.num_kv_heads) {
+    if (!cell_ok) return;
+    bf16* dst = rp.v_pool +
+                (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads -
+                 rp.num_kv_heads) *
+                    hd +
+                dim;
+    dst[0] = __float2bfloat16_rn(x0);
+    dst[1] = __float2bfloat16_rn(x1);
+    return;
+  }
+  float r0;
+  float r1;
+  rope_rotate(x0, x1, static_cast<float>(rp.positions[r]), rp.inv_freq[dim], &r0, &r1);
+  const bf16 y0 = __float2bfloat16_rn(r0);
+  const bf16 y1 = __float2bfloat16_rn(r1);
+  const int half = hd / 2;
+  if (head < rp.num_heads) {
+    bf16* q = static_cast<bf16*>(p.out) + static_cast<std::int64_t>(r) * p.ldc;
+    q[rows.col0] = y0;
+    q[rows.col1] = y1;
+    return;
+  }
+  if (!cell_ok) return;
+  bf16* dst = rp.k_pool +
+              (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads) * hd + dim;
+  dst[0] = y0;
+  dst[half] = y1;
 }
 
 // kM: activation rows the kernel is built for (p.m <= kM); kR: weight rows
@@ -218,16 +304,16 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
       }
       if (lane == r && r < p.m) {
         if (kR == 2 && is_gated(p.epilogue)) {
-          store_gated(p, r, rows.cols.col0, s0, s1);
+          store_gated(p, r, rows.col0, s0, s1);
         } else if (kR == 2 && p.epilogue == GemvEpilogue::kRopeScatter) {
-          store_rope(p, r, rows.cols, s0, s1);
+          store_rope(p, r, rows, s0, s1);
           if (u == 0 && p.rope.cell_table != nullptr) {
             record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride, p.rope.max_cells,
                         p.rope.seq_slots[r], p.rope.positions[r], p.rope.cells[r]);
           }
         } else {
-          store_value(p, r, rows.cols.col0, s0);
-          if (rows.cols.col1 >= 0) store_value(p, r, rows.cols.col1, s1);
+          store_value(p, r, rows.col0, s0);
+          if (rows.col1 >= 0) store_value(p, r, rows.col1, s1);
         }
       }
     }
@@ -305,9 +391,7 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
-  if (gemv_ring_takes(params)) {
-    launch_gemv_ring(params, stream);
-  } else if (params.m == 1) {
+  if (params.m == 1) {
     launch_rows<1>(params, stream);
   } else if (params.m == 2) {
     launch_rows<2>(params, stream);

@@ -86,13 +86,6 @@ struct GemvParams {
   // large projection. Plain and residual-add epilogues only; the products
   // are the same, summed in another order.
   bool single_rows = false;
-  // One-row steps run on gemv_ring.cu's kernel: one block an SM that takes
-  // half of it, its weights streamed by bulk copies into shared memory, so
-  // the next projection's block streams beside it (CELLM_GEMV_RING). Taken
-  // where k is a multiple of 256 up to 16384 and the block's share of the
-  // units fits its ring (gemv_ring_takes); plain, residual-add, gated and
-  // rope epilogues, bf16 output.
-  bool ring = false;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh
 #endif
@@ -121,9 +114,5 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream);
 
 // Whether launch_gemv gives this call one-row units (see single_rows).
 bool gemv_uses_single_rows(const GemvParams& params);
-
-// Whether launch_gemv runs this call on the ring kernel (see ring).
-bool gemv_ring_takes(const GemvParams& params);
-void launch_gemv_ring(const GemvParams& params, cudaStream_t stream);
 
 }  // namespace cellm::cuda

@@ -37,11 +37,6 @@
 //                                  pairs filling at most half of one wave, more than two batches
 //                                  of weights per pair: 1B's down) one weight row instead of two
 //                                  (gemv.cuh; default 1)
-//   CELLM_GEMV_RING=0|1            one-row steps run their layers' projections on the ring GEMV
-//                                  (one block an SM streaming its weights into shared memory with
-//                                  bulk copies, gemv.cuh's GemvParams::ring) instead of the
-//                                  register GEMV (default 0: correct, but slower so far: 1B batch 1
-//                                  0.964-0.978 against 0.916-0.932 ms/step; gemv_ring.cu)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -88,7 +83,6 @@ struct KernelChoice {
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
   bool gemv_single_rows = true;
-  bool gemv_ring = false;
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -109,7 +103,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 fused_o=0
-// fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 ring=0 stream=1 pdl=1 autotune=1 split_argmax=1
+// fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
 // cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
