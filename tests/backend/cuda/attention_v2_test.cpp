@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "decode_reference.h"
@@ -256,6 +258,57 @@ TEST(DecodeV2Test, SpreadLaunchesGiveTheSameBits) {
       for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
     }
   }
+}
+
+// Letting the next kernel launch when the wait returns (early_next) must not
+// let it read the output before it is stored: a pdl GEMV over a poisoned
+// output gives the same bits as after a launch that lets it launch only
+// once the outputs are stored, and the product of the output.
+TEST(DecodeV2Test, EarlyNextKeepsTheNextKernelWaitingForTheOutput) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c{32, 8, 64, 1, 1, 700, 0, 0.0f, 8, 128, 61};
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  DecodeDevice d(c, s);
+  const int k = c.heads * c.head_dim;
+  constexpr int kN = 512;
+  std::mt19937 rng(7);
+  const auto w = testing::random_bf16(static_cast<std::size_t>(kN) * k, rng, -0.05f, 0.05f);
+  DeviceArray<bf16> dw(w);
+  DeviceArray<bf16> product(kN);
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+  std::vector<bf16> got[2];
+  std::vector<bf16> attention;
+  for (const bool early : {false, true}) {
+    AttentionParams p = d.params(c, s, 0.125f);
+    p.cluster = 8;
+    p.spread = true;
+    p.early_next = early;
+    p.pdl = true;
+    ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+    GemvParams g = gemv_dense(d.out.data(), dw.data(), product.data(), 1, kN, k);
+    g.pdl = true;
+    ASSERT_TRUE(g.validate().is_ok()) << g.validate().to_string();
+    d.out.poison();
+    product.poison();
+    CELLM_CUDA_CHECK(cudaDeviceSynchronize());
+    launch_attention_decode_v2(p, stream->get());
+    launch_gemv(g, stream->get());
+    stream->synchronize();
+    got[early ? 1 : 0] = product.download();
+    attention = d.out.download();
+  }
+  ASSERT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(bf16)));
+  std::vector<double> want(kN, 0.0);
+  for (int n = 0; n < kN; ++n) {
+    for (int i = 0; i < k; ++i) {
+      want[static_cast<std::size_t>(n)] +=
+          static_cast<double>(testing::from_bf16(attention[static_cast<std::size_t>(i)])) *
+          testing::from_bf16(w[static_cast<std::size_t>(n) * k + static_cast<std::size_t>(i)]);
+    }
+  }
+  EXPECT_LT(nmse(to_float(got[1]), want), 1e-4);
+  EXPECT_LT(nmse(to_float(attention), testing::decode_reference(c, s, 0.125f)), kAttentionNmse);
 }
 
 TEST(DecodeV2Test, CapturedGraphReplaysForANewMix) {

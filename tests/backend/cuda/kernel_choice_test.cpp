@@ -36,6 +36,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->decode_split_target, 2);
   EXPECT_TRUE(choice->decode_early_keys);
   EXPECT_TRUE(choice->decode_spread);
+  EXPECT_TRUE(choice->decode_early_next);
   EXPECT_FALSE(choice->decode_fused_o);
   EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(*choice, KernelChoice{});
@@ -49,6 +50,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_CLUSTER", "4"},
                                                  {"CELLM_DECODE_EARLY_KEYS", "0"},
                                                  {"CELLM_DECODE_SPREAD", "0"},
+                                                 {"CELLM_DECODE_EARLY_NEXT", "0"},
                                                  {"CELLM_DECODE_FUSED_O", "1"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
@@ -67,6 +69,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_cluster, 4);
   EXPECT_FALSE(choice->decode_early_keys);
   EXPECT_FALSE(choice->decode_spread);
+  EXPECT_FALSE(choice->decode_early_next);
   EXPECT_TRUE(choice->decode_fused_o);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
@@ -81,7 +84,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
-            "fused_o=1 "
+            "early_next=0 fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0 "
             "split_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
@@ -110,6 +113,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
       {{"CELLM_DECODE_SPREAD", "wide"}},
+      {{"CELLM_DECODE_EARLY_NEXT", "soon"}},
   };
   for (const auto& values : bad) {
     auto choice = parse_kernel_choice(lookup_from(values));
@@ -133,15 +137,15 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
   }
 }
 
-// The fused o projection is off by default (measured slower) and the spread
-// on; each knob moves only itself.
-TEST(KernelChoiceTest, FusedOAndSpreadTakeZeroAndOne) {
+// The fused o projection is off by default (measured slower), the spread and
+// the early launch of the next kernel on; each knob moves only itself.
+TEST(KernelChoiceTest, FusedOSpreadAndEarlyNextTakeZeroAndOne) {
   auto on = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "1"}}));
   ASSERT_TRUE(on.ok()) << on.status().to_string();
   KernelChoice expected;
   expected.decode_fused_o = true;
   EXPECT_EQ(*on, expected);
-  EXPECT_NE(describe(*on).find(" early_keys=1 spread=1 fused_o=1 fused_rope=1 "), std::string::npos)
+  EXPECT_NE(describe(*on).find(" early_keys=1 spread=1 early_next=1 fused_o=1 fused_rope=1 "), std::string::npos)
       << describe(*on);
   auto off = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "0"}}));
   ASSERT_TRUE(off.ok()) << off.status().to_string();
@@ -151,7 +155,15 @@ TEST(KernelChoiceTest, FusedOAndSpreadTakeZeroAndOne) {
   expected = KernelChoice{};
   expected.decode_spread = false;
   EXPECT_EQ(*narrow, expected);
-  EXPECT_NE(describe(*narrow).find(" spread=0 fused_o=0 "), std::string::npos) << describe(*narrow);
+  EXPECT_NE(describe(*narrow).find(" spread=0 early_next=1 fused_o=0 "), std::string::npos)
+      << describe(*narrow);
+  auto late = parse_kernel_choice(lookup_from({{"CELLM_DECODE_EARLY_NEXT", "off"}}));
+  ASSERT_TRUE(late.ok()) << late.status().to_string();
+  expected = KernelChoice{};
+  expected.decode_early_next = false;
+  EXPECT_EQ(*late, expected);
+  EXPECT_NE(describe(*late).find(" spread=1 early_next=0 fused_o=0 "), std::string::npos)
+      << describe(*late);
 }
 
 }  // namespace

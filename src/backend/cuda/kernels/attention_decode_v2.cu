@@ -147,19 +147,21 @@ __global__ void __launch_bounds__(kThreads,
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
   trace::mark(attention_trace, trace::slot_of(p), kEarlyReadsIssued);
 
-  // The next kernel may launch only once the outputs are stored (in
-  // cluster_merge; other paths at exit), and the kernel does not fetch the
-  // next projection's weights; earlier launches and the prefetch were
-  // measured slower on the H200 (bench/results/README.md, sessions 5, 6
-  // and 9):
-  // - launching the o GEMV here or after the key loop: 8B batch 1 4.45 ->
-  //   5.31 and 4.35 -> 5.17 ms/step; measured again per kernel, 4.31 -> 5.11,
-  //   the attention and every GEMV after it (and the lm_head) slower;
+  // The next kernel may launch once the wait returns where every block of
+  // this launch has an SM of its own (AttentionParams::early_next), else only
+  // once the outputs are stored (in cluster_merge; other paths at exit). The
+  // kernel does not fetch the next projection's weights. Measured slower on
+  // the H200 (bench/results/README.md, sessions 5, 6 and 9):
+  // - launching the o GEMV before the wait or after the key loop in every
+  //   launch, packed blocks included: 8B batch 1 4.45 -> 5.31 and 4.35 ->
+  //   5.17 ms/step; measured again per kernel, 4.31 -> 5.11, the attention
+  //   and every GEMV after it (and the lm_head) slower;
   // - bulk L2 prefetches of the o (and gate/up) weights after the key loop:
   //   1B 0.95 -> 1.00-1.27, 8B 4.35 -> 4.40-4.54 ms/step, the attention
   //   itself 7.6 -> 19.8 us a layer at 1B.
   griddep_wait();
   trace::mark(attention_trace, trace::slot_of(p), trace::kWaitMark);
+  if (p.early_next) griddep_launch_dependents();
 
   // Q rows of this block's heads; missing heads and dims are zero.
   uint4 q_parts[L::kQPerThread];
@@ -506,10 +508,9 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
       std::size_t smem = V2Layout<kMaxHd>::kBytes;
-      if (params.spread &&
-          static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count()) {
-        smem = std::max(smem, one_block_per_sm_smem());
-      }
+      const bool fits = static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count();
+      if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
+      params.early_next = params.early_next && fits;
       launch(attention_decode_v2_kernel<kMaxHd, false>,
              LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
       return;

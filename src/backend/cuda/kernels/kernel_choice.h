@@ -21,6 +21,10 @@
 //                                  shared memory that no two share an SM (AttentionParams::spread;
 //                                  default 1: batch 1 ctx 512, 1B 0.944-0.955 -> 0.910-0.918
 //                                  ms/step, Qwen3-0.6B 0.933 -> 0.880, 8B equal)
+//   CELLM_DECODE_EARLY_NEXT=0|1    v2: a launch whose blocks fit the SMs one each lets the next
+//                                  kernel launch when its wait returns (AttentionParams::early_next;
+//                                  default 1: batch 1 ctx 512, 1B 0.920-0.932 -> 0.910-0.914
+//                                  ms/step, 8B 4.276-4.282 -> 4.233-4.256, Qwen3-0.6B equal)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -78,6 +82,7 @@ struct KernelChoice {
   std::int32_t decode_cluster = 8;
   bool decode_early_keys = true;
   bool decode_spread = true;
+  bool decode_early_next = true;
   bool decode_fused_o = false;
   bool fused_rope = true;
   bool gemv = true;
@@ -102,7 +107,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 fused_o=0
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
+// fused_o=0
 // fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
 // cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
