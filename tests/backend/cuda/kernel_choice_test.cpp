@@ -140,30 +140,27 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
 // The fused o projection is off by default (measured slower), the spread and
 // the early launch of the next kernel on; each knob moves only itself.
 TEST(KernelChoiceTest, FusedOSpreadAndEarlyNextTakeZeroAndOne) {
-  auto on = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "1"}}));
-  ASSERT_TRUE(on.ok()) << on.status().to_string();
-  KernelChoice expected;
-  expected.decode_fused_o = true;
-  EXPECT_EQ(*on, expected);
-  EXPECT_NE(describe(*on).find(" early_keys=1 spread=1 early_next=1 fused_o=1 fused_rope=1 "), std::string::npos)
-      << describe(*on);
-  auto off = parse_kernel_choice(lookup_from({{"CELLM_DECODE_FUSED_O", "0"}}));
-  ASSERT_TRUE(off.ok()) << off.status().to_string();
-  EXPECT_EQ(*off, KernelChoice{});
-  auto narrow = parse_kernel_choice(lookup_from({{"CELLM_DECODE_SPREAD", "0"}}));
-  ASSERT_TRUE(narrow.ok()) << narrow.status().to_string();
-  expected = KernelChoice{};
-  expected.decode_spread = false;
-  EXPECT_EQ(*narrow, expected);
-  EXPECT_NE(describe(*narrow).find(" spread=0 early_next=1 fused_o=0 "), std::string::npos)
-      << describe(*narrow);
-  auto late = parse_kernel_choice(lookup_from({{"CELLM_DECODE_EARLY_NEXT", "off"}}));
-  ASSERT_TRUE(late.ok()) << late.status().to_string();
-  expected = KernelChoice{};
-  expected.decode_early_next = false;
-  EXPECT_EQ(*late, expected);
-  EXPECT_NE(describe(*late).find(" spread=1 early_next=0 fused_o=0 "), std::string::npos)
-      << describe(*late);
+  // `name=value` parses to the defaults with `set` applied, and its
+  // description holds `shown`.
+  const auto expect_only = [](const char* name, const char* value, auto set, const char* shown) {
+    auto choice = parse_kernel_choice(lookup_from({{name, value}}));
+    ASSERT_TRUE(choice.ok()) << name << "=" << value << ": " << choice.status().to_string();
+    KernelChoice expected;
+    set(expected);
+    EXPECT_EQ(*choice, expected) << name << "=" << value;
+    EXPECT_NE(describe(*choice).find(shown), std::string::npos) << describe(*choice);
+  };
+  expect_only(
+      "CELLM_DECODE_FUSED_O", "1", [](KernelChoice& c) { c.decode_fused_o = true; },
+      " early_keys=1 spread=1 early_next=1 fused_o=1 fused_rope=1 ");
+  expect_only(
+      "CELLM_DECODE_FUSED_O", "0", [](KernelChoice&) {}, " fused_o=0 ");
+  expect_only(
+      "CELLM_DECODE_SPREAD", "0", [](KernelChoice& c) { c.decode_spread = false; },
+      " spread=0 early_next=1 fused_o=0 ");
+  expect_only(
+      "CELLM_DECODE_EARLY_NEXT", "off", [](KernelChoice& c) { c.decode_early_next = false; },
+      " spread=1 early_next=0 fused_o=0 ");
 }
 
 }  // namespace
