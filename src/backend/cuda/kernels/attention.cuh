@@ -137,9 +137,10 @@ struct AttentionParams {
   // first weights while the attention runs (the GEMV's own wait still holds
   // it until this grid is complete). Wider launches ignore it: there the
   // GEMV's blocks could take the SMs from attention blocks not yet resident
-  // (8B batch 1 once ran 4.45 -> 5.31 ms/step when every launch did this).
-  // H200, batch 1 ctx 512: 1B 0.920-0.932 -> 0.910-0.914 ms/step, 8B
-  // 4.276-4.282 -> 4.233-4.256, Qwen3-0.6B equal.
+  // (8B batch 1 once ran 4.45 -> 5.31 ms/step when every launch did this),
+  // and so does the fused o projection, which keeps its measured trigger.
+  // H200, batch 1 ctx 512: 1B 0.915-0.932 -> 0.909-0.919 ms/step, 8B
+  // 4.276-4.308 -> 4.233-4.298, Qwen3-0.6B equal to 0.5% slower.
   bool early_next = false;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel

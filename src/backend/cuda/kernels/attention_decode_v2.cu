@@ -504,13 +504,13 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const int group = params.num_heads / params.num_kv_heads;
   const int head_groups = (group + kRows - 1) / kRows;
   const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
+  const bool fits = static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count();
+  params.early_next = params.early_next && fits && params.o_weight == nullptr;
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
       std::size_t smem = V2Layout<kMaxHd>::kBytes;
-      const bool fits = static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count();
       if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
-      params.early_next = params.early_next && fits;
       launch(attention_decode_v2_kernel<kMaxHd, false>,
              LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
       return;

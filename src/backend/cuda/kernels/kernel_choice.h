@@ -23,8 +23,9 @@
 //                                  ms/step, Qwen3-0.6B 0.933 -> 0.880, 8B equal)
 //   CELLM_DECODE_EARLY_NEXT=0|1    v2: a launch whose blocks fit the SMs one each lets the next
 //                                  kernel launch when its wait returns (AttentionParams::early_next;
-//                                  default 1: batch 1 ctx 512, 1B 0.920-0.932 -> 0.910-0.914
-//                                  ms/step, 8B 4.276-4.282 -> 4.233-4.256, Qwen3-0.6B equal)
+//                                  default 1: batch 1 ctx 512, 1B 0.915-0.932 -> 0.909-0.919
+//                                  ms/step, 8B 4.276-4.308 -> 4.233-4.298, Qwen3-0.6B equal to
+//                                  0.5% slower)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -108,9 +109,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// fused_o=0
-// fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1 split_argmax=1
-// cluster_sampler=1 sample_candidates=1",
+// fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1
+// split_argmax=1 cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
