@@ -19,6 +19,10 @@ Launches with the same label (each layer's q/k/v GEMV, say) are averaged:
   lead    first block entry -> first wait return (how early blocks arrived)
   spread  first -> last wait return over the blocks
 
+and the gaps are listed again by the launch that came before (mean, least and
+most over the step), which shows where a kernel's wait returns late after one
+predecessor and not after another.
+
 Usage: kernel_trace.py TRACE.log [--split-us 100]
 """
 import argparse
@@ -100,6 +104,7 @@ def summarise(run: List[Launch]) -> Tuple[List[str], Dict[str, dict]]:
     order: List[str] = []
     rows: Dict[str, dict] = {}
     previous_exit = None
+    previous_label = None
     for l in run:
         row = rows.setdefault(l.label, {"dur": [], "gap": [], "lead": [], "spread": [],
                                         "blocks": l.marks[EXIT][0], "phases": {}})
@@ -108,6 +113,8 @@ def summarise(run: List[Launch]) -> Tuple[List[str], Dict[str, dict]]:
         start = l.first(WAIT)
         row["dur"].append((l.last(EXIT) - start) / 1e3)
         row["gap"].append((start - previous_exit) / 1e3 if previous_exit is not None else 0.0)
+        if previous_label is not None:
+            row.setdefault("gap_after", {}).setdefault(previous_label, []).append(row["gap"][-1])
         row["lead"].append((start - l.first(ENTRY)) / 1e3 if l.has(ENTRY) else 0.0)
         row["spread"].append((l.last(WAIT) - start) / 1e3)
         for m in range(2, EXIT):
@@ -115,6 +122,7 @@ def summarise(run: List[Launch]) -> Tuple[List[str], Dict[str, dict]]:
                 row["phases"].setdefault(m, []).append(((l.first(m) - start) / 1e3,
                                                         (l.last(m) - start) / 1e3))
         previous_exit = l.last(EXIT)
+        previous_label = l.label
     return order, rows
 
 
@@ -140,6 +148,11 @@ def report(launches: List[Launch], split_us: float, out=sys.stdout) -> None:
         r = rows[label]
         print(f"{label[:52]:52s} {len(r['dur']):4d} {mean(r['dur']):8.2f} {mean(r['gap']):7.2f} "
               f"{mean(r['lead']):7.2f} {mean(r['spread']):7.2f} {r['blocks']:7d}", file=out)
+    print("gaps by the launch before (us): mean, least, most", file=out)
+    for label in order:
+        for before, gaps in rows[label].get("gap_after", {}).items():
+            print(f"  {before[:40]:40s} -> {label[:40]:40s} {len(gaps):4d} {mean(gaps):6.2f} "
+                  f"{min(gaps):6.2f} {max(gaps):6.2f}", file=out)
     for label in order:
         phases = rows[label]["phases"]
         if not phases:

@@ -67,6 +67,10 @@ class KernelTraceTest(unittest.TestCase):
         self.assertAlmostEqual(attention["lead"][0], 1.9)
         self.assertAlmostEqual(attention["spread"][0], 0.2)
         self.assertEqual(attention["phases"][4], [(1.1, 3.1), (1.1, 3.1)])
+        # Gaps by predecessor: the second q/k/v follows an attention.
+        self.assertEqual(qkv["gap_after"], {order[1]: [1.1]})
+        self.assertEqual(list(attention["gap_after"]), [order[0]])
+        self.assertAlmostEqual(attention["gap_after"][order[0]][1], 0.9)
 
     def test_report_names_the_attention_phases(self):
         out = io.StringIO()
@@ -75,6 +79,9 @@ class KernelTraceTest(unittest.TestCase):
         self.assertIn("step: 4 launches", text)
         self.assertIn("key loop done", text)
         self.assertIn("early reads issued", text)
+        self.assertIn("gaps by the launch before", text)
+        self.assertRegex(text, r"attention/decode_v2 rows=1 hd=64 splits= +-> gemv/rope m=1 n=3072 "
+                               r"k=2048 +1 +1\.10 +1\.10 +1\.10")
 
     def test_an_empty_trace_says_so(self):
         out = io.StringIO()
