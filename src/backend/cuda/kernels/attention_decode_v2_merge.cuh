@@ -44,17 +44,24 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
   asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 }
 
-// Stores four consecutive outputs of a head row (no alignment asked of
-// out_stride, so one scalar at a time).
-__device__ __forceinline__ void store_out4(const AttentionParams& p, int token, int head, int d,
-                                           float4 num, float den) {
-  bf16* out = p.out + static_cast<std::int64_t>(token) * p.out_stride +
-              static_cast<std::int64_t>(head) * p.head_dim + d;
+// Four consecutive outputs of a head row from their merged numerators and
+// denominator, as bf16 (zeros where no key was attended: den 0), into `out`
+// one scalar at a time (no alignment asked of it).
+__device__ __forceinline__ void write_out4(bf16* out, float4 num, float den) {
   const bool any = den > 0.0f;
   out[0] = __float2bfloat16_rn(any ? num.x / den : 0.0f);
   out[1] = __float2bfloat16_rn(any ? num.y / den : 0.0f);
   out[2] = __float2bfloat16_rn(any ? num.z / den : 0.0f);
   out[3] = __float2bfloat16_rn(any ? num.w / den : 0.0f);
+}
+
+// Stores four consecutive outputs of a head row (no alignment asked of
+// out_stride).
+__device__ __forceinline__ void store_out4(const AttentionParams& p, int token, int head, int d,
+                                           float4 num, float den) {
+  write_out4(p.out + static_cast<std::int64_t>(token) * p.out_stride +
+                 static_cast<std::int64_t>(head) * p.head_dim + d,
+             num, den);
 }
 
 __device__ __forceinline__ float4 fma4(float w, float4 a, float4 acc) {

@@ -120,14 +120,8 @@ __device__ __forceinline__ void cluster_merge_all(unsigned long long* trace_tabl
     const auto [h, d] = head_quad<kMaxHd>(e);
     if (d >= p.head_dim) continue;
     const MergedQuad merged = merge_quad<kMaxHd>(cluster, smem, h, d, used);
-    const float den = merged.den;
-    const bool any = den > 0.0f;
-    bf16* v = vector + h * p.head_dim + d;
-    v[0] = __float2bfloat16_rn(any ? merged.num.x / den : 0.0f);
-    v[1] = __float2bfloat16_rn(any ? merged.num.y / den : 0.0f);
-    v[2] = __float2bfloat16_rn(any ? merged.num.z / den : 0.0f);
-    v[3] = __float2bfloat16_rn(any ? merged.num.w / den : 0.0f);
-    if (rank == 0) store_out4(p, token, first_head + h, d, merged.num, den);
+    write_out4(vector + h * p.head_dim + d, merged.num, merged.den);
+    if (rank == 0) store_out4(p, token, first_head + h, d, merged.num, merged.den);
   }
   trace::mark(trace_table, trace::slot_of(p), kHeadsMerged);
   // As in cluster_merge: the next kernel may launch now; its wait still
