@@ -207,6 +207,7 @@ GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16*
   g.norm_weight_offset = norm_offset();
   g.pdl = active_.pdl;
   g.single_rows = active_.gemv_single_rows;
+  g.stage_inputs = active_.gemv_stage_inputs;
   return g;
 }
 

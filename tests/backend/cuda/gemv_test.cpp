@@ -9,8 +9,8 @@
 // Refusals run without a GPU.
 #include "backend/cuda/kernels/gemv.cuh"
 
-#include <cmath>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,10 +32,10 @@ namespace cellm::cuda {
 namespace {
 
 using testing::DeviceArray;
+using testing::from_bf16;
 using testing::kBf16Nmse;
 using testing::nmse;
 using testing::random_bf16;
-using testing::from_bf16;
 using testing::to_bf16;
 using testing::to_float;
 
@@ -367,6 +367,23 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   CELLM_CUDA_CHECK(cudaDeviceSynchronize());
   launch_gemv(p, nullptr);
   const auto all = c.f32_out ? out32.download() : to_float(out16.download());
+  // Staged inputs (where the rows fit) give the same bits: the same sums in
+  // the same order, from shared memory instead of global.
+  out16.assign(init16);
+  out32.assign(init32);
+  p.stage_inputs = true;
+  launch_gemv(p, nullptr);
+  const auto staged = c.f32_out ? out32.download() : to_float(out16.download());
+  EXPECT_EQ(gemv_stages_inputs(p), gemv_staged_bytes(p) <= kGemvMaxStagedBytes);
+  ASSERT_EQ(staged.size(), all.size());
+  std::size_t staged_differ = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    staged_differ +=
+        std::bit_cast<std::uint32_t>(staged[i]) != std::bit_cast<std::uint32_t>(all[i]);
+  }
+  EXPECT_EQ(staged_differ, 0u) << "staged inputs ("
+                               << (gemv_stages_inputs(p) ? "taken" : "not taken")
+                               << ") changed the output";
 
   std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
   std::size_t outside_changed = 0;
@@ -430,10 +447,9 @@ INSTANTIATE_TEST_SUITE_P(
                   false},
         FusedCase{"silu", 3, 1536, 1024, false, 0.0f, GemvEpilogue::kGatedSilu, false, false},
         FusedCase{"gelu", 4, 512, 1024, false, 0.0f, GemvEpilogue::kGatedGeluTanh, false, false},
-        FusedCase{"gemma_norm_gelu", 2, 2048, 1152, true, 1.0f, GemvEpilogue::kGatedGeluTanh,
-                  false, false},
-        FusedCase{"lm_head_norm_f32", 1, 50000, 576, true, 0.0f, GemvEpilogue::kStore, false,
-                  true},
+        FusedCase{"gemma_norm_gelu", 2, 2048, 1152, true, 1.0f, GemvEpilogue::kGatedGeluTanh, false,
+                  false},
+        FusedCase{"lm_head_norm_f32", 1, 50000, 576, true, 0.0f, GemvEpilogue::kStore, false, true},
         FusedCase{"norm_f32_rows8", 8, 4000, 2048, true, 0.0f, GemvEpilogue::kStore, false, true},
         FusedCase{"gemma_norm_f32", 2, 3000, 1152, true, 1.0f, GemvEpilogue::kStore, false, true},
         FusedCase{"gemma_norm_store", 5, 1027, 2304, true, 1.0f, GemvEpilogue::kStore, false,
@@ -441,12 +457,12 @@ INSTANTIATE_TEST_SUITE_P(
         // One-row units (small, long projections of one-row steps): the down
         // projections of 1B and Qwen3-0.6B, and k and n tails with a norm, a
         // bias and float output.
-        FusedCase{"down_single_rows", 1, 2048, 8192, false, 0.0f, GemvEpilogue::kResidualAdd,
+        FusedCase{"down_single_rows", 1, 2048, 8192, false, 0.0f, GemvEpilogue::kResidualAdd, false,
+                  false, true},
+        FusedCase{"qwen_down_single_rows", 1, 1024, 3072, false, 0.0f, GemvEpilogue::kResidualAdd,
                   false, false, true},
-        FusedCase{"qwen_down_single_rows", 1, 1024, 3072, false, 0.0f,
-                  GemvEpilogue::kResidualAdd, false, false, true},
-        FusedCase{"bias_single_rows", 1, 2047, 4104, false, 0.0f, GemvEpilogue::kResidualAdd,
-                  true, false, true},
+        FusedCase{"bias_single_rows", 1, 2047, 4104, false, 0.0f, GemvEpilogue::kResidualAdd, true,
+                  false, true},
         FusedCase{"gemma_norm_f32_single_rows", 1, 1001, 2312, true, 1.0f, GemvEpilogue::kStore,
                   false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
@@ -455,8 +471,9 @@ INSTANTIATE_TEST_SUITE_P(
 // that a second that did not wait would read its NaN-poisoned input.
 TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   CELLM_REQUIRE_GPU();
+  // kN1: the second GEMV's rows and norm weight fit its staged inputs.
   constexpr int kK1 = 4096;
-  constexpr int kN1 = 16384;
+  constexpr int kN1 = 4096;
   constexpr int kN2 = 2048;
   constexpr int kN3 = 4096;
   std::mt19937 rng(2025);
@@ -487,20 +504,25 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   struct Outputs {
     std::vector<bf16> out1, out2, residual;
   };
-  const auto run_chain = [&](bool pdl) {
+  const auto run_chain = [&](bool pdl, bool staged) {
     residual.assign(residual0);
     out1.poison();  // also waits for the upload above
     out2.poison();
     p2.pdl = pdl;
     p3.pdl = pdl;
+    for (GemvParams* p : {&p1, &p2, &p3}) p->stage_inputs = staged;
     launch_gemv(p1, stream->get());
     launch_gemv(p2, stream->get());
     launch_gemv(p3, stream->get());
     stream->synchronize();
     return Outputs{out1.download(), out2.download(), residual.download()};
   };
-  const Outputs chained = run_chain(true);
-  const Outputs plain = run_chain(false);
+  const Outputs chained = run_chain(true, false);
+  const Outputs plain = run_chain(false, false);
+  // Staged, the second and third copy their poisoned inputs only after their waits.
+  p2.stage_inputs = p3.stage_inputs = true;
+  ASSERT_TRUE(gemv_stages_inputs(p2) && gemv_stages_inputs(p3));
+  const Outputs staged = run_chain(true, true);
   const auto bits = [](const std::vector<bf16>& v) {
     std::vector<std::uint16_t> out(v.size());
     std::memcpy(out.data(), v.data(), v.size() * sizeof(bf16));
@@ -509,6 +531,9 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   EXPECT_EQ(bits(chained.out1), bits(plain.out1));
   EXPECT_EQ(bits(chained.out2), bits(plain.out2));
   EXPECT_EQ(bits(chained.residual), bits(plain.residual));
+  EXPECT_EQ(bits(staged.out1), bits(plain.out1));
+  EXPECT_EQ(bits(staged.out2), bits(plain.out2));
+  EXPECT_EQ(bits(staged.residual), bits(plain.residual));
 
   // Each stage against float64 on the inputs the GPU actually gave it.
   HostGemv h1;
@@ -579,6 +604,29 @@ TEST(GemvSingleRowsTest, TakesOnlySmallLongProjections) {
   EXPECT_TRUE(gemv_uses_single_rows(params(1, 16 * sms, 8192, GemvEpilogue::kResidualAdd)));
   EXPECT_FALSE(gemv_uses_single_rows(params(1, 16 * sms + 8, 8192, GemvEpilogue::kResidualAdd)));
   EXPECT_FALSE(gemv_uses_single_rows(params(1, 4096, 14336, GemvEpilogue::kResidualAdd)));
+}
+
+// Staged inputs take the rows (and the norm weight) that fit
+// kGemvMaxStagedBytes of shared memory a block; longer or wider calls keep
+// their global loads (see GemvParams::stage_inputs). Host logic only.
+TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
+  const auto params = [](int m, int k, bool norm) {
+    GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, 2048, k);
+    if (norm) p.prologue = GemvPrologue::kRmsNorm;
+    p.stage_inputs = true;
+    return p;
+  };
+  EXPECT_EQ(gemv_staged_bytes(params(1, 2048, true)), 8192);
+  EXPECT_TRUE(gemv_stages_inputs(params(1, 2048, true)));    // 1B q/k/v, gate/up, lm_head
+  EXPECT_TRUE(gemv_stages_inputs(params(1, 8192, false)));   // 1B down: 16 KB, the limit
+  EXPECT_TRUE(gemv_stages_inputs(params(1, 4096, true)));    // 8B q/k/v, gate/up
+  EXPECT_FALSE(gemv_stages_inputs(params(1, 14336, false)))  // 8B down: 28 KB
+      << "past the budget";
+  EXPECT_FALSE(gemv_stages_inputs(params(4, 2048, true))) << "4 rows and the norm: 20 KB";
+  EXPECT_TRUE(gemv_stages_inputs(params(4, 2048, false)));
+  GemvParams off = params(1, 2048, true);
+  off.stage_inputs = false;
+  EXPECT_FALSE(gemv_stages_inputs(off)) << "the knob is off";
 }
 
 TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {
@@ -700,7 +748,8 @@ TEST(GemvValidateTest, RefusesANormWithoutItsWeight) {
   p.norm_weight = nullptr;
   EXPECT_NE(refusal(p).find("norm_weight"), std::string::npos) << refusal(p);
   p = fake_norm_params();
-  p.norm_weight = reinterpret_cast<const bf16*>(reinterpret_cast<std::uintptr_t>(p.norm_weight) + 2);
+  p.norm_weight =
+      reinterpret_cast<const bf16*>(reinterpret_cast<std::uintptr_t>(p.norm_weight) + 2);
   EXPECT_NE(refusal(p).find("norm_weight"), std::string::npos) << refusal(p);
   // Without the prologue the weight is not read, so it may be anything.
   p.prologue = GemvPrologue::kNone;

@@ -31,6 +31,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
+  EXPECT_TRUE(choice->gemv_stage_inputs);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -56,6 +57,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_GEMV_SINGLE_ROWS", "0"},
+                                                 {"CELLM_GEMV_STAGE_INPUTS", "0"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
@@ -75,6 +77,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->gemv_single_rows);
+  EXPECT_FALSE(choice->gemv_stage_inputs);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -82,11 +85,12 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->cluster_sampler);
   EXPECT_FALSE(choice->sample_candidates);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
-  EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
-            "early_next=0 fused_o=1 "
-            "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stream=1 pdl=0 autotune=0 "
-            "split_argmax=0 cluster_sampler=0 sample_candidates=0");
+  EXPECT_EQ(
+      describe(*choice),
+      "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
+      "early_next=0 fused_o=1 "
+      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 stream=1 pdl=0 autotune=0 "
+      "split_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -110,6 +114,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_CLUSTER", "16"}},
       {{"CELLM_DECODE_STREAM", "persistent"}},
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
+      {{"CELLM_GEMV_STAGE_INPUTS", "smem"}},
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
       {{"CELLM_DECODE_SPREAD", "wide"}},
@@ -137,8 +142,9 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
   }
 }
 
-// The fused o projection is off by default (measured slower), the spread and
-// the early launch of the next kernel on; each knob moves only itself.
+// The fused o projection is off by default (measured slower), the spread,
+// the early launch of the next kernel and the GEMV's staged inputs on; each
+// knob moves only itself.
 TEST(KernelChoiceTest, FusedOSpreadAndEarlyNextTakeZeroAndOne) {
   // `name=value` parses to the defaults with `set` applied, and its
   // description holds `shown`.
@@ -161,6 +167,9 @@ TEST(KernelChoiceTest, FusedOSpreadAndEarlyNextTakeZeroAndOne) {
   expect_only(
       "CELLM_DECODE_EARLY_NEXT", "off", [](KernelChoice& c) { c.decode_early_next = false; },
       " spread=1 early_next=0 fused_o=0 ");
+  expect_only(
+      "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
+      " single_rows=1 stage_inputs=0 stream=0 ");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
+#include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -65,15 +66,18 @@ struct Batch {
   uint4 w[kR][per_row_loads<kR>];
 };
 
-struct UnitRows {
+struct UnitCols {
+  int col0;  // output column of the unit's first row
+  int col1;  // of its second; < 0: none (one-row units, past an odd n, or gated)
+};
+
+struct UnitRows : UnitCols {
   const uint4* row[2];
-  int col0;  // output column of row[0]
-  int col1;  // of row[1]; < 0: none (one-row units, past an odd n, or gated)
 };
 
 template <int kR>
-__device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
-  UnitRows rows;
+__device__ __forceinline__ UnitCols unit_cols(const GemvParams& p, int u) {
+  UnitCols rows;
   if (is_gated(p.epilogue) || kR == 1) {
     rows.col0 = u;
     rows.col1 = -1;
@@ -87,6 +91,13 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
     rows.col0 = 2 * u;
     rows.col1 = 2 * u + 1 < p.n ? 2 * u + 1 : -1;
   }
+  return rows;
+}
+
+template <int kR>
+__device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
+  UnitRows rows;
+  static_cast<UnitCols&>(rows) = unit_cols<kR>(p, u);
   const auto row = [&](std::int64_t r) { return reinterpret_cast<const uint4*>(p.w + r * p.ldw); };
   rows.row[0] = row(rows.col0);
   rows.row[1] = is_gated(p.epilogue) ? row(static_cast<std::int64_t>(p.n) + u)
@@ -94,12 +105,19 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
   return rows;
 }
 
-__device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum) {
+// The residual stream value the residual-add epilogue adds to.
+__device__ __forceinline__ bf16 residual_at(const GemvParams& p, int r, int col) {
+  return static_cast<const bf16*>(p.out)[static_cast<std::int64_t>(r) * p.ldc + col];
+}
+
+// `residual`: out's value at (r, col), read by the caller (kResidualAdd only).
+__device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum,
+                                            bf16 residual) {
   const std::int64_t at = static_cast<std::int64_t>(r) * p.ldc + col;
   if (p.bias != nullptr) sum += __bfloat162float(p.bias[col]);
   if (p.epilogue == GemvEpilogue::kResidualAdd) {
-    bf16* out = static_cast<bf16*>(p.out) + at;
-    *out = __float2bfloat16_rn(__bfloat162float(*out) + round_bf16(sum));
+    static_cast<bf16*>(p.out)[at] =
+        __float2bfloat16_rn(__bfloat162float(residual) + round_bf16(sum));
   } else if (p.out_f32) {
     static_cast<float*>(p.out)[at] = sum;
   } else {
@@ -178,6 +196,12 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   const int my_units = first < units ? (units - 1 - first) / stride + 1 : 0;
   const int total = my_units * per_unit;  // this warp's batches
   const bool norm = p.prologue == GemvPrologue::kRmsNorm;
+  const bool residual = p.epilogue == GemvEpilogue::kResidualAdd;
+  // GemvParams::stage_inputs: the m input rows, then the norm weight.
+  extern __shared__ uint4 staged_inputs[];
+  const bool staged = p.stage_inputs;
+  uint4* const x_s = staged_inputs;
+  uint4* const g_s = staged_inputs + p.m * chunks;
 
   // Which part of k the j-th batch covers. A unit starts at a part set by its
   // index: the warps of a wave then read different column ranges of their
@@ -208,12 +232,36 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   Batch<kR> next1;
   if (total > 0) load(next0, 0);
   if (total > 1) load(next1, 1);
+  // So is the norm weight (asynchronously: the warp does not stall on it).
+  if (staged && norm) {
+    for (int c = threadIdx.x; c < chunks; c += kThreads) {
+      cp_async16(g_s + c, reinterpret_cast<const uint4*>(p.norm_weight) + c, true);
+    }
+  }
   griddep_wait();
   trace::mark(gemv_trace, trace::slot_of(p), trace::kWaitMark);
   // The next kernel may launch now: its blocks only find room as these
   // finish (one wave fills the SMs), and then request their own first
   // weights. (Letting it launch at the last batches instead measured the same.)
   griddep_launch_dependents();
+
+  // Every input the warp needs is requested at once: the block's rows into
+  // shared memory, and the residual of the warp's first unit.
+  bf16 first_residual[2] = {};
+  if (staged) {
+    for (int i = threadIdx.x; i < p.m * chunks; i += kThreads) {
+      const int r = i / chunks;
+      cp_async16(x_s + i, reinterpret_cast<const uint4*>(p.a + r * p.lda) + (i - r * chunks), true);
+    }
+    cp_async_commit();
+    if (residual && my_units > 0 && lane < p.m) {
+      const UnitCols rows = unit_cols<kR>(p, first);
+      first_residual[0] = residual_at(p, lane, rows.col0);
+      if (rows.col1 >= 0) first_residual[1] = residual_at(p, lane, rows.col1);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+  }
 
   float acc[kR][kM];
   // The norm is folded into the sums: the products take x * (w_norm +
@@ -243,8 +291,9 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int c = base + 32 * (i0 + i);
-          nw[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c)
-                             : make_uint4(0, 0, 0, 0);
+          nw[i] = c >= chunks ? make_uint4(0, 0, 0, 0)
+                  : staged    ? g_s[c]
+                              : __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c);
         }
       }
 #pragma unroll
@@ -255,8 +304,9 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int c = base + 32 * (i0 + i);
-            xr[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(row) + c)
-                               : make_uint4(0, 0, 0, 0);
+            xr[i] = c >= chunks ? make_uint4(0, 0, 0, 0)
+                    : staged    ? x_s[r * chunks + c]
+                                : __ldg(reinterpret_cast<const uint4*>(row) + c);
           }
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
@@ -312,8 +362,16 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
                         p.rope.seq_slots[r], p.rope.positions[r], p.rope.cells[r]);
           }
         } else {
-          store_value(p, r, rows.col0, s0);
-          if (rows.col1 >= 0) store_value(p, r, rows.col1, s1);
+          // The first unit's residual was read after the wait when staged.
+          const bool early = staged && j < per_unit;
+          bf16 res0 = first_residual[0];
+          bf16 res1 = first_residual[1];
+          if (residual && !early) {
+            res0 = residual_at(p, r, rows.col0);
+            if (rows.col1 >= 0) res1 = residual_at(p, r, rows.col1);
+          }
+          store_value(p, r, rows.col0, s0, res0);
+          if (rows.col1 >= 0) store_value(p, r, rows.col1, s1, res1);
         }
       }
     }
@@ -353,7 +411,10 @@ void launch_units(const GemvParams& requested, cudaStream_t stream) {
   // As many rounds as one wave needs, spread evenly so no warp walks an extra unit.
   const long long rounds = (blocks + wave - 1) / wave;
   const long long grid = (blocks + rounds - 1) / rounds;
-  LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream};
+  params.stage_inputs = gemv_stages_inputs(params);
+  const std::size_t smem =
+      params.stage_inputs ? static_cast<std::size_t>(gemv_staged_bytes(params)) : 0;
+  LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream};
   config.pdl = params.pdl;
   launch(gemv_kernel<kM, kR>, config, params);
 }
@@ -384,6 +445,15 @@ bool gemv_uses_single_rows(const GemvParams& params) {
   return params.single_rows && params.m == 1 && !is_gated(params.epilogue) &&
          params.epilogue != GemvEpilogue::kRopeScatter && params.k > 2 * 8 * batch_chunks<2> &&
          2 * ceil_div(gemv_units<2>(params), kWarps) <= wave;
+}
+
+std::int64_t gemv_staged_bytes(const GemvParams& params) {
+  const std::int64_t rows = params.m + (params.prologue == GemvPrologue::kRmsNorm ? 1 : 0);
+  return rows * params.k * static_cast<std::int64_t>(sizeof(bf16));
+}
+
+bool gemv_stages_inputs(const GemvParams& params) {
+  return params.stage_inputs && gemv_staged_bytes(params) <= kGemvMaxStagedBytes;
 }
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream) {

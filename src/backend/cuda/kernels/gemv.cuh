@@ -86,6 +86,16 @@ struct GemvParams {
   // large projection. Plain and residual-add epilogues only; the products
   // are the same, summed in another order.
   bool single_rows = false;
+  // Each block copies its input rows into shared memory once, right after
+  // its wait (and the norm weight before it), instead of every warp fetching
+  // each batch's pieces as it multiplies them; the residual-add epilogue
+  // reads the residual of a warp's first unit right after the wait too. A
+  // warp's post-wait critical path is then one round trip for all of its
+  // inputs instead of one per batch and one more for the residual. The sums
+  // are the same, in the same order. launch_gemv clears it where the rows
+  // need more than kGemvMaxStagedBytes (a wide or long step keeps the
+  // loads it had, so four blocks still fit an SM with L1 to spare).
+  bool stage_inputs = false;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh
 #endif
@@ -114,5 +124,13 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream);
 
 // Whether launch_gemv gives this call one-row units (see single_rows).
 bool gemv_uses_single_rows(const GemvParams& params);
+
+// Shared memory a block of this call takes to stage its inputs: its m input
+// rows and, with the norm prologue, the norm weight.
+std::int64_t gemv_staged_bytes(const GemvParams& params);
+inline constexpr std::int64_t kGemvMaxStagedBytes = 16 * 1024;
+
+// Whether launch_gemv stages this call's inputs (see stage_inputs).
+bool gemv_stages_inputs(const GemvParams& params);
 
 }  // namespace cellm::cuda

@@ -22,10 +22,10 @@
 //                                  default 1: batch 1 ctx 512, 1B 0.944-0.955 -> 0.910-0.918
 //                                  ms/step, Qwen3-0.6B 0.933 -> 0.880, 8B equal)
 //   CELLM_DECODE_EARLY_NEXT=0|1    v2: a launch whose blocks fit the SMs one each lets the next
-//                                  kernel launch when its wait returns (AttentionParams::early_next;
-//                                  default 1: batch 1 ctx 512, 1B 0.915-0.932 -> 0.909-0.919
-//                                  ms/step, 8B 4.276-4.308 -> 4.233-4.298, Qwen3-0.6B equal to
-//                                  0.5% slower)
+//                                  kernel launch when its wait returns
+//                                  (AttentionParams::early_next; default 1: batch 1 ctx 512, 1B
+//                                  0.915-0.932 -> 0.909-0.919 ms/step, 8B 4.276-4.308
+//                                  -> 4.233-4.298, Qwen3-0.6B equal to 0.5% slower)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -42,6 +42,11 @@
 //                                  pairs filling at most half of one wave, more than two batches
 //                                  of weights per pair: 1B's down) one weight row instead of two
 //                                  (gemv.cuh; default 1)
+//   CELLM_GEMV_STAGE_INPUTS=0|1    the GEMV copies its input rows (and the norm weight, before its
+//                                  wait) into shared memory once per block, and reads the residual
+//                                  it adds to right after its wait, instead of fetching each
+//                                  batch's pieces when it multiplies them
+//                                  (GemvParams::stage_inputs; default 1)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -89,6 +94,7 @@ struct KernelChoice {
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
   bool gemv_single_rows = true;
+  bool gemv_stage_inputs = true;
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -109,8 +115,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stream=1 pdl=1 autotune=1
-// split_argmax=1 cluster_sampler=1 sample_candidates=1",
+// fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 stream=1 pdl=1
+// autotune=1 split_argmax=1 cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
