@@ -110,14 +110,16 @@ __device__ __forceinline__ bf16 residual_at(const GemvParams& p, int r, int col)
   return static_cast<const bf16*>(p.out)[static_cast<std::int64_t>(r) * p.ldc + col];
 }
 
-// `residual`: out's value at (r, col), read by the caller (kResidualAdd only).
+// `read`: kResidualAdd's value of out at (r, col) when the caller has read
+// it already (GemvParams::stage_inputs), else null.
 __device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum,
-                                            bf16 residual) {
+                                            const bf16* read) {
   const std::int64_t at = static_cast<std::int64_t>(r) * p.ldc + col;
   if (p.bias != nullptr) sum += __bfloat162float(p.bias[col]);
   if (p.epilogue == GemvEpilogue::kResidualAdd) {
-    static_cast<bf16*>(p.out)[at] =
-        __float2bfloat16_rn(__bfloat162float(residual) + round_bf16(sum));
+    bf16* out = static_cast<bf16*>(p.out) + at;
+    const bf16 residual = read != nullptr ? *read : *out;
+    *out = __float2bfloat16_rn(__bfloat162float(residual) + round_bf16(sum));
   } else if (p.out_f32) {
     static_cast<float*>(p.out)[at] = sum;
   } else {
@@ -181,8 +183,9 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
 }
 
 // kM: activation rows the kernel is built for (p.m <= kM); kR: weight rows
-// per unit (gemv_units).
-template <int kM, int kR>
+// per unit (gemv_units); kStaged: GemvParams::stage_inputs (a template
+// argument, so the unstaged kernel's inner loop holds no choice).
+template <int kM, int kR, bool kStaged>
 __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   constexpr int kPerRow = per_row_loads<kR>;
@@ -199,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   const bool residual = p.epilogue == GemvEpilogue::kResidualAdd;
   // GemvParams::stage_inputs: the m input rows, then the norm weight.
   extern __shared__ uint4 staged_inputs[];
-  const bool staged = p.stage_inputs;
+  constexpr bool staged = kStaged;
   uint4* const x_s = staged_inputs;
   uint4* const g_s = staged_inputs + p.m * chunks;
 
@@ -235,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   // So is the norm weight (asynchronously: the warp does not stall on it).
   if (staged && norm) {
     for (int c = threadIdx.x; c < chunks; c += kThreads) {
-      cp_async16(g_s + c, reinterpret_cast<const uint4*>(p.norm_weight) + c, true);
+      cp_async16_ca(g_s + c, reinterpret_cast<const uint4*>(p.norm_weight) + c);
     }
   }
   griddep_wait();
@@ -251,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   if (staged) {
     for (int i = threadIdx.x; i < p.m * chunks; i += kThreads) {
       const int r = i / chunks;
-      cp_async16(x_s + i, reinterpret_cast<const uint4*>(p.a + r * p.lda) + (i - r * chunks), true);
+      cp_async16_ca(x_s + i, reinterpret_cast<const uint4*>(p.a + r * p.lda) + (i - r * chunks));
     }
     cp_async_commit();
     if (residual && my_units > 0 && lane < p.m) {
@@ -364,14 +367,9 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
         } else {
           // The first unit's residual was read after the wait when staged.
           const bool early = staged && j < per_unit;
-          bf16 res0 = first_residual[0];
-          bf16 res1 = first_residual[1];
-          if (residual && !early) {
-            res0 = residual_at(p, r, rows.col0);
-            if (rows.col1 >= 0) res1 = residual_at(p, r, rows.col1);
-          }
-          store_value(p, r, rows.col0, s0, res0);
-          if (rows.col1 >= 0) store_value(p, r, rows.col1, s1, res1);
+          store_value(p, r, rows.col0, s0, early ? &first_residual[0] : nullptr);
+          if (rows.col1 >= 0)
+            store_value(p, r, rows.col1, s1, early ? &first_residual[1] : nullptr);
         }
       }
     }
@@ -416,7 +414,11 @@ void launch_units(const GemvParams& requested, cudaStream_t stream) {
       params.stage_inputs ? static_cast<std::size_t>(gemv_staged_bytes(params)) : 0;
   LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream};
   config.pdl = params.pdl;
-  launch(gemv_kernel<kM, kR>, config, params);
+  if (params.stage_inputs) {
+    launch(gemv_kernel<kM, kR, true>, config, params);
+  } else {
+    launch(gemv_kernel<kM, kR, false>, config, params);
+  }
 }
 
 template <int kM>

@@ -26,6 +26,13 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill
                : "memory");
 }
 
+// Copies 16 bytes through L1 (cp.async.ca): for data many blocks of an SM
+// read, whose copies then meet in L1 instead of each going to L2.
+__device__ __forceinline__ void cp_async16_ca(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(dst)), "l"(src)
+               : "memory");
+}
+
 // Asks L2 for the 128-byte line holding `ptr`; nothing comes back to the thread.
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
