@@ -607,8 +607,9 @@ TEST(GemvSingleRowsTest, TakesOnlySmallLongProjections) {
 }
 
 // Staged inputs take the rows (and the norm weight) that fit
-// kGemvMaxStagedBytes of shared memory a block; longer or wider calls keep
-// their global loads (see GemvParams::stage_inputs). Host logic only.
+// kGemvMaxStagedBytes of shared memory a block; longer or wider calls, and
+// the q/k/v projection, keep their global loads (see
+// GemvParams::stage_inputs). Host logic only.
 TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
   const auto params = [](int m, int k, bool norm) {
     GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, 2048, k);
@@ -617,9 +618,9 @@ TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
     return p;
   };
   EXPECT_EQ(gemv_staged_bytes(params(1, 2048, true)), 8192);
-  EXPECT_TRUE(gemv_stages_inputs(params(1, 2048, true)));    // 1B q/k/v, gate/up, lm_head
+  EXPECT_TRUE(gemv_stages_inputs(params(1, 2048, true)));    // 1B gate/up, lm_head
   EXPECT_TRUE(gemv_stages_inputs(params(1, 8192, false)));   // 1B down: 16 KB, the limit
-  EXPECT_TRUE(gemv_stages_inputs(params(1, 4096, true)));    // 8B q/k/v, gate/up
+  EXPECT_TRUE(gemv_stages_inputs(params(1, 4096, true)));    // 8B gate/up, lm_head
   EXPECT_FALSE(gemv_stages_inputs(params(1, 14336, false)))  // 8B down: 28 KB
       << "past the budget";
   EXPECT_FALSE(gemv_stages_inputs(params(4, 2048, true))) << "4 rows and the norm: 20 KB";
@@ -627,6 +628,9 @@ TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
   GemvParams off = params(1, 2048, true);
   off.stage_inputs = false;
   EXPECT_FALSE(gemv_stages_inputs(off)) << "the knob is off";
+  GemvParams qkv = params(1, 2048, true);
+  qkv.epilogue = GemvEpilogue::kRopeScatter;
+  EXPECT_FALSE(gemv_stages_inputs(qkv)) << "q/k/v keeps its global loads (measured slower staged)";
 }
 
 TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {

@@ -95,7 +95,8 @@ struct GemvParams {
   // stream. The sums are the same, in the same order (same bits).
   // launch_gemv clears it where the rows need more than
   // kGemvMaxStagedBytes (a wide or long step keeps its global loads, so
-  // four blocks still fit an SM with L1 to spare).
+  // four blocks still fit an SM with L1 to spare) and for the rope epilogue
+  // (q/k/v: measured slower staged, see gemv_stages_inputs).
   // H200, 1B batch 1 (traced, us a layer): gate/up 19.5 -> 16.4, the
   // lm_head 130 -> 123; q/k/v 4.0 -> 4.8 but its gap 1.4 -> 0.9; o equal;
   // down equal but its gap 0.5 -> 1.1. Staging only where a warp has more
@@ -137,7 +138,8 @@ bool gemv_uses_single_rows(const GemvParams& params);
 std::int64_t gemv_staged_bytes(const GemvParams& params);
 inline constexpr std::int64_t kGemvMaxStagedBytes = 16 * 1024;
 
-// Whether launch_gemv stages this call's inputs (see stage_inputs).
+// Whether launch_gemv stages this call's inputs (see stage_inputs): asked,
+// not the rope epilogue, and at most kGemvMaxStagedBytes of rows.
 bool gemv_stages_inputs(const GemvParams& params);
 
 }  // namespace cellm::cuda

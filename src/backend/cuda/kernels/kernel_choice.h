@@ -48,7 +48,8 @@
 //                                  batch's pieces when it multiplies them
 //                                  (GemvParams::stage_inputs; default 1: batch 1 ctx 512, 1B
 //                                  0.910-0.919 -> 0.864-0.875 ms/step, 8B 4.264 -> 4.134-4.149,
-//                                  Qwen3-0.6B 0.885 -> 0.876)
+//                                  Qwen3-0.6B 0.885 -> 0.876; q/k/v staged too, which later
+//                                  measured ~1% slower at 1B, so it no longer is)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
