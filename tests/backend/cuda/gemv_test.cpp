@@ -374,16 +374,15 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   p.stage_inputs = true;
   launch_gemv(p, nullptr);
   const auto staged = c.f32_out ? out32.download() : to_float(out16.download());
-  EXPECT_EQ(gemv_stages_inputs(p), gemv_staged_bytes(p) <= kGemvMaxStagedBytes);
   ASSERT_EQ(staged.size(), all.size());
   std::size_t staged_differ = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     staged_differ +=
         std::bit_cast<std::uint32_t>(staged[i]) != std::bit_cast<std::uint32_t>(all[i]);
   }
-  EXPECT_EQ(staged_differ, 0u) << "staged inputs ("
-                               << (gemv_stages_inputs(p) ? "taken" : "not taken")
-                               << ") changed the output";
+  // (Cases past kGemvMaxStagedBytes keep their loads, and more than 4 rows
+  // run as two launches that may differ: the outputs must match either way.)
+  EXPECT_EQ(staged_differ, 0u) << "asking for staged inputs changed the output";
 
   std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
   std::size_t outside_changed = 0;

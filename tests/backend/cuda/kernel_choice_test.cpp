@@ -145,7 +145,7 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
 // The fused o projection is off by default (measured slower), the spread,
 // the early launch of the next kernel and the GEMV's staged inputs on; each
 // knob moves only itself.
-TEST(KernelChoiceTest, FusedOSpreadAndEarlyNextTakeZeroAndOne) {
+TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   // `name=value` parses to the defaults with `set` applied, and its
   // description holds `shown`.
   const auto expect_only = [](const char* name, const char* value, auto set, const char* shown) {
