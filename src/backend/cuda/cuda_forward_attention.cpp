@@ -200,6 +200,7 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
   at.cluster = splits % shape.kernels.decode_cluster == 0 ? shape.kernels.decode_cluster : 1;
   at.spread = shape.kernels.decode_spread;
   at.early_next = shape.kernels.decode_early_next;
+  at.push_merge = shape.kernels.decode_push_merge;
   at.pdl = shape.kernels.pdl;
   const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2
                                      ? launch_attention_prefill_v2

@@ -1,8 +1,9 @@
 // Decode attention v2 against the float64 reference and against v1 on the
 // same data, over the real shapes (head dims 64/128/256 and a generic 80, GQA
 // groups 1..32, contexts 1..8192, windows, soft caps, batch 1..256, split
-// counts 1..64), plus determinism, graph replay for a new mix, the counters
-// left at zero, the split plan and the refusals (these last run without a GPU).
+// counts 1..64), plus determinism, the merges (counter, cluster pull and
+// push) giving the same bits, graph replay for a new mix, the counters left
+// at zero, the split plan and the refusals (these last run without a GPU).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -258,6 +259,74 @@ TEST(DecodeV2Test, SpreadLaunchesGiveTheSameBits) {
       for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
     }
   }
+}
+
+// The push merge (the cluster's blocks store their partials into block 0,
+// which merges them alone) adds the partials in the pull merge's order, so a
+// launch gives the same bits either way: head widths 64, 80, 128 and 256,
+// groups of 1 to 16, clusters of 2, 4 and 8, soft caps, and histories whose
+// used splits run from 1 to past the cluster (those take the counter). Each
+// launch repeats, since a block leaving before its stores land, or block 0
+// merging before they do, would show as a changed bit.
+TEST(DecodeV2Test, PushMergeGivesThePullMergesBits) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase cases[] = {
+      DecodeCase{32, 8, 64, 2, 1, 700, 0, 0.0f, 8, 64, 71},     // 1B heads, 128 blocks
+      DecodeCase{32, 8, 128, 1, 1, 1100, 0, 0.0f, 8, 128, 72},  // 8B heads
+      DecodeCase{16, 1, 64, 3, 1, 520, 0, 0.0f, 8, 64, 73},     // group 16
+      DecodeCase{8, 4, 80, 3, 1, 300, 0, 30.0f, 8, 64, 74},     // generic width, soft cap
+      DecodeCase{8, 8, 128, 2, 1, 600, 0, 0.0f, 8, 64, 75},     // MHA
+      DecodeCase{8, 2, 256, 2, 1, 900, 0, 0.0f, 8, 64, 76},     // Gemma width, group 4
+  };
+  for (const DecodeCase& c : cases) {
+    const DecodeScenario s = testing::make_decode_scenario(c);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    DecodeDevice d(c, s);
+    for (const int cluster : {2, 4, 8}) {
+      AttentionParams p = d.params(c, s, scale);
+      p.cluster = cluster;
+      p.spread = true;
+      p.pdl = true;
+      ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+      const std::string where = fmt::format("hd {} heads {}/{} cluster {}", c.head_dim, c.heads,
+                                            c.kv_heads, cluster);
+      d.out.poison();
+      launch_attention_decode_v2(p, nullptr);
+      const auto pulled = d.out.download();
+      EXPECT_LT(nmse(to_float(pulled), testing::decode_reference(c, s, scale)), kAttentionNmse)
+          << where;
+      p.push_merge = true;
+      ASSERT_TRUE(attention_decode_v2_push_merges(p)) << where << ": the launch would pull";
+      for (int round = 0; round < 3; ++round) {
+        d.out.poison();
+        launch_attention_decode_v2(p, nullptr);
+        const auto pushed = d.out.download();
+        ASSERT_EQ(0, std::memcmp(pulled.data(), pushed.data(), pulled.size() * sizeof(bf16)))
+            << where << " round " << round;
+      }
+      for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0) << where;
+    }
+  }
+}
+
+// Launches that the push merge would slow or cannot serve keep the pull: too
+// wide for one block an SM, one split, or no clusters.
+TEST(DecodeV2Test, PushMergeOnlyWhereEveryBlockHasAnSm) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c{32, 8, 64, 64, 1, 700, 0, 0.0f, 8, 64, 77};  // 4096 blocks
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  DecodeDevice d(c, s);
+  AttentionParams p = d.params(c, s, 0.125f);
+  p.cluster = 8;
+  p.push_merge = true;
+  EXPECT_FALSE(attention_decode_v2_push_merges(p));
+  p.num_tokens = 1;
+  EXPECT_TRUE(attention_decode_v2_push_merges(p));
+  p.cluster = 1;
+  EXPECT_FALSE(attention_decode_v2_push_merges(p));
+  p.cluster = 8;
+  p.push_merge = false;
+  EXPECT_FALSE(attention_decode_v2_push_merges(p));
 }
 
 // Letting the next kernel launch when the wait returns (early_next) must not

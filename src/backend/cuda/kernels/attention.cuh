@@ -142,6 +142,14 @@ struct AttentionParams {
   // H200, batch 1 ctx 512: 1B 0.915-0.932 -> 0.909-0.919 ms/step, 8B
   // 4.276-4.308 -> 4.233-4.298, Qwen3-0.6B equal to 0.5% slower.
   bool early_next = false;
+  // Decode v2 only: in a launch whose blocks fit the SMs one each, a token
+  // whose used splits merge in their cluster does so by a push: each block
+  // stores its partial into block 0's shared memory with remote stores that
+  // a barrier there counts, block 0 merges and stores the output, and the
+  // others leave at once (attention_decode_v2_push.cuh). The sums and their
+  // order are the pull merge's, so the outputs are the same bits. Ignored
+  // where the slots do not fit a block's shared memory (256-wide heads).
+  bool push_merge = false;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
@@ -209,6 +217,12 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
+
+// Whether a decode v2 launch with these params merges its clusters by the
+// push (AttentionParams::push_merge): asked for, clusters on this device,
+// no fused o projection, every block an SM of its own, and the slots within
+// the device's opt-in shared memory per block. The launch follows it.
+bool attention_decode_v2_push_merges(const AttentionParams& p);
 
 // Dynamic shared memory of decode v2 with the o projection fused
 // (AttentionParams::o_weight) for this shape, 0 where head_dim is not

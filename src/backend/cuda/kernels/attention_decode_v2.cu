@@ -27,6 +27,7 @@
 #include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_merge.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_out.cuh"
+#include "backend/cuda/kernels/attention_decode_v2_push.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_stage.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
@@ -86,6 +87,24 @@ __global__ void __launch_bounds__(kThreads,
   // (its splits are the cluster, so `used` fits), one used split included.
   const bool clustered = kFuseO || (p.cluster > 1 && used > 1 && used <= p.cluster);
   if (split >= (clustered ? p.cluster : used)) return;
+  // The push merge's barrier in block 0 counts the bytes the other used
+  // splits will store (attention_decode_v2_push.cuh); every block arrives on
+  // the cluster barrier that publishes it, and blocks with no keys leave.
+  const bool push = !kFuseO && clustered && p.push_merge;
+  auto* push_bar = reinterpret_cast<std::uint64_t*>(smem + L::kPushBar);
+  if (push) {
+    if (split == 0 && tid == 0) {
+      mbar_init(push_bar, 1);
+      mbar_expect_bytes(push_bar, static_cast<unsigned>(sizeof(float) * (used - 1) * heads *
+                                                        (hd + 2)));
+      mbar_init_fence();
+    }
+    cluster_arrive_relaxed();
+    if (split >= used) {
+      cluster_wait();
+      return;
+    }
+  }
   const int begin = lo + split * plan.chunk;
   const int end = min(lo + length, begin + plan.chunk);
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
@@ -350,6 +369,15 @@ __global__ void __launch_bounds__(kThreads,
 
   // The block's maximum and denominator per head, and each warp's weight, are
   // worked out once per head, not once per output column.
+  PushTarget target;
+  if (push) {
+    cluster_wait();  // block 0's barrier is initialised (everyone arrived long ago)
+    target.local_slots = reinterpret_cast<float*>(smem + L::kPushSlots);
+    target.remote_slots = cluster_address(target.local_slots, 0);
+    target.remote_bar = cluster_address(push_bar, 0);
+    target.stride = push_slot_floats(push_heads_cap(p.num_heads, p.num_kv_heads), hd);
+    target.split = split;
+  }
   float* block_m = reinterpret_cast<float*>(smem + L::kClusterM);
   float* block_l = reinterpret_cast<float*>(smem + L::kClusterL);
   if (tid < heads) {
@@ -366,6 +394,10 @@ __global__ void __launch_bounds__(kThreads,
     }
     block_m[tid] = m_max;
     block_l[tid] = den;
+    if (push) {
+      target.put(tid, m_max);
+      target.put(kRows + tid, den);
+    }
     if (!clustered && used > 1) {
       float* stats = partial_stats(p, row, first_head + tid, split);
       stats[0] = m_max;
@@ -386,6 +418,8 @@ __global__ void __launch_bounds__(kThreads,
     // (With kFuseO `clustered` holds for one used split as well.)
     if (!kFuseO && used == 1) {
       store_out4(p, token, first_head + h, d, num, block_l[h]);
+    } else if (push) {
+      target.put(2 * kRows + h * hd + d, num);
     } else if (clustered) {
       *reinterpret_cast<float4*>(reinterpret_cast<float*>(smem + L::kClusterAcc) + h * kMaxHd + d) =
           num;
@@ -394,6 +428,28 @@ __global__ void __launch_bounds__(kThreads,
     }
   }
   if constexpr (!kFuseO) trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
+  if (push) {
+    // The other blocks are done once their stores are issued; block 0 waits
+    // for their bytes and merges its slots.
+    if (split != 0) return;
+    __syncthreads();  // its own slot is visible to all its threads
+    mbar_wait_cluster(push_bar, 0);
+    const float* slots = target.local_slots;
+    for (int e = tid; e < heads * L::kQuads; e += kThreads) {
+      const auto [h, d] = head_quad<kMaxHd>(e);
+      if (d >= hd) continue;
+      const MergedQuad merged = merge_parts(used, [&](int j, float& m, float& l, float4& a) {
+        const float* slot = slots + j * target.stride;
+        m = slot[h];
+        l = slot[kRows + h];
+        a = *reinterpret_cast<const float4*>(slot + 2 * kRows + h * hd + d);
+      });
+      store_out4(p, token, first_head + h, d, merged.num, merged.den);
+    }
+    trace::mark(attention_trace, trace::slot_of(p), kMergedStored);
+    griddep_launch_dependents();  // the outputs are stored (cluster_merge's rule)
+    return;
+  }
   if constexpr (kFuseO) {
     cluster_merge_all<kMaxHd>(attention_trace, p, token, first_head, heads, used, split, smem);
     o_projection<kMaxHd>(attention_trace, p, kv_head, split, smem);
@@ -465,6 +521,16 @@ __global__ void __launch_bounds__(kThreads,
   trace::mark(attention_trace, trace::slot_of(p), kMergedStored);
 }
 
+dim3 decode_v2_grid(const AttentionParams& p) {
+  const int group = p.num_heads / p.num_kv_heads;
+  const int head_groups = (group + kRows - 1) / kRows;
+  return dim3(p.num_tokens, p.num_kv_heads * head_groups, p.num_splits);
+}
+
+bool fits_one_block_per_sm(dim3 grid) {
+  return static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count();
+}
+
 }  // namespace
 
 std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::int32_t num_heads,
@@ -477,6 +543,21 @@ std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::i
     case 128: return fused_o_layout(V2Layout<128>::kBytes, o_rows, cluster, cols).bytes;
     default: return 0;
   }
+}
+
+bool attention_decode_v2_push_merges(const AttentionParams& p) {
+  // Only where the blocks have an SM each: there the slots cost no occupancy.
+  if (!p.push_merge || p.o_weight != nullptr || p.num_splits <= 1 || p.cluster <= 1 ||
+      p.num_kv_heads <= 0 || !cluster_launch_supported() ||
+      !fits_one_block_per_sm(decode_v2_grid(p))) {
+    return false;
+  }
+  std::size_t bytes = 0;
+  dispatch_head_dim(p.head_dim, [&]<int kMaxHd>() {
+    bytes = push_merge_smem_bytes<kMaxHd>(push_heads_cap(p.num_heads, p.num_kv_heads), p.head_dim,
+                                          p.cluster);
+  });
+  return bytes > 0 && bytes <= static_cast<std::size_t>(max_smem_per_block_optin());
 }
 
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
@@ -501,16 +582,20 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
            " splits=" + std::to_string(params.num_splits) +
            " cluster=" + std::to_string(params.cluster);
   });
-  const int group = params.num_heads / params.num_kv_heads;
-  const int head_groups = (group + kRows - 1) / kRows;
-  const dim3 grid(params.num_tokens, params.num_kv_heads * head_groups, params.num_splits);
-  const bool fits = static_cast<long long>(grid.x) * grid.y * grid.z <= multiprocessor_count();
+  const dim3 grid = decode_v2_grid(params);
+  const bool fits = fits_one_block_per_sm(grid);
   params.early_next = params.early_next && fits && params.o_weight == nullptr;
+  params.push_merge = attention_decode_v2_push_merges(params);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
       std::size_t smem = V2Layout<kMaxHd>::kBytes;
       if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
+      if (params.push_merge) {
+        smem = std::max(smem, push_merge_smem_bytes<kMaxHd>(
+                                  push_heads_cap(params.num_heads, params.num_kv_heads),
+                                  params.head_dim, params.cluster));
+      }
       launch(attention_decode_v2_kernel<kMaxHd, false>,
              LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
       return;

@@ -90,6 +90,11 @@ struct V2Layout {
   static constexpr std::size_t kClusterL = kClusterM + sizeof(float) * kRows;
   static constexpr std::size_t kClusterEnd = kClusterL + sizeof(float) * kRows;
   static constexpr std::size_t kBytes = kPipeEnd > kClusterEnd ? kPipeEnd : kClusterEnd;
+  // The push merge (attention_decode_v2_push.cuh) adds block 0's barrier and
+  // the cluster's slots past everything else: the other blocks push while
+  // block 0 may still be in its key loop.
+  static constexpr std::size_t kPushBar = (kBytes + 15) / 16 * 16;
+  static constexpr std::size_t kPushSlots = kPushBar + 16;
 
   static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
   static_assert(kRows * kChunks % kThreads == 0);

@@ -80,32 +80,24 @@ __device__ __forceinline__ HeadQuad head_quad(int e) {
   return {e / kQuads, (e % kQuads) * 4};
 }
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// The merge of one quad of a head row (head `h`, columns d..d+3) over the
-// `used` partials in the cluster's shared memory, in split order: every
-// remote load is issued before any is used, so it costs one distributed-
-// shared-memory round trip. num / den is the output (den 0: no keys).
+// The merge of one quad of a head row over `used` partials, in split order:
+// `load(j, m, l, a)` gives partial j's maximum, denominator and numerators.
+// Every load is issued before any is used, so remote ones cost one round
+// trip. num / den is the output (den 0: no keys). The pull and the push
+// merge both go through here: the same sums in the same order, so the same
+// bits.
 struct MergedQuad {
   float4 num;
   float den;
 };
-template <int kMaxHd>
-__device__ __forceinline__ MergedQuad merge_quad(cooperative_groups::cluster_group& cluster,
-                                                 unsigned char* smem, int h, int d, int used) {
-  using L = V2Layout<kMaxHd>;
-  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
-  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
-  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
+template <class Load>
+__device__ __forceinline__ MergedQuad merge_parts(int used, Load load) {
   float m[kAttentionMaxCluster];
   float l[kAttentionMaxCluster];
   float4 a[kAttentionMaxCluster];
 #pragma unroll
   for (int j = 0; j < kAttentionMaxCluster; ++j) {
-    if (j < used) {
-      m[j] = *cluster.map_shared_rank(ms + h, j);
-      l[j] = *cluster.map_shared_rank(ls + h, j);
-      a[j] = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
-    }
+    if (j < used) load(j, m[j], l[j], a[j]);
   }
   float m_max = -INFINITY;
 #pragma unroll
@@ -122,6 +114,23 @@ __device__ __forceinline__ MergedQuad merge_quad(cooperative_groups::cluster_gro
     }
   }
   return out;
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// The merge of one quad (head `h`, columns d..d+3) from the partials in the
+// cluster's shared memory.
+template <int kMaxHd>
+__device__ __forceinline__ MergedQuad merge_quad(cooperative_groups::cluster_group& cluster,
+                                                 unsigned char* smem, int h, int d, int used) {
+  using L = V2Layout<kMaxHd>;
+  float* acc = reinterpret_cast<float*>(smem + L::kClusterAcc);
+  float* ms = reinterpret_cast<float*>(smem + L::kClusterM);
+  float* ls = reinterpret_cast<float*>(smem + L::kClusterL);
+  return merge_parts(used, [&](int j, float& m, float& l, float4& a) {
+    m = *cluster.map_shared_rank(ms + h, j);
+    l = *cluster.map_shared_rank(ls + h, j);
+    a = *cluster.map_shared_rank(reinterpret_cast<float4*>(acc + h * kMaxHd + d), j);
+  });
 }
 #endif
 

@@ -26,6 +26,9 @@
 //                                  (AttentionParams::early_next; default 1: batch 1 ctx 512, 1B
 //                                  0.915-0.932 -> 0.909-0.919 ms/step, 8B 4.276-4.308
 //                                  -> 4.233-4.298, Qwen3-0.6B equal to 0.5% slower)
+//   CELLM_DECODE_PUSH_MERGE=0|1    v2: in a launch whose blocks fit the SMs one each, the splits
+//                                  of a cluster push their partials into its first block, which
+//                                  merges them alone (AttentionParams::push_merge; default 1)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -92,6 +95,7 @@ struct KernelChoice {
   bool decode_early_keys = true;
   bool decode_spread = true;
   bool decode_early_next = true;
+  bool decode_push_merge = true;
   bool decode_fused_o = false;
   bool fused_rope = true;
   bool gemv = true;
@@ -118,7 +122,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 stream=1 pdl=1
+// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 stream=1 pdl=1
 // autotune=1 split_argmax=1 cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
