@@ -148,7 +148,8 @@ struct AttentionParams {
   // a barrier there counts, block 0 merges and stores the output, and the
   // others leave at once (attention_decode_v2_push.cuh). The sums and their
   // order are the pull merge's, so the outputs are the same bits. Ignored
-  // where the slots do not fit a block's shared memory (256-wide heads).
+  // where the slots would add to the launch's shared memory
+  // (attention_decode_v2_push_merges: 128- and 256-wide heads at clusters of 8).
   bool push_merge = false;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
@@ -221,7 +222,8 @@ std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
 // Whether a decode v2 launch with these params merges its clusters by the
 // push (AttentionParams::push_merge): asked for, clusters on this device,
 // no fused o projection, every block an SM of its own, and the slots within
-// the device's opt-in shared memory per block. The launch follows it.
+// the shared memory the launch takes without them (with the spread, the
+// SM's half). The launch follows it.
 bool attention_decode_v2_push_merges(const AttentionParams& p);
 
 // Dynamic shared memory of decode v2 with the o projection fused

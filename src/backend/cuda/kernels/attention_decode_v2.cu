@@ -546,18 +546,23 @@ std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::i
 }
 
 bool attention_decode_v2_push_merges(const AttentionParams& p) {
-  // Only where the blocks have an SM each: there the slots cost no occupancy.
   if (!p.push_merge || p.o_weight != nullptr || p.num_splits <= 1 || p.cluster <= 1 ||
       p.num_kv_heads <= 0 || !cluster_launch_supported() ||
       !fits_one_block_per_sm(decode_v2_grid(p))) {
     return false;
   }
+  // Only within the shared memory the launch takes anyway (the spread's):
+  // more would take L1 from the GEMV blocks beside it. 64-wide heads fit;
+  // 128-wide ones (8B) fill the spread's share with their own stages.
   std::size_t bytes = 0;
+  std::size_t room = 0;
   dispatch_head_dim(p.head_dim, [&]<int kMaxHd>() {
     bytes = push_merge_smem_bytes<kMaxHd>(push_heads_cap(p.num_heads, p.num_kv_heads), p.head_dim,
                                           p.cluster);
+    room = V2Layout<kMaxHd>::kBytes;
   });
-  return bytes > 0 && bytes <= static_cast<std::size_t>(max_smem_per_block_optin());
+  if (p.spread) room = std::max(room, one_block_per_sm_smem());
+  return bytes > 0 && bytes <= room;
 }
 
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
