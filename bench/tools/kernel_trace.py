@@ -33,7 +33,7 @@ from typing import Dict, List, Sequence, Tuple
 
 MARKS = 8
 ENTRY, WAIT, EXIT = 0, 1, 7
-# Names of marks 2..6 by label prefix (attention_decode_v2.cu's Phase).
+# Names of marks 2..6 by label prefix (attention_decode_v2.cu's and gemv.cu's Phase).
 PHASES = {
     # The same kernel with the o projection fused (attention_decode_v2_out.cuh);
     # before its plain label, which is a prefix of this one.
@@ -50,6 +50,12 @@ PHASES = {
         4: "key loop done",
         5: "block merge done",
         6: "merged outputs stored",
+    },
+    # gemv.cu's Phase, as each block's first warp sees it.
+    "gemv/": {
+        2: "inputs staged",
+        3: "first batch multiplied",
+        4: "last unit stored",
     },
 }
 

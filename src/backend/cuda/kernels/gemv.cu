@@ -11,6 +11,13 @@ namespace cellm::cuda {
 namespace {
 
 CELLM_TRACE_TABLE(gemv_trace);
+// The kernel's phases in its timeline (kernel_trace.cuh), as block 0's first
+// warp sees them: where the time after the wait goes.
+enum Phase : int {
+  kInputsStaged = trace::kFirstPhaseMark,  // staged kernels only
+  kFirstBatchDone,                         // the first batch multiplied (its weights landed)
+  kLastBatchDone,                          // every unit stored
+};
 
 // A warp owns a unit of two weight rows (two adjacent output columns, or the
 // gate row and the up row of one column; one row for small projections, see
@@ -264,6 +271,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     }
     cp_async_wait<0>();
     __syncthreads();
+    trace::mark(gemv_trace, trace::slot_of(p), kInputsStaged);
   }
 
   float acc[kR][kM];
@@ -377,12 +385,14 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
   for (int j = 0; j < total; j += 2) {
     consume(next0, j);
+    if (j == 0) trace::mark(gemv_trace, trace::slot_of(p), kFirstBatchDone);
     if (j + 2 < total) load(next0, j + 2);
     if (j + 1 < total) {
       consume(next1, j + 1);
       if (j + 3 < total) load(next1, j + 3);
     }
   }
+  trace::mark(gemv_trace, trace::slot_of(p), kLastBatchDone);
   trace::block_exit(gemv_trace, trace::slot_of(p));
 }
 
