@@ -292,8 +292,8 @@ TEST(DecodeV2Test, PushMergeGivesThePullMergesBits) {
       p.spread = true;
       p.pdl = true;
       ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-      const std::string where = fmt::format("hd {} heads {}/{} cluster {}", c.head_dim, c.heads,
-                                            c.kv_heads, cluster);
+      const std::string where =
+          fmt::format("hd {} heads {}/{} cluster {}", c.head_dim, c.heads, c.kv_heads, cluster);
       d.out.poison();
       launch_attention_decode_v2(p, nullptr);
       const auto pulled = d.out.download();

@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kThreads,
   if (push) {
     if (split == 0 && tid == 0) {
       mbar_init(push_bar, 1);
-      mbar_expect_bytes(push_bar, static_cast<unsigned>(sizeof(float) * (used - 1) * heads *
-                                                        (hd + 2)));
+      mbar_expect_bytes(push_bar,
+                        static_cast<unsigned>(sizeof(float) * (used - 1) * heads * (hd + 2)));
       mbar_init_fence();
     }
     cluster_arrive_relaxed();

@@ -137,11 +137,10 @@ std::string describe(const KernelChoice& choice) {
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
-      choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0,
-      choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0, choice.gemv_max_rows,
-      choice.gemv_single_rows ? 1 : 0, choice.gemv_stage_inputs ? 1 : 0,
-      choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,
-      choice.split_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
+      choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
+      choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
+      choice.gemv_stage_inputs ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
+      choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
       choice.sample_candidates ? 1 : 0);
 }
 
