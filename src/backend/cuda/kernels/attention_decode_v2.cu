@@ -432,8 +432,8 @@ __global__ void __launch_bounds__(kThreads,
     // The other blocks are done once their stores are issued; block 0 waits
     // for their bytes and merges its slots.
     if (split != 0) return;
-    __syncthreads();  // its own slot is visible to all its threads
-    mbar_wait_cluster(push_bar, 0);
+    __syncthreads();               // its own slot is visible to all its threads
+    mbar_wait<true>(push_bar, 0);  // acquires the others' stores
     const float* slots = target.local_slots;
     for (int e = tid; e < heads * L::kQuads; e += kThreads) {
       const auto [h, d] = head_quad<kMaxHd>(e);

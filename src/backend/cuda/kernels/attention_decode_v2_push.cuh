@@ -95,26 +95,6 @@ __device__ __forceinline__ void st_async(unsigned addr, float4 value, unsigned b
 #endif
 }
 
-// Spins until phase `parity` of `bar` completes, acquiring at cluster scope
-// what the remote stores it counted wrote.
-__device__ __forceinline__ void mbar_wait_cluster(std::uint64_t* bar, unsigned parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned addr = smem_address(bar);
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (done == 0);
-#endif
-}
-
 // Where a block's partial goes: its own slot in block 0, written locally by
 // block 0 and by remote stores from the others.
 struct PushTarget {

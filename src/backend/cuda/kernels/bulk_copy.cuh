@@ -34,8 +34,7 @@ __device__ __forceinline__ void mbar_init_fence() {
 // One arrival that also announces `bytes` of copies completing on `bar`.
 __device__ __forceinline__ void mbar_expect_bytes(std::uint64_t* bar, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                   smem_address(bar)),
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)),
                "r"(bytes)
                : "memory");
 #endif
@@ -47,24 +46,34 @@ __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
 #endif
 }
 
-// Spins until the phase of parity `parity` of `bar` has completed.
+// Spins until the phase of parity `parity` of `bar` has completed. With
+// kCluster the wait also acquires, at cluster scope, what remote stores
+// counted on the barrier wrote (attention_decode_v2_push.cuh).
+#define CELLM_MBAR_TRY_WAIT(sem)    \
+  "{\n"                             \
+  ".reg .pred p;\n"                 \
+  "mbarrier.try_wait.parity" sem    \
+  ".shared::cta.b64 p, [%1], %2;\n" \
+  "selp.u32 %0, 1, 0, p;\n"         \
+  "}\n"
+template <bool kCluster = false>
 __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned addr = smem_address(bar);
   unsigned done = 0;
   do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
+    if constexpr (kCluster) {
+      asm volatile(CELLM_MBAR_TRY_WAIT(".acquire.cluster")
+                   : "=r"(done)
+                   : "r"(addr), "r"(parity)
+                   : "memory");
+    } else {
+      asm volatile(CELLM_MBAR_TRY_WAIT("") : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    }
   } while (done == 0);
 #endif
 }
+#undef CELLM_MBAR_TRY_WAIT
 
 // An L2 policy for data read once: evicted first, so it does not push out
 // what is read again (activations, K/V).
