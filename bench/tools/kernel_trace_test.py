@@ -95,7 +95,13 @@ class PhaseNamesTest(unittest.TestCase):
         self.assertEqual(fused[5], "o weights landed")
         plain = kernel_trace.phase_names("attention/decode_v2 rows=1 hd=64 splits=8 cluster=8")
         self.assertEqual(plain[5], "block merge done")
-        self.assertEqual(kernel_trace.phase_names("gemv/rope m=1"), {})
+
+    def test_gemvs_name_their_phases_and_other_kernels_have_none(self):
+        gemv = kernel_trace.phase_names("gemv/rope m=1 n=3072 k=2048")
+        self.assertEqual(gemv[2], "inputs staged")
+        self.assertEqual(gemv[4], "last unit stored")
+        self.assertNotIn(5, gemv)
+        self.assertEqual(kernel_trace.phase_names("embedding rows=1"), {})
 
 
 if __name__ == "__main__":
