@@ -13,10 +13,12 @@
 // shared memory at the end. With several splits the splits of a (token,
 // head group) are merged in split order (deterministic): through distributed
 // shared memory when the launch clusters them and the token's used splits fit
-// in one cluster, otherwise by the last block to finish, through a float
-// workspace and a counter. The block's layout, the key staging and the
-// merges are in attention_decode_v2_{layout,stage,merge}.cuh; the o projection
-// fused into one-token steps (off by default) in attention_decode_v2_out.cuh.
+// in one cluster (pulled by every block, or, where each block has an SM,
+// pushed into the first block, which merges alone), otherwise by the last
+// block to finish, through a float workspace and a counter. The block's
+// layout, the key staging and the merges are in
+// attention_decode_v2_{layout,stage,merge,push}.cuh; the o projection fused
+// into one-token steps (off by default) in attention_decode_v2_out.cuh.
 #include <algorithm>
 #include <cooperative_groups.h>
 #include <string>
