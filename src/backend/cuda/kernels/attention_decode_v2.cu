@@ -597,12 +597,8 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
       std::size_t smem = V2Layout<kMaxHd>::kBytes;
+      // The push merge's slots fit in this (attention_decode_v2_push_merges).
       if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
-      if (params.push_merge) {
-        smem = std::max(smem, push_merge_smem_bytes<kMaxHd>(
-                                  push_heads_cap(params.num_heads, params.num_kv_heads),
-                                  params.head_dim, params.cluster));
-      }
       launch(attention_decode_v2_kernel<kMaxHd, false>,
              LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
       return;

@@ -11,12 +11,12 @@ namespace cellm::cuda {
 namespace {
 
 CELLM_TRACE_TABLE(gemv_trace);
-// The kernel's phases in its timeline (kernel_trace.cuh), as block 0's first
-// warp sees them: where the time after the wait goes.
+// The kernel's phases in its timeline (kernel_trace.cuh), as each block's
+// first warp sees them: where the time after the wait goes.
 enum Phase : int {
   kInputsStaged = trace::kFirstPhaseMark,  // staged kernels only
   kFirstBatchDone,                         // the first batch multiplied (its weights landed)
-  kLastBatchDone,                          // every unit stored
+  kLastBatchDone,                          // the warp's last unit stored
 };
 
 // A warp owns a unit of two weight rows (two adjacent output columns, or the
