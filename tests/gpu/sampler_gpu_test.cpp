@@ -116,6 +116,59 @@ TEST_F(GpuSamplerTest, DeviceSamplerDrawsWhatTheHostAlgorithmDraws) {
   EXPECT_GT(differs_from_greedy, 0) << "every draw was the argmax: the policies were not exercised";
 }
 
+// A greedy one-token step on a captured graph takes its token from the
+// lm_head GEMV (KernelChoice::head_argmax) instead of launching the argmax:
+// the same token the host's argmax picks from the same logits, step after
+// step (the GEMV's counter is reused), and a two-row step still launches it.
+TEST_F(GpuSamplerTest, OneTokenGraphStepsTakeTheArgmaxFromTheLmHead) {
+  auto program = fixture_program(model_, true, true);
+  ASSERT_NE(program, nullptr);
+  auto ex = make_test_executor(program, 2);
+  ASSERT_NE(ex, nullptr);
+  const cuda::CudaProgramStats* stats = cuda::cuda_program_stats(*program);
+  ASSERT_NE(stats, nullptr);
+  const cache::SeqId a = ex->cache_control().seq_new().value_or(-1);
+  const cache::SeqId b = ex->cache_control().seq_new().value_or(-1);
+  ASSERT_GE(b, 0);
+  std::int64_t token = 5;
+  // (sequence, position) rows of one step.
+  using Rows = std::vector<std::pair<cache::SeqId, std::int64_t>>;
+  const auto step_and_check = [&](const Rows& rows_in) {
+    const std::int64_t position = rows_in[0].second;
+    executor::RawTargetStep step;
+    for (std::size_t i = 0; i < rows_in.size(); ++i) {
+      step.tokens.push_back(token);
+      step.positions.push_back(rows_in[i].second);
+      step.seq_ids.push_back(rows_in[i].first);
+      step.logit_indices.push_back(static_cast<std::int64_t>(i));
+    }
+    const bool ok = ex->execute_raw(step, [&](const executor::RawTargetOutput& out) {
+      const std::size_t rows = out.selected_indices.size();
+      auto argmax = ex->argmax_rows(out.logits, rows);
+      EXPECT_TRUE(argmax.has_value());
+      auto host = cuda::copy_to_host(out.logits);
+      EXPECT_TRUE(host.ok());
+      if (!argmax || !host.ok()) return false;
+      const std::int64_t v = host->dim(1);
+      for (std::size_t r = 0; r < rows; ++r) {
+        std::span<const float> row(host->data_as<float>() + static_cast<std::int64_t>(r) * v,
+                                   static_cast<std::size_t>(v));
+        EXPECT_EQ((*argmax)[r], static_cast<Token>(sampling::sample_row(row, 0.0f, 1.0f, 0, 0.0f)))
+            << "position " << position << " row " << r;
+      }
+      token = (*argmax)[0];
+      return true;
+    });
+    EXPECT_TRUE(ok);
+  };
+  for (std::int64_t position = 0; position < 12; ++position) step_and_check({{a, position}});
+  EXPECT_EQ(stats->argmax_from_lm_head, 12u);
+  EXPECT_EQ(stats->argmax_launched, 0u);
+  step_and_check({{a, 12}, {b, 0}});  // two rows: the lm_head takes no argmax
+  EXPECT_EQ(stats->argmax_from_lm_head, 12u);
+  EXPECT_EQ(stats->argmax_launched, 1u);
+}
+
 // Three seeded sessions generating 12 tokens each through execute(), on the
 // device sampler or on the host one (the logits come from the GPU either way).
 std::vector<std::vector<Token>> generate(const model::LoadedModel& model, bool device_sampling,

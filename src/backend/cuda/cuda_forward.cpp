@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
+#include "backend/cuda/kernels/step_upload.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/rope_table.h"
 
@@ -101,6 +102,12 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
       alloc(f->attn_counters_,
             attention_decode_v2_counters(decode_width, spec.num_heads, spec.num_kv_heads)));
   CELLM_CUDA_CHECK(cudaMemset(f->attn_counters_.data(), 0, f->attn_counters_.bytes()));
+  // The lm_head GEMV's argmax (GemvArgmax): a partial per block, and a
+  // counter that starts at zero and every completed launch leaves so.
+  static_assert(kGemvArgmaxPartBytes == sizeof(std::int64_t));
+  CELLM_RETURN_IF_ERROR(alloc(f->argmax_partials_, static_cast<std::size_t>(gemv_max_blocks())));
+  CELLM_RETURN_IF_ERROR(alloc(f->argmax_counter_, 1));
+  CELLM_CUDA_CHECK(cudaMemset(f->argmax_counter_.data(), 0, f->argmax_counter_.bytes()));
   // K/V pools: every layer keeps a full pool; windows only bound the reads.
   CELLM_RETURN_IF_ERROR(
       alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec) / sizeof(bf16)));
@@ -219,6 +226,13 @@ bool CudaForward::fused_step(const ForwardShape& shape) const {
   return fusable_ && gemv_takes(shape.kernels, shape.width);
 }
 
+bool CudaForward::takes_argmax(const ForwardShape& shape) const {
+  // A soft cap rewrites the logits after the lm_head: its rounding can tie
+  // values the lm_head told apart, so the argmax must see the capped ones.
+  return shape.argmax_to != nullptr && shape.kernels.head_argmax && shape.rows == 1 &&
+         fused_step(shape) && !spec_.final_logit_softcap;
+}
+
 Status CudaForward::validate_shape(const ForwardShape& shape) const {
   const std::int32_t w = shape.width;
   if (w <= 0 || w > max_step_ || shape.rows <= 0 || shape.rows > w) {
@@ -234,6 +248,11 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
     return invalid_argument(
         "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
         shape.decode_rows, w);
+  }
+  if (shape.upload_from != nullptr &&
+      (shape.upload_arrays < 1 || shape.upload_arrays > StepArrays::kCount)) {
+    return invalid_argument("cuda forward: uploads {} step arrays (1 to {})", shape.upload_arrays,
+                            static_cast<int>(StepArrays::kCount));
   }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
   return Status::ok();
@@ -269,7 +288,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   const bool fused = fused_step(shape);
   const bool o_fused = o_in_attention(shape);
 
-  embed(in, w, stream);
+  embed(shape, in, stream);
 
   const std::int32_t splits = decode_splits(shape);
   for (int l = 0; l < s.num_layers; ++l) {
@@ -345,12 +364,23 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   return enqueue_logits(shape, in, fused, stream);
 }
 
-void CudaForward::embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const {
-  EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl
+void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
+                        cudaStream_t stream) const {
+  EmbeddingParams emb;
+  if (shape.upload_from != nullptr) {
+    launch_step_upload(StepUploadParams{.src = shape.upload_from,
+                                        .dst = step_.data(),
+                                        .pitch = max_step_,
+                                        .width = shape.width,
+                                        .arrays = shape.upload_arrays},
+                       stream);
+    // Only a kernel before it lets the embedding launch early; a copy does not.
+    emb.pdl = active_.pdl;
+  }
   emb.tokens = in.tokens;
   emb.table = weights_.embed;
   emb.out = x_.data();
-  emb.num_tokens = width;
+  emb.num_tokens = shape.width;
   emb.vocab = spec_.vocab_size;
   emb.dim = spec_.hidden_size;
   emb.scale = spec_.embedding_scale;
@@ -383,6 +413,11 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
+    if (takes_argmax(shape)) {
+      head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
+                               .counter = argmax_counter_.data(),
+                               .out = shape.argmax_to};
+    }
     CELLM_RETURN_IF_ERROR(gemv(head, stream));
   } else {
     norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data(), w, stream);

@@ -51,6 +51,16 @@ struct ForwardShape {
   // kAttentionRows[decode_rows, width). -1: one kernel (decode_attention) for
   // every row.
   std::int32_t decode_rows = -1;
+  // Captured steps: the device mapping of the page-locked step arrays
+  // ([StepArrays::kCount, max_step], as on the device); the forward's first
+  // kernel copies the first `upload_arrays` of them in (step_upload.cuh).
+  // Null: the caller copied them before enqueue.
+  const std::int32_t* upload_from = nullptr;
+  std::int32_t upload_arrays = 0;
+  // Where the lm_head GEMV writes the argmax of the step's one logits row
+  // (GemvArgmax; a page-locked host int's device mapping), when the step
+  // takes it there (CudaForward::takes_argmax). Null: no argmax.
+  std::int32_t* argmax_to = nullptr;
 };
 
 class CudaForward {
@@ -66,6 +76,10 @@ class CudaForward {
 
   // Enqueues the forward. No allocation, no synchronisation: capturable.
   Status enqueue(const ForwardShape& shape, cudaStream_t stream);
+  // Whether enqueue(shape) writes the argmax of its logits row to
+  // shape.argmax_to: one selected row, the lm_head on the GEMV
+  // (KernelChoice::head_argmax), and logits that nothing changes after it.
+  bool takes_argmax(const ForwardShape& shape) const;
 
   std::int32_t* step_device() const { return step_.data(); }  // [StepArrays::kCount, max_step]
   std::int32_t* table_device() const { return table_.data(); }
@@ -144,8 +158,9 @@ class CudaForward {
   Status init_fused_o();
   bool stream_step(const ForwardShape& shape) const;
   Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
-  // The token embeddings of the step's `width` rows into x_ (its first kernel).
-  void embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const;
+  // The step's upload when the shape asks for it (ForwardShape::upload_from),
+  // then the token embeddings of its `width` rows into x_.
+  void embed(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream) const;
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);
@@ -167,7 +182,7 @@ class CudaForward {
   std::int64_t q_dim_ = 0, kv_dim_ = 0, qkv_dim_ = 0;
   float attention_scale_ = 0.0f;
 
-  DeviceBuffer<std::int32_t> step_;   // [5, max_step]
+  DeviceBuffer<std::int32_t> step_;   // [StepArrays::kCount, max_step]
   DeviceBuffer<std::int32_t> table_;  // [max_seqs, table_stride]
   DeviceBuffer<bf16> kv_;             // [layers, 2, cells, kv_heads, head_dim]
   DeviceBuffer<float> inv_freq_;      // [layers, max_rotary / 2]
@@ -176,7 +191,9 @@ class CudaForward {
   DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;
   DeviceBuffer<float> logits_;
   DeviceBuffer<float> attn_ws_;
-  DeviceBuffer<std::int32_t> attn_counters_;  // decode v2's split counters, kept zero
+  DeviceBuffer<std::int32_t> attn_counters_;    // decode v2's split counters, kept zero
+  DeviceBuffer<std::int64_t> argmax_partials_;  // GemvArgmax: one per GEMV block
+  DeviceBuffer<std::int32_t> argmax_counter_;   // GemvArgmax's counter, kept zero
   DeviceBuffer<std::byte> gemm_ws_;
   std::int32_t max_decode_splits_ = 1;
   // The decode stream's per-layer weight table, partials and counters.

@@ -48,6 +48,7 @@ class CudaProgram final : public program::Program {
   CudaProgramKnobs knobs;
   const char* decode_stream_unavailable() const { return forward_->stream_unavailable(); }
   const char* decode_fused_o_unavailable() const { return forward_->fused_o_unavailable(); }
+  const CudaProgramStats& stats() const { return stats_; }
 
  private:
   CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
@@ -74,9 +75,16 @@ class CudaProgram final : public program::Program {
   std::unique_ptr<CudaForward> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
-  std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
-  std::map<std::int32_t, GraphExec> graphs_;
+  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
+  const std::int32_t* staging_mapped_ = nullptr;  // its device mapping (captured steps read it)
+  std::vector<std::int32_t> row_scratch_;         // attention_rows.h's per-slot counts
+  // A captured step, and whether its lm_head GEMV also writes the argmax of
+  // its logits row into tokens_mapped_.
+  struct CapturedStep {
+    GraphExec graph;
+    bool argmax = false;
+  };
+  std::map<std::int32_t, CapturedStep> graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.
@@ -94,6 +102,10 @@ class CudaProgram final : public program::Program {
   // 0.851-0.853 -> 0.845-0.848 ms/step).
   PinnedBuffer<std::int32_t> tokens_host_;
   std::int32_t* tokens_mapped_ = nullptr;
+  // The logits of the last forward when its graph also wrote their argmax
+  // into tokens_mapped_ and no sampler has launched since; else null.
+  const float* argmax_ready_ = nullptr;
+  CudaProgramStats stats_;
   // The split argmax's partials and per-row counters (sample.cuh).
   DeviceBuffer<std::int64_t> argmax_partials_;
   DeviceBuffer<std::int32_t> argmax_counters_;
@@ -155,6 +167,12 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                           cudaGetErrorString(e));
   }
   p->tokens_mapped_ = static_cast<std::int32_t*>(mapped);
+  if (const cudaError_t e = cudaHostGetDevicePointer(&mapped, p->staging_.data(), 0);
+      e != cudaSuccess) {
+    return internal_error("cuda: the device cannot read page-locked host memory ({})",
+                          cudaGetErrorString(e));
+  }
+  p->staging_mapped_ = static_cast<const std::int32_t*>(mapped);
   static_assert(argmax_partials_bytes(1) % sizeof(std::int64_t) == 0);
   CELLM_ASSIGN_OR_RETURN(
       p->argmax_partials_,
@@ -225,15 +243,21 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
   const ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
   CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
   stream_.synchronize();
+  argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
   GraphExec::begin_capture(stream_.get());
-  // The step's upload is the graph's first node: one launch a step instead
-  // of a copy and a launch (the host's part of the gap between steps).
-  upload_step(method.width, StepArrays::kAttentionRows);
-  Status enqueued = forward_->enqueue(shape, stream_.get());
+  // The step's upload is the graph's first kernel, which reads the staging
+  // buffer through its device mapping: one launch a step instead of a copy
+  // and a launch, and no hand-off from the copy engine before the forward.
+  ForwardShape captured = shape;
+  captured.upload_from = staging_mapped_;
+  captured.upload_arrays = StepArrays::kAttentionRows;
+  // A greedy one-token step then finds its token written with the logits.
+  if (methods_.options().device_sampling) captured.argmax_to = tokens_mapped_;
+  Status enqueued = forward_->enqueue(captured, stream_.get());
   auto graph = GraphExec::end_capture(stream_.get());
   CELLM_RETURN_IF_ERROR(enqueued.with_context(name));
   if (!graph.ok()) return graph.status().with_context(name);
-  graphs_[method.width] = std::move(graph).value();
+  graphs_[method.width] = CapturedStep{std::move(graph).value(), forward_->takes_argmax(captured)};
   return Status::ok();
 }
 
@@ -331,8 +355,10 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
                              {staging(StepArrays::kAttentionRows), w}, row_scratch_);
   }
   auto graph = graphs_.find(width);
+  argmax_ready_ = nullptr;
   if (is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
-    graph->second.launch(stream_.get());  // uploads the step itself (capture)
+    graph->second.graph.launch(stream_.get());  // its first kernel uploads the step (capture)
+    if (graph->second.argmax) argmax_ready_ = forward_->logits();
   } else {
     upload_step(width, shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
     CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
@@ -376,7 +402,14 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
   p.logits_stride = vocab;
   p.rows = rows;
   p.vocab = static_cast<std::int32_t>(vocab);
-  if (argmax) {
+  // The step's graph wrote the argmax of these logits with them (its lm_head
+  // GEMV took it, CudaForward::takes_argmax): nothing to launch.
+  const bool argmax_written = argmax && rows == 1 && argmax_ready_ == logits.data();
+  argmax_ready_ = nullptr;  // a sampler launch below overwrites the ids
+  if (argmax_written) {
+    ++stats_.argmax_from_lm_head;  // the wait below is for the graph
+  } else if (argmax) {
+    ++stats_.argmax_launched;
     if (knobs.kernels.split_argmax) {
       p.argmax_partials = argmax_partials_.data();
       p.argmax_counters = argmax_counters_.data();
@@ -503,6 +536,11 @@ const char* decode_stream_unavailable(program::Program& program) {
 const char* decode_fused_o_unavailable(program::Program& program) {
   auto* p = dynamic_cast<CudaProgram*>(&program);
   return p == nullptr ? nullptr : p->decode_fused_o_unavailable();
+}
+
+const CudaProgramStats* cuda_program_stats(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? nullptr : &p->stats();
 }
 
 }  // namespace cellm::cuda

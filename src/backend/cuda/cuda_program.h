@@ -2,9 +2,11 @@
 // same method family as the CPU program; static forward_N methods are
 // captured as CUDA graphs when loaded and replayed, wider steps run eagerly.
 // Logits stay on the device (Device::kCuda) and the `sample` /
-// `sample_argmax` methods draw tokens there, so a step costs one pinned
-// host-to-device copy, a graph launch, the sampler and one synchronisation
-// when the tokens come back.
+// `sample_argmax` methods draw tokens there, so a captured step costs one
+// graph launch (its first kernel reads the step's arrays from page-locked
+// host memory), the sampler (nothing to launch for a greedy one-token step
+// whose lm_head GEMV took the argmax) and one synchronisation when the
+// tokens come back.
 //
 // Memory plan at load: weights (bf16), one workspace for max_step rows, then
 // the K/V pool from what `kv_memory_fraction` of the device leaves (or
@@ -62,5 +64,15 @@ const char* decode_stream_unavailable(program::Program& program);
 // decode attention (KernelChoice::decode_fused_o, AttentionParams::o_weight)
 // with the default kernels, or "" when they can; null for other programs.
 const char* decode_fused_o_unavailable(program::Program& program);
+
+// How the program's `sample_argmax` calls were answered: by the argmax the
+// step's lm_head GEMV wrote with the logits (KernelChoice::head_argmax), or
+// by launching the argmax kernel.
+struct CudaProgramStats {
+  std::uint64_t argmax_from_lm_head = 0;
+  std::uint64_t argmax_launched = 0;
+};
+// The stats of a program made by this backend; null for other programs.
+const CudaProgramStats* cuda_program_stats(program::Program& program);
 
 }  // namespace cellm::cuda

@@ -64,6 +64,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
                                                  {"CELLM_SPLIT_ARGMAX", "0"},
+                                                 {"CELLM_HEAD_ARGMAX", "0"},
                                                  {"CELLM_SAMPLE_CLUSTER", "0"},
                                                  {"CELLM_SAMPLE_CANDIDATES", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
@@ -85,6 +86,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
   EXPECT_FALSE(choice->split_argmax);
+  EXPECT_FALSE(choice->head_argmax);
   EXPECT_FALSE(choice->cluster_sampler);
   EXPECT_FALSE(choice->sample_candidates);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
@@ -93,7 +95,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
       "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
       "early_next=0 push_merge=0 fused_o=1 "
       "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 stream=1 pdl=0 autotune=0 "
-      "split_argmax=0 cluster_sampler=0 sample_candidates=0");
+      "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {
@@ -106,6 +108,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_GEMV_MAX_ROWS", "9"}},
       {{"CELLM_PDL", "2"}},
       {{"CELLM_SPLIT_ARGMAX", "2"}},
+      {{"CELLM_HEAD_ARGMAX", "yes"}},
       {{"CELLM_SAMPLE_CLUSTER", "yes"}},
       {{"CELLM_SAMPLE_CANDIDATES", "some"}},
       {{"CELLM_DECODE_SPLIT_TARGET", "0"}},

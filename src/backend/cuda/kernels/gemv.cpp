@@ -46,6 +46,16 @@ Status GemvParams::validate() const {
   if (a_begin < o_end && o_begin < a_end) {
     return invalid_argument("cuda gemv: `a` and `out` overlap; give the product its own buffer");
   }
+  if (argmax.out != nullptr) {
+    CELLM_RETURN_IF_ERROR(require_ptr(argmax.partials, "gemv", "argmax.partials"));
+    CELLM_RETURN_IF_ERROR(require_ptr(argmax.counter, "gemv", "argmax.counter"));
+    if (m != 1 || epilogue != GemvEpilogue::kStore || !out_f32) {
+      return invalid_argument(
+          "cuda gemv: the argmax is taken of one row's float outputs (m={}, need 1, the plain "
+          "store and out_f32); run sample_argmax on the product otherwise",
+          m);
+    }
+  }
   if (gated && bias != nullptr) {
     return invalid_argument("cuda gemv: the gated epilogues take no bias");
   }

@@ -1,6 +1,9 @@
 #include <string>
 
+#include <climits>
+
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/argmax_order.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
@@ -118,9 +121,10 @@ __device__ __forceinline__ bf16 residual_at(const GemvParams& p, int r, int col)
 }
 
 // `read`: kResidualAdd's value of out at (r, col) when the caller has read
-// it already (GemvParams::stage_inputs), else null.
-__device__ __forceinline__ void store_value(const GemvParams& p, int r, int col, float sum,
-                                            const bf16* read) {
+// it already (GemvParams::stage_inputs), else null. Returns the sum with its
+// bias: what a float output holds.
+__device__ __forceinline__ float store_value(const GemvParams& p, int r, int col, float sum,
+                                             const bf16* read) {
   const std::int64_t at = static_cast<std::int64_t>(r) * p.ldc + col;
   if (p.bias != nullptr) sum += __bfloat162float(p.bias[col]);
   if (p.epilogue == GemvEpilogue::kResidualAdd) {
@@ -131,6 +135,64 @@ __device__ __forceinline__ void store_value(const GemvParams& p, int r, int col,
     static_cast<float*>(p.out)[at] = sum;
   } else {
     static_cast<bf16*>(p.out)[at] = __float2bfloat16_rn(sum);
+  }
+  return sum;
+}
+
+// GemvArgmax: the block's warps hand in their best stored (value, column);
+// the block's best goes to its partial, and the last block to count itself
+// in merges every block's partial and writes the column. Every thread of the
+// block calls it.
+static_assert(sizeof(ArgMax) == kGemvArgmaxPartBytes);
+__device__ void merge_argmax(const GemvParams& p, float best, int best_i) {
+  __shared__ ArgMax warps_best[kWarps];
+  __shared__ bool last;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  // Lane 0 of a warp stored its one row's sums (lane == row).
+  if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
+  __syncthreads();
+  auto* partials = static_cast<ArgMax*>(p.argmax.partials);
+  if (threadIdx.x == 0) {
+    ArgMax mine = warps_best[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (better(warps_best[w].value, warps_best[w].index, mine.value, mine.index)) {
+        mine = warps_best[w];
+      }
+    }
+    partials[blockIdx.x] = mine;
+    __threadfence();  // the partial is visible device-wide before the count
+    const int arrived = atomicAdd(p.argmax.counter, 1);
+    last = arrived == static_cast<int>(gridDim.x) - 1;
+    if (last) atomicExch(p.argmax.counter, 0);  // ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials, released before their counts
+  best = -INFINITY;
+  best_i = INT_MAX;
+  for (int q = static_cast<int>(threadIdx.x); q < static_cast<int>(gridDim.x); q += kThreads) {
+    // Through L2: other blocks wrote them.
+    const float value = __ldcg(&partials[q].value);
+    const int index = __ldcg(&partials[q].index);
+    if (better(value, index, best, best_i)) {
+      best = value;
+      best_i = index;
+    }
+  }
+  warp_argmax(best, best_i);
+  __syncthreads();  // warps_best is reused
+  if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ArgMax row = warps_best[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (better(warps_best[w].value, warps_best[w].index, row.value, row.index)) {
+        row = warps_best[w];
+      }
+    }
+    // All NaN: column 0, as the device argmax answers a row with no candidate.
+    *p.argmax.out = row.index < p.n ? row.index : 0;
   }
 }
 
@@ -274,6 +336,12 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     trace::mark(gemv_trace, trace::slot_of(p), kInputsStaged);
   }
 
+  // GemvArgmax (one-row launches): the best stored output so far of the
+  // warp's units, in lane 0 (better() breaks ties by column, so the order
+  // of the walk does not matter).
+  float best = -INFINITY;
+  int best_i = INT_MAX;
+
   float acc[kR][kM];
   // The norm is folded into the sums: the products take x * (w_norm +
   // offset), and each row's sum is scaled by its 1/rms at the end. A warp's
@@ -375,9 +443,18 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
         } else {
           // The first unit's residual was read after the wait when staged.
           const bool early = staged && j < per_unit;
-          store_value(p, r, rows.col0, s0, early ? &first_residual[0] : nullptr);
-          if (rows.col1 >= 0)
-            store_value(p, r, rows.col1, s1, early ? &first_residual[1] : nullptr);
+          const float v0 = store_value(p, r, rows.col0, s0, early ? &first_residual[0] : nullptr);
+          if (kM == 1 && p.argmax.out != nullptr && better(v0, rows.col0, best, best_i)) {
+            best = v0;
+            best_i = rows.col0;
+          }
+          if (rows.col1 >= 0) {
+            const float v1 = store_value(p, r, rows.col1, s1, early ? &first_residual[1] : nullptr);
+            if (kM == 1 && p.argmax.out != nullptr && better(v1, rows.col1, best, best_i)) {
+              best = v1;
+              best_i = rows.col1;
+            }
+          }
         }
       }
     }
@@ -393,6 +470,9 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     }
   }
   trace::mark(gemv_trace, trace::slot_of(p), kLastBatchDone);
+  if constexpr (kM == 1) {
+    if (p.argmax.out != nullptr) merge_argmax(p, best, best_i);
+  }
   trace::block_exit(gemv_trace, trace::slot_of(p));
 }
 
@@ -452,6 +532,10 @@ void launch_rows(const GemvParams& params, cudaStream_t stream) {
 // all of a pair's weights in flight at once) went from 4.7 to 3.7 us, but
 // then filled every SM, so the gate/up GEMV after it could no longer start
 // beside it and took 21 us instead of 17.5.
+std::int32_t gemv_max_blocks() {
+  return kMaxBlocksPerSm * multiprocessor_count();
+}
+
 bool gemv_uses_single_rows(const GemvParams& params) {
   const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
   return params.single_rows && params.m == 1 && !is_gated(params.epilogue) &&

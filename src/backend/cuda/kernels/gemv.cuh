@@ -29,6 +29,7 @@
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -53,6 +54,21 @@ enum class GemvEpilogue : std::int32_t {
   kGatedGeluTanh,
   kRopeScatter
 };
+
+// The argmax of a one-row product's stored f32 outputs (the lm_head of a
+// greedy one-token step, KernelChoice::head_argmax): each block merges the
+// best (value, column) pairs its warps stored into partials[blockIdx.x], and
+// the last block to count itself in merges the partials and writes the
+// column into *out. Same order as the device argmax (argmax_order.cuh:
+// larger value, then lower column; NaN never wins, column 0 if all are NaN),
+// so the same column for the same outputs; the sampler then has nothing to
+// launch. The counter is zero at launch and the last block leaves it zero.
+struct GemvArgmax {
+  void* partials = nullptr;         // gemv_max_blocks() entries of 8 bytes
+  std::int32_t* counter = nullptr;  // one, zero
+  std::int32_t* out = nullptr;      // the column (a page-locked host int's device mapping, say)
+};
+inline constexpr std::size_t kGemvArgmaxPartBytes = 8;
 
 struct GemvParams {
   const bf16* a = nullptr;     // [m, lda], first k columns
@@ -104,6 +120,8 @@ struct GemvParams {
   // shared-memory carveout, or copying through L2 only were each slower or
   // equal (bench/results/README.md, session 15).
   bool stage_inputs = false;
+  // out != nullptr: also take the argmax (m = 1, kStore, out_f32; see GemvArgmax).
+  GemvArgmax argmax;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh
 #endif
@@ -129,6 +147,9 @@ inline GemvParams gemv_dense(const bf16* a, const bf16* w, void* out, std::int32
 }
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
+
+// The most blocks a launch_gemv grid has on this device (one wave).
+std::int32_t gemv_max_blocks();
 
 // Whether launch_gemv gives this call one-row units (see single_rows).
 bool gemv_uses_single_rows(const GemvParams& params);

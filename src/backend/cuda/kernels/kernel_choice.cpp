@@ -100,6 +100,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_SPLIT_ARGMAX")) {
     CELLM_ASSIGN_OR_RETURN(choice.split_argmax, parse_flag("CELLM_SPLIT_ARGMAX", *v));
   }
+  if (auto v = lookup("CELLM_HEAD_ARGMAX")) {
+    CELLM_ASSIGN_OR_RETURN(choice.head_argmax, parse_flag("CELLM_HEAD_ARGMAX", *v));
+  }
   if (auto v = lookup("CELLM_SAMPLE_CLUSTER")) {
     CELLM_ASSIGN_OR_RETURN(choice.cluster_sampler, parse_flag("CELLM_SAMPLE_CLUSTER", *v));
   }
@@ -132,7 +135,7 @@ std::string describe(const KernelChoice& choice) {
       "early_next={} push_merge={} fused_o={} "
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} stream={} pdl={} "
       "autotune={} "
-      "split_argmax={} cluster_sampler={} sample_candidates={}",
+      "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
@@ -140,8 +143,8 @@ std::string describe(const KernelChoice& choice) {
       choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
       choice.gemv_stage_inputs ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
-      choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
-      choice.sample_candidates ? 1 : 0);
+      choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
+      choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

@@ -65,6 +65,10 @@
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
 //   CELLM_SPLIT_ARGMAX=0|1         the device argmax spreads a row over up to 64 blocks instead of
 //                                  one when a step has few rows (sample.cuh; default 1)
+//   CELLM_HEAD_ARGMAX=0|1          one-row captured steps whose lm_head runs on the GEMV also
+//                                  take the row's argmax in that GEMV (its blocks' partials, merged
+//                                  by the last block), so a greedy step launches no argmax kernel
+//                                  (gemv.cuh, GemvArgmax; default 1)
 //   CELLM_SAMPLE_CLUSTER=0|1       the device draw (temperature, top-k, top-p) runs each row on a
 //                                  cluster of 8 blocks instead of one while all rows' clusters
 //                                  fit on the SMs (sample_draw.cu; default 1)
@@ -109,6 +113,7 @@ struct KernelChoice {
   bool pdl = true;
   bool gemm_autotune = true;
   bool split_argmax = true;
+  bool head_argmax = true;
   bool cluster_sampler = true;
   bool sample_candidates = true;
 
@@ -126,7 +131,8 @@ KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
 // push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 stream=1
-// pdl=1 autotune=1 split_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and benchmark
+// pdl=1 autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs
+// and benchmark
 // labels.
 std::string describe(const KernelChoice& choice);
 

@@ -1,6 +1,6 @@
 // What the device sampler's kernels share (sample.cu: argmax, sample_draw.cu:
-// the draw): a row's suppressed ids, the "larger value, then lower id" order
-// of the argmax, and block reductions over 1024 threads. Included by those
+// the draw): a row's suppressed ids and block reductions over 1024 threads
+// (the argmax's order is argmax_order.cuh's). Included by those
 // two files and the draw's own headers (sample_team.cuh, sample_select.cuh)
 // only.
 //
@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/argmax_order.cuh"
 #include "backend/cuda/kernels/sample.cuh"
 
 namespace cellm::cuda {
@@ -20,11 +21,6 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 
 using u64 = unsigned long long;
-
-struct ArgMax {
-  float value;
-  int index;
-};
 
 // A row's suppressed ids, staged in shared memory (slots past `count` unused).
 struct Banned {
@@ -52,24 +48,6 @@ __device__ void load_banned(const SampleParams& p, int r, Banned& banned) {
     }
   }
   __syncthreads();
-}
-
-// "Larger value, then lower id": a total order on the candidates (a NaN
-// value never wins), so their maximum does not depend on how they are cut.
-__device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
-  return v > best || (v == best && i < best_i);
-}
-
-__device__ __forceinline__ void warp_argmax(float& best, int& best_i) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, offset);
-    const int i = __shfl_xor_sync(0xffffffffu, best_i, offset);
-    if (better(v, i, best, best_i)) {
-      best = v;
-      best_i = i;
-    }
-  }
 }
 
 // The cross-warp step of every block reduction below: each warp loads the 32
