@@ -10,7 +10,6 @@
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
-#include "backend/cuda/kernels/step_upload.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/rope_table.h"
 
@@ -366,16 +365,13 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
 
 void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
                         cudaStream_t stream) const {
-  EmbeddingParams emb;
+  EmbeddingParams emb;  // the step's first kernel: no pdl
   if (shape.upload_from != nullptr) {
-    launch_step_upload(StepUploadParams{.src = shape.upload_from,
-                                        .dst = step_.data(),
-                                        .pitch = max_step_,
-                                        .width = shape.width,
-                                        .arrays = shape.upload_arrays},
-                       stream);
-    // Only a kernel before it lets the embedding launch early; a copy does not.
-    emb.pdl = active_.pdl;
+    static_assert(StepArrays::kTokens == 0, "the embedding reads its tokens from the first row");
+    emb.upload_src = shape.upload_from;
+    emb.upload_dst = step_.data();
+    emb.upload_pitch = max_step_;
+    emb.upload_arrays = shape.upload_arrays;
   }
   emb.tokens = in.tokens;
   emb.table = weights_.embed;
@@ -405,10 +401,13 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
   gather.trace_name = "gather";
 #endif
   if (fused) {
-    // The final norm runs on the gathered rows, inside the lm_head GEMV.
-    launch_embedding(gather, stream);
-    GemvParams head = gemv_params(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
-                                  nullptr, shape.rows);
+    // The final norm runs on the gathered rows, inside the lm_head GEMV. A
+    // one-token step selects its only row, so the GEMV reads it in place and
+    // the gather's launch leaves the chain.
+    const bool in_place = w == 1;
+    if (!in_place) launch_embedding(gather, stream);
+    GemvParams head = gemv_params(in_place ? x_.data() : sel_.data(), hidden, weights_.lm_head,
+                                  s.vocab_size, hidden, nullptr, shape.rows);
     head.out = logits_.data();
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;

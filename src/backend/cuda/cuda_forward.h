@@ -53,7 +53,7 @@ struct ForwardShape {
   std::int32_t decode_rows = -1;
   // Captured steps: the device mapping of the page-locked step arrays
   // ([StepArrays::kCount, max_step], as on the device); the forward's first
-  // kernel copies the first `upload_arrays` of them in (step_upload.cuh).
+  // kernel (the embedding) copies the first `upload_arrays` of them in.
   // Null: the caller copied them before enqueue.
   const std::int32_t* upload_from = nullptr;
   std::int32_t upload_arrays = 0;

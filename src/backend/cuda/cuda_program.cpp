@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_program.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 
@@ -65,6 +66,8 @@ class CudaProgram final : public program::Program {
   Status capture(const std::string& name, const program::MethodEntry& method);
   void upload_step(std::int32_t width, int arrays);
   void stage_padding_step(std::int32_t width);
+  // Waits until the first `rows` ids are in tokens_host_ (SYNC POINT).
+  void wait_for_ids(std::int32_t rows, bool watch);
   Status sync_tables(const program::ForwardCall& call);
   Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
@@ -105,6 +108,10 @@ class CudaProgram final : public program::Program {
   // The logits of the last forward when its graph also wrote their argmax
   // into tokens_mapped_ and no sampler has launched since; else null.
   const float* argmax_ready_ = nullptr;
+  // Since the last forward's launch, the ids in tokens_host_ read -1 until a
+  // writer stores them (wait_for_ids); whether the forward itself is one.
+  bool ids_pending_ = false;
+  bool forward_writes_ids_ = false;
   CudaProgramStats stats_;
   // The split argmax's partials and per-row counters (sample.cuh).
   DeviceBuffer<std::int64_t> argmax_partials_;
@@ -245,9 +252,9 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
   stream_.synchronize();
   argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
   GraphExec::begin_capture(stream_.get());
-  // The step's upload is the graph's first kernel, which reads the staging
-  // buffer through its device mapping: one launch a step instead of a copy
-  // and a launch, and no hand-off from the copy engine before the forward.
+  // The graph's first kernel, the embedding, uploads the step: it reads the
+  // staging buffer through its device mapping, so a step is one launch and
+  // no copy engine hands off to the forward (embedding.cuh).
   ForwardShape captured = shape;
   captured.upload_from = staging_mapped_;
   captured.upload_arrays = StepArrays::kAttentionRows;
@@ -272,6 +279,30 @@ void CudaProgram::upload_step(std::int32_t width, int arrays) {
                                      static_cast<std::size_t>(width) * sizeof(std::int32_t),
                                      static_cast<std::size_t>(arrays), cudaMemcpyHostToDevice,
                                      stream_.get()));
+}
+
+// SYNC POINT: the step's only wait, for its ids. With `watch` (this step's
+// only writer of the ids is in flight and they read -1 until it stores them)
+// the host watches the page-locked ids themselves: they land before the
+// writer's kernel, and then the stream, report completion (measured in
+// bench/results/README.md, session 17). Every so often it asks the stream
+// instead, so a failed launch ends the watch and surfaces through the
+// synchronisation below.
+void CudaProgram::wait_for_ids(std::int32_t rows, bool watch) {
+  if (watch) {
+    const volatile std::int32_t* ids = tokens_host_.data();
+    for (unsigned polls = 1;; ++polls) {
+      bool all = true;
+      for (std::int32_t r = 0; r < rows && all; ++r) all = ids[r] >= 0;
+      if (all) {
+        std::atomic_thread_fence(std::memory_order_acquire);
+        return;
+      }
+      if (polls % 256 == 0 && cudaStreamQuery(stream_.get()) != cudaErrorNotReady) break;
+    }
+  }
+  // The kernel's writes to the mapped buffer are visible once it completes.
+  stream_.synchronize();
 }
 
 Status CudaProgram::load_method(std::string_view name) {
@@ -355,10 +386,15 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
                              {staging(StepArrays::kAttentionRows), w}, row_scratch_);
   }
   auto graph = graphs_.find(width);
-  argmax_ready_ = nullptr;
-  if (is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
+  const bool replay =
+      is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels;
+  // No writer of this step has stored its ids yet (wait_for_ids).
+  std::fill_n(tokens_host_.data(), std::max(rows, width), -1);
+  ids_pending_ = true;
+  forward_writes_ids_ = replay && graph->second.argmax;
+  argmax_ready_ = forward_writes_ids_ ? forward_->logits() : nullptr;
+  if (replay) {
     graph->second.graph.launch(stream_.get());  // its first kernel uploads the step (capture)
-    if (graph->second.argmax) argmax_ready_ = forward_->logits();
   } else {
     upload_step(width, shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
     CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
@@ -458,8 +494,10 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     }
     launch_sample(p, stream_.get());
   }
-  // The kernel's writes to the mapped buffer are visible once it completes.
-  stream_.synchronize();  // SYNC POINT: the step's only wait, for its tokens
+  // Only where this call's writer is the step's only one may the host watch
+  // the ids: the graph's lm_head writes them for every one-token step.
+  wait_for_ids(rows, ids_pending_ && (argmax_written || !forward_writes_ids_));
+  ids_pending_ = false;
   sampled_.assign(tokens_host_.data(), tokens_host_.data() + rows);
   std::vector<Tensor> out;
   out.push_back(Tensor::view(sampled_.data(), DType::kI64, {rows}));
