@@ -1,7 +1,6 @@
 #include "backend/cuda/cuda_program.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <map>
 
@@ -66,8 +65,6 @@ class CudaProgram final : public program::Program {
   Status capture(const std::string& name, const program::MethodEntry& method);
   void upload_step(std::int32_t width, int arrays);
   void stage_padding_step(std::int32_t width);
-  // Waits until the first `rows` ids are in tokens_host_ (SYNC POINT).
-  void wait_for_ids(std::int32_t rows, bool watch);
   Status sync_tables(const program::ForwardCall& call);
   Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
@@ -108,10 +105,6 @@ class CudaProgram final : public program::Program {
   // The logits of the last forward when its graph also wrote their argmax
   // into tokens_mapped_ and no sampler has launched since; else null.
   const float* argmax_ready_ = nullptr;
-  // Since the last forward's launch, the ids in tokens_host_ read -1 until a
-  // writer stores them (wait_for_ids); whether the forward itself is one.
-  bool ids_pending_ = false;
-  bool forward_writes_ids_ = false;
   CudaProgramStats stats_;
   // The split argmax's partials and per-row counters (sample.cuh).
   DeviceBuffer<std::int64_t> argmax_partials_;
@@ -281,30 +274,6 @@ void CudaProgram::upload_step(std::int32_t width, int arrays) {
                                      stream_.get()));
 }
 
-// SYNC POINT: the step's only wait, for its ids. With `watch` (this step's
-// only writer of the ids is in flight and they read -1 until it stores them)
-// the host watches the page-locked ids themselves: they land before the
-// writer's kernel, and then the stream, report completion (measured in
-// bench/results/README.md, session 17). Every so often it asks the stream
-// instead, so a failed launch ends the watch and surfaces through the
-// synchronisation below.
-void CudaProgram::wait_for_ids(std::int32_t rows, bool watch) {
-  if (watch) {
-    const volatile std::int32_t* ids = tokens_host_.data();
-    for (unsigned polls = 1;; ++polls) {
-      bool all = true;
-      for (std::int32_t r = 0; r < rows && all; ++r) all = ids[r] >= 0;
-      if (all) {
-        std::atomic_thread_fence(std::memory_order_acquire);
-        return;
-      }
-      if (polls % 256 == 0 && cudaStreamQuery(stream_.get()) != cudaErrorNotReady) break;
-    }
-  }
-  // The kernel's writes to the mapped buffer are visible once it completes.
-  stream_.synchronize();
-}
-
 Status CudaProgram::load_method(std::string_view name) {
   program::MethodEntry* m = methods_.find(name);
   if (m == nullptr)
@@ -388,11 +357,7 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   auto graph = graphs_.find(width);
   const bool replay =
       is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels;
-  // No writer of this step has stored its ids yet (wait_for_ids).
-  std::fill_n(tokens_host_.data(), std::max(rows, width), -1);
-  ids_pending_ = true;
-  forward_writes_ids_ = replay && graph->second.argmax;
-  argmax_ready_ = forward_writes_ids_ ? forward_->logits() : nullptr;
+  argmax_ready_ = replay && graph->second.argmax ? forward_->logits() : nullptr;
   if (replay) {
     graph->second.graph.launch(stream_.get());  // its first kernel uploads the step (capture)
   } else {
@@ -494,10 +459,11 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     }
     launch_sample(p, stream_.get());
   }
-  // Only where this call's writer is the step's only one may the host watch
-  // the ids: the graph's lm_head writes them for every one-token step.
-  wait_for_ids(rows, ids_pending_ && (argmax_written || !forward_writes_ids_));
-  ids_pending_ = false;
+  // The kernel's writes to the mapped buffer are visible once it completes.
+  // (Watching the ids themselves instead, where the step has one writer of
+  // them, measured within the spread: H200, 1B batch 1, 0.851-0.863 against
+  // 0.854-0.860 ms/step; bench/results/README.md, session 17.)
+  stream_.synchronize();  // SYNC POINT: the step's only wait, for its tokens
   sampled_.assign(tokens_host_.data(), tokens_host_.data() + rows);
   std::vector<Tensor> out;
   out.push_back(Tensor::view(sampled_.data(), DType::kI64, {rows}));
