@@ -248,11 +248,6 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
         "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
         shape.decode_rows, w);
   }
-  if (shape.upload_from != nullptr &&
-      (shape.upload_arrays < 1 || shape.upload_arrays > StepArrays::kCount)) {
-    return invalid_argument("cuda forward: uploads {} step arrays (1 to {})", shape.upload_arrays,
-                            static_cast<int>(StepArrays::kCount));
-  }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
   return Status::ok();
 }
@@ -287,7 +282,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   const bool fused = fused_step(shape);
   const bool o_fused = o_in_attention(shape);
 
-  embed(shape, in, stream);
+  embed(in, w, stream);
 
   const std::int32_t splits = decode_splits(shape);
   for (int l = 0; l < s.num_layers; ++l) {
@@ -363,20 +358,12 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   return enqueue_logits(shape, in, fused, stream);
 }
 
-void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
-                        cudaStream_t stream) const {
-  EmbeddingParams emb;  // the step's first kernel: no pdl
-  if (shape.upload_from != nullptr) {
-    static_assert(StepArrays::kTokens == 0, "the embedding reads its tokens from the first row");
-    emb.upload_src = shape.upload_from;
-    emb.upload_dst = step_.data();
-    emb.upload_pitch = max_step_;
-    emb.upload_arrays = shape.upload_arrays;
-  }
+void CudaForward::embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const {
+  EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl
   emb.tokens = in.tokens;
   emb.table = weights_.embed;
   emb.out = x_.data();
-  emb.num_tokens = shape.width;
+  emb.num_tokens = width;
   emb.vocab = spec_.vocab_size;
   emb.dim = spec_.hidden_size;
   emb.scale = spec_.embedding_scale;

@@ -51,12 +51,6 @@ struct ForwardShape {
   // kAttentionRows[decode_rows, width). -1: one kernel (decode_attention) for
   // every row.
   std::int32_t decode_rows = -1;
-  // Captured steps: the device mapping of the page-locked step arrays
-  // ([StepArrays::kCount, max_step], as on the device); the forward's first
-  // kernel (the embedding) copies the first `upload_arrays` of them in.
-  // Null: the caller copied them before enqueue.
-  const std::int32_t* upload_from = nullptr;
-  std::int32_t upload_arrays = 0;
   // Where the lm_head GEMV writes the argmax of the step's one logits row
   // (GemvArgmax; a page-locked host int's device mapping), when the step
   // takes it there (CudaForward::takes_argmax). Null: no argmax.
@@ -158,9 +152,8 @@ class CudaForward {
   Status init_fused_o();
   bool stream_step(const ForwardShape& shape) const;
   Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
-  // The step's upload when the shape asks for it (ForwardShape::upload_from),
-  // then the token embeddings of its `width` rows into x_.
-  void embed(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream) const;
+  // The token embeddings of the step's `width` rows into x_ (its first kernel).
+  void embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const;
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);

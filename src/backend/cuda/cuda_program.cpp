@@ -75,9 +75,8 @@ class CudaProgram final : public program::Program {
   std::unique_ptr<CudaForward> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
-  const std::int32_t* staging_mapped_ = nullptr;  // its device mapping (captured steps read it)
-  std::vector<std::int32_t> row_scratch_;         // attention_rows.h's per-slot counts
+  PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
+  std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   // A captured step, and whether its lm_head GEMV also writes the argmax of
   // its logits row into tokens_mapped_.
   struct CapturedStep {
@@ -167,12 +166,6 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                           cudaGetErrorString(e));
   }
   p->tokens_mapped_ = static_cast<std::int32_t*>(mapped);
-  if (const cudaError_t e = cudaHostGetDevicePointer(&mapped, p->staging_.data(), 0);
-      e != cudaSuccess) {
-    return internal_error("cuda: the device cannot read page-locked host memory ({})",
-                          cudaGetErrorString(e));
-  }
-  p->staging_mapped_ = static_cast<const std::int32_t*>(mapped);
   static_assert(argmax_partials_bytes(1) % sizeof(std::int64_t) == 0);
   CELLM_ASSIGN_OR_RETURN(
       p->argmax_partials_,
@@ -245,12 +238,14 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
   stream_.synchronize();
   argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
   GraphExec::begin_capture(stream_.get());
-  // The graph's first kernel, the embedding, uploads the step: it reads the
-  // staging buffer through its device mapping, so a step is one launch and
-  // no copy engine hands off to the forward (embedding.cuh).
+  // The step's upload is the graph's first node: one launch a step instead
+  // of a copy and a launch (the host's part of the gap between steps). A
+  // kernel reading the staging buffer through its device mapping instead
+  // measured no faster: its PCIe reads took as long as the copy (H200, 1B
+  // batch 1 0.852-0.856 against 0.854-0.866 ms/step, batch 64 1.567-1.602
+  // against 1.542-1.548; bench/results/README.md, session 17).
+  upload_step(method.width, StepArrays::kAttentionRows);
   ForwardShape captured = shape;
-  captured.upload_from = staging_mapped_;
-  captured.upload_arrays = StepArrays::kAttentionRows;
   // A greedy one-token step then finds its token written with the logits.
   if (methods_.options().device_sampling) captured.argmax_to = tokens_mapped_;
   Status enqueued = forward_->enqueue(captured, stream_.get());
@@ -359,7 +354,7 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
       is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels;
   argmax_ready_ = replay && graph->second.argmax ? forward_->logits() : nullptr;
   if (replay) {
-    graph->second.graph.launch(stream_.get());  // its first kernel uploads the step (capture)
+    graph->second.graph.launch(stream_.get());  // uploads the step itself (capture)
   } else {
     upload_step(width, shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
     CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));

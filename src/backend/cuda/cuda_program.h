@@ -3,7 +3,7 @@
 // captured as CUDA graphs when loaded and replayed, wider steps run eagerly.
 // Logits stay on the device (Device::kCuda) and the `sample` /
 // `sample_argmax` methods draw tokens there, so a captured step costs one
-// graph launch (its first kernel reads the step's arrays from page-locked
+// graph launch (its first node copies the step's arrays from page-locked
 // host memory), the sampler (nothing to launch for a greedy one-token step
 // whose lm_head GEMV took the argmax) and one synchronisation when the
 // tokens come back.

@@ -13,16 +13,6 @@ Status EmbeddingParams::validate() const {
         "cuda embedding: num_tokens={} vocab={} dim={} (dim must be a positive multiple of 8)",
         num_tokens, vocab, dim);
   }
-  if (upload_src != nullptr) {
-    CELLM_RETURN_IF_ERROR(require_ptr(upload_dst, "embedding", "upload_dst"));
-    if (upload_arrays < 1 || upload_arrays > kEmbeddingMaxUploadArrays ||
-        upload_pitch < num_tokens) {
-      return invalid_argument(
-          "cuda embedding: uploads {} arrays of pitch {} for {} tokens (need 1 to {} arrays and "
-          "a pitch of at least the tokens)",
-          upload_arrays, upload_pitch, num_tokens, kEmbeddingMaxUploadArrays);
-    }
-  }
   CELLM_RETURN_IF_ERROR(require_aligned16(table, "embedding", "table"));
   return require_aligned16(out, "embedding", "out");
 }

@@ -9,7 +9,6 @@ namespace cellm::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-static_assert(kEmbeddingMaxUploadArrays <= kThreads);
 
 // The step's first kernel: its gap in the timeline is the host's share of a
 // step. The same kernel gathers the selected rows before the lm_head.
@@ -20,22 +19,7 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
   griddep_enter();
   trace::mark(embedding_trace, trace::slot_of(p), trace::kWaitMark);
   const int t = blockIdx.x;
-  std::int32_t token;
-  if (p.upload_src != nullptr) {
-    __shared__ std::int32_t uploaded_token;
-    if (static_cast<int>(threadIdx.x) < p.upload_arrays) {
-      const std::int64_t at = static_cast<std::int64_t>(threadIdx.x) * p.upload_pitch + t;
-      // Volatile: the host rewrites the buffer between replays of the graph,
-      // so no cached copy of an earlier step may answer.
-      const std::int32_t value = __ldcv(p.upload_src + at);
-      p.upload_dst[at] = value;
-      if (threadIdx.x == 0) uploaded_token = value;
-    }
-    __syncthreads();
-    token = uploaded_token;
-  } else {
-    token = p.tokens[t];
-  }
+  const std::int32_t token = p.tokens[t];
   const bool valid = token >= 0 && token < p.vocab;
   const bf16* src = p.table + static_cast<std::int64_t>(valid ? token : 0) * p.dim;
   bf16* dst = p.out + static_cast<std::int64_t>(t) * p.dim;
