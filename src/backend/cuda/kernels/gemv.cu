@@ -149,18 +149,22 @@ __device__ void merge_argmax(const GemvParams& p, float best, int best_i) {
   __shared__ bool last;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  // Thread 0's pick among the warps' candidates.
+  const auto block_best = [&] {
+    ArgMax pick = warps_best[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (better(warps_best[w].value, warps_best[w].index, pick.value, pick.index)) {
+        pick = warps_best[w];
+      }
+    }
+    return pick;
+  };
   // Lane 0 of a warp stored its one row's sums (lane == row).
   if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
   __syncthreads();
   auto* partials = static_cast<ArgMax*>(p.argmax.partials);
   if (threadIdx.x == 0) {
-    ArgMax mine = warps_best[0];
-    for (int w = 1; w < kWarps; ++w) {
-      if (better(warps_best[w].value, warps_best[w].index, mine.value, mine.index)) {
-        mine = warps_best[w];
-      }
-    }
-    partials[blockIdx.x] = mine;
+    partials[blockIdx.x] = block_best();
     __threadfence();  // the partial is visible device-wide before the count
     const int arrived = atomicAdd(p.argmax.counter, 1);
     last = arrived == static_cast<int>(gridDim.x) - 1;
@@ -185,12 +189,7 @@ __device__ void merge_argmax(const GemvParams& p, float best, int best_i) {
   if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
   __syncthreads();
   if (threadIdx.x == 0) {
-    ArgMax row = warps_best[0];
-    for (int w = 1; w < kWarps; ++w) {
-      if (better(warps_best[w].value, warps_best[w].index, row.value, row.index)) {
-        row = warps_best[w];
-      }
-    }
+    const ArgMax row = block_best();
     // All NaN: column 0, as the device argmax answers a row with no candidate.
     *p.argmax.out = row.index < p.n ? row.index : 0;
   }
