@@ -494,7 +494,7 @@ void launch_units(const GemvParams& requested, cudaStream_t stream) {
   GemvParams params = requested;
   trace::assign_slot(params, gemv_trace, [&] { return trace_label(params); });
   const long long blocks = ceil_div(gemv_units<kR>(params), kWarps);
-  const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
+  const long long wave = gemv_max_blocks();
   // As many rounds as one wave needs, spread evenly so no warp walks an extra unit.
   const long long rounds = (blocks + wave - 1) / wave;
   const long long grid = (blocks + rounds - 1) / rounds;
@@ -536,7 +536,7 @@ std::int32_t gemv_max_blocks() {
 }
 
 bool gemv_uses_single_rows(const GemvParams& params) {
-  const long long wave = static_cast<long long>(kMaxBlocksPerSm) * multiprocessor_count();
+  const long long wave = gemv_max_blocks();
   return params.single_rows && params.m == 1 && !is_gated(params.epilogue) &&
          params.epilogue != GemvEpilogue::kRopeScatter && params.k > 2 * 8 * batch_chunks<2> &&
          2 * ceil_div(gemv_units<2>(params), kWarps) <= wave;
