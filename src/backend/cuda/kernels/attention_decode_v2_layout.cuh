@@ -19,11 +19,9 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
-constexpr int kTileKeys = 64;                // 16 per warp
 constexpr int kWindowKeys = 512;             // table entries staged at once
-constexpr int kWindowTiles = kWindowKeys / kTileKeys;
 constexpr int kWindowPerThread = kWindowKeys / kThreads;
-static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
+static_assert(kWindowKeys % kThreads == 0);
 constexpr float kLog2e = 1.4426950408889634f;
 // No cell of the row's own key in the step's inputs (AttentionParams::cells).
 constexpr int kUnknownCell = -(1 << 30);
@@ -47,14 +45,20 @@ enum FusedOPhase : int {
   kPartialsCounted = kMergedStored,  // its partials are stored and counted
 };
 
-template <int kMaxHd>
+// kGroups: 16-key groups a warp takes from each tile. One is the rule; two
+// (AttentionParams::warp_keys = 32) halve the key loop's iterations where a
+// block has a multiprocessor to itself, at twice the shared memory a stage.
+template <int kMaxHd, int kGroups = 1>
 struct V2Layout {
+  static_assert(kGroups == 1 || kGroups == 2);
+  static constexpr int kTileKeys = 16 * kWarps * kGroups;
+  static constexpr int kWindowTiles = kWindowKeys / kTileKeys;
   // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
   // lets five blocks share a multiprocessor, and their 20 warps hide the
   // softmax's latency better than four stages at two blocks did (the key loop
   // was latency-bound, not bandwidth-bound, at 1B batch 64). Wider heads keep
-  // three (two blocks per SM) and two stages.
-  static constexpr int kStages = kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2);
+  // three (two blocks per SM) and two stages; wide tiles two.
+  static constexpr int kStages = kGroups == 2 ? 2 : (kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2));
   // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
   static constexpr int kLd = kMaxHd + 8;
   static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
@@ -98,7 +102,7 @@ struct V2Layout {
 
   static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
   static_assert(kRows * kChunks % kThreads == 0);
-  static_assert(kTileKeys == 16 * kWarps);
+  static_assert(kWindowKeys % kTileKeys == 0);
 };
 
 }  // namespace
