@@ -163,27 +163,14 @@ __device__ void merge_argmax(const GemvParams& p, float best, int best_i) {
   if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
   __syncthreads();
   auto* partials = static_cast<ArgMax*>(p.argmax.partials);
-  if (threadIdx.x == 0) {
-    partials[blockIdx.x] = block_best();
-    __threadfence();  // the partial is visible device-wide before the count
-    const int arrived = atomicAdd(p.argmax.counter, 1);
-    last = arrived == static_cast<int>(gridDim.x) - 1;
-    if (last) atomicExch(p.argmax.counter, 0);  // ready for the next launch
-  }
-  __syncthreads();
+  const int parts = static_cast<int>(gridDim.x);
+  // Only thread 0's pick is published (block_best reads shared memory).
+  publish_part(threadIdx.x == 0 ? block_best() : ArgMax{}, partials, static_cast<int>(blockIdx.x),
+               parts, p.argmax.counter, &last);
   if (!last) return;
-  __threadfence();  // the other blocks' partials, released before their counts
-  best = -INFINITY;
-  best_i = INT_MAX;
-  for (int q = static_cast<int>(threadIdx.x); q < static_cast<int>(gridDim.x); q += kThreads) {
-    // Through L2: other blocks wrote them.
-    const float value = __ldcg(&partials[q].value);
-    const int index = __ldcg(&partials[q].index);
-    if (better(value, index, best, best_i)) {
-      best = value;
-      best_i = index;
-    }
-  }
+  const ArgMax scanned = scan_parts(partials, parts, kThreads);
+  best = scanned.value;
+  best_i = scanned.index;
   warp_argmax(best, best_i);
   __syncthreads();  // warps_best is reused
   if (lane == 0) warps_best[warp] = ArgMax{best, best_i};

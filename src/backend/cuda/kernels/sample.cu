@@ -107,29 +107,11 @@ __global__ void __launch_bounds__(kSplitThreads)
   const ArgMax mine = split_block_argmax(best, best_i, scratch);
   ArgMax* partials =
       static_cast<ArgMax*>(p.argmax_partials) + static_cast<std::int64_t>(r) * kArgmaxMaxParts;
-  if (threadIdx.x == 0) {
-    partials[part] = mine;
-    __threadfence();  // the partial is visible device-wide before the count
-    const int arrived = atomicAdd(p.argmax_counters + r, 1);
-    last = arrived == parts - 1;
-    if (last) atomicExch(p.argmax_counters + r, 0);  // ready for the next launch
-  }
-  __syncthreads();
+  publish_part(mine, partials, part, parts, p.argmax_counters + r, &last);
   if (!last) return;
-  __threadfence();  // the other blocks' partials, released before their counts
-  best = -INFINITY;
-  best_i = INT_MAX;
-  for (int q = static_cast<int>(threadIdx.x); q < parts; q += kSplitThreads) {
-    // Through L2: other blocks wrote them.
-    const float value = __ldcg(&partials[q].value);
-    const int index = __ldcg(&partials[q].index);
-    if (better(value, index, best, best_i)) {
-      best = value;
-      best_i = index;
-    }
-  }
+  const ArgMax scanned = scan_parts(partials, parts, kSplitThreads);
   __syncthreads();  // scratch is reused
-  const ArgMax row_best = split_block_argmax(best, best_i, scratch);
+  const ArgMax row_best = split_block_argmax(scanned.value, scanned.index, scratch);
   if (threadIdx.x == 0) {
     p.out[r] = row_best.index < p.vocab ? row_best.index : first_candidate(p.vocab, banned);
   }
