@@ -2,10 +2,11 @@
 // warps of two 16-key groups, 128-key tiles) against the float64 reference
 // and the 16-key launch of the same data: 64- and 128-wide heads and an
 // 80-wide one in the 128 bucket, groups 1 to 16, soft caps and windows,
-// histories from one key to several table windows, the counter, pull and
-// push merges, and keys read before the programmatic-launch wait. Launches
-// the wide tiles do not serve (too wide for one block an SM, no spread,
-// 256-wide heads) must give the 16-key launch's bits.
+// histories from one key to several table windows, and the counter, pull
+// and push merges (keys read before the programmatic-launch wait are run
+// with both widths in attention_v2_test.cpp). Launches the wide tiles do not
+// serve (too wide for one block an SM, no spread, 256-wide heads) must give
+// the 16-key launch's bits.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -26,7 +27,6 @@ namespace {
 using testing::DecodeCase;
 using testing::DecodeDevice;
 using testing::DecodeScenario;
-using testing::DeviceArray;
 using testing::nmse;
 using testing::to_float;
 
@@ -101,49 +101,6 @@ TEST(DecodeWideTilesTest, MatchTheReferenceOverShapesAndMerges) {
     }
   }
   EXPECT_EQ(compared, 20);
-}
-
-// Keys older than the step read before the wait (fresh_from, with and
-// without the step's cells) give the bits of the launch that reads them all
-// after it, with wide tiles as with narrow ones.
-TEST(DecodeWideTilesTest, SettledKeysReadBeforeTheWaitChangeNothing) {
-  CELLM_REQUIRE_GPU();
-  const DecodeCase c{32, 8, 64, 4, 1, 1100, 0, 0.0f, 8, 128, 211};
-  const DecodeScenario s = testing::make_decode_scenario(c);
-  const float scale = 0.125f;
-  DecodeDevice d(c, s);
-  std::vector<std::int32_t> fresh(s.slots.size());
-  std::vector<std::int32_t> cells(s.slots.size(), 0);
-  for (std::size_t t = 0; t < s.slots.size(); ++t) {
-    const int pos = s.positions[t];
-    const int choice = static_cast<int>(t % 4);
-    fresh[t] = choice == 0 ? pos : choice == 1 ? std::max(0, pos - 150) : choice == 2 ? 0 : pos + 1;
-    if (s.slots[t] >= 0 && pos >= 0) {
-      cells[t] = s.table[static_cast<std::size_t>(s.slots[t]) * s.table_stride +
-                         static_cast<std::size_t>(pos)];
-    }
-  }
-  DeviceArray<std::int32_t> fresh_d(fresh);
-  DeviceArray<std::int32_t> cells_d(cells);
-  AttentionParams p = d.params(c, s, scale);
-  p.cluster = 8;
-  p.spread = true;
-  p.push_merge = true;
-  p.pdl = true;
-  p.warp_keys = 32;
-  d.out.poison();
-  launch_attention_decode_v2(p, nullptr);
-  const auto after_wait = d.out.download();
-  EXPECT_LT(nmse(to_float(after_wait), testing::decode_reference(c, s, scale)), kAttentionNmse);
-  for (const bool with_cells : {false, true}) {
-    p.fresh_from = fresh_d.data();
-    p.cells = with_cells ? cells_d.data() : nullptr;
-    d.out.poison();
-    launch_attention_decode_v2(p, nullptr);
-    const auto early = d.out.download();
-    ASSERT_EQ(0, std::memcmp(after_wait.data(), early.data(), early.size() * sizeof(bf16)))
-        << (with_cells ? "with cells" : "table only");
-  }
 }
 
 // Where the wide tiles do not apply, asking for them changes nothing.
