@@ -10,7 +10,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -116,32 +115,36 @@ TEST_P(DecodeV2Test, ClusteredLaunchesMergeLikeTheCounterPath) {
 // reads them, never what it computes: with fresh_from at the row's own key,
 // several tiles back, 0 (every key waits) or past it (none waits), and with
 // and without the step's cells, the outputs equal those of the launch that
-// reads everything after the wait, bit for bit, clustered or not, with 16 or
-// 32 keys a warp.
+// reads everything after the wait, bit for bit, clustered or not.
 TEST_P(DecodeV2Test, SettledKeysReadBeforeTheWaitChangeNothing) {
   CELLM_REQUIRE_GPU();
   const DecodeCase c = GetParam();
   const DecodeScenario s = testing::make_decode_scenario(c);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   DecodeDevice d(c, s);
-  const testing::FreshKeys keys = testing::fresh_keys(s, 70);
-  DeviceArray<std::int32_t> fresh_d(keys.fresh);
-  DeviceArray<std::int32_t> cells_d(keys.cells);
-  // 32 keys a warp (spread, so the launches with one block an SM take them).
-  for (const auto [cluster, warp_keys] : {std::pair{1, 16}, {8, 16}, {1, 32}, {8, 32}}) {
+  std::vector<std::int32_t> fresh(s.slots.size());
+  std::vector<std::int32_t> cells(s.slots.size(), 0);
+  for (std::size_t t = 0; t < s.slots.size(); ++t) {
+    const int pos = s.positions[t];
+    const int choice = static_cast<int>(t % 4);
+    fresh[t] = choice == 0 ? pos : choice == 1 ? std::max(0, pos - 70) : choice == 2 ? 0 : pos + 1;
+    if (s.slots[t] >= 0 && pos >= 0) {
+      cells[t] = s.table[static_cast<std::size_t>(s.slots[t]) * s.table_stride +
+                         static_cast<std::size_t>(pos)];
+    }
+  }
+  DeviceArray<std::int32_t> fresh_d(fresh);
+  DeviceArray<std::int32_t> cells_d(cells);
+  for (const int cluster : {1, 8}) {
     AttentionParams p = d.params(c, s, scale);
     if (cluster > 1 && p.num_splits % cluster != 0) continue;
     p.cluster = cluster;
     p.pdl = true;
-    p.warp_keys = warp_keys;
-    p.spread = warp_keys == 32;
     ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-    const std::string where = fmt::format("cluster {} warp keys {}", cluster, warp_keys);
     d.out.poison();
     launch_attention_decode_v2(p, nullptr);
     const auto after_wait = d.out.download();
-    EXPECT_LT(nmse(to_float(after_wait), testing::decode_reference(c, s, scale)), kAttentionNmse)
-        << where;
+    EXPECT_LT(nmse(to_float(after_wait), testing::decode_reference(c, s, scale)), kAttentionNmse);
     for (const bool with_cells : {false, true}) {
       p.fresh_from = fresh_d.data();
       p.cells = with_cells ? cells_d.data() : nullptr;
@@ -149,9 +152,9 @@ TEST_P(DecodeV2Test, SettledKeysReadBeforeTheWaitChangeNothing) {
       launch_attention_decode_v2(p, nullptr);
       const auto early = d.out.download();
       ASSERT_EQ(0, std::memcmp(after_wait.data(), early.data(), early.size() * sizeof(bf16)))
-          << where << (with_cells ? ", with cells" : ", table only");
+          << "cluster " << cluster << (with_cells ? ", with cells" : ", table only");
     }
-    for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0) << where;
+    for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
   }
 }
 

@@ -202,33 +202,6 @@ struct DecodeDevice {
   }
 };
 
-// Per token, where its keys written by this step begin (AttentionParams::
-// fresh_from), cycling over four cases: its own key, `back` keys earlier, 0
-// (every key) and past its own key (none); and the cell of its own key (0
-// for a row that attends to nothing).
-struct FreshKeys {
-  std::vector<std::int32_t> fresh;
-  std::vector<std::int32_t> cells;
-};
-inline FreshKeys fresh_keys(const DecodeScenario& s, int back) {
-  FreshKeys f;
-  f.fresh.resize(s.slots.size());
-  f.cells.assign(s.slots.size(), 0);
-  for (std::size_t t = 0; t < s.slots.size(); ++t) {
-    const int pos = s.positions[t];
-    const int choice = static_cast<int>(t % 4);
-    f.fresh[t] = choice == 0   ? pos
-                 : choice == 1 ? std::max(0, pos - back)
-                 : choice == 2 ? 0
-                               : pos + 1;
-    if (s.slots[t] >= 0 && pos >= 0) {
-      f.cells[t] = s.table[static_cast<std::size_t>(s.slots[t]) * s.table_stride +
-                           static_cast<std::size_t>(pos)];
-    }
-  }
-  return f;
-}
-
 // Params over a few static bytes, for validate() only: never launch them.
 // Four tokens of 8 q heads over 2 kv heads of 64, four splits.
 inline AttentionParams unlaunched_decode_params() {

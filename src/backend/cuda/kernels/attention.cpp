@@ -66,9 +66,6 @@ Status AttentionParams::validate_decode_v2() const {
     return invalid_argument("cuda attention decode v2: split_min_keys={} (need >= 1)",
                             split_min_keys);
   }
-  if (warp_keys != 16 && warp_keys != 32) {
-    return invalid_argument("cuda attention decode v2: warp_keys={} (need 16 or 32)", warp_keys);
-  }
   if (num_splits > 1 && counters == nullptr) {
     return invalid_argument(
         "cuda attention decode v2: {} splits need `counters` (attention_decode_v2_counters, "

@@ -151,12 +151,6 @@ struct AttentionParams {
   // where the slots would add to the launch's shared memory
   // (attention_decode_v2_push_merges: 128- and 256-wide heads at clusters of 8).
   bool push_merge = false;
-  // Decode v2 only: keys a warp takes from each tile, 16 or 32. With 32, a
-  // launch whose blocks have an SM each runs tiles of 128 keys (four warps of
-  // two 16-key groups) and two stages, so a split of 128 keys is one pass of
-  // the key loop instead of two; other launches keep 16 (the wide tiles'
-  // stages would take the shared memory that lets blocks share an SM).
-  std::int32_t warp_keys = 16;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and

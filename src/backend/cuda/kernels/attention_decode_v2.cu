@@ -48,21 +48,13 @@ CELLM_TRACE_TABLE(attention_trace);
 // holds of the q/k/v GEMV instead of waiting for them to leave. With the o
 // projection fused (kFuseO) its weights fill most of an SM's shared memory,
 // so one block a multiprocessor is what fits anyway.
-// Wide tiles (kGroups = 2, launches whose blocks have an SM each) keep the
-// 128-register bound, which is what fits beside the q/k/v GEMV's blocks.
-template <int kMaxHd, bool kFuseO, int kGroups>
-__global__ void __launch_bounds__(kThreads, kFuseO ? 1
-                                            : kGroups == 2
-                                                ? 4
-                                                : (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
+template <int kMaxHd, bool kFuseO>
+__global__ void __launch_bounds__(kThreads,
+                                  kFuseO ? 1 : (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
-  static_assert(!kFuseO || kGroups == 1);
   // Every return below is taken by the whole block (the exit mark's barrier).
   const trace::BlockScope traced(attention_trace, trace::slot_of(p));
-  using L = V2Layout<kMaxHd, kGroups>;
-  constexpr int kTileKeys = L::kTileKeys;
-  constexpr int kWindowTiles = L::kWindowTiles;
-  constexpr int kWarpKeys = 16 * kGroups;
+  using L = V2Layout<kMaxHd>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L::kK);
@@ -154,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, kFuseO ? 1
   auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLd; };
   auto issue = [&]<TileKeys kKeys>(int tile) {
     const int stage = tile % L::kStages;
-    issue_tile<L, kKeys>(p, kv_head, k_stage(stage), v_stage(stage),
+    issue_tile<kMaxHd, kKeys>(p, kv_head, k_stage(stage), v_stage(stage),
                               flags_s + stage * kTileKeys, key0, chunk, windows_s, tile,
                               begin + tile * kTileKeys, settled, end);
   };
@@ -170,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, kFuseO ? 1
     cp_async_commit();
   }
   for (int tile = early_tiles; tile < min(tiles, min(kWindowTiles, early_tiles + 2)); ++tile) {
-    prefetch_tile<L>(p, kv_head, key0, chunk, windows_s, tile, begin + tile * kTileKeys,
+    prefetch_tile<kMaxHd>(p, kv_head, key0, chunk, windows_s, tile, begin + tile * kTileKeys,
                           settled);
   }
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
@@ -271,45 +263,34 @@ __global__ void __launch_bounds__(kThreads, kFuseO ? 1
     cp_async_commit();
 
     const int stage = tile % L::kStages;
-    const bf16* ks = k_stage(stage) + warp * kWarpKeys * L::kLd;
-    const bf16* vs = v_stage(stage) + warp * kWarpKeys * L::kLd;
-    const int* flags = flags_s + stage * kTileKeys + warp * kWarpKeys;
+    const bf16* ks = k_stage(stage) + warp * 16 * L::kLd;
+    const bf16* vs = v_stage(stage) + warp * 16 * L::kLd;
+    const int* flags = flags_s + stage * kTileKeys + warp * 16;
 
-    // S = Q K^T for this warp's keys: s[gr][n] holds keys 16gr + 8n .. 16gr + 8n + 7.
-    float s[kGroups][2][4];
-#pragma unroll
-    for (int gr = 0; gr < kGroups; ++gr) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) s[gr][0][c] = s[gr][1][c] = 0.0f;
-    }
+    // S = Q K^T for this warp's 16 keys: s[n] holds keys 8n..8n+7.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int kk = 0; kk < kMaxHd / 16; ++kk) {
       unsigned a[4];
+      unsigned b[4];
       ldmatrix_x4(a, q_s + (lane & 15) * L::kLd + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int gr = 0; gr < kGroups; ++gr) {
-        unsigned b[4];
-        ldmatrix_x4(b, ks + (gr * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLd + kk * 16 +
-                           ((lane >> 3) & 1) * 8);
-        mma_bf16_16816(s[gr][0], a, b[0], b[1]);
-        mma_bf16_16816(s[gr][1], a, b[2], b[3]);
-      }
+      ldmatrix_x4(b,
+                  ks + ((lane & 7) + (lane >> 4) * 8) * L::kLd + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma_bf16_16816(s[0], a, b[0], b[1]);
+      mma_bf16_16816(s[1], a, b[2], b[3]);
     }
 
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int gr = 0; gr < kGroups; ++gr) {
+    for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int key = gr * 16 + n * 8 + t4 * 2 + (c & 1);
-          float x = s[gr][n][c] * scale;
-          if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-          x = flags[key] != 0 ? x * kLog2e : -INFINITY;
-          s[gr][n][c] = x;
-          tile_max[c >> 1] = fmaxf(tile_max[c >> 1], x);
-        }
+      for (int c = 0; c < 4; ++c) {
+        const int key = n * 8 + t4 * 2 + (c & 1);
+        float x = s[n][c] * scale;
+        if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+        x = flags[key] != 0 ? x * kLog2e : -INFINITY;
+        s[n][c] = x;
+        tile_max[c >> 1] = fmaxf(tile_max[c >> 1], x);
       }
     }
     float alpha[2];
@@ -323,25 +304,17 @@ __global__ void __launch_bounds__(kThreads, kFuseO ? 1
       m[r] = m_new;
     }
 #pragma unroll
-    for (int gr = 0; gr < kGroups; ++gr) {
+    for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float mr = m[c >> 1];
-          const float prob = mr == -INFINITY ? 0.0f : exp2f(s[gr][n][c] - mr);
-          s[gr][n][c] = prob;
-        }
+      for (int c = 0; c < 4; ++c) {
+        const float mr = m[c >> 1];
+        const float prob = mr == -INFINITY ? 0.0f : exp2f(s[n][c] - mr);
+        s[n][c] = prob;
       }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float sum = l[r] * alpha[r];
-#pragma unroll
-      for (int gr = 0; gr < kGroups; ++gr) {
-        sum = sum + s[gr][0][2 * r] + s[gr][0][2 * r + 1] + s[gr][1][2 * r] + s[gr][1][2 * r + 1];
-      }
-      l[r] = sum;
+      l[r] = l[r] * alpha[r] + s[0][2 * r] + s[0][2 * r + 1] + s[1][2 * r] + s[1][2 * r + 1];
     }
 #pragma unroll
     for (int n = 0; n < kMaxHd / 8; ++n) {
@@ -352,21 +325,18 @@ __global__ void __launch_bounds__(kThreads, kFuseO ? 1
     }
 
     // O += P V: P's accumulator layout is already the A operand's.
+    unsigned pa[4];
+    pa[0] = pack_bf16x2(s[0][0], s[0][1]);
+    pa[1] = pack_bf16x2(s[0][2], s[0][3]);
+    pa[2] = pack_bf16x2(s[1][0], s[1][1]);
+    pa[3] = pack_bf16x2(s[1][2], s[1][3]);
 #pragma unroll
-    for (int gr = 0; gr < kGroups; ++gr) {
-      unsigned pa[4];
-      pa[0] = pack_bf16x2(s[gr][0][0], s[gr][0][1]);
-      pa[1] = pack_bf16x2(s[gr][0][2], s[gr][0][3]);
-      pa[2] = pack_bf16x2(s[gr][1][0], s[gr][1][1]);
-      pa[3] = pack_bf16x2(s[gr][1][2], s[gr][1][3]);
-#pragma unroll
-      for (int dn = 0; dn < kMaxHd / 16; ++dn) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, vs + (gr * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLd +
-                                 dn * 16 + (lane >> 4) * 8);
-        mma_bf16_16816(acc[2 * dn], pa, b[0], b[1]);
-        mma_bf16_16816(acc[2 * dn + 1], pa, b[2], b[3]);
-      }
+    for (int dn = 0; dn < kMaxHd / 16; ++dn) {
+      unsigned b[4];
+      ldmatrix_x4_trans(
+          b, vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * L::kLd + dn * 16 + (lane >> 4) * 8);
+      mma_bf16_16816(acc[2 * dn], pa, b[0], b[1]);
+      mma_bf16_16816(acc[2 * dn + 1], pa, b[2], b[3]);
     }
   }
   cp_async_wait<0>();
@@ -577,18 +547,6 @@ std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::i
   }
 }
 
-namespace {
-
-// 16-key groups a warp takes from each tile (V2Layout): two where asked and
-// every block has a multiprocessor (and the spread's shared memory) to itself.
-int attention_decode_v2_warp_groups(const AttentionParams& p) {
-  const bool wide = p.warp_keys == 32 && p.spread && p.o_weight == nullptr &&
-                    head_dim_bucket(p.head_dim) <= 128 && fits_one_block_per_sm(decode_v2_grid(p));
-  return wide ? 2 : 1;
-}
-
-}  // namespace
-
 bool attention_decode_v2_push_merges(const AttentionParams& p) {
   if (!p.push_merge || p.o_weight != nullptr || p.num_splits <= 1 || p.cluster <= 1 ||
       p.num_kv_heads <= 0 || !cluster_launch_supported() ||
@@ -600,12 +558,10 @@ bool attention_decode_v2_push_merges(const AttentionParams& p) {
   // 128-wide ones (8B) fill the spread's share with their own stages.
   std::size_t bytes = 0;
   std::size_t room = 0;
-  const bool wide = attention_decode_v2_warp_groups(p) == 2;
   dispatch_head_dim(p.head_dim, [&]<int kMaxHd>() {
-    const int heads = push_heads_cap(p.num_heads, p.num_kv_heads);
-    bytes = wide ? push_merge_smem_bytes<kMaxHd, 2>(heads, p.head_dim, p.cluster)
-                 : push_merge_smem_bytes<kMaxHd>(heads, p.head_dim, p.cluster);
-    room = wide ? V2Layout<kMaxHd, 2>::kBytes : V2Layout<kMaxHd>::kBytes;
+    bytes = push_merge_smem_bytes<kMaxHd>(push_heads_cap(p.num_heads, p.num_kv_heads), p.head_dim,
+                                          p.cluster);
+    room = V2Layout<kMaxHd>::kBytes;
   });
   if (p.spread) room = std::max(room, one_block_per_sm_smem());
   return bytes > 0 && bytes <= room;
@@ -640,21 +596,11 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
+      std::size_t smem = V2Layout<kMaxHd>::kBytes;
       // The push merge's slots fit in this (attention_decode_v2_push_merges).
-      const auto run = [&]<int kGroups>() {
-        std::size_t smem = V2Layout<kMaxHd, kGroups>::kBytes;
-        if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
-        launch(attention_decode_v2_kernel<kMaxHd, false, kGroups>,
-               LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
-      };
-      // Wide tiles are built for 64- and 128-wide heads only.
-      if constexpr (kMaxHd <= 128) {
-        if (attention_decode_v2_warp_groups(params) == 2) {
-          run.template operator()<2>();
-          return;
-        }
-      }
-      run.template operator()<1>();
+      if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
+      launch(attention_decode_v2_kernel<kMaxHd, false>,
+             LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
       return;
     }
     // Only 64- and 128-wide heads are built with the fused o projection
@@ -662,7 +608,7 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
     if constexpr (kMaxHd == 64 || kMaxHd == 128) {
       const std::size_t smem = attention_decode_v2_fused_o_smem_bytes(
           params.head_dim, params.num_heads, params.num_kv_heads, params.o_rows, params.cluster);
-      launch(attention_decode_v2_kernel<kMaxHd, true, 1>,
+      launch(attention_decode_v2_kernel<kMaxHd, true>,
              LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
     } else {
       cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: fused o with this head_dim");

@@ -19,9 +19,17 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
+// 16 keys a warp. 32 (two 16-key groups, 128-key tiles, two stages) where
+// every block has an SM, so a 128-key split runs one pass of the key loop
+// instead of two, was slower on the H200 (session 18): that pass took 2.4 us
+// against 1.5 us for two 64-key tiles; 1B batch 1 0.863-0.865 against
+// 0.854-0.861 ms/step, 8B 4.20-4.22 against 4.11-4.13, Qwen3-0.6B 0.963
+// against 0.890.
+constexpr int kTileKeys = 64;
 constexpr int kWindowKeys = 512;             // table entries staged at once
+constexpr int kWindowTiles = kWindowKeys / kTileKeys;
 constexpr int kWindowPerThread = kWindowKeys / kThreads;
-static_assert(kWindowKeys % kThreads == 0);
+static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
 constexpr float kLog2e = 1.4426950408889634f;
 // No cell of the row's own key in the step's inputs (AttentionParams::cells).
 constexpr int kUnknownCell = -(1 << 30);
@@ -45,20 +53,14 @@ enum FusedOPhase : int {
   kPartialsCounted = kMergedStored,  // its partials are stored and counted
 };
 
-// kGroups: 16-key groups a warp takes from each tile. One is the rule; two
-// (AttentionParams::warp_keys = 32) halve the key loop's iterations where a
-// block has a multiprocessor to itself, at twice the shared memory a stage.
-template <int kMaxHd, int kGroups = 1>
+template <int kMaxHd>
 struct V2Layout {
-  static_assert(kGroups == 1 || kGroups == 2);
-  static constexpr int kTileKeys = 16 * kWarps * kGroups;
-  static constexpr int kWindowTiles = kWindowKeys / kTileKeys;
   // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
   // lets five blocks share a multiprocessor, and their 20 warps hide the
   // softmax's latency better than four stages at two blocks did (the key loop
   // was latency-bound, not bandwidth-bound, at 1B batch 64). Wider heads keep
-  // three (two blocks per SM) and two stages; wide tiles two.
-  static constexpr int kStages = kGroups == 2 ? 2 : (kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2));
+  // three (two blocks per SM) and two stages.
+  static constexpr int kStages = kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2);
   // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
   static constexpr int kLd = kMaxHd + 8;
   static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
@@ -102,7 +104,7 @@ struct V2Layout {
 
   static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
   static_assert(kRows * kChunks % kThreads == 0);
-  static_assert(kWindowKeys % kTileKeys == 0);
+  static_assert(kTileKeys == 16 * kWarps);
 };
 
 }  // namespace

@@ -65,12 +65,12 @@ __device__ __forceinline__ void store_window(int* windows_s, int w,
 }
 
 // The cells of the keys this thread copies for tile `tile`, from its window.
-// L: the block's V2Layout.
-template <class L>
+template <int kMaxHd>
 __device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int key0,
-                                           int (&cells)[L::kCopies]) {
-  const int* entries = windows_s + ((tile / L::kWindowTiles) & 1) * kWindowKeys +
-                       (tile % L::kWindowTiles) * L::kTileKeys;
+                                           int (&cells)[V2Layout<kMaxHd>::kCopies]) {
+  using L = V2Layout<kMaxHd>;
+  const int* entries =
+      windows_s + ((tile / kWindowTiles) & 1) * kWindowKeys + (tile % kWindowTiles) * kTileKeys;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) cells[i] = entries[key0 + i * L::kKeyStep];
 }
@@ -79,13 +79,14 @@ __device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int k
 // written before this step or those written by it; see `settled` below.
 enum class TileKeys { kAll, kSettled, kFresh };
 
-template <class L, TileKeys kKeys = TileKeys::kAll>
+template <int kMaxHd, TileKeys kKeys = TileKeys::kAll>
 __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
                                            bf16* v_stage, int* flags, int key0, int chunk,
                                            const int* windows_s, int tile, int first_key,
                                            int settled, int end) {
+  using L = V2Layout<kMaxHd>;
   int cells[L::kCopies];
-  tile_cells<L>(windows_s, tile, key0, cells);
+  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
   const int dim = chunk * 8;
   const bool dim_ok = dim < p.head_dim;
 #pragma unroll
@@ -110,14 +111,15 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
 
 // Pulls the settled keys of a tile into L2 (one request per 128-byte line of
 // each K and V row) so that its copies after the wait are L2 hits.
-template <class L>
+template <int kMaxHd>
 __device__ __forceinline__ void prefetch_tile(const AttentionParams& p, int kv_head, int key0,
                                               int chunk, const int* windows_s, int tile,
                                               int first_key, int settled) {
+  using L = V2Layout<kMaxHd>;
   const int dim = chunk * 8;
   if (dim % 64 != 0 || dim >= p.head_dim) return;
   int cells[L::kCopies];
-  tile_cells<L>(windows_s, tile, key0, cells);
+  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int kpos = first_key + key0 + i * L::kKeyStep;
