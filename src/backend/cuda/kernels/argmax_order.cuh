@@ -6,8 +6,9 @@
 // thread of the block (it holds a barrier).
 #pragma once
 
-#include <climits>
 #include <cmath>
+
+#include <climits>
 
 namespace cellm::cuda {
 

@@ -26,7 +26,7 @@ constexpr int kRows = kAttentionV2MaxGroup;  // q heads per block = mma rows
 // 0.854-0.861 ms/step, 8B 4.20-4.22 against 4.11-4.13, Qwen3-0.6B 0.963
 // against 0.890.
 constexpr int kTileKeys = 64;
-constexpr int kWindowKeys = 512;             // table entries staged at once
+constexpr int kWindowKeys = 512;  // table entries staged at once
 constexpr int kWindowTiles = kWindowKeys / kTileKeys;
 constexpr int kWindowPerThread = kWindowKeys / kThreads;
 static_assert(kWindowKeys % kThreads == 0 && kWindowKeys % kTileKeys == 0);
