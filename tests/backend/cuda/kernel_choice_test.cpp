@@ -54,6 +54,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPREAD", "0"},
                                                  {"CELLM_DECODE_EARLY_NEXT", "0"},
                                                  {"CELLM_DECODE_PUSH_MERGE", "0"},
+                                                 {"CELLM_DECODE_WARP_PUSH", "0"},
                                                  {"CELLM_DECODE_FUSED_O", "1"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
@@ -76,6 +77,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->decode_spread);
   EXPECT_FALSE(choice->decode_early_next);
   EXPECT_FALSE(choice->decode_push_merge);
+  EXPECT_FALSE(choice->decode_warp_push);
   EXPECT_TRUE(choice->decode_fused_o);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
@@ -93,7 +95,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(
       describe(*choice),
       "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
-      "early_next=0 push_merge=0 fused_o=1 "
+      "early_next=0 push_merge=0 warp_push=0 fused_o=1 "
       "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 stream=1 pdl=0 autotune=0 "
       "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
@@ -150,8 +152,8 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
 }
 
 // The fused o projection is off by default (measured slower), the spread,
-// the early launch of the next kernel, the push merge and the GEMV's staged
-// inputs on; each knob moves only itself.
+// the early launch of the next kernel, the push merge (by warp) and the
+// GEMV's staged inputs on; each knob moves only itself.
 TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   // `name=value` parses to the defaults with `set` applied, and its
   // description holds `shown`.
@@ -165,18 +167,21 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   };
   expect_only(
       "CELLM_DECODE_FUSED_O", "1", [](KernelChoice& c) { c.decode_fused_o = true; },
-      " early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=1 fused_rope=1 ");
+      " early_keys=1 spread=1 early_next=1 push_merge=1 warp_push=1 fused_o=1 fused_rope=1 ");
   expect_only(
       "CELLM_DECODE_FUSED_O", "0", [](KernelChoice&) {}, " fused_o=0 ");
   expect_only(
       "CELLM_DECODE_SPREAD", "0", [](KernelChoice& c) { c.decode_spread = false; },
-      " spread=0 early_next=1 push_merge=1 fused_o=0 ");
+      " spread=0 early_next=1 push_merge=1 warp_push=1 fused_o=0 ");
   expect_only(
       "CELLM_DECODE_EARLY_NEXT", "off", [](KernelChoice& c) { c.decode_early_next = false; },
-      " spread=1 early_next=0 push_merge=1 fused_o=0 ");
+      " spread=1 early_next=0 push_merge=1 warp_push=1 fused_o=0 ");
   expect_only(
       "CELLM_DECODE_PUSH_MERGE", "0", [](KernelChoice& c) { c.decode_push_merge = false; },
-      " early_next=1 push_merge=0 fused_o=0 ");
+      " early_next=1 push_merge=0 warp_push=1 fused_o=0 ");
+  expect_only(
+      "CELLM_DECODE_WARP_PUSH", "0", [](KernelChoice& c) { c.decode_warp_push = false; },
+      " push_merge=1 warp_push=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
       " single_rows=1 stage_inputs=0 stream=0 ");

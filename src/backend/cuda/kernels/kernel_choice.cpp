@@ -73,6 +73,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_DECODE_PUSH_MERGE")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_push_merge, parse_flag("CELLM_DECODE_PUSH_MERGE", *v));
   }
+  if (auto v = lookup("CELLM_DECODE_WARP_PUSH")) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_warp_push, parse_flag("CELLM_DECODE_WARP_PUSH", *v));
+  }
   if (auto v = lookup("CELLM_DECODE_FUSED_O")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_fused_o, parse_flag("CELLM_DECODE_FUSED_O", *v));
   }
@@ -132,7 +135,7 @@ KernelChoice kernel_choice_from_env() {
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
       "decode={} prefill={} split_keys={} split_target={} cluster={} early_keys={} spread={} "
-      "early_next={} push_merge={} fused_o={} "
+      "early_next={} push_merge={} warp_push={} fused_o={} "
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} stream={} pdl={} "
       "autotune={} "
       "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
@@ -140,7 +143,8 @@ std::string describe(const KernelChoice& choice) {
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
-      choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
+      choice.decode_push_merge ? 1 : 0, choice.decode_warp_push ? 1 : 0,
+      choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
       choice.gemv_stage_inputs ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
       choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
