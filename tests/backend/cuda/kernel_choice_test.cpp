@@ -32,6 +32,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->gemv_stage_inputs);
+  EXPECT_EQ(choice->gemv_early_shared, 0);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -61,6 +62,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_GEMV_SINGLE_ROWS", "0"},
                                                  {"CELLM_GEMV_STAGE_INPUTS", "0"},
+                                                 {"CELLM_GEMV_EARLY_SHARED", "2"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
@@ -84,6 +86,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->gemv_single_rows);
   EXPECT_FALSE(choice->gemv_stage_inputs);
+  EXPECT_EQ(choice->gemv_early_shared, 2);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -96,7 +99,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
       describe(*choice),
       "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
       "early_next=0 push_merge=0 warp_push=0 fused_o=1 "
-      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 stream=1 pdl=0 autotune=0 "
+      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 early_shared=2 stream=1 "
+      "pdl=0 autotune=0 "
       "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
@@ -123,6 +127,8 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_STREAM", "persistent"}},
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
       {{"CELLM_GEMV_STAGE_INPUTS", "smem"}},
+      {{"CELLM_GEMV_EARLY_SHARED", "3"}},
+      {{"CELLM_GEMV_EARLY_SHARED", "on"}},
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
       {{"CELLM_DECODE_SPREAD", "wide"}},
@@ -184,7 +190,10 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " push_merge=1 warp_push=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
-      " single_rows=1 stage_inputs=0 stream=0 ");
+      " single_rows=1 stage_inputs=0 early_shared=0 stream=0 ");
+  expect_only(
+      "CELLM_GEMV_EARLY_SHARED", "1", [](KernelChoice& c) { c.gemv_early_shared = 1; },
+      " stage_inputs=1 early_shared=1 stream=0 ");
 }
 
 }  // namespace
