@@ -59,6 +59,7 @@ PHASES = {
         2: "inputs staged",
         3: "first batch multiplied",
         4: "last unit stored",
+        5: "first weights landed",
     },
 }
 

@@ -21,6 +21,7 @@ enum Phase : int {
   kInputsStaged = trace::kFirstPhaseMark,  // staged kernels only
   kFirstBatchDone,                         // the first batch multiplied (its weights landed)
   kLastBatchDone,                          // the warp's last unit stored
+  kFirstWeightsLanded,                     // trace builds: the first batch's first piece landed
 };
 
 // A warp owns a unit of two weight rows (two adjacent output columns, or the
@@ -348,7 +349,21 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
   // Every input the warp needs is requested at once: the block's rows into
   // shared memory, and the residual of the warp's first unit.
+  // Trace builds: whether the weights requested before the wait have landed
+  // by the time the inputs are requested. The warp stalls on its first piece
+  // here rather than in the first product, a few instructions later.
+  const auto mark_landed = [&] {
+#if CELLM_KERNEL_TRACE
+    if (total > 0) {
+      unsigned landed;
+      asm volatile("mov.b32 %0, %1;" : "=r"(landed) : "r"(next0.w[0][0].x) : "memory");
+      if (landed == 0x7fc07fc0u) __nanosleep(0);  // reads it, so the warp waits for the load
+      trace::mark(gemv_trace, trace::slot_of(p), kFirstWeightsLanded);
+    }
+#endif
+  };
   bf16 first_residual[2] = {};
+  if (!staged) mark_landed();
   if (staged) {
     for (int i = threadIdx.x; i < p.m * chunks; i += kThreads) {
       const int r = i / chunks;
@@ -360,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
       first_residual[0] = residual_at(p, lane, rows.col0);
       if (rows.col1 >= 0) first_residual[1] = residual_at(p, lane, rows.col1);
     }
+    mark_landed();
     cp_async_wait<0>();
     __syncthreads();
     trace::mark(gemv_trace, trace::slot_of(p), kInputsStaged);
