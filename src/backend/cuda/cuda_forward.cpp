@@ -322,11 +322,9 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       gate_up.norm_weight = lw.mlp_norm;
       gate_up.epilogue = s.activation == model::Activation::kGeluTanh ? GemvEpilogue::kGatedGeluTanh
                                                                       : GemvEpilogue::kGatedSilu;
-      gate_up.early_shared = active_.gemv_early_shared >= 2;
       CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
       GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
       down.epilogue = GemvEpilogue::kResidualAdd;
-      down.early_shared = active_.gemv_early_shared >= 1;
       CELLM_RETURN_IF_ERROR(gemv(down, stream));
       continue;
     }
@@ -401,7 +399,6 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
-    head.early_shared = active_.gemv_early_shared >= 2;
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
                                .counter = argmax_counter_.data(),

@@ -317,66 +317,9 @@ TEST(DecodeV2Test, PushMergeGivesThePullMergesBits) {
   EXPECT_GE(pushed, 10);  // the 80-wide head pushes at clusters of 2 at least
 }
 
-// Each warp pushing its own partial (warp_push) merges the same partials in
-// another order: within rounding of the pull merge (whose bits the block
-// push reproduces), the same bits on every run, the counters untouched; 64-
-// and 80-wide heads, groups 1, 4 and 16 (16 heads at a cluster of 8 have no
-// room for a slot a warp, and keep the block push), histories of one key to
-// past the cluster.
-TEST(DecodeV2Test, WarpPushMatchesThePullMerge) {
-  CELLM_REQUIRE_GPU();
-  const DecodeCase cases[] = {
-      DecodeCase{32, 8, 64, 2, 1, 700, 0, 0.0f, 8, 64, 81},   // 1B heads
-      DecodeCase{32, 8, 64, 1, 513, 552, 0, 0.0f, 8, 128, 82},  // the benchmark's batch 1
-      DecodeCase{16, 1, 64, 3, 1, 520, 0, 0.0f, 8, 64, 83},   // group 16
-      DecodeCase{8, 8, 64, 2, 1, 600, 0, 0.0f, 8, 64, 84},    // MHA
-      DecodeCase{8, 4, 80, 3, 1, 300, 0, 30.0f, 8, 64, 85},   // 128 bucket, soft cap
-  };
-  int warp_pushed = 0;
-  for (const DecodeCase& c : cases) {
-    const DecodeScenario s = testing::make_decode_scenario(c);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    const auto ref = testing::decode_reference(c, s, scale);
-    DecodeDevice d(c, s);
-    for (const int cluster : {2, 4, 8}) {
-      AttentionParams p = d.params(c, s, scale);
-      p.cluster = cluster;
-      p.spread = true;
-      p.pdl = true;
-      ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-      const std::string where =
-          fmt::format("hd {} heads {}/{} cluster {}", c.head_dim, c.heads, c.kv_heads, cluster);
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto pulled = to_float(d.out.download());
-      p.push_merge = true;
-      p.warp_push = true;
-      if (!attention_decode_v2_warp_pushes(p)) continue;
-      ++warp_pushed;
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto first = d.out.download();
-      const auto pushed = to_float(first);
-      EXPECT_LT(nmse(pushed, ref), kAttentionNmse) << where;
-      EXPECT_LT(nmse(pushed, as_double(pulled)), 1e-6) << where;
-      expect_empty_rows_zero(c, s, pushed, "warp push");
-      for (int round = 0; round < 3; ++round) {
-        d.out.poison();
-        launch_attention_decode_v2(p, nullptr);
-        const auto again = d.out.download();
-        ASSERT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(bf16)))
-            << where << " round " << round;
-      }
-      for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0) << where;
-    }
-  }
-  EXPECT_GE(warp_pushed, 11);  // the 80-wide head may have no room for a slot a warp
-}
-
 // Launches that the push merge would slow or cannot serve keep the pull: too
 // wide for one block an SM, slots past the launch's shared memory (8B's
-// 128-wide heads at a cluster of 8), one split, or not asked for; and the
-// warp push needs room for a slot a warp.
+// 128-wide heads at a cluster of 8), one split, or not asked for.
 TEST(DecodeV2Test, PushMergeOnlyWhereEveryBlockHasAnSmAndRoom) {
   CELLM_REQUIRE_GPU();
   const DecodeCase c{32, 8, 64, 64, 1, 700, 0, 0.0f, 8, 64, 77};  // 4096 blocks
@@ -395,20 +338,8 @@ TEST(DecodeV2Test, PushMergeOnlyWhereEveryBlockHasAnSmAndRoom) {
   p.cluster = 1;
   EXPECT_FALSE(attention_decode_v2_push_merges(p));
   p.cluster = 8;
-  // A slot for every warp: asked for and room (1B heads), not where the
-  // block push is not taken, nor for 16 heads a block at a cluster of 8.
-  EXPECT_FALSE(attention_decode_v2_warp_pushes(p));
-  p.warp_push = true;
-  EXPECT_TRUE(attention_decode_v2_warp_pushes(p));
-  p.num_heads = 16;
-  p.num_kv_heads = 1;
-  EXPECT_TRUE(attention_decode_v2_push_merges(p));
-  EXPECT_FALSE(attention_decode_v2_warp_pushes(p));
-  p.cluster = 2;
-  EXPECT_TRUE(attention_decode_v2_warp_pushes(p));
   p.push_merge = false;
   EXPECT_FALSE(attention_decode_v2_push_merges(p));
-  EXPECT_FALSE(attention_decode_v2_warp_pushes(p));
 }
 
 // Letting the next kernel launch when the wait returns (early_next) must not

@@ -383,21 +383,6 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   // (Cases past kGemvMaxStagedBytes keep their loads, and more than 4 rows
   // run as two launches that may differ: the outputs must match either way.)
   EXPECT_EQ(staged_differ, 0u) << "asking for staged inputs changed the output";
-  // Batches 2 and 3 through shared memory (one-row walks of more than two
-  // batches): the same bits again.
-  p.early_shared = true;
-  if (gemv_takes_early_shared(p)) {
-    out16.assign(init16);
-    out32.assign(init32);
-    launch_gemv(p, nullptr);
-    const auto early = c.f32_out ? out32.download() : to_float(out16.download());
-    std::size_t early_differ = 0;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      early_differ +=
-          std::bit_cast<std::uint32_t>(early[i]) != std::bit_cast<std::uint32_t>(all[i]);
-    }
-    EXPECT_EQ(early_differ, 0u) << "batches requested into shared memory changed the output";
-  }
 
   std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
   std::size_t outside_changed = 0;
@@ -645,39 +630,6 @@ TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
   GemvParams qkv = params(1, 2048, true);
   qkv.epilogue = GemvEpilogue::kRopeScatter;
   EXPECT_FALSE(gemv_stages_inputs(qkv)) << "q/k/v keeps its global loads (measured slower staged)";
-}
-
-// Early batches in shared memory take one-row launches whose warps walk
-// more than two batches with their inputs staged (GemvParams::early_shared).
-// Host logic only; GemvFusedTest runs them.
-TEST(GemvEarlySharedTest, TakesOneRowWalksOfMoreThanTwoBatches) {
-  CELLM_REQUIRE_GPU();  // the wave, and so the walks, follow the SM count
-  const auto params = [](int m, int n, int k, GemvEpilogue epilogue) {
-    GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, n, k);
-    p.epilogue = epilogue;
-    p.single_rows = true;
-    p.stage_inputs = true;
-    p.early_shared = true;
-    return p;
-  };
-  // 1B's down: one row of 8192 a warp, four batches.
-  EXPECT_TRUE(gemv_takes_early_shared(params(1, 2048, 8192, GemvEpilogue::kResidualAdd)));
-  // 1B's gate/up: four units of two batches a warp.
-  EXPECT_TRUE(gemv_takes_early_shared(params(1, 8192, 2048, GemvEpilogue::kGatedSilu)));
-  // An lm_head of 50,000 rows of 576: many one-batch units a warp.
-  EXPECT_TRUE(gemv_takes_early_shared(params(1, 50000, 576, GemvEpilogue::kStore)));
-  // 1B's o projection: one unit of two batches a warp, all in registers.
-  EXPECT_FALSE(gemv_takes_early_shared(params(1, 2048, 2048, GemvEpilogue::kResidualAdd)));
-  // Qwen3-0.6B's down: one row of 3072 a warp, two batches.
-  EXPECT_FALSE(gemv_takes_early_shared(params(1, 1024, 3072, GemvEpilogue::kResidualAdd)));
-  EXPECT_FALSE(gemv_takes_early_shared(params(2, 8192, 2048, GemvEpilogue::kGatedSilu)))
-      << "one row only";
-  GemvParams unstaged = params(1, 2048, 8192, GemvEpilogue::kResidualAdd);
-  unstaged.stage_inputs = false;
-  EXPECT_FALSE(gemv_takes_early_shared(unstaged)) << "staged inputs only";
-  GemvParams off = params(1, 2048, 8192, GemvEpilogue::kResidualAdd);
-  off.early_shared = false;
-  EXPECT_FALSE(gemv_takes_early_shared(off)) << "the knob is off";
 }
 
 TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {

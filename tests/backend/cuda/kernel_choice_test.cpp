@@ -32,7 +32,6 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->gemv_stage_inputs);
-  EXPECT_EQ(choice->gemv_early_shared, 0);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -55,14 +54,12 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPREAD", "0"},
                                                  {"CELLM_DECODE_EARLY_NEXT", "0"},
                                                  {"CELLM_DECODE_PUSH_MERGE", "0"},
-                                                 {"CELLM_DECODE_WARP_PUSH", "0"},
                                                  {"CELLM_DECODE_FUSED_O", "1"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_GEMV_SINGLE_ROWS", "0"},
                                                  {"CELLM_GEMV_STAGE_INPUTS", "0"},
-                                                 {"CELLM_GEMV_EARLY_SHARED", "2"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
@@ -79,14 +76,12 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->decode_spread);
   EXPECT_FALSE(choice->decode_early_next);
   EXPECT_FALSE(choice->decode_push_merge);
-  EXPECT_FALSE(choice->decode_warp_push);
   EXPECT_TRUE(choice->decode_fused_o);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->gemv_single_rows);
   EXPECT_FALSE(choice->gemv_stage_inputs);
-  EXPECT_EQ(choice->gemv_early_shared, 2);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -98,9 +93,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(
       describe(*choice),
       "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
-      "early_next=0 push_merge=0 warp_push=0 fused_o=1 "
-      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 early_shared=2 stream=1 "
-      "pdl=0 autotune=0 "
+      "early_next=0 push_merge=0 fused_o=1 "
+      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 stream=1 pdl=0 autotune=0 "
       "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
@@ -127,8 +121,6 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_STREAM", "persistent"}},
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
       {{"CELLM_GEMV_STAGE_INPUTS", "smem"}},
-      {{"CELLM_GEMV_EARLY_SHARED", "3"}},
-      {{"CELLM_GEMV_EARLY_SHARED", "on"}},
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
       {{"CELLM_DECODE_SPREAD", "wide"}},
@@ -158,8 +150,8 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
 }
 
 // The fused o projection is off by default (measured slower), the spread,
-// the early launch of the next kernel, the push merge (by warp) and the
-// GEMV's staged inputs on; each knob moves only itself.
+// the early launch of the next kernel, the push merge and the GEMV's staged
+// inputs on; each knob moves only itself.
 TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   // `name=value` parses to the defaults with `set` applied, and its
   // description holds `shown`.
@@ -173,27 +165,21 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   };
   expect_only(
       "CELLM_DECODE_FUSED_O", "1", [](KernelChoice& c) { c.decode_fused_o = true; },
-      " early_keys=1 spread=1 early_next=1 push_merge=1 warp_push=1 fused_o=1 fused_rope=1 ");
+      " early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=1 fused_rope=1 ");
   expect_only(
       "CELLM_DECODE_FUSED_O", "0", [](KernelChoice&) {}, " fused_o=0 ");
   expect_only(
       "CELLM_DECODE_SPREAD", "0", [](KernelChoice& c) { c.decode_spread = false; },
-      " spread=0 early_next=1 push_merge=1 warp_push=1 fused_o=0 ");
+      " spread=0 early_next=1 push_merge=1 fused_o=0 ");
   expect_only(
       "CELLM_DECODE_EARLY_NEXT", "off", [](KernelChoice& c) { c.decode_early_next = false; },
-      " spread=1 early_next=0 push_merge=1 warp_push=1 fused_o=0 ");
+      " spread=1 early_next=0 push_merge=1 fused_o=0 ");
   expect_only(
       "CELLM_DECODE_PUSH_MERGE", "0", [](KernelChoice& c) { c.decode_push_merge = false; },
-      " early_next=1 push_merge=0 warp_push=1 fused_o=0 ");
-  expect_only(
-      "CELLM_DECODE_WARP_PUSH", "0", [](KernelChoice& c) { c.decode_warp_push = false; },
-      " push_merge=1 warp_push=0 fused_o=0 ");
+      " early_next=1 push_merge=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
-      " single_rows=1 stage_inputs=0 early_shared=0 stream=0 ");
-  expect_only(
-      "CELLM_GEMV_EARLY_SHARED", "1", [](KernelChoice& c) { c.gemv_early_shared = 1; },
-      " stage_inputs=1 early_shared=1 stream=0 ");
+      " single_rows=1 stage_inputs=0 stream=0 ");
 }
 
 }  // namespace

@@ -151,15 +151,6 @@ struct AttentionParams {
   // where the slots would add to the launch's shared memory
   // (attention_decode_v2_push_merges: 128- and 256-wide heads at clusters of 8).
   bool push_merge = false;
-  // Decode v2 only, with the push merge: each warp of a used split pushes
-  // its own partial into block 0 right after its key loop, and block 0
-  // merges the splits' warps in one pass, instead of every block first
-  // merging its four warps through shared memory and two barriers. The sums
-  // take another order, so the bits differ from the pull merge's (each run
-  // gives the same ones). Ignored where the slots of every warp would not fit
-  // the launch's shared memory (attention_decode_v2_warp_pushes: groups of 16
-  // heads at clusters of 8).
-  bool warp_push = false;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
@@ -234,11 +225,6 @@ std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
 // the shared memory the launch takes without them (with the spread, the
 // SM's half). The launch follows it.
 bool attention_decode_v2_push_merges(const AttentionParams& p);
-
-// Whether a launch of `p` pushes each warp's partial (AttentionParams::
-// warp_push): asked for, the push merge taken, and a slot for every warp of
-// the cluster within the launch's shared memory.
-bool attention_decode_v2_warp_pushes(const AttentionParams& p);
 
 // Dynamic shared memory of decode v2 with the o projection fused
 // (AttentionParams::o_weight) for this shape, 0 where head_dim is not

@@ -93,15 +93,12 @@ __global__ void __launch_bounds__(kThreads,
   // splits will store (attention_decode_v2_push.cuh); every block arrives on
   // the cluster barrier that publishes it, and blocks with no keys leave.
   const bool push = !kFuseO && clustered && p.push_merge;
-  // AttentionParams::warp_push: every warp pushes its own partial.
-  const bool warp_push = push && p.warp_push;
   auto* push_bar = reinterpret_cast<std::uint64_t*>(smem + L::kPushBar);
   if (push) {
     if (split == 0 && tid == 0) {
-      const int pushers = (used - 1) * (warp_push ? kWarps : 1);
       mbar_init(push_bar, 1);
       mbar_expect_bytes(push_bar,
-                        static_cast<unsigned>(sizeof(float) * pushers * heads * (hd + 2)));
+                        static_cast<unsigned>(sizeof(float) * (used - 1) * heads * (hd + 2)));
       mbar_init_fence();
     }
     cluster_arrive_relaxed();
@@ -343,11 +340,6 @@ __global__ void __launch_bounds__(kThreads,
     }
   }
   cp_async_wait<0>();
-  if (warp_push) {
-    warp_push_merge<kMaxHd>(attention_trace, p, token, first_head, heads, used, split, m, l, acc,
-                            smem);
-    return;
-  }
   __syncthreads();  // every warp is done with the tiles: reuse them for the merge
   trace::mark(attention_trace, trace::slot_of(p), kKeysDone);
   // The o projection's weights land while the block and the cluster merge.
@@ -386,8 +378,7 @@ __global__ void __launch_bounds__(kThreads,
     target.remote_slots = cluster_address(target.local_slots, 0);
     target.remote_bar = cluster_address(push_bar, 0);
     target.stride = push_slot_floats(push_heads_cap(p.num_heads, p.num_kv_heads), hd);
-    target.slot = split;
-    target.local = split == 0;
+    target.split = split;
   }
   float* block_m = reinterpret_cast<float*>(smem + L::kClusterM);
   float* block_l = reinterpret_cast<float*>(smem + L::kClusterL);
@@ -556,37 +547,24 @@ std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::i
   }
 }
 
-namespace {
-
-// Whether the push merge's slots, one per block of the cluster or one per
-// warp, fit the shared memory the launch takes anyway (the spread's): more
-// would take L1 from the GEMV blocks beside it. 64-wide heads fit; 128-wide
-// ones (8B) fill the spread's share with their own stages.
-bool push_slots_fit(const AttentionParams& p, bool per_warp) {
+bool attention_decode_v2_push_merges(const AttentionParams& p) {
   if (!p.push_merge || p.o_weight != nullptr || p.num_splits <= 1 || p.cluster <= 1 ||
       p.num_kv_heads <= 0 || !cluster_launch_supported() ||
       !fits_one_block_per_sm(decode_v2_grid(p))) {
     return false;
   }
+  // Only within the shared memory the launch takes anyway (the spread's):
+  // more would take L1 from the GEMV blocks beside it. 64-wide heads fit;
+  // 128-wide ones (8B) fill the spread's share with their own stages.
   std::size_t bytes = 0;
   std::size_t room = 0;
   dispatch_head_dim(p.head_dim, [&]<int kMaxHd>() {
     bytes = push_merge_smem_bytes<kMaxHd>(push_heads_cap(p.num_heads, p.num_kv_heads), p.head_dim,
-                                          p.cluster, per_warp);
+                                          p.cluster);
     room = V2Layout<kMaxHd>::kBytes;
   });
   if (p.spread) room = std::max(room, one_block_per_sm_smem());
   return bytes > 0 && bytes <= room;
-}
-
-}  // namespace
-
-bool attention_decode_v2_push_merges(const AttentionParams& p) {
-  return push_slots_fit(p, false);
-}
-
-bool attention_decode_v2_warp_pushes(const AttentionParams& p) {
-  return p.warp_push && push_slots_fit(p, false) && push_slots_fit(p, true);
 }
 
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
@@ -614,7 +592,6 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const dim3 grid = decode_v2_grid(params);
   const bool fits = fits_one_block_per_sm(grid);
   params.early_next = params.early_next && fits && params.o_weight == nullptr;
-  params.warp_push = attention_decode_v2_warp_pushes(params);
   params.push_merge = attention_decode_v2_push_merges(params);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;

@@ -19,11 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
-#include "backend/cuda/kernels/attention_decode_v2_merge.cuh"
 #include "backend/cuda/kernels/bulk_copy.cuh"
-#include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 
 namespace cellm::cuda {
@@ -43,14 +40,12 @@ __host__ __device__ constexpr int push_heads_cap(int num_heads, int num_kv_heads
 }
 
 // Dynamic shared memory a push-merge launch needs: the block's own layout,
-// the barrier and one slot per block of the cluster, or per warp of it
-// (`per_warp`, AttentionParams::warp_push).
+// the barrier and one slot per block of the cluster.
 template <int kMaxHd>
 __host__ __device__ constexpr std::size_t push_merge_smem_bytes(int heads_cap, int head_dim,
-                                                                int cluster,
-                                                                bool per_warp = false) {
+                                                                int cluster) {
   return V2Layout<kMaxHd>::kPushSlots +
-         sizeof(float) * static_cast<std::size_t>(cluster * (per_warp ? kWarps : 1)) *
+         sizeof(float) * static_cast<std::size_t>(cluster) *
              static_cast<std::size_t>(push_slot_floats(heads_cap, head_dim));
 }
 
@@ -90,16 +85,6 @@ __device__ __forceinline__ void st_async(unsigned addr, float value, unsigned ba
 #endif
 }
 
-__device__ __forceinline__ void st_async(unsigned addr, float2 value, unsigned bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(
-          addr),
-      "f"(value.x), "f"(value.y), "r"(bar)
-      : "memory");
-#endif
-}
-
 __device__ __forceinline__ void st_async(unsigned addr, float4 value, unsigned bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
@@ -110,107 +95,33 @@ __device__ __forceinline__ void st_async(unsigned addr, float4 value, unsigned b
 #endif
 }
 
-// Where a partial goes: slot `slot` of block 0's slot area, written locally
-// in block 0 and by remote stores from the others. A block's partial takes
-// the slot of its split; with AttentionParams::warp_push each warp's takes
-// split * kWarps + warp.
+// Where a block's partial goes: its own slot in block 0, written locally by
+// block 0 and by remote stores from the others.
 struct PushTarget {
   float* local_slots = nullptr;  // this block's slot area (block 0's is the one used)
   unsigned remote_slots = 0;     // block 0's slot area, as a cluster address
   unsigned remote_bar = 0;       // block 0's barrier, as a cluster address
   int stride = 0;                // floats per slot
-  int slot = 0;
-  bool local = false;  // this block is block 0
+  int split = 0;                 // this block's rank, and its slot
 
-  template <class T>
-  __device__ __forceinline__ void put(int index, T value) const {
-    const int at = slot * stride + index;
-    if (local) {
-      *reinterpret_cast<T*>(local_slots + at) = value;
+  // Float `index` of this block's slot.
+  __device__ __forceinline__ void put(int index, float value) const {
+    if (split == 0) {
+      local_slots[index] = value;
     } else {
-      st_async(remote_slots + sizeof(float) * static_cast<unsigned>(at), value, remote_bar);
+      st_async(remote_slots + sizeof(float) * static_cast<unsigned>(split * stride + index), value,
+               remote_bar);
+    }
+  }
+  __device__ __forceinline__ void put(int index, float4 value) const {
+    if (split == 0) {
+      *reinterpret_cast<float4*>(local_slots + index) = value;
+    } else {
+      st_async(remote_slots + sizeof(float) * static_cast<unsigned>(split * stride + index), value,
+               remote_bar);
     }
   }
 };
-
-// The merge with AttentionParams::warp_push, called by every thread of a
-// used split's block right after its key loop with its lane's softmax state
-// (`l` unsummed over the quad; the four warps never meet):
-// each warp stores its maximum, denominator and numerators (in its mma
-// accumulator layout: rows g and g + 8, columns 8n + 2 t4 and the next)
-// into its slot in block 0; block 0 waits for every other warp's bytes and
-// merges the used * kWarps slots in (split, warp) order, two passes over
-// its shared memory. The sums differ in order from the block-then-cluster
-// merge, so the bits do too; every run gives the same ones.
-template <int kMaxHd>
-__device__ __forceinline__ void warp_push_merge(unsigned long long* trace_table,
-                                                const AttentionParams& p, int token,
-                                                int first_head, int heads, int used, int split,
-                                                const float (&m)[2], float (&l)[2],
-                                                const float (&acc)[kMaxHd / 8][4],
-                                                unsigned char* smem) {
-  using L = V2Layout<kMaxHd>;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid & 31;
-  const int g = lane >> 2;
-  const int t4 = lane & 3;
-  const int hd = p.head_dim;
-  auto* push_bar = reinterpret_cast<std::uint64_t*>(smem + L::kPushBar);
-  // The lane's share of each denominator, summed over its quad.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  cluster_wait();  // block 0's barrier is initialised (everyone arrived long ago)
-  PushTarget to;
-  to.local_slots = reinterpret_cast<float*>(smem + L::kPushSlots);
-  to.remote_slots = cluster_address(to.local_slots, 0);
-  to.remote_bar = cluster_address(push_bar, 0);
-  to.stride = push_slot_floats(push_heads_cap(p.num_heads, p.num_kv_heads), hd);
-  to.slot = split * kWarps + (tid >> 5);
-  to.local = split == 0;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int h = g + 8 * r;
-    if (h >= heads) continue;
-    if (t4 == 0) {
-      to.put(h, m[r]);
-      to.put(kRows + h, l[r]);
-    }
-#pragma unroll
-    for (int n = 0; n < kMaxHd / 8; ++n) {
-      const int col = n * 8 + t4 * 2;
-      if (col < hd) to.put(2 * kRows + h * hd + col, make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
-    }
-  }
-  trace::mark(trace_table, trace::slot_of(p), kBlockMerged);
-  if (split != 0) return;
-  __syncthreads();               // block 0's own slots are visible to all its threads
-  mbar_wait<true>(push_bar, 0);  // acquires the other warps' stores
-  const int parts = used * kWarps;
-  for (int e = tid; e < heads * L::kQuads; e += kThreads) {
-    const auto [h, d] = head_quad<kMaxHd>(e);
-    if (d >= hd) continue;
-    float m_max = -INFINITY;
-    for (int j = 0; j < parts; ++j) {
-      const float* part = to.local_slots + j * to.stride;
-      if (part[kRows + h] > 0.0f) m_max = fmaxf(m_max, part[h]);
-    }
-    float den = 0.0f;
-    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int j = 0; j < parts; ++j) {
-      const float* part = to.local_slots + j * to.stride;
-      const float lj = part[kRows + h];
-      const float weight = lj > 0.0f ? exp2f(part[h] - m_max) : 0.0f;
-      den += weight * lj;
-      num = fma4(weight, *reinterpret_cast<const float4*>(part + 2 * kRows + h * hd + d), num);
-    }
-    store_out4(p, token, first_head + h, d, num, den);
-  }
-  trace::mark(trace_table, trace::slot_of(p), kMergedStored);
-  griddep_launch_dependents();  // the outputs are stored (cluster_merge's rule)
-}
 
 }  // namespace
 }  // namespace cellm::cuda

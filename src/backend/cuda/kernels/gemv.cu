@@ -4,7 +4,6 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/argmax_order.cuh"
-#include "backend/cuda/kernels/bulk_copy.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
@@ -47,14 +46,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kPieces = 8;          // 16-byte loads per lane in a batch, over the unit's rows
 constexpr int kMaxBlocksPerSm = 4;  // 16 warps; two batches each ~ 128 KB in flight per SM
-// GemvParams::early_shared: two more batches a warp (4 KB each, over its
-// rows) wait in shared memory, after the warps' mbarriers (padded so the
-// batches start 128-byte aligned).
-constexpr int kEarlyBatches = 2;
-constexpr int kBatchUint4 = 32 * kPieces;
-constexpr std::int64_t kEarlyBarBytes = 128;
-constexpr std::int64_t kEarlyBytes =
-    kEarlyBarBytes + std::int64_t{kWarps} * kEarlyBatches * kBatchUint4 * 16;
 
 __host__ __device__ __forceinline__ bool is_gated(GemvEpilogue e) {
   return e == GemvEpilogue::kGatedSilu || e == GemvEpilogue::kGatedGeluTanh;
@@ -249,12 +240,10 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
 
 // kM: activation rows the kernel is built for (p.m <= kM); kR: weight rows
 // per unit (gemv_units); kStaged: GemvParams::stage_inputs (a template
-// argument, so the unstaged kernel's inner loop holds no choice); kEarly:
-// GemvParams::early_shared (staged one-row kernels only).
-template <int kM, int kR, bool kStaged, bool kEarly>
+// argument, so the unstaged kernel's inner loop holds no choice).
+template <int kM, int kR, bool kStaged>
 __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     gemv_kernel(const __grid_constant__ GemvParams p) {
-  static_assert(!kEarly || (kStaged && kM == 1));
   constexpr int kPerRow = per_row_loads<kR>;
   constexpr int kBatchChunks = batch_chunks<kR>;
   const int lane = threadIdx.x & 31;
@@ -267,27 +256,22 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   const int total = my_units * per_unit;  // this warp's batches
   const bool norm = p.prologue == GemvPrologue::kRmsNorm;
   const bool residual = p.epilogue == GemvEpilogue::kResidualAdd;
-  // Under early_shared the warps' mbarriers and early batches come first;
-  // then (GemvParams::stage_inputs) the m input rows and the norm weight.
-  extern __shared__ uint4 dynamic_smem[];
+  // GemvParams::stage_inputs: the m input rows, then the norm weight.
+  extern __shared__ uint4 staged_inputs[];
   constexpr bool staged = kStaged;
-  auto* const early_bar = reinterpret_cast<std::uint64_t*>(dynamic_smem);
-  uint4* const early_s = dynamic_smem + kEarlyBarBytes / 16;
-  uint4* const x_s = dynamic_smem + (kEarly ? kEarlyBytes / 16 : 0);
-  uint4* const g_s = x_s + p.m * chunks;
+  uint4* const x_s = staged_inputs;
+  uint4* const g_s = staged_inputs + p.m * chunks;
 
   // Which part of k the j-th batch covers. A unit starts at a part set by its
   // index: the warps of a wave then read different column ranges of their
   // rows at any moment, spread over all of memory, instead of all reading the
   // same column range of thousands of rows a row length apart.
-  auto unit_of = [&](int j) { return first + (j / per_unit) * stride; };
-  auto batch_start = [&](int j) {
-    const int u = unit_of(j);
-    return ((j % per_unit + u % per_unit) % per_unit) * kBatchChunks;
+  auto chunk_base = [&](int j) {
+    const int u = first + (j / per_unit) * stride;
+    return ((j % per_unit + u % per_unit) % per_unit) * kBatchChunks + lane;
   };
-  auto chunk_base = [&](int j) { return batch_start(j) + lane; };
   auto load = [&](Batch<kR>& b, int j) {
-    const UnitRows rows = unit_rows<kR>(p, unit_of(j));
+    const UnitRows rows = unit_rows<kR>(p, first + (j / per_unit) * stride);
     const int base = chunk_base(j);
 #pragma unroll
     for (int i = 0; i < kPerRow; ++i) {
@@ -307,33 +291,6 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   Batch<kR> next1;
   if (total > 0) load(next0, 0);
   if (total > 1) load(next1, 1);
-  // early_shared: batches 2 and 3 too, each row's piece of a batch one
-  // contiguous range, one bulk copy.
-  const int warp = threadIdx.x >> 5;
-  const int early = kEarly ? min(kEarlyBatches, max(total - 2, 0)) : 0;
-  auto early_batch = [&](int e) { return early_s + (warp * kEarlyBatches + e) * kBatchUint4; };
-  if (early > 0) {
-    if (lane == 0) {
-      const auto batch_len = [&](int j) { return min(kBatchChunks, chunks - batch_start(j)); };
-      std::uint64_t* bar = early_bar + warp;
-      mbar_init(bar, 1);
-      mbar_init_fence();
-      unsigned bytes = 0;
-      for (int e = 0; e < early; ++e) bytes += kR * 16 * batch_len(2 + e);
-      mbar_expect_bytes(bar, bytes);
-      const std::uint64_t policy = l2_evict_first_policy();
-      for (int e = 0; e < early; ++e) {
-        const UnitRows rows = unit_rows<kR>(p, unit_of(2 + e));
-        const int start = batch_start(2 + e);
-#pragma unroll
-        for (int w = 0; w < kR; ++w) {
-          bulk_copy_to_shared(early_batch(e) + w * kBatchChunks, rows.row[w] + start,
-                              16 * batch_len(2 + e), bar, policy);
-        }
-      }
-    }
-    __syncwarp();  // the other lanes wait on the barrier lane 0 set up
-  }
   // So is the norm weight (asynchronously: the warp does not stall on it).
   if (staged && norm) {
     for (int c = threadIdx.x; c < chunks; c += kThreads) {
@@ -401,8 +358,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     for (int w = 0; w < kR; ++w) acc[w][r] = 0.0f;
   }
 
-  // weight(w, i): the batch's i-th 16-byte piece of row w, for this lane.
-  auto consume = [&](auto&& weight, int j) {
+  auto consume = [&](const Batch<kR>& b, int j) {
     const int base = chunk_base(j);
     const bool first_unit = j < per_unit;
     // Pieces past k hold zero weights (see load): reading zeros for their
@@ -449,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 #pragma unroll
             for (int w = 0; w < kR; ++w) {
               float wv[8];
-              unpack8(weight(w, i0 + i), wv);
+              unpack8(b.w[w][i0 + i], wv);
 #pragma unroll
               for (int e = 0; e < 8; ++e) acc[w][r] = fmaf(xv[e], wv[e], acc[w][r]);
             }
@@ -506,37 +462,13 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     }
   };
 
-  const auto in_registers = [](const Batch<kR>& b) {
-    return [&b](int w, int i) { return b.w[w][i]; };
-  };
-  // Under early_shared batches 2 and 3 wait in shared memory, consumed
-  // after 0 and 1; the registers take the other batches in order.
-  const int skip = early > 0 ? kEarlyBatches : 0;
-  const auto reg_batch = [&](int t) { return t < 2 ? t : t + skip; };
-  for (int t = 0; reg_batch(t) < total; t += 2) {
-    consume(in_registers(next0), reg_batch(t));
-    if (t == 0) trace::mark(gemv_trace, trace::slot_of(p), kFirstBatchDone);
-    if (reg_batch(t + 2) < total) load(next0, reg_batch(t + 2));
-    if (reg_batch(t + 1) < total) {
-      consume(in_registers(next1), reg_batch(t + 1));
-      if (reg_batch(t + 3) < total) load(next1, reg_batch(t + 3));
-    }
-    if (kEarly && t == 0 && early > 0) {
-      mbar_wait(early_bar + warp, 0);
-#pragma unroll
-      for (int e = 0; e < kEarlyBatches; ++e) {
-        if (e < early) {
-          // Pieces past k were not copied: zeros, as load() gives them.
-          const uint4* s = early_batch(e);
-          const int base = chunk_base(2 + e);
-          consume(
-              [&](int w, int i) {
-                return base + 32 * i < chunks ? s[w * kBatchChunks + 32 * i + lane]
-                                              : make_uint4(0, 0, 0, 0);
-              },
-              2 + e);
-        }
-      }
+  for (int j = 0; j < total; j += 2) {
+    consume(next0, j);
+    if (j == 0) trace::mark(gemv_trace, trace::slot_of(p), kFirstBatchDone);
+    if (j + 2 < total) load(next0, j + 2);
+    if (j + 1 < total) {
+      consume(next1, j + 1);
+      if (j + 3 < total) load(next1, j + 3);
     }
   }
   trace::mark(gemv_trace, trace::slot_of(p), kLastBatchDone);
@@ -560,45 +492,24 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
          " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
 }
 
-// The grid of a launch of kR-row units: at most one wave, with as many
-// rounds as it needs, spread evenly so no warp walks an extra unit.
-template <int kR>
-long long units_grid(const GemvParams& params) {
-  const long long blocks = ceil_div(gemv_units<kR>(params), kWarps);
-  const long long wave = gemv_max_blocks();
-  const long long rounds = (blocks + wave - 1) / wave;
-  return (blocks + rounds - 1) / rounds;
-}
-
-// The most batches a warp of a launch of kR-row units walks.
-template <int kR>
-long long warp_batches(const GemvParams& params) {
-  const long long per_unit = ceil_div(params.k / 8, batch_chunks<kR>);
-  return ceil_div(gemv_units<kR>(params), units_grid<kR>(params) * kWarps) * per_unit;
-}
-
 template <int kM, int kR>
 void launch_units(const GemvParams& requested, cudaStream_t stream) {
   GemvParams params = requested;
   trace::assign_slot(params, gemv_trace, [&] { return trace_label(params); });
-  const long long grid = units_grid<kR>(params);
+  const long long blocks = ceil_div(gemv_units<kR>(params), kWarps);
+  const long long wave = gemv_max_blocks();
+  // As many rounds as one wave needs, spread evenly so no warp walks an extra unit.
+  const long long rounds = (blocks + wave - 1) / wave;
+  const long long grid = (blocks + rounds - 1) / rounds;
   params.stage_inputs = gemv_stages_inputs(params);
-  params.early_shared = gemv_takes_early_shared(params);
   const std::size_t smem =
-      static_cast<std::size_t>((params.stage_inputs ? gemv_staged_bytes(params) : 0) +
-                               (params.early_shared ? kEarlyBytes : 0));
+      params.stage_inputs ? static_cast<std::size_t>(gemv_staged_bytes(params)) : 0;
   LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, stream};
   config.pdl = params.pdl;
-  if constexpr (kM == 1) {
-    if (params.early_shared) {
-      launch(gemv_kernel<kM, kR, true, true>, config, params);
-      return;
-    }
-  }
   if (params.stage_inputs) {
-    launch(gemv_kernel<kM, kR, true, false>, config, params);
+    launch(gemv_kernel<kM, kR, true>, config, params);
   } else {
-    launch(gemv_kernel<kM, kR, false, false>, config, params);
+    launch(gemv_kernel<kM, kR, false>, config, params);
   }
 }
 
@@ -637,13 +548,6 @@ bool gemv_uses_single_rows(const GemvParams& params) {
 std::int64_t gemv_staged_bytes(const GemvParams& params) {
   const std::int64_t rows = params.m + (params.prologue == GemvPrologue::kRmsNorm ? 1 : 0);
   return rows * params.k * static_cast<std::int64_t>(sizeof(bf16));
-}
-
-bool gemv_takes_early_shared(const GemvParams& params) {
-  if (!params.early_shared || params.m != 1 || !gemv_stages_inputs(params)) return false;
-  const long long batches =
-      gemv_uses_single_rows(params) ? warp_batches<1>(params) : warp_batches<2>(params);
-  return batches > 2;
 }
 
 bool gemv_stages_inputs(const GemvParams& params) {

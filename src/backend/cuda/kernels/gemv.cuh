@@ -120,13 +120,6 @@ struct GemvParams {
   // shared-memory carveout, or copying through L2 only were each slower or
   // equal (bench/results/README.md, session 15).
   bool stage_inputs = false;
-  // One-row launches with staged inputs whose warps walk more than two
-  // batches (1B's down: four): the third and fourth batches are requested
-  // too before the wait, by bulk copies into shared memory (32 KB a block),
-  // so none of a four-batch walk's weights is requested after the
-  // activations arrive. The sums are the same, in the same order (same
-  // bits). launch_gemv ignores it elsewhere (gemv_takes_early_shared).
-  bool early_shared = false;
   // out != nullptr: also take the argmax (m = 1, kStore, out_f32; see GemvArgmax).
   GemvArgmax argmax;
 #if CELLM_KERNEL_TRACE
@@ -160,11 +153,6 @@ std::int32_t gemv_max_blocks();
 
 // Whether launch_gemv gives this call one-row units (see single_rows).
 bool gemv_uses_single_rows(const GemvParams& params);
-
-// Whether launch_gemv requests this call's third and fourth batches into
-// shared memory before the wait (see early_shared): asked, one row, inputs
-// staged, and some warp walking more than two batches.
-bool gemv_takes_early_shared(const GemvParams& params);
 
 // Shared memory a block of this call takes to stage its inputs: its m input
 // rows and, with the norm prologue, the norm weight.

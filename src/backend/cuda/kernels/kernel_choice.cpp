@@ -73,9 +73,6 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_DECODE_PUSH_MERGE")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_push_merge, parse_flag("CELLM_DECODE_PUSH_MERGE", *v));
   }
-  if (auto v = lookup("CELLM_DECODE_WARP_PUSH")) {
-    CELLM_ASSIGN_OR_RETURN(choice.decode_warp_push, parse_flag("CELLM_DECODE_WARP_PUSH", *v));
-  }
   if (auto v = lookup("CELLM_DECODE_FUSED_O")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_fused_o, parse_flag("CELLM_DECODE_FUSED_O", *v));
   }
@@ -93,10 +90,6 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   }
   if (auto v = lookup("CELLM_GEMV_STAGE_INPUTS")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_stage_inputs, parse_flag("CELLM_GEMV_STAGE_INPUTS", *v));
-  }
-  if (auto v = lookup("CELLM_GEMV_EARLY_SHARED")) {
-    CELLM_ASSIGN_OR_RETURN(choice.gemv_early_shared,
-                           parse_int("CELLM_GEMV_EARLY_SHARED", *v, 0, 2));
   }
   if (auto v = lookup("CELLM_DECODE_STREAM")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_stream, parse_flag("CELLM_DECODE_STREAM", *v));
@@ -139,19 +132,17 @@ KernelChoice kernel_choice_from_env() {
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
       "decode={} prefill={} split_keys={} split_target={} cluster={} early_keys={} spread={} "
-      "early_next={} push_merge={} warp_push={} fused_o={} "
-      "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} early_shared={} stream={} "
-      "pdl={} "
+      "early_next={} push_merge={} fused_o={} "
+      "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} stream={} pdl={} "
       "autotune={} "
       "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
-      choice.decode_push_merge ? 1 : 0, choice.decode_warp_push ? 1 : 0,
-      choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
+      choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
-      choice.gemv_stage_inputs ? 1 : 0, choice.gemv_early_shared, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
+      choice.gemv_stage_inputs ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
       choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
       choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }

@@ -32,9 +32,6 @@
 //                                  batch 1 ctx 512, 1B 0.854-0.857 -> 0.847-0.851 ms/step, the
 //                                  attention 6.7 -> 5.8-6.1 us a layer; 8B's 128-wide heads keep
 //                                  the pull, their slots would not fit beside their stages)
-//   CELLM_DECODE_WARP_PUSH=0|1    v2, with the push merge: each warp pushes its own partial into
-//                                  the cluster's first block, with no merge of a block's warps
-//                                  first (AttentionParams::warp_push; default 1)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -59,10 +56,6 @@
 //                                  0.910-0.919 -> 0.864-0.875 ms/step, 8B 4.264 -> 4.134-4.149,
 //                                  Qwen3-0.6B 0.885 -> 0.876; q/k/v staged too, which later
 //                                  measured ~1% slower at 1B, so it no longer is)
-//   CELLM_GEMV_EARLY_SHARED=0|1|2  one-row steps request a GEMV warp's third and fourth batches of
-//                                  weights into shared memory before its wait
-//                                  (GemvParams::early_shared): 1 the down projection, 2 also
-//                                  gate/up and the lm_head (default 0)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -110,14 +103,12 @@ struct KernelChoice {
   bool decode_spread = true;
   bool decode_early_next = true;
   bool decode_push_merge = true;
-  bool decode_warp_push = true;
   bool decode_fused_o = false;
   bool fused_rope = true;
   bool gemv = true;
   std::int32_t gemv_max_rows = 1;
   bool gemv_single_rows = true;
   bool gemv_stage_inputs = true;
-  std::int32_t gemv_early_shared = 0;  // 0 none, 1 down, 2 down, gate/up and the lm_head
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -139,7 +130,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// push_merge=1 warp_push=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 early_shared=0 stream=1
+// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 stream=1
 // pdl=1 autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs
 // and benchmark labels.
 std::string describe(const KernelChoice& choice);
