@@ -60,6 +60,7 @@ PHASES = {
         3: "first batch multiplied",
         4: "last unit stored",
         5: "first weights landed",
+        6: "second batch multiplied",
     },
 }
 

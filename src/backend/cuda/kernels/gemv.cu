@@ -21,6 +21,8 @@ enum Phase : int {
   kFirstBatchDone,                         // the first batch multiplied (its weights landed)
   kLastBatchDone,                          // the warp's last unit stored
   kFirstWeightsLanded,                     // trace builds: the first batch's first piece landed
+  kSecondBatchDone,                        // the second batch multiplied (and its unit's epilogue
+                                           // run, where the unit ends there)
 };
 
 // A warp owns a unit of two weight rows (two adjacent output columns, or the
@@ -468,6 +470,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
     if (j + 2 < total) load(next0, j + 2);
     if (j + 1 < total) {
       consume(next1, j + 1);
+      if (j == 0) trace::mark(gemv_trace, trace::slot_of(p), kSecondBatchDone);
       if (j + 3 < total) load(next1, j + 3);
     }
   }
