@@ -214,6 +214,7 @@ GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16*
   g.pdl = active_.pdl;
   g.single_rows = active_.gemv_single_rows;
   g.stage_inputs = active_.gemv_stage_inputs;
+  g.tensor_cores = active_.gemv_mma;
   return g;
 }
 

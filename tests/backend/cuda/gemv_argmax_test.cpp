@@ -46,8 +46,9 @@ struct Launched {
 class ArgmaxGemv {
  public:
   ArgmaxGemv(const std::vector<bf16>& a, const std::vector<bf16>& w, int n, int k,
-             const std::vector<bf16>& norm_weight)
-      : a_(a),
+             const std::vector<bf16>& norm_weight, bool tensor_cores)
+      : tensor_cores_(tensor_cores),
+        a_(a),
         w_(w),
         norm_(norm_weight),
         has_norm_(!norm_weight.empty()),
@@ -61,6 +62,7 @@ class ArgmaxGemv {
   Launched launch() {
     GemvParams p = gemv_dense(a_.data(), w_.data(), out_.data(), 1, n_, k_);
     p.out_f32 = true;
+    p.tensor_cores = tensor_cores_;
     if (has_norm_) {
       p.prologue = GemvPrologue::kRmsNorm;
       p.norm_weight = norm_.data();
@@ -76,6 +78,7 @@ class ArgmaxGemv {
   DeviceArray<bf16>& weights() { return w_; }
 
  private:
+  bool tensor_cores_;
   DeviceArray<bf16> a_, w_, norm_;
   bool has_norm_;
   DeviceArray<float> out_;
@@ -91,18 +94,24 @@ TEST(GemvArgmaxTest, NamesTheLargestStoredOutputOfAnLmHeadShape) {
     const auto a = random_bf16(static_cast<std::size_t>(k), rng);
     const auto w = random_bf16(static_cast<std::size_t>(n) * k, rng, -0.05f, 0.05f);
     const auto norm = random_bf16(static_cast<std::size_t>(k), rng, 0.5f, 1.5f);
-    ArgmaxGemv gemv(a, w, n, k, norm);
-    for (int run = 0; run < 2; ++run) {  // the second merges on the counter the first left
-      const Launched got = gemv.launch();
-      EXPECT_EQ(got.column, host_argmax(got.out)) << "n=" << n << " k=" << k << " run " << run;
+    for (const bool mma : {false, true}) {  // CUDA cores, tensor cores (GemvParams::tensor_cores)
+      ArgmaxGemv gemv(a, w, n, k, norm, mma);
+      for (int run = 0; run < 2; ++run) {  // the second merges on the counter the first left
+        const Launched got = gemv.launch();
+        EXPECT_EQ(got.column, host_argmax(got.out))
+            << "n=" << n << " k=" << k << " run " << run << " mma " << mma;
+      }
     }
   }
 }
 
 // Small integer operands: every sum is exact whatever its order, so planted
 // maxima tie exactly.
-TEST(GemvArgmaxTest, BreaksTiesToTheLowerColumnAndNeverPicksNan) {
+class GemvArgmaxTieTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GemvArgmaxTieTest, BreaksTiesToTheLowerColumnAndNeverPicksNan) {
   CELLM_REQUIRE_GPU();
+  const bool mma = GetParam();
   const int n = 4099, k = 256;
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> small(-8, 8);
@@ -115,7 +124,7 @@ TEST(GemvArgmaxTest, BreaksTiesToTheLowerColumnAndNeverPicksNan) {
   };
   for (int column : {4098, 1500, 7, 2051}) plant(column, 4000.0f);  // the row sums stay <= 2048
   w[static_cast<std::size_t>(3) * k + 5] = to_bf16(std::nanf(""));  // column 3: NaN
-  ArgmaxGemv gemv(a, w, n, k, {});
+  ArgmaxGemv gemv(a, w, n, k, {}, mma);
   Launched got = gemv.launch();
   ASSERT_TRUE(std::isnan(got.out[3]));
   EXPECT_EQ(got.out[7], 4000.0f);
@@ -130,9 +139,13 @@ TEST(GemvArgmaxTest, BreaksTiesToTheLowerColumnAndNeverPicksNan) {
 
   // Every output NaN: column 0, as the device argmax answers.
   std::vector<bf16> nan_a(static_cast<std::size_t>(k), to_bf16(std::nanf("")));
-  ArgmaxGemv all_nan(nan_a, w, n, k, {});
+  ArgmaxGemv all_nan(nan_a, w, n, k, {}, mma);
   EXPECT_EQ(all_nan.launch().column, 0);
 }
+
+// CUDA cores and tensor cores (GemvParams::tensor_cores).
+INSTANTIATE_TEST_SUITE_P(Kernels, GemvArgmaxTieTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "mma" : "cuda_cores"; });
 
 TEST(GemvArgmaxTest, RefusesWhatItCannotTakeTheArgmaxOf) {
   alignas(16) static std::byte a_storage[2 * 64 * 2];

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/kernels/rope_scatter.cuh"
 #include "cellm/status.h"
 #include "gpu_test_util.h"
@@ -29,6 +30,7 @@ struct RopeCase {
   int kv_heads;
   int head_dim;
   int k;
+  bool tensor_cores = false;  // GemvParams::tensor_cores, both paths (one-row cases)
 };
 
 class GemvRopeTest : public ::testing::TestWithParam<RopeCase> {};
@@ -99,6 +101,7 @@ TEST_P(GemvRopeTest, MatchesTheProductThenRopeScatter) {
   g.ldc = ldc;
   g.prologue = GemvPrologue::kRmsNorm;
   g.norm_weight = dnorm.data();
+  g.tensor_cores = c.tensor_cores;
   RopeScatterParams rs;
   rs.cells = dcells.data();
   rs.seq_slots = dslots.data();
@@ -139,6 +142,7 @@ TEST_P(GemvRopeTest, MatchesTheProductThenRopeScatter) {
   with_rope.epilogue = GemvEpilogue::kRopeScatter;
   with_rope.rope = bind(rs, fused);
   ASSERT_TRUE(with_rope.validate().is_ok()) << with_rope.validate().to_string();
+  ASSERT_EQ(gemv_uses_tensor_cores(with_rope), c.tensor_cores);
   launch_gemv(with_rope, nullptr);
 
   const auto fused_out = fused.out.download();
@@ -188,10 +192,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(RopeCase{1, 32, 8, 64, 2048},   // Llama-3.2-1B's q/k/v
                       RopeCase{1, 32, 8, 128, 512},   // 8B heads, short k
                       RopeCase{3, 4, 2, 64, 520},     // padding and an out-of-pool cell
-                      RopeCase{4, 14, 2, 64, 896}),   // Qwen2-0.5B-like heads
+                      RopeCase{4, 14, 2, 64, 896},    // Qwen2-0.5B-like heads
+                      RopeCase{1, 32, 8, 64, 2048, true},
+                      RopeCase{1, 32, 8, 128, 520, true},  // a k tail
+                      RopeCase{1, 14, 2, 16, 896, true}),  // heads of one 16-row group
     [](const auto& info) {
       const RopeCase& c = info.param;
-      return fmt::format("m{}_h{}_kv{}_d{}", c.m, c.heads, c.kv_heads, c.head_dim);
+      return fmt::format("m{}_h{}_kv{}_d{}{}", c.m, c.heads, c.kv_heads, c.head_dim,
+                         c.tensor_cores ? "_mma" : "");
     });
 
 TEST(GemvRopeValidateTest, RefusesAPartialRotaryAndAMismatchedQ) {

@@ -8,6 +8,7 @@
 // PDL chains, determinism and out-of-range stores.
 // Refusals run without a GPU.
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 
 #include <bit>
 #include <cmath>
@@ -384,48 +385,75 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   // run as two launches that may differ: the outputs must match either way.)
   EXPECT_EQ(staged_differ, 0u) << "asking for staged inputs changed the output";
 
-  std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
-  std::size_t outside_changed = 0;
-  for (int r = 0; r <= c.m; ++r) {
-    for (std::int64_t col = 0; col < ldc; ++col) {
-      const std::size_t at = static_cast<std::size_t>(r * ldc + col);
-      if (r < c.m && col < c.n) {
-        got[static_cast<std::size_t>(r) * c.n + static_cast<std::size_t>(col)] = all[at];
-      } else {
-        outside_changed +=
-            std::bit_cast<std::uint32_t>(all[at]) != std::bit_cast<std::uint32_t>(init32[at]);
+  // The checks every kernel's output must pass.
+  const auto check = [&](const std::vector<float>& result, const char* kernel) {
+    SCOPED_TRACE(kernel);
+    std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
+    std::size_t outside_changed = 0;
+    for (int r = 0; r <= c.m; ++r) {
+      for (std::int64_t col = 0; col < ldc; ++col) {
+        const std::size_t at = static_cast<std::size_t>(r * ldc + col);
+        if (r < c.m && col < c.n) {
+          got[static_cast<std::size_t>(r) * c.n + static_cast<std::size_t>(col)] = result[at];
+        } else {
+          outside_changed +=
+              std::bit_cast<std::uint32_t>(result[at]) != std::bit_cast<std::uint32_t>(init32[at]);
+        }
       }
     }
-  }
-  EXPECT_EQ(outside_changed, 0u) << "elements past n or m of out were written";
+    EXPECT_EQ(outside_changed, 0u) << "elements past n or m of out were written";
 
-  const double tolerance = c.f32_out ? kNormF32Nmse : kBf16Nmse;
-  const auto ref = reference(o.host);
-  EXPECT_LT(nmse(got, ref), tolerance);
+    const double tolerance = c.f32_out ? kNormF32Nmse : kBf16Nmse;
+    const auto ref = reference(o.host);
+    EXPECT_LT(nmse(got, ref), tolerance);
 
-  std::vector<std::pair<const char*, RefVariant>> wrong;
-  if (c.norm) {
-    wrong.push_back({"no norm", RefVariant{.norm = false}});
-    wrong.push_back({"other offset", RefVariant{.offset_delta = c.offset == 0.0f ? 1.0f : -1.0f}});
-  }
-  if (c.epilogue == GemvEpilogue::kResidualAdd) {
-    wrong.push_back({"no residual", RefVariant{.residual = false}});
-  }
-  if (gated(c.epilogue)) wrong.push_back({"act on up", RefVariant{.act_on_up = true}});
-  for (const auto& [what, variant] : wrong) {
-    EXPECT_GT(nmse(got, reference(o.host, variant)), 100 * tolerance) << what;
-  }
-  if (c.norm && c.f32_out) {
-    EXPECT_GT(nmse(got, reference(o.host, RefVariant{.round_norm = true})), tolerance)
-        << "the normalised input's bf16 rounding is not visible at this tolerance";
-  }
-  if (gated(c.epilogue) && !c.norm) {
-    // Exact inputs: only the float sums' order differs, so nearly every output
-    // rounds to the reference's bf16, and an unrounded gate moves ~1/4 of them.
-    // (With the norm one input across a bf16 edge can nudge a whole row.)
-    EXPECT_LT(mismatch_fraction(got, ref), 0.03);
-    EXPECT_GT(mismatch_fraction(got, reference(o.host, RefVariant{.round_gate = false})), 0.08)
-        << "the gate's bf16 rounding is not visible";
+    std::vector<std::pair<const char*, RefVariant>> wrong;
+    if (c.norm) {
+      wrong.push_back({"no norm", RefVariant{.norm = false}});
+      wrong.push_back({"other offset", RefVariant{.offset_delta = c.offset == 0.0f ? 1.0f : -1.0f}});
+    }
+    if (c.epilogue == GemvEpilogue::kResidualAdd) {
+      wrong.push_back({"no residual", RefVariant{.residual = false}});
+    }
+    if (gated(c.epilogue)) wrong.push_back({"act on up", RefVariant{.act_on_up = true}});
+    for (const auto& [what, variant] : wrong) {
+      EXPECT_GT(nmse(got, reference(o.host, variant)), 100 * tolerance) << what;
+    }
+    if (c.norm && c.f32_out) {
+      EXPECT_GT(nmse(got, reference(o.host, RefVariant{.round_norm = true})), tolerance)
+          << "the normalised input's bf16 rounding is not visible at this tolerance";
+    }
+    if (gated(c.epilogue) && !c.norm) {
+      // Exact inputs: only the float sums' order differs, so nearly every output
+      // rounds to the reference's bf16, and an unrounded gate moves ~1/4 of them.
+      // (With the norm one input across a bf16 edge can nudge a whole row.)
+      EXPECT_LT(mismatch_fraction(got, ref), 0.03);
+      EXPECT_GT(mismatch_fraction(got, reference(o.host, RefVariant{.round_gate = false})), 0.08)
+          << "the gate's bf16 rounding is not visible";
+    }
+
+  };
+  check(all, "cuda cores");
+
+  // One-row calls on tensor cores: the same checks (sums in another order, so
+  // not the same bits), and the same bits on a second run.
+  p.tensor_cores = true;
+  if (c.m == 1) {
+    ASSERT_TRUE(gemv_uses_tensor_cores(p)) << "one-row cases run on tensor cores too";
+    std::vector<float> mma[2];
+    for (auto& run : mma) {
+      out16.assign(init16);
+      out32.assign(init32);
+      launch_gemv(p, nullptr);
+      run = c.f32_out ? out32.download() : to_float(out16.download());
+    }
+    check(mma[0], "tensor cores");
+    std::size_t runs_differ = 0;
+    for (std::size_t i = 0; i < mma[0].size(); ++i) {
+      runs_differ +=
+          std::bit_cast<std::uint32_t>(mma[0][i]) != std::bit_cast<std::uint32_t>(mma[1][i]);
+    }
+    EXPECT_EQ(runs_differ, 0u) << "two tensor-core runs differ";
   }
 }
 
@@ -630,6 +658,30 @@ TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
   GemvParams qkv = params(1, 2048, true);
   qkv.epilogue = GemvEpilogue::kRopeScatter;
   EXPECT_FALSE(gemv_stages_inputs(qkv)) << "q/k/v keeps its global loads (measured slower staged)";
+}
+
+// Tensor cores take one-row calls whose staged input fits and whose rope
+// heads are a multiple of 16 wide (GemvParams::tensor_cores). Host logic only.
+TEST(GemvTensorCoresTest, TakesOneRowCallsThatFit) {
+  const auto params = [](int m, int k, bool norm) {
+    GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, 2048, k);
+    if (norm) p.prologue = GemvPrologue::kRmsNorm;
+    p.tensor_cores = true;
+    return p;
+  };
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(1, 2048, true)));    // 1B gate/up, lm_head
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(1, 14336, false)));  // 8B down: 28 KB
+  EXPECT_FALSE(gemv_uses_tensor_cores(params(1, 8192, true))) << "48 KB of norm inputs";
+  EXPECT_FALSE(gemv_uses_tensor_cores(params(2, 2048, true))) << "one row only";
+  GemvParams off = params(1, 2048, true);
+  off.tensor_cores = false;
+  EXPECT_FALSE(gemv_uses_tensor_cores(off)) << "the knob is off";
+  GemvParams rope = params(1, 2048, true);
+  rope.epilogue = GemvEpilogue::kRopeScatter;
+  rope.rope.head_dim = 64;
+  EXPECT_TRUE(gemv_uses_tensor_cores(rope));
+  rope.rope.head_dim = 72;
+  EXPECT_FALSE(gemv_uses_tensor_cores(rope)) << "a rope group is 8 dims of a half head";
 }
 
 TEST(GemvDeterminismTest, SameGatedCallGivesSameBits) {

@@ -32,6 +32,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->gemv_stage_inputs);
+  EXPECT_FALSE(choice->gemv_mma);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -60,6 +61,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_GEMV_MAX_ROWS", "8"},
                                                  {"CELLM_GEMV_SINGLE_ROWS", "0"},
                                                  {"CELLM_GEMV_STAGE_INPUTS", "0"},
+                                                 {"CELLM_GEMV_MMA", "1"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
@@ -82,6 +84,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->gemv_single_rows);
   EXPECT_FALSE(choice->gemv_stage_inputs);
+  EXPECT_TRUE(choice->gemv_mma);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -94,7 +97,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
       describe(*choice),
       "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
       "early_next=0 push_merge=0 fused_o=1 "
-      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 stream=1 pdl=0 autotune=0 "
+      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
+      "pdl=0 autotune=0 "
       "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
@@ -121,6 +125,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_STREAM", "persistent"}},
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
       {{"CELLM_GEMV_STAGE_INPUTS", "smem"}},
+      {{"CELLM_GEMV_MMA", "tensor"}},
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
       {{"CELLM_DECODE_SPREAD", "wide"}},
@@ -179,7 +184,10 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " early_next=1 push_merge=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
-      " single_rows=1 stage_inputs=0 stream=0 ");
+      " single_rows=1 stage_inputs=0 mma=0 stream=0 ");
+  expect_only(
+      "CELLM_GEMV_MMA", "1", [](KernelChoice& c) { c.gemv_mma = true; },
+      " stage_inputs=1 mma=1 stream=0 ");
 }
 
 }  // namespace

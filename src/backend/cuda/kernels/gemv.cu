@@ -5,6 +5,8 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/argmax_order.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/gemv_epilogue.cuh"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
@@ -12,6 +14,8 @@
 
 namespace cellm::cuda {
 namespace {
+
+using namespace gemv_detail;  // NOLINT(google-build-using-namespace): the shared epilogues
 
 CELLM_TRACE_TABLE(gemv_trace);
 // The kernel's phases in its timeline (kernel_trace.cuh), as each block's
@@ -69,19 +73,9 @@ inline constexpr int per_row_loads = kPieces / kR;
 template <int kR>
 inline constexpr int batch_chunks = 32 * per_row_loads<kR>;
 
-// Streamed once per step: keep the weights from evicting the activations.
-__device__ __forceinline__ uint4 load_weights(const uint4* ptr) {
-  return __ldcs(ptr);
-}
-
 template <int kR>
 struct Batch {
   uint4 w[kR][per_row_loads<kR>];
-};
-
-struct UnitCols {
-  int col0;  // output column of the unit's first row
-  int col1;  // of its second; < 0: none (one-row units, past an odd n, or gated)
 };
 
 struct UnitRows : UnitCols {
@@ -116,128 +110,6 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int u) {
   rows.row[1] = is_gated(p.epilogue) ? row(static_cast<std::int64_t>(p.n) + u)
                                      : row(rows.col1 >= 0 ? rows.col1 : rows.col0);
   return rows;
-}
-
-// The residual stream value the residual-add epilogue adds to.
-__device__ __forceinline__ bf16 residual_at(const GemvParams& p, int r, int col) {
-  return static_cast<const bf16*>(p.out)[static_cast<std::int64_t>(r) * p.ldc + col];
-}
-
-// `read`: kResidualAdd's value of out at (r, col) when the caller has read
-// it already (GemvParams::stage_inputs), else null. Returns the sum with its
-// bias: what a float output holds.
-__device__ __forceinline__ float store_value(const GemvParams& p, int r, int col, float sum,
-                                             const bf16* read) {
-  const std::int64_t at = static_cast<std::int64_t>(r) * p.ldc + col;
-  if (p.bias != nullptr) sum += __bfloat162float(p.bias[col]);
-  if (p.epilogue == GemvEpilogue::kResidualAdd) {
-    bf16* out = static_cast<bf16*>(p.out) + at;
-    const bf16 residual = read != nullptr ? *read : *out;
-    *out = __float2bfloat16_rn(__bfloat162float(residual) + round_bf16(sum));
-  } else if (p.out_f32) {
-    static_cast<float*>(p.out)[at] = sum;
-  } else {
-    static_cast<bf16*>(p.out)[at] = __float2bfloat16_rn(sum);
-  }
-  return sum;
-}
-
-// GemvArgmax: the block's warps hand in their best stored (value, column);
-// the block's best goes to its partial, and the last block to count itself
-// in merges every block's partial and writes the column. Every thread of the
-// block calls it.
-static_assert(sizeof(ArgMax) == kGemvArgmaxPartBytes);
-__device__ void merge_argmax(const GemvParams& p, float best, int best_i) {
-  __shared__ ArgMax warps_best[kWarps];
-  __shared__ bool last;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  // Thread 0's pick among the warps' candidates.
-  const auto block_best = [&] {
-    ArgMax pick = warps_best[0];
-    for (int w = 1; w < kWarps; ++w) {
-      if (better(warps_best[w].value, warps_best[w].index, pick.value, pick.index)) {
-        pick = warps_best[w];
-      }
-    }
-    return pick;
-  };
-  // Lane 0 of a warp stored its one row's sums (lane == row).
-  if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
-  __syncthreads();
-  auto* partials = static_cast<ArgMax*>(p.argmax.partials);
-  const int parts = static_cast<int>(gridDim.x);
-  // Only thread 0's pick is published (block_best reads shared memory).
-  publish_part(threadIdx.x == 0 ? block_best() : ArgMax{}, partials, static_cast<int>(blockIdx.x),
-               parts, p.argmax.counter, &last);
-  if (!last) return;
-  const ArgMax scanned = scan_parts(partials, parts, kThreads);
-  best = scanned.value;
-  best_i = scanned.index;
-  warp_argmax(best, best_i);
-  __syncthreads();  // warps_best is reused
-  if (lane == 0) warps_best[warp] = ArgMax{best, best_i};
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const ArgMax row = block_best();
-    // All NaN: column 0, as the device argmax answers a row with no candidate.
-    *p.argmax.out = row.index < p.n ? row.index : 0;
-  }
-}
-
-__device__ __forceinline__ void store_gated(const GemvParams& p, int r, int col, float gate,
-                                            float up) {
-  const float g = round_bf16(gate);
-  const float act = p.epilogue == GemvEpilogue::kGatedSilu ? silu(g) : gelu_tanh(g);
-  static_cast<bf16*>(p.out)[static_cast<std::int64_t>(r) * p.ldc + col] =
-      __float2bfloat16_rn(act * round_bf16(up));
-}
-
-// What rope_scatter does with one pair of product values of token r (see
-// gemv.cuh): x0, x1 are the sums for columns col0 and col1.
-__device__ __forceinline__ void store_rope(const GemvParams& p, int r, const UnitRows& rows,
-                                           float x0, float x1) {
-  const RopeScatterParams& rp = p.rope;
-  if (p.bias != nullptr) {
-    x0 += __bfloat162float(p.bias[rows.col0]);
-    x1 += __bfloat162float(p.bias[rows.col1]);
-  }
-  // The separate kernels read the product back as bf16.
-  x0 = round_bf16(x0);
-  x1 = round_bf16(x1);
-  const int hd = rp.head_dim;
-  const int head = rows.col0 / hd;  // q heads, then k heads, then v heads
-  const int dim = rows.col0 % hd;
-  const std::int32_t cell = rp.cells[r];
-  const bool cell_ok = cell >= 0 && cell < rp.max_cells;
-  if (head >= rp.num_heads + rp.num_kv_heads) {
-    if (!cell_ok) return;
-    bf16* dst = rp.v_pool +
-                (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads -
-                 rp.num_kv_heads) *
-                    hd +
-                dim;
-    dst[0] = __float2bfloat16_rn(x0);
-    dst[1] = __float2bfloat16_rn(x1);
-    return;
-  }
-  float r0;
-  float r1;
-  rope_rotate(x0, x1, static_cast<float>(rp.positions[r]), rp.inv_freq[dim], &r0, &r1);
-  const bf16 y0 = __float2bfloat16_rn(r0);
-  const bf16 y1 = __float2bfloat16_rn(r1);
-  const int half = hd / 2;
-  if (head < rp.num_heads) {
-    bf16* q = static_cast<bf16*>(p.out) + static_cast<std::int64_t>(r) * p.ldc;
-    q[rows.col0] = y0;
-    q[rows.col1] = y1;
-    return;
-  }
-  if (!cell_ok) return;
-  bf16* dst = rp.k_pool +
-              (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads) * hd + dim;
-  dst[0] = y0;
-  dst[half] = y1;
 }
 
 // kM: activation rows the kernel is built for (p.m <= kM); kR: weight rows
@@ -476,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
   }
   trace::mark(gemv_trace, trace::slot_of(p), kLastBatchDone);
   if constexpr (kM == 1) {
-    if (p.argmax.out != nullptr) merge_argmax(p, best, best_i);
+    if (p.argmax.out != nullptr) merge_argmax<kWarps>(p, best, best_i);
   }
   trace::block_exit(gemv_trace, trace::slot_of(p));
 }
@@ -568,6 +440,10 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
   if (params.m == 1) {
+    if (gemv_uses_tensor_cores(params)) {
+      launch_gemv_mma(params, stream);
+      return;
+    }
     launch_rows<1>(params, stream);
   } else if (params.m == 2) {
     launch_rows<2>(params, stream);

@@ -120,6 +120,10 @@ struct GemvParams {
   // shared-memory carveout, or copying through L2 only were each slower or
   // equal (bench/results/README.md, session 15).
   bool stage_inputs = false;
+  // One-row calls run on tensor cores where gemv_uses_tensor_cores accepts
+  // them (gemv_mma.cuh): the same epilogues, sums in another order, and with
+  // the norm prologue inputs of ~16 bits of mantissa instead of float.
+  bool tensor_cores = false;
   // out != nullptr: also take the argmax (m = 1, kStore, out_f32; see GemvArgmax).
   GemvArgmax argmax;
 #if CELLM_KERNEL_TRACE

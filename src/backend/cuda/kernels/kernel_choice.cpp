@@ -91,6 +91,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_GEMV_STAGE_INPUTS")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_stage_inputs, parse_flag("CELLM_GEMV_STAGE_INPUTS", *v));
   }
+  if (auto v = lookup("CELLM_GEMV_MMA")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemv_mma, parse_flag("CELLM_GEMV_MMA", *v));
+  }
   if (auto v = lookup("CELLM_DECODE_STREAM")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_stream, parse_flag("CELLM_DECODE_STREAM", *v));
   }
@@ -133,7 +136,8 @@ std::string describe(const KernelChoice& choice) {
   return fmt::format(
       "decode={} prefill={} split_keys={} split_target={} cluster={} early_keys={} spread={} "
       "early_next={} push_merge={} fused_o={} "
-      "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} stream={} pdl={} "
+      "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
+      "pdl={} "
       "autotune={} "
       "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
@@ -142,7 +146,7 @@ std::string describe(const KernelChoice& choice) {
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
       choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
-      choice.gemv_stage_inputs ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
+      choice.gemv_stage_inputs ? 1 : 0, choice.gemv_mma ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
       choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
       choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }

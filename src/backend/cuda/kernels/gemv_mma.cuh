@@ -1,0 +1,47 @@
+// The one-row GEMV on tensor cores (GemvParams::tensor_cores): the same
+// products and epilogues as gemv.cu's CUDA-core kernel, for m = 1, with each
+// warp feeding its weight pieces to m16n8k16 mma instructions instead of
+// unpacking them into float FMAs.
+//
+// Why: at batch 1 a GEMV's time after its wait is the issue latency of its
+// warps' instructions (ncu on the H200, 1B: ~1,160 instructions a warp for
+// the o projection at 5-7 cycles each), and the CUDA-core loop spends ~40
+// instructions on each kilobyte of weights (bf16 unpacks and FMAs). An mma
+// takes 16 rows x 16 columns of bf16 straight from the registers the loads
+// filled, ~7 instructions a kilobyte.
+//
+// Layout. A group is an mma tile's 16 rows: lane row g (0..7) of the tile
+// takes weight row "a" and row g + 8 takes its partner "b" (gate and up of
+// one column, the two halves of a rope pair, or two adjacent columns). A
+// lane (g, t = lane % 4) loads 16 bytes of rows a and b at k = 8t.. of each
+// 32-value step; the tile's k order is a permutation of memory order that
+// depends on t only, and the input fragment is loaded with the same
+// permutation, so every output column of the tile holds the same dot
+// products. The warps of a block split k and add their partial sums in
+// shared memory in a fixed order (same bits on every run).
+// Inputs: the row is staged in shared memory; with the norm prologue each
+// input is x * (norm weight + offset) split into a bf16 high part and a bf16
+// low part (two mmas), ~16 bits of mantissa against the CUDA-core kernel's
+// float, and the sum is scaled by 1/rms at the end as there.
+//
+// Thread-safety: launch_gemv_mma is reentrant; params are plain values.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/gemv.cuh"
+
+namespace cellm::cuda {
+
+// Whether launch_gemv runs this call on tensor cores: asked
+// (params.tensor_cores), one row, a rope epilogue only for heads of a
+// multiple of 16, and the staged input within kGemvMmaMaxInputBytes.
+bool gemv_uses_tensor_cores(const GemvParams& params);
+inline constexpr std::int64_t kGemvMmaMaxInputBytes = 40 * 1024;
+
+// Runs a call gemv_uses_tensor_cores accepts (launch_gemv's dispatch).
+void launch_gemv_mma(const GemvParams& params, cudaStream_t stream);
+
+}  // namespace cellm::cuda
