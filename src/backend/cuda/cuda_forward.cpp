@@ -214,7 +214,6 @@ GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16*
   g.pdl = active_.pdl;
   g.single_rows = active_.gemv_single_rows;
   g.stage_inputs = active_.gemv_stage_inputs;
-  g.tensor_cores = active_.gemv_mma;
   return g;
 }
 
@@ -294,6 +293,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       // their own inputs, so no norm, add or activation kernel runs.
       GemvParams qkv = gemv_params(x_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(), w);
       qkv.bias = lw.qkv_bias;
+      qkv.tensor_cores = (active_.gemv_mma & kMmaQkv) != 0;
       qkv.prologue = GemvPrologue::kRmsNorm;
       qkv.norm_weight = lw.attn_norm;
       if (rope_in_qkv) {
@@ -315,6 +315,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       if (!o_fused) {
         GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
         o.epilogue = GemvEpilogue::kResidualAdd;
+        o.tensor_cores = (active_.gemv_mma & kMmaO) != 0;
         CELLM_RETURN_IF_ERROR(gemv(o, stream));
       }
       GemvParams gate_up = gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
@@ -323,9 +324,11 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       gate_up.norm_weight = lw.mlp_norm;
       gate_up.epilogue = s.activation == model::Activation::kGeluTanh ? GemvEpilogue::kGatedGeluTanh
                                                                       : GemvEpilogue::kGatedSilu;
+      gate_up.tensor_cores = (active_.gemv_mma & kMmaGateUp) != 0;
       CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
       GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
       down.epilogue = GemvEpilogue::kResidualAdd;
+      down.tensor_cores = (active_.gemv_mma & kMmaDown) != 0;
       CELLM_RETURN_IF_ERROR(gemv(down, stream));
       continue;
     }
@@ -400,6 +403,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
+    head.tensor_cores = (active_.gemv_mma & kMmaHead) != 0;
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
                                .counter = argmax_counter_.data(),

@@ -663,6 +663,7 @@ TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
 // Tensor cores take one-row calls whose staged input fits and whose rope
 // heads are a multiple of 16 wide (GemvParams::tensor_cores). Host logic only.
 TEST(GemvTensorCoresTest, TakesOneRowCallsThatFit) {
+  CELLM_REQUIRE_GPU();  // a block's groups follow the SM count
   const auto params = [](int m, int k, bool norm) {
     GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, 2048, k);
     if (norm) p.prologue = GemvPrologue::kRmsNorm;
@@ -672,6 +673,12 @@ TEST(GemvTensorCoresTest, TakesOneRowCallsThatFit) {
   EXPECT_TRUE(gemv_uses_tensor_cores(params(1, 2048, true)));    // 1B gate/up, lm_head
   EXPECT_TRUE(gemv_uses_tensor_cores(params(1, 14336, false)));  // 8B down: 28 KB
   EXPECT_FALSE(gemv_uses_tensor_cores(params(1, 8192, true))) << "48 KB of norm inputs";
+  GemvParams head = params(1, 4096, true);  // 8B's lm_head: 24 KB of inputs, 16 KB of partials
+  head.n = 128256;
+  head.out_f32 = true;
+  EXPECT_TRUE(gemv_uses_tensor_cores(head));
+  head.n = 4 * 128256;
+  EXPECT_FALSE(gemv_uses_tensor_cores(head)) << "the partials of 4x the groups do not fit";
   EXPECT_FALSE(gemv_uses_tensor_cores(params(2, 2048, true))) << "one row only";
   GemvParams off = params(1, 2048, true);
   off.tensor_cores = false;

@@ -32,7 +32,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->gemv_stage_inputs);
-  EXPECT_FALSE(choice->gemv_mma);
+  EXPECT_EQ(choice->gemv_mma, kMmaO | kMmaDown);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -84,7 +84,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->gemv_max_rows, 8);
   EXPECT_FALSE(choice->gemv_single_rows);
   EXPECT_FALSE(choice->gemv_stage_inputs);
-  EXPECT_TRUE(choice->gemv_mma);
+  EXPECT_EQ(choice->gemv_mma, kMmaAll);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -126,6 +126,8 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_GEMV_SINGLE_ROWS", "2"}},
       {{"CELLM_GEMV_STAGE_INPUTS", "smem"}},
       {{"CELLM_GEMV_MMA", "tensor"}},
+      {{"CELLM_GEMV_MMA", "qkv,head"}},
+      {{"CELLM_GEMV_MMA", "o,"}},
       {{"CELLM_DECODE_EARLY_KEYS", "later"}},
       {{"CELLM_DECODE_FUSED_O", "2"}},
       {{"CELLM_DECODE_SPREAD", "wide"}},
@@ -184,10 +186,16 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " early_next=1 push_merge=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
-      " single_rows=1 stage_inputs=0 mma=0 stream=0 ");
+      " single_rows=1 stage_inputs=0 mma=o,down stream=0 ");
   expect_only(
-      "CELLM_GEMV_MMA", "1", [](KernelChoice& c) { c.gemv_mma = true; },
+      "CELLM_GEMV_MMA", "1", [](KernelChoice& c) { c.gemv_mma = kMmaAll; },
       " stage_inputs=1 mma=1 stream=0 ");
+  expect_only(
+      "CELLM_GEMV_MMA", "0", [](KernelChoice& c) { c.gemv_mma = 0; },
+      " stage_inputs=1 mma=0 stream=0 ");
+  expect_only(
+      "CELLM_GEMV_MMA", "down,qkv", [](KernelChoice& c) { c.gemv_mma = kMmaQkv | kMmaDown; },
+      " stage_inputs=1 mma=qkv,down stream=0 ");
 }
 
 }  // namespace

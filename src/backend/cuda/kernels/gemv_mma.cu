@@ -129,14 +129,14 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
   const int total = my_groups * per_group;  // every warp of the block walks as many batches
 
   // [chunks] the staged row (with the norm: high parts of x * weight), then
-  // with the norm the low parts and the norm weight; then the partial sums
-  // of two groups ([2][kW][16]) and the warps' sums of squares.
+  // with the norm the low parts and the norm weight; then the warps' sums of
+  // squares and the partial sums of every group of the block ([group][kW][16]).
   extern __shared__ uint4 smem[];
   uint4* const x_s = smem;
   uint4* const lo_s = smem + chunks;
   uint4* const g_s = smem + 2 * chunks;
-  float* const part_s = reinterpret_cast<float*>(smem + (kNorm ? 3 : 1) * chunks);
-  float* const ss_s = part_s + 2 * kW * kPartFloats;
+  float* const ss_s = reinterpret_cast<float*>(smem + (kNorm ? 3 : 1) * chunks);
+  float* const part_s = ss_s + kW;
 
   const auto set_rows = [&](Cursor& c) {
     if (c.gi < my_groups) {
@@ -261,11 +261,9 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
     }
   };
 
-  // The group's sums: the warps' partials added in warp order by one warp
-  // (the group's index modulo kW, so the epilogues spread over the warps),
-  // then its epilogue from lanes 0..7 (row g and its partner g + 8).
-  const auto finish = [&](int gi) {
-    // Every column of the tile holds the same sums: c[0] is row g, c[2] row g + 8.
+  // A warp's partial sums of a group, kept until the walk ends: every column
+  // of the tile holds the same sums, c[0] for row g and c[2] for row g + 8.
+  const auto record = [&](int gi) {
     float sa = acc[0][0] + acc[1][0];
     float sb = acc[0][2] + acc[1][2];
     if constexpr (kNorm) {
@@ -277,17 +275,20 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
     }
-    float* const parts = part_s + (gi & 1) * kW * kPartFloats;
+    float* const parts = part_s + (gi * kW + warp) * kPartFloats;
     if (t == 0) {
-      parts[warp * kPartFloats + g] = sa;
-      parts[warp * kPartFloats + 8 + g] = sb;
+      parts[g] = sa;
+      parts[8 + g] = sb;
     }
-    __syncthreads();
-    if (warp != gi % kW) return;
+  };
+
+  // A group's sums: the warps' partials added in warp order by one warp,
+  // then its epilogue from lanes 0..7 (row g and its partner g + 8).
+  const auto finish = [&](int gi) {
     float v = 0.0f;
     if (lane < kPartFloats) {
 #pragma unroll
-      for (int w = 0; w < kW; ++w) v += parts[w * kPartFloats + lane];
+      for (int w = 0; w < kW; ++w) v += part_s[(gi * kW + w) * kPartFloats + lane];
       v *= inv_rms;
     }
     const float vb = __shfl_down_sync(0xffffffffu, v, 8);
@@ -331,7 +332,7 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
       load(next0, lc);
       advance(lc);
     }
-    if (ends0) finish(gi0);
+    if (ends0) record(gi0);
     if (j + 1 < total) {
       consume(next1, cc);
       const bool ends1 = cc.b == per_group - 1;
@@ -341,9 +342,14 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
         load(next1, lc);
         advance(lc);
       }
-      if (ends1) finish(gi1);
+      if (ends1) record(gi1);
     }
   }
+  // One barrier for the whole walk: the warps never wait on each other
+  // while they stream. Group gi's epilogue is warp gi % kW's (warp 0 has the
+  // first group's residual).
+  __syncthreads();
+  for (int gi = warp; gi < my_groups; gi += kW) finish(gi);
   trace::mark(gemv_mma_trace, trace::slot_of(p), kLastBatchDone);
   if (p.argmax.out != nullptr) {
     warp_argmax(best, best_i);
@@ -373,20 +379,32 @@ bool wide_blocks(const GemvParams& p) {
   return mma_groups(p) <= multiprocessor_count() && p.k >= 16 * kStepK * kSteps * 2;
 }
 
+// The grid of a launch of `warps`-warp blocks (at most one wave) and the
+// most groups one of its blocks walks.
+struct Walk {
+  long long grid;
+  long long rounds;
+};
+
+Walk walk(const GemvParams& p, int warps) {
+  const long long groups = mma_groups(p);
+  const long long wave = static_cast<long long>(kMaxWarpsPerSm / warps) * multiprocessor_count();
+  const long long rounds = (groups + wave - 1) / wave;
+  return Walk{(groups + rounds - 1) / rounds, rounds};
+}
+
 std::int64_t smem_bytes(const GemvParams& p, int warps) {
   const std::int64_t rows = p.prologue == GemvPrologue::kRmsNorm ? 3 : 1;
   return rows * p.k * static_cast<std::int64_t>(sizeof(bf16)) +
-         static_cast<std::int64_t>(2 * warps * kPartFloats + warps) * sizeof(float);
+         (walk(p, warps).rounds * warps * kPartFloats + warps) *
+             static_cast<std::int64_t>(sizeof(float));
 }
 
 template <int kW>
 void launch_warps(const GemvParams& requested, cudaStream_t stream) {
   GemvParams params = requested;
   trace::assign_slot(params, gemv_mma_trace, [&] { return trace_label(params); });
-  const long long groups = mma_groups(params);
-  const long long wave = static_cast<long long>(kMaxWarpsPerSm / kW) * multiprocessor_count();
-  const long long rounds = (groups + wave - 1) / wave;
-  const long long grid = (groups + rounds - 1) / rounds;
+  const long long grid = walk(params, kW).grid;
   LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kW * 32),
                       static_cast<std::size_t>(smem_bytes(params, kW)), stream};
   config.pdl = params.pdl;
@@ -404,8 +422,7 @@ bool gemv_uses_tensor_cores(const GemvParams& params) {
   if (params.epilogue == GemvEpilogue::kRopeScatter && params.rope.head_dim % 16 != 0) {
     return false;
   }
-  const std::int64_t rows = params.prologue == GemvPrologue::kRmsNorm ? 3 : 1;
-  return rows * params.k * static_cast<std::int64_t>(sizeof(bf16)) <= kGemvMmaMaxInputBytes;
+  return smem_bytes(params, wide_blocks(params) ? 16 : 8) <= kGemvMmaMaxSharedBytes;
 }
 
 void launch_gemv_mma(const GemvParams& params, cudaStream_t stream) {

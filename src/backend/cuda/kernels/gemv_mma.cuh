@@ -18,7 +18,8 @@
 // depends on t only, and the input fragment is loaded with the same
 // permutation, so every output column of the tile holds the same dot
 // products. The warps of a block split k and add their partial sums in
-// shared memory in a fixed order (same bits on every run).
+// shared memory in a fixed order (same bits on every run), once, after the
+// warps' whole walks, so no warp waits on another while they stream.
 // Inputs: the row is staged in shared memory; with the norm prologue each
 // input is x * (norm weight + offset) split into a bf16 high part and a bf16
 // low part (two mmas), ~16 bits of mantissa against the CUDA-core kernel's
@@ -37,9 +38,10 @@ namespace cellm::cuda {
 
 // Whether launch_gemv runs this call on tensor cores: asked
 // (params.tensor_cores), one row, a rope epilogue only for heads of a
-// multiple of 16, and the staged input within kGemvMmaMaxInputBytes.
+// multiple of 16, and the staged input with the partial sums of a block's
+// groups within kGemvMmaMaxSharedBytes.
 bool gemv_uses_tensor_cores(const GemvParams& params);
-inline constexpr std::int64_t kGemvMmaMaxInputBytes = 40 * 1024;
+inline constexpr std::int64_t kGemvMmaMaxSharedBytes = 48 * 1024;
 
 // Runs a call gemv_uses_tensor_cores accepts (launch_gemv's dispatch).
 void launch_gemv_mma(const GemvParams& params, cudaStream_t stream);

@@ -34,6 +34,45 @@ Result<std::int32_t> parse_int(const char* name, const std::string& value, std::
   return out;
 }
 
+constexpr std::pair<const char*, GemvMma> kMmaNames[] = {
+    {"qkv", kMmaQkv}, {"o", kMmaO}, {"gate_up", kMmaGateUp}, {"down", kMmaDown},
+    {"lm_head", kMmaHead}};
+
+// A flag (none or all) or a comma list of projection names.
+Result<std::uint32_t> parse_mma(const char* name, const std::string& value) {
+  if (auto flag = parse_flag(name, value); flag.ok()) return *flag ? kMmaAll : 0u;
+  std::uint32_t bits = 0;
+  std::size_t at = 0;
+  while (at <= value.size()) {
+    const std::size_t comma = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, comma - at);
+    bool known = false;
+    for (const auto& [label, bit] : kMmaNames) {
+      if (item == label) {
+        bits |= bit;
+        known = true;
+      }
+    }
+    if (!known) {
+      return invalid_argument(
+          "{}='{}': expected 0, 1 or a comma list of qkv, o, gate_up, down and lm_head", name,
+          value);
+    }
+    at = comma + 1;
+  }
+  return bits;
+}
+
+std::string describe_mma(std::uint32_t bits) {
+  if (bits == 0) return "0";
+  if (bits == kMmaAll) return "1";
+  std::string out;
+  for (const auto& [label, bit] : kMmaNames) {
+    if ((bits & bit) != 0) out += (out.empty() ? "" : ",") + std::string(label);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
@@ -92,7 +131,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_stage_inputs, parse_flag("CELLM_GEMV_STAGE_INPUTS", *v));
   }
   if (auto v = lookup("CELLM_GEMV_MMA")) {
-    CELLM_ASSIGN_OR_RETURN(choice.gemv_mma, parse_flag("CELLM_GEMV_MMA", *v));
+    CELLM_ASSIGN_OR_RETURN(choice.gemv_mma, parse_mma("CELLM_GEMV_MMA", *v));
   }
   if (auto v = lookup("CELLM_DECODE_STREAM")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_stream, parse_flag("CELLM_DECODE_STREAM", *v));
@@ -146,7 +185,7 @@ std::string describe(const KernelChoice& choice) {
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
       choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
-      choice.gemv_stage_inputs ? 1 : 0, choice.gemv_mma ? 1 : 0, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
+      choice.gemv_stage_inputs ? 1 : 0, describe_mma(choice.gemv_mma), choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
       choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
       choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }

@@ -56,8 +56,9 @@
 //                                  0.910-0.919 -> 0.864-0.875 ms/step, 8B 4.264 -> 4.134-4.149,
 //                                  Qwen3-0.6B 0.885 -> 0.876; q/k/v staged too, which later
 //                                  measured ~1% slower at 1B, so it no longer is)
-//   CELLM_GEMV_MMA=0|1             one-row GEMVs run on tensor cores (GemvParams::tensor_cores,
-//                                  gemv_mma.cuh; default 0)
+//   CELLM_GEMV_MMA=0|1|LIST        which one-row GEMVs run on tensor cores (GemvParams::
+//                                  tensor_cores, gemv_mma.cuh): 0 none, 1 all, or a comma list of
+//                                  qkv, o, gate_up, down, lm_head (default o,down)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -93,6 +94,17 @@
 namespace cellm::cuda {
 
 enum class DecodeAttention { kV1, kV2 };
+
+// KernelChoice::gemv_mma: the projections of a one-row step that run on
+// tensor cores.
+enum GemvMma : std::uint32_t {
+  kMmaQkv = 1u << 0,
+  kMmaO = 1u << 1,
+  kMmaGateUp = 1u << 2,
+  kMmaDown = 1u << 3,
+  kMmaHead = 1u << 4,
+  kMmaAll = (1u << 5) - 1,
+};
 enum class PrefillAttention { kV1, kV2 };
 
 struct KernelChoice {
@@ -111,7 +123,7 @@ struct KernelChoice {
   std::int32_t gemv_max_rows = 1;
   bool gemv_single_rows = true;
   bool gemv_stage_inputs = true;
-  bool gemv_mma = false;
+  std::uint32_t gemv_mma = kMmaO | kMmaDown;  // GemvMma bits
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -133,7 +145,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=0 stream=1
+// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=o,down stream=1
 // pdl=1 autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs
 // and benchmark labels.
 std::string describe(const KernelChoice& choice);
