@@ -355,14 +355,7 @@ __global__ void __launch_bounds__(kThreads, kMaxBlocksPerSm)
 
 // The timeline's label of a GEMV launch: its epilogue and shape.
 [[maybe_unused]] std::string trace_label(const GemvParams& p) {
-  const char* epilogue = "?";
-  switch (p.epilogue) {
-    case GemvEpilogue::kStore: epilogue = "store"; break;
-    case GemvEpilogue::kResidualAdd: epilogue = "residual"; break;
-    case GemvEpilogue::kGatedSilu: epilogue = "silu"; break;
-    case GemvEpilogue::kGatedGeluTanh: epilogue = "gelu"; break;
-    case GemvEpilogue::kRopeScatter: epilogue = "rope"; break;
-  }
+  const char* epilogue = epilogue_name(p.epilogue);
   return std::string("gemv/") + epilogue + " m=" + std::to_string(p.m) +
          " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
 }

@@ -20,6 +20,18 @@
 
 namespace cellm::cuda::gemv_detail {
 
+// The epilogue's name in a launch's timeline label (kernel_trace.cuh).
+inline const char* epilogue_name(GemvEpilogue epilogue) {
+  switch (epilogue) {
+    case GemvEpilogue::kStore: return "store";
+    case GemvEpilogue::kResidualAdd: return "residual";
+    case GemvEpilogue::kGatedSilu: return "silu";
+    case GemvEpilogue::kGatedGeluTanh: return "gelu";
+    case GemvEpilogue::kRopeScatter: return "rope";
+  }
+  return "?";
+}
+
 // Streamed once per step: keep the weights from evicting the activations.
 __device__ __forceinline__ uint4 load_weights(const uint4* ptr) {
   return __ldcs(ptr);

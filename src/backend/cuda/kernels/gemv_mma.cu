@@ -359,14 +359,7 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
 }
 
 [[maybe_unused]] std::string trace_label(const GemvParams& p) {
-  const char* epilogue = "?";
-  switch (p.epilogue) {
-    case GemvEpilogue::kStore: epilogue = "store"; break;
-    case GemvEpilogue::kResidualAdd: epilogue = "residual"; break;
-    case GemvEpilogue::kGatedSilu: epilogue = "silu"; break;
-    case GemvEpilogue::kGatedGeluTanh: epilogue = "gelu"; break;
-    case GemvEpilogue::kRopeScatter: epilogue = "rope"; break;
-  }
+  const char* epilogue = epilogue_name(p.epilogue);
   return std::string("gemv/mma-") + epilogue + " m=1 n=" + std::to_string(p.n) +
          " k=" + std::to_string(p.k);
 }
