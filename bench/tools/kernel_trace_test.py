@@ -100,7 +100,11 @@ class PhaseNamesTest(unittest.TestCase):
         gemv = kernel_trace.phase_names("gemv/rope m=1 n=3072 k=2048")
         self.assertEqual(gemv[2], "inputs staged")
         self.assertEqual(gemv[4], "last unit stored")
-        self.assertNotIn(5, gemv)
+        self.assertEqual(gemv[5], "first weights landed")
+        self.assertEqual(gemv[6], "second batch multiplied")
+        self.assertNotIn(7, gemv)  # the exit mark
+        mma = kernel_trace.phase_names("gemv/mma-residual m=1 n=2048 k=8192")
+        self.assertEqual(mma[3], "first batch multiplied")
         self.assertEqual(kernel_trace.phase_names("embedding rows=1"), {})
 
 
