@@ -58,7 +58,11 @@
 //                                  measured ~1% slower at 1B, so it no longer is)
 //   CELLM_GEMV_MMA=0|1|LIST        which one-row GEMVs run on tensor cores (GemvParams::
 //                                  tensor_cores, gemv_mma.cuh): 0 none, 1 all, or a comma list of
-//                                  qkv, o, gate_up, down, lm_head (default o,down)
+//                                  qkv, o, gate_up, down, lm_head (default qkv,o,down: batch 1
+//                                  ctx 512, 1B 0.859-0.864 -> 0.811-0.813 ms/step (o,down 0.822-
+//                                  0.831, all 0.846-0.847), 8B 4.133 -> 4.029-4.056 (all 4.432),
+//                                  Qwen3-0.6B 0.894 -> 0.840; gate/up and the lm_head walk many
+//                                  groups a block and lost at 8B)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -123,7 +127,7 @@ struct KernelChoice {
   std::int32_t gemv_max_rows = 1;
   bool gemv_single_rows = true;
   bool gemv_stage_inputs = true;
-  std::uint32_t gemv_mma = kMmaO | kMmaDown;  // GemvMma bits
+  std::uint32_t gemv_mma = kMmaQkv | kMmaO | kMmaDown;  // GemvMma bits
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -145,7 +149,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=o,down stream=1
+// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=qkv,o,down stream=1
 // pdl=1 autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs
 // and benchmark labels.
 std::string describe(const KernelChoice& choice);
