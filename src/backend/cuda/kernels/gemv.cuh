@@ -8,6 +8,8 @@
 // with two batches of loads in flight, and the first weights are requested
 // *before* the kernel waits on the previous kernel (programmatic dependent
 // launch), so the weight stream overlaps the tail of whatever ran before.
+// One-row calls may run on tensor cores instead (tensor_cores below,
+// gemv_mma.cuh), with the same epilogues.
 //   prologue kRmsNorm: the rows are RMS-normalised inside the sums (float
 //     throughout: the normalised inputs are not rounded to bf16 as the
 //     separate norm kernel stores them; the two differ by about one bf16
