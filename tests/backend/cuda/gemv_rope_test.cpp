@@ -189,10 +189,10 @@ TEST_P(GemvRopeTest, MatchesTheProductThenRopeScatter) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GemvRopeTest,
-    ::testing::Values(RopeCase{1, 32, 8, 64, 2048},   // Llama-3.2-1B's q/k/v
-                      RopeCase{1, 32, 8, 128, 512},   // 8B heads, short k
-                      RopeCase{3, 4, 2, 64, 520},     // padding and an out-of-pool cell
-                      RopeCase{4, 14, 2, 64, 896},    // Qwen2-0.5B-like heads
+    ::testing::Values(RopeCase{1, 32, 8, 64, 2048},  // Llama-3.2-1B's q/k/v
+                      RopeCase{1, 32, 8, 128, 512},  // 8B heads, short k
+                      RopeCase{3, 4, 2, 64, 520},    // padding and an out-of-pool cell
+                      RopeCase{4, 14, 2, 64, 896},   // Qwen2-0.5B-like heads
                       RopeCase{1, 32, 8, 64, 2048, true},
                       RopeCase{1, 32, 8, 128, 520, true},  // a k tail
                       RopeCase{1, 14, 2, 16, 896, true}),  // heads of one 16-row group

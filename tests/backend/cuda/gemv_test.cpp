@@ -8,7 +8,6 @@
 // PDL chains, determinism and out-of-range stores.
 // Refusals run without a GPU.
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/gemv_mma.cuh"
 
 #include <bit>
 #include <cmath>
@@ -24,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
@@ -410,7 +410,8 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
     std::vector<std::pair<const char*, RefVariant>> wrong;
     if (c.norm) {
       wrong.push_back({"no norm", RefVariant{.norm = false}});
-      wrong.push_back({"other offset", RefVariant{.offset_delta = c.offset == 0.0f ? 1.0f : -1.0f}});
+      wrong.push_back(
+          {"other offset", RefVariant{.offset_delta = c.offset == 0.0f ? 1.0f : -1.0f}});
     }
     if (c.epilogue == GemvEpilogue::kResidualAdd) {
       wrong.push_back({"no residual", RefVariant{.residual = false}});
@@ -431,7 +432,6 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
       EXPECT_GT(mismatch_fraction(got, reference(o.host, RefVariant{.round_gate = false})), 0.08)
           << "the gate's bf16 rounding is not visible";
     }
-
   };
   check(all, "cuda cores");
 

@@ -46,29 +46,19 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
 }
 
 TEST(KernelChoiceTest, ReadsEveryVariable) {
-  auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v1"},
-                                                 {"CELLM_PREFILL_ATTN", "v1"},
-                                                 {"CELLM_DECODE_SPLIT_KEYS", "128"},
-                                                 {"CELLM_DECODE_SPLIT_TARGET", "6"},
-                                                 {"CELLM_DECODE_CLUSTER", "4"},
-                                                 {"CELLM_DECODE_EARLY_KEYS", "0"},
-                                                 {"CELLM_DECODE_SPREAD", "0"},
-                                                 {"CELLM_DECODE_EARLY_NEXT", "0"},
-                                                 {"CELLM_DECODE_PUSH_MERGE", "0"},
-                                                 {"CELLM_DECODE_FUSED_O", "1"},
-                                                 {"CELLM_FUSED_ROPE", "0"},
-                                                 {"CELLM_GEMV", "off"},
-                                                 {"CELLM_GEMV_MAX_ROWS", "8"},
-                                                 {"CELLM_GEMV_SINGLE_ROWS", "0"},
-                                                 {"CELLM_GEMV_STAGE_INPUTS", "0"},
-                                                 {"CELLM_GEMV_MMA", "1"},
-                                                 {"CELLM_DECODE_STREAM", "1"},
-                                                 {"CELLM_PDL", "0"},
-                                                 {"CELLM_GEMM_AUTOTUNE", "0"},
-                                                 {"CELLM_SPLIT_ARGMAX", "0"},
-                                                 {"CELLM_HEAD_ARGMAX", "0"},
-                                                 {"CELLM_SAMPLE_CLUSTER", "0"},
-                                                 {"CELLM_SAMPLE_CANDIDATES", "0"}}));
+  auto choice = parse_kernel_choice(
+      lookup_from({{"CELLM_DECODE_ATTN", "v1"},        {"CELLM_PREFILL_ATTN", "v1"},
+                   {"CELLM_DECODE_SPLIT_KEYS", "128"}, {"CELLM_DECODE_SPLIT_TARGET", "6"},
+                   {"CELLM_DECODE_CLUSTER", "4"},      {"CELLM_DECODE_EARLY_KEYS", "0"},
+                   {"CELLM_DECODE_SPREAD", "0"},       {"CELLM_DECODE_EARLY_NEXT", "0"},
+                   {"CELLM_DECODE_PUSH_MERGE", "0"},   {"CELLM_DECODE_FUSED_O", "1"},
+                   {"CELLM_FUSED_ROPE", "0"},          {"CELLM_GEMV", "off"},
+                   {"CELLM_GEMV_MAX_ROWS", "8"},       {"CELLM_GEMV_SINGLE_ROWS", "0"},
+                   {"CELLM_GEMV_STAGE_INPUTS", "0"},   {"CELLM_GEMV_MMA", "1"},
+                   {"CELLM_DECODE_STREAM", "1"},       {"CELLM_PDL", "0"},
+                   {"CELLM_GEMM_AUTOTUNE", "0"},       {"CELLM_SPLIT_ARGMAX", "0"},
+                   {"CELLM_HEAD_ARGMAX", "0"},         {"CELLM_SAMPLE_CLUSTER", "0"},
+                   {"CELLM_SAMPLE_CANDIDATES", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
@@ -93,13 +83,12 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->cluster_sampler);
   EXPECT_FALSE(choice->sample_candidates);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
-  EXPECT_EQ(
-      describe(*choice),
-      "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
-      "early_next=0 push_merge=0 fused_o=1 "
-      "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
-      "pdl=0 autotune=0 "
-      "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
+  EXPECT_EQ(describe(*choice),
+            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
+            "early_next=0 push_merge=0 fused_o=1 "
+            "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
+            "pdl=0 autotune=0 "
+            "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {

@@ -1,11 +1,10 @@
-#include "backend/cuda/kernels/gemv_mma.cuh"
-
 #include <string>
 
 #include <climits>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/gemv_epilogue.cuh"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
@@ -89,7 +88,10 @@ __device__ __forceinline__ void group_rows(const GemvParams& p, int q, int g, co
   const bool gated =
       p.epilogue == GemvEpilogue::kGatedSilu || p.epilogue == GemvEpilogue::kGatedGeluTanh;
   const std::int64_t ra = c.valid ? c.cols.col0 : 0;
-  const std::int64_t rb = !c.valid ? 0 : gated ? p.n + c.cols.col0 : c.cols.col1 >= 0 ? c.cols.col1 : 0;
+  const std::int64_t rb = !c.valid           ? 0
+                          : gated            ? p.n + c.cols.col0
+                          : c.cols.col1 >= 0 ? c.cols.col1
+                                             : 0;
   *a = reinterpret_cast<const uint4*>(p.w + ra * p.ldw);
   *b = reinterpret_cast<const uint4*>(p.w + rb * p.ldw);
 }

@@ -34,9 +34,11 @@ Result<std::int32_t> parse_int(const char* name, const std::string& value, std::
   return out;
 }
 
-constexpr std::pair<const char*, GemvMma> kMmaNames[] = {
-    {"qkv", kMmaQkv}, {"o", kMmaO}, {"gate_up", kMmaGateUp}, {"down", kMmaDown},
-    {"lm_head", kMmaHead}};
+constexpr std::pair<const char*, GemvMma> kMmaNames[] = {{"qkv", kMmaQkv},
+                                                         {"o", kMmaO},
+                                                         {"gate_up", kMmaGateUp},
+                                                         {"down", kMmaDown},
+                                                         {"lm_head", kMmaHead}};
 
 // A flag (none or all) or a comma list of projection names.
 Result<std::uint32_t> parse_mma(const char* name, const std::string& value) {
@@ -185,9 +187,9 @@ std::string describe(const KernelChoice& choice) {
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
       choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
-      choice.gemv_stage_inputs ? 1 : 0, describe_mma(choice.gemv_mma), choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
-      choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
-      choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
+      choice.gemv_stage_inputs ? 1 : 0, describe_mma(choice.gemv_mma), choice.decode_stream ? 1 : 0,
+      choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0,
+      choice.head_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda
