@@ -29,9 +29,6 @@ constexpr int kGroupRows = 16;           // rows of the mma tile
 constexpr int kMaxWarpsPerSm = 16;       // 128 registers a thread
 constexpr int kPartFloats = kGroupRows;  // a warp's partial sums of a group
 
-// How a group's rows map to the output, by epilogue.
-enum class GroupKind { kPairs, kGated, kRopeHeads };
-
 struct GroupCols {
   UnitCols cols;  // output columns of rows a and b (col1 < 0: b stores nothing)
   bool valid;     // col0 < n: the group's row g stores something
