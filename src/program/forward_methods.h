@@ -23,7 +23,14 @@
 
 namespace cellm::program {
 
-enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax };
+enum class MethodKind : std::uint8_t {
+  kStatic,
+  kDynamic,
+  kModule,
+  kSample,
+  kArgmax,
+  kDecodeGreedy
+};
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
 constexpr bool is_forward(MethodKind kind) {
@@ -32,7 +39,8 @@ constexpr bool is_forward(MethodKind kind) {
     case MethodKind::kDynamic:
     case MethodKind::kModule: return true;
     case MethodKind::kSample:
-    case MethodKind::kArgmax: return false;
+    case MethodKind::kArgmax:
+    case MethodKind::kDecodeGreedy: return false;
   }
   return false;
 }
@@ -51,6 +59,16 @@ struct PlacedRow {
   cache::CellId cell = cache::kScratchCell;
 };
 
+// A validated decode_greedy call: `steps` steps of `width` rows, the cache's
+// placement step-major.
+struct DecodeGreedyCall {
+  std::span<const std::int64_t> tokens;     // [width], step 0's
+  std::span<const std::int64_t> positions;  // [steps * width]
+  std::vector<PlacedRow> rows;              // [steps * width]
+  std::int32_t steps = 0;
+  std::int32_t width = 0;
+};
+
 // A validated forward call.
 struct ForwardCall {
   std::span<const std::int64_t> tokens;     // [T]
@@ -62,8 +80,11 @@ struct ForwardCall {
 
 class ForwardMethods {
  public:
-  // Checks the widths, max_step and min_prefill_chunk of `options`.
-  static Result<ForwardMethods> build(const ProgramOptions& options, std::string backend);
+  // Checks the widths, max_step and min_prefill_chunk of `options`. A
+  // backend that implements decode_greedy says so; it is exported with the
+  // samplers (options.device_sampling).
+  static Result<ForwardMethods> build(const ProgramOptions& options, std::string backend,
+                                      bool decode_greedy = false);
 
   std::vector<std::string> names() const;
   // Null when the program does not export `name`.
@@ -85,11 +106,18 @@ class ForwardMethods {
                                     std::span<const Tensor> inputs, std::int64_t vocab,
                                     const cache::CellCache& cache) const;
 
+  // Checks decode_greedy's two host inputs and matches them, row by row and
+  // step by step, to the cache's current placement. Nothing is changed.
+  Result<DecodeGreedyCall> check_decode_greedy(std::span<const Tensor> inputs, std::int64_t vocab,
+                                               const cache::CellCache& cache) const;
+  // The most rows one decode_greedy step takes: the widest static width.
+  std::int32_t decode_greedy_width() const { return widest_static_; }
   const ProgramOptions& options() const { return options_; }
 
  private:
   ProgramOptions options_;
   std::string backend_;
+  std::int32_t widest_static_ = 0;
   std::map<std::string, MethodEntry, std::less<>> methods_;
 };
 

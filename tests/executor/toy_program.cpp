@@ -95,6 +95,17 @@ ToyProgram::ToyProgram(ToyConfig config) : config_(std::move(config)) {
     argmax.inputs.resize(1);
     argmax.optional_inputs = 0;
     metas["sample_argmax"] = argmax;
+    if (config_.decode_greedy) {
+      const std::int64_t t =
+          *std::max_element(config_.static_widths.begin(), config_.static_widths.end());
+      const std::int64_t steps = program::kDecodeGreedyMaxSteps;
+      MethodMeta chain;
+      chain.inputs = {TensorSpec{DType::kI64, {1, t}}, TensorSpec{DType::kI64, {steps, t}}};
+      chain.outputs = {TensorSpec{DType::kI64, {steps, t}}};
+      chain.backends = {"toy"};
+      chain.dynamic = true;
+      metas[std::string(program::kDecodeGreedyMethod)] = chain;
+    }
   }
   metas["get_vocab_size"] = MethodMeta{};  // constant methods are listed too, and ignored
   constants["get_vocab_size"] = v;
@@ -145,6 +156,7 @@ Result<std::vector<Tensor>> ToyProgram::execute(std::string_view method,
   if (!loaded.contains(method)) return internal_error("toy: {} is not loaded", method);
   if (fail_method == method) return internal_error("toy: {} fails as asked", method);
   if (method == "sample" || method == "sample_argmax") return sample(method, inputs);
+  if (method == program::kDecodeGreedyMethod) return decode_greedy(inputs);
   return forward(method, inputs);
 }
 
@@ -208,25 +220,16 @@ Result<std::vector<Tensor>> ToyProgram::forward(std::string_view method,
   for (std::size_t r = 0; r < selector.size(); ++r) {
     const std::int64_t row = selector[r];
     if (row < 0 || row >= t) return invalid_argument("toy {}: selector row {}", method, row);
-    std::uint64_t h = 0;
+    std::int64_t next = 0;
     if (row < real) {
-      const cache::SeqId seq = step->seq_ids[static_cast<std::size_t>(row)];
-      const std::int64_t p = pos[row];
-      const auto table = cache_->cell_table(seq);
-      if (p >= static_cast<std::int64_t>(table.size())) {
-        return internal_error("toy {}: sequence {} has no position {}", method, seq, p);
-      }
-      for (std::size_t l = 0; l < kv_.size(); ++l) {
-        for (std::int64_t q = window_begin(p, config_.windows[l]); q <= p; ++q) {
-          const Record& rec = kv_[l][static_cast<std::size_t>(table[static_cast<std::size_t>(q)])];
-          h += mix(rec.token, rec.position, l);
-        }
-      }
+      auto predicted = next_token(step->seq_ids[static_cast<std::size_t>(row)], pos[row]);
+      if (!predicted.ok()) return predicted.status().with_context(std::string(method));
+      next = *predicted;
     } else {
-      h = mix(kv_[0][0].token, kv_[0][0].position, 0);
+      next = static_cast<std::int64_t>(mix(kv_[0][0].token, kv_[0][0].position, 0) %
+                                       static_cast<std::uint64_t>(v));
     }
-    const std::vector<float> logits =
-        toy_logits(static_cast<std::int64_t>(h % static_cast<std::uint64_t>(v)), v);
+    const std::vector<float> logits = toy_logits(next, v);
     std::copy(logits.begin(), logits.end(), logits_.begin() + static_cast<std::ptrdiff_t>(r) * v);
   }
   calls.push_back(Call{std::string(method), t, real, selector});
@@ -269,6 +272,62 @@ Result<std::vector<Tensor>> ToyProgram::sample(std::string_view method,
   calls.push_back(std::move(call));
   return std::vector<Tensor>{
       Tensor::view(tokens_.data(), DType::kI64, {static_cast<std::int64_t>(tokens_.size())})};
+}
+
+Result<std::int64_t> ToyProgram::next_token(cache::SeqId seq, std::int64_t p) const {
+  const auto table = cache_->cell_table(seq);
+  if (p >= static_cast<std::int64_t>(table.size())) {
+    return internal_error("toy: sequence {} has no position {}", seq, p);
+  }
+  std::uint64_t h = 0;
+  for (std::size_t l = 0; l < kv_.size(); ++l) {
+    for (std::int64_t q = window_begin(p, config_.windows[l]); q <= p; ++q) {
+      const Record& rec = kv_[l][static_cast<std::size_t>(table[static_cast<std::size_t>(q)])];
+      h += mix(rec.token, rec.position, l);
+    }
+  }
+  return static_cast<std::int64_t>(h % static_cast<std::uint64_t>(config_.vocab));
+}
+
+// Step by step as the forward would run them, each step's rows taking the
+// previous step's predictions; the placement must be step-major.
+Result<std::vector<Tensor>> ToyProgram::decode_greedy(std::span<const Tensor> inputs) {
+  if (inputs.size() != 2 || inputs[0].rank() != 2 || inputs[1].rank() != 2 ||
+      inputs[0].dim(0) != 1 || inputs[1].dim(1) != inputs[0].dim(1)) {
+    return invalid_argument("toy decode_greedy: inputs must be [1, T] and [S, T]");
+  }
+  const std::int64_t t = inputs[0].dim(1);
+  const std::int64_t steps = inputs[1].dim(0);
+  const cache::StepPlacement* step = cache_->current_step();
+  if (step == nullptr || cache_->metrics().placements == placements_seen_ ||
+      static_cast<std::int64_t>(step->cells.size()) != steps * t) {
+    return internal_error("toy decode_greedy: {} steps of {} rows were not placed", steps, t);
+  }
+  placements_seen_ = cache_->metrics().placements;
+  const std::int64_t* pos = inputs[1].data_as<std::int64_t>();
+  std::vector<std::int64_t> tokens(inputs[0].data_as<std::int64_t>(),
+                                   inputs[0].data_as<std::int64_t>() + t);
+  drawn_.assign(static_cast<std::size_t>(steps * t), 0);
+  for (std::int64_t s = 0; s < steps; ++s) {
+    for (std::int64_t r = 0; r < t; ++r) {
+      const auto i = static_cast<std::size_t>(s * t + r);
+      if (step->seq_ids[i] != step->seq_ids[static_cast<std::size_t>(r)] ||
+          step->positions[i] != pos[i]) {
+        return internal_error("toy decode_greedy: placed row {} is not step {} row {}", i, s, r);
+      }
+      for (auto& layer : kv_) {
+        layer[static_cast<std::size_t>(step->cells[i])] =
+            Record{tokens[static_cast<std::size_t>(r)], pos[i]};
+      }
+    }
+    for (std::int64_t r = 0; r < t; ++r) {
+      const auto i = static_cast<std::size_t>(s * t + r);
+      CELLM_ASSIGN_OR_RETURN(drawn_[i], next_token(step->seq_ids[i], pos[i]));
+      tokens[static_cast<std::size_t>(r)] = drawn_[i];
+    }
+  }
+  calls.push_back(Call{std::string(program::kDecodeGreedyMethod), t, steps * t, {}});
+  return std::vector<Tensor>{Tensor::view(drawn_.data(), DType::kI64, {steps, t})};
 }
 
 }  // namespace cellm::executor::testing

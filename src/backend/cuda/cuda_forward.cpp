@@ -89,6 +89,8 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_RETURN_IF_ERROR(alloc(f->attn_, t * static_cast<std::size_t>(f->q_dim_)));
   CELLM_RETURN_IF_ERROR(alloc(f->gu_, t * 2 * static_cast<std::size_t>(spec.intermediate_size)));
   CELLM_RETURN_IF_ERROR(alloc(f->logits_, t * static_cast<std::size_t>(spec.vocab_size)));
+  CELLM_RETURN_IF_ERROR(alloc(f->feedback_, t));
+  CELLM_CUDA_CHECK(cudaMemset(f->feedback_.data(), 0, f->feedback_.bytes()));
   const std::int64_t decode_width = std::min(max_step, kMaxDecodeWidth);
   CELLM_RETURN_IF_ERROR(
       alloc(f->attn_ws_, attention_decode_workspace_bytes(decode_width, spec.num_heads,
@@ -371,7 +373,22 @@ void CudaForward::embed(const StepInputs& in, std::int32_t width, cudaStream_t s
   emb.vocab = spec_.vocab_size;
   emb.dim = spec_.hidden_size;
   emb.scale = spec_.embedding_scale;
+  emb.feedback = feedback_.data();
+  emb.record = record_.data();
+  emb.record_size = recorded_capacity();
   launch_embedding(emb, stream);
+}
+
+Status CudaForward::reserve_record(std::int32_t entries) {
+  if (entries < 0) return invalid_argument("cuda forward: record of {} entries", entries);
+  DeviceBuffer<std::int32_t> record;
+  if (entries > 0) {
+    CELLM_ASSIGN_OR_RETURN(record,
+                           DeviceBuffer<std::int32_t>::allocate(static_cast<std::size_t>(entries)));
+    CELLM_CUDA_CHECK(cudaMemset(record.data(), 0, record.bytes()));
+  }
+  record_ = std::move(record);
+  return Status::ok();
 }
 
 Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
@@ -407,7 +424,8 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
                                .counter = argmax_counter_.data(),
-                               .out = shape.argmax_to};
+                               .out = shape.argmax_to,
+                               .feedback = feedback_.data()};
     }
     CELLM_RETURN_IF_ERROR(gemv(head, stream));
   } else {

@@ -81,6 +81,15 @@ class CudaForward {
   std::int32_t kv_cells() const { return kv_cells_; }
   std::int32_t table_stride() const { return table_stride_; }
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
+  // decode_greedy's fed-back tokens (embedding.cuh): the argmax writers copy
+  // their ids into feedback_ids() ([max_step]), and the embedding of a step
+  // whose token rows are negative reads them there and records them in
+  // recorded_ids() ([recorded_capacity()]).
+  std::int32_t* feedback_ids() const { return feedback_.data(); }
+  std::int32_t* recorded_ids() const { return record_.data(); }
+  std::int32_t recorded_capacity() const { return static_cast<std::int32_t>(record_.size()); }
+  // Sizes the record (zeroed); call before any forward that feeds back.
+  Status reserve_record(std::int32_t entries);
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;
@@ -183,6 +192,8 @@ class CudaForward {
   std::int32_t inv_freq_stride_ = 0;
   DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;
   DeviceBuffer<float> logits_;
+  DeviceBuffer<std::int32_t> feedback_;  // [max_step]
+  DeviceBuffer<std::int32_t> record_;    // reserve_record's entries
   DeviceBuffer<float> attn_ws_;
   DeviceBuffer<std::int32_t> attn_counters_;    // decode v2's split counters, kept zero
   DeviceBuffer<std::int64_t> argmax_partials_;  // GemvArgmax: one per GEMV block

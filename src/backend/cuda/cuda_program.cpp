@@ -58,24 +58,44 @@ class CudaProgram final : public program::Program {
   std::int32_t* staging(StepArrays::Index which) const {
     return staging_.data() + static_cast<std::size_t>(which) * static_cast<std::size_t>(max_step());
   }
+  // decode_greedy's step s: its arrays, [StepArrays::kAttentionRows, chain
+  // width], in a slot of its own, so a step's upload never reads what the
+  // host writes for a later one.
+  std::int32_t* chain_staging(std::int32_t s, StepArrays::Index which) const {
+    const auto width = static_cast<std::size_t>(methods_.decode_greedy_width());
+    return chain_staging_.data() +
+           (static_cast<std::size_t>(s) * StepArrays::kAttentionRows + which) * width;
+  }
   static bool uses_decode_kernel(const program::MethodEntry& m) {
     return m.kind == MethodKind::kStatic && m.width <= kMaxDecodeWidth;
   }
 
   Status capture(const std::string& name, const program::MethodEntry& method);
   void upload_step(std::int32_t width, int arrays);
+  // A static method's forward of the arrays already on the device: its graph
+  // or its launches, and the argmax of its first `rows` logits rows into
+  // tokens_mapped_ and the forward's feedback ids unless its lm_head took it.
+  Status launch_static(const program::MethodEntry& method, std::int32_t rows, bool argmax);
   void stage_padding_step(std::int32_t width);
   Status sync_tables(const program::ForwardCall& call);
   Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_decode_greedy(std::span<const Tensor> inputs);
+  // Launches the device argmax of `rows` rows of `logits` (ids into
+  // tokens_mapped_ and the forward's feedback ids).
+  void launch_argmax(const float* logits, std::int32_t rows);
 
   program::ForwardMethods methods_;
   std::unique_ptr<CudaForward> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
+  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
+  // decode_greedy: kDecodeGreedyMaxSteps slots (chain_staging), and the ids
+  // the steps' embeddings recorded, copied back at the end of a call.
+  PinnedBuffer<std::int32_t> chain_staging_;
+  PinnedBuffer<std::int32_t> chain_ids_;
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   // A captured step, and whether its lm_head GEMV also writes the argmax of
   // its logits row into tokens_mapped_.
@@ -121,8 +141,9 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
         "the CUDA program does not export taps yet; use the CPU program for "
         "execute_raw taps");
   }
-  CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
-                         program::ForwardMethods::build(options, std::string(kBackend)));
+  CELLM_ASSIGN_OR_RETURN(
+      program::ForwardMethods methods,
+      program::ForwardMethods::build(options, std::string(kBackend), /*decode_greedy=*/true));
   std::int64_t cells = options.kv_cells;
   if (cells == 0) {
     std::size_t free_bytes = 0;
@@ -159,6 +180,17 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
   CELLM_ASSIGN_OR_RETURN(p->suppressed_device_,
                          DeviceBuffer<std::int32_t>::allocate(steps * kSampleMaxSuppressed));
   CELLM_ASSIGN_OR_RETURN(p->tokens_host_, PinnedBuffer<std::int32_t>::allocate(steps));
+  if (options.device_sampling) {
+    const auto chain_width = static_cast<std::size_t>(p->methods_.decode_greedy_width());
+    const auto chain_steps = static_cast<std::size_t>(program::kDecodeGreedyMaxSteps);
+    CELLM_ASSIGN_OR_RETURN(p->chain_staging_,
+                           PinnedBuffer<std::int32_t>::allocate(chain_steps * chain_width *
+                                                                StepArrays::kAttentionRows));
+    CELLM_ASSIGN_OR_RETURN(p->chain_ids_,
+                           PinnedBuffer<std::int32_t>::allocate((chain_steps - 1) * chain_width));
+    CELLM_RETURN_IF_ERROR(
+        p->forward_->reserve_record(static_cast<std::int32_t>((chain_steps - 1) * chain_width)));
+  }
   void* mapped = nullptr;
   if (const cudaError_t e = cudaHostGetDevicePointer(&mapped, p->tokens_host_.data(), 0);
       e != cudaSuccess) {
@@ -238,13 +270,12 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
   stream_.synchronize();
   argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
   GraphExec::begin_capture(stream_.get());
-  // The step's upload is the graph's first node: one launch a step instead
-  // of a copy and a launch (the host's part of the gap between steps). A
-  // kernel reading the staging buffer through its device mapping instead
-  // measured no faster: its PCIe reads took as long as the copy (H200, 1B
-  // batch 1 0.852-0.856 against 0.854-0.866 ms/step, batch 64 1.567-1.602
-  // against 1.542-1.548; bench/results/README.md, session 17).
-  upload_step(method.width, StepArrays::kAttentionRows);
+  // The step's upload stays outside the graph: decode_greedy uploads each
+  // step from a slot of its own before replaying the same graph. (Sessions
+  // 16-19 captured it as the first node; a separate copy measured within the
+  // spread then, H200 1B batch 1 0.856 / 0.848 against 0.848 / 0.851
+  // ms/step. A kernel reading the staging buffer through its device mapping
+  // measured no faster either: bench/results/README.md, session 17.)
   ForwardShape captured = shape;
   // A greedy one-token step then finds its token written with the logits.
   if (methods_.options().device_sampling) captured.argmax_to = tokens_mapped_;
@@ -353,10 +384,10 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   const bool replay =
       is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels;
   argmax_ready_ = replay && graph->second.argmax ? forward_->logits() : nullptr;
+  upload_step(width, shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
   if (replay) {
-    graph->second.graph.launch(stream_.get());  // uploads the step itself (capture)
+    graph->second.graph.launch(stream_.get());
   } else {
-    upload_step(width, shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
     CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
   }
   const std::int64_t vocab = spec().vocab_size;
@@ -406,11 +437,7 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     ++stats_.argmax_from_lm_head;  // the wait below is for the graph
   } else if (argmax) {
     ++stats_.argmax_launched;
-    if (knobs.kernels.split_argmax) {
-      p.argmax_partials = argmax_partials_.data();
-      p.argmax_counters = argmax_counters_.data();
-    }
-    launch_sample_argmax(p, stream_.get());
+    launch_argmax(p.logits, rows);
   } else {
     CELLM_RETURN_IF_ERROR(program::check_host_input(name, "params", inputs[1], DType::kF32, 2));
     if (inputs[1].dim(0) != rows || inputs[1].dim(1) != 4) {
@@ -465,6 +492,117 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
   return out;
 }
 
+void CudaProgram::launch_argmax(const float* logits, std::int32_t rows) {
+  SampleParams p;
+  p.logits = logits;
+  p.out = tokens_mapped_;
+  p.feedback = forward_->feedback_ids();
+  p.logits_stride = spec().vocab_size;
+  p.rows = rows;
+  p.vocab = static_cast<std::int32_t>(spec().vocab_size);
+  if (knobs.kernels.split_argmax) {
+    p.argmax_partials = argmax_partials_.data();
+    p.argmax_counters = argmax_counters_.data();
+  }
+  launch_sample_argmax(p, stream_.get());
+}
+
+Status CudaProgram::launch_static(const program::MethodEntry& method, std::int32_t rows,
+                                  bool argmax) {
+  auto graph = graphs_.find(method.width);
+  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
+  ForwardShape with_argmax = shape;
+  with_argmax.argmax_to = tokens_mapped_;
+  const bool head_argmax = argmax && forward_->takes_argmax(with_argmax);
+  if (knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
+    graph->second.graph.launch(stream_.get());
+    if (argmax && !graph->second.argmax) launch_argmax(forward_->logits(), rows);
+    return Status::ok();
+  }
+  CELLM_RETURN_IF_ERROR(forward_->enqueue(head_argmax ? with_argmax : shape, stream_.get()));
+  if (argmax && !head_argmax) launch_argmax(forward_->logits(), rows);
+  return Status::ok();
+}
+
+// decode_greedy (program.h): every step is uploaded from its own slot and
+// launched without waiting for the one before; its token rows hold -1 - h
+// from step 1 on, so its embedding reads the ids the previous step's argmax
+// left in the forward's feedback buffer and records them at h. The host
+// waits once, at the end.
+Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tensor> inputs) {
+  constexpr std::string_view name = program::kDecodeGreedyMethod;
+  if (cache_ == nullptr) return invalid_argument("{}: bind a CellCache first", name);
+  CELLM_ASSIGN_OR_RETURN(program::DecodeGreedyCall call,
+                         methods_.check_decode_greedy(inputs, spec().vocab_size, *cache_));
+  const std::int32_t t = call.width;
+  // The narrowest static method holding the rows, loaded.
+  const program::MethodEntry* method = nullptr;
+  for (const std::string& n : methods_.names()) {
+    const program::MethodEntry* m = methods_.find(n);
+    if (m->kind == MethodKind::kStatic && m->width >= t &&
+        (method == nullptr || m->width < method->width)) {
+      method = m;
+    }
+  }
+  if (method == nullptr || !method->loaded) {
+    return invalid_argument(
+        "{}: the static method for {} rows is not loaded; load forward_{} first", name, t,
+        method == nullptr ? t : method->width);
+  }
+  if (!uses_decode_kernel(*method)) {
+    return invalid_argument("{}: takes at most {} rows on the CUDA program, got {}", name,
+                            kMaxDecodeWidth, t);
+  }
+  const std::int32_t w = method->width;
+  const std::size_t pitch_in =
+      static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
+  const std::size_t pitch_out = static_cast<std::size_t>(max_step()) * sizeof(std::int32_t);
+  program::ForwardCall step_call;
+  for (std::int32_t s = 0; s < call.steps; ++s) {
+    const auto first = static_cast<std::size_t>(s) * static_cast<std::size_t>(t);
+    step_call.rows.assign(call.rows.begin() + static_cast<std::ptrdiff_t>(first),
+                          call.rows.begin() + static_cast<std::ptrdiff_t>(first + t));
+    step_call.placed = t;
+    CELLM_RETURN_IF_ERROR(sync_tables(step_call));
+    for (std::int32_t i = 0; i < w; ++i) {
+      const bool real = i < t;
+      const program::PlacedRow& row = call.rows[first + static_cast<std::size_t>(real ? i : 0)];
+      chain_staging(s, StepArrays::kTokens)[i] =
+          !real    ? 0
+          : s == 0 ? static_cast<std::int32_t>(call.tokens[static_cast<std::size_t>(i)])
+                   : -1 - ((s - 1) * t + i);
+      chain_staging(s, StepArrays::kPositions)[i] = real ? row.position : 0;
+      chain_staging(s, StepArrays::kSlots)[i] = real ? row.seq : -1;
+      chain_staging(s, StepArrays::kCells)[i] = real ? row.cell : cache::kScratchCell;
+      chain_staging(s, StepArrays::kSelector)[i] = std::min(i, t - 1);
+    }
+    const auto wide = static_cast<std::size_t>(w);
+    first_step_positions({chain_staging(s, StepArrays::kSlots), wide},
+                         {chain_staging(s, StepArrays::kPositions), wide},
+                         {chain_staging(s, StepArrays::kFreshFrom), wide}, row_scratch_);
+    CELLM_CUDA_CHECK(cudaMemcpy2DAsync(
+        forward_->step_device(), pitch_out, chain_staging(s, StepArrays::kTokens), pitch_in,
+        wide * sizeof(std::int32_t), static_cast<std::size_t>(StepArrays::kAttentionRows),
+        cudaMemcpyHostToDevice, stream_.get()));
+    CELLM_RETURN_IF_ERROR(launch_static(*method, t, /*argmax=*/true).with_context(name));
+  }
+  argmax_ready_ = nullptr;
+  const auto recorded = static_cast<std::size_t>(call.steps - 1) * static_cast<std::size_t>(t);
+  if (recorded > 0) {
+    CELLM_CUDA_CHECK(cudaMemcpyAsync(chain_ids_.data(), forward_->recorded_ids(),
+                                     recorded * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+                                     stream_.get()));
+  }
+  stream_.synchronize();  // SYNC POINT: the call's only wait
+  sampled_.resize(recorded + static_cast<std::size_t>(t));
+  std::copy(chain_ids_.data(), chain_ids_.data() + recorded, sampled_.begin());
+  std::copy(tokens_host_.data(), tokens_host_.data() + t,
+            sampled_.begin() + static_cast<std::ptrdiff_t>(recorded));
+  std::vector<Tensor> out;
+  out.push_back(Tensor::view(sampled_.data(), DType::kI64, {call.steps, t}));
+  return out;
+}
+
 Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
                                                  std::span<const Tensor> inputs) {
   program::MethodEntry* m = methods_.find(name);
@@ -477,6 +615,7 @@ Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
     case MethodKind::kModule: return run_forward(name, *m, inputs);
     case MethodKind::kSample:
     case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
+    case MethodKind::kDecodeGreedy: return run_decode_greedy(inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }

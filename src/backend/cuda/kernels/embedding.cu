@@ -19,7 +19,13 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
   griddep_enter();
   trace::mark(embedding_trace, trace::slot_of(p), trace::kWaitMark);
   const int t = blockIdx.x;
-  const std::int32_t token = p.tokens[t];
+  std::int32_t token = p.tokens[t];
+  if (token < 0 && p.feedback != nullptr) {
+    const std::int32_t fed = p.feedback[t];
+    const std::int32_t at = -1 - token;
+    if (threadIdx.x == 0 && p.record != nullptr && at < p.record_size) p.record[at] = fed;
+    token = fed;
+  }
   const bool valid = token >= 0 && token < p.vocab;
   const bf16* src = p.table + static_cast<std::int64_t>(valid ? token : 0) * p.dim;
   bf16* dst = p.out + static_cast<std::int64_t>(t) * p.dim;

@@ -2,6 +2,11 @@
 // outside [0, vocab) yields a zero row (ids are validated on the host; the
 // device only guarantees defined, in-bounds behaviour).
 //
+// Fed-back tokens (a decode_greedy chain, program.h): with `feedback` set, a
+// negative id -1 - h at row t stands for feedback[t], the id the previous
+// step's argmax drew for row t, which the kernel also records at record[h]
+// (h < record_size), so the chain's host reads every step's ids at its end.
+//
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
 
@@ -27,6 +32,9 @@ struct EmbeddingParams {
   std::int32_t dim = 0;  // multiple of 8 (16-byte rows)
   // Gemma multiplies by sqrt(hidden) rounded to bf16; the caller rounds.
   float scale = 1.0f;
+  const std::int32_t* feedback = nullptr;  // [num_tokens] or null: no fed-back ids
+  std::int32_t* record = nullptr;          // [record_size] or null
+  std::int32_t record_size = 0;
 
   // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
   bool pdl = false;

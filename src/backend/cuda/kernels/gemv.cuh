@@ -69,6 +69,9 @@ struct GemvArgmax {
   void* partials = nullptr;         // gemv_max_blocks() entries of 8 bytes
   std::int32_t* counter = nullptr;  // one, zero
   std::int32_t* out = nullptr;      // the column (a page-locked host int's device mapping, say)
+  // Optional: the column again, in device memory, where the next step's
+  // embedding reads it (a decode_greedy chain's fed-back token).
+  std::int32_t* feedback = nullptr;
 };
 inline constexpr std::size_t kGemvArgmaxPartBytes = 8;
 

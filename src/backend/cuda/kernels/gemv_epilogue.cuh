@@ -107,7 +107,9 @@ __device__ void merge_argmax(const GemvParams& p, float best, int best_i) {
   if (threadIdx.x == 0) {
     const ArgMax row = block_best();
     // All NaN: column 0, as the device argmax answers a row with no candidate.
-    *p.argmax.out = row.index < p.n ? row.index : 0;
+    const int column = row.index < p.n ? row.index : 0;
+    *p.argmax.out = column;
+    if (p.argmax.feedback != nullptr) *p.argmax.feedback = column;
   }
 }
 

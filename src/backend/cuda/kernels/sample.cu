@@ -27,7 +27,9 @@ __global__ void __launch_bounds__(kThreads)
   const float* row = p.logits + static_cast<std::int64_t>(blockIdx.x) * p.logits_stride;
   const ArgMax best = block_argmax(row, 0, p.vocab, p.vocab, banned, scratch);
   if (threadIdx.x == 0) {
-    p.out[blockIdx.x] = best.index < p.vocab ? best.index : first_candidate(p.vocab, banned);
+    const int id = best.index < p.vocab ? best.index : first_candidate(p.vocab, banned);
+    p.out[blockIdx.x] = id;
+    if (p.feedback != nullptr) p.feedback[blockIdx.x] = id;
   }
 }
 
@@ -113,7 +115,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   __syncthreads();  // scratch is reused
   const ArgMax row_best = split_block_argmax(scanned.value, scanned.index, scratch);
   if (threadIdx.x == 0) {
-    p.out[r] = row_best.index < p.vocab ? row_best.index : first_candidate(p.vocab, banned);
+    const int id = row_best.index < p.vocab ? row_best.index : first_candidate(p.vocab, banned);
+    p.out[r] = id;
+    if (p.feedback != nullptr) p.feedback[r] = id;
   }
 }
 

@@ -67,6 +67,9 @@ struct SampleParams {
   const float* logits = nullptr;             // [rows, logits_stride], first `vocab` columns used
   const float* params = nullptr;             // [rows, 4]; unused by sample_argmax
   std::int32_t* out = nullptr;               // [rows]
+  // sample_argmax only, optional ([rows]): the ids again, in device memory,
+  // where the next step's embedding reads them (decode_greedy's feedback).
+  std::int32_t* feedback = nullptr;
   const std::int32_t* suppressed = nullptr;  // [rows, kSampleMaxSuppressed] or null
   std::int64_t logits_stride = 0;
   std::int32_t rows = 0;
