@@ -11,10 +11,9 @@ namespace cellm::executor::testing {
 namespace {
 
 std::unique_ptr<CudaExecutor> make(std::shared_ptr<ToyProgram> program) {
-  auto made = CudaExecutor::create(program, 4, 0);
-  EXPECT_TRUE(made.ok()) << made.status().to_string();
-  EXPECT_TRUE((*made)->initialize());
-  return std::move(made).value();
+  auto ex = make_toy_executor(std::move(program));
+  EXPECT_NE(ex, nullptr);
+  return ex;
 }
 
 std::int64_t argmax_of(const Tensor& logits, std::int64_t row) {

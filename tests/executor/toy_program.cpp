@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/log.h"
 #include "sampling/sampler.h"
 #include "sampling/xorshift.h"
 
@@ -328,6 +329,16 @@ Result<std::vector<Tensor>> ToyProgram::decode_greedy(std::span<const Tensor> in
   }
   calls.push_back(Call{std::string(program::kDecodeGreedyMethod), t, steps * t, {}});
   return std::vector<Tensor>{Tensor::view(drawn_.data(), DType::kI64, {steps, t})};
+}
+
+std::unique_ptr<CudaExecutor> make_toy_executor(std::shared_ptr<ToyProgram> program) {
+  auto made = CudaExecutor::create(std::move(program), 4, 0);
+  if (!made.ok()) {
+    CELLM_LOG_ERROR("toy executor: {}", made.status().to_string());
+    return nullptr;
+  }
+  if (!(*made)->initialize()) return nullptr;
+  return std::move(made).value();
 }
 
 }  // namespace cellm::executor::testing

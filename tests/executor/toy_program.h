@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cache/cell_cache.h"
+#include "executor/cuda_executor.h"
 #include "program/program.h"
 
 namespace cellm::executor::testing {
@@ -105,5 +106,9 @@ class ToyProgram : public program::Program {
   std::vector<std::int64_t> tokens_;
   std::vector<std::int64_t> drawn_;  // decode_greedy's output
 };
+
+// A CudaExecutor over `program` for four sessions, initialised; null if
+// either step fails (the reason is logged).
+std::unique_ptr<CudaExecutor> make_toy_executor(std::shared_ptr<ToyProgram> program);
 
 }  // namespace cellm::executor::testing
