@@ -296,6 +296,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       GemvParams qkv = gemv_params(x_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(), w);
       qkv.bias = lw.qkv_bias;
       qkv.tensor_cores = (active_.gemv_mma & kMmaQkv) != 0;
+      qkv.mma_warps = active_.gemv_mma_warps;
       qkv.prologue = GemvPrologue::kRmsNorm;
       qkv.norm_weight = lw.attn_norm;
       if (rope_in_qkv) {
@@ -318,6 +319,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
         GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
         o.epilogue = GemvEpilogue::kResidualAdd;
         o.tensor_cores = (active_.gemv_mma & kMmaO) != 0;
+        o.mma_warps = active_.gemv_mma_warps;
         CELLM_RETURN_IF_ERROR(gemv(o, stream));
       }
       GemvParams gate_up = gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
@@ -327,10 +329,12 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       gate_up.epilogue = s.activation == model::Activation::kGeluTanh ? GemvEpilogue::kGatedGeluTanh
                                                                       : GemvEpilogue::kGatedSilu;
       gate_up.tensor_cores = (active_.gemv_mma & kMmaGateUp) != 0;
+      gate_up.mma_warps = active_.gemv_mma_warps;
       CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
       GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
       down.epilogue = GemvEpilogue::kResidualAdd;
       down.tensor_cores = (active_.gemv_mma & kMmaDown) != 0;
+      down.mma_warps = active_.gemv_mma_warps;
       CELLM_RETURN_IF_ERROR(gemv(down, stream));
       continue;
     }
@@ -421,6 +425,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
     head.tensor_cores = (active_.gemv_mma & kMmaHead) != 0;
+    head.mma_warps = active_.gemv_mma_warps;
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
                                .counter = argmax_counter_.data(),

@@ -185,6 +185,10 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   expect_only(
       "CELLM_GEMV_MMA", "down,o", [](KernelChoice& c) { c.gemv_mma = kMmaO | kMmaDown; },
       " stage_inputs=1 mma=o,down stream=0 ");
+  expect_only(
+      "CELLM_GEMV_MMA_WARPS", "8", [](KernelChoice& c) { c.gemv_mma_warps = 8; },
+      " mma=qkv,o,down/8 stream=0 ");
+  EXPECT_FALSE(parse_kernel_choice(lookup_from({{"CELLM_GEMV_MMA_WARPS", "4"}})).ok());
 }
 
 }  // namespace

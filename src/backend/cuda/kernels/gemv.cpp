@@ -20,6 +20,10 @@ Status GemvParams::validate() const {
         "ldc >= n)",
         lda, ldw, ldc, k, n);
   }
+  if (mma_warps != 0 && mma_warps != 8 && mma_warps != 16) {
+    return invalid_argument("cuda gemv: mma_warps {} must be 0 (the kernel chooses), 8 or 16",
+                            mma_warps);
+  }
   CELLM_RETURN_IF_ERROR(require_aligned16(a, "gemv", "a"));
   CELLM_RETURN_IF_ERROR(require_aligned16(w, "gemv", "w"));
   if (prologue == GemvPrologue::kRmsNorm) {

@@ -129,6 +129,8 @@ struct GemvParams {
   // them (gemv_mma.cuh): the same epilogues, sums in another order, and with
   // the norm prologue inputs of ~16 bits of mantissa instead of float.
   bool tensor_cores = false;
+  // Tensor cores: warps a block, 8 or 16; 0 lets the kernel choose.
+  std::int32_t mma_warps = 0;
   // out != nullptr: also take the argmax (m = 1, kStore, out_f32; see GemvArgmax).
   GemvArgmax argmax;
 #if CELLM_KERNEL_TRACE

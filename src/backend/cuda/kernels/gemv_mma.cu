@@ -368,6 +368,7 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
 // 8192), eight otherwise (a block per SM for the o projection, so the next
 // kernel's blocks find room beside it).
 bool wide_blocks(const GemvParams& p) {
+  if (p.mma_warps != 0) return p.mma_warps == 16;
   return mma_groups(p) <= multiprocessor_count() && p.k >= 16 * kStepK * kSteps * 2;
 }
 

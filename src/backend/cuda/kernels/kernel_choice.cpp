@@ -135,6 +135,13 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_GEMV_MMA")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemv_mma, parse_mma("CELLM_GEMV_MMA", *v));
   }
+  if (auto v = lookup("CELLM_GEMV_MMA_WARPS")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemv_mma_warps, parse_int("CELLM_GEMV_MMA_WARPS", *v, 0, 16));
+    if (choice.gemv_mma_warps != 0 && choice.gemv_mma_warps != 8 && choice.gemv_mma_warps != 16) {
+      return invalid_argument("CELLM_GEMV_MMA_WARPS is {}; use 0 (the kernel chooses), 8 or 16",
+                              choice.gemv_mma_warps);
+    }
+  }
   if (auto v = lookup("CELLM_DECODE_STREAM")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_stream, parse_flag("CELLM_DECODE_STREAM", *v));
   }
@@ -187,9 +194,12 @@ std::string describe(const KernelChoice& choice) {
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
       choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
-      choice.gemv_stage_inputs ? 1 : 0, describe_mma(choice.gemv_mma), choice.decode_stream ? 1 : 0,
-      choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0, choice.split_argmax ? 1 : 0,
-      choice.head_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
+      choice.gemv_stage_inputs ? 1 : 0,
+      describe_mma(choice.gemv_mma) +
+          (choice.gemv_mma_warps != 0 ? "/" + std::to_string(choice.gemv_mma_warps) : ""),
+      choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,
+      choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
+      choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

@@ -63,6 +63,10 @@
 //                                  0.831, all 0.846-0.847), 8B 4.133 -> 4.029-4.056 (all 4.432),
 //                                  Qwen3-0.6B 0.894 -> 0.840; gate/up and the lm_head walk many
 //                                  groups a block and lost at 8B)
+//   CELLM_GEMV_MMA_WARPS=0|8|16    warps of a tensor-core GEMV block (GemvParams::mma_warps):
+//                                  0 chooses (16 where the groups leave SMs empty and k is long,
+//                                  1B's down; else 8, a block an SM, so the next kernel's blocks
+//                                  fit beside it and request their weights before their wait)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -128,6 +132,7 @@ struct KernelChoice {
   bool gemv_single_rows = true;
   bool gemv_stage_inputs = true;
   std::uint32_t gemv_mma = kMmaQkv | kMmaO | kMmaDown;  // GemvMma bits
+  std::int32_t gemv_mma_warps = 0;                      // 0: the kernel chooses
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -150,7 +155,7 @@ KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
 // push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
-// mma=qkv,o,down stream=1 pdl=1 autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1
+// mma=qkv,o,down stream=1 pdl=1 (mma=qkv,o,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1
 // sample_candidates=1", for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
