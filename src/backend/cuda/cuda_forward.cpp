@@ -250,6 +250,10 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
         "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
         shape.decode_rows, w);
   }
+  if (shape.chain_slot >= chain_slots_ || (shape.chain_slot >= 0 && w > chain_width_)) {
+    return invalid_argument("cuda forward: chain slot {} of width {} (reserved: {} slots of {})",
+                            shape.chain_slot, w, chain_slots_, chain_width_);
+  }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
   return Status::ok();
 }
@@ -276,7 +280,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   CELLM_RETURN_IF_ERROR(validate_shape(shape));
   const model::ModelSpec& s = spec_;
   const std::int32_t w = shape.width;
-  const StepInputs in = step_inputs();
+  const StepInputs in = step_inputs(shape);
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
   active_ = shape.kernels;
@@ -284,7 +288,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   const bool fused = fused_step(shape);
   const bool o_fused = o_in_attention(shape);
 
-  embed(in, w, stream);
+  embed(shape, in, stream);
 
   const std::int32_t splits = decode_splits(shape);
   for (int l = 0; l < s.num_layers; ++l) {
@@ -368,12 +372,16 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   return enqueue_logits(shape, in, fused, stream);
 }
 
-void CudaForward::embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const {
-  EmbeddingParams emb;  // first kernel: it follows the step's upload, so no pdl
+void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
+                        cudaStream_t stream) const {
+  // The step's first kernel: it follows the step's upload (no pdl), or in a
+  // graph of chained steps the previous step's last kernel.
+  EmbeddingParams emb;
+  emb.pdl = shape.chain_slot > 0 && shape.kernels.pdl;
   emb.tokens = in.tokens;
   emb.table = weights_.embed;
   emb.out = x_.data();
-  emb.num_tokens = width;
+  emb.num_tokens = shape.width;
   emb.vocab = spec_.vocab_size;
   emb.dim = spec_.hidden_size;
   emb.scale = spec_.embedding_scale;
@@ -383,15 +391,25 @@ void CudaForward::embed(const StepInputs& in, std::int32_t width, cudaStream_t s
   launch_embedding(emb, stream);
 }
 
-Status CudaForward::reserve_record(std::int32_t entries) {
-  if (entries < 0) return invalid_argument("cuda forward: record of {} entries", entries);
-  DeviceBuffer<std::int32_t> record;
-  if (entries > 0) {
-    CELLM_ASSIGN_OR_RETURN(record,
-                           DeviceBuffer<std::int32_t>::allocate(static_cast<std::size_t>(entries)));
-    CELLM_CUDA_CHECK(cudaMemset(record.data(), 0, record.bytes()));
+Status CudaForward::reserve_chain(std::int32_t record_entries, std::int32_t slots,
+                                  std::int32_t width) {
+  if (record_entries < 0 || slots < 0 || width < 0 || width > max_step_) {
+    return invalid_argument("cuda forward: a chain of {} record entries and {} slots of {} rows",
+                            record_entries, slots, width);
   }
-  record_ = std::move(record);
+  const auto zeroed = [](std::size_t n) -> Result<DeviceBuffer<std::int32_t>> {
+    DeviceBuffer<std::int32_t> b;
+    if (n == 0) return b;
+    CELLM_ASSIGN_OR_RETURN(b, DeviceBuffer<std::int32_t>::allocate(n));
+    CELLM_CUDA_CHECK(cudaMemset(b.data(), 0, b.bytes()));
+    return b;
+  };
+  CELLM_ASSIGN_OR_RETURN(record_, zeroed(static_cast<std::size_t>(record_entries)));
+  CELLM_ASSIGN_OR_RETURN(chain_steps_,
+                         zeroed(static_cast<std::size_t>(slots) * StepArrays::kAttentionRows *
+                                static_cast<std::size_t>(width)));
+  chain_slots_ = slots;
+  chain_width_ = width;
   return Status::ok();
 }
 

@@ -55,6 +55,11 @@ struct ForwardShape {
   // (GemvArgmax; a page-locked host int's device mapping), when the step
   // takes it there (CudaForward::takes_argmax). Null: no argmax.
   std::int32_t* argmax_to = nullptr;
+  // -1: the step reads its arrays from step_device(). s >= 0: from chain
+  // slot s (chain_steps_device()), and for s > 0 its embedding follows the
+  // previous step of the same graph by programmatic launch (a decode_greedy
+  // graph of several steps, cuda_program.cpp).
+  std::int32_t chain_slot = -1;
 };
 
 class CudaForward {
@@ -88,8 +93,12 @@ class CudaForward {
   std::int32_t* feedback_ids() const { return feedback_.data(); }
   std::int32_t* recorded_ids() const { return record_.data(); }
   std::int32_t recorded_capacity() const { return static_cast<std::int32_t>(record_.size()); }
-  // Sizes the record (zeroed); call before any forward that feeds back.
-  Status reserve_record(std::int32_t entries);
+  // The chain slots ForwardShape::chain_slot reads: [slots,
+  // StepArrays::kAttentionRows, width], each array `width` entries apart.
+  std::int32_t* chain_steps_device() const { return chain_steps_.data(); }
+  // Sizes the record and the chain slots (zeroed); call before any forward
+  // that feeds back or reads a slot.
+  Status reserve_chain(std::int32_t record_entries, std::int32_t slots, std::int32_t width);
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;
@@ -131,7 +140,7 @@ class CudaForward {
   void norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, std::int32_t rows,
             cudaStream_t stream) const;
   std::int32_t decode_splits(const ForwardShape& shape) const;
-  StepInputs step_inputs() const;
+  StepInputs step_inputs(const ForwardShape& shape) const;
   // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter (unless
   // `rope_done`: the q/k/v GEMV did both) and attention of layer l.
   // With `o_fused` the attention kernel also adds the o projection into x_.
@@ -162,7 +171,7 @@ class CudaForward {
   bool stream_step(const ForwardShape& shape) const;
   Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
   // The token embeddings of the step's `width` rows into x_ (its first kernel).
-  void embed(const StepInputs& in, std::int32_t width, cudaStream_t stream) const;
+  void embed(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream) const;
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);
@@ -193,7 +202,10 @@ class CudaForward {
   DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;
   DeviceBuffer<float> logits_;
   DeviceBuffer<std::int32_t> feedback_;  // [max_step]
-  DeviceBuffer<std::int32_t> record_;    // reserve_record's entries
+  DeviceBuffer<std::int32_t> record_;    // reserve_chain's record entries
+  DeviceBuffer<std::int32_t> chain_steps_;
+  std::int32_t chain_slots_ = 0;
+  std::int32_t chain_width_ = 0;
   DeviceBuffer<float> attn_ws_;
   DeviceBuffer<std::int32_t> attn_counters_;    // decode v2's split counters, kept zero
   DeviceBuffer<std::int64_t> argmax_partials_;  // GemvArgmax: one per GEMV block

@@ -12,9 +12,15 @@
 
 namespace cellm::cuda {
 
-CudaForward::StepInputs CudaForward::step_inputs() const {
+CudaForward::StepInputs CudaForward::step_inputs(const ForwardShape& shape) const {
+  const bool chained = shape.chain_slot >= 0;
+  const auto pitch = static_cast<std::size_t>(chained ? chain_width_ : max_step_);
+  const std::int32_t* base =
+      chained ? chain_steps_.data() +
+                    static_cast<std::size_t>(shape.chain_slot) * StepArrays::kAttentionRows * pitch
+              : step_.data();
   const auto array = [&](int index) {
-    return step_.data() + static_cast<std::size_t>(index) * static_cast<std::size_t>(max_step_);
+    return const_cast<std::int32_t*>(base) + static_cast<std::size_t>(index) * pitch;
   };
   return StepInputs{array(StepArrays::kTokens),       array(StepArrays::kPositions),
                     array(StepArrays::kSlots),        array(StepArrays::kCells),

@@ -115,7 +115,7 @@ Status CudaForward::enqueue_stream(const ForwardShape& shape, const StepInputs& 
   p.pdl = shape.kernels.pdl;
   CELLM_RETURN_IF_ERROR(p.validate());
 
-  embed(in, 1, stream);
+  embed(shape, in, stream);
   launch_decode_stream(p, stream);
   return enqueue_logits(shape, in, /*fused=*/true, stream);
 }

@@ -16,7 +16,10 @@ CELLM_TRACE_TABLE(embedding_trace);
 
 __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
   const trace::BlockScope traced(embedding_trace, trace::slot_of(p));
-  griddep_enter();
+  // The next kernel may launch at once (its blocks request their weights
+  // while this one waits): it waits for this one's rows itself.
+  griddep_launch_dependents();
+  griddep_wait();
   trace::mark(embedding_trace, trace::slot_of(p), trace::kWaitMark);
   const int t = blockIdx.x;
   std::int32_t token = p.tokens[t];
