@@ -1,0 +1,199 @@
+// decode_greedy on the CUDA program (program.h): greedy steps chained on the
+// device, and the argmax launches they share with the samplers.
+#include <algorithm>
+
+#include "backend/cuda/attention_rows.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_program_impl.h"
+#include "backend/cuda/kernels/sample.cuh"
+#include "cache/cell_cache.h"
+
+namespace cellm::cuda::detail {
+
+void CudaProgram::launch_argmax(const float* logits, std::int32_t rows) {
+  SampleParams p;
+  p.logits = logits;
+  p.out = tokens_mapped_;
+  p.feedback = forward_->feedback_ids();
+  p.logits_stride = spec().vocab_size;
+  p.rows = rows;
+  p.vocab = static_cast<std::int32_t>(spec().vocab_size);
+  if (knobs.kernels.split_argmax) {
+    p.argmax_partials = argmax_partials_.data();
+    p.argmax_counters = argmax_counters_.data();
+  }
+  launch_sample_argmax(p, stream_.get());
+}
+
+Status CudaProgram::launch_static(const program::MethodEntry& method, std::int32_t rows,
+                                  bool argmax) {
+  auto graph = graphs_.find(method.width);
+  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
+  ForwardShape with_argmax = shape;
+  with_argmax.argmax_to = tokens_mapped_;
+  const bool head_argmax = argmax && forward_->takes_argmax(with_argmax);
+  if (knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
+    graph->second.graph.launch(stream_.get());
+    if (argmax && !graph->second.argmax) launch_argmax(forward_->logits(), rows);
+    return Status::ok();
+  }
+  CELLM_RETURN_IF_ERROR(forward_->enqueue(head_argmax ? with_argmax : shape, stream_.get()));
+  if (argmax && !head_argmax) launch_argmax(forward_->logits(), rows);
+  return Status::ok();
+}
+
+// decode_greedy (program.h). Every step is staged in a host slot of its own
+// and launched without waiting for the one before; its token rows hold
+// -1 - h from step 1 on, so its embedding reads the ids the previous step's
+// argmax left in the forward's feedback buffer and records them at h. Runs
+// of kChainGraphSteps steps replay one graph of that many steps, whose
+// steps follow each other by programmatic launch with one upload before it;
+// the rest go one graph (or eager forward) a step. The host waits once.
+Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tensor> inputs) {
+  constexpr std::string_view name = program::kDecodeGreedyMethod;
+  if (cache_ == nullptr) return invalid_argument("{}: bind a CellCache first", name);
+  CELLM_ASSIGN_OR_RETURN(program::DecodeGreedyCall call,
+                         methods_.check_decode_greedy(inputs, spec().vocab_size, *cache_));
+  const std::int32_t t = call.width;
+  // The narrowest static method holding the rows, loaded.
+  const program::MethodEntry* method = nullptr;
+  for (const std::string& n : methods_.names()) {
+    const program::MethodEntry* m = methods_.find(n);
+    if (m->kind == MethodKind::kStatic && m->width >= t &&
+        (method == nullptr || m->width < method->width)) {
+      method = m;
+    }
+  }
+  if (method == nullptr || !method->loaded) {
+    return invalid_argument(
+        "{}: the static method for {} rows is not loaded; load forward_{} first", name, t,
+        method == nullptr ? t : method->width);
+  }
+  if (!uses_decode_kernel(*method)) {
+    return invalid_argument("{}: takes at most {} rows on the CUDA program, got {}", name,
+                            kMaxDecodeWidth, t);
+  }
+  const bool graphs = knobs.use_graphs && graphs_.contains(method->width) &&
+                      graph_kernels_ == knobs.kernels && call.steps >= kChainGraphSteps;
+  // Before the staging: the capture runs on padding in the same slots.
+  if (graphs && !chain_graphs_.contains(method->width)) {
+    CELLM_RETURN_IF_ERROR(capture_chain(*method).with_context(name));
+  }
+  for (std::int32_t s = 0; s < call.steps; ++s) {
+    CELLM_RETURN_IF_ERROR(stage_chain_step(call, s, method->width));
+  }
+  const std::size_t slot_ints = static_cast<std::size_t>(StepArrays::kAttentionRows) *
+                                static_cast<std::size_t>(methods_.decode_greedy_width());
+  for (std::int32_t s = 0; s < call.steps;) {
+    if (graphs && call.steps - s >= kChainGraphSteps) {
+      CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->chain_steps_device(),
+                                       chain_staging(s, StepArrays::kTokens),
+                                       kChainGraphSteps * slot_ints * sizeof(std::int32_t),
+                                       cudaMemcpyHostToDevice, stream_.get()));
+      chain_graphs_.at(method->width).launch(stream_.get());
+      s += kChainGraphSteps;
+      continue;
+    }
+    const std::size_t pitch_in =
+        static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
+    const std::size_t pitch_out = static_cast<std::size_t>(max_step()) * sizeof(std::int32_t);
+    CELLM_CUDA_CHECK(
+        cudaMemcpy2DAsync(forward_->step_device(), pitch_out, chain_staging(s, StepArrays::kTokens),
+                          pitch_in, static_cast<std::size_t>(method->width) * sizeof(std::int32_t),
+                          static_cast<std::size_t>(StepArrays::kAttentionRows),
+                          cudaMemcpyHostToDevice, stream_.get()));
+    CELLM_RETURN_IF_ERROR(launch_static(*method, t, /*argmax=*/true).with_context(name));
+    ++s;
+  }
+  argmax_ready_ = nullptr;
+  const auto recorded = static_cast<std::size_t>(call.steps - 1) * static_cast<std::size_t>(t);
+  if (recorded > 0) {
+    CELLM_CUDA_CHECK(cudaMemcpyAsync(chain_ids_.data(), forward_->recorded_ids(),
+                                     recorded * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+                                     stream_.get()));
+  }
+  stream_.synchronize();  // SYNC POINT: the call's only wait
+  sampled_.resize(recorded + static_cast<std::size_t>(t));
+  std::copy(chain_ids_.data(), chain_ids_.data() + recorded, sampled_.begin());
+  std::copy(tokens_host_.data(), tokens_host_.data() + t,
+            sampled_.begin() + static_cast<std::ptrdiff_t>(recorded));
+  std::vector<Tensor> out;
+  out.push_back(Tensor::view(sampled_.data(), DType::kI64, {call.steps, t}));
+  return out;
+}
+
+// Step s's arrays into its host slot, `width` rows (padding past the call's),
+// and its rows' cell tables onto the device.
+Status CudaProgram::stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
+                                     std::int32_t width) {
+  const std::int32_t t = call.width;
+  const auto first = static_cast<std::size_t>(s) * static_cast<std::size_t>(t);
+  program::ForwardCall step;
+  step.rows.assign(call.rows.begin() + static_cast<std::ptrdiff_t>(first),
+                   call.rows.begin() + static_cast<std::ptrdiff_t>(first + t));
+  step.placed = t;
+  CELLM_RETURN_IF_ERROR(sync_tables(step));
+  for (std::int32_t i = 0; i < width; ++i) {
+    const bool real = i < t;
+    const program::PlacedRow& row = call.rows[first + static_cast<std::size_t>(real ? i : 0)];
+    chain_staging(s, StepArrays::kTokens)[i] =
+        !real    ? 0
+        : s == 0 ? static_cast<std::int32_t>(call.tokens[static_cast<std::size_t>(i)])
+                 : -1 - ((s - 1) * t + i);
+    chain_staging(s, StepArrays::kPositions)[i] = real ? row.position : 0;
+    chain_staging(s, StepArrays::kSlots)[i] = real ? row.seq : -1;
+    chain_staging(s, StepArrays::kCells)[i] = real ? row.cell : cache::kScratchCell;
+    chain_staging(s, StepArrays::kSelector)[i] = std::min(i, t - 1);
+  }
+  const auto wide = static_cast<std::size_t>(width);
+  first_step_positions({chain_staging(s, StepArrays::kSlots), wide},
+                       {chain_staging(s, StepArrays::kPositions), wide},
+                       {chain_staging(s, StepArrays::kFreshFrom), wide}, row_scratch_);
+  return Status::ok();
+}
+
+// kChainGraphSteps steps of `method`'s width in one graph, each reading its
+// chain slot; its argmax as the single-step graph takes it (the lm_head's,
+// or the argmax kernel over every row). Captured over padding-only slots
+// after one eager run of them.
+Status CudaProgram::capture_chain(const program::MethodEntry& method) {
+  const std::int32_t w = method.width;
+  for (std::int32_t s = 0; s < kChainGraphSteps; ++s) {
+    for (int a = 0; a < StepArrays::kAttentionRows; ++a) {
+      const auto which = static_cast<StepArrays::Index>(a);
+      const std::int32_t fill = which == StepArrays::kSlots   ? -1
+                                : which == StepArrays::kCells ? cache::kScratchCell
+                                                              : 0;
+      std::fill_n(chain_staging(s, which), methods_.decode_greedy_width(), fill);
+    }
+  }
+  const std::size_t bytes =
+      static_cast<std::size_t>(kChainGraphSteps) * StepArrays::kAttentionRows *
+      static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->chain_steps_device(),
+                                   chain_staging(0, StepArrays::kTokens), bytes,
+                                   cudaMemcpyHostToDevice, stream_.get()));
+  const auto enqueue_steps = [&]() -> Status {
+    for (std::int32_t s = 0; s < kChainGraphSteps; ++s) {
+      ForwardShape shape{w, w, true, knobs.kernels};
+      shape.argmax_to = tokens_mapped_;
+      shape.chain_slot = s;
+      const bool head = forward_->takes_argmax(shape);
+      if (!head) shape.argmax_to = nullptr;
+      CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
+      if (!head) launch_argmax(forward_->logits(), w);
+    }
+    return Status::ok();
+  };
+  CELLM_RETURN_IF_ERROR(enqueue_steps());
+  stream_.synchronize();
+  GraphExec::begin_capture(stream_.get());
+  Status enqueued = enqueue_steps();
+  auto graph = GraphExec::end_capture(stream_.get());
+  CELLM_RETURN_IF_ERROR(enqueued);
+  if (!graph.ok()) return graph.status();
+  chain_graphs_.emplace(w, std::move(graph).value());
+  return Status::ok();
+}
+
+}  // namespace cellm::cuda::detail

@@ -1,0 +1,148 @@
+// CudaProgram's declaration, shared by cuda_program.cpp (loading, single
+// forwards, samplers) and cuda_program_chain.cpp (decode_greedy). Internal to
+// the backend: everyone else reaches the program through cuda_program.h.
+//
+// Thread-safety: not thread-safe; one engine thread binds, loads, executes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/cuda_program.h"
+#include "backend/cuda/resources.h"
+#include "program/forward_methods.h"
+
+namespace cellm::cuda::detail {
+
+using program::MethodKind;
+
+inline constexpr std::string_view kBackend = "cuda";
+// Static widths up to kMaxDecodeWidth use the split-KV attention kernel
+// (decode-heavy batches); wider steps run eagerly and split their rows
+// between the two kernels (attention_rows.h).
+// Device memory kept out of the K/V pool for the cell tables and the
+// runtime's own needs.
+inline constexpr std::size_t kReserveBytes = std::size_t{1} << 30;
+// decode_greedy replays graphs of this many steps (one upload and one launch
+// for all of them; H200, 1B batch 1: one graph a step ran 0.815 ms/step
+// chained, as fast as one step at a time).
+inline constexpr std::int32_t kChainGraphSteps = 8;
+
+class CudaProgram final : public program::Program {
+ public:
+  static Result<std::unique_ptr<CudaProgram>> create(const model::ModelSpec& spec,
+                                                     DeviceWeights weights,
+                                                     const program::ProgramOptions& options);
+
+  std::string backend_name() const override { return std::string(kBackend); }
+  std::vector<std::string> method_names() const override { return methods_.names(); }
+  Result<program::MethodMeta> method_meta(std::string_view name) const override {
+    return methods_.meta(name, spec().vocab_size, spec().hidden_size, Device::kCuda);
+  }
+  std::optional<std::int64_t> constant(std::string_view name) const override;
+  program::CacheLayout cache_layout() const override;
+  Status bind_cache(std::shared_ptr<cache::CellCache> cache) override;
+  Status load_method(std::string_view name) override;
+  Result<std::vector<Tensor>> execute(std::string_view name,
+                                      std::span<const Tensor> inputs) override;
+
+  CudaProgramKnobs knobs;
+  const char* decode_stream_unavailable() const { return forward_->stream_unavailable(); }
+  const char* decode_fused_o_unavailable() const { return forward_->fused_o_unavailable(); }
+  const CudaProgramStats& stats() const { return stats_; }
+
+ private:
+  CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
+      : methods_(std::move(methods)), forward_(std::move(forward)) {}
+  const model::ModelSpec& spec() const { return forward_->spec(); }
+  std::int32_t max_step() const { return forward_->max_step(); }
+  std::int32_t* staging(StepArrays::Index which) const {
+    return staging_.data() + static_cast<std::size_t>(which) * static_cast<std::size_t>(max_step());
+  }
+  // decode_greedy's step s: its arrays, [StepArrays::kAttentionRows, chain
+  // width], in a slot of its own, so a step's upload never reads what the
+  // host writes for a later one.
+  std::int32_t* chain_staging(std::int32_t s, StepArrays::Index which) const {
+    const auto width = static_cast<std::size_t>(methods_.decode_greedy_width());
+    return chain_staging_.data() +
+           (static_cast<std::size_t>(s) * StepArrays::kAttentionRows + which) * width;
+  }
+  static bool uses_decode_kernel(const program::MethodEntry& m) {
+    return m.kind == MethodKind::kStatic && m.width <= kMaxDecodeWidth;
+  }
+
+  Status capture(const std::string& name, const program::MethodEntry& method);
+  void upload_step(std::int32_t width, int arrays);
+  // A static method's forward of the arrays already on the device: its graph
+  // or its launches, and the argmax of its first `rows` logits rows into
+  // tokens_mapped_ and the forward's feedback ids unless its lm_head took it.
+  Status launch_static(const program::MethodEntry& method, std::int32_t rows, bool argmax);
+  void stage_padding_step(std::int32_t width);
+  Status sync_tables(const program::ForwardCall& call);
+  Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
+                                          std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
+                                          std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_decode_greedy(std::span<const Tensor> inputs);
+  Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
+                          std::int32_t width);
+  Status capture_chain(const program::MethodEntry& method);
+  // Launches the device argmax of `rows` rows of `logits` (ids into
+  // tokens_mapped_ and the forward's feedback ids).
+  void launch_argmax(const float* logits, std::int32_t rows);
+
+  program::ForwardMethods methods_;
+  std::unique_ptr<CudaForward> forward_;
+  std::shared_ptr<cache::CellCache> cache_;
+  Stream stream_;
+  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
+  // decode_greedy: kDecodeGreedyMaxSteps slots (chain_staging), and the ids
+  // the steps' embeddings recorded, copied back at the end of a call.
+  PinnedBuffer<std::int32_t> chain_staging_;
+  PinnedBuffer<std::int32_t> chain_ids_;
+  std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
+  // A captured step, and whether its lm_head GEMV also writes the argmax of
+  // its logits row into tokens_mapped_.
+  struct CapturedStep {
+    GraphExec graph;
+    bool argmax = false;
+  };
+  std::map<std::int32_t, CapturedStep> graphs_;
+  // decode_greedy's graphs of kChainGraphSteps steps, by width; captured on
+  // first use, dropped with graphs_.
+  std::map<std::int32_t, GraphExec> chain_graphs_;
+  KernelChoice graph_kernels_;  // what graphs_ were captured with
+  // Device mirror of the cell tables: per slot, the epoch it was loaded for
+  // and how many leading entries are current on the device.
+  std::vector<std::uint64_t> table_epoch_;
+  std::vector<std::int32_t> table_valid_;
+  // Sampler staging.
+  PinnedBuffer<float> params_host_;    // [max_step, 4]
+  DeviceBuffer<float> params_device_;  // [max_step, 4]
+  // The sample method's optional suppressed ids, [max_step, kSampleMaxSuppressed].
+  PinnedBuffer<std::int32_t> suppressed_host_;
+  DeviceBuffer<std::int32_t> suppressed_device_;
+  // The sampled ids: the sampler kernels write them straight into this
+  // page-locked buffer through its device mapping (tokens_mapped_), so the
+  // step's wait returns without a copy after the kernel (H200, 1B batch 1:
+  // 0.851-0.853 -> 0.845-0.848 ms/step).
+  PinnedBuffer<std::int32_t> tokens_host_;
+  std::int32_t* tokens_mapped_ = nullptr;
+  // The logits of the last forward when its graph also wrote their argmax
+  // into tokens_mapped_ and no sampler has launched since; else null.
+  const float* argmax_ready_ = nullptr;
+  CudaProgramStats stats_;
+  // The split argmax's partials and per-row counters (sample.cuh).
+  DeviceBuffer<std::int64_t> argmax_partials_;
+  DeviceBuffer<std::int32_t> argmax_counters_;
+  std::vector<std::int64_t> sampled_;
+  std::vector<float> host_logits_;  // only without device sampling
+};
+
+}  // namespace cellm::cuda::detail
