@@ -3,7 +3,8 @@
 // the same steps draw one at a time through execute_raw and argmax_rows on
 // the same program, for one row (the lm_head GEMV takes the argmax inside the
 // graph) and several (the argmax kernel after it), replayed or launched
-// eagerly, over more steps than one call takes.
+// eagerly, over more steps than one call takes and in graphs of several
+// chained steps or of one.
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -78,7 +79,9 @@ TEST_P(DecodeGreedyGpuTest, ChainedStepsDrawWhatOneStepAtATimeDraws) {
     (i < static_cast<std::size_t>(c.rows) ? chained : stepped).push_back(fed[i].seq);
   }
 
-  constexpr int kSteps = 70;  // two calls of decode_greedy: 64 steps, then 6
+  // Two calls of decode_greedy: 64 steps (eight graphs of eight chained
+  // steps), then 13 (one such graph, then five graphs of one step).
+  constexpr int kSteps = 77;
   auto ids = ex->decode_greedy(chained, first, kSteps);
   ASSERT_TRUE(ids.ok()) << ids.status().to_string();
   ASSERT_EQ(ids->size(), static_cast<std::size_t>(kSteps));
