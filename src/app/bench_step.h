@@ -26,7 +26,7 @@ struct StepBenchOptions {
   std::vector<int> contexts = {128, 512, 2048, 8192};
   std::vector<int> prompts = {128, 512, 2048, 8192};
   int warmup_steps = 8;
-  int steps = 32;
+  int steps = 64;  // one decode_greedy call (kDecodeGreedyMaxSteps) a chain
   int prefill_reps = 5;
   std::string json_path;  // JSON lines appended here when set
   std::uint64_t seed = 1;

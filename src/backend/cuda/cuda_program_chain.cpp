@@ -46,9 +46,9 @@ Status CudaProgram::launch_static(const program::MethodEntry& method, std::int32
 // and launched without waiting for the one before; its token rows hold
 // -1 - h from step 1 on, so its embedding reads the ids the previous step's
 // argmax left in the forward's feedback buffer and records them at h. Runs
-// of kChainGraphSteps steps replay one graph of that many steps, whose
-// steps follow each other by programmatic launch with one upload before it;
-// the rest go one graph (or eager forward) a step. The host waits once.
+// of kChainGraphSizes steps replay one graph of that many steps, whose steps
+// follow each other by programmatic launch with one upload before it; the
+// rest go one graph (or eager forward) a step. The host waits once.
 Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tensor> inputs) {
   constexpr std::string_view name = program::kDecodeGreedyMethod;
   if (cache_ == nullptr) return invalid_argument("{}: bind a CellCache first", name);
@@ -73,37 +73,47 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
     return invalid_argument("{}: takes at most {} rows on the CUDA program, got {}", name,
                             kMaxDecodeWidth, t);
   }
-  const bool graphs = knobs.use_graphs && graphs_.contains(method->width) &&
-                      graph_kernels_ == knobs.kernels && call.steps >= kChainGraphSteps;
-  // Before the staging: the capture runs on padding in the same slots.
-  if (graphs && !chain_graphs_.contains(method->width)) {
-    CELLM_RETURN_IF_ERROR(capture_chain(*method).with_context(name));
-  }
-  for (std::int32_t s = 0; s < call.steps; ++s) {
-    CELLM_RETURN_IF_ERROR(stage_chain_step(call, s, method->width));
+  const bool graphs =
+      knobs.use_graphs && graphs_.contains(method->width) && graph_kernels_ == knobs.kernels;
+  // The graphs first: a capture runs padding steps in the staging slots.
+  for (const std::int32_t size : kChainGraphSizes) {
+    if (graphs && call.steps >= size && !chain_graphs_.contains({method->width, size})) {
+      CELLM_RETURN_IF_ERROR(capture_chain(*method, size).with_context(name));
+    }
   }
   const std::size_t slot_ints = static_cast<std::size_t>(StepArrays::kAttentionRows) *
                                 static_cast<std::size_t>(methods_.decode_greedy_width());
+  // Each run of steps is staged and launched before the next is staged, so
+  // the GPU starts while the host stages the rest.
   for (std::int32_t s = 0; s < call.steps;) {
-    if (graphs && call.steps - s >= kChainGraphSteps) {
-      CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->chain_steps_device(),
-                                       chain_staging(s, StepArrays::kTokens),
-                                       kChainGraphSteps * slot_ints * sizeof(std::int32_t),
-                                       cudaMemcpyHostToDevice, stream_.get()));
-      chain_graphs_.at(method->width).launch(stream_.get());
-      s += kChainGraphSteps;
-      continue;
+    std::int32_t run = 1;
+    for (const std::int32_t size : kChainGraphSizes) {
+      if (graphs && call.steps - s >= size) {
+        run = size;
+        break;
+      }
     }
-    const std::size_t pitch_in =
-        static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
-    const std::size_t pitch_out = static_cast<std::size_t>(max_step()) * sizeof(std::int32_t);
-    CELLM_CUDA_CHECK(
-        cudaMemcpy2DAsync(forward_->step_device(), pitch_out, chain_staging(s, StepArrays::kTokens),
-                          pitch_in, static_cast<std::size_t>(method->width) * sizeof(std::int32_t),
-                          static_cast<std::size_t>(StepArrays::kAttentionRows),
+    for (std::int32_t i = s; i < s + run; ++i) {
+      CELLM_RETURN_IF_ERROR(stage_chain_step(call, i, method->width));
+    }
+    if (run > 1) {
+      CELLM_CUDA_CHECK(
+          cudaMemcpyAsync(forward_->chain_steps_device(), chain_staging(s, StepArrays::kTokens),
+                          static_cast<std::size_t>(run) * slot_ints * sizeof(std::int32_t),
                           cudaMemcpyHostToDevice, stream_.get()));
-    CELLM_RETURN_IF_ERROR(launch_static(*method, t, /*argmax=*/true).with_context(name));
-    ++s;
+      chain_graphs_.at({method->width, run}).launch(stream_.get());
+    } else {
+      const std::size_t pitch_in =
+          static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
+      const std::size_t pitch_out = static_cast<std::size_t>(max_step()) * sizeof(std::int32_t);
+      CELLM_CUDA_CHECK(cudaMemcpy2DAsync(
+          forward_->step_device(), pitch_out, chain_staging(s, StepArrays::kTokens), pitch_in,
+          static_cast<std::size_t>(method->width) * sizeof(std::int32_t),
+          static_cast<std::size_t>(StepArrays::kAttentionRows), cudaMemcpyHostToDevice,
+          stream_.get()));
+      CELLM_RETURN_IF_ERROR(launch_static(*method, t, /*argmax=*/true).with_context(name));
+    }
+    s += run;
   }
   argmax_ready_ = nullptr;
   const auto recorded = static_cast<std::size_t>(call.steps - 1) * static_cast<std::size_t>(t);
@@ -152,13 +162,13 @@ Status CudaProgram::stage_chain_step(const program::DecodeGreedyCall& call, std:
   return Status::ok();
 }
 
-// kChainGraphSteps steps of `method`'s width in one graph, each reading its
-// chain slot; its argmax as the single-step graph takes it (the lm_head's,
+// `steps` steps of `method`'s width in one graph, each reading its chain
+// slot; its argmax as the single-step graph takes it (the lm_head's,
 // or the argmax kernel over every row). Captured over padding-only slots
 // after one eager run of them.
-Status CudaProgram::capture_chain(const program::MethodEntry& method) {
+Status CudaProgram::capture_chain(const program::MethodEntry& method, std::int32_t steps) {
   const std::int32_t w = method.width;
-  for (std::int32_t s = 0; s < kChainGraphSteps; ++s) {
+  for (std::int32_t s = 0; s < steps; ++s) {
     for (int a = 0; a < StepArrays::kAttentionRows; ++a) {
       const auto which = static_cast<StepArrays::Index>(a);
       const std::int32_t fill = which == StepArrays::kSlots   ? -1
@@ -167,14 +177,14 @@ Status CudaProgram::capture_chain(const program::MethodEntry& method) {
       std::fill_n(chain_staging(s, which), methods_.decode_greedy_width(), fill);
     }
   }
-  const std::size_t bytes =
-      static_cast<std::size_t>(kChainGraphSteps) * StepArrays::kAttentionRows *
-      static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
+  const std::size_t bytes = static_cast<std::size_t>(steps) * StepArrays::kAttentionRows *
+                            static_cast<std::size_t>(methods_.decode_greedy_width()) *
+                            sizeof(std::int32_t);
   CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->chain_steps_device(),
                                    chain_staging(0, StepArrays::kTokens), bytes,
                                    cudaMemcpyHostToDevice, stream_.get()));
   const auto enqueue_steps = [&]() -> Status {
-    for (std::int32_t s = 0; s < kChainGraphSteps; ++s) {
+    for (std::int32_t s = 0; s < steps; ++s) {
       ForwardShape shape{w, w, true, knobs.kernels};
       shape.argmax_to = tokens_mapped_;
       shape.chain_slot = s;
@@ -192,7 +202,7 @@ Status CudaProgram::capture_chain(const program::MethodEntry& method) {
   auto graph = GraphExec::end_capture(stream_.get());
   CELLM_RETURN_IF_ERROR(enqueued);
   if (!graph.ok()) return graph.status();
-  chain_graphs_.emplace(w, std::move(graph).value());
+  chain_graphs_.emplace(std::make_pair(w, steps), std::move(graph).value());
   return Status::ok();
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,10 +30,12 @@ inline constexpr std::string_view kBackend = "cuda";
 // Device memory kept out of the K/V pool for the cell tables and the
 // runtime's own needs.
 inline constexpr std::size_t kReserveBytes = std::size_t{1} << 30;
-// decode_greedy replays graphs of this many steps (one upload and one launch
-// for all of them; H200, 1B batch 1: one graph a step ran 0.815 ms/step
-// chained, as fast as one step at a time).
-inline constexpr std::int32_t kChainGraphSteps = 8;
+// decode_greedy replays graphs of this many chained steps, the longest that
+// fits first (one upload and one launch for all of their steps). H200, 1B
+// batch 1: one graph a step ran 0.815 ms/step chained, as fast as one step at
+// a time (the time between graphs is the GPU's); graphs of eight 0.801.
+inline constexpr std::int32_t kChainGraphSizes[] = {64, 8};
+inline constexpr std::int32_t kChainGraphSteps = kChainGraphSizes[0];  // the most, slots
 
 class CudaProgram final : public program::Program {
  public:
@@ -92,7 +95,7 @@ class CudaProgram final : public program::Program {
   Result<std::vector<Tensor>> run_decode_greedy(std::span<const Tensor> inputs);
   Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
                           std::int32_t width);
-  Status capture_chain(const program::MethodEntry& method);
+  Status capture_chain(const program::MethodEntry& method, std::int32_t steps);
   // Launches the device argmax of `rows` rows of `logits` (ids into
   // tokens_mapped_ and the forward's feedback ids).
   void launch_argmax(const float* logits, std::int32_t rows);
@@ -114,9 +117,9 @@ class CudaProgram final : public program::Program {
     bool argmax = false;
   };
   std::map<std::int32_t, CapturedStep> graphs_;
-  // decode_greedy's graphs of kChainGraphSteps steps, by width; captured on
+  // decode_greedy's graphs by (width, steps) (kChainGraphSizes); captured on
   // first use, dropped with graphs_.
-  std::map<std::int32_t, GraphExec> chain_graphs_;
+  std::map<std::pair<std::int32_t, std::int32_t>, GraphExec> chain_graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.

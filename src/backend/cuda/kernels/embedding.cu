@@ -22,9 +22,11 @@ __global__ void embedding_kernel(const __grid_constant__ EmbeddingParams p) {
   griddep_wait();
   trace::mark(embedding_trace, trace::slot_of(p), trace::kWaitMark);
   const int t = blockIdx.x;
+  // Both reads at once: a fed-back row needs the second, and waiting for the
+  // first to ask for it is another round trip at the head of the step.
   std::int32_t token = p.tokens[t];
+  const std::int32_t fed = p.feedback != nullptr ? p.feedback[t] : 0;
   if (token < 0 && p.feedback != nullptr) {
-    const std::int32_t fed = p.feedback[t];
     const std::int32_t at = -1 - token;
     if (threadIdx.x == 0 && p.record != nullptr && at < p.record_size) p.record[at] = fed;
     token = fed;
