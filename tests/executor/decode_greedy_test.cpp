@@ -12,12 +12,6 @@
 namespace cellm::executor::testing {
 namespace {
 
-std::unique_ptr<CudaExecutor> make(std::shared_ptr<ToyProgram> program) {
-  auto ex = make_toy_executor(std::move(program));
-  EXPECT_NE(ex, nullptr);
-  return ex;
-}
-
 ToyConfig chain_config(bool on_device) {
   ToyConfig c;
   c.max_context = 128;
@@ -50,7 +44,8 @@ class DecodeGreedyTest : public ::testing::TestWithParam<bool> {};
 TEST_P(DecodeGreedyTest, MatchesTheToysGreedyContinuation) {
   const bool on_device = GetParam();
   auto program = std::make_shared<ToyProgram>(chain_config(on_device));
-  auto ex = make(program);
+  auto ex = make_toy_executor(program);
+  ASSERT_NE(ex, nullptr);
   cache::CellCache& cache = ex->cache_control();
   const std::vector<cache::SeqId> seqs = {*cache.seq_new(), *cache.seq_new(), *cache.seq_new()};
   const std::vector<std::vector<std::int64_t>> prompts = {{3, 1, 4, 1, 5}, {2, 7}, {9, 9, 9}};
@@ -87,7 +82,8 @@ TEST_P(DecodeGreedyTest, MatchesTheToysGreedyContinuation) {
 
 TEST_P(DecodeGreedyTest, RefusesBadCallsBeforePlacingAnything) {
   auto program = std::make_shared<ToyProgram>(chain_config(GetParam()));
-  auto ex = make(program);
+  auto ex = make_toy_executor(program);
+  ASSERT_NE(ex, nullptr);
   cache::CellCache& cache = ex->cache_control();
   const std::vector<cache::SeqId> seqs = {*cache.seq_new(), *cache.seq_new()};
   const std::vector<Token> tokens = {1, 2};
@@ -126,7 +122,8 @@ TEST(DecodeGreedyTest, RowsWiderThanTheMethodGoStepByStep) {
   ToyConfig c = chain_config(true);
   c.static_widths = {1, 2};  // decode_greedy takes at most two rows
   auto program = std::make_shared<ToyProgram>(c);
-  auto ex = make(program);
+  auto ex = make_toy_executor(program);
+  ASSERT_NE(ex, nullptr);
   cache::CellCache& cache = ex->cache_control();
   const std::vector<cache::SeqId> seqs = {*cache.seq_new(), *cache.seq_new(), *cache.seq_new()};
   EXPECT_TRUE(ex->decodes_on_device(2));

@@ -9,9 +9,9 @@
 #include <map>
 #include <memory>
 #include <span>
-#include <utility>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_forward.h"

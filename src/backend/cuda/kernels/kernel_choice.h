@@ -155,8 +155,9 @@ KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
 // push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
-// mma=qkv,o,down stream=1 pdl=1 (mma=qkv,o,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1
-// sample_candidates=1", for logs and benchmark labels.
+// mma=qkv,o,down stream=1 pdl=1 (mma=qkv,o,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1
+// split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and benchmark
+// labels.
 std::string describe(const KernelChoice& choice);
 
 }  // namespace cellm::cuda
