@@ -329,6 +329,19 @@ Result<std::vector<std::vector<Token>>> CudaExecutor::decode_greedy(
                               r, tokens[r], vocab_size_);
     }
   }
+  // A failed call gives the cells it placed back: every sequence is left at
+  // the length it had, and may continue from there.
+  std::vector<std::int32_t> lengths;
+  for (cache::SeqId seq : seqs) lengths.push_back(cache_->pos(seq));
+  const auto roll_back = [&](Status status) {
+    for (std::size_t r = 0; r < seqs.size(); ++r) {
+      if (cache_->is_live(seqs[r]) && cache_->pos(seqs[r]) > lengths[r]) {
+        cache_->rewind(seqs[r], lengths[r]);
+      }
+    }
+    publish_kv_cells();
+    return status;
+  };
   std::vector<std::vector<Token>> ids;
   ids.reserve(static_cast<std::size_t>(steps));
   std::vector<Token> next(tokens.begin(), tokens.end());
@@ -337,11 +350,13 @@ Result<std::vector<std::vector<Token>>> CudaExecutor::decode_greedy(
     if (decodes_on_device(seqs.size())) {
       const int chunk =
           static_cast<int>(std::min<std::int64_t>(left, program::kDecodeGreedyMaxSteps));
-      CELLM_ASSIGN_OR_RETURN(auto drawn, decode_on_device(seqs, next, chunk));
-      for (auto& row : drawn) ids.push_back(std::move(row));
+      auto drawn = decode_on_device(seqs, next, chunk);
+      if (!drawn.ok()) return roll_back(drawn.status());
+      for (auto& row : *drawn) ids.push_back(std::move(row));
     } else {
-      CELLM_ASSIGN_OR_RETURN(auto drawn, decode_step(seqs, next));
-      ids.push_back(std::move(drawn));
+      auto drawn = decode_step(seqs, next);
+      if (!drawn.ok()) return roll_back(drawn.status());
+      ids.push_back(std::move(drawn).value());
     }
     next = ids.back();
   }

@@ -108,8 +108,9 @@ class CudaExecutor final : public Executor {
   // program exports decode_greedy (program.h) every step takes the previous
   // step's ids on the device and the host waits once per
   // kDecodeGreedyMaxSteps steps; otherwise it runs execute_raw and
-  // argmax_rows step by step, with the same ids. A failure may have written
-  // KV: the sequences' owners must not continue them.
+  // argmax_rows step by step, with the same ids. A failed call rewinds every
+  // sequence to the length it had (the cells it placed are freed), so its
+  // owner may continue it.
   Result<std::vector<std::vector<Token>>> decode_greedy(std::span<const cache::SeqId> seqs,
                                                         std::span<const Token> tokens, int steps);
   // Whether decode_greedy runs on the program's method (no host round trip

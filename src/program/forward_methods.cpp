@@ -23,6 +23,17 @@ Status check_host_input(std::string_view method, std::string_view what, const Te
   return Status::ok();
 }
 
+namespace {
+// Whether the cache's table still maps `pos` of `seq` to the placed `cell`
+// (a rewind or another placement since makes the placement stale).
+bool placement_current(const cache::CellCache& cache, cache::SeqId seq, std::int32_t pos,
+                       cache::CellId cell) {
+  std::span<const cache::CellId> table = cache.cell_table(seq);
+  return pos < static_cast<std::int32_t>(table.size()) &&
+         table[static_cast<std::size_t>(pos)] == cell;
+}
+}  // namespace
+
 Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std::string backend,
                                              bool decode_greedy) {
   if (options.max_step <= 0) {
@@ -204,10 +215,8 @@ Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const M
           "{}: row {} is at position {} but the cache placed sequence {} at position {}", name, r,
           call.positions[r], seq, pos);
     }
-    std::span<const cache::CellId> table = cache.cell_table(seq);
     const cache::CellId cell = step->cells[r];
-    if (pos >= static_cast<std::int32_t>(table.size()) ||
-        table[static_cast<std::size_t>(pos)] != cell) {
+    if (!placement_current(cache, seq, pos, cell)) {
       return invalid_argument(
           "{}: row {} (sequence {}, position {}) no longer matches its cell "
           "table; the placement is stale",
@@ -275,10 +284,8 @@ Result<DecodeGreedyCall> ForwardMethods::check_decode_greedy(std::span<const Ten
           "{}: step {} row {} is at position {} but the cache placed sequence {} at {}", name,
           i / t, r, call.positions[i], seq, pos);
     }
-    std::span<const cache::CellId> table = cache.cell_table(seq);
     const cache::CellId cell = step->cells[i];
-    if (pos >= static_cast<std::int32_t>(table.size()) ||
-        table[static_cast<std::size_t>(pos)] != cell) {
+    if (!placement_current(cache, seq, pos, cell)) {
       return invalid_argument(
           "{}: step {} row {} (sequence {}, position {}) no longer matches its cell table; the "
           "placement is stale",

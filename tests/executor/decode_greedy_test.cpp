@@ -115,6 +115,37 @@ TEST_P(DecodeGreedyTest, RefusesBadCallsBeforePlacingAnything) {
   EXPECT_EQ(cache.pos(seqs[1]), 0);
 }
 
+TEST_P(DecodeGreedyTest, AFailedCallLeavesTheSequencesWhereTheyWere) {
+  const bool on_device = GetParam();
+  auto program = std::make_shared<ToyProgram>(chain_config(on_device));
+  auto ex = make_toy_executor(program);
+  ASSERT_NE(ex, nullptr);
+  cache::CellCache& cache = ex->cache_control();
+  const std::vector<cache::SeqId> seqs = {*cache.seq_new(), *cache.seq_new()};
+  const std::vector<std::vector<std::int64_t>> prompts = {{6, 2, 8}, {1, 1}};
+  const std::vector<Token> last = prefill(*ex, seqs, prompts);
+  const std::int32_t free_before = cache.metrics().cells_free;
+  // The program fails the call after the executor placed its steps (the
+  // first 64-step chunk on the device, the first step's forward otherwise).
+  program->fail_method = on_device ? std::string(program::kDecodeGreedyMethod) : "forward_2";
+  EXPECT_FALSE(ex->decode_greedy(seqs, last, 70).ok());
+  EXPECT_EQ(cache.pos(seqs[0]), 2);
+  EXPECT_EQ(cache.pos(seqs[1]), 1);
+  EXPECT_EQ(cache.metrics().cells_free, free_before);
+  // Both continue from there as if the call had not happened.
+  program->fail_method.clear();
+  auto ids = ex->decode_greedy(seqs, last, 5);
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  const ToyConfig& c = program->config();
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const std::vector<std::int64_t> want = toy_greedy(prompts[s], 5, c.windows, c.vocab);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ((*ids)[static_cast<std::size_t>(i)][s], static_cast<Token>(want[i]))
+          << "sequence " << s << " step " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, DecodeGreedyTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Chained" : "StepByStep"; });
 
