@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels/embedding.cuh"
 #include "backend/cuda/kernels/gated_mlp.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
 #include "backend/cuda/launch.h"
@@ -299,7 +300,6 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       // their own inputs, so no norm, add or activation kernel runs.
       GemvParams qkv = gemv_params(x_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(), w);
       qkv.bias = lw.qkv_bias;
-      qkv.tensor_cores = (active_.gemv_mma & kMmaQkv) != 0;
       qkv.mma_warps = active_.gemv_mma_warps;
       qkv.prologue = GemvPrologue::kRmsNorm;
       qkv.norm_weight = lw.attn_norm;
@@ -307,6 +307,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
         qkv.epilogue = GemvEpilogue::kRopeScatter;
         qkv.rope = rope_scatter_params(l, shape, in);
       }
+      qkv.tensor_cores = tensor_cores_for(qkv, kMmaQkv);
       CELLM_RETURN_IF_ERROR(gemv(qkv, stream));
     } else {
       if (l == 0) {
@@ -322,8 +323,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       if (!o_fused) {
         GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
         o.epilogue = GemvEpilogue::kResidualAdd;
-        o.tensor_cores = (active_.gemv_mma & kMmaO) != 0;
         o.mma_warps = active_.gemv_mma_warps;
+        o.tensor_cores = tensor_cores_for(o, kMmaO);
         CELLM_RETURN_IF_ERROR(gemv(o, stream));
       }
       GemvParams gate_up = gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
@@ -332,13 +333,13 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       gate_up.norm_weight = lw.mlp_norm;
       gate_up.epilogue = s.activation == model::Activation::kGeluTanh ? GemvEpilogue::kGatedGeluTanh
                                                                       : GemvEpilogue::kGatedSilu;
-      gate_up.tensor_cores = (active_.gemv_mma & kMmaGateUp) != 0;
       gate_up.mma_warps = active_.gemv_mma_warps;
+      gate_up.tensor_cores = tensor_cores_for(gate_up, kMmaGateUp);
       CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
       GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
       down.epilogue = GemvEpilogue::kResidualAdd;
-      down.tensor_cores = (active_.gemv_mma & kMmaDown) != 0;
       down.mma_warps = active_.gemv_mma_warps;
+      down.tensor_cores = tensor_cores_for(down, kMmaDown);
       CELLM_RETURN_IF_ERROR(gemv(down, stream));
       continue;
     }
@@ -389,6 +390,11 @@ void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
   emb.record = record_.data();
   emb.record_size = recorded_capacity();
   launch_embedding(emb, stream);
+}
+
+bool CudaForward::tensor_cores_for(const GemvParams& params, std::uint32_t bit) const {
+  return (active_.gemv_mma & bit) != 0 && params.m == 1 &&
+         gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
 }
 
 Status CudaForward::reserve_chain(std::int32_t record_entries, std::int32_t slots,
@@ -442,7 +448,6 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
-    head.tensor_cores = (active_.gemv_mma & kMmaHead) != 0;
     head.mma_warps = active_.gemv_mma_warps;
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
@@ -450,6 +455,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
                                .out = shape.argmax_to,
                                .feedback = feedback_.data()};
     }
+    head.tensor_cores = tensor_cores_for(head, kMmaHead);
     CELLM_RETURN_IF_ERROR(gemv(head, stream));
   } else {
     norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data(), w, stream);

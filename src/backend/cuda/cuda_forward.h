@@ -181,6 +181,9 @@ class CudaForward {
   GemvParams gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, bf16* out, std::int32_t m) const;
   Status gemv(const GemvParams& params, cudaStream_t stream);
+  // Whether a one-row projection runs on tensor cores: its KernelChoice::
+  // gemv_mma bit is set and its walk is short (gemv_mma_rounds).
+  bool tensor_cores_for(const GemvParams& params, std::uint32_t bit) const;
 
   model::ModelSpec spec_;
   DeviceWeights weights_;

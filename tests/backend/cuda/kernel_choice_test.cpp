@@ -32,7 +32,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->gemv_max_rows, 1);
   EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->gemv_stage_inputs);
-  EXPECT_EQ(choice->gemv_mma, kMmaQkv | kMmaO | kMmaDown);
+  EXPECT_EQ(choice->gemv_mma, kMmaQkv | kMmaO | kMmaGateUp | kMmaDown);
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
@@ -175,7 +175,7 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " early_next=1 push_merge=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
-      " single_rows=1 stage_inputs=0 mma=qkv,o,down stream=0 ");
+      " single_rows=1 stage_inputs=0 mma=qkv,o,gate_up,down stream=0 ");
   expect_only(
       "CELLM_GEMV_MMA", "1", [](KernelChoice& c) { c.gemv_mma = kMmaAll; },
       " stage_inputs=1 mma=1 stream=0 ");
@@ -187,7 +187,7 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " stage_inputs=1 mma=o,down stream=0 ");
   expect_only(
       "CELLM_GEMV_MMA_WARPS", "8", [](KernelChoice& c) { c.gemv_mma_warps = 8; },
-      " mma=qkv,o,down/8 stream=0 ");
+      " mma=qkv,o,gate_up,down/8 stream=0 ");
   EXPECT_FALSE(parse_kernel_choice(lookup_from({{"CELLM_GEMV_MMA_WARPS", "4"}})).ok());
 }
 

@@ -410,6 +410,10 @@ void launch_warps(const GemvParams& requested, cudaStream_t stream) {
 
 }  // namespace
 
+int gemv_mma_rounds(const GemvParams& params) {
+  return static_cast<int>(walk(params, wide_blocks(params) ? 16 : 8).rounds);
+}
+
 bool gemv_uses_tensor_cores(const GemvParams& params) {
   if (!params.tensor_cores || params.m != 1) return false;
   if (params.epilogue == GemvEpilogue::kRopeScatter && params.rope.head_dim % 16 != 0) {

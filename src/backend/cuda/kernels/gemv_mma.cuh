@@ -46,6 +46,16 @@ namespace cellm::cuda {
 bool gemv_uses_tensor_cores(const GemvParams& params);
 inline constexpr std::int64_t kGemvMmaMaxSharedBytes = 48 * 1024;
 
+// How many groups (16-row tiles) one block of the call walks, one after the
+// other. The forward keeps projections whose walk is longer than
+// kGemvMmaMaxRounds on CUDA cores: a block's warps add their partials once
+// their whole walk is done, and long walks lose (H200, batch 1, chained:
+// gate/up on tensor cores, 4 rounds at 1B and 2 at Qwen3-0.6B, ran 0.802-
+// 0.803 against 0.806-0.809 ms/step and 0.801-0.804 against 0.823-0.827; 7 at
+// 8B ran 4.293 against 4.005; the lm_head walks 31).
+int gemv_mma_rounds(const GemvParams& params);
+inline constexpr int kGemvMmaMaxRounds = 4;
+
 // Runs a call gemv_uses_tensor_cores accepts (launch_gemv's dispatch).
 void launch_gemv_mma(const GemvParams& params, cudaStream_t stream);
 

@@ -58,11 +58,14 @@
 //                                  measured ~1% slower at 1B, so it no longer is)
 //   CELLM_GEMV_MMA=0|1|LIST        which one-row GEMVs run on tensor cores (GemvParams::
 //                                  tensor_cores, gemv_mma.cuh): 0 none, 1 all, or a comma list of
-//                                  qkv, o, gate_up, down, lm_head (default qkv,o,down: batch 1
-//                                  ctx 512, 1B 0.859-0.864 -> 0.811-0.813 ms/step (o,down 0.822-
-//                                  0.831, all 0.846-0.847), 8B 4.133 -> 4.029-4.056 (all 4.432),
-//                                  Qwen3-0.6B 0.894 -> 0.840; gate/up and the lm_head walk many
-//                                  groups a block and lost at 8B)
+//                                  qkv, o, gate_up, down, lm_head, each where its blocks walk at
+//                                  most kGemvMmaMaxRounds groups (gemv_mma.cuh; default
+//                                  qkv,o,gate_up,down: batch 1 ctx 512, one step at a time, 1B
+//                                  0.859-0.864 -> 0.811-0.813 ms/step with qkv,o,down (session
+//                                  19), 8B 4.133 -> 4.029-4.056, Qwen3-0.6B 0.894 -> 0.840;
+//                                  gate/up added in session 20 where its walk is short: chained,
+//                                  1B 0.806-0.809 -> 0.802-0.803, Qwen3-0.6B 0.823-0.827 ->
+//                                  0.801-0.804; 8B's walks 7 groups and stays on CUDA cores)
 //   CELLM_GEMV_MMA_WARPS=0|8|16    warps of a tensor-core GEMV block (GemvParams::mma_warps):
 //                                  0 chooses (16 where the groups leave SMs empty and k is long,
 //                                  1B's down; else 8, a block an SM, so the next kernel's blocks
@@ -131,7 +134,7 @@ struct KernelChoice {
   std::int32_t gemv_max_rows = 1;
   bool gemv_single_rows = true;
   bool gemv_stage_inputs = true;
-  std::uint32_t gemv_mma = kMmaQkv | kMmaO | kMmaDown;  // GemvMma bits
+  std::uint32_t gemv_mma = kMmaQkv | kMmaO | kMmaGateUp | kMmaDown;  // GemvMma bits
   std::int32_t gemv_mma_warps = 0;                      // 0: the kernel chooses
   bool decode_stream = false;
   bool pdl = true;
@@ -155,9 +158,9 @@ KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
 // push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
-// mma=qkv,o,down stream=1 pdl=1 (mma=qkv,o,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1
-// split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and benchmark
-// labels.
+// mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8)
+// autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and
+// benchmark labels.
 std::string describe(const KernelChoice& choice);
 
 }  // namespace cellm::cuda
