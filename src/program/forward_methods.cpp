@@ -93,6 +93,17 @@ const MethodEntry* ForwardMethods::find(std::string_view name) const {
   return it == methods_.end() ? nullptr : &it->second;
 }
 
+const MethodEntry* ForwardMethods::narrowest_static(std::int32_t rows) const {
+  const MethodEntry* best = nullptr;
+  for (const auto& [name, m] : methods_) {
+    if (m.kind == MethodKind::kStatic && m.width >= rows &&
+        (best == nullptr || m.width < best->width)) {
+      best = &m;
+    }
+  }
+  return best;
+}
+
 Result<const MethodEntry*> ForwardMethods::find_loaded(std::string_view name) const {
   const MethodEntry* m = find(name);
   if (m == nullptr) {

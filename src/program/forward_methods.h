@@ -110,6 +110,8 @@ class ForwardMethods {
   // step by step, to the cache's current placement. Nothing is changed.
   Result<DecodeGreedyCall> check_decode_greedy(std::span<const Tensor> inputs, std::int64_t vocab,
                                                const cache::CellCache& cache) const;
+  // The narrowest static method of at least `rows` rows; null when none is.
+  const MethodEntry* narrowest_static(std::int32_t rows) const;
   // The most rows one decode_greedy step takes: the widest static width.
   std::int32_t decode_greedy_width() const { return widest_static_; }
   const ProgramOptions& options() const { return options_; }

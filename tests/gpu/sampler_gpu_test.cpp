@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -281,6 +282,51 @@ TEST_F(GpuSamplerTest, GraphReplayEqualsEagerBitForBit) {
     ASSERT_EQ(row.size(), other.size());
     EXPECT_EQ(std::memcmp(row.data(), other.data(), row.size() * sizeof(float)), 0)
         << "row " << key << " differs between graph replay and eager execution";
+  }
+}
+
+// The decode attention's split count is baked into a graph and follows the
+// step's longest session (ForwardShape::key_span), so a session decoding past
+// 128 and 256 keys moves on to graphs of other split counts; each must replay
+// what an eager step of the same split computes.
+TEST_F(GpuSamplerTest, GraphsFollowTheSessionLengthAndReplayWhatEagerComputes) {
+  std::vector<std::int64_t> inputs(300);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    inputs[i] = static_cast<std::int64_t>((i * 53 + 7) % 300);
+  constexpr std::size_t kPrompt = 40;  // a dynamic (eager) step, then one token a step
+  std::vector<std::vector<float>> rows[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    std::shared_ptr<program::Program> program = fixture_program(model_, true, graphs == 1);
+    ASSERT_NE(program, nullptr);
+    auto ex = make_test_executor(program, 2);
+    ASSERT_NE(ex, nullptr);
+    FedSeq a;
+    a.seq = ex->cache_control().seq_new().value_or(-1);
+    a.inputs = &inputs;
+    ASSERT_TRUE(feed(*ex, {{&a, kPrompt}}));
+    for (std::size_t pos = kPrompt; pos < inputs.size(); ++pos) {
+      ASSERT_TRUE(feed(*ex, {{&a, 1}}));
+      // Every 20th row whole, so the test holds a few MB.
+      if (pos % 20 == 0 || pos == inputs.size() - 1) rows[graphs].push_back(a.logits[pos]);
+      a.logits.clear();
+    }
+    const cuda::CudaProgramStats* stats = cuda::cuda_program_stats(*program);
+    ASSERT_NE(stats, nullptr);
+    if (graphs == 1) {
+      // Six static widths; on a device of more than a few SMs, 256 keys take
+      // more splits than 64 at every width.
+      EXPECT_GT(stats->graphs_captured, 6u)
+          << "one graph a width: the split count does not follow the session's length";
+    } else {
+      EXPECT_EQ(stats->graphs_captured, 0u);
+    }
+  }
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (std::size_t i = 0; i < rows[0].size(); ++i) {
+    ASSERT_EQ(rows[0][i].size(), rows[1][i].size());
+    EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[1][i].data(), rows[0][i].size() * sizeof(float)),
+              0)
+        << "sampled row " << i << " differs between graph replay and eager execution";
   }
 }
 

@@ -3,6 +3,8 @@
 // methods have no optional inputs.
 #include "program/forward_methods.h"
 
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include "cache/cell_cache.h"
@@ -41,6 +43,21 @@ TEST(ForwardMethodsTest, SampleDeclaresItsSuppressedIdsAsAnOptionalThirdInput) {
     EXPECT_EQ(other->optional_inputs, 0) << name;
   }
   EXPECT_EQ(m->meta(kArgmaxMethod, 50, 8, Device::kCuda)->inputs.size(), 1u);
+}
+
+TEST(ForwardMethodsTest, NarrowestStaticHoldsTheRowsOrIsNull) {
+  ProgramOptions o = small_options();
+  o.static_widths = {8, 1, 4};
+  Result<ForwardMethods> m = ForwardMethods::build(o, "test");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  for (auto [rows, width] : {std::pair{1, 1}, {2, 4}, {4, 4}, {5, 8}, {8, 8}}) {
+    const MethodEntry* e = m->narrowest_static(rows);
+    ASSERT_NE(e, nullptr) << rows << " rows";
+    EXPECT_EQ(e->kind, MethodKind::kStatic);
+    EXPECT_EQ(e->width, width) << rows << " rows";
+  }
+  // The dynamic method (max_step 16) is not a static one.
+  EXPECT_EQ(m->narrowest_static(9), nullptr);
 }
 
 TEST(ForwardMethodsTest, WithoutDeviceSamplingThereIsNoSampleMethod) {

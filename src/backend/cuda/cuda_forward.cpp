@@ -267,14 +267,31 @@ std::int32_t CudaForward::decode_splits(const ForwardShape& shape) const {
   const bool split_rows = shape.decode_rows >= 0;
   const std::int32_t rows = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
   if (!(shape.decode_attention || split_rows) || rows <= 0) return 1;
+  const std::int32_t keys = shape.key_span > 0 && shape.kernels.decode_split_by_step
+                                ? std::min(shape.key_span, table_stride_)
+                                : table_stride_;
   const std::int32_t splits =
       shape.kernels.decode_attention == DecodeAttention::kV2
-          ? attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_,
-                                       shape.kernels.decode_split_keys,
-                                       shape.kernels.decode_split_target,
-                                       shape.kernels.decode_cluster)
-          : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, table_stride_, sm_count_);
+          ? attention_decode_v2_splits(
+                rows, s.num_heads, s.num_kv_heads, keys, sm_count_, shape.kernels.decode_split_keys,
+                shape.kernels.decode_split_target, shape.kernels.decode_cluster)
+          : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_);
   return std::min(kAttentionMaxSplits, splits);
+}
+
+std::int32_t CudaForward::key_span(std::int32_t keys) const {
+  std::int64_t span = kMinKeySpan;
+  while (span < keys && span < table_stride_) span *= 2;
+  return static_cast<std::int32_t>(std::min<std::int64_t>(span, table_stride_));
+}
+
+std::vector<std::int32_t> CudaForward::key_spans() const {
+  std::vector<std::int32_t> spans;
+  for (std::int64_t span = kMinKeySpan;; span *= 2) {
+    spans.push_back(static_cast<std::int32_t>(std::min<std::int64_t>(span, table_stride_)));
+    if (span >= table_stride_) break;
+  }
+  return spans;
 }
 
 Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {

@@ -60,6 +60,12 @@ struct ForwardShape {
   // previous step of the same graph by programmatic launch (a decode_greedy
   // graph of several steps, cuda_program.cpp).
   std::int32_t chain_slot = -1;
+  // How many keys the step's rows attend at most (CudaForward::key_span of
+  // its longest row; 0: the cell table's whole length). It sets the split-KV
+  // split count (decode_splits), which a captured graph bakes in: sized for
+  // the table instead, a short session's blocks outnumber the SMs and lose
+  // the one-block-an-SM paths.
+  std::int32_t key_span = 0;
 };
 
 class CudaForward {
@@ -79,6 +85,16 @@ class CudaForward {
   // shape.argmax_to: one selected row, the lm_head on the GEMV
   // (KernelChoice::head_argmax), and logits that nothing changes after it.
   bool takes_argmax(const ForwardShape& shape) const;
+  // The split-KV split count enqueue(shape) launches (1: no split kernel).
+  std::int32_t decode_splits(const ForwardShape& shape) const;
+  // ForwardShape::key_span for a step whose longest row attends `keys` keys:
+  // the next power of two (at least kMinKeySpan), at most the table's length.
+  // Spans, not exact lengths, keep the graphs a program captures few
+  // (key_spans) and let eager steps split as a replayed graph does.
+  std::int32_t key_span(std::int32_t keys) const;
+  // Every span key_span returns for this table, shortest first.
+  std::vector<std::int32_t> key_spans() const;
+  static constexpr std::int32_t kMinKeySpan = 64;
 
   std::int32_t* step_device() const { return step_.data(); }  // [StepArrays::kCount, max_step]
   std::int32_t* table_device() const { return table_.data(); }
@@ -139,7 +155,6 @@ class CudaForward {
   // RMSNorm of `rows` hidden rows (plus `residual`, which it updates, when given).
   void norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, std::int32_t rows,
             cudaStream_t stream) const;
-  std::int32_t decode_splits(const ForwardShape& shape) const;
   StepInputs step_inputs(const ForwardShape& shape) const;
   // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter (unless
   // `rope_done`: the q/k/v GEMV did both) and attention of layer l.

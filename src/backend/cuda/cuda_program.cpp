@@ -132,61 +132,83 @@ Status CudaProgram::bind_cache(std::shared_ptr<cache::CellCache> cache) {
   return Status::ok();
 }
 
-void CudaProgram::stage_padding_step(std::int32_t width) {
-  for (std::int32_t i = 0; i < width; ++i) {
-    staging(StepArrays::kTokens)[i] = 0;
-    staging(StepArrays::kPositions)[i] = 0;
-    staging(StepArrays::kSlots)[i] = -1;
-    staging(StepArrays::kCells)[i] = cache::kScratchCell;
-    staging(StepArrays::kSelector)[i] = 0;
-    staging(StepArrays::kFreshFrom)[i] = 0;
+void stage_padding(std::int32_t* arrays, std::size_t pitch, std::int32_t width) {
+  for (int a = 0; a < StepArrays::kAttentionRows; ++a) {
+    const auto which = static_cast<StepArrays::Index>(a);
+    const std::int32_t fill = which == StepArrays::kSlots   ? -1
+                              : which == StepArrays::kCells ? cache::kScratchCell
+                                                            : 0;
+    std::fill_n(arrays + static_cast<std::size_t>(a) * pitch, width, fill);
   }
 }
 
+ForwardShape CudaProgram::static_shape(const program::MethodEntry& method,
+                                       std::int32_t keys) const {
+  ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
+  shape.key_span = forward_->key_span(keys);
+  return shape;
+}
+
+const CudaProgram::CapturedStep* CudaProgram::replayable(const ForwardShape& shape) const {
+  if (!knobs.use_graphs || graph_kernels_ != knobs.kernels) return nullptr;
+  auto graph = graphs_.find({shape.width, forward_->decode_splits(shape)});
+  return graph == graphs_.end() ? nullptr : &graph->second;
+}
+
 Status CudaProgram::capture(const std::string& name, const program::MethodEntry& method) {
-  // A padding-only step touches nothing but the scratch cell; run it eagerly
-  // once so every GEMM plan exists, then capture the same launches.
-  stage_padding_step(method.width);
-  CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->step_device(), staging_.data(), staging_.bytes(),
-                                   cudaMemcpyHostToDevice, stream_.get()));
+  // A padding-only step touches nothing but the scratch cell; each graph's
+  // step runs eagerly once so every GEMM plan exists, then the same
+  // launches are captured.
+  stage_padding(staging_.data(), static_cast<std::size_t>(max_step()), method.width);
+  upload_step(staging_.data(), static_cast<std::size_t>(max_step()), method.width,
+              StepArrays::kAttentionRows);
   if (graph_kernels_ != knobs.kernels) {
     graphs_.clear();
     chain_graphs_.clear();
     graph_kernels_ = knobs.kernels;
   }
-  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
-  CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
-  stream_.synchronize();
-  argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
-  GraphExec::begin_capture(stream_.get());
-  // The step's upload stays outside the graph: decode_greedy uploads each
-  // step from a slot of its own before replaying the same graph. (Sessions
-  // 16-19 captured it as the first node; a separate copy measured within the
-  // spread then, H200 1B batch 1 0.856 / 0.848 against 0.848 / 0.851
-  // ms/step. A kernel reading the staging buffer through its device mapping
-  // measured no faster either: bench/results/README.md, session 17.)
-  ForwardShape captured = shape;
-  // A greedy one-token step then finds its token written with the logits.
-  if (methods_.options().device_sampling) captured.argmax_to = tokens_mapped_;
-  Status enqueued = forward_->enqueue(captured, stream_.get());
-  auto graph = GraphExec::end_capture(stream_.get());
-  CELLM_RETURN_IF_ERROR(enqueued.with_context(name));
-  if (!graph.ok()) return graph.status().with_context(name);
-  graphs_[method.width] = CapturedStep{std::move(graph).value(), forward_->takes_argmax(captured)};
+  // One graph per split count: the count is baked into the attention's
+  // grid, and a short session's step wants few splits (ForwardShape::
+  // key_span). Wide methods take one split at every span, so one graph.
+  for (const std::int32_t span : forward_->key_spans()) {
+    const ForwardShape shape = static_shape(method, span);
+    const std::pair<std::int32_t, std::int32_t> key{method.width, forward_->decode_splits(shape)};
+    if (graphs_.contains(key)) continue;
+    CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
+    stream_.synchronize();
+    argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
+    GraphExec::begin_capture(stream_.get());
+    // The step's upload stays outside the graph: decode_greedy uploads each
+    // step from a slot of its own before replaying the same graph. (Sessions
+    // 16-19 captured it as the first node; a separate copy measured within
+    // the spread then, H200 1B batch 1 0.856 / 0.848 against 0.848 / 0.851
+    // ms/step. A kernel reading the staging buffer through its device
+    // mapping measured no faster either: bench/results/README.md, session 17.)
+    ForwardShape captured = shape;
+    // A greedy one-token step then finds its token written with the logits.
+    if (methods_.options().device_sampling) captured.argmax_to = tokens_mapped_;
+    Status enqueued = forward_->enqueue(captured, stream_.get());
+    auto graph = GraphExec::end_capture(stream_.get());
+    CELLM_RETURN_IF_ERROR(enqueued.with_context(name));
+    if (!graph.ok()) return graph.status().with_context(name);
+    graphs_[key] = CapturedStep{std::move(graph).value(), forward_->takes_argmax(captured)};
+    ++stats_.graphs_captured;
+  }
   return Status::ok();
 }
 
 // Only what a step reads travels: the first `width` entries of the first
 // `arrays` arrays (the row order only when split), not max_step of them; at
-// batch 1 that is 24 bytes instead of 48 KB. The staging buffer must stay
-// as written until the copy runs on the stream, which the step's wait for
-// its tokens (or logits) ensures.
-void CudaProgram::upload_step(std::int32_t width, int arrays) {
-  const std::size_t pitch = static_cast<std::size_t>(max_step()) * sizeof(std::int32_t);
-  CELLM_CUDA_CHECK(cudaMemcpy2DAsync(forward_->step_device(), pitch, staging_.data(), pitch,
-                                     static_cast<std::size_t>(width) * sizeof(std::int32_t),
-                                     static_cast<std::size_t>(arrays), cudaMemcpyHostToDevice,
-                                     stream_.get()));
+// batch 1 that is 24 bytes instead of 48 KB. The source must stay as written
+// until the copy runs on the stream, which the step's wait for its tokens
+// (or logits) ensures.
+void CudaProgram::upload_step(const std::int32_t* src, std::size_t pitch, std::int32_t width,
+                              int arrays) {
+  const std::size_t row = sizeof(std::int32_t);
+  CELLM_CUDA_CHECK(
+      cudaMemcpy2DAsync(forward_->step_device(), static_cast<std::size_t>(max_step()) * row, src,
+                        pitch * row, static_cast<std::size_t>(width) * row,
+                        static_cast<std::size_t>(arrays), cudaMemcpyHostToDevice, stream_.get()));
 }
 
 Status CudaProgram::load_method(std::string_view name) {
@@ -198,18 +220,20 @@ Status CudaProgram::load_method(std::string_view name) {
   if (forward && cache_ == nullptr) {
     return invalid_argument("load_method '{}': bind a CellCache first", name);
   }
+  const auto captured = graphs_.lower_bound({m->width, 0});
   if (m->kind == MethodKind::kStatic && knobs.use_graphs &&
-      (!graphs_.contains(m->width) || graph_kernels_ != knobs.kernels)) {
+      (captured == graphs_.end() || captured->first.first != m->width ||
+       graph_kernels_ != knobs.kernels)) {
     CELLM_RETURN_IF_ERROR(capture(std::string(name), *m));
   }
   m->loaded = true;
   return Status::ok();
 }
 
-Status CudaProgram::sync_tables(const program::ForwardCall& call) {
+Status CudaProgram::sync_tables(std::span<const program::PlacedRow> rows) {
   const std::int32_t stride = forward_->table_stride();
-  for (std::int32_t r = 0; r < call.placed; ++r) {
-    const program::PlacedRow& row = call.rows[static_cast<std::size_t>(r)];
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const program::PlacedRow& row = rows[r];
     const auto slot = static_cast<std::size_t>(row.seq);
     if (row.position >= stride) {
       return invalid_argument("row {} is at position {}, past the cell table's {} entries", r,
@@ -244,7 +268,8 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   const auto width = static_cast<std::int32_t>(call.tokens.size());
   const auto rows = static_cast<std::int32_t>(call.selector.size());
   const bool is_static = method.kind == MethodKind::kStatic;
-  CELLM_RETURN_IF_ERROR(sync_tables(call));
+  CELLM_RETURN_IF_ERROR(sync_tables({call.rows.data(), static_cast<std::size_t>(call.placed)}));
+  std::int32_t keys = 1;  // the longest row's keys (its window aside)
   for (std::int32_t i = 0; i < width; ++i) {
     const program::PlacedRow& row = call.rows[static_cast<std::size_t>(i)];
     staging(StepArrays::kTokens)[i] =
@@ -253,6 +278,7 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
         static_cast<std::int32_t>(call.positions[static_cast<std::size_t>(i)]);
     staging(StepArrays::kSlots)[i] = i < call.placed ? row.seq : -1;
     staging(StepArrays::kCells)[i] = i < call.placed ? row.cell : cache::kScratchCell;
+    if (i < call.placed) keys = std::max(keys, row.position + 1);
   }
   // A captured graph computes `width` selected rows: pad by repeating the last.
   const std::int32_t computed = is_static ? width : rows;
@@ -263,19 +289,19 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   const auto w = static_cast<std::size_t>(width);
   first_step_positions({staging(StepArrays::kSlots), w}, {staging(StepArrays::kPositions), w},
                        {staging(StepArrays::kFreshFrom), w}, row_scratch_);
+  const CapturedStep* graph = is_static ? replayable(static_shape(method, keys)) : nullptr;
   ForwardShape shape{width, computed, uses_decode_kernel(method), knobs.kernels};
+  shape.key_span = forward_->key_span(keys);
   if (!shape.decode_attention && knobs.kernels.decode_attention == DecodeAttention::kV2) {
     shape.decode_rows =
         split_attention_rows({staging(StepArrays::kSlots), w}, width,
                              {staging(StepArrays::kAttentionRows), w}, row_scratch_);
   }
-  auto graph = graphs_.find(width);
-  const bool replay =
-      is_static && knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels;
-  argmax_ready_ = replay && graph->second.argmax ? forward_->logits() : nullptr;
-  upload_step(width, shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
-  if (replay) {
-    graph->second.graph.launch(stream_.get());
+  argmax_ready_ = graph != nullptr && graph->argmax ? forward_->logits() : nullptr;
+  upload_step(staging_.data(), static_cast<std::size_t>(max_step()), width,
+              shape.decode_rows >= 0 ? StepArrays::kCount : StepArrays::kAttentionRows);
+  if (graph != nullptr) {
+    graph->graph.launch(stream_.get());
   } else {
     CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
   }

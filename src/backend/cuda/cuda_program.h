@@ -1,6 +1,8 @@
 // CudaProgram: the Program of the CUDA backend (DESIGN §7). It exports the
 // same method family as the CPU program; static forward_N methods are
-// captured as CUDA graphs when loaded and replayed, wider steps run eagerly.
+// captured as CUDA graphs when loaded and replayed (one graph for each split
+// count the decode attention takes, which follows the step's longest
+// session), wider steps run eagerly.
 // Logits stay on the device (Device::kCuda) and the `sample` /
 // `sample_argmax` methods draw tokens there, so a captured step costs one
 // graph launch (its first node copies the step's arrays from page-locked
@@ -67,10 +69,13 @@ const char* decode_fused_o_unavailable(program::Program& program);
 
 // How the program's `sample_argmax` calls were answered: by the argmax the
 // step's lm_head GEMV wrote with the logits (KernelChoice::head_argmax), or
-// by launching the argmax kernel.
+// by launching the argmax kernel; and how many single-step graphs it
+// captured (one per static width and split-KV split count, ForwardShape::
+// key_span).
 struct CudaProgramStats {
   std::uint64_t argmax_from_lm_head = 0;
   std::uint64_t argmax_launched = 0;
+  std::uint64_t graphs_captured = 0;
 };
 // The stats of a program made by this backend; null for other programs.
 const CudaProgramStats* cuda_program_stats(program::Program& program);

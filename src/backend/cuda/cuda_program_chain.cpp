@@ -25,18 +25,15 @@ void CudaProgram::launch_argmax(const float* logits, std::int32_t rows) {
   launch_sample_argmax(p, stream_.get());
 }
 
-Status CudaProgram::launch_static(const program::MethodEntry& method, std::int32_t rows,
-                                  bool argmax) {
-  auto graph = graphs_.find(method.width);
-  const ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
+Status CudaProgram::launch_static(const ForwardShape& shape, std::int32_t rows, bool argmax) {
+  if (const CapturedStep* graph = replayable(shape)) {
+    graph->graph.launch(stream_.get());
+    if (argmax && !graph->argmax) launch_argmax(forward_->logits(), rows);
+    return Status::ok();
+  }
   ForwardShape with_argmax = shape;
   with_argmax.argmax_to = tokens_mapped_;
   const bool head_argmax = argmax && forward_->takes_argmax(with_argmax);
-  if (knobs.use_graphs && graph != graphs_.end() && graph_kernels_ == knobs.kernels) {
-    graph->second.graph.launch(stream_.get());
-    if (argmax && !graph->second.argmax) launch_argmax(forward_->logits(), rows);
-    return Status::ok();
-  }
   CELLM_RETURN_IF_ERROR(forward_->enqueue(head_argmax ? with_argmax : shape, stream_.get()));
   if (argmax && !head_argmax) launch_argmax(forward_->logits(), rows);
   return Status::ok();
@@ -55,15 +52,7 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
   CELLM_ASSIGN_OR_RETURN(program::DecodeGreedyCall call,
                          methods_.check_decode_greedy(inputs, spec().vocab_size, *cache_));
   const std::int32_t t = call.width;
-  // The narrowest static method holding the rows, loaded.
-  const program::MethodEntry* method = nullptr;
-  for (const std::string& n : methods_.names()) {
-    const program::MethodEntry* m = methods_.find(n);
-    if (m->kind == MethodKind::kStatic && m->width >= t &&
-        (method == nullptr || m->width < method->width)) {
-      method = m;
-    }
-  }
+  const program::MethodEntry* method = methods_.narrowest_static(t);
   if (method == nullptr || !method->loaded) {
     return invalid_argument(
         "{}: the static method for {} rows is not loaded; load forward_{} first", name, t,
@@ -73,16 +62,24 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
     return invalid_argument("{}: takes at most {} rows on the CUDA program, got {}", name,
                             kMaxDecodeWidth, t);
   }
-  const bool graphs =
-      knobs.use_graphs && graphs_.contains(method->width) && graph_kernels_ == knobs.kernels;
+  // Every step splits its keys as the last one, the longest, needs.
+  std::int32_t keys = 1;
+  for (std::int32_t i = 0; i < t; ++i) {
+    const auto last = static_cast<std::size_t>(call.steps - 1) * static_cast<std::size_t>(t) +
+                      static_cast<std::size_t>(i);
+    keys = std::max(keys, call.rows[last].position + 1);
+  }
+  const ForwardShape step = static_shape(*method, keys);
+  const std::int32_t splits = forward_->decode_splits(step);
+  const bool graphs = replayable(step) != nullptr;
   // The graphs first: a capture runs padding steps in the staging slots.
   for (const std::int32_t size : kChainGraphSizes) {
-    if (graphs && call.steps >= size && !chain_graphs_.contains({method->width, size})) {
-      CELLM_RETURN_IF_ERROR(capture_chain(*method, size).with_context(name));
+    if (graphs && call.steps >= size && !chain_graphs_.contains({method->width, size, splits})) {
+      CELLM_RETURN_IF_ERROR(capture_chain(step, size).with_context(name));
     }
   }
-  const std::size_t slot_ints = static_cast<std::size_t>(StepArrays::kAttentionRows) *
-                                static_cast<std::size_t>(methods_.decode_greedy_width());
+  const auto chain_width = static_cast<std::size_t>(methods_.decode_greedy_width());
+  const std::size_t slot_ints = StepArrays::kAttentionRows * chain_width;
   // Each run of steps is staged and launched before the next is staged, so
   // the GPU starts while the host stages the rest.
   for (std::int32_t s = 0; s < call.steps;) {
@@ -101,17 +98,11 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
           cudaMemcpyAsync(forward_->chain_steps_device(), chain_staging(s, StepArrays::kTokens),
                           static_cast<std::size_t>(run) * slot_ints * sizeof(std::int32_t),
                           cudaMemcpyHostToDevice, stream_.get()));
-      chain_graphs_.at({method->width, run}).launch(stream_.get());
+      chain_graphs_.at({method->width, run, splits}).launch(stream_.get());
     } else {
-      const std::size_t pitch_in =
-          static_cast<std::size_t>(methods_.decode_greedy_width()) * sizeof(std::int32_t);
-      const std::size_t pitch_out = static_cast<std::size_t>(max_step()) * sizeof(std::int32_t);
-      CELLM_CUDA_CHECK(cudaMemcpy2DAsync(
-          forward_->step_device(), pitch_out, chain_staging(s, StepArrays::kTokens), pitch_in,
-          static_cast<std::size_t>(method->width) * sizeof(std::int32_t),
-          static_cast<std::size_t>(StepArrays::kAttentionRows), cudaMemcpyHostToDevice,
-          stream_.get()));
-      CELLM_RETURN_IF_ERROR(launch_static(*method, t, /*argmax=*/true).with_context(name));
+      upload_step(chain_staging(s, StepArrays::kTokens), chain_width, method->width,
+                  StepArrays::kAttentionRows);
+      CELLM_RETURN_IF_ERROR(launch_static(step, t, /*argmax=*/true).with_context(name));
     }
     s += run;
   }
@@ -138,11 +129,8 @@ Status CudaProgram::stage_chain_step(const program::DecodeGreedyCall& call, std:
                                      std::int32_t width) {
   const std::int32_t t = call.width;
   const auto first = static_cast<std::size_t>(s) * static_cast<std::size_t>(t);
-  program::ForwardCall step;
-  step.rows.assign(call.rows.begin() + static_cast<std::ptrdiff_t>(first),
-                   call.rows.begin() + static_cast<std::ptrdiff_t>(first + t));
-  step.placed = t;
-  CELLM_RETURN_IF_ERROR(sync_tables(step));
+  CELLM_RETURN_IF_ERROR(
+      sync_tables(std::span<const program::PlacedRow>(call.rows).subspan(first, t)));
   for (std::int32_t i = 0; i < width; ++i) {
     const bool real = i < t;
     const program::PlacedRow& row = call.rows[first + static_cast<std::size_t>(real ? i : 0)];
@@ -162,30 +150,27 @@ Status CudaProgram::stage_chain_step(const program::DecodeGreedyCall& call, std:
   return Status::ok();
 }
 
-// `steps` steps of `method`'s width in one graph, each reading its chain
-// slot; its argmax as the single-step graph takes it (the lm_head's,
-// or the argmax kernel over every row). Captured over padding-only slots
-// after one eager run of them.
-Status CudaProgram::capture_chain(const program::MethodEntry& method, std::int32_t steps) {
-  const std::int32_t w = method.width;
+// `steps` steps of `step`'s shape in one graph, each reading its chain
+// slot; its argmax as the single-step graph takes it (the lm_head's, or the
+// argmax kernel over every row). Captured over padding-only slots after one
+// eager run of its first two steps, the two kinds of step it holds (the
+// first alone starts without a programmatic launch); the single-step graph
+// of this shape already ran every other kernel once.
+Status CudaProgram::capture_chain(const ForwardShape& step, std::int32_t steps) {
+  const std::int32_t w = step.width;
+  const auto chain_width = static_cast<std::size_t>(methods_.decode_greedy_width());
   for (std::int32_t s = 0; s < steps; ++s) {
-    for (int a = 0; a < StepArrays::kAttentionRows; ++a) {
-      const auto which = static_cast<StepArrays::Index>(a);
-      const std::int32_t fill = which == StepArrays::kSlots   ? -1
-                                : which == StepArrays::kCells ? cache::kScratchCell
-                                                              : 0;
-      std::fill_n(chain_staging(s, which), methods_.decode_greedy_width(), fill);
-    }
+    stage_padding(chain_staging(s, StepArrays::kTokens), chain_width,
+                  static_cast<std::int32_t>(chain_width));
   }
   const std::size_t bytes = static_cast<std::size_t>(steps) * StepArrays::kAttentionRows *
-                            static_cast<std::size_t>(methods_.decode_greedy_width()) *
-                            sizeof(std::int32_t);
+                            chain_width * sizeof(std::int32_t);
   CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->chain_steps_device(),
                                    chain_staging(0, StepArrays::kTokens), bytes,
                                    cudaMemcpyHostToDevice, stream_.get()));
-  const auto enqueue_steps = [&]() -> Status {
-    for (std::int32_t s = 0; s < steps; ++s) {
-      ForwardShape shape{w, w, true, knobs.kernels};
+  const auto enqueue_steps = [&](std::int32_t count) -> Status {
+    for (std::int32_t s = 0; s < count; ++s) {
+      ForwardShape shape = step;
       shape.argmax_to = tokens_mapped_;
       shape.chain_slot = s;
       const bool head = forward_->takes_argmax(shape);
@@ -195,14 +180,15 @@ Status CudaProgram::capture_chain(const program::MethodEntry& method, std::int32
     }
     return Status::ok();
   };
-  CELLM_RETURN_IF_ERROR(enqueue_steps());
+  CELLM_RETURN_IF_ERROR(enqueue_steps(std::min(steps, 2)));
   stream_.synchronize();
   GraphExec::begin_capture(stream_.get());
-  Status enqueued = enqueue_steps();
+  Status enqueued = enqueue_steps(steps);
   auto graph = GraphExec::end_capture(stream_.get());
   CELLM_RETURN_IF_ERROR(enqueued);
   if (!graph.ok()) return graph.status();
-  chain_graphs_.emplace(std::make_pair(w, steps), std::move(graph).value());
+  chain_graphs_.emplace(std::make_tuple(w, steps, forward_->decode_splits(step)),
+                        std::move(graph).value());
   return Status::ok();
 }
 

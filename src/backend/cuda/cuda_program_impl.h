@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,11 @@ inline constexpr std::size_t kReserveBytes = std::size_t{1} << 30;
 // a time (the time between graphs is the GPU's); graphs of eight 0.801.
 inline constexpr std::int32_t kChainGraphSizes[] = {64, 8};
 inline constexpr std::int32_t kChainGraphSteps = kChainGraphSizes[0];  // the most, slots
+
+// A padding step's arrays (StepArrays up to kAttentionRows) for `width`
+// rows, each array `pitch` entries after the one before: rows that touch
+// nothing but the scratch cell.
+void stage_padding(std::int32_t* arrays, std::size_t pitch, std::int32_t width);
 
 class CudaProgram final : public program::Program {
  public:
@@ -80,14 +86,30 @@ class CudaProgram final : public program::Program {
     return m.kind == MethodKind::kStatic && m.width <= kMaxDecodeWidth;
   }
 
+  // A captured step, and whether its lm_head GEMV also writes the argmax of
+  // its logits row into tokens_mapped_.
+  struct CapturedStep {
+    GraphExec graph;
+    bool argmax = false;
+  };
+
+  // A static method's step whose longest row attends `keys` keys.
+  ForwardShape static_shape(const program::MethodEntry& method, std::int32_t keys) const;
+  // The graph that replays `shape` of a static method (graphs_'s key: its
+  // width and split count), or null: graphs off, captured for other kernels,
+  // or not captured.
+  const CapturedStep* replayable(const ForwardShape& shape) const;
+  // Captures one graph for each split count the method's steps can take
+  // (CudaForward::key_spans).
   Status capture(const std::string& name, const program::MethodEntry& method);
-  void upload_step(std::int32_t width, int arrays);
+  // Copies `arrays` step arrays of `width` entries, `pitch` entries apart in
+  // `src`, into the forward's step arrays.
+  void upload_step(const std::int32_t* src, std::size_t pitch, std::int32_t width, int arrays);
   // A static method's forward of the arrays already on the device: its graph
   // or its launches, and the argmax of its first `rows` logits rows into
   // tokens_mapped_ and the forward's feedback ids unless its lm_head took it.
-  Status launch_static(const program::MethodEntry& method, std::int32_t rows, bool argmax);
-  void stage_padding_step(std::int32_t width);
-  Status sync_tables(const program::ForwardCall& call);
+  Status launch_static(const ForwardShape& shape, std::int32_t rows, bool argmax);
+  Status sync_tables(std::span<const program::PlacedRow> rows);
   Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
@@ -95,7 +117,7 @@ class CudaProgram final : public program::Program {
   Result<std::vector<Tensor>> run_decode_greedy(std::span<const Tensor> inputs);
   Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
                           std::int32_t width);
-  Status capture_chain(const program::MethodEntry& method, std::int32_t steps);
+  Status capture_chain(const ForwardShape& step, std::int32_t steps);
   // Launches the device argmax of `rows` rows of `logits` (ids into
   // tokens_mapped_ and the forward's feedback ids).
   void launch_argmax(const float* logits, std::int32_t rows);
@@ -110,16 +132,11 @@ class CudaProgram final : public program::Program {
   PinnedBuffer<std::int32_t> chain_staging_;
   PinnedBuffer<std::int32_t> chain_ids_;
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
-  // A captured step, and whether its lm_head GEMV also writes the argmax of
-  // its logits row into tokens_mapped_.
-  struct CapturedStep {
-    GraphExec graph;
-    bool argmax = false;
-  };
-  std::map<std::int32_t, CapturedStep> graphs_;
-  // decode_greedy's graphs by (width, steps) (kChainGraphSizes); captured on
-  // first use, dropped with graphs_.
-  std::map<std::pair<std::int32_t, std::int32_t>, GraphExec> chain_graphs_;
+  // Static methods' graphs by (width, split-KV split count).
+  std::map<std::pair<std::int32_t, std::int32_t>, CapturedStep> graphs_;
+  // decode_greedy's graphs by (width, steps (kChainGraphSizes), split count);
+  // captured on first use, dropped with graphs_.
+  std::map<std::tuple<std::int32_t, std::int32_t, std::int32_t>, GraphExec> chain_graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.

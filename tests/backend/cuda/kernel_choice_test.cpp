@@ -36,6 +36,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_FALSE(choice->decode_stream);
   EXPECT_TRUE(choice->pdl);
   EXPECT_EQ(choice->decode_split_target, 2);
+  EXPECT_TRUE(choice->decode_split_by_step);
   EXPECT_TRUE(choice->decode_early_keys);
   EXPECT_TRUE(choice->decode_spread);
   EXPECT_TRUE(choice->decode_early_next);
@@ -46,24 +47,36 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
 }
 
 TEST(KernelChoiceTest, ReadsEveryVariable) {
-  auto choice = parse_kernel_choice(
-      lookup_from({{"CELLM_DECODE_ATTN", "v1"},        {"CELLM_PREFILL_ATTN", "v1"},
-                   {"CELLM_DECODE_SPLIT_KEYS", "128"}, {"CELLM_DECODE_SPLIT_TARGET", "6"},
-                   {"CELLM_DECODE_CLUSTER", "4"},      {"CELLM_DECODE_EARLY_KEYS", "0"},
-                   {"CELLM_DECODE_SPREAD", "0"},       {"CELLM_DECODE_EARLY_NEXT", "0"},
-                   {"CELLM_DECODE_PUSH_MERGE", "0"},   {"CELLM_DECODE_FUSED_O", "1"},
-                   {"CELLM_FUSED_ROPE", "0"},          {"CELLM_GEMV", "off"},
-                   {"CELLM_GEMV_MAX_ROWS", "8"},       {"CELLM_GEMV_SINGLE_ROWS", "0"},
-                   {"CELLM_GEMV_STAGE_INPUTS", "0"},   {"CELLM_GEMV_MMA", "1"},
-                   {"CELLM_DECODE_STREAM", "1"},       {"CELLM_PDL", "0"},
-                   {"CELLM_GEMM_AUTOTUNE", "0"},       {"CELLM_SPLIT_ARGMAX", "0"},
-                   {"CELLM_HEAD_ARGMAX", "0"},         {"CELLM_SAMPLE_CLUSTER", "0"},
-                   {"CELLM_SAMPLE_CANDIDATES", "0"}}));
+  auto choice = parse_kernel_choice(lookup_from({{"CELLM_DECODE_ATTN", "v1"},
+                                                 {"CELLM_PREFILL_ATTN", "v1"},
+                                                 {"CELLM_DECODE_SPLIT_KEYS", "128"},
+                                                 {"CELLM_DECODE_SPLIT_TARGET", "6"},
+                                                 {"CELLM_DECODE_CLUSTER", "4"},
+                                                 {"CELLM_DECODE_EARLY_KEYS", "0"},
+                                                 {"CELLM_DECODE_SPLIT_SPAN", "table"},
+                                                 {"CELLM_DECODE_SPREAD", "0"},
+                                                 {"CELLM_DECODE_EARLY_NEXT", "0"},
+                                                 {"CELLM_DECODE_PUSH_MERGE", "0"},
+                                                 {"CELLM_DECODE_FUSED_O", "1"},
+                                                 {"CELLM_FUSED_ROPE", "0"},
+                                                 {"CELLM_GEMV", "off"},
+                                                 {"CELLM_GEMV_MAX_ROWS", "8"},
+                                                 {"CELLM_GEMV_SINGLE_ROWS", "0"},
+                                                 {"CELLM_GEMV_STAGE_INPUTS", "0"},
+                                                 {"CELLM_GEMV_MMA", "1"},
+                                                 {"CELLM_DECODE_STREAM", "1"},
+                                                 {"CELLM_PDL", "0"},
+                                                 {"CELLM_GEMM_AUTOTUNE", "0"},
+                                                 {"CELLM_SPLIT_ARGMAX", "0"},
+                                                 {"CELLM_HEAD_ARGMAX", "0"},
+                                                 {"CELLM_SAMPLE_CLUSTER", "0"},
+                                                 {"CELLM_SAMPLE_CANDIDATES", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
   EXPECT_EQ(choice->decode_split_target, 6);
   EXPECT_EQ(choice->decode_cluster, 4);
+  EXPECT_FALSE(choice->decode_split_by_step);
   EXPECT_FALSE(choice->decode_early_keys);
   EXPECT_FALSE(choice->decode_spread);
   EXPECT_FALSE(choice->decode_early_next);
@@ -84,7 +97,8 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->sample_candidates);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
-            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 early_keys=0 spread=0 "
+            "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 split_span=table "
+            "early_keys=0 spread=0 "
             "early_next=0 push_merge=0 fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
             "pdl=0 autotune=0 "
@@ -96,6 +110,7 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_ATTN", "v3"}},
       {{"CELLM_PREFILL_ATTN", "fast"}},
       {{"CELLM_FUSED_ROPE", "yes please"}},
+      {{"CELLM_DECODE_SPLIT_SPAN", "longest"}},
       {{"CELLM_GEMV", "2"}},
       {{"CELLM_GEMM_AUTOTUNE", "yes"}},
       {{"CELLM_GEMV_MAX_ROWS", "9"}},
@@ -164,6 +179,9 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=1 fused_rope=1 ");
   expect_only(
       "CELLM_DECODE_FUSED_O", "0", [](KernelChoice&) {}, " fused_o=0 ");
+  expect_only(
+      "CELLM_DECODE_SPLIT_SPAN", "table", [](KernelChoice& c) { c.decode_split_by_step = false; },
+      " cluster=8 split_span=table early_keys=1 ");
   expect_only(
       "CELLM_DECODE_SPREAD", "0", [](KernelChoice& c) { c.decode_spread = false; },
       " spread=0 early_next=1 push_merge=1 fused_o=0 ");

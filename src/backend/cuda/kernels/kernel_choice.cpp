@@ -102,6 +102,12 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
       return invalid_argument("CELLM_DECODE_CLUSTER='{}': expected 1, 2, 4 or 8", *v);
     }
   }
+  if (auto v = lookup("CELLM_DECODE_SPLIT_SPAN")) {
+    if (*v != "step" && *v != "table") {
+      return invalid_argument("CELLM_DECODE_SPLIT_SPAN='{}': expected step or table", *v);
+    }
+    choice.decode_split_by_step = *v == "step";
+  }
   if (auto v = lookup("CELLM_DECODE_EARLY_KEYS")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_early_keys, parse_flag("CELLM_DECODE_EARLY_KEYS", *v));
   }
@@ -182,7 +188,8 @@ KernelChoice kernel_choice_from_env() {
 
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
-      "decode={} prefill={} split_keys={} split_target={} cluster={} early_keys={} spread={} "
+      "decode={} prefill={} split_keys={} split_target={} cluster={} split_span={} "
+      "early_keys={} spread={} "
       "early_next={} push_merge={} fused_o={} "
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
       "pdl={} "
@@ -190,7 +197,8 @@ std::string describe(const KernelChoice& choice) {
       "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
-      choice.decode_split_target, choice.decode_cluster, choice.decode_early_keys ? 1 : 0,
+      choice.decode_split_target, choice.decode_cluster,
+      choice.decode_split_by_step ? "step" : "table", choice.decode_early_keys ? 1 : 0,
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
       choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
       choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,

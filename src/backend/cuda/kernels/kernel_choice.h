@@ -14,6 +14,12 @@
 //                                  fit in one merges them in distributed shared memory (default 8:
 //                                  8B batch 1 ctx 512 4.38-4.39 against 4.48-4.51 ms/step with 1;
 //                                  other points within run-to-run spread)
+//   CELLM_DECODE_SPLIT_SPAN=step|table  v2: the split count follows the keys of the step's longest
+//                                  session (ForwardShape::key_span, a graph per count) or the
+//                                  cell table's length (one graph a width; the rule before
+//                                  session 21, which at short sessions in a long table launched
+//                                  more blocks than SMs and lost the one-block-an-SM paths
+//                                  below); default step
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
 //                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
 //                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
@@ -124,6 +130,7 @@ struct KernelChoice {
   std::int32_t decode_split_keys = 128;  // H200: b1 2-3% faster than 256, b64 equal
   std::int32_t decode_split_target = 2;
   std::int32_t decode_cluster = 8;
+  bool decode_split_by_step = true;  // CELLM_DECODE_SPLIT_SPAN=step
   bool decode_early_keys = true;
   bool decode_spread = true;
   bool decode_early_next = true;
@@ -156,11 +163,11 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 early_keys=1 spread=1 early_next=1
-// push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
-// mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8)
-// autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and
-// benchmark labels.
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step early_keys=1
+// spread=1 early_next=1 push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1
+// stage_inputs=1 mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with
+// CELLM_GEMV_MMA_WARPS=8) autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1
+// sample_candidates=1", for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
 }  // namespace cellm::cuda
