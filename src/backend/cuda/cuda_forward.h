@@ -109,8 +109,9 @@ class CudaForward {
   std::int32_t* feedback_ids() const { return feedback_.data(); }
   std::int32_t* recorded_ids() const { return record_.data(); }
   std::int32_t recorded_capacity() const { return static_cast<std::int32_t>(record_.size()); }
-  // The chain slots ForwardShape::chain_slot reads: [slots,
-  // StepArrays::kAttentionRows, width], each array `width` entries apart.
+  // The chain slots ForwardShape::chain_slot reads, packed at the step's
+  // width w (at most reserve_chain's): slot s at s * kAttentionRows * w, its
+  // arrays w entries apart, so a run of narrow steps uploads only its rows.
   std::int32_t* chain_steps_device() const { return chain_steps_.data(); }
   // Sizes the record and the chain slots (zeroed); call before any forward
   // that feeds back or reads a slot.

@@ -14,7 +14,8 @@ namespace cellm::cuda {
 
 CudaForward::StepInputs CudaForward::step_inputs(const ForwardShape& shape) const {
   const bool chained = shape.chain_slot >= 0;
-  const auto pitch = static_cast<std::size_t>(chained ? chain_width_ : max_step_);
+  // Chain slots are packed at the step's width (cuda_forward.h).
+  const auto pitch = static_cast<std::size_t>(chained ? shape.width : max_step_);
   const std::int32_t* base =
       chained ? chain_steps_.data() +
                     static_cast<std::size_t>(shape.chain_slot) * StepArrays::kAttentionRows * pitch

@@ -74,6 +74,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                                                                 StepArrays::kAttentionRows));
     CELLM_ASSIGN_OR_RETURN(p->chain_ids_,
                            PinnedBuffer<std::int32_t>::allocate((chain_steps - 1) * chain_width));
+    CELLM_ASSIGN_OR_RETURN(p->chain_argmax_, DeviceBuffer<std::int32_t>::allocate(chain_width));
     CELLM_RETURN_IF_ERROR(
         p->forward_->reserve_chain(static_cast<std::int32_t>((chain_steps - 1) * chain_width),
                                    kChainGraphSteps, static_cast<std::int32_t>(chain_width)));

@@ -10,10 +10,10 @@
 
 namespace cellm::cuda::detail {
 
-void CudaProgram::launch_argmax(const float* logits, std::int32_t rows) {
+void CudaProgram::launch_argmax(const float* logits, std::int32_t rows, std::int32_t* out) {
   SampleParams p;
   p.logits = logits;
-  p.out = tokens_mapped_;
+  p.out = out != nullptr ? out : tokens_mapped_;
   p.feedback = forward_->feedback_ids();
   p.logits_stride = spec().vocab_size;
   p.rows = rows;
@@ -69,17 +69,17 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
                       static_cast<std::size_t>(i);
     keys = std::max(keys, call.rows[last].position + 1);
   }
+  const std::int32_t w = method->width;
   const ForwardShape step = static_shape(*method, keys);
   const std::int32_t splits = forward_->decode_splits(step);
   const bool graphs = replayable(step) != nullptr;
   // The graphs first: a capture runs padding steps in the staging slots.
   for (const std::int32_t size : kChainGraphSizes) {
-    if (graphs && call.steps >= size && !chain_graphs_.contains({method->width, size, splits})) {
+    if (graphs && call.steps >= size && !chain_graphs_.contains({w, size, splits})) {
       CELLM_RETURN_IF_ERROR(capture_chain(step, size).with_context(name));
     }
   }
-  const auto chain_width = static_cast<std::size_t>(methods_.decode_greedy_width());
-  const std::size_t slot_ints = StepArrays::kAttentionRows * chain_width;
+  const std::size_t slot_ints = StepArrays::kAttentionRows * static_cast<std::size_t>(w);
   // Each run of steps is staged and launched before the next is staged, so
   // the GPU starts while the host stages the rest.
   for (std::int32_t s = 0; s < call.steps;) {
@@ -91,16 +91,16 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
       }
     }
     for (std::int32_t i = s; i < s + run; ++i) {
-      CELLM_RETURN_IF_ERROR(stage_chain_step(call, i, method->width));
+      CELLM_RETURN_IF_ERROR(stage_chain_step(call, i, w));
     }
     if (run > 1) {
       CELLM_CUDA_CHECK(
-          cudaMemcpyAsync(forward_->chain_steps_device(), chain_staging(s, StepArrays::kTokens),
+          cudaMemcpyAsync(forward_->chain_steps_device(), chain_staging(s, StepArrays::kTokens, w),
                           static_cast<std::size_t>(run) * slot_ints * sizeof(std::int32_t),
                           cudaMemcpyHostToDevice, stream_.get()));
-      chain_graphs_.at({method->width, run, splits}).launch(stream_.get());
+      chain_graphs_.at({w, run, splits}).launch(stream_.get());
     } else {
-      upload_step(chain_staging(s, StepArrays::kTokens), chain_width, method->width,
+      upload_step(chain_staging(s, StepArrays::kTokens, w), static_cast<std::size_t>(w), w,
                   StepArrays::kAttentionRows);
       CELLM_RETURN_IF_ERROR(launch_static(step, t, /*argmax=*/true).with_context(name));
     }
@@ -134,19 +134,19 @@ Status CudaProgram::stage_chain_step(const program::DecodeGreedyCall& call, std:
   for (std::int32_t i = 0; i < width; ++i) {
     const bool real = i < t;
     const program::PlacedRow& row = call.rows[first + static_cast<std::size_t>(real ? i : 0)];
-    chain_staging(s, StepArrays::kTokens)[i] =
+    chain_staging(s, StepArrays::kTokens, width)[i] =
         !real    ? 0
         : s == 0 ? static_cast<std::int32_t>(call.tokens[static_cast<std::size_t>(i)])
                  : -1 - ((s - 1) * t + i);
-    chain_staging(s, StepArrays::kPositions)[i] = real ? row.position : 0;
-    chain_staging(s, StepArrays::kSlots)[i] = real ? row.seq : -1;
-    chain_staging(s, StepArrays::kCells)[i] = real ? row.cell : cache::kScratchCell;
-    chain_staging(s, StepArrays::kSelector)[i] = std::min(i, t - 1);
+    chain_staging(s, StepArrays::kPositions, width)[i] = real ? row.position : 0;
+    chain_staging(s, StepArrays::kSlots, width)[i] = real ? row.seq : -1;
+    chain_staging(s, StepArrays::kCells, width)[i] = real ? row.cell : cache::kScratchCell;
+    chain_staging(s, StepArrays::kSelector, width)[i] = std::min(i, t - 1);
   }
   const auto wide = static_cast<std::size_t>(width);
-  first_step_positions({chain_staging(s, StepArrays::kSlots), wide},
-                       {chain_staging(s, StepArrays::kPositions), wide},
-                       {chain_staging(s, StepArrays::kFreshFrom), wide}, row_scratch_);
+  first_step_positions({chain_staging(s, StepArrays::kSlots, width), wide},
+                       {chain_staging(s, StepArrays::kPositions, width), wide},
+                       {chain_staging(s, StepArrays::kFreshFrom, width), wide}, row_scratch_);
   return Status::ok();
 }
 
@@ -158,25 +158,27 @@ Status CudaProgram::stage_chain_step(const program::DecodeGreedyCall& call, std:
 // of this shape already ran every other kernel once.
 Status CudaProgram::capture_chain(const ForwardShape& step, std::int32_t steps) {
   const std::int32_t w = step.width;
-  const auto chain_width = static_cast<std::size_t>(methods_.decode_greedy_width());
   for (std::int32_t s = 0; s < steps; ++s) {
-    stage_padding(chain_staging(s, StepArrays::kTokens), chain_width,
-                  static_cast<std::int32_t>(chain_width));
+    stage_padding(chain_staging(s, StepArrays::kTokens, w), static_cast<std::size_t>(w), w);
   }
   const std::size_t bytes = static_cast<std::size_t>(steps) * StepArrays::kAttentionRows *
-                            chain_width * sizeof(std::int32_t);
+                            static_cast<std::size_t>(w) * sizeof(std::int32_t);
   CELLM_CUDA_CHECK(cudaMemcpyAsync(forward_->chain_steps_device(),
-                                   chain_staging(0, StepArrays::kTokens), bytes,
+                                   chain_staging(0, StepArrays::kTokens, w), bytes,
                                    cudaMemcpyHostToDevice, stream_.get()));
+  // Only the last step's ids must reach the host through tokens_mapped_
+  // (the next step reads the others from the forward's feedback ids).
   const auto enqueue_steps = [&](std::int32_t count) -> Status {
     for (std::int32_t s = 0; s < count; ++s) {
+      std::int32_t* out =
+          s + 1 < count && knobs.kernels.chain_device_ids ? chain_argmax_.data() : tokens_mapped_;
       ForwardShape shape = step;
-      shape.argmax_to = tokens_mapped_;
+      shape.argmax_to = out;
       shape.chain_slot = s;
       const bool head = forward_->takes_argmax(shape);
       if (!head) shape.argmax_to = nullptr;
       CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
-      if (!head) launch_argmax(forward_->logits(), w);
+      if (!head) launch_argmax(forward_->logits(), w, out);
     }
     return Status::ok();
   };

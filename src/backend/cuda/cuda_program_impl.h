@@ -74,13 +74,15 @@ class CudaProgram final : public program::Program {
   std::int32_t* staging(StepArrays::Index which) const {
     return staging_.data() + static_cast<std::size_t>(which) * static_cast<std::size_t>(max_step());
   }
-  // decode_greedy's step s: its arrays, [StepArrays::kAttentionRows, chain
-  // width], in a slot of its own, so a step's upload never reads what the
-  // host writes for a later one.
-  std::int32_t* chain_staging(std::int32_t s, StepArrays::Index which) const {
-    const auto width = static_cast<std::size_t>(methods_.decode_greedy_width());
+  // decode_greedy's step s of `width` rows: its arrays, [StepArrays::
+  // kAttentionRows, width], in a slot of its own, packed as the forward reads
+  // chain slots (CudaForward::chain_steps_device), so a step's upload never
+  // reads what the host writes for a later one and a run of steps uploads
+  // only its rows.
+  std::int32_t* chain_staging(std::int32_t s, StepArrays::Index which, std::int32_t width) const {
     return chain_staging_.data() +
-           (static_cast<std::size_t>(s) * StepArrays::kAttentionRows + which) * width;
+           (static_cast<std::size_t>(s) * StepArrays::kAttentionRows + which) *
+               static_cast<std::size_t>(width);
   }
   static bool uses_decode_kernel(const program::MethodEntry& m) {
     return m.kind == MethodKind::kStatic && m.width <= kMaxDecodeWidth;
@@ -118,9 +120,9 @@ class CudaProgram final : public program::Program {
   Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
                           std::int32_t width);
   Status capture_chain(const ForwardShape& step, std::int32_t steps);
-  // Launches the device argmax of `rows` rows of `logits` (ids into
-  // tokens_mapped_ and the forward's feedback ids).
-  void launch_argmax(const float* logits, std::int32_t rows);
+  // Launches the device argmax of `rows` rows of `logits` (ids into `out`,
+  // tokens_mapped_ unless given, and the forward's feedback ids).
+  void launch_argmax(const float* logits, std::int32_t rows, std::int32_t* out = nullptr);
 
   program::ForwardMethods methods_;
   std::unique_ptr<CudaForward> forward_;
@@ -131,6 +133,9 @@ class CudaProgram final : public program::Program {
   // the steps' embeddings recorded, copied back at the end of a call.
   PinnedBuffer<std::int32_t> chain_staging_;
   PinnedBuffer<std::int32_t> chain_ids_;
+  // Where a chained step that is not its graph's last writes its argmax when
+  // KernelChoice::chain_device_ids: device memory, not tokens_mapped_.
+  DeviceBuffer<std::int32_t> chain_argmax_;
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   // Static methods' graphs by (width, split-KV split count).
   std::map<std::pair<std::int32_t, std::int32_t>, CapturedStep> graphs_;
