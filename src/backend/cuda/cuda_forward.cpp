@@ -259,24 +259,45 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
   return Status::ok();
 }
 
-std::int32_t CudaForward::decode_splits(const ForwardShape& shape) const {
+DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   const model::ModelSpec& s = spec_;
+  const std::int32_t min_keys = shape.kernels.decode_split_keys;
+  const std::int32_t cluster = std::max(1, shape.kernels.decode_cluster);
   // The fused o projection runs one cluster of splits per kv head.
-  if (o_in_attention(shape)) return shape.kernels.decode_cluster;
+  if (o_in_attention(shape)) return {cluster, min_keys};
   // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
   const bool split_rows = shape.decode_rows >= 0;
   const std::int32_t rows = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
-  if (!(shape.decode_attention || split_rows) || rows <= 0) return 1;
+  if (!(shape.decode_attention || split_rows) || rows <= 0) return {};
   const std::int32_t keys = shape.key_span > 0 && shape.kernels.decode_split_by_step
                                 ? std::min(shape.key_span, table_stride_)
                                 : table_stride_;
+  if (shape.kernels.decode_attention != DecodeAttention::kV2) {
+    return {std::min(kAttentionMaxSplits,
+                     attention_decode_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_)),
+            min_keys};
+  }
+  // Where up to twice the keys a split let the splits fit the SMs one block
+  // each (rounded down to whole clusters), a split takes them: the launch
+  // then keeps the spread, early-next and push-merge paths (H200, 1B batch 1
+  // at 2100 keys: 16 splits of 256 keys 0.864 ms/step against 32 of 128
+  // 0.904; at 8200 keys 16 splits of 512 lost, 1.101 against 1.022, so the
+  // rule stops at twice).
+  std::int32_t split_keys = min_keys;
+  const auto blocks =
+      static_cast<std::int64_t>(attention_decode_v2_counters(rows, s.num_heads, s.num_kv_heads));
+  const std::int64_t fit = sm_count_ / std::max<std::int64_t>(1, blocks) / cluster * cluster;
+  if (shape.kernels.decode_sm_fit && fit >= 1 &&
+      (static_cast<std::int64_t>(keys) + min_keys - 1) / min_keys > fit) {
+    const std::int64_t per_split = (keys + fit - 1) / fit;
+    if (per_split <= 2 * std::int64_t{min_keys}) {
+      split_keys = static_cast<std::int32_t>((per_split + 63) / 64 * 64);
+    }
+  }
   const std::int32_t splits =
-      shape.kernels.decode_attention == DecodeAttention::kV2
-          ? attention_decode_v2_splits(
-                rows, s.num_heads, s.num_kv_heads, keys, sm_count_, shape.kernels.decode_split_keys,
-                shape.kernels.decode_split_target, shape.kernels.decode_cluster)
-          : attention_decode_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_);
-  return std::min(kAttentionMaxSplits, splits);
+      attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_, split_keys,
+                                 shape.kernels.decode_split_target, cluster);
+  return {std::min(kAttentionMaxSplits, splits), split_keys};
 }
 
 std::int32_t CudaForward::key_span(std::int32_t keys) const {
@@ -308,7 +329,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
 
   embed(shape, in, stream);
 
-  const std::int32_t splits = decode_splits(shape);
+  const DecodeSplit split = decode_split(shape);
   for (int l = 0; l < s.num_layers; ++l) {
     const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
     const bool rope_in_qkv = rope_in_gemv(l, shape);
@@ -335,7 +356,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
                                  DType::kBF16, w, lw.qkv_bias, stream));
     }
-    CELLM_RETURN_IF_ERROR(enqueue_attention(l, shape, in, splits, rope_in_qkv, o_fused, stream));
+    CELLM_RETURN_IF_ERROR(enqueue_attention(l, shape, in, split, rope_in_qkv, o_fused, stream));
     if (fused) {
       if (!o_fused) {
         GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);

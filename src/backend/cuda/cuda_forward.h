@@ -11,6 +11,7 @@
 // Thread-safety: not thread-safe; the program's engine thread drives it.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,11 +62,20 @@ struct ForwardShape {
   // graph of several steps, cuda_program.cpp).
   std::int32_t chain_slot = -1;
   // How many keys the step's rows attend at most (CudaForward::key_span of
-  // its longest row; 0: the cell table's whole length). It sets the split-KV
-  // split count (decode_splits), which a captured graph bakes in: sized for
-  // the table instead, a short session's blocks outnumber the SMs and lose
-  // the one-block-an-SM paths.
+  // its longest row; 0: the cell table's whole length). It sets how the
+  // split-KV kernel cuts the keys (decode_split), which a captured graph
+  // bakes in: sized for the table instead, a short session's blocks
+  // outnumber the SMs and lose the one-block-an-SM paths.
   std::int32_t key_span = 0;
+};
+
+// How the split-KV decode attention cuts a step's keys: at most `splits`
+// splits, every used one at least `min_keys` keys (AttentionParams::
+// num_splits and split_min_keys; min_keys 0 where no split kernel runs).
+struct DecodeSplit {
+  std::int32_t splits = 1;
+  std::int32_t min_keys = 0;
+  friend auto operator<=>(const DecodeSplit&, const DecodeSplit&) = default;
 };
 
 class CudaForward {
@@ -85,8 +95,8 @@ class CudaForward {
   // shape.argmax_to: one selected row, the lm_head on the GEMV
   // (KernelChoice::head_argmax), and logits that nothing changes after it.
   bool takes_argmax(const ForwardShape& shape) const;
-  // The split-KV split count enqueue(shape) launches (1: no split kernel).
-  std::int32_t decode_splits(const ForwardShape& shape) const;
+  // How enqueue(shape) cuts its keys for the split-KV kernel.
+  DecodeSplit decode_split(const ForwardShape& shape) const;
   // ForwardShape::key_span for a step whose longest row attends `keys` keys:
   // the next power of two (at least kMinKeySpan), at most the table's length.
   // Spans, not exact lengths, keep the graphs a program captures few
@@ -161,7 +171,8 @@ class CudaForward {
   // `rope_done`: the q/k/v GEMV did both) and attention of layer l.
   // With `o_fused` the attention kernel also adds the o projection into x_.
   Status enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                           std::int32_t splits, bool rope_done, bool o_fused, cudaStream_t stream);
+                           const DecodeSplit& split, bool rope_done, bool o_fused,
+                           cudaStream_t stream);
   // Whether this step's attention does the o projection (one-token fused
   // steps of a model that fits it, with the knob on).
   bool o_in_attention(const ForwardShape& shape) const;

@@ -149,7 +149,7 @@ bool CudaForward::o_in_attention(const ForwardShape& shape) const {
 }
 
 Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                                      std::int32_t splits, bool rope_done, bool o_fused,
+                                      const DecodeSplit& split, bool rope_done, bool o_fused,
                                       cudaStream_t stream) {
   const model::ModelSpec& s = spec_;
   const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
@@ -195,16 +195,16 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
   at.window = ls.window;
   at.scale = attention_scale_;
   at.softcap = s.attn_logit_softcap.value_or(0.0f);
-  at.num_splits = splits;
+  at.num_splits = split.splits;
   at.workspace = attn_ws_.data();
-  at.split_min_keys = shape.kernels.decode_split_keys;
+  at.split_min_keys = split.min_keys > 0 ? split.min_keys : shape.kernels.decode_split_keys;
   at.counters = attn_counters_.data();
   if (shape.kernels.decode_early_keys) {
     at.fresh_from = in.fresh_from;
     at.cells = in.cells;
   }
-  // decode_splits() rounded the count to a multiple of the cluster for v2.
-  at.cluster = splits % shape.kernels.decode_cluster == 0 ? shape.kernels.decode_cluster : 1;
+  // decode_split() rounded the count to a multiple of the cluster for v2.
+  at.cluster = split.splits % shape.kernels.decode_cluster == 0 ? shape.kernels.decode_cluster : 1;
   at.spread = shape.kernels.decode_spread;
   at.early_next = shape.kernels.decode_early_next;
   at.push_merge = shape.kernels.decode_push_merge;

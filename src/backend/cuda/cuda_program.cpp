@@ -152,7 +152,7 @@ ForwardShape CudaProgram::static_shape(const program::MethodEntry& method,
 
 const CudaProgram::CapturedStep* CudaProgram::replayable(const ForwardShape& shape) const {
   if (!knobs.use_graphs || graph_kernels_ != knobs.kernels) return nullptr;
-  auto graph = graphs_.find({shape.width, forward_->decode_splits(shape)});
+  auto graph = graphs_.find({shape.width, forward_->decode_split(shape)});
   return graph == graphs_.end() ? nullptr : &graph->second;
 }
 
@@ -168,12 +168,13 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
     chain_graphs_.clear();
     graph_kernels_ = knobs.kernels;
   }
-  // One graph per split count: the count is baked into the attention's
-  // grid, and a short session's step wants few splits (ForwardShape::
-  // key_span). Wide methods take one split at every span, so one graph.
+  // One graph per decode split: the split count is baked into the
+  // attention's grid, and a short session's step wants few splits
+  // (ForwardShape::key_span). Wide methods take one split at every span, so
+  // one graph.
   for (const std::int32_t span : forward_->key_spans()) {
     const ForwardShape shape = static_shape(method, span);
-    const std::pair<std::int32_t, std::int32_t> key{method.width, forward_->decode_splits(shape)};
+    const std::pair<std::int32_t, DecodeSplit> key{method.width, forward_->decode_split(shape)};
     if (graphs_.contains(key)) continue;
     CELLM_RETURN_IF_ERROR(forward_->enqueue(shape, stream_.get()));
     stream_.synchronize();
@@ -221,7 +222,7 @@ Status CudaProgram::load_method(std::string_view name) {
   if (forward && cache_ == nullptr) {
     return invalid_argument("load_method '{}': bind a CellCache first", name);
   }
-  const auto captured = graphs_.lower_bound({m->width, 0});
+  const auto captured = graphs_.lower_bound({m->width, DecodeSplit{.splits = 0, .min_keys = 0}});
   if (m->kind == MethodKind::kStatic && knobs.use_graphs &&
       (captured == graphs_.end() || captured->first.first != m->width ||
        graph_kernels_ != knobs.kernels)) {

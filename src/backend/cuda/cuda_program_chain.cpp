@@ -1,6 +1,7 @@
 // decode_greedy on the CUDA program (program.h): greedy steps chained on the
 // device, and the argmax launches they share with the samplers.
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/attention_rows.h"
 #include "backend/cuda/cuda_check.h"
@@ -43,9 +44,11 @@ Status CudaProgram::launch_static(const ForwardShape& shape, std::int32_t rows, 
 // and launched without waiting for the one before; its token rows hold
 // -1 - h from step 1 on, so its embedding reads the ids the previous step's
 // argmax left in the forward's feedback buffer and records them at h. Runs
-// of kChainGraphSizes steps replay one graph of that many steps, whose steps
-// follow each other by programmatic launch with one upload before it; the
-// rest go one graph (or eager forward) a step. The host waits once.
+// of kChainGraphSizes steps of one key span (ForwardShape::key_span) replay
+// one graph of that many steps, whose steps follow each other by
+// programmatic launch with one upload before it; the rest go one graph (or
+// eager forward) a step. Every step thus cuts its keys as it would alone,
+// and draws what it would. The host waits once.
 Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tensor> inputs) {
   constexpr std::string_view name = program::kDecodeGreedyMethod;
   if (cache_ == nullptr) return invalid_argument("{}: bind a CellCache first", name);
@@ -62,49 +65,65 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
     return invalid_argument("{}: takes at most {} rows on the CUDA program, got {}", name,
                             kMaxDecodeWidth, t);
   }
-  // Every step splits its keys as the last one, the longest, needs.
-  std::int32_t keys = 1;
-  for (std::int32_t i = 0; i < t; ++i) {
-    const auto last = static_cast<std::size_t>(call.steps - 1) * static_cast<std::size_t>(t) +
-                      static_cast<std::size_t>(i);
-    keys = std::max(keys, call.rows[last].position + 1);
-  }
   const std::int32_t w = method->width;
-  const ForwardShape step = static_shape(*method, keys);
-  const std::int32_t splits = forward_->decode_splits(step);
-  const bool graphs = replayable(step) != nullptr;
-  // The graphs first: a capture runs padding steps in the staging slots.
-  for (const std::int32_t size : kChainGraphSizes) {
-    if (graphs && call.steps >= size && !chain_graphs_.contains({w, size, splits})) {
-      CELLM_RETURN_IF_ERROR(capture_chain(step, size).with_context(name));
+  // Step s as a single step would run it: its longest row sets its split.
+  const auto step_shape = [&](std::int32_t s) {
+    std::int32_t keys = 1;
+    for (std::int32_t i = 0; i < t; ++i) {
+      const auto row =
+          static_cast<std::size_t>(s) * static_cast<std::size_t>(t) + static_cast<std::size_t>(i);
+      keys = std::max(keys, call.rows[row].position + 1);
     }
-  }
-  const std::size_t slot_ints = StepArrays::kAttentionRows * static_cast<std::size_t>(w);
-  // Each run of steps is staged and launched before the next is staged, so
-  // the GPU starts while the host stages the rest.
+    return static_shape(*method, keys);
+  };
+  const bool graphs = replayable(step_shape(0)) != nullptr;
+  // The runs: kChainGraphSizes steps of one key span in one graph (so each
+  // step splits its keys as it would alone), else one step.
+  struct Run {
+    std::int32_t first;
+    std::int32_t steps;
+    ForwardShape shape;
+  };
+  std::vector<Run> runs;
   for (std::int32_t s = 0; s < call.steps;) {
-    std::int32_t run = 1;
+    Run run{s, 1, step_shape(s)};
     for (const std::int32_t size : kChainGraphSizes) {
-      if (graphs && call.steps - s >= size) {
-        run = size;
+      if (graphs && call.steps - s >= size &&
+          step_shape(s + size - 1).key_span == run.shape.key_span) {
+        run.steps = size;
         break;
       }
     }
-    for (std::int32_t i = s; i < s + run; ++i) {
+    runs.push_back(run);
+    s += run.steps;
+  }
+  // The graphs first: a capture stages padding steps in the host slots,
+  // which the runs' uploads read.
+  for (const Run& run : runs) {
+    if (run.steps > 1 &&
+        !chain_graphs_.contains({w, run.steps, forward_->decode_split(run.shape)})) {
+      CELLM_RETURN_IF_ERROR(capture_chain(run.shape, run.steps).with_context(name));
+    }
+  }
+  const std::size_t slot_ints = StepArrays::kAttentionRows * static_cast<std::size_t>(w);
+  // Each run is staged and launched before the next is staged, so the GPU
+  // starts while the host stages the rest.
+  for (const Run& run : runs) {
+    const std::int32_t s = run.first;
+    for (std::int32_t i = s; i < s + run.steps; ++i) {
       CELLM_RETURN_IF_ERROR(stage_chain_step(call, i, w));
     }
-    if (run > 1) {
+    if (run.steps > 1) {
       CELLM_CUDA_CHECK(
           cudaMemcpyAsync(forward_->chain_steps_device(), chain_staging(s, StepArrays::kTokens, w),
-                          static_cast<std::size_t>(run) * slot_ints * sizeof(std::int32_t),
+                          static_cast<std::size_t>(run.steps) * slot_ints * sizeof(std::int32_t),
                           cudaMemcpyHostToDevice, stream_.get()));
-      chain_graphs_.at({w, run, splits}).launch(stream_.get());
+      chain_graphs_.at({w, run.steps, forward_->decode_split(run.shape)}).launch(stream_.get());
     } else {
       upload_step(chain_staging(s, StepArrays::kTokens, w), static_cast<std::size_t>(w), w,
                   StepArrays::kAttentionRows);
-      CELLM_RETURN_IF_ERROR(launch_static(step, t, /*argmax=*/true).with_context(name));
+      CELLM_RETURN_IF_ERROR(launch_static(run.shape, t, /*argmax=*/true).with_context(name));
     }
-    s += run;
   }
   argmax_ready_ = nullptr;
   const auto recorded = static_cast<std::size_t>(call.steps - 1) * static_cast<std::size_t>(t);
@@ -189,7 +208,7 @@ Status CudaProgram::capture_chain(const ForwardShape& step, std::int32_t steps) 
   auto graph = GraphExec::end_capture(stream_.get());
   CELLM_RETURN_IF_ERROR(enqueued);
   if (!graph.ok()) return graph.status();
-  chain_graphs_.emplace(std::make_tuple(w, steps, forward_->decode_splits(step)),
+  chain_graphs_.emplace(std::make_tuple(w, steps, forward_->decode_split(step)),
                         std::move(graph).value());
   return Status::ok();
 }

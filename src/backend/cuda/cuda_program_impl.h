@@ -98,10 +98,10 @@ class CudaProgram final : public program::Program {
   // A static method's step whose longest row attends `keys` keys.
   ForwardShape static_shape(const program::MethodEntry& method, std::int32_t keys) const;
   // The graph that replays `shape` of a static method (graphs_'s key: its
-  // width and split count), or null: graphs off, captured for other kernels,
-  // or not captured.
+  // width and decode split), or null: graphs off, captured for other
+  // kernels, or not captured.
   const CapturedStep* replayable(const ForwardShape& shape) const;
-  // Captures one graph for each split count the method's steps can take
+  // Captures one graph for each decode split the method's steps can take
   // (CudaForward::key_spans).
   Status capture(const std::string& name, const program::MethodEntry& method);
   // Copies `arrays` step arrays of `width` entries, `pitch` entries apart in
@@ -137,11 +137,11 @@ class CudaProgram final : public program::Program {
   // KernelChoice::chain_device_ids: device memory, not tokens_mapped_.
   DeviceBuffer<std::int32_t> chain_argmax_;
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
-  // Static methods' graphs by (width, split-KV split count).
-  std::map<std::pair<std::int32_t, std::int32_t>, CapturedStep> graphs_;
-  // decode_greedy's graphs by (width, steps (kChainGraphSizes), split count);
-  // captured on first use, dropped with graphs_.
-  std::map<std::tuple<std::int32_t, std::int32_t, std::int32_t>, GraphExec> chain_graphs_;
+  // Static methods' graphs by width and how they cut the keys.
+  std::map<std::pair<std::int32_t, DecodeSplit>, CapturedStep> graphs_;
+  // decode_greedy's graphs by (width, steps (kChainGraphSizes), cut of the
+  // keys); captured on first use, dropped with graphs_.
+  std::map<std::tuple<std::int32_t, std::int32_t, DecodeSplit>, GraphExec> chain_graphs_;
   KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.

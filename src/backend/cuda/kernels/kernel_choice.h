@@ -20,6 +20,10 @@
 //                                  session 21, which at short sessions in a long table launched
 //                                  more blocks than SMs and lost the one-block-an-SM paths
 //                                  below); default step
+//   CELLM_DECODE_SM_FIT=0|1        v2: where up to twice CELLM_DECODE_SPLIT_KEYS keys a split let
+//                                  a step's splits fit the SMs one block each, a split takes that
+//                                  many (default 1: 1B batch 1 at 2100 keys 0.864 against 0.904
+//                                  ms/step, measured as split keys 256)
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
 //                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
 //                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
@@ -135,6 +139,7 @@ struct KernelChoice {
   std::int32_t decode_split_target = 2;
   std::int32_t decode_cluster = 8;
   bool decode_split_by_step = true;  // CELLM_DECODE_SPLIT_SPAN=step
+  bool decode_sm_fit = true;
   bool decode_early_keys = true;
   bool decode_spread = true;
   bool decode_early_next = true;
@@ -168,9 +173,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 // the error and returns the defaults.
 KernelChoice kernel_choice_from_env();
 
-// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step early_keys=1
-// spread=1 early_next=1 push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1
-// stage_inputs=1 mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with
+// "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
+// early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1
+// single_rows=1 stage_inputs=1 mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with
 // CELLM_GEMV_MMA_WARPS=8) autotune=1 split_argmax=1 head_argmax=1 cluster_sampler=1
 // sample_candidates=1", for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
