@@ -44,11 +44,11 @@ Status CudaProgram::launch_static(const ForwardShape& shape, std::int32_t rows, 
 // and launched without waiting for the one before; its token rows hold
 // -1 - h from step 1 on, so its embedding reads the ids the previous step's
 // argmax left in the forward's feedback buffer and records them at h. Runs
-// of kChainGraphSizes steps of one key span (ForwardShape::key_span) replay
-// one graph of that many steps, whose steps follow each other by
-// programmatic launch with one upload before it; the rest go one graph (or
-// eager forward) a step. Every step thus cuts its keys as it would alone,
-// and draws what it would. The host waits once.
+// of kChainGraphSizes steps that cut their keys alike (DecodeSplit, from
+// ForwardShape::key_span) replay one graph of that many steps, whose steps
+// follow each other by programmatic launch with one upload before it; the
+// rest go one graph (or eager forward) a step. Every step thus cuts its keys
+// as it would alone, and draws what it would. The host waits once.
 Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tensor> inputs) {
   constexpr std::string_view name = program::kDecodeGreedyMethod;
   if (cache_ == nullptr) return invalid_argument("{}: bind a CellCache first", name);
@@ -77,8 +77,8 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
     return static_shape(*method, keys);
   };
   const bool graphs = replayable(step_shape(0)) != nullptr;
-  // The runs: kChainGraphSizes steps of one key span in one graph (so each
-  // step splits its keys as it would alone), else one step.
+  // The runs: kChainGraphSizes steps that cut their keys alike in one graph
+  // (so each step splits them as it would alone), else one step.
   struct Run {
     std::int32_t first;
     std::int32_t steps;
@@ -87,9 +87,11 @@ Result<std::vector<Tensor>> CudaProgram::run_decode_greedy(std::span<const Tenso
   std::vector<Run> runs;
   for (std::int32_t s = 0; s < call.steps;) {
     Run run{s, 1, step_shape(s)};
+    const DecodeSplit split = forward_->decode_split(run.shape);
     for (const std::int32_t size : kChainGraphSizes) {
+      // Spans only grow, so the last step's split is the run's odd one out.
       if (graphs && call.steps - s >= size &&
-          step_shape(s + size - 1).key_span == run.shape.key_span) {
+          forward_->decode_split(step_shape(s + size - 1)) == split) {
         run.steps = size;
         break;
       }

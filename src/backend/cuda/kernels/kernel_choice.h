@@ -19,11 +19,13 @@
 //                                  cell table's length (one graph a width; the rule before
 //                                  session 21, which at short sessions in a long table launched
 //                                  more blocks than SMs and lost the one-block-an-SM paths
-//                                  below); default step
+//                                  below); default step: 1B batch 1 in a table of 8200 keys, at
+//                                  128 and 512 keys 0.804-0.805 against 0.852-0.859 ms/step
 //   CELLM_DECODE_SM_FIT=0|1        v2: where up to twice CELLM_DECODE_SPLIT_KEYS keys a split let
 //                                  a step's splits fit the SMs one block each, a split takes that
-//                                  many (default 1: 1B batch 1 at 2100 keys 0.864 against 0.904
-//                                  ms/step, measured as split keys 256)
+//                                  many (default 1: batch 1 at ~2100 keys, 1B 0.863 against 0.903
+//                                  ms/step, 8B 4.125 against 4.163; batch 2 and 512 or ~8200
+//                                  keys untouched by the rule)
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
 //                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
 //                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
@@ -104,7 +106,9 @@
 //   CELLM_CHAIN_DEVICE_IDS=0|1     in a graph of decode_greedy steps, every step but the last
 //                                  writes its argmax to device memory only (the next step reads
 //                                  it there); with 0 each also writes it to page-locked host
-//                                  memory, as single steps do (default 0)
+//                                  memory, as single steps do (default 0: measured equal, 1B batch
+//                                  1 0.796-0.799 against 0.797-0.803 ms/step, 8B 4.001 against
+//                                  4.004, Qwen3-0.6B 0.795 against 0.790)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once
