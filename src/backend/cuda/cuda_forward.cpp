@@ -264,7 +264,7 @@ DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   const std::int32_t min_keys = shape.kernels.decode_split_keys;
   const std::int32_t cluster = std::max(1, shape.kernels.decode_cluster);
   // The fused o projection runs one cluster of splits per kv head.
-  if (o_in_attention(shape)) return {cluster, min_keys};
+  if (o_in_attention(shape)) return {cluster, min_keys, cluster};
   // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
   const bool split_rows = shape.decode_rows >= 0;
   const std::int32_t rows = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
@@ -275,7 +275,7 @@ DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   if (shape.kernels.decode_attention != DecodeAttention::kV2) {
     return {std::min(kAttentionMaxSplits,
                      attention_decode_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_)),
-            min_keys};
+            min_keys, cluster};
   }
   // Where up to twice the keys a split let the splits fit the SMs one block
   // each (rounded down to whole clusters), a split takes them: the launch
@@ -294,10 +294,20 @@ DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
       split_keys = static_cast<std::int32_t>((per_split + 63) / 64 * 64);
     }
   }
-  const std::int32_t splits =
-      attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_, split_keys,
-                                 shape.kernels.decode_split_target, cluster);
-  return {std::min(kAttentionMaxSplits, splits), split_keys};
+  const auto splits_in = [&](std::int32_t clusters_of) {
+    return attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_,
+                                      split_keys, shape.kernels.decode_split_target, clusters_of);
+  };
+  // A step that wants fewer splits than a cluster holds launches clusters of
+  // the next power of two instead of padding its splits to a whole cluster
+  // (batch 32 at short contexts: 2 splits, 8 launched).
+  std::int32_t launch_cluster = cluster;
+  if (shape.kernels.decode_cluster_fit) {
+    const std::int32_t wanted = splits_in(1);
+    launch_cluster = 1;
+    while (launch_cluster < wanted && launch_cluster < cluster) launch_cluster *= 2;
+  }
+  return {std::min(kAttentionMaxSplits, splits_in(launch_cluster)), split_keys, launch_cluster};
 }
 
 std::int32_t CudaForward::key_span(std::int32_t keys) const {

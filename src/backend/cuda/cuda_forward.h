@@ -70,11 +70,13 @@ struct ForwardShape {
 };
 
 // How the split-KV decode attention cuts a step's keys: at most `splits`
-// splits, every used one at least `min_keys` keys (AttentionParams::
-// num_splits and split_min_keys; min_keys 0 where no split kernel runs).
+// splits, every used one at least `min_keys` keys, launched in clusters of
+// `cluster` where it divides `splits` (AttentionParams::num_splits,
+// split_min_keys and cluster; min_keys 0 where no split kernel runs).
 struct DecodeSplit {
   std::int32_t splits = 1;
   std::int32_t min_keys = 0;
+  std::int32_t cluster = 1;
   friend auto operator<=>(const DecodeSplit&, const DecodeSplit&) = default;
 };
 

@@ -203,8 +203,8 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
     at.fresh_from = in.fresh_from;
     at.cells = in.cells;
   }
-  // decode_split() rounded the count to a multiple of the cluster for v2.
-  at.cluster = split.splits % shape.kernels.decode_cluster == 0 ? shape.kernels.decode_cluster : 1;
+  // decode_split() rounded the count to a multiple of its cluster for v2.
+  at.cluster = split.splits % split.cluster == 0 ? split.cluster : 1;
   at.spread = shape.kernels.decode_spread;
   at.early_next = shape.kernels.decode_early_next;
   at.push_merge = shape.kernels.decode_push_merge;

@@ -111,6 +111,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_DECODE_SM_FIT")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_sm_fit, parse_flag("CELLM_DECODE_SM_FIT", *v));
   }
+  if (auto v = lookup("CELLM_DECODE_CLUSTER_FIT")) {
+    CELLM_ASSIGN_OR_RETURN(choice.decode_cluster_fit, parse_flag("CELLM_DECODE_CLUSTER_FIT", *v));
+  }
   if (auto v = lookup("CELLM_DECODE_EARLY_KEYS")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_early_keys, parse_flag("CELLM_DECODE_EARLY_KEYS", *v));
   }
@@ -195,7 +198,7 @@ KernelChoice kernel_choice_from_env() {
 std::string describe(const KernelChoice& choice) {
   return fmt::format(
       "decode={} prefill={} split_keys={} split_target={} cluster={} split_span={} "
-      "sm_fit={} "
+      "sm_fit={} cluster_fit={} "
       "early_keys={} spread={} "
       "early_next={} push_merge={} fused_o={} "
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
@@ -207,10 +210,11 @@ std::string describe(const KernelChoice& choice) {
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster,
       choice.decode_split_by_step ? "step" : "table", choice.decode_sm_fit ? 1 : 0,
-      choice.decode_early_keys ? 1 : 0, choice.decode_spread ? 1 : 0,
-      choice.decode_early_next ? 1 : 0, choice.decode_push_merge ? 1 : 0,
-      choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
-      choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0, choice.gemv_stage_inputs ? 1 : 0,
+      choice.decode_cluster_fit ? 1 : 0, choice.decode_early_keys ? 1 : 0,
+      choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
+      choice.decode_push_merge ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
+      choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
+      choice.gemv_stage_inputs ? 1 : 0,
       describe_mma(choice.gemv_mma) +
           (choice.gemv_mma_warps != 0 ? "/" + std::to_string(choice.gemv_mma_warps) : ""),
       choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,
