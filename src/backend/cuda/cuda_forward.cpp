@@ -268,7 +268,7 @@ DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
   const bool split_rows = shape.decode_rows >= 0;
   const std::int32_t rows = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
-  if (!(shape.decode_attention || split_rows) || rows <= 0) return {};
+  if (!(shape.decode_attention || split_rows) || rows <= 0) return {1, min_keys, 1};
   const std::int32_t keys = shape.key_span > 0 && shape.kernels.decode_split_by_step
                                 ? std::min(shape.key_span, table_stride_)
                                 : table_stride_;

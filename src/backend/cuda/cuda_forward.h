@@ -72,7 +72,7 @@ struct ForwardShape {
 // How the split-KV decode attention cuts a step's keys: at most `splits`
 // splits, every used one at least `min_keys` keys, launched in clusters of
 // `cluster` where it divides `splits` (AttentionParams::num_splits,
-// split_min_keys and cluster; min_keys 0 where no split kernel runs).
+// split_min_keys and cluster).
 struct DecodeSplit {
   std::int32_t splits = 1;
   std::int32_t min_keys = 0;

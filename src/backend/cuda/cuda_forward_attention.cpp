@@ -16,13 +16,10 @@ CudaForward::StepInputs CudaForward::step_inputs(const ForwardShape& shape) cons
   const bool chained = shape.chain_slot >= 0;
   // Chain slots are packed at the step's width (cuda_forward.h).
   const auto pitch = static_cast<std::size_t>(chained ? shape.width : max_step_);
-  const std::int32_t* base =
-      chained ? chain_steps_.data() +
-                    static_cast<std::size_t>(shape.chain_slot) * StepArrays::kAttentionRows * pitch
-              : step_.data();
-  const auto array = [&](int index) {
-    return const_cast<std::int32_t*>(base) + static_cast<std::size_t>(index) * pitch;
-  };
+  std::int32_t* base = chained ? chain_steps_.data() + static_cast<std::size_t>(shape.chain_slot) *
+                                                           StepArrays::kAttentionRows * pitch
+                               : step_.data();
+  const auto array = [&](int index) { return base + static_cast<std::size_t>(index) * pitch; };
   return StepInputs{array(StepArrays::kTokens),       array(StepArrays::kPositions),
                     array(StepArrays::kSlots),        array(StepArrays::kCells),
                     array(StepArrays::kSelector),     array(StepArrays::kFreshFrom),
@@ -197,7 +194,7 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
   at.softcap = s.attn_logit_softcap.value_or(0.0f);
   at.num_splits = split.splits;
   at.workspace = attn_ws_.data();
-  at.split_min_keys = split.min_keys > 0 ? split.min_keys : shape.kernels.decode_split_keys;
+  at.split_min_keys = split.min_keys;
   at.counters = attn_counters_.data();
   if (shape.kernels.decode_early_keys) {
     at.fresh_from = in.fresh_from;

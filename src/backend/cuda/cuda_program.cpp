@@ -74,7 +74,6 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                                                                 StepArrays::kAttentionRows));
     CELLM_ASSIGN_OR_RETURN(p->chain_ids_,
                            PinnedBuffer<std::int32_t>::allocate((chain_steps - 1) * chain_width));
-    CELLM_ASSIGN_OR_RETURN(p->chain_argmax_, DeviceBuffer<std::int32_t>::allocate(chain_width));
     CELLM_RETURN_IF_ERROR(
         p->forward_->reserve_chain(static_cast<std::int32_t>((chain_steps - 1) * chain_width),
                                    kChainGraphSteps, static_cast<std::int32_t>(chain_width)));
@@ -222,10 +221,11 @@ Status CudaProgram::load_method(std::string_view name) {
   if (forward && cache_ == nullptr) {
     return invalid_argument("load_method '{}': bind a CellCache first", name);
   }
-  const auto captured = graphs_.lower_bound({m->width, DecodeSplit{.splits = 0, .min_keys = 0}});
+  // Any graph of the width: capture() takes every split at once.
+  const auto first = graphs_.lower_bound({m->width, DecodeSplit{.splits = 0}});
+  const bool captured = first != graphs_.end() && first->first.first == m->width;
   if (m->kind == MethodKind::kStatic && knobs.use_graphs &&
-      (captured == graphs_.end() || captured->first.first != m->width ||
-       graph_kernels_ != knobs.kernels)) {
+      (!captured || graph_kernels_ != knobs.kernels)) {
     CELLM_RETURN_IF_ERROR(capture(std::string(name), *m));
   }
   m->loaded = true;

@@ -120,9 +120,9 @@ class CudaProgram final : public program::Program {
   Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
                           std::int32_t width);
   Status capture_chain(const ForwardShape& step, std::int32_t steps);
-  // Launches the device argmax of `rows` rows of `logits` (ids into `out`,
-  // tokens_mapped_ unless given, and the forward's feedback ids).
-  void launch_argmax(const float* logits, std::int32_t rows, std::int32_t* out = nullptr);
+  // Launches the device argmax of `rows` rows of `logits` (ids into
+  // tokens_mapped_ and the forward's feedback ids).
+  void launch_argmax(const float* logits, std::int32_t rows);
 
   program::ForwardMethods methods_;
   std::unique_ptr<CudaForward> forward_;
@@ -133,9 +133,6 @@ class CudaProgram final : public program::Program {
   // the steps' embeddings recorded, copied back at the end of a call.
   PinnedBuffer<std::int32_t> chain_staging_;
   PinnedBuffer<std::int32_t> chain_ids_;
-  // Where a chained step that is not its graph's last writes its argmax when
-  // KernelChoice::chain_device_ids: device memory, not tokens_mapped_.
-  DeviceBuffer<std::int32_t> chain_argmax_;
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   // Static methods' graphs by width and how they cut the keys.
   std::map<std::pair<std::int32_t, DecodeSplit>, CapturedStep> graphs_;

@@ -74,8 +74,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_SPLIT_ARGMAX", "0"},
                                                  {"CELLM_HEAD_ARGMAX", "0"},
                                                  {"CELLM_SAMPLE_CLUSTER", "0"},
-                                                 {"CELLM_SAMPLE_CANDIDATES", "0"},
-                                                 {"CELLM_CHAIN_DEVICE_IDS", "1"}}));
+                                                 {"CELLM_SAMPLE_CANDIDATES", "0"}}));
   ASSERT_TRUE(choice.ok()) << choice.status().to_string();
   EXPECT_EQ(choice->decode_attention, DecodeAttention::kV1);
   EXPECT_EQ(choice->decode_split_keys, 128);
@@ -102,7 +101,6 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->head_argmax);
   EXPECT_FALSE(choice->cluster_sampler);
   EXPECT_FALSE(choice->sample_candidates);
-  EXPECT_TRUE(choice->chain_device_ids);
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 split_span=table "
@@ -110,8 +108,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
             "early_next=0 push_merge=0 fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
             "pdl=0 autotune=0 "
-            "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0 "
-            "chain_device_ids=1");
+            "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
 TEST(KernelChoiceTest, BadValuesNameTheVariable) {

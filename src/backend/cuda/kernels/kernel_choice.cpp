@@ -172,9 +172,6 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_SAMPLE_CANDIDATES")) {
     CELLM_ASSIGN_OR_RETURN(choice.sample_candidates, parse_flag("CELLM_SAMPLE_CANDIDATES", *v));
   }
-  if (auto v = lookup("CELLM_CHAIN_DEVICE_IDS")) {
-    CELLM_ASSIGN_OR_RETURN(choice.chain_device_ids, parse_flag("CELLM_CHAIN_DEVICE_IDS", *v));
-  }
   if (auto v = lookup("CELLM_GEMM_AUTOTUNE")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemm_autotune, parse_flag("CELLM_GEMM_AUTOTUNE", *v));
   }
@@ -204,8 +201,7 @@ std::string describe(const KernelChoice& choice) {
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
       "pdl={} "
       "autotune={} "
-      "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={} "
-      "chain_device_ids={}",
+      "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
       choice.decode_split_target, choice.decode_cluster,
@@ -219,7 +215,7 @@ std::string describe(const KernelChoice& choice) {
           (choice.gemv_mma_warps != 0 ? "/" + std::to_string(choice.gemv_mma_warps) : ""),
       choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,
       choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
-      choice.sample_candidates ? 1 : 0, choice.chain_device_ids ? 1 : 0);
+      choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

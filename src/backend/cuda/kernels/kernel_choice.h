@@ -109,12 +109,6 @@
 //                                  instead of over the row (sample_draw.cu; default 1, the same
 //                                  tokens either way: H200, 128K ids, one row, top-p 0.95 0.87 ms
 //                                  -> 145 us on one block, 227 -> 67 us on a cluster)
-//   CELLM_CHAIN_DEVICE_IDS=0|1     in a graph of decode_greedy steps, every step but the last
-//                                  writes its argmax to device memory only (the next step reads
-//                                  it there); with 0 each also writes it to page-locked host
-//                                  memory, as single steps do (default 0: measured equal, 1B batch
-//                                  1 0.796-0.799 against 0.797-0.803 ms/step, 8B 4.001 against
-//                                  4.004, Qwen3-0.6B 0.795 against 0.790)
 //
 // Thread-safety: plain values; parsing is a pure function of the lookup.
 #pragma once
@@ -170,7 +164,6 @@ struct KernelChoice {
   bool head_argmax = true;
   bool cluster_sampler = true;
   bool sample_candidates = true;
-  bool chain_device_ids = false;
 
   friend bool operator==(const KernelChoice&, const KernelChoice&) = default;
 };
