@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -24,9 +25,10 @@ struct ShapeCase {
   const char* name;
   std::size_t prompt;
   std::size_t decodes;
-  // KernelChoice::decode_cluster_fit: SmolLM2's one-row steps past 256 keys
-  // want 4 splits, launched as one cluster of 4 instead of 8.
-  bool cluster_fit = false;
+  // KernelChoice::decode_cluster_fit off: SmolLM2's one-row steps past 256
+  // keys want 4 splits, padded to a whole cluster of 8 instead of launched as
+  // a cluster of 4 (the default).
+  bool pad_clusters = false;
 };
 
 class GpuShapeTest : public ::testing::TestWithParam<ShapeCase> {};
@@ -47,7 +49,7 @@ TEST_P(GpuShapeTest, CudaLogitsMatchTheCpuProgramOnTheSameWeights) {
   options.kv_cells = 4096;
   auto gpu_program = cuda::make_program(*spec, std::move(device).value(), options);
   ASSERT_TRUE(gpu_program.ok()) << gpu_program.status().to_string();
-  cuda::cuda_program_knobs(**gpu_program)->kernels.decode_cluster_fit = sc.cluster_fit;
+  cuda::cuda_program_knobs(**gpu_program)->kernels.decode_cluster_fit = !sc.pad_clusters;
   options.device_sampling = false;
   auto cpu_program = cpu::CpuProgram::create(*spec, *host, options);
   ASSERT_TRUE(cpu_program.ok()) << cpu_program.status().to_string();
@@ -94,10 +96,12 @@ TEST_P(GpuShapeTest, CudaLogitsMatchTheCpuProgramOnTheSameWeights) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuShapeTest,
                          ::testing::Values(ShapeCase{"smollm2-135m", 40, 8},
                                            ShapeCase{"gemma3-270m", 600, 8},
+                                           ShapeCase{"smollm2-135m", 300, 8},
                                            ShapeCase{"smollm2-135m", 300, 8, true}),
                          [](const auto& info) {
-                           std::string n = info.param.name;
-                           if (info.param.cluster_fit) n += "_cluster_fit";
+                           std::string n = std::string(info.param.name) + "_prompt" +
+                                           std::to_string(info.param.prompt);
+                           if (info.param.pad_clusters) n += "_padded_clusters";
                            std::replace(n.begin(), n.end(), '-', '_');
                            std::replace(n.begin(), n.end(), '.', '_');
                            return n;

@@ -38,7 +38,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_EQ(choice->decode_split_target, 2);
   EXPECT_TRUE(choice->decode_split_by_step);
   EXPECT_TRUE(choice->decode_sm_fit);
-  EXPECT_FALSE(choice->decode_cluster_fit);
+  EXPECT_TRUE(choice->decode_cluster_fit);
   EXPECT_TRUE(choice->decode_early_keys);
   EXPECT_TRUE(choice->decode_spread);
   EXPECT_TRUE(choice->decode_early_next);
@@ -57,7 +57,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_EARLY_KEYS", "0"},
                                                  {"CELLM_DECODE_SPLIT_SPAN", "table"},
                                                  {"CELLM_DECODE_SM_FIT", "0"},
-                                                 {"CELLM_DECODE_CLUSTER_FIT", "1"},
+                                                 {"CELLM_DECODE_CLUSTER_FIT", "0"},
                                                  {"CELLM_DECODE_SPREAD", "0"},
                                                  {"CELLM_DECODE_EARLY_NEXT", "0"},
                                                  {"CELLM_DECODE_PUSH_MERGE", "0"},
@@ -82,7 +82,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->decode_cluster, 4);
   EXPECT_FALSE(choice->decode_split_by_step);
   EXPECT_FALSE(choice->decode_sm_fit);
-  EXPECT_TRUE(choice->decode_cluster_fit);
+  EXPECT_FALSE(choice->decode_cluster_fit);
   EXPECT_FALSE(choice->decode_early_keys);
   EXPECT_FALSE(choice->decode_spread);
   EXPECT_FALSE(choice->decode_early_next);
@@ -104,7 +104,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(choice->prefill_attention, PrefillAttention::kV1);
   EXPECT_EQ(describe(*choice),
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 split_span=table "
-            "sm_fit=0 cluster_fit=1 early_keys=0 spread=0 "
+            "sm_fit=0 cluster_fit=0 early_keys=0 spread=0 "
             "early_next=0 push_merge=0 fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
             "pdl=0 autotune=0 "
@@ -187,13 +187,13 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       "CELLM_DECODE_FUSED_O", "0", [](KernelChoice&) {}, " fused_o=0 ");
   expect_only(
       "CELLM_DECODE_SPLIT_SPAN", "table", [](KernelChoice& c) { c.decode_split_by_step = false; },
-      " cluster=8 split_span=table sm_fit=1 cluster_fit=0 early_keys=1 ");
+      " cluster=8 split_span=table sm_fit=1 cluster_fit=1 early_keys=1 ");
   expect_only(
       "CELLM_DECODE_SM_FIT", "0", [](KernelChoice& c) { c.decode_sm_fit = false; },
-      " split_span=step sm_fit=0 cluster_fit=0 early_keys=1 ");
+      " split_span=step sm_fit=0 cluster_fit=1 early_keys=1 ");
   expect_only(
-      "CELLM_DECODE_CLUSTER_FIT", "1", [](KernelChoice& c) { c.decode_cluster_fit = true; },
-      " sm_fit=1 cluster_fit=1 early_keys=1 ");
+      "CELLM_DECODE_CLUSTER_FIT", "0", [](KernelChoice& c) { c.decode_cluster_fit = false; },
+      " sm_fit=1 cluster_fit=0 early_keys=1 ");
   expect_only(
       "CELLM_DECODE_SPREAD", "0", [](KernelChoice& c) { c.decode_spread = false; },
       " spread=0 early_next=1 push_merge=1 fused_o=0 ");

@@ -29,9 +29,10 @@
 //   CELLM_DECODE_CLUSTER_FIT=0|1   v2: a step that wants fewer splits than CELLM_DECODE_CLUSTER
 //                                  launches clusters of the next power of two at or above its
 //                                  count (2 or 4) instead of padding its splits to a whole
-//                                  cluster (default 0: not yet measured; written for batches
-//                                  16-32 at short contexts, where 2 splits became 8 and batch
-//                                  32 ran slower than batch 64, 1B 1.563 against 1.331 ms/step)
+//                                  cluster (default 1: 1B at 128 / 512 keys, batch 16 1.203-
+//                                  1.206 / 1.271-1.275 against 1.311 / 1.338-1.339 ms/step,
+//                                  batch 32 1.248-1.258 / 1.403-1.412 against 1.546-1.560 /
+//                                  1.590-1.604; batch 1 and 64 unchanged)
 //   CELLM_DECODE_EARLY_KEYS=0|1    v2: a row's keys older than the step are read before the wait
 //                                  on the q/k/v projection (AttentionParams::fresh_from; default 1:
 //                                  8B batch 1 4.25-4.30 against 4.32-4.34 ms/step, 1B equal)
@@ -144,7 +145,7 @@ struct KernelChoice {
   std::int32_t decode_cluster = 8;
   bool decode_split_by_step = true;  // CELLM_DECODE_SPLIT_SPAN=step
   bool decode_sm_fit = true;
-  bool decode_cluster_fit = false;
+  bool decode_cluster_fit = true;
   bool decode_early_keys = true;
   bool decode_spread = true;
   bool decode_early_next = true;
@@ -178,7 +179,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
-// cluster_fit=0 early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=0 fused_rope=1 gemv=1
+// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=0 fused_rope=1 gemv=1
 // gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=qkv,o,gate_up,down stream=1 pdl=1
 // (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 split_argmax=1 head_argmax=1
 // cluster_sampler=1 sample_candidates=1", for logs and benchmark labels.
