@@ -93,19 +93,17 @@ TEST_P(GpuShapeTest, CudaLogitsMatchTheCpuProgramOnTheSameWeights) {
   EXPECT_GT(argmax_checked, 0) << "no position had a margin above 0.25";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuShapeTest,
-                         ::testing::Values(ShapeCase{"smollm2-135m", 40, 8},
-                                           ShapeCase{"gemma3-270m", 600, 8},
-                                           ShapeCase{"smollm2-135m", 300, 8},
-                                           ShapeCase{"smollm2-135m", 300, 8, true}),
-                         [](const auto& info) {
-                           std::string n = std::string(info.param.name) + "_prompt" +
-                                           std::to_string(info.param.prompt);
-                           if (info.param.pad_clusters) n += "_padded_clusters";
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuShapeTest,
+    ::testing::Values(ShapeCase{"smollm2-135m", 40, 8}, ShapeCase{"gemma3-270m", 600, 8},
+                      ShapeCase{"smollm2-135m", 300, 8}, ShapeCase{"smollm2-135m", 300, 8, true}),
+    [](const auto& info) {
+      std::string n = std::string(info.param.name) + "_prompt" + std::to_string(info.param.prompt);
+      if (info.param.pad_clusters) n += "_padded_clusters";
+      std::replace(n.begin(), n.end(), '-', '_');
+      std::replace(n.begin(), n.end(), '.', '_');
+      return n;
+    });
 
 }  // namespace
 }  // namespace cellm::gpu_testing

@@ -186,9 +186,10 @@ __global__ void __launch_bounds__(kThreads)
       rpos[r] = row_pos[my_rows[r]];
       rlo[r] = row_lo[my_rows[r]];
     }
-    const int warp_hi = __reduce_max_sync(0xffffffffu, max(in[0] ? rpos[0] : -1, in[1] ? rpos[1] : -1));
-    const int warp_lo =
-        __reduce_min_sync(0xffffffffu, min(in[0] ? rlo[0] : 0x7fffffff, in[1] ? rlo[1] : 0x7fffffff));
+    const int warp_hi =
+        __reduce_max_sync(0xffffffffu, max(in[0] ? rpos[0] : -1, in[1] ? rpos[1] : -1));
+    const int warp_lo = __reduce_min_sync(
+        0xffffffffu, min(in[0] ? rlo[0] : 0x7fffffff, in[1] ? rlo[1] : 0x7fffffff));
 
     const int tiles = (end - seg_lo + kBk - 1) / kBk;
     // The cells of a tile are read from the table one tile ahead of its
