@@ -183,6 +183,7 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
   args.ldc = n;
   args.out_dtype = out_dtype;
   args.autotune = active_.gemm_autotune;
+  args.autotune_candidates = active_.gemm_candidates;
   return gemm_.run(args, gemm_ws_.data(), stream);
 }
 

@@ -18,6 +18,7 @@ struct PlanKey {
   bool bias;
   bool accumulate;
   bool autotune;
+  int candidates;
   friend bool operator==(const PlanKey&, const PlanKey&) = default;
 };
 
@@ -27,7 +28,7 @@ struct PlanKeyHash {
     for (const std::int64_t v :
          {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, static_cast<std::int64_t>(key.out_dtype),
           static_cast<std::int64_t>(key.bias), static_cast<std::int64_t>(key.accumulate),
-          static_cast<std::int64_t>(key.autotune)}) {
+          static_cast<std::int64_t>(key.autotune), static_cast<std::int64_t>(key.candidates)}) {
       h = (h ^ std::hash<std::int64_t>{}(v)) * 1099511628211ull;
     }
     return h;
@@ -70,8 +71,7 @@ Status lt_status(cublasStatus_t status, const char* what) {
   return Status::ok();
 }
 
-constexpr int kCandidates = 8;  // heuristic results an autotune times
-constexpr int kTimedRuns = 5;   // per candidate; the fastest counts
+constexpr int kTimedRuns = 5;  // per candidate; the fastest counts
 // Another candidate replaces the heuristic's first only when this much
 // faster: smaller gaps are within the timing's noise, and a choice that
 // flips between runs makes step times flip with it.
@@ -176,9 +176,17 @@ struct GemmRunner::Impl {
   Result<const Plan*> plan_for(const GemmArgs& args, void* workspace, cudaStream_t stream) {
     const bool autotune =
         args.autotune && !args.accumulate && args.m <= kAutotuneMaxRows && !capturing(stream);
-    const PlanKey key{args.m,          args.n,       args.k,         args.lda,
-                      args.ldb,        args.ldc,     args.out_dtype, args.bias != nullptr,
-                      args.accumulate, args.autotune};
+    const PlanKey key{args.m,
+                      args.n,
+                      args.k,
+                      args.lda,
+                      args.ldb,
+                      args.ldc,
+                      args.out_dtype,
+                      args.bias != nullptr,
+                      args.accumulate,
+                      args.autotune,
+                      args.autotune_candidates};
     if (auto it = plans.find(key); it != plans.end()) {
       return &it->second;
     }
@@ -239,12 +247,12 @@ struct GemmRunner::Impl {
           cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &alignment, sizeof(alignment)),
           "set MIN_ALIGNMENT"));
     }
-    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+    cublasLtMatmulHeuristicResult_t results[kMaxAutotuneCandidates] = {};
     int count = 0;
     CELLM_RETURN_IF_ERROR(lt_status(
         cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(), plan.b_layout.get(),
                                        plan.c_layout.get(), plan.c_layout.get(), raw_pref,
-                                       autotune ? kCandidates : 1, results, &count),
+                                       autotune ? args.autotune_candidates : 1, results, &count),
         "cublasLtMatmulAlgoGetHeuristic"));
     if (count == 0) {
       return not_supported("cuda gemm: no cuBLASLt algorithm for m={} n={} k={} ({} output)",
@@ -273,6 +281,10 @@ Status GemmArgs::validate() const {
   if (lda % 8 != 0 || ldb % 8 != 0 || ldc % 8 != 0) {
     return invalid_argument("cuda gemm: leading dims lda={} ldb={} ldc={} must be multiples of 8",
                             lda, ldb, ldc);
+  }
+  if (autotune_candidates < 1 || autotune_candidates > kMaxAutotuneCandidates) {
+    return invalid_argument("cuda gemm: autotune_candidates={} (need 1..{})", autotune_candidates,
+                            kMaxAutotuneCandidates);
   }
   if (out_dtype != DType::kBF16 && out_dtype != DType::kF32) {
     return not_supported("cuda gemm: output dtype {} (bf16 or f32 only)", dtype_name(out_dtype));

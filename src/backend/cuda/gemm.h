@@ -20,6 +20,11 @@
 
 namespace cellm::cuda {
 
+// cuBLASLt's heuristic results an autotune times unless told otherwise, and
+// the most it may time.
+inline constexpr int kDefaultAutotuneCandidates = 8;
+inline constexpr int kMaxAutotuneCandidates = 64;
+
 struct GemmArgs {
   const void* a = nullptr;     // bf16 [m, lda], first k columns
   const void* b = nullptr;     // bf16 [n, ldb], first k columns
@@ -38,6 +43,9 @@ struct GemmArgs {
   // operands with a cold L2 and keep the fastest instead of the heuristic's
   // first. Blocks the host for the timing; meant for warm-up and capture.
   bool autotune = false;
+  // How many of cuBLASLt's heuristic results an autotune times
+  // (1..kMaxAutotuneCandidates).
+  int autotune_candidates = kDefaultAutotuneCandidates;
 
   Status validate() const;
 };

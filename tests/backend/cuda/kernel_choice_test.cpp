@@ -45,6 +45,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->decode_push_merge);
   EXPECT_FALSE(choice->decode_fused_o);
   EXPECT_TRUE(choice->gemm_autotune);
+  EXPECT_EQ(choice->gemm_candidates, 8);
   EXPECT_EQ(*choice, KernelChoice{});
 }
 
@@ -71,6 +72,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
+                                                 {"CELLM_GEMM_CANDIDATES", "24"},
                                                  {"CELLM_SPLIT_ARGMAX", "0"},
                                                  {"CELLM_HEAD_ARGMAX", "0"},
                                                  {"CELLM_SAMPLE_CLUSTER", "0"},
@@ -97,6 +99,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
+  EXPECT_EQ(choice->gemm_candidates, 24);
   EXPECT_FALSE(choice->split_argmax);
   EXPECT_FALSE(choice->head_argmax);
   EXPECT_FALSE(choice->cluster_sampler);
@@ -107,7 +110,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
             "sm_fit=0 cluster_fit=0 early_keys=0 spread=0 "
             "early_next=0 push_merge=0 fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
-            "pdl=0 autotune=0 "
+            "pdl=0 autotune=0 candidates=24 "
             "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
 
@@ -119,6 +122,8 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_SPLIT_SPAN", "longest"}},
       {{"CELLM_GEMV", "2"}},
       {{"CELLM_GEMM_AUTOTUNE", "yes"}},
+      {{"CELLM_GEMM_CANDIDATES", "0"}},
+      {{"CELLM_GEMM_CANDIDATES", "65"}},
       {{"CELLM_GEMV_MAX_ROWS", "9"}},
       {{"CELLM_PDL", "2"}},
       {{"CELLM_SPLIT_ARGMAX", "2"}},

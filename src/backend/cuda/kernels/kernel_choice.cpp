@@ -175,6 +175,9 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_GEMM_AUTOTUNE")) {
     CELLM_ASSIGN_OR_RETURN(choice.gemm_autotune, parse_flag("CELLM_GEMM_AUTOTUNE", *v));
   }
+  if (auto v = lookup("CELLM_GEMM_CANDIDATES")) {
+    CELLM_ASSIGN_OR_RETURN(choice.gemm_candidates, parse_int("CELLM_GEMM_CANDIDATES", *v, 1, 64));
+  }
   return choice;
 }
 
@@ -200,7 +203,7 @@ std::string describe(const KernelChoice& choice) {
       "early_next={} push_merge={} fused_o={} "
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
       "pdl={} "
-      "autotune={} "
+      "autotune={} candidates={} "
       "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
       choice.decode_attention == DecodeAttention::kV2 ? "v2" : "v1",
       choice.prefill_attention == PrefillAttention::kV2 ? "v2" : "v1", choice.decode_split_keys,
@@ -214,8 +217,8 @@ std::string describe(const KernelChoice& choice) {
       describe_mma(choice.gemv_mma) +
           (choice.gemv_mma_warps != 0 ? "/" + std::to_string(choice.gemv_mma_warps) : ""),
       choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,
-      choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0,
-      choice.sample_candidates ? 1 : 0);
+      choice.gemm_candidates, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
+      choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

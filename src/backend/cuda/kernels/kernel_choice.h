@@ -96,6 +96,8 @@
 //   CELLM_PDL=0|1                  programmatic dependent launch between the forward's own
 //                                  kernels (default 1: 8B batch 1 4.849 -> 4.780 ms/step)
 //   CELLM_GEMM_AUTOTUNE=0|1        time cuBLASLt's candidates per decode GEMM shape (default 1)
+//   CELLM_GEMM_CANDIDATES=1..64    how many of cuBLASLt's heuristic results that timing tries
+//                                  (default 8; more not yet measured)
 //   CELLM_SPLIT_ARGMAX=0|1         the device argmax spreads a row over up to 64 blocks instead of
 //                                  one when a step has few rows (sample.cuh; default 1)
 //   CELLM_HEAD_ARGMAX=0|1          one-row captured steps whose lm_head runs on the GEMV also
@@ -157,10 +159,11 @@ struct KernelChoice {
   bool gemv_single_rows = true;
   bool gemv_stage_inputs = true;
   std::uint32_t gemv_mma = kMmaQkv | kMmaO | kMmaGateUp | kMmaDown;  // GemvMma bits
-  std::int32_t gemv_mma_warps = 0;                      // 0: the kernel chooses
+  std::int32_t gemv_mma_warps = 0;                                   // 0: the kernel chooses
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
+  std::int32_t gemm_candidates = 8;  // kDefaultAutotuneCandidates (gemm.h)
   bool split_argmax = true;
   bool head_argmax = true;
   bool cluster_sampler = true;
@@ -181,8 +184,8 @@ KernelChoice kernel_choice_from_env();
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
 // cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 fused_o=0 fused_rope=1 gemv=1
 // gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=qkv,o,gate_up,down stream=1 pdl=1
-// (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 split_argmax=1 head_argmax=1
-// cluster_sampler=1 sample_candidates=1", for logs and benchmark labels.
+// (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 candidates=8 split_argmax=1
+// head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
 }  // namespace cellm::cuda
