@@ -2,6 +2,8 @@
 // bias, accumulation into the output, odd row counts, column-slice operands,
 // autotuned plans (the timing runs must leave the output of one plain run),
 // plan caching, refusals, and a replay inside a captured graph.
+#include "backend/cuda/gemm.h"
+
 #include <random>
 #include <string>
 #include <vector>
@@ -9,7 +11,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "backend/cuda/gemm.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "gpu_test_util.h"
@@ -29,6 +30,7 @@ struct GemmCase {
   bool bias;
   bool accumulate;
   bool autotune = false;  // timed candidates instead of the heuristic's first
+  int candidates = kDefaultAutotuneCandidates;
 };
 
 class GemmTest : public ::testing::TestWithParam<GemmCase> {};
@@ -60,7 +62,8 @@ TEST_P(GemmTest, MatchesReference) {
                 .ldc = c.n,
                 .out_dtype = c.f32_out ? DType::kF32 : DType::kBF16,
                 .accumulate = c.accumulate,
-                .autotune = c.autotune};
+                .autotune = c.autotune,
+                .autotune_candidates = c.candidates};
   const Status status = runner->run(args, workspace.data(), nullptr);
   ASSERT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(runner->cached_plans(), 1u);
@@ -84,25 +87,25 @@ TEST_P(GemmTest, MatchesReference) {
   EXPECT_LT(nmse(got, ref), c.f32_out ? 1e-6 : kBf16Nmse);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
-                         ::testing::Values(GemmCase{1, 64, 64, false, false, false},
-                                           GemmCase{3, 384, 64, true, false, false},
-                                           GemmCase{111, 576, 1536, false, true, false},
-                                           GemmCase{17, 2048, 576, false, false, true},
-                                           GemmCase{256, 1024, 4096, true, false, true},
-                                           GemmCase{989, 264, 128, false, true, true},
-                                           GemmCase{1, 4096, 2048, false, false, false, true},
-                                           GemmCase{64, 3072, 2048, false, true, false, true},
-                                           GemmCase{8, 32000, 512, true, false, false, true},
-                                           // accumulating plans are never timed
-                                           GemmCase{4, 512, 256, false, false, true, true}),
-                         [](const auto& info) {
-                           const GemmCase& c = info.param;
-                           return fmt::format("m{}_n{}_k{}{}{}{}{}", c.m, c.n, c.k,
-                                              c.f32_out ? "_f32" : "_bf16", c.bias ? "_bias" : "",
-                                              c.accumulate ? "_acc" : "",
-                                              c.autotune ? "_tuned" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmTest,
+    ::testing::Values(
+        GemmCase{1, 64, 64, false, false, false}, GemmCase{3, 384, 64, true, false, false},
+        GemmCase{111, 576, 1536, false, true, false}, GemmCase{17, 2048, 576, false, false, true},
+        GemmCase{256, 1024, 4096, true, false, true}, GemmCase{989, 264, 128, false, true, true},
+        GemmCase{1, 4096, 2048, false, false, false, true},
+        GemmCase{64, 3072, 2048, false, true, false, true},
+        GemmCase{8, 32000, 512, true, false, false, true},
+        // every candidate cuBLASLt offers, up to the most
+        GemmCase{240, 4096, 1024, false, false, false, true, kMaxAutotuneCandidates},
+        // accumulating plans are never timed
+        GemmCase{4, 512, 256, false, false, true, true}),
+    [](const auto& info) {
+      const GemmCase& c = info.param;
+      return fmt::format("m{}_n{}_k{}{}{}{}{}", c.m, c.n, c.k, c.f32_out ? "_f32" : "_bf16",
+                         c.bias ? "_bias" : "", c.accumulate ? "_acc" : "",
+                         c.autotune ? fmt::format("_tuned{}", c.candidates) : "");
+    });
 
 TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
   CELLM_REQUIRE_GPU();
@@ -129,6 +132,12 @@ TEST(GemmRunnerTest, RefusesBadArgsAndCachesPlansPerShape) {
   bad = args;
   bad.out_dtype = DType::kF16;
   EXPECT_EQ(runner->run(bad, workspace.data(), nullptr).code(), StatusCode::kNotSupported);
+  for (const int candidates : {0, kMaxAutotuneCandidates + 1}) {
+    bad = args;
+    bad.autotune_candidates = candidates;
+    EXPECT_EQ(runner->run(bad, workspace.data(), nullptr).code(), StatusCode::kInvalidArgument)
+        << candidates;
+  }
   EXPECT_EQ(runner->run(args, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(runner->cached_plans(), 0u);
   ASSERT_TRUE(runner->run(args, workspace.data(), nullptr).is_ok());
@@ -151,8 +160,16 @@ TEST(GemmRunnerTest, AutotuneDuringCaptureFallsBackToTheHeuristic) {
   ASSERT_TRUE(runner.ok());
   auto stream = Stream::create();
   ASSERT_TRUE(stream.ok());
-  GemmArgs args{.a = da.data(), .b = db.data(), .out = out.data(), .m = m, .n = n, .k = k,
-                .lda = k, .ldb = k, .ldc = n, .autotune = true};
+  GemmArgs args{.a = da.data(),
+                .b = db.data(),
+                .out = out.data(),
+                .m = m,
+                .n = n,
+                .k = k,
+                .lda = k,
+                .ldb = k,
+                .ldc = n,
+                .autotune = true};
   GraphExec::begin_capture(stream->get());
   const Status captured = runner->run(args, workspace.data(), stream->get());
   auto graph = GraphExec::end_capture(stream->get());
