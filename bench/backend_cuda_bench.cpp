@@ -1,7 +1,8 @@
 // A/B microbenchmarks of the CUDA kernel variants in the decode shapes of
 // Llama-3.2-1B and Llama-3.1-8B, so one GPU run can decide the defaults of
-// kernel_choice.h. Each family times the established kernel (variant 0 /
-// attention v1) and the new one on the same buffers with CUDA events
+// kernel_choice.h (the attention kernels' are in
+// backend_cuda_bench_attention.cpp). Each family times the established
+// kernel (variant 0 / attention v1) and the new one on the same buffers with CUDA events
 // (manual time, per launch), and reports `bytes` moved per launch and the
 // achieved rate (`bytes_per_second`) against the ~4.3 TB/s copy roofline.
 // Buffers are cycled over several copies ("layers") past the 50 MB L2, as a
@@ -17,7 +18,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kv_scatter.cuh"
 #include "backend/cuda/kernels/rope.cuh"
@@ -25,181 +25,17 @@
 #include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
+#include "backend_cuda_bench_util.h"
 #include "core/check.h"
 
 namespace cellm::cuda {
 namespace {
 
-constexpr std::size_t kColdBytes = std::size_t{256} << 20;  // ~5x the H200's L2
-constexpr int kLaunchesPerIteration = 20;
-
-bool have_gpu(benchmark::State& state) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    state.SkipWithError("no CUDA device");
-    return false;
-  }
-  return true;
-}
-
-template <typename T>
-DeviceBuffer<T> filled(std::size_t count, int byte) {
-  auto buffer = DeviceBuffer<T>::allocate(std::max<std::size_t>(count, 1));
-  CELLM_CHECK(buffer.ok(), "{}", buffer.status().to_string());
-  // 0x3c3c as bf16 is ~0.0115: finite, so no kernel takes a NaN path.
-  CELLM_CUDA_CHECK(cudaMemset(buffer->data(), byte, buffer->bytes()));
-  return std::move(buffer).value();
-}
-
-// How many copies of `bytes` keep a cycle through them out of L2.
-int copies_for(std::size_t bytes) {
-  return static_cast<int>(
-      std::clamp<std::size_t>(kColdBytes / std::max<std::size_t>(bytes, 1), 1, 32));
-}
-
-// Times `launch(i)` for i = 0, 1, ... with events; reports per-launch time.
-template <typename Launch>
-void time_launches(benchmark::State& state, double bytes_per_launch, Launch&& launch) {
-  cudaEvent_t start = nullptr;
-  cudaEvent_t stop = nullptr;
-  CELLM_CUDA_CHECK(cudaEventCreate(&start));
-  CELLM_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) launch(i);  // warm-up: plans, smem limits
-  CELLM_CUDA_CHECK(cudaDeviceSynchronize());
-  int next = 0;
-  for (auto _ : state) {
-    CELLM_CUDA_CHECK(cudaEventRecord(start, nullptr));
-    for (int i = 0; i < kLaunchesPerIteration; ++i) launch(next++);
-    CELLM_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    CELLM_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    CELLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms / 1e3 / kLaunchesPerIteration);
-  }
-  state.counters["bytes"] = bytes_per_launch;
-  state.counters["bytes_per_second"] =
-      benchmark::Counter(bytes_per_launch, benchmark::Counter::kIsIterationInvariantRate);
-  CELLM_CUDA_CHECK(cudaEventDestroy(start));
-  CELLM_CUDA_CHECK(cudaEventDestroy(stop));
-}
-
-// ---- decode attention: args {variant (1 = v1, 2 = v2), head_dim, heads,
-// kv_heads, batch, context, split_min_keys, cluster (v2)} ----
-void BM_DecodeAttention(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  const bool v2 = state.range(0) == 2;
-  const auto hd = static_cast<std::int32_t>(state.range(1));
-  const auto heads = static_cast<std::int32_t>(state.range(2));
-  const auto kv_heads = static_cast<std::int32_t>(state.range(3));
-  const auto batch = static_cast<std::int32_t>(state.range(4));
-  const auto context = static_cast<std::int32_t>(state.range(5));
-  const auto min_keys = static_cast<std::int32_t>(state.range(6));
-  const auto cluster = static_cast<std::int32_t>(state.range(7));
-  // The forward's tables are as long as the cache's max_seq_len.
-  const std::int32_t stride = std::max(context, 32768);
-  const std::int64_t cells = static_cast<std::int64_t>(batch) * context + 1;
-  const std::size_t pool_elems = static_cast<std::size_t>(cells) * kv_heads * hd;
-  const int layers = copies_for(2 * pool_elems * sizeof(bf16));
-  std::vector<DeviceBuffer<bf16>> k_pools;
-  std::vector<DeviceBuffer<bf16>> v_pools;
-  for (int l = 0; l < layers; ++l) {
-    k_pools.push_back(filled<bf16>(pool_elems, 0x3c));
-    v_pools.push_back(filled<bf16>(pool_elems, 0x3c));
-  }
-  std::vector<std::int32_t> table(static_cast<std::size_t>(batch) * stride, -1);
-  std::vector<std::int32_t> slots(static_cast<std::size_t>(batch));
-  std::vector<std::int32_t> positions(static_cast<std::size_t>(batch), context - 1);
-  for (std::int32_t t = 0; t < batch; ++t) {
-    slots[static_cast<std::size_t>(t)] = t;
-    for (std::int32_t p = 0; p < context; ++p) {
-      table[static_cast<std::size_t>(t) * stride + p] = 1 + t * context + p;
-    }
-  }
-  auto table_d = filled<std::int32_t>(table.size(), 0);
-  auto slots_d = filled<std::int32_t>(slots.size(), 0);
-  auto positions_d = filled<std::int32_t>(positions.size(), 0);
-  CELLM_CUDA_CHECK(cudaMemcpy(table_d.data(), table.data(), table.size() * 4, cudaMemcpyDefault));
-  CELLM_CUDA_CHECK(cudaMemcpy(slots_d.data(), slots.data(), slots.size() * 4, cudaMemcpyDefault));
-  CELLM_CUDA_CHECK(
-      cudaMemcpy(positions_d.data(), positions.data(), positions.size() * 4, cudaMemcpyDefault));
-  const std::int64_t q_stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * hd;
-  auto q = filled<bf16>(static_cast<std::size_t>(batch) * q_stride, 0x3c);
-  auto out = filled<bf16>(static_cast<std::size_t>(batch) * heads * hd, 0);
-  const int sm = multiprocessor_count();
-  const std::int32_t splits =
-      v2 ? attention_decode_v2_splits(batch, heads, kv_heads, stride, sm, min_keys, 2, cluster)
-         : attention_decode_splits(batch, heads, kv_heads, stride, sm);
-  auto workspace =
-      filled<float>(attention_decode_workspace_bytes(batch, heads, hd, splits) / sizeof(float), 0);
-  auto counters = filled<std::int32_t>(attention_decode_v2_counters(batch, heads, kv_heads), 0);
-
-  AttentionParams p;
-  p.q = q.data();
-  p.out = out.data();
-  p.cell_table = table_d.data();
-  p.seq_slots = slots_d.data();
-  p.positions = positions_d.data();
-  p.q_stride = q_stride;
-  p.out_stride = static_cast<std::int64_t>(heads) * hd;
-  p.num_tokens = batch;
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.head_dim = hd;
-  p.max_cells = static_cast<std::int32_t>(cells);
-  p.max_seqs = batch;
-  p.table_stride = stride;
-  p.scale = 0.125f;
-  p.num_splits = splits;
-  p.workspace = workspace.data();
-  p.split_min_keys = min_keys;
-  p.counters = counters.data();
-  p.cluster = splits % cluster == 0 ? cluster : 1;
-  p.k_pool = k_pools[0].data();
-  p.v_pool = v_pools[0].data();
-  const Status valid = v2 ? p.validate_decode_v2() : p.validate_decode();
-  if (!valid.is_ok()) {
-    state.SkipWithError(valid.to_string().c_str());
-    return;
-  }
-  state.counters["splits"] = splits;
-  time_launches(state, 2.0 * static_cast<double>(batch) * context * kv_heads * hd * sizeof(bf16),
-                [&](int i) {
-                  p.k_pool = k_pools[static_cast<std::size_t>(i % layers)].data();
-                  p.v_pool = v_pools[static_cast<std::size_t>(i % layers)].data();
-                  if (v2) {
-                    launch_attention_decode_v2(p, nullptr);
-                  } else {
-                    launch_attention_decode(p, nullptr);
-                  }
-                });
-}
-
-void decode_attention_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"v", "hd", "heads", "kv", "batch", "ctx", "min_keys", "cluster"});
-  struct Model {
-    int hd, heads, kv;
-  };
-  for (const Model m : {Model{64, 32, 8}, Model{128, 32, 8}}) {
-    for (const int batch : {1, 8, 64, 256}) {
-      for (const int ctx : {128, 512, 2048, 8192}) {
-        if (static_cast<std::int64_t>(batch) * ctx > 256 * 2048) continue;  // > ~2 GB per layer
-        for (const int v : {1, 2}) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
-      }
-    }
-    // Batch 1 as the forward runs it (128 keys per split at least), the
-    // splits merged through the counter and in clusters of 8.
-    for (const int ctx : {512, 2048, 8192}) {
-      for (const int cluster : {1, 8}) b->Args({2, m.hd, m.heads, m.kv, 1, ctx, 128, cluster});
-    }
-  }
-  // The split minimum at batch 1 (v2 only).
-  for (const int min_keys : {64, 128, 512}) {
-    for (const int ctx : {512, 8192}) b->Args({2, 128, 32, 8, 1, ctx, min_keys, 1});
-  }
-  b->Args({2, 128, 32, 8, 1, 512, 64, 8});
-}
-BENCHMARK(BM_DecodeAttention)->Apply(decode_attention_args)->UseManualTime();
+using bench::copies_for;
+using bench::filled;
+using bench::have_gpu;
+using bench::time_launches;
+using bench::uploaded;
 
 // ---- rope + KV scatter: args {variant (0 = rope then kv_scatter, 1 = fused),
 // head_dim, heads, kv_heads, batch} ----
@@ -217,11 +53,9 @@ void BM_RopeScatter(benchmark::State& state) {
   auto v_pool = filled<bf16>(static_cast<std::size_t>(max_cells) * kv_heads * hd, 0);
   std::vector<std::int32_t> host(static_cast<std::size_t>(batch));
   for (std::int32_t t = 0; t < batch; ++t) host[static_cast<std::size_t>(t)] = t + 1;
-  auto cells = filled<std::int32_t>(host.size(), 0);
-  CELLM_CUDA_CHECK(cudaMemcpy(cells.data(), host.data(), host.size() * 4, cudaMemcpyDefault));
+  auto cells = uploaded(host);
   for (std::int32_t t = 0; t < batch; ++t) host[static_cast<std::size_t>(t)] = 1000 + 7 * t;
-  auto positions = filled<std::int32_t>(host.size(), 0);
-  CELLM_CUDA_CHECK(cudaMemcpy(positions.data(), host.data(), host.size() * 4, cudaMemcpyDefault));
+  auto positions = uploaded(host);
   auto inv_freq = filled<float>(static_cast<std::size_t>(hd / 2), 0x38);  // ~4e-5
   bf16* q = qkv.data();
   bf16* k = q + static_cast<std::int64_t>(heads) * hd;
@@ -384,15 +218,11 @@ void BM_Sample(benchmark::State& state) {
     const float top_k = policy == 4 ? 40.0f : 0.0f;
     params.insert(params.end(), {0.8f, top_p, top_k, 0.37f});
   }
-  auto logits = filled<float>(host.size(), 0);
-  auto params_d = filled<float>(params.size(), 0);
+  auto logits = uploaded(host);
+  auto params_d = uploaded(params);
   auto out = filled<std::int32_t>(static_cast<std::size_t>(rows), 0);
   auto partials = filled<std::int64_t>(argmax_partials_bytes(rows) / sizeof(std::int64_t), 0);
   auto counters = filled<std::int32_t>(static_cast<std::size_t>(rows), 0);
-  CELLM_CUDA_CHECK(
-      cudaMemcpy(logits.data(), host.data(), host.size() * sizeof(float), cudaMemcpyDefault));
-  CELLM_CUDA_CHECK(
-      cudaMemcpy(params_d.data(), params.data(), params.size() * sizeof(float), cudaMemcpyDefault));
   SampleParams p;
   p.logits = logits.data();
   p.params = params_d.data();
