@@ -29,7 +29,8 @@ SessionTable::SessionTable(cache::CellCache& cache, int max_sessions, int max_se
       max_sessions_(max_sessions),
       max_session_tokens_(max_session_tokens),
       vocab_size_(vocab_size),
-      next_id_(first_id) {
+      next_id_(first_id),
+      seeds_((static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()) {
   CELLM_CHECK(max_sessions > 0 && max_session_tokens > 0, "session limits {} x {}", max_sessions,
               max_session_tokens);
   CELLM_CHECK(first_id > 0, "session ids start above 0, got {}", first_id);
@@ -83,9 +84,7 @@ void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
                     checked.to_string());
     return;
   }
-  const std::uint64_t s =
-      seed ? *seed
-           : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  const std::uint64_t s = seed ? *seed : seeds_();
   it->second.sampler.emplace(vocab_size_, params, s);
   it->second.device_rng.emplace(s);
 }

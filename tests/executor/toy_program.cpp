@@ -82,7 +82,7 @@ ToyProgram::ToyProgram(ToyConfig config) : config_(std::move(config)) {
     metas["forward"] = forward_meta(config_.module_width, true, config_.module_selects_rows);
   }
   if (config_.samplers) {
-    const std::int64_t r = 64;
+    const std::int64_t r = config_.sampler_rows;
     MethodMeta sample;
     sample.inputs = {TensorSpec{DType::kF32, {r, v}, logits_device},
                      TensorSpec{DType::kF32, {r, 4}},

@@ -35,10 +35,11 @@ struct ToyConfig {
   std::int32_t dynamic_width = 32;  // 0: no forward_others
   std::optional<std::int64_t> min_prefill_chunk;
   std::vector<std::int32_t> windows = {0, 4};
-  bool device_logits = false;     // logits come back flagged Device::kCuda
-  bool samplers = false;          // export sample and sample_argmax
-  bool taps = false;              // forwards also return [T, 2] (token, position) per row
-  std::int32_t module_width = 0;  // > 0: export a dynamic "forward" of this width
+  bool device_logits = false;      // logits come back flagged Device::kCuda
+  bool samplers = false;           // export sample and sample_argmax
+  std::int64_t sampler_rows = 64;  // the samplers' row bound
+  bool taps = false;               // forwards also return [T, 2] (token, position) per row
+  std::int32_t module_width = 0;   // > 0: export a dynamic "forward" of this width
   bool module_selects_rows = true;
   // Export decode_greedy (program.h) over the widest static width; it needs
   // the samplers.
