@@ -25,11 +25,12 @@ using bench::have_gpu;
 using bench::time_launches;
 using bench::uploaded;
 
-// ---- decode attention: args {variant (1 = v1, 2 = v2), head_dim, heads,
+// ---- decode attention: args {variant (1 = v1, 2 = v2, 3 = v2 refilling
+// before it waits, AttentionParams::refill_first), head_dim, heads,
 // kv_heads, batch, context, split_min_keys, cluster (v2)} ----
 void BM_DecodeAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const bool v2 = state.range(0) == 2;
+  const bool v2 = state.range(0) >= 2;
   const auto hd = static_cast<std::int32_t>(state.range(1));
   const auto heads = static_cast<std::int32_t>(state.range(2));
   const auto kv_heads = static_cast<std::int32_t>(state.range(3));
@@ -94,6 +95,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.cluster = splits % cluster == 0 ? cluster : 1;
   p.k_pool = k_pools[0].data();
   p.v_pool = v_pools[0].data();
+  p.refill_first = state.range(0) == 3;
   const Status valid = v2 ? p.validate_decode_v2() : p.validate_decode();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
@@ -122,6 +124,7 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
       for (const int ctx : {128, 512, 2048, 8192}) {
         if (static_cast<std::int64_t>(batch) * ctx > 256 * 2048) continue;  // > ~2 GB per layer
         for (const int v : {1, 2}) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
+        if (batch >= 64) b->Args({3, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
       }
     }
     // Batch 1 as the forward runs it (128 keys per split at least), the

@@ -2,8 +2,9 @@
 // same data, over the real shapes (head dims 64/128/256 and a generic 80, GQA
 // groups 1..32, contexts 1..8192, windows, soft caps, batch 1..256, split
 // counts 1..64), plus determinism, the merges (counter, cluster pull and
-// push) giving the same bits, graph replay for a new mix, the counters left
-// at zero, the split plan and the refusals (these last run without a GPU).
+// push) and the refill order giving the same bits, graph replay for a new
+// mix, the counters left at zero, the split plan and the refusals (these last
+// run without a GPU).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -155,6 +156,45 @@ TEST_P(DecodeV2Test, SettledKeysReadBeforeTheWaitChangeNothing) {
           << "cluster " << cluster << (with_cells ? ", with cells" : ", table only");
     }
     for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+  }
+}
+
+// Requesting the next tile before waiting for the current one
+// (AttentionParams::refill_first) changes when copies are issued, not what
+// is summed: the same bits, with and without keys read before the wait
+// (whose first iteration waits for every copy), clustered or not.
+TEST_P(DecodeV2Test, RefillFirstGivesTheSameBits) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase c = GetParam();
+  const DecodeScenario s = testing::make_decode_scenario(c);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  DecodeDevice d(c, s);
+  std::vector<std::int32_t> fresh(s.slots.size());
+  for (std::size_t t = 0; t < s.slots.size(); ++t) {
+    // Rows alternate between every key settled and the last 70 fresh.
+    fresh[t] = t % 2 == 0 ? s.positions[t] : std::max(0, s.positions[t] - 70);
+  }
+  DeviceArray<std::int32_t> fresh_d(fresh);
+  for (const int cluster : {1, 8}) {
+    for (const bool early_keys : {false, true}) {
+      AttentionParams p = d.params(c, s, scale);
+      if (cluster > 1 && p.num_splits % cluster != 0) continue;
+      p.cluster = cluster;
+      p.pdl = true;
+      if (early_keys) p.fresh_from = fresh_d.data();
+      ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+      d.out.poison();
+      launch_attention_decode_v2(p, nullptr);
+      const auto waited = d.out.download();
+      p.refill_first = true;
+      d.out.poison();
+      launch_attention_decode_v2(p, nullptr);
+      const auto refilled = d.out.download();
+      ASSERT_EQ(0, std::memcmp(waited.data(), refilled.data(), waited.size() * sizeof(bf16)))
+          << "cluster " << cluster << (early_keys ? ", keys read before the wait" : "");
+      EXPECT_LT(nmse(to_float(refilled), testing::decode_reference(c, s, scale)), kAttentionNmse);
+      for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
+    }
   }
 }
 

@@ -151,6 +151,13 @@ struct AttentionParams {
   // where the slots would add to the launch's shared memory
   // (attention_decode_v2_push_merges: 128- and 256-wide heads at clusters of 8).
   bool push_merge = false;
+  // Decode v2 only: each iteration of the key loop requests its next tile
+  // before it waits for the current one (two barriers an iteration instead
+  // of one), so a block waits with all its stages in flight instead of all
+  // but one. Wide launches, two blocks an SM at 128-wide heads, reached 65%
+  // of the DRAM bandwidth with mostly idle schedulers (bench/results, session
+  // 22). The same sums in the same order: the outputs are the same bits.
+  bool refill_first = false;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and

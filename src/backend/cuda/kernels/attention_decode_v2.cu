@@ -232,35 +232,55 @@ __global__ void __launch_bounds__(kThreads,
   const float softcap = p.softcap;
 
   for (int tile = 0; tile < tiles; ++tile) {
-    // Groups so far: one per stage filled early, the fresh keys', then one
-    // per iteration (empty at the first); all but the newest kStages - 2 must
-    // be complete. Tile t >= kStages is in group t + 2, committed kStages - 2
-    // groups before this iteration's wait; an earlier tile sits in a group
-    // at least as old.
-    if (tile == 0 && early_fresh) {
-      cp_async_wait<0>();
-    } else {
-      cp_async_wait<L::kStages - 2>();
-    }
-    __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
-    if (!kFuseO && tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
-    // The stage consumed by the previous iteration (none at the first).
+    // The stage consumed by the previous iteration (none at the first) takes
+    // tile `ahead`, once every warp is past that iteration's barrier.
     const int ahead = tile + L::kStages - 1;
-    if (tile > 0 && ahead < tiles) {
-      // Window w + 1 was requested when copies reached window w; it is stored
-      // half a window later, behind this barrier, into the buffer window w - 1
-      // left (its last copy was issued before the barrier), and first read
-      // half a window and at least one barrier after that.
-      const int w = ahead / kWindowTiles;
-      if (ahead % kWindowTiles == kWindowTiles / 2 && w + 1 < windows) {
-        store_window(windows_s, w + 1, entries);
+    const auto refill = [&] {
+      if (tile > 0 && ahead < tiles) {
+        // Window w + 1 was requested when copies reached window w; it is
+        // stored half a window later, behind a barrier, into the buffer
+        // window w - 1 left (its last copy was issued before that barrier),
+        // and first read half a window and at least one barrier after that.
+        const int w = ahead / kWindowTiles;
+        if (ahead % kWindowTiles == kWindowTiles / 2 && w + 1 < windows) {
+          store_window(windows_s, w + 1, entries);
+        }
+        issue.template operator()<TileKeys::kAll>(ahead);
+        if (ahead % kWindowTiles == 0 && w + 1 < windows) {
+          load_window(p, table, begin, end, end, w + 1, entries);
+        }
       }
-      issue.template operator()<TileKeys::kAll>(ahead);
-      if (ahead % kWindowTiles == 0 && w + 1 < windows) {
-        load_window(p, table, begin, end, end, w + 1, entries);
+      cp_async_commit();
+    };
+    // Groups so far: one per stage filled early, the fresh keys', then one
+    // per iteration (empty at the first). Tile t >= kStages is in group
+    // t + 2, the group of iteration t - kStages + 1; an earlier tile sits in
+    // a group at least as old. Where the early tiles hold fresh keys the
+    // first iteration waits for every group, theirs among them.
+    if (p.refill_first) {
+      // This iteration's group is committed before the wait, which then
+      // leaves the newest kStages - 1 groups in flight: kStages tiles are
+      // requested while the block waits, not kStages - 1.
+      if (tile > 0) __syncthreads();  // every warp is done with the stage refilled
+      refill();
+      if (tile == 0 && early_fresh) {
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<L::kStages - 1>();
       }
+      __syncthreads();  // the tile is visible to all
+      if (!kFuseO && tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
+    } else {
+      // The wait first, leaving the newest kStages - 2 groups in flight.
+      if (tile == 0 && early_fresh) {
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<L::kStages - 2>();
+      }
+      __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
+      if (!kFuseO && tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
+      refill();
     }
-    cp_async_commit();
 
     const int stage = tile % L::kStages;
     const bf16* ks = k_stage(stage) + warp * 16 * L::kLd;
