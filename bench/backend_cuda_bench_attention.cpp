@@ -25,6 +25,49 @@ using bench::have_gpu;
 using bench::time_launches;
 using bench::uploaded;
 
+// The buffers and fields every attention launch here shares: Q (and the k/v
+// columns beside it, as the q/k/v projection leaves them), the output, and
+// the sequences' cell table, slots and positions, uploaded from the host.
+struct AttentionSetup {
+  DeviceBuffer<bf16> q;
+  DeviceBuffer<bf16> out;
+  DeviceBuffer<std::int32_t> table;
+  DeviceBuffer<std::int32_t> slots;
+  DeviceBuffer<std::int32_t> positions;
+  AttentionParams params;
+};
+
+AttentionSetup setup_attention(std::int32_t tokens, std::int32_t heads, std::int32_t kv_heads,
+                               std::int32_t hd, std::int32_t cells, std::int32_t seqs,
+                               std::int32_t table_stride, const std::vector<std::int32_t>& table,
+                               const std::vector<std::int32_t>& slots,
+                               const std::vector<std::int32_t>& positions) {
+  const std::int64_t q_stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * hd;
+  AttentionSetup a{filled<bf16>(static_cast<std::size_t>(tokens) * q_stride, 0x3c),
+                   filled<bf16>(static_cast<std::size_t>(tokens) * heads * hd, 0),
+                   uploaded(table),
+                   uploaded(slots),
+                   uploaded(positions),
+                   {}};
+  AttentionParams& p = a.params;
+  p.q = a.q.data();
+  p.out = a.out.data();
+  p.cell_table = a.table.data();
+  p.seq_slots = a.slots.data();
+  p.positions = a.positions.data();
+  p.q_stride = q_stride;
+  p.out_stride = static_cast<std::int64_t>(heads) * hd;
+  p.num_tokens = tokens;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = hd;
+  p.max_cells = cells;
+  p.max_seqs = seqs;
+  p.table_stride = table_stride;
+  p.scale = 0.125f;
+  return a;
+}
+
 // ---- decode attention: args {variant (1 = v1, 2 = v2, 3 = v2 refilling
 // before it waits, AttentionParams::refill_first), head_dim, heads,
 // kv_heads, batch, context, split_min_keys, cluster (v2)} ----
@@ -58,12 +101,8 @@ void BM_DecodeAttention(benchmark::State& state) {
       table[static_cast<std::size_t>(t) * stride + p] = 1 + t * context + p;
     }
   }
-  auto table_d = uploaded(table);
-  auto slots_d = uploaded(slots);
-  auto positions_d = uploaded(positions);
-  const std::int64_t q_stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * hd;
-  auto q = filled<bf16>(static_cast<std::size_t>(batch) * q_stride, 0x3c);
-  auto out = filled<bf16>(static_cast<std::size_t>(batch) * heads * hd, 0);
+  AttentionSetup a = setup_attention(batch, heads, kv_heads, hd, static_cast<std::int32_t>(cells),
+                                     batch, stride, table, slots, positions);
   const int sm = multiprocessor_count();
   const std::int32_t splits =
       v2 ? attention_decode_v2_splits(batch, heads, kv_heads, stride, sm, min_keys, 2, cluster)
@@ -72,22 +111,7 @@ void BM_DecodeAttention(benchmark::State& state) {
       filled<float>(attention_decode_workspace_bytes(batch, heads, hd, splits) / sizeof(float), 0);
   auto counters = filled<std::int32_t>(attention_decode_v2_counters(batch, heads, kv_heads), 0);
 
-  AttentionParams p;
-  p.q = q.data();
-  p.out = out.data();
-  p.cell_table = table_d.data();
-  p.seq_slots = slots_d.data();
-  p.positions = positions_d.data();
-  p.q_stride = q_stride;
-  p.out_stride = static_cast<std::int64_t>(heads) * hd;
-  p.num_tokens = batch;
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.head_dim = hd;
-  p.max_cells = static_cast<std::int32_t>(cells);
-  p.max_seqs = batch;
-  p.table_stride = stride;
-  p.scale = 0.125f;
+  AttentionParams& p = a.params;
   p.num_splits = splits;
   p.workspace = workspace.data();
   p.split_min_keys = min_keys;
@@ -167,31 +191,11 @@ void BM_PrefillAttention(benchmark::State& state) {
     slots[static_cast<std::size_t>(t)] = t / length;
     positions[static_cast<std::size_t>(t)] = t % length;
   }
-  auto table_d = uploaded(table);
-  auto slots_d = uploaded(slots);
-  auto positions_d = uploaded(positions);
-  const std::int64_t q_stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * hd;
-  auto q = filled<bf16>(static_cast<std::size_t>(tokens) * q_stride, 0x3c);
-  auto out = filled<bf16>(static_cast<std::size_t>(tokens) * heads * hd, 0);
-
-  AttentionParams p;
-  p.q = q.data();
-  p.out = out.data();
+  AttentionSetup a =
+      setup_attention(tokens, heads, kv_heads, hd, cells, prompts, length, table, slots, positions);
+  AttentionParams& p = a.params;
   p.k_pool = k_pool.data();
   p.v_pool = v_pool.data();
-  p.cell_table = table_d.data();
-  p.seq_slots = slots_d.data();
-  p.positions = positions_d.data();
-  p.q_stride = q_stride;
-  p.out_stride = static_cast<std::int64_t>(heads) * hd;
-  p.num_tokens = tokens;
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.head_dim = hd;
-  p.max_cells = cells;
-  p.max_seqs = prompts;
-  p.table_stride = length;
-  p.scale = 0.125f;
   const Status valid = p.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());

@@ -52,6 +52,13 @@ void expect_empty_rows_zero(const DecodeCase& c, const DecodeScenario& s,
   }
 }
 
+// One v2 launch into a poisoned output, and what it wrote.
+std::vector<bf16> launch_and_read(DecodeDevice& d, const AttentionParams& p) {
+  d.out.poison();
+  launch_attention_decode_v2(p, nullptr);
+  return d.out.download();
+}
+
 class DecodeV2Test : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(DecodeV2Test, MatchesReferenceAndV1) {
@@ -142,16 +149,12 @@ TEST_P(DecodeV2Test, SettledKeysReadBeforeTheWaitChangeNothing) {
     p.cluster = cluster;
     p.pdl = true;
     ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-    d.out.poison();
-    launch_attention_decode_v2(p, nullptr);
-    const auto after_wait = d.out.download();
+    const auto after_wait = launch_and_read(d, p);
     EXPECT_LT(nmse(to_float(after_wait), testing::decode_reference(c, s, scale)), kAttentionNmse);
     for (const bool with_cells : {false, true}) {
       p.fresh_from = fresh_d.data();
       p.cells = with_cells ? cells_d.data() : nullptr;
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto early = d.out.download();
+      const auto early = launch_and_read(d, p);
       ASSERT_EQ(0, std::memcmp(after_wait.data(), early.data(), early.size() * sizeof(bf16)))
           << "cluster " << cluster << (with_cells ? ", with cells" : ", table only");
     }
@@ -183,13 +186,9 @@ TEST_P(DecodeV2Test, RefillFirstGivesTheSameBits) {
       p.pdl = true;
       if (early_keys) p.fresh_from = fresh_d.data();
       ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto waited = d.out.download();
+      const auto waited = launch_and_read(d, p);
       p.refill_first = true;
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto refilled = d.out.download();
+      const auto refilled = launch_and_read(d, p);
       ASSERT_EQ(0, std::memcmp(waited.data(), refilled.data(), waited.size() * sizeof(bf16)))
           << "cluster " << cluster << (early_keys ? ", keys read before the wait" : "");
       EXPECT_LT(nmse(to_float(refilled), testing::decode_reference(c, s, scale)), kAttentionNmse);
@@ -265,9 +264,7 @@ TEST(DecodeV2Test, RepeatedLaunchesAreBitwiseEqual) {
   launch_attention_decode_v2(p, nullptr);
   const auto first = d.out.download();
   for (int round = 0; round < 3; ++round) {
-    d.out.poison();
-    launch_attention_decode_v2(p, nullptr);
-    const auto again = d.out.download();
+    const auto again = launch_and_read(d, p);
     ASSERT_EQ(0, std::memcmp(first.data(), again.data(), first.size() * sizeof(bf16)))
         << "round " << round;
   }
@@ -286,13 +283,9 @@ TEST(DecodeV2Test, SpreadLaunchesGiveTheSameBits) {
       AttentionParams p = d.params(c, s, 0.125f);
       p.cluster = cluster;
       ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto packed = d.out.download();
+      const auto packed = launch_and_read(d, p);
       p.spread = true;
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto spread = d.out.download();
+      const auto spread = launch_and_read(d, p);
       ASSERT_EQ(0, std::memcmp(packed.data(), spread.data(), packed.size() * sizeof(bf16)))
           << "cluster " << cluster << " batch " << batch;
       EXPECT_LT(nmse(to_float(spread), testing::decode_reference(c, s, 0.125f)), kAttentionNmse);
@@ -334,9 +327,7 @@ TEST(DecodeV2Test, PushMergeGivesThePullMergesBits) {
       ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
       const std::string where =
           fmt::format("hd {} heads {}/{} cluster {}", c.head_dim, c.heads, c.kv_heads, cluster);
-      d.out.poison();
-      launch_attention_decode_v2(p, nullptr);
-      const auto pulled = d.out.download();
+      const auto pulled = launch_and_read(d, p);
       EXPECT_LT(nmse(to_float(pulled), testing::decode_reference(c, s, scale)), kAttentionNmse)
           << where;
       p.push_merge = true;
@@ -345,9 +336,7 @@ TEST(DecodeV2Test, PushMergeGivesThePullMergesBits) {
       if (!pushes) continue;
       ++pushed;
       for (int round = 0; round < 3; ++round) {
-        d.out.poison();
-        launch_attention_decode_v2(p, nullptr);
-        const auto pushed_out = d.out.download();
+        const auto pushed_out = launch_and_read(d, p);
         ASSERT_EQ(0, std::memcmp(pulled.data(), pushed_out.data(), pulled.size() * sizeof(bf16)))
             << where << " round " << round;
       }
