@@ -2,9 +2,9 @@
 // same data, over the real shapes (head dims 64/128/256 and a generic 80, GQA
 // groups 1..32, contexts 1..8192, windows, soft caps, batch 1..256, split
 // counts 1..64), plus determinism, the merges (counter, cluster pull and
-// push) and the refill order giving the same bits, graph replay for a new
-// mix, the counters left at zero, the split plan and the refusals (these last
-// run without a GPU).
+// push), the refill order and the packed layout giving the same bits, graph
+// replay for a new mix, the counters left at zero, the split plan and the
+// refusals (these last run without a GPU).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -195,6 +195,60 @@ TEST_P(DecodeV2Test, RefillFirstGivesTheSameBits) {
       for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
     }
   }
+}
+
+// The packed layout (AttentionParams::pack_wide: unpadded, swizzled K/V
+// tiles in two stages) stores the same keys and sums them in the same order:
+// launches too wide for one block an SM give the same bits with it, in both
+// refill orders and clustered or not; launches that fit ignore it.
+TEST(DecodeV2Test, PackedWideLaunchesGiveTheSameBits) {
+  CELLM_REQUIRE_GPU();
+  const DecodeCase cases[] = {
+      // Llama-3.1-8B heads at batch 64, one split.
+      DecodeCase{32, 8, 128, 64, 1, 600, 0, 0.0f, 1, 256, 41},
+      // Batch 256, short contexts, heuristic splits.
+      DecodeCase{8, 2, 128, 256, 1, 130, 0, 0.0f, 0, 256, 42},
+      // Generic head dim 80 in the 128 bucket, soft cap, 8 splits.
+      DecodeCase{8, 4, 80, 24, 1, 900, 0, 30.0f, 8, 64, 43},
+      // Window, 16 splits over long histories.
+      DecodeCase{8, 2, 128, 24, 2000, 3000, 100, 0.0f, 16, 128, 44},
+  };
+  for (const DecodeCase& c : cases) {
+    const DecodeScenario s = testing::make_decode_scenario(c);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    DecodeDevice d(c, s);
+    for (const int cluster : {1, 8}) {
+      for (const bool refill_first : {false, true}) {
+        AttentionParams p = d.params(c, s, scale);
+        if (cluster > 1 && p.num_splits % cluster != 0) continue;
+        p.cluster = cluster;
+        p.refill_first = refill_first;
+        ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
+        const auto padded = launch_and_read(d, p);
+        p.pack_wide = true;
+        ASSERT_TRUE(attention_decode_v2_packs(p)) << "seed " << c.seed << ": the launch fits";
+        const auto packed = launch_and_read(d, p);
+        const std::string where =
+            fmt::format("seed {} cluster {} refill_first {}", c.seed, cluster, refill_first);
+        ASSERT_EQ(0, std::memcmp(padded.data(), packed.data(), padded.size() * sizeof(bf16)))
+            << where;
+        EXPECT_LT(nmse(to_float(packed), testing::decode_reference(c, s, scale)), kAttentionNmse)
+            << where;
+        for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0) << where;
+      }
+    }
+  }
+  // One row, one split: eight blocks fit the SMs, so the layout stays padded.
+  const DecodeCase one{32, 8, 128, 1, 1, 600, 0, 0.0f, 1, 256, 45};
+  const DecodeScenario s = testing::make_decode_scenario(one);
+  DecodeDevice d(one, s);
+  AttentionParams p = d.params(one, s, 0.088f);
+  p.pack_wide = true;
+  EXPECT_FALSE(attention_decode_v2_packs(p));
+  // 64-wide heads have no packed layout.
+  p.head_dim = 64;
+  p.num_tokens = 256;
+  EXPECT_FALSE(attention_decode_v2_packs(p));
 }
 
 // Every token here fits in one cluster of 8 (at most 512 keys, 64 per split),

@@ -158,6 +158,11 @@ struct AttentionParams {
   // of the DRAM bandwidth with mostly idle schedulers (bench/results, session
   // 22). The same sums in the same order: the outputs are the same bits.
   bool refill_first = false;
+  // Decode v2 only, 128-wide heads: a launch too wide for one block an SM
+  // stores its K/V tiles unpadded (XOR-swizzled, V2Layout's kPacked) in two
+  // stages, 73 KB a block, so three blocks share an SM instead of two (the
+  // 113 KB of three stages). The same sums in the same order: the same bits.
+  bool pack_wide = false;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
@@ -222,6 +227,11 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
                                         std::int32_t num_kv_heads, std::int32_t max_kv_len,
                                         int sm_count, std::int32_t split_min_keys,
                                         std::int32_t blocks_per_sm = 2, std::int32_t cluster = 1);
+
+// Whether a decode v2 launch with these params takes the packed layout
+// (AttentionParams::pack_wide): asked for, no fused o projection, 128-wide
+// heads and more blocks than SMs. The launch follows it.
+bool attention_decode_v2_packs(const AttentionParams& p);
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);

@@ -47,14 +47,15 @@ CELLM_TRACE_TABLE(attention_trace);
 // (116 registers, no spills), so a block fits beside the three blocks an SM
 // holds of the q/k/v GEMV instead of waiting for them to leave. With the o
 // projection fused (kFuseO) its weights fill most of an SM's shared memory,
-// so one block a multiprocessor is what fits anyway.
-template <int kMaxHd, bool kFuseO>
+// so one block a multiprocessor is what fits anyway. kPacked: the packed
+// K/V layout (V2Layout), three blocks an SM at 128-wide heads.
+template <int kMaxHd, bool kFuseO, bool kPacked = false>
 __global__ void __launch_bounds__(kThreads,
                                   kFuseO ? 1 : (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
   // Every return below is taken by the whole block (the exit mark's barrier).
   const trace::BlockScope traced(attention_trace, trace::slot_of(p));
-  using L = V2Layout<kMaxHd>;
+  using L = V2Layout<kMaxHd, kPacked>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L::kK);
@@ -142,13 +143,13 @@ __global__ void __launch_bounds__(kThreads,
   // Copy assignment: thread copies chunk `chunk` of keys key0 + i * kKeyStep.
   const int chunk = tid % L::kChunks;
   const int key0 = tid / L::kChunks;
-  auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLd; };
-  auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLd; };
+  auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLdKv; };
+  auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLdKv; };
   auto issue = [&]<TileKeys kKeys>(int tile) {
     const int stage = tile % L::kStages;
-    issue_tile<kMaxHd, kKeys>(p, kv_head, k_stage(stage), v_stage(stage),
-                              flags_s + stage * kTileKeys, key0, chunk, windows_s, tile,
-                              begin + tile * kTileKeys, settled, end);
+    issue_tile<kMaxHd, kKeys, kPacked>(p, kv_head, k_stage(stage), v_stage(stage),
+                                       flags_s + stage * kTileKeys, key0, chunk, windows_s, tile,
+                                       begin + tile * kTileKeys, settled, end);
   };
   // Every stage is filled before the wait, so a block of up to kStages tiles
   // (1B batch 1 at 512 keys: two tiles a block) has all its copies in flight
@@ -283,8 +284,8 @@ __global__ void __launch_bounds__(kThreads,
     }
 
     const int stage = tile % L::kStages;
-    const bf16* ks = k_stage(stage) + warp * 16 * L::kLd;
-    const bf16* vs = v_stage(stage) + warp * 16 * L::kLd;
+    const bf16* ks = k_stage(stage) + warp * 16 * L::kLdKv;
+    const bf16* vs = v_stage(stage) + warp * 16 * L::kLdKv;
     const int* flags = flags_s + stage * kTileKeys + warp * 16;
 
     // S = Q K^T for this warp's 16 keys: s[n] holds keys 8n..8n+7.
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kThreads,
       unsigned b[4];
       ldmatrix_x4(a, q_s + (lane & 15) * L::kLd + kk * 16 + (lane >> 4) * 8);
       ldmatrix_x4(b,
-                  ks + ((lane & 7) + (lane >> 4) * 8) * L::kLd + kk * 16 + ((lane >> 3) & 1) * 8);
+                  ks + L::kv_index((lane & 7) + (lane >> 4) * 8, kk * 16 + ((lane >> 3) & 1) * 8));
       mma_bf16_16816(s[0], a, b[0], b[1]);
       mma_bf16_16816(s[1], a, b[2], b[3]);
     }
@@ -354,7 +355,7 @@ __global__ void __launch_bounds__(kThreads,
     for (int dn = 0; dn < kMaxHd / 16; ++dn) {
       unsigned b[4];
       ldmatrix_x4_trans(
-          b, vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * L::kLd + dn * 16 + (lane >> 4) * 8);
+          b, vs + L::kv_index((lane & 7) + ((lane >> 3) & 1) * 8, dn * 16 + (lane >> 4) * 8));
       mma_bf16_16816(acc[2 * dn], pa, b[0], b[1]);
       mma_bf16_16816(acc[2 * dn + 1], pa, b[2], b[3]);
     }
@@ -587,6 +588,11 @@ bool attention_decode_v2_push_merges(const AttentionParams& p) {
   return bytes > 0 && bytes <= room;
 }
 
+bool attention_decode_v2_packs(const AttentionParams& p) {
+  return p.pack_wide && p.o_weight == nullptr && p.num_kv_heads > 0 &&
+         head_dim_bucket(p.head_dim) == 128 && !fits_one_block_per_sm(decode_v2_grid(p));
+}
+
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
   switch (head_dim_bucket(head_dim)) {
     case 64: return V2Layout<64>::kBytes;
@@ -613,9 +619,19 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   const bool fits = fits_one_block_per_sm(grid);
   params.early_next = params.early_next && fits && params.o_weight == nullptr;
   params.push_merge = attention_decode_v2_push_merges(params);
+  const bool packs = attention_decode_v2_packs(params);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
     if (params.o_weight == nullptr) {
+      if constexpr (kMaxHd == 128) {
+        if (packs) {
+          launch(attention_decode_v2_kernel<kMaxHd, false, true>,
+                 LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd, true>::kBytes, stream,
+                              params.pdl, cluster},
+                 params);
+          return;
+        }
+      }
       std::size_t smem = V2Layout<kMaxHd>::kBytes;
       // The push merge's slots fit in this (attention_decode_v2_push_merges).
       if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());

@@ -53,16 +53,23 @@ enum FusedOPhase : int {
   kPartialsCounted = kMergedStored,  // its partials are stored and counted
 };
 
-template <int kMaxHd>
+// kPacked (AttentionParams::pack_wide, 128-wide heads only): the K/V tiles
+// are stored unpadded, each row's 16-byte pieces XOR-swizzled by the row's
+// low three bits so that the 8 rows of an ldmatrix tile still hit distinct
+// banks, in two stages: 73 KB a block, three blocks an SM instead of two.
+template <int kMaxHd, bool kPacked = false>
 struct V2Layout {
+  static_assert(!kPacked || kMaxHd == 128, "the packed layout is laid out for 128-wide heads");
   // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
   // lets five blocks share a multiprocessor, and their 20 warps hide the
   // softmax's latency better than four stages at two blocks did (the key loop
   // was latency-bound, not bandwidth-bound, at 1B batch 64). Wider heads keep
-  // three (two blocks per SM) and two stages.
-  static constexpr int kStages = kMaxHd <= 64 ? 2 : (kMaxHd <= 128 ? 3 : 2);
-  // Rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct banks.
+  // three (two blocks per SM) and two stages; packed 128-wide heads two.
+  static constexpr int kStages = kMaxHd <= 64 || kPacked ? 2 : (kMaxHd <= 128 ? 3 : 2);
+  // Q rows padded by 16 bytes: the 8 rows of an ldmatrix tile hit distinct
+  // banks. K/V rows likewise, unless packed.
   static constexpr int kLd = kMaxHd + 8;
+  static constexpr int kLdKv = kPacked ? kMaxHd : kLd;
   static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
   static constexpr int kKeyStep = kThreads / kChunks;
   static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
@@ -75,8 +82,8 @@ struct V2Layout {
 
   static constexpr std::size_t kQ = 0;
   static constexpr std::size_t kK = kQ + sizeof(bf16) * kRows * kLd;
-  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLd;
-  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLd;
+  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLdKv;
+  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLdKv;
   static constexpr std::size_t kTable = kFlags + sizeof(int) * kStages * kTileKeys;
   static constexpr std::size_t kPipeEnd = kTable + sizeof(int) * 2 * kWindowKeys;
   // After the key loop the tiles are dead: the merges reuse them from kK.
@@ -101,6 +108,17 @@ struct V2Layout {
   // block 0 may still be in its key loop.
   static constexpr std::size_t kPushBar = (kBytes + 15) / 16 * 16;
   static constexpr std::size_t kPushSlots = kPushBar + 16;
+
+  // Element offset of column `dim` (a multiple of 8) of K/V tile row `key`.
+  // Swizzling by key & 7 keeps a warp's 16-row slice (rows 16w..16w+15) at
+  // 16w * kLdKv plus the offsets of rows 0..15.
+  __host__ __device__ static constexpr int kv_index(int key, int dim) {
+    if constexpr (kPacked) {
+      return key * kLdKv + (((dim >> 3) ^ (key & 7)) << 3);
+    } else {
+      return key * kLdKv + dim;
+    }
+  }
 
   static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
   static_assert(kRows * kChunks % kThreads == 0);

@@ -79,12 +79,12 @@ __device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int k
 // written before this step or those written by it; see `settled` below.
 enum class TileKeys { kAll, kSettled, kFresh };
 
-template <int kMaxHd, TileKeys kKeys = TileKeys::kAll>
+template <int kMaxHd, TileKeys kKeys = TileKeys::kAll, bool kPacked = false>
 __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
                                            bf16* v_stage, int* flags, int key0, int chunk,
                                            const int* windows_s, int tile, int first_key,
                                            int settled, int end) {
-  using L = V2Layout<kMaxHd>;
+  using L = V2Layout<kMaxHd, kPacked>;
   int cells[L::kCopies];
   tile_cells<kMaxHd>(windows_s, tile, key0, cells);
   const int dim = chunk * 8;
@@ -103,8 +103,8 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
     const std::int64_t offset =
         fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
              : 0;
-    cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
-    cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
+    cp_async16(k_stage + L::kv_index(key, dim), p.k_pool + offset, fill);
+    cp_async16(v_stage + L::kv_index(key, dim), p.v_pool + offset, fill);
     if (chunk == 0) flags[key] = ok ? 1 : 0;
   }
 }

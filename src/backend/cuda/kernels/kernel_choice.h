@@ -56,6 +56,10 @@
 //                                  (AttentionParams::refill_first; default 0: not yet measured,
 //                                  written for wide steps, 8B batch 256 at 65% of the DRAM
 //                                  bandwidth)
+//   CELLM_DECODE_PACK_WIDE=0|1     v2, 128-wide heads: launches too wide for one block an SM keep
+//                                  their K/V tiles unpadded (swizzled) in two stages, three blocks
+//                                  an SM instead of two (AttentionParams::pack_wide; default 0: not
+//                                  yet measured, written for the same wide steps)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -159,6 +163,7 @@ struct KernelChoice {
   bool decode_early_next = true;
   bool decode_push_merge = true;
   bool decode_refill_first = false;
+  bool decode_pack_wide = false;
   bool decode_fused_o = false;
   bool fused_rope = true;
   bool gemv = true;
@@ -189,7 +194,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
-// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 refill_first=0 fused_o=0
+// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 refill_first=0
+// pack_wide=0 fused_o=0
 // fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=qkv,o,gate_up,down stream=1
 // pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 candidates=8
 // split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and benchmark
