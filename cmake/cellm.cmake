@@ -41,8 +41,11 @@ function(cellm_test name)
   # ctest runs two test processes at once on CI's two cores; OpenMP workers
   # that spin while waiting would steal the other process's core (the golden
   # suites ran 8x slower that way), so idle workers sleep in tests.
+  # Listing a test binary takes well under a second, but CI once saw the CUDA
+  # suite's listing pass gtest's default 5 s on a loaded 2-core machine.
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS ${A_LABEL} TIMEOUT ${A_TIMEOUT} ENVIRONMENT OMP_WAIT_POLICY=passive)
 endfunction()
 
