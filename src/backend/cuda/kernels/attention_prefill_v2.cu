@@ -194,9 +194,10 @@ __global__ void __launch_bounds__(kThreads)
     const int tiles = (end - seg_lo + kBk - 1) / kBk;
     // The cells of a tile are read from the table one tile ahead of its
     // copies: issuing the copies then waits on no global load, and the read
-    // of the next tile's cells overlaps this tile's math. Read just before
-    // their copies, each tile stalled on the table's latency first (8B, a
-    // 4096-token prompt: 51 ms of 134 in this kernel, ~86 TFLOP/s).
+    // of the next tile's cells overlaps this tile's math. Measured with the
+    // launch order below on another machine than before (bench/results,
+    // session 22): 8B, a 4096-token prompt, 133.4 against 134.2 ms. The
+    // kernel's ~86 TFLOP/s there (51 ms of the 134) has another cause.
     int cells[L::kCopies];
     fetch_cells<kMaxHd>(p, table, seg_lo, end, key0, cells);
     issue_tile<kMaxHd>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
