@@ -121,6 +121,9 @@ struct V2Layout {
   }
 
   static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
+  // The packed layout's point: three blocks share an SM's 228 KB of shared
+  // memory (each with the 1 KB the runtime reserves per block).
+  static_assert(!kPacked || 3 * (kBytes + 1024) <= 228 * 1024);
   static_assert(kRows * kChunks % kThreads == 0);
   static_assert(kTileKeys == 16 * kWarps);
 };

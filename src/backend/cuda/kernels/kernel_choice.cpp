@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "core/env.h"
 #include "core/log.h"
@@ -76,6 +77,10 @@ std::string describe_mma(std::uint32_t bits) {
 }
 
 }  // namespace
+
+// kernel_choice.h stays free of CUDA headers (the app includes it), so its
+// default candidate count is checked against gemm.h's here.
+static_assert(KernelChoice{}.gemm_candidates == kDefaultAutotuneCandidates);
 
 Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   KernelChoice choice;
@@ -182,7 +187,8 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
     CELLM_ASSIGN_OR_RETURN(choice.gemm_autotune, parse_flag("CELLM_GEMM_AUTOTUNE", *v));
   }
   if (auto v = lookup("CELLM_GEMM_CANDIDATES")) {
-    CELLM_ASSIGN_OR_RETURN(choice.gemm_candidates, parse_int("CELLM_GEMM_CANDIDATES", *v, 1, 64));
+    CELLM_ASSIGN_OR_RETURN(choice.gemm_candidates,
+                           parse_int("CELLM_GEMM_CANDIDATES", *v, 1, kMaxAutotuneCandidates));
   }
   return choice;
 }

@@ -175,7 +175,8 @@ struct KernelChoice {
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
-  std::int32_t gemm_candidates = 8;  // kDefaultAutotuneCandidates (gemm.h)
+  // gemm.h's kDefaultAutotuneCandidates (checked in kernel_choice.cpp).
+  std::int32_t gemm_candidates = 8;
   bool split_argmax = true;
   bool head_argmax = true;
   bool cluster_sampler = true;
@@ -194,12 +195,11 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
-// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 refill_first=0
-// pack_wide=0 fused_o=0
-// fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1 mma=qkv,o,gate_up,down stream=1
-// pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8) autotune=1 candidates=8
-// split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1", for logs and benchmark
-// labels.
+// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 refill_first=0 pack_wide=0
+// fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
+// mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8)
+// autotune=1 candidates=8 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1",
+// for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
 
 }  // namespace cellm::cuda
