@@ -121,7 +121,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.k_pool = k_pools[0].data();
   p.v_pool = v_pools[0].data();
   p.refill_first = state.range(0) == 3 || state.range(0) == 5;
-  p.pack_wide = state.range(0) >= 4;
+  p.pack_wide = state.range(0) >= 4 ? PackWide::kAlways : PackWide::kNever;
   const Status valid = v2 ? p.validate_decode_v2() : p.validate_decode();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());

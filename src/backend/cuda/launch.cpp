@@ -67,4 +67,12 @@ std::size_t one_block_per_sm_smem() {
   return std::min(bytes, static_cast<std::size_t>(max_smem_per_block_optin()));
 }
 
+int blocks_per_sm_by_smem(std::size_t smem_bytes) {
+  const auto per_sm =
+      static_cast<std::size_t>(cached_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor));
+  const auto reserved =
+      static_cast<std::size_t>(cached_attribute(cudaDevAttrReservedSharedMemoryPerBlock));
+  return std::max(1, static_cast<int>(per_sm / (smem_bytes + reserved)));
+}
+
 }  // namespace cellm::cuda

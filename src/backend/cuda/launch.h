@@ -51,6 +51,12 @@ bool cluster_launch_supported();
 // a second block asking as much (the current device; at most the opt-in limit).
 std::size_t one_block_per_sm_smem();
 
+// Blocks asking `smem_bytes` of dynamic shared memory each that fit on one
+// multiprocessor by shared memory alone (at least 1; the current device).
+// Registers and threads may allow fewer: callers use it for kernels they
+// know are bound by shared memory.
+int blocks_per_sm_by_smem(std::size_t smem_bytes);
+
 template <typename... KernelArgs, typename... Args>
 void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&... args) {
   if (config.grid.x == 0 || config.grid.y == 0 || config.grid.z == 0) {

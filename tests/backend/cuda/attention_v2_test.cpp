@@ -18,6 +18,7 @@
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "decode_reference.h"
@@ -199,8 +200,8 @@ TEST_P(DecodeV2Test, RefillFirstGivesTheSameBits) {
 
 // The packed layout (AttentionParams::pack_wide: unpadded, swizzled K/V
 // tiles in two stages) stores the same keys and sums them in the same order:
-// launches too wide for one block an SM give the same bits with it, in both
-// refill orders and clustered or not; launches that fit ignore it.
+// launches give the same bits with it, in both refill orders and clustered
+// or not.
 TEST(DecodeV2Test, PackedWideLaunchesGiveTheSameBits) {
   CELLM_REQUIRE_GPU();
   const DecodeCase cases[] = {
@@ -225,8 +226,8 @@ TEST(DecodeV2Test, PackedWideLaunchesGiveTheSameBits) {
         p.refill_first = refill_first;
         ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
         const auto padded = launch_and_read(d, p);
-        p.pack_wide = true;
-        ASSERT_TRUE(attention_decode_v2_packs(p)) << "seed " << c.seed << ": the launch fits";
+        p.pack_wide = PackWide::kAlways;
+        ASSERT_TRUE(attention_decode_v2_packs(p)) << "seed " << c.seed;
         const auto packed = launch_and_read(d, p);
         const std::string where =
             fmt::format("seed {} cluster {} refill_first {}", c.seed, cluster, refill_first);
@@ -238,16 +239,38 @@ TEST(DecodeV2Test, PackedWideLaunchesGiveTheSameBits) {
       }
     }
   }
-  // One row, one split: eight blocks fit the SMs, so the layout stays padded.
-  const DecodeCase one{32, 8, 128, 1, 1, 600, 0, 0.0f, 1, 256, 45};
-  const DecodeScenario s = testing::make_decode_scenario(one);
-  DecodeDevice d(one, s);
-  AttentionParams p = d.params(one, s, 0.088f);
-  p.pack_wide = true;
+}
+
+// Where packing is left to the waves it saves, a grid that runs in one wave
+// at two blocks an SM stays padded, and one block more packs (three blocks an
+// SM hold it in one wave). Only the grid is looked at: nothing launches.
+TEST(DecodeV2Test, PacksWhereItSavesAWave) {
+  CELLM_REQUIRE_GPU();
+  AttentionParams p;
+  p.num_heads = 1;
+  p.num_kv_heads = 1;  // one block a row
+  p.head_dim = 128;
+  p.num_splits = 1;
+  p.pack_wide = PackWide::kWhereItSavesAWave;
+  const int padded_wave =
+      multiprocessor_count() * blocks_per_sm_by_smem(attention_decode_v2_smem_bytes(128));
+  ASSERT_GE(padded_wave, multiprocessor_count());
+  for (const int rows : {1, padded_wave / 2, padded_wave}) {
+    p.num_tokens = rows;
+    EXPECT_FALSE(attention_decode_v2_packs(p)) << rows << " rows";
+  }
+  p.num_tokens = padded_wave + 1;
+  EXPECT_TRUE(attention_decode_v2_packs(p)) << padded_wave + 1 << " rows";
+  p.pack_wide = PackWide::kNever;
   EXPECT_FALSE(attention_decode_v2_packs(p));
-  // 64-wide heads have no packed layout.
+  // 64-wide heads have no packed layout, nor has the fused o projection.
+  p.pack_wide = PackWide::kAlways;
+  EXPECT_TRUE(attention_decode_v2_packs(p));
   p.head_dim = 64;
-  p.num_tokens = 256;
+  EXPECT_FALSE(attention_decode_v2_packs(p));
+  p.head_dim = 128;
+  const bf16 weight{};
+  p.o_weight = &weight;
   EXPECT_FALSE(attention_decode_v2_packs(p));
 }
 
@@ -386,7 +409,9 @@ TEST(DecodeV2Test, PushMergeGivesThePullMergesBits) {
           << where;
       p.push_merge = true;
       const bool pushes = attention_decode_v2_push_merges(p);
-      if (always) ASSERT_TRUE(pushes) << where << ": the launch would pull";
+      if (always) {
+        ASSERT_TRUE(pushes) << where << ": the launch would pull";
+      }
       if (!pushes) continue;
       ++pushed;
       for (int round = 0; round < 3; ++round) {

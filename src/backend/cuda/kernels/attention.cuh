@@ -53,6 +53,9 @@ constexpr bool valid_attention_cluster(int cluster) {
   return cluster >= 1 && cluster <= kAttentionMaxCluster && (cluster & (cluster - 1)) == 0;
 }
 
+// When decode v2 packs 128-wide heads' K/V tiles (AttentionParams::pack_wide).
+enum class PackWide : std::uint8_t { kNever, kWhereItSavesAWave, kAlways };
+
 struct AttentionParams {
   const bf16* q = nullptr;                   // [num_tokens, q_stride], heads first
   bf16* out = nullptr;                       // [num_tokens, out_stride], heads first
@@ -158,11 +161,13 @@ struct AttentionParams {
   // of the DRAM bandwidth with mostly idle schedulers (bench/results, session
   // 22). The same sums in the same order: the outputs are the same bits.
   bool refill_first = false;
-  // Decode v2 only, 128-wide heads: a launch too wide for one block an SM
-  // stores its K/V tiles unpadded (XOR-swizzled, V2Layout's kPacked) in two
-  // stages, 73 KB a block, so three blocks share an SM instead of two (the
-  // 113 KB of three stages). The same sums in the same order: the same bits.
-  bool pack_wide = false;
+  // Decode v2 only, 128-wide heads: the launch stores its K/V tiles unpadded
+  // (XOR-swizzled, V2Layout's kPacked) in two stages, 73 KB a block, so three
+  // blocks share an SM instead of two (the 113 KB of three stages). The same
+  // sums in the same order: the same bits. kWhereItSavesAWave packs only a
+  // grid that then runs in fewer waves (attention_decode_v2_packs); kAlways
+  // is for tests and benchmarks of the layout itself.
+  PackWide pack_wide = PackWide::kNever;
 
   // Programmatic dependent launch (launch.h); only the split-KV v2 kernel
   // honours it. v2 reads `rows`, `seq_slots`, `positions`, `fresh_from` and
@@ -230,7 +235,8 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
 
 // Whether a decode v2 launch with these params takes the packed layout
 // (AttentionParams::pack_wide): asked for, no fused o projection, 128-wide
-// heads and more blocks than SMs. The launch follows it.
+// heads and, unless kAlways, fewer waves of blocks on this device's SMs at
+// three blocks an SM than at two. The launch follows it.
 bool attention_decode_v2_packs(const AttentionParams& p);
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).

@@ -589,8 +589,24 @@ bool attention_decode_v2_push_merges(const AttentionParams& p) {
 }
 
 bool attention_decode_v2_packs(const AttentionParams& p) {
-  return p.pack_wide && p.o_weight == nullptr && p.num_kv_heads > 0 &&
-         head_dim_bucket(p.head_dim) == 128 && !fits_one_block_per_sm(decode_v2_grid(p));
+  if (p.pack_wide == PackWide::kNever || p.o_weight != nullptr || p.num_kv_heads <= 0 ||
+      head_dim_bucket(p.head_dim) != 128) {
+    return false;
+  }
+  if (p.pack_wide == PackWide::kAlways) return true;
+  // Packing pays only where it saves a wave: each packed block runs slower
+  // (two stages, three blocks sharing the SM's bandwidth), so at equal waves
+  // it lost (H200, 8B batch 64 at 640 keys, 512 blocks in two waves either
+  // way: 6.82 against 6.60 ms a step; batch 240, eight waves against five:
+  // 12.93 against 13.45-13.59).
+  const dim3 grid = decode_v2_grid(p);
+  const long long blocks = static_cast<long long>(grid.x) * grid.y * grid.z;
+  const auto waves = [&](std::size_t smem) {
+    const long long resident =
+        static_cast<long long>(blocks_per_sm_by_smem(smem)) * multiprocessor_count();
+    return (blocks + resident - 1) / resident;
+  };
+  return waves(V2Layout<128, true>::kBytes) < waves(V2Layout<128>::kBytes);
 }
 
 std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
