@@ -44,11 +44,10 @@ CELLM_TRACE_TABLE(attention_trace);
 
 // Register bounds: five blocks per SM at 64-wide heads, which is what their
 // shared memory allows (at most 96 registers), and four up to 128-wide heads
-// (122 registers in session 22's sm_90 build, no spills), so a block fits beside the three blocks an SM
-// holds of the q/k/v GEMV instead of waiting for them to leave. With the o
-// projection fused (kFuseO) its weights fill most of an SM's shared memory,
-// so one block a multiprocessor is what fits anyway. kPacked: the packed
-// K/V layout (V2Layout), three blocks an SM at 128-wide heads.
+// (122 registers in session 22's sm_90 build, no spills), so a block fits beside the three blocks
+// an SM holds of the q/k/v GEMV instead of waiting for them to leave. With the o projection fused
+// (kFuseO) its weights fill most of an SM's shared memory, so one block a multiprocessor is what
+// fits anyway. kPacked: the packed K/V layout (V2Layout), three blocks an SM at 128-wide heads.
 template <int kMaxHd, bool kFuseO, bool kPacked = false>
 __global__ void __launch_bounds__(kThreads,
                                   kFuseO ? 1 : (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))

@@ -57,9 +57,9 @@
 //                                  written for wide steps, 8B batch 256 at 65% of the DRAM
 //                                  bandwidth)
 //   CELLM_DECODE_PACK_WIDE=0|1     v2, 128-wide heads: launches that run in fewer waves at three
-//                                  blocks an SM than at two keep their K/V tiles unpadded (swizzled)
-//                                  in two stages (AttentionParams::pack_wide; default 0: being
-//                                  measured)
+//                                  blocks an SM than at two keep their K/V tiles unpadded
+//                                  (swizzled) in two stages (AttentionParams::pack_wide; default 0:
+//                                  being measured)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
