@@ -68,10 +68,9 @@ AttentionSetup setup_attention(std::int32_t tokens, std::int32_t heads, std::int
   return a;
 }
 
-// ---- decode attention: args {variant (1 = v1, 2 = v2, 3 = v2 refilling
-// before it waits (AttentionParams::refill_first), 4 = v2 packed
-// (pack_wide), 5 = both), head_dim, heads, kv_heads, batch, context,
-// split_min_keys, cluster (v2)} ----
+// ---- decode attention: args {variant (1 = v1, 2 = v2, 3 = v2 packed
+// always (AttentionParams::pack_wide)), head_dim, heads, kv_heads, batch,
+// context, split_min_keys, cluster (v2)} ----
 void BM_DecodeAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const bool v2 = state.range(0) >= 2;
@@ -120,8 +119,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.cluster = splits % cluster == 0 ? cluster : 1;
   p.k_pool = k_pools[0].data();
   p.v_pool = v_pools[0].data();
-  p.refill_first = state.range(0) == 3 || state.range(0) == 5;
-  p.pack_wide = state.range(0) >= 4 ? PackWide::kAlways : PackWide::kNever;
+  p.pack_wide = state.range(0) == 3 ? PackWide::kAlways : PackWide::kNever;
   const Status valid = v2 ? p.validate_decode_v2() : p.validate_decode();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
@@ -150,11 +148,8 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
       for (const int ctx : {128, 512, 2048, 8192}) {
         if (static_cast<std::int64_t>(batch) * ctx > 256 * 2048) continue;  // > ~2 GB per layer
         for (const int v : {1, 2}) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
-        if (batch < 64) continue;
-        // The wide steps' variants; packing applies to 128-wide heads only.
-        for (const int v : {3, 4, 5}) {
-          if (v == 3 || m.hd == 128) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
-        }
+        // Packing, for wide steps of 128-wide heads.
+        if (batch >= 64 && m.hd == 128) b->Args({3, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
       }
     }
     // Batch 1 as the forward runs it (128 keys per split at least), the

@@ -205,7 +205,6 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
   at.spread = shape.kernels.decode_spread;
   at.early_next = shape.kernels.decode_early_next;
   at.push_merge = shape.kernels.decode_push_merge;
-  at.refill_first = shape.kernels.decode_refill_first;
   at.pack_wide = shape.kernels.decode_pack_wide ? PackWide::kWhereItSavesAWave : PackWide::kNever;
   at.pdl = shape.kernels.pdl;
   const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2

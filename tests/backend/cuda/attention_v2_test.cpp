@@ -163,45 +163,11 @@ TEST_P(DecodeV2Test, SettledKeysReadBeforeTheWaitChangeNothing) {
   }
 }
 
-// Requesting the next tile before waiting for the current one
-// (AttentionParams::refill_first) changes when copies are issued, not what
-// is summed: the same bits, with and without keys read before the wait
-// (whose first iteration waits for every copy), clustered or not.
-TEST_P(DecodeV2Test, RefillFirstGivesTheSameBits) {
-  CELLM_REQUIRE_GPU();
-  const DecodeCase c = GetParam();
-  const DecodeScenario s = testing::make_decode_scenario(c);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  DecodeDevice d(c, s);
-  std::vector<std::int32_t> fresh(s.slots.size());
-  for (std::size_t t = 0; t < s.slots.size(); ++t) {
-    // Rows alternate between every key settled and the last 70 fresh.
-    fresh[t] = t % 2 == 0 ? s.positions[t] : std::max(0, s.positions[t] - 70);
-  }
-  DeviceArray<std::int32_t> fresh_d(fresh);
-  for (const int cluster : {1, 8}) {
-    for (const bool early_keys : {false, true}) {
-      AttentionParams p = d.params(c, s, scale);
-      if (cluster > 1 && p.num_splits % cluster != 0) continue;
-      p.cluster = cluster;
-      p.pdl = true;
-      if (early_keys) p.fresh_from = fresh_d.data();
-      ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
-      const auto waited = launch_and_read(d, p);
-      p.refill_first = true;
-      const auto refilled = launch_and_read(d, p);
-      ASSERT_EQ(0, std::memcmp(waited.data(), refilled.data(), waited.size() * sizeof(bf16)))
-          << "cluster " << cluster << (early_keys ? ", keys read before the wait" : "");
-      EXPECT_LT(nmse(to_float(refilled), testing::decode_reference(c, s, scale)), kAttentionNmse);
-      for (const std::int32_t counter : d.counters.download()) ASSERT_EQ(counter, 0);
-    }
-  }
-}
-
 // The packed layout (AttentionParams::pack_wide: unpadded, swizzled K/V
-// tiles in two stages) stores the same keys and sums them in the same order:
-// launches give the same bits with it, in both refill orders and clustered
-// or not.
+// tiles in two stages, the next tile requested before the wait) stores the
+// same keys and sums them in the same order: launches give the same bits with
+// it, clustered or not, with and without keys read before the wait (whose
+// first iteration waits for every copy).
 TEST(DecodeV2Test, PackedWideLaunchesGiveTheSameBits) {
   CELLM_REQUIRE_GPU();
   const DecodeCase cases[] = {
@@ -218,19 +184,26 @@ TEST(DecodeV2Test, PackedWideLaunchesGiveTheSameBits) {
     const DecodeScenario s = testing::make_decode_scenario(c);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     DecodeDevice d(c, s);
+    std::vector<std::int32_t> fresh(s.slots.size());
+    for (std::size_t t = 0; t < s.slots.size(); ++t) {
+      // Rows alternate between every key settled and the last 70 fresh.
+      fresh[t] = t % 2 == 0 ? s.positions[t] : std::max(0, s.positions[t] - 70);
+    }
+    DeviceArray<std::int32_t> fresh_d(fresh);
     for (const int cluster : {1, 8}) {
-      for (const bool refill_first : {false, true}) {
+      for (const bool early_keys : {false, true}) {
         AttentionParams p = d.params(c, s, scale);
         if (cluster > 1 && p.num_splits % cluster != 0) continue;
         p.cluster = cluster;
-        p.refill_first = refill_first;
+        p.pdl = true;
+        if (early_keys) p.fresh_from = fresh_d.data();
         ASSERT_TRUE(p.validate_decode_v2().is_ok()) << p.validate_decode_v2().to_string();
         const auto padded = launch_and_read(d, p);
         p.pack_wide = PackWide::kAlways;
         ASSERT_TRUE(attention_decode_v2_packs(p)) << "seed " << c.seed;
         const auto packed = launch_and_read(d, p);
-        const std::string where =
-            fmt::format("seed {} cluster {} refill_first {}", c.seed, cluster, refill_first);
+        const std::string where = fmt::format("seed {} cluster {} keys read before the wait {}",
+                                              c.seed, cluster, early_keys);
         ASSERT_EQ(0, std::memcmp(padded.data(), packed.data(), padded.size() * sizeof(bf16)))
             << where;
         EXPECT_LT(nmse(to_float(packed), testing::decode_reference(c, s, scale)), kAttentionNmse)

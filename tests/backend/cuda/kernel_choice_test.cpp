@@ -43,8 +43,7 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->decode_spread);
   EXPECT_TRUE(choice->decode_early_next);
   EXPECT_TRUE(choice->decode_push_merge);
-  EXPECT_FALSE(choice->decode_refill_first);
-  EXPECT_FALSE(choice->decode_pack_wide);
+  EXPECT_TRUE(choice->decode_pack_wide);
   EXPECT_FALSE(choice->decode_fused_o);
   EXPECT_TRUE(choice->gemm_autotune);
   EXPECT_EQ(choice->gemm_candidates, 8);
@@ -64,8 +63,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_DECODE_SPREAD", "0"},
                                                  {"CELLM_DECODE_EARLY_NEXT", "0"},
                                                  {"CELLM_DECODE_PUSH_MERGE", "0"},
-                                                 {"CELLM_DECODE_REFILL_FIRST", "1"},
-                                                 {"CELLM_DECODE_PACK_WIDE", "1"},
+                                                 {"CELLM_DECODE_PACK_WIDE", "0"},
                                                  {"CELLM_DECODE_FUSED_O", "1"},
                                                  {"CELLM_FUSED_ROPE", "0"},
                                                  {"CELLM_GEMV", "off"},
@@ -93,8 +91,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->decode_spread);
   EXPECT_FALSE(choice->decode_early_next);
   EXPECT_FALSE(choice->decode_push_merge);
-  EXPECT_TRUE(choice->decode_refill_first);
-  EXPECT_TRUE(choice->decode_pack_wide);
+  EXPECT_FALSE(choice->decode_pack_wide);
   EXPECT_TRUE(choice->decode_fused_o);
   EXPECT_FALSE(choice->fused_rope);
   EXPECT_FALSE(choice->gemv);
@@ -114,7 +111,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_EQ(describe(*choice),
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 split_span=table "
             "sm_fit=0 cluster_fit=0 early_keys=0 spread=0 "
-            "early_next=0 push_merge=0 refill_first=1 pack_wide=1 fused_o=1 "
+            "early_next=0 push_merge=0 pack_wide=0 fused_o=1 "
             "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
             "pdl=0 autotune=0 candidates=24 "
             "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
@@ -154,7 +151,6 @@ TEST(KernelChoiceTest, BadValuesNameTheVariable) {
       {{"CELLM_DECODE_SPREAD", "wide"}},
       {{"CELLM_DECODE_EARLY_NEXT", "soon"}},
       {{"CELLM_DECODE_PUSH_MERGE", "push"}},
-      {{"CELLM_DECODE_REFILL_FIRST", "first"}},
       {{"CELLM_DECODE_PACK_WIDE", "3"}},
   };
   for (const auto& values : bad) {
@@ -180,8 +176,8 @@ TEST(KernelChoiceTest, FlagsTakeZeroAndOneSpellings) {
 }
 
 // The fused o projection is off by default (measured slower), the spread,
-// the early launch of the next kernel, the push merge and the GEMV's staged
-// inputs on; each knob moves only itself.
+// the early launch of the next kernel, the push merge, packed wide heads
+// and the GEMV's staged inputs on; each knob moves only itself.
 TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   // `name=value` parses to the defaults with `set` applied, and its
   // description holds `shown`.
@@ -195,7 +191,7 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
   };
   expect_only(
       "CELLM_DECODE_FUSED_O", "1", [](KernelChoice& c) { c.decode_fused_o = true; },
-      " early_keys=1 spread=1 early_next=1 push_merge=1 refill_first=0 pack_wide=0 fused_o=1 "
+      " early_keys=1 spread=1 early_next=1 push_merge=1 pack_wide=1 fused_o=1 "
       "fused_rope=1 ");
   expect_only(
       "CELLM_DECODE_FUSED_O", "0", [](KernelChoice&) {}, " fused_o=0 ");
@@ -210,19 +206,16 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " sm_fit=1 cluster_fit=0 early_keys=1 ");
   expect_only(
       "CELLM_DECODE_SPREAD", "0", [](KernelChoice& c) { c.decode_spread = false; },
-      " spread=0 early_next=1 push_merge=1 refill_first=0 pack_wide=0 fused_o=0 ");
+      " spread=0 early_next=1 push_merge=1 pack_wide=1 fused_o=0 ");
   expect_only(
       "CELLM_DECODE_EARLY_NEXT", "off", [](KernelChoice& c) { c.decode_early_next = false; },
-      " spread=1 early_next=0 push_merge=1 refill_first=0 pack_wide=0 fused_o=0 ");
+      " spread=1 early_next=0 push_merge=1 pack_wide=1 fused_o=0 ");
   expect_only(
       "CELLM_DECODE_PUSH_MERGE", "0", [](KernelChoice& c) { c.decode_push_merge = false; },
-      " early_next=1 push_merge=0 refill_first=0 pack_wide=0 fused_o=0 ");
+      " early_next=1 push_merge=0 pack_wide=1 fused_o=0 ");
   expect_only(
-      "CELLM_DECODE_REFILL_FIRST", "1", [](KernelChoice& c) { c.decode_refill_first = true; },
-      " push_merge=1 refill_first=1 pack_wide=0 fused_o=0 ");
-  expect_only(
-      "CELLM_DECODE_PACK_WIDE", "1", [](KernelChoice& c) { c.decode_pack_wide = true; },
-      " refill_first=0 pack_wide=1 fused_o=0 ");
+      "CELLM_DECODE_PACK_WIDE", "0", [](KernelChoice& c) { c.decode_pack_wide = false; },
+      " push_merge=1 pack_wide=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
       " single_rows=1 stage_inputs=0 mma=qkv,o,gate_up,down stream=0 ");

@@ -154,17 +154,11 @@ struct AttentionParams {
   // where the slots would add to the launch's shared memory
   // (attention_decode_v2_push_merges: 128- and 256-wide heads at clusters of 8).
   bool push_merge = false;
-  // Decode v2 only: each iteration of the key loop requests its next tile
-  // before it waits for the current one (two barriers an iteration instead
-  // of one), so a block waits with all its stages in flight instead of all
-  // but one. Wide launches, two blocks an SM at 128-wide heads, reached 65%
-  // of the DRAM bandwidth with mostly idle schedulers (bench/results, session
-  // 22). The same sums in the same order: the outputs are the same bits.
-  bool refill_first = false;
   // Decode v2 only, 128-wide heads: the launch stores its K/V tiles unpadded
   // (XOR-swizzled, V2Layout's kPacked) in two stages, 73 KB a block, so three
-  // blocks share an SM instead of two (the 113 KB of three stages). The same
-  // sums in the same order: the same bits. kWhereItSavesAWave packs only a
+  // blocks share an SM instead of two (the 113 KB of three stages), and its
+  // key loop requests the next tile before it waits for the current one. The
+  // same sums in the same order: the same bits. kWhereItSavesAWave packs only a
   // grid that then runs in fewer waves (attention_decode_v2_packs); kAlways
   // is for tests and benchmarks of the layout itself.
   PackWide pack_wide = PackWide::kNever;

@@ -131,9 +131,6 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
   if (auto v = lookup("CELLM_DECODE_PUSH_MERGE")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_push_merge, parse_flag("CELLM_DECODE_PUSH_MERGE", *v));
   }
-  if (auto v = lookup("CELLM_DECODE_REFILL_FIRST")) {
-    CELLM_ASSIGN_OR_RETURN(choice.decode_refill_first, parse_flag("CELLM_DECODE_REFILL_FIRST", *v));
-  }
   if (auto v = lookup("CELLM_DECODE_PACK_WIDE")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_pack_wide, parse_flag("CELLM_DECODE_PACK_WIDE", *v));
   }
@@ -212,7 +209,7 @@ std::string describe(const KernelChoice& choice) {
       "decode={} prefill={} split_keys={} split_target={} cluster={} split_span={} "
       "sm_fit={} cluster_fit={} "
       "early_keys={} spread={} "
-      "early_next={} push_merge={} refill_first={} pack_wide={} fused_o={} "
+      "early_next={} push_merge={} pack_wide={} fused_o={} "
       "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
       "pdl={} "
       "autotune={} candidates={} "
@@ -223,10 +220,9 @@ std::string describe(const KernelChoice& choice) {
       choice.decode_split_by_step ? "step" : "table", choice.decode_sm_fit ? 1 : 0,
       choice.decode_cluster_fit ? 1 : 0, choice.decode_early_keys ? 1 : 0,
       choice.decode_spread ? 1 : 0, choice.decode_early_next ? 1 : 0,
-      choice.decode_push_merge ? 1 : 0, choice.decode_refill_first ? 1 : 0,
-      choice.decode_pack_wide ? 1 : 0, choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0,
-      choice.gemv ? 1 : 0, choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0,
-      choice.gemv_stage_inputs ? 1 : 0,
+      choice.decode_push_merge ? 1 : 0, choice.decode_pack_wide ? 1 : 0,
+      choice.decode_fused_o ? 1 : 0, choice.fused_rope ? 1 : 0, choice.gemv ? 1 : 0,
+      choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0, choice.gemv_stage_inputs ? 1 : 0,
       describe_mma(choice.gemv_mma) +
           (choice.gemv_mma_warps != 0 ? "/" + std::to_string(choice.gemv_mma_warps) : ""),
       choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,

@@ -51,15 +51,12 @@
 //                                  batch 1 ctx 512, 1B 0.854-0.857 -> 0.847-0.851 ms/step, the
 //                                  attention 6.7 -> 5.8-6.1 us a layer; 8B's 128-wide heads keep
 //                                  the pull, their slots would not fit beside their stages)
-//   CELLM_DECODE_REFILL_FIRST=0|1  v2: the key loop requests its next tile before waiting for the
-//                                  current one, so a block waits with every stage in flight
-//                                  (AttentionParams::refill_first; default 0: not yet measured,
-//                                  written for wide steps, 8B batch 256 at 65% of the DRAM
-//                                  bandwidth)
 //   CELLM_DECODE_PACK_WIDE=0|1     v2, 128-wide heads: launches that run in fewer waves at three
 //                                  blocks an SM than at two keep their K/V tiles unpadded
-//                                  (swizzled) in two stages (AttentionParams::pack_wide; default 0:
-//                                  being measured)
+//                                  (swizzled) in two stages (AttentionParams::pack_wide; default 1:
+//                                  8B at 640 keys, batch 240 13.45-14.25 -> 12.77-13.46 ms/step,
+//                                  batch 128 9.22-9.23 -> 8.87-8.93, batch 64 unchanged; serve
+//                                  8,967 -> 9,245-9,278 tok/s on one machine)
 //   CELLM_DECODE_FUSED_O=0|1       v2, one-token steps of a fused (GEMV) step: the attention kernel
 //                                  also multiplies its output by the o projection and adds it to
 //                                  the residual stream (AttentionParams::o_weight), so no o GEMV
@@ -162,8 +159,7 @@ struct KernelChoice {
   bool decode_spread = true;
   bool decode_early_next = true;
   bool decode_push_merge = true;
-  bool decode_refill_first = false;
-  bool decode_pack_wide = false;
+  bool decode_pack_wide = true;
   bool decode_fused_o = false;
   bool fused_rope = true;
   bool gemv = true;
@@ -195,7 +191,7 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup);
 KernelChoice kernel_choice_from_env();
 
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
-// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 refill_first=0 pack_wide=0
+// cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 pack_wide=1
 // fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
 // mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8)
 // autotune=1 candidates=8 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1",
