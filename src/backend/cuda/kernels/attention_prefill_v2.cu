@@ -146,6 +146,21 @@ __global__ void __launch_bounds__(kThreads)
   auto k_stage = [&](int stage) { return k_s + stage * kBk * L::kLd; };
   auto v_stage = [&](int stage) { return v_s + stage * kBk * L::kLd; };
 
+  // At 128-wide heads a warp's Q fragments stay in registers (32 of them)
+  // instead of being read from shared memory again for every tile: 218
+  // registers a thread instead of 165 (sm_90), still two blocks an SM, which
+  // is what their shared memory allows. At 64-wide heads the extra registers
+  // would cost a block an SM (four by shared memory, three at 134 registers).
+  constexpr bool kQInRegisters = kMaxHd == 128;
+  unsigned q_frag[kQInRegisters ? kMaxHd / 16 : 1][4];
+  __syncthreads();  // Q is stored
+  if constexpr (kQInRegisters) {
+#pragma unroll
+    for (int kk = 0; kk < kMaxHd / 16; ++kk) {
+      ldmatrix_x4(q_frag[kk], q_s + (warp * 16 + (lane & 15)) * L::kLd + kk * 16 + (lane >> 4) * 8);
+    }
+  }
+
   for (;;) {
     __syncthreads();  // row states settled; the previous segment's tiles are consumed
     if (tid == 0) {
@@ -190,6 +205,11 @@ __global__ void __launch_bounds__(kThreads)
         __reduce_max_sync(0xffffffffu, max(in[0] ? rpos[0] : -1, in[1] ? rpos[1] : -1));
     const int warp_lo = __reduce_min_sync(
         0xffffffffu, min(in[0] ? rlo[0] : 0x7fffffff, in[1] ? rlo[1] : 0x7fffffff));
+    // Keys from warp_seen_lo to warp_seen_hi are seen by every row of the
+    // warp (none where a row sits out this segment).
+    const bool warp_all_in = __all_sync(0xffffffffu, in[0] && in[1]);
+    const int warp_seen_hi = __reduce_min_sync(0xffffffffu, min(rpos[0], rpos[1]));
+    const int warp_seen_lo = __reduce_max_sync(0xffffffffu, max(rlo[0], rlo[1]));
 
     const int tiles = (end - seg_lo + kBk - 1) / kBk;
     // The cells of a tile are read from the table one tile ahead of its
@@ -198,23 +218,36 @@ __global__ void __launch_bounds__(kThreads)
     // launch order below on another machine than before (bench/results,
     // session 22): 8B, a 4096-token prompt, 133.4 against 134.2 ms. The
     // kernel's ~86 TFLOP/s there (51 ms of the 134) has another cause.
+    // Whether every key of the tile in `cells` has a cell; issued_all_keys
+    // follows the tile being waited for.
+    const auto all_keys = [](const int(&c)[L::kCopies]) {
+      bool all = true;
+#pragma unroll
+      for (int i = 0; i < L::kCopies; ++i) all = all && c[i] >= 0;
+      return all;
+    };
     int cells[L::kCopies];
     fetch_cells<kMaxHd>(p, table, seg_lo, end, key0, cells);
     issue_tile<kMaxHd>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
+    bool issued_all_keys = all_keys(cells);
     cp_async_commit();
     if (tiles > 1) fetch_cells<kMaxHd>(p, table, seg_lo + kBk, end, key0, cells);
     for (int tile = 0; tile < tiles; ++tile) {
+      bool next_all_keys = true;
       if (tile + 1 < tiles) {
         const int stage = (tile + 1) % kStages;
         issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kBk, key0,
                            chunk, cells);
+        next_all_keys = all_keys(cells);
       }
       cp_async_commit();
       if (tile + 2 < tiles) {
         fetch_cells<kMaxHd>(p, table, seg_lo + (tile + 2) * kBk, end, key0, cells);
       }
       cp_async_wait<1>();
-      __syncthreads();  // this tile is visible to every warp
+      // This tile is visible to every warp, and whether all its keys have cells.
+      const bool tile_full = __syncthreads_and(issued_all_keys) != 0;
+      issued_all_keys = next_all_keys;
 
       const int tile_begin = seg_lo + tile * kBk;
       // Warp-uniform: skip a tile none of this warp's rows can see.
@@ -234,7 +267,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int kk = 0; kk < kMaxHd / 16; ++kk) {
           unsigned a[4];
-          ldmatrix_x4(a, q_s + (warp * 16 + (lane & 15)) * L::kLd + kk * 16 + (lane >> 4) * 8);
+          if constexpr (kQInRegisters) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = q_frag[kk][i];
+          } else {
+            ldmatrix_x4(a, q_s + (warp * 16 + (lane & 15)) * L::kLd + kk * 16 + (lane >> 4) * 8);
+          }
 #pragma unroll
           for (int nn = 0; nn < kBk / 16; ++nn) {
             unsigned b[4];
@@ -245,22 +283,36 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
 
+        const auto logit = [&](float score) {
+          float x = score * p.scale;
+          if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+          return x * kLog2e;
+        };
         float tile_max[2] = {-INFINITY, -INFINITY};
+        // Warp-uniform: a tile every row of the warp sees whole (most of a
+        // long prompt's) takes no mask, nor the flags' shared-memory reads.
+        if (tile_full && warp_all_in && tile_begin >= warp_seen_lo &&
+            tile_begin + kBk - 1 <= warp_seen_hi) {
 #pragma unroll
-        for (int n = 0; n < kBk / 8; ++n) {
+          for (int n = 0; n < kBk / 8; ++n) {
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int r = c >> 1;
-            const int key = n * 8 + t4 * 2 + (c & 1);
-            const int kpos = tile_begin + key;
-            float x = -INFINITY;
-            if (in[r] && flags[key] != 0 && kpos <= rpos[r] && kpos >= rlo[r]) {
-              x = s[n][c] * p.scale;
-              if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-              x *= kLog2e;
+            for (int c = 0; c < 4; ++c) {
+              s[n][c] = logit(s[n][c]);
+              tile_max[c >> 1] = fmaxf(tile_max[c >> 1], s[n][c]);
             }
-            s[n][c] = x;
-            tile_max[r] = fmaxf(tile_max[r], x);
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < kBk / 8; ++n) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int r = c >> 1;
+              const int key = n * 8 + t4 * 2 + (c & 1);
+              const int kpos = tile_begin + key;
+              const bool seen = in[r] && flags[key] != 0 && kpos <= rpos[r] && kpos >= rlo[r];
+              s[n][c] = seen ? logit(s[n][c]) : -INFINITY;
+              tile_max[r] = fmaxf(tile_max[r], s[n][c]);
+            }
           }
         }
         float alpha[2];
