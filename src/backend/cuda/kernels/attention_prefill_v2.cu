@@ -217,7 +217,10 @@ __global__ void __launch_bounds__(kThreads)
     // of the next tile's cells overlaps this tile's math. Measured with the
     // launch order below on another machine than before (bench/results,
     // session 22): 8B, a 4096-token prompt, 133.4 against 134.2 ms. The
-    // kernel's ~86 TFLOP/s there (51 ms of the 134) has another cause.
+    // kernel's ~90 TFLOP/s there was issue-bound, two warps a scheduler
+    // stalled on dependent math and shared-memory reads (Nsight Compute,
+    // session 23): the unmasked tiles and Q in registers below took it to
+    // ~139 TFLOP/s.
     // Whether every key of the tile in `cells` has a cell; issued_all_keys
     // follows the tile being waited for.
     const auto all_keys = [](const int(&c)[L::kCopies]) {
