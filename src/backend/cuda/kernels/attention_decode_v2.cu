@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads,
       // This iteration's group is committed before the wait, which then
       // leaves the newest kStages - 1 groups in flight: kStages tiles are
       // requested while the block waits, not kStages - 1 (with two stages,
-      // none). Measured with the packed layout only, where it was 0.3-1%
+      // none). Measured with the packed layout only, where it was 0.2-1.2%
       // faster (8B batch 240); three padded stages gained nothing with it.
       if (tile > 0) __syncthreads();  // every warp is done with the stage refilled
       refill();

@@ -219,10 +219,12 @@ __global__ void __launch_bounds__(kThreads)
     // session 22): 8B, a 4096-token prompt, 133.4 against 134.2 ms. The
     // kernel's ~90 TFLOP/s there was issue-bound, two warps a scheduler
     // stalled on dependent math and shared-memory reads (Nsight Compute,
-    // session 23): the unmasked tiles and Q in registers below took it to
-    // ~139 TFLOP/s.
-    // Whether every key of the tile in `cells` has a cell; issued_all_keys
-    // follows the tile being waited for.
+    // session 23): the unmasked tiles and Q in registers took it to ~139.
+    //
+    // Whether every key of the tile in `cells` has a cell (none past the
+    // segment's end, none missing); issued_all_keys is that of the tile the
+    // loop waits for next, and decides with the rows' bounds whether the
+    // warp may skip the mask.
     const auto all_keys = [](const int(&c)[L::kCopies]) {
       bool all = true;
 #pragma unroll
