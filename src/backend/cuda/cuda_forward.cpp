@@ -226,32 +226,7 @@ bool CudaForward::gemv_takes(const KernelChoice& kernels, std::int32_t rows) {
 }
 
 bool CudaForward::fused_step(const ForwardShape& shape) const {
-  return fusable_ &&
-         (gemv_takes(shape.kernels, shape.width) || mma_step(shape.kernels, shape.width));
-}
-
-bool CudaForward::mma_step(const KernelChoice& kernels, std::int32_t rows) const {
-  constexpr std::uint32_t kLayer = kMmaQkv | kMmaO | kMmaGateUp | kMmaDown;
-  if (!kernels.gemv || rows < 2 || rows > std::min(kernels.gemv_mma_rows, kGemvMaxRows) ||
-      (kernels.gemv_mma & kLayer) != kLayer) {
-    return false;
-  }
-  const auto on_tensor_cores = [&](std::int64_t n, std::int64_t k, bool norm, GemvEpilogue e) {
-    GemvParams p = gemv_dense(nullptr, nullptr, nullptr, rows, static_cast<std::int32_t>(n),
-                              static_cast<std::int32_t>(k));
-    if (norm) p.prologue = GemvPrologue::kRmsNorm;
-    p.epilogue = e;
-    p.mma_warps = kernels.gemv_mma_warps;
-    p.tensor_cores = true;
-    return gemv_uses_tensor_cores(p) && gemv_mma_rounds(p) <= kGemvMmaMaxRounds;
-  };
-  const std::int64_t hidden = spec_.hidden_size;
-  const std::int64_t inter = spec_.intermediate_size;
-  // q/k/v as a plain product: its rope epilogue has as many groups.
-  return on_tensor_cores(qkv_dim_, hidden, true, GemvEpilogue::kStore) &&
-         on_tensor_cores(hidden, q_dim_, false, GemvEpilogue::kResidualAdd) &&
-         on_tensor_cores(inter, hidden, true, GemvEpilogue::kGatedSilu) &&
-         on_tensor_cores(hidden, inter, false, GemvEpilogue::kResidualAdd);
+  return fusable_ && gemv_takes(shape.kernels, shape.width);
 }
 
 bool CudaForward::takes_argmax(const ForwardShape& shape) const {
@@ -467,7 +442,8 @@ void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
 }
 
 bool CudaForward::tensor_cores_for(const GemvParams& params, std::uint32_t bit) const {
-  return (active_.gemv_mma & bit) != 0 && gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
+  return (active_.gemv_mma & bit) != 0 && params.m == 1 &&
+         gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
 }
 
 Status CudaForward::reserve_chain(std::int32_t record_entries, std::int32_t slots,

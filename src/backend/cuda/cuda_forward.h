@@ -163,10 +163,6 @@ class CudaForward {
   bool fused_step(const ForwardShape& shape) const;
   // Whether `rows` rows go to the GEMV instead of cuBLASLt under `kernels`.
   static bool gemv_takes(const KernelChoice& kernels, std::int32_t rows);
-  // Whether a step of 2..KernelChoice::gemv_mma_rows rows runs fused because
-  // each of the layer's projections would run on tensor cores at that count
-  // (one launch over each weight; the lm_head then runs on CUDA cores).
-  bool mma_step(const KernelChoice& kernels, std::int32_t rows) const;
   // 1 where the model stores its norm weights as w - 1 (Gemma), else 0.
   float norm_offset() const { return spec_.norm_weight_offset ? 1.0f : 0.0f; }
   // RMSNorm of `rows` hidden rows (plus `residual`, which it updates, when given).

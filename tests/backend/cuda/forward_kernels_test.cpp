@@ -149,15 +149,6 @@ std::vector<Variant> variants() {
   KernelChoice gemv = established();
   gemv.gemv = true;
   gemv.gemv_max_rows = 4;
-  // Those run q/k/v, o, gate/up and down on tensor cores; the same on CUDA cores.
-  KernelChoice gemv_cuda_cores = gemv;
-  gemv_cuda_cores.gemv_mma = 0;
-  // Four-row steps fused because every layer projection fits the tensor cores
-  // at four rows (CudaForward::mma_step), not because of gemv_max_rows.
-  KernelChoice gemv_mma_rows = established();
-  gemv_mma_rows.gemv = true;
-  gemv_mma_rows.gemv_mma_rows = 4;
-  gemv_mma_rows.pdl = true;
   KernelChoice gemv_pdl = gemv;
   gemv_pdl.pdl = true;
   KernelChoice gemv8_pdl = gemv_pdl;
@@ -184,8 +175,6 @@ std::vector<Variant> variants() {
           {"decode_v2_cluster2", clustered2},
           {"fused_rope", fused},
           {"gemv", gemv},
-          {"gemv_cuda_cores", gemv_cuda_cores},
-          {"gemv_mma_rows", gemv_mma_rows},
           {"gemv_pdl", gemv_pdl},
           {"gemv8_pdl", gemv8_pdl},
           {"pdl_without_gemv", pdl},

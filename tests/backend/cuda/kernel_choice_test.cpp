@@ -30,7 +30,6 @@ TEST(KernelChoiceTest, DefaultsAreTheMeasuredFastestKernels) {
   EXPECT_TRUE(choice->fused_rope);
   EXPECT_TRUE(choice->gemv);
   EXPECT_EQ(choice->gemv_max_rows, 1);
-  EXPECT_EQ(choice->gemv_mma_rows, 8);
   EXPECT_TRUE(choice->gemv_single_rows);
   EXPECT_TRUE(choice->gemv_stage_inputs);
   EXPECT_EQ(choice->gemv_mma, kMmaQkv | kMmaO | kMmaGateUp | kMmaDown);
@@ -72,7 +71,6 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
                                                  {"CELLM_GEMV_SINGLE_ROWS", "0"},
                                                  {"CELLM_GEMV_STAGE_INPUTS", "0"},
                                                  {"CELLM_GEMV_MMA", "1"},
-                                                 {"CELLM_GEMV_MMA_ROWS", "0"},
                                                  {"CELLM_DECODE_STREAM", "1"},
                                                  {"CELLM_PDL", "0"},
                                                  {"CELLM_GEMM_AUTOTUNE", "0"},
@@ -101,7 +99,6 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
   EXPECT_FALSE(choice->gemv_single_rows);
   EXPECT_FALSE(choice->gemv_stage_inputs);
   EXPECT_EQ(choice->gemv_mma, kMmaAll);
-  EXPECT_EQ(choice->gemv_mma_rows, 0);
   EXPECT_TRUE(choice->decode_stream);
   EXPECT_FALSE(choice->pdl);
   EXPECT_FALSE(choice->gemm_autotune);
@@ -115,8 +112,7 @@ TEST(KernelChoiceTest, ReadsEveryVariable) {
             "decode=v1 prefill=v1 split_keys=128 split_target=6 cluster=4 split_span=table "
             "sm_fit=0 cluster_fit=0 early_keys=0 spread=0 "
             "early_next=0 push_merge=0 pack_wide=0 fused_o=1 "
-            "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 mma_rows=0 "
-            "stream=1 "
+            "fused_rope=0 gemv=0 gemv_max_rows=8 single_rows=0 stage_inputs=0 mma=1 stream=1 "
             "pdl=0 autotune=0 candidates=24 "
             "split_argmax=0 head_argmax=0 cluster_sampler=0 sample_candidates=0");
 }
@@ -222,24 +218,20 @@ TEST(KernelChoiceTest, EachDecodeAndGemvKnobMovesOnlyItself) {
       " push_merge=1 pack_wide=0 fused_o=0 ");
   expect_only(
       "CELLM_GEMV_STAGE_INPUTS", "0", [](KernelChoice& c) { c.gemv_stage_inputs = false; },
-      " single_rows=1 stage_inputs=0 mma=qkv,o,gate_up,down mma_rows=8 stream=0 ");
+      " single_rows=1 stage_inputs=0 mma=qkv,o,gate_up,down stream=0 ");
   expect_only(
       "CELLM_GEMV_MMA", "1", [](KernelChoice& c) { c.gemv_mma = kMmaAll; },
-      " stage_inputs=1 mma=1 mma_rows=8 stream=0 ");
+      " stage_inputs=1 mma=1 stream=0 ");
   expect_only(
       "CELLM_GEMV_MMA", "0", [](KernelChoice& c) { c.gemv_mma = 0; },
-      " stage_inputs=1 mma=0 mma_rows=8 stream=0 ");
+      " stage_inputs=1 mma=0 stream=0 ");
   expect_only(
       "CELLM_GEMV_MMA", "down,o", [](KernelChoice& c) { c.gemv_mma = kMmaO | kMmaDown; },
-      " stage_inputs=1 mma=o,down mma_rows=8 stream=0 ");
+      " stage_inputs=1 mma=o,down stream=0 ");
   expect_only(
       "CELLM_GEMV_MMA_WARPS", "8", [](KernelChoice& c) { c.gemv_mma_warps = 8; },
-      " mma=qkv,o,gate_up,down/8 mma_rows=8 stream=0 ");
+      " mma=qkv,o,gate_up,down/8 stream=0 ");
   EXPECT_FALSE(parse_kernel_choice(lookup_from({{"CELLM_GEMV_MMA_WARPS", "4"}})).ok());
-  expect_only(
-      "CELLM_GEMV_MMA_ROWS", "2", [](KernelChoice& c) { c.gemv_mma_rows = 2; },
-      " mma=qkv,o,gate_up,down mma_rows=2 stream=0 ");
-  EXPECT_FALSE(parse_kernel_choice(lookup_from({{"CELLM_GEMV_MMA_ROWS", "9"}})).ok());
 }
 
 }  // namespace

@@ -432,11 +432,11 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
-  if (gemv_uses_tensor_cores(params)) {
-    launch_gemv_mma(params, stream);
-    return;
-  }
   if (params.m == 1) {
+    if (gemv_uses_tensor_cores(params)) {
+      launch_gemv_mma(params, stream);
+      return;
+    }
     launch_rows<1>(params, stream);
   } else if (params.m == 2) {
     launch_rows<2>(params, stream);

@@ -8,8 +8,8 @@
 // with two batches of loads in flight, and the first weights are requested
 // *before* the kernel waits on the previous kernel (programmatic dependent
 // launch), so the weight stream overlaps the tail of whatever ran before.
-// Calls may run on tensor cores instead (tensor_cores below, gemv_mma.cuh),
-// with the same epilogues.
+// One-row calls may run on tensor cores instead (tensor_cores below,
+// gemv_mma.cuh), with the same epilogues.
 //   prologue kRmsNorm: the rows are RMS-normalised inside the sums (float
 //     throughout: the normalised inputs are not rounded to bf16 as the
 //     separate norm kernel stores them; the two differ by about one bf16
@@ -125,9 +125,9 @@ struct GemvParams {
   // shared-memory carveout, or copying through L2 only were each slower or
   // equal (bench/results/README.md, session 15).
   bool stage_inputs = false;
-  // Calls run on tensor cores where gemv_uses_tensor_cores accepts them
-  // (gemv_mma.cuh): the same epilogues, sums in another order, and with the
-  // norm prologue inputs of ~16 bits of mantissa instead of float.
+  // One-row calls run on tensor cores where gemv_uses_tensor_cores accepts
+  // them (gemv_mma.cuh): the same epilogues, sums in another order, and with
+  // the norm prologue inputs of ~16 bits of mantissa instead of float.
   bool tensor_cores = false;
   // Tensor cores: warps a block, 8 or 16; 0 lets the kernel choose.
   std::int32_t mma_warps = 0;

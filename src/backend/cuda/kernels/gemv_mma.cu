@@ -27,11 +27,7 @@ constexpr int kStepK = 32;               // k values of one step: 4 lanes x 8
 constexpr int kSteps = 4;                // steps a batch: 8 16-byte loads a lane
 constexpr int kGroupRows = 16;           // rows of the mma tile
 constexpr int kMaxWarpsPerSm = 16;       // 128 registers a thread
-constexpr int kPartFloats = kGroupRows;  // a warp's partial sums of a group, a row
-// A staged input row's stride in 16-byte chunks past its k: the lanes of one
-// 8-lane phase read two rows at the same k, which the pad puts in the two
-// halves of the banks.
-constexpr int kRowPad = 4;
+constexpr int kPartFloats = kGroupRows;  // a warp's partial sums of a group
 
 struct GroupCols {
   UnitCols cols;  // output columns of rows a and b (col1 < 0: b stores nothing)
@@ -111,9 +107,8 @@ struct Cursor {
 };
 
 // kW warps a block split k; kNorm: the RMS-norm prologue (high and low
-// input parts); kRows: p.m rows (else one, compiled as the one-row kernel
-// was before many rows, which the H200 measured ~1% faster at 1B batch 1).
-template <int kW, bool kNorm, bool kRows>
+// input parts).
+template <int kW, bool kNorm>
 __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
     gemv_mma_kernel(const __grid_constant__ GemvParams p) {
   constexpr int kThreads = kW * 32;
@@ -128,23 +123,19 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
   const int step0 = warp * warp_steps;
   const int step_end = min(steps, step0 + warp_steps);
   const int groups = mma_groups(p);
-  const int m = kRows ? p.m : 1;
-  const int x_stride = kRows ? chunks + kRowPad : chunks;
   const int my_groups =
       static_cast<int>(blockIdx.x) < groups ? (groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int total = my_groups * per_group;  // every warp of the block walks as many batches
 
-  // [m][x_stride] the staged rows (with the norm: high parts of x * weight),
-  // then with the norm their low parts and the norm weight [chunks]; then the
-  // warps' sums of squares ([m][kW]) and the partial sums of every group of
-  // the block ([group][kW][m][16]).
+  // [chunks] the staged row (with the norm: high parts of x * weight), then
+  // with the norm the low parts and the norm weight; then the warps' sums of
+  // squares and the partial sums of every group of the block ([group][kW][16]).
   extern __shared__ uint4 smem[];
   uint4* const x_s = smem;
-  uint4* const lo_s = smem + m * x_stride;
-  uint4* const g_s = smem + 2 * m * x_stride;
-  float* const ss_s =
-      reinterpret_cast<float*>(smem + (kNorm ? 2 * m * x_stride + chunks : m * x_stride));
-  float* const part_s = ss_s + kW * m;
+  uint4* const lo_s = smem + chunks;
+  uint4* const g_s = smem + 2 * chunks;
+  float* const ss_s = reinterpret_cast<float*>(smem + (kNorm ? 3 : 1) * chunks);
+  float* const part_s = ss_s + kW;
 
   const auto set_rows = [&](Cursor& c) {
     if (c.gi < my_groups) {
@@ -193,10 +184,8 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
   trace::mark(gemv_mma_trace, trace::slot_of(p), trace::kWaitMark);
   griddep_launch_dependents();
 
-  for (int r = 0; r < m; ++r) {
-    for (int c = threadIdx.x; c < chunks; c += kThreads) {
-      cp_async16_ca(x_s + r * x_stride + c, reinterpret_cast<const uint4*>(p.a + r * p.lda) + c);
-    }
+  for (int c = threadIdx.x; c < chunks; c += kThreads) {
+    cp_async16_ca(x_s + c, reinterpret_cast<const uint4*>(p.a) + c);
   }
   cp_async_commit();
   // The residual of the block's first group, read by its reducer (warp 0).
@@ -210,15 +199,13 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
     }
   }
   cp_async_wait<0>();
-  // Each thread splits the chunks it copied (its own copies are complete).
-  for (int r = 0; kNorm && r < m; ++r) {
-    uint4* const xr_s = x_s + r * x_stride;
-    uint4* const lor_s = lo_s + r * x_stride;
+  if constexpr (kNorm) {
+    // Each thread splits the chunks it copied (its own copies are complete).
     float sum_sq = 0.0f;
     for (int c = threadIdx.x; c < chunks; c += kThreads) {
       float xv[8];
       float gv[8];
-      unpack8(xr_s[c], xv);
+      unpack8(x_s[c], xv);
       unpack8(g_s[c], gv);
       unsigned hi[4];
       unsigned lo[4];
@@ -231,26 +218,21 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
         hi[e / 2] = pack_bf16x2(f0, f1);
         lo[e / 2] = pack_bf16x2(f0 - round_bf16(f0), f1 - round_bf16(f1));
       }
-      xr_s[c] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      lor_s[c] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      x_s[c] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      lo_s[c] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
     sum_sq = warp_sum(sum_sq);
-    if (lane == 0) ss_s[r * kW + warp] = sum_sq;
+    if (lane == 0) ss_s[warp] = sum_sq;
   }
   __syncthreads();
   trace::mark(gemv_mma_trace, trace::slot_of(p), kInputsStaged);
-  // Row r's 1/rms (1 without the norm); row 0's is taken now, before the walk.
-  const auto row_inv_rms = [&](int r) {
-    if constexpr (!kNorm) return 1.0f;
+  float inv_rms = 1.0f;
+  if constexpr (kNorm) {
     float total_sq = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) total_sq += ss_s[r * kW + w];
-    return rsqrtf(total_sq / static_cast<float>(p.k) + p.norm_eps);
-  };
-  const float inv_rms0 = row_inv_rms(0);
-  // The tile's column g takes input row g (rows past m read row 0; their
-  // columns are dropped).
-  const int x_row = (g < m ? g : 0) * x_stride;
+    for (int w = 0; w < kW; ++w) total_sq += ss_s[w];
+    inv_rms = rsqrtf(total_sq / static_cast<float>(p.k) + p.norm_eps);
+  }
 
   // GemvArgmax: the best stored output of the groups this lane finished.
   float best = -INFINITY;
@@ -267,84 +249,72 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
       // for the second, the same permutation for every row and the input.
       const unsigned a1[4] = {bt.w[s][0].x, bt.w[s][1].x, bt.w[s][0].y, bt.w[s][1].y};
       const unsigned a2[4] = {bt.w[s][0].z, bt.w[s][1].z, bt.w[s][0].w, bt.w[s][1].w};
-      const uint4 xh = ok ? x_s[x_row + ch] : make_uint4(0, 0, 0, 0);
+      const uint4 xh = ok ? x_s[ch] : make_uint4(0, 0, 0, 0);
       mma_bf16_16816(acc[0], a1, xh.x, xh.y);
       mma_bf16_16816(acc[1], a2, xh.z, xh.w);
       if constexpr (kNorm) {
-        const uint4 xl = ok ? lo_s[x_row + ch] : make_uint4(0, 0, 0, 0);
+        const uint4 xl = ok ? lo_s[ch] : make_uint4(0, 0, 0, 0);
         mma_bf16_16816(acc[2], a1, xl.x, xl.y);
         mma_bf16_16816(acc[3], a2, xl.z, xl.w);
       }
     }
   };
 
-  // A warp's partial sums of a group, kept until the walk ends: tile column
-  // j holds input row j's sums, a lane's c[0] and c[1] those of weight row g
-  // for input rows 2t and 2t + 1, c[2] and c[3] those of row g + 8.
+  // A warp's partial sums of a group, kept until the walk ends: every column
+  // of the tile holds the same sums, c[0] for row g and c[2] for row g + 8.
   const auto record = [&](int gi) {
-    float s[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (!kRows && e % 2 == 1) continue;  // one row: column 0 only
-      s[e] = acc[0][e] + acc[1][e];
-      if constexpr (kNorm) s[e] += acc[2][e] + acc[3][e];
+    float sa = acc[0][0] + acc[1][0];
+    float sb = acc[0][2] + acc[1][2];
+    if constexpr (kNorm) {
+      sa += acc[2][0] + acc[3][0];
+      sb += acc[2][2] + acc[3][2];
     }
 #pragma unroll
     for (int i = 0; i < (kNorm ? 4 : 2); ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
     }
-    float* const parts = part_s + (gi * kW + warp) * m * kPartFloats;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int r = 2 * t + j;
-      if (r < m) {
-        parts[r * kPartFloats + g] = s[j];
-        parts[r * kPartFloats + 8 + g] = s[2 + j];
-      }
+    float* const parts = part_s + (gi * kW + warp) * kPartFloats;
+    if (t == 0) {
+      parts[g] = sa;
+      parts[8 + g] = sb;
     }
   };
 
-  // A group's sums, input row by input row: the warps' partials added in
-  // warp order by one warp, then its epilogue from lanes 0..7 (weight row g
-  // and its partner g + 8).
+  // A group's sums: the warps' partials added in warp order by one warp,
+  // then its epilogue from lanes 0..7 (row g and its partner g + 8).
   const auto finish = [&](int gi) {
-    const int q = static_cast<int>(blockIdx.x + gi * gridDim.x);
-    for (int r = 0; r < m; ++r) {
-      float v = 0.0f;
-      if (lane < kPartFloats) {
+    float v = 0.0f;
+    if (lane < kPartFloats) {
 #pragma unroll
-        for (int w = 0; w < kW; ++w) {
-          v += part_s[((gi * kW + w) * m + r) * kPartFloats + lane];
-        }
-        v *= r == 0 ? inv_rms0 : row_inv_rms(r);
+      for (int w = 0; w < kW; ++w) v += part_s[(gi * kW + w) * kPartFloats + lane];
+      v *= inv_rms;
+    }
+    const float vb = __shfl_down_sync(0xffffffffu, v, 8);
+    if (lane >= 8) return;
+    const int q = static_cast<int>(blockIdx.x + gi * gridDim.x);
+    const GroupCols c = group_cols(p, q, lane);
+    if (!c.valid) return;
+    if (p.epilogue == GemvEpilogue::kGatedSilu || p.epilogue == GemvEpilogue::kGatedGeluTanh) {
+      store_gated(p, 0, c.cols.col0, v, vb);
+    } else if (p.epilogue == GemvEpilogue::kRopeScatter) {
+      store_rope(p, 0, c.cols, v, vb);
+      if (q == 0 && lane == 0 && p.rope.cell_table != nullptr) {
+        record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride, p.rope.max_cells,
+                    p.rope.seq_slots[0], p.rope.positions[0], p.rope.cells[0]);
       }
-      const float vb = __shfl_down_sync(0xffffffffu, v, 8);
-      if (lane >= 8) continue;
-      const GroupCols c = group_cols(p, q, lane);
-      if (!c.valid) continue;
-      if (p.epilogue == GemvEpilogue::kGatedSilu || p.epilogue == GemvEpilogue::kGatedGeluTanh) {
-        store_gated(p, r, c.cols.col0, v, vb);
-      } else if (p.epilogue == GemvEpilogue::kRopeScatter) {
-        store_rope(p, r, c.cols, v, vb);
-        if (q == 0 && lane == 0 && p.rope.cell_table != nullptr) {
-          record_cell(p.rope.cell_table, p.rope.max_seqs, p.rope.table_stride, p.rope.max_cells,
-                      p.rope.seq_slots[r], p.rope.positions[r], p.rope.cells[r]);
-        }
-      } else {
-        // The first group's residual of row 0 was read after the wait.
-        const bool early = residual && gi == 0 && r == 0;
-        const float v0 = store_value(p, r, c.cols.col0, v, early ? &first_residual[0] : nullptr);
-        if (better(v0, c.cols.col0, best, best_i)) {
-          best = v0;
-          best_i = c.cols.col0;
-        }
-        if (c.cols.col1 >= 0) {
-          const float v1 = store_value(p, r, c.cols.col1, vb, early ? &first_residual[1] : nullptr);
-          if (better(v1, c.cols.col1, best, best_i)) {
-            best = v1;
-            best_i = c.cols.col1;
-          }
+    } else {
+      const bool early = residual && gi == 0;
+      const float v0 = store_value(p, 0, c.cols.col0, v, early ? &first_residual[0] : nullptr);
+      if (better(v0, c.cols.col0, best, best_i)) {
+        best = v0;
+        best_i = c.cols.col0;
+      }
+      if (c.cols.col1 >= 0) {
+        const float v1 = store_value(p, 0, c.cols.col1, vb, early ? &first_residual[1] : nullptr);
+        if (better(v1, c.cols.col1, best, best_i)) {
+          best = v1;
+          best_i = c.cols.col1;
         }
       }
     }
@@ -389,8 +359,8 @@ __global__ void __launch_bounds__(kW * 32, kMaxWarpsPerSm / kW)
 
 [[maybe_unused]] std::string trace_label(const GemvParams& p) {
   const char* epilogue = epilogue_name(p.epilogue);
-  return std::string("gemv/mma-") + epilogue + " m=" + std::to_string(p.m) +
-         " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k);
+  return std::string("gemv/mma-") + epilogue + " m=1 n=" + std::to_string(p.n) +
+         " k=" + std::to_string(p.k);
 }
 
 // Sixteen warps a block where the groups alone would leave SMs empty and k
@@ -417,12 +387,10 @@ Walk walk(const GemvParams& p, int warps) {
 }
 
 std::int64_t smem_bytes(const GemvParams& p, int warps) {
-  const bool norm = p.prologue == GemvPrologue::kRmsNorm;
-  const std::int64_t chunks = p.k / 8;
-  const std::int64_t stride = p.m > 1 ? chunks + kRowPad : chunks;
-  const std::int64_t staged = (norm ? 2 : 1) * p.m * stride + (norm ? chunks : 0);
-  return staged * 16 + (walk(p, warps).rounds * warps * kPartFloats + warps) * p.m *
-                           static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t rows = p.prologue == GemvPrologue::kRmsNorm ? 3 : 1;
+  return rows * p.k * static_cast<std::int64_t>(sizeof(bf16)) +
+         (walk(p, warps).rounds * warps * kPartFloats + warps) *
+             static_cast<std::int64_t>(sizeof(float));
 }
 
 template <int kW>
@@ -433,13 +401,10 @@ void launch_warps(const GemvParams& requested, cudaStream_t stream) {
   LaunchConfig config{dim3(static_cast<unsigned>(grid)), dim3(kW * 32),
                       static_cast<std::size_t>(smem_bytes(params, kW)), stream};
   config.pdl = params.pdl;
-  const bool norm = params.prologue == GemvPrologue::kRmsNorm;
-  if (params.m > 1) {
-    launch(norm ? gemv_mma_kernel<kW, true, true> : gemv_mma_kernel<kW, false, true>, config,
-           params);
+  if (params.prologue == GemvPrologue::kRmsNorm) {
+    launch(gemv_mma_kernel<kW, true>, config, params);
   } else {
-    launch(norm ? gemv_mma_kernel<kW, true, false> : gemv_mma_kernel<kW, false, false>, config,
-           params);
+    launch(gemv_mma_kernel<kW, false>, config, params);
   }
 }
 
@@ -450,7 +415,7 @@ int gemv_mma_rounds(const GemvParams& params) {
 }
 
 bool gemv_uses_tensor_cores(const GemvParams& params) {
-  if (!params.tensor_cores || params.m < 1 || params.m > kGemvMaxRows) return false;
+  if (!params.tensor_cores || params.m != 1) return false;
   if (params.epilogue == GemvEpilogue::kRopeScatter && params.rope.head_dim % 16 != 0) {
     return false;
   }

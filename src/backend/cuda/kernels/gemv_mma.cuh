@@ -1,9 +1,7 @@
-// The decode GEMV on tensor cores (GemvParams::tensor_cores): the same
-// products and epilogues as gemv.cu's CUDA-core kernel, for m = 1..8, with
-// each warp feeding its weight pieces to m16n8k16 mma instructions instead of
-// unpacking them into float FMAs. The mma's eight columns are the input
-// rows, so a step of up to eight tokens reads each weight once, in one
-// launch (the CUDA-core kernel reads them twice past four rows).
+// The one-row GEMV on tensor cores (GemvParams::tensor_cores): the same
+// products and epilogues as gemv.cu's CUDA-core kernel, for m = 1, with each
+// warp feeding its weight pieces to m16n8k16 mma instructions instead of
+// unpacking them into float FMAs.
 //
 // Why: at batch 1 a GEMV's time after its wait is the issue latency of its
 // warps' instructions (ncu on the H200, 1B: ~1,160 instructions a warp for
@@ -22,11 +20,10 @@
 // 32-value step; the tile's k order is a permutation of memory order that
 // depends on t only, and the input fragment is loaded with the same
 // permutation, so every output column of the tile holds the same dot
-// products; tile column j takes input row j (rows past m are dropped). The
-// warps of a block split k and add their partial sums in
+// products. The warps of a block split k and add their partial sums in
 // shared memory in a fixed order (same bits on every run), once, after the
 // warps' whole walks, so no warp waits on another while they stream.
-// Inputs: the rows are staged in shared memory; with the norm prologue each
+// Inputs: the row is staged in shared memory; with the norm prologue each
 // input is x * (norm weight + offset) split into a bf16 high part and a bf16
 // low part (two mmas), ~16 bits of mantissa against the CUDA-core kernel's
 // float, and the sum is scaled by 1/rms at the end as there.
@@ -43,10 +40,9 @@
 namespace cellm::cuda {
 
 // Whether launch_gemv runs this call on tensor cores: asked
-// (params.tensor_cores), 1..kGemvMaxRows rows, a rope epilogue only for heads
-// of a multiple of 16, and the staged rows with the partial sums of a block's
-// groups within kGemvMmaMaxSharedBytes (with the norm, two rows of 8B's k or
-// four of 1B's).
+// (params.tensor_cores), one row, a rope epilogue only for heads of a
+// multiple of 16, and the staged input with the partial sums of a block's
+// groups within kGemvMmaMaxSharedBytes.
 bool gemv_uses_tensor_cores(const GemvParams& params);
 inline constexpr std::int64_t kGemvMmaMaxSharedBytes = 48 * 1024;
 

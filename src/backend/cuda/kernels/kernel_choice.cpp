@@ -162,9 +162,6 @@ Result<KernelChoice> parse_kernel_choice(const EnvLookup& lookup) {
                               choice.gemv_mma_warps);
     }
   }
-  if (auto v = lookup("CELLM_GEMV_MMA_ROWS")) {
-    CELLM_ASSIGN_OR_RETURN(choice.gemv_mma_rows, parse_int("CELLM_GEMV_MMA_ROWS", *v, 0, 8));
-  }
   if (auto v = lookup("CELLM_DECODE_STREAM")) {
     CELLM_ASSIGN_OR_RETURN(choice.decode_stream, parse_flag("CELLM_DECODE_STREAM", *v));
   }
@@ -213,8 +210,7 @@ std::string describe(const KernelChoice& choice) {
       "sm_fit={} cluster_fit={} "
       "early_keys={} spread={} "
       "early_next={} push_merge={} pack_wide={} fused_o={} "
-      "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} mma_rows={} "
-      "stream={} "
+      "fused_rope={} gemv={} gemv_max_rows={} single_rows={} stage_inputs={} mma={} stream={} "
       "pdl={} "
       "autotune={} candidates={} "
       "split_argmax={} head_argmax={} cluster_sampler={} sample_candidates={}",
@@ -229,9 +225,9 @@ std::string describe(const KernelChoice& choice) {
       choice.gemv_max_rows, choice.gemv_single_rows ? 1 : 0, choice.gemv_stage_inputs ? 1 : 0,
       describe_mma(choice.gemv_mma) +
           (choice.gemv_mma_warps != 0 ? "/" + std::to_string(choice.gemv_mma_warps) : ""),
-      choice.gemv_mma_rows, choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0,
-      choice.gemm_autotune ? 1 : 0, choice.gemm_candidates, choice.split_argmax ? 1 : 0,
-      choice.head_argmax ? 1 : 0, choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
+      choice.decode_stream ? 1 : 0, choice.pdl ? 1 : 0, choice.gemm_autotune ? 1 : 0,
+      choice.gemm_candidates, choice.split_argmax ? 1 : 0, choice.head_argmax ? 1 : 0,
+      choice.cluster_sampler ? 1 : 0, choice.sample_candidates ? 1 : 0);
 }
 
 }  // namespace cellm::cuda

@@ -67,9 +67,8 @@
 //   CELLM_GEMV=0|1                 steps of at most CELLM_GEMV_MAX_ROWS rows run their projections
 //                                  on the GEMV, with the norms, residual adds and the MLP
 //                                  activation fused into it, instead of cuBLASLt (default 1)
-//   CELLM_GEMV_MAX_ROWS=1..8       (default 1: at 2 rows and more cuBLASLt was faster with the
-//                                  projections on CUDA cores, 1B batch 2 1.16 against 1.30
-//                                  ms/step; on tensor cores see CELLM_GEMV_MMA_ROWS)
+//   CELLM_GEMV_MAX_ROWS=1..8       (default 1: at 2 rows and more cuBLASLt is faster, 1B batch 2
+//                                  1.16 against 1.30 ms/step)
 //   CELLM_GEMV_SINGLE_ROWS=0|1     one-row steps give each warp of a small, long projection (row
 //                                  pairs filling at most half of one wave, more than two batches
 //                                  of weights per pair: 1B's down) one weight row instead of two
@@ -82,8 +81,8 @@
 //                                  0.910-0.919 -> 0.864-0.875 ms/step, 8B 4.264 -> 4.134-4.149,
 //                                  Qwen3-0.6B 0.885 -> 0.876; q/k/v staged too, which later
 //                                  measured ~1% slower at 1B, so it no longer is)
-//   CELLM_GEMV_MMA=0|1|LIST        which GEMVs run on tensor cores (GemvParams::tensor_cores,
-//                                  gemv_mma.cuh): 0 none, 1 all, or a comma list of
+//   CELLM_GEMV_MMA=0|1|LIST        which one-row GEMVs run on tensor cores (GemvParams::
+//                                  tensor_cores, gemv_mma.cuh): 0 none, 1 all, or a comma list of
 //                                  qkv, o, gate_up, down, lm_head, each where its blocks walk at
 //                                  most kGemvMmaMaxRounds groups (gemv_mma.cuh; default
 //                                  qkv,o,gate_up,down: batch 1 ctx 512, one step at a time, 1B
@@ -96,13 +95,6 @@
 //                                  0 chooses (16 where the groups leave SMs empty and k is long,
 //                                  1B's down; else 8, a block an SM, so the next kernel's blocks
 //                                  fit beside it and request their weights before their wait)
-//   CELLM_GEMV_MMA_ROWS=0..8       steps of 2..N rows (past CELLM_GEMV_MAX_ROWS) run fused on the
-//                                  GEMV where q/k/v, o, gate/up and down would all run on tensor
-//                                  cores at that row count (CudaForward::mma_step; default 8:
-//                                  ctx 512, batch 2: 1B 1.140 -> 0.926 ms/step, Qwen3-0.6B
-//                                  1.467 -> 1.079; Qwen3-0.6B batch 3 1.322 -> 1.299, batch 4
-//                                  1.538 -> 1.425; 1B from batch 3 and 8B at every batch have a
-//                                  projection that does not fit, and run as before)
 //   CELLM_DECODE_STREAM=0|1        one-token steps run every layer in one persistent kernel that
 //                                  streams the weights through shared memory (decode_stream.cuh)
 //                                  instead of the GEMV chain (default 0: correct, but slower so
@@ -176,7 +168,6 @@ struct KernelChoice {
   bool gemv_stage_inputs = true;
   std::uint32_t gemv_mma = kMmaQkv | kMmaO | kMmaGateUp | kMmaDown;  // GemvMma bits
   std::int32_t gemv_mma_warps = 0;                                   // 0: the kernel chooses
-  std::int32_t gemv_mma_rows = 8;                                    // CELLM_GEMV_MMA_ROWS
   bool decode_stream = false;
   bool pdl = true;
   bool gemm_autotune = true;
@@ -202,8 +193,7 @@ KernelChoice kernel_choice_from_env();
 // "decode=v2 prefill=v2 split_keys=128 split_target=2 cluster=1 split_span=step sm_fit=1
 // cluster_fit=1 early_keys=1 spread=1 early_next=1 push_merge=1 pack_wide=1
 // fused_o=0 fused_rope=1 gemv=1 gemv_max_rows=1 single_rows=1 stage_inputs=1
-// mma=qkv,o,gate_up,down mma_rows=8 stream=1 pdl=1
-// (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8)
+// mma=qkv,o,gate_up,down stream=1 pdl=1 (mma=qkv,o,gate_up,down/8 with CELLM_GEMV_MMA_WARPS=8)
 // autotune=1 candidates=8 split_argmax=1 head_argmax=1 cluster_sampler=1 sample_candidates=1",
 // for logs and benchmark labels.
 std::string describe(const KernelChoice& choice);
