@@ -12,8 +12,8 @@ Group `ops` (one ctest, server_e2e_ops):
     not, and responses name only listed origins
   - a second server on a busy port exits non-zero naming host:port, and the
     first keeps answering
-  - logs: stderr piped to a file carries no terminal escape codes; a
-    non-loopback address without a key warns; --log-format json writes JSON
+  - logs: piped stderr carries no terminal escape codes (and the same line on
+    a pseudo-terminal does); a non-loopback address without a key warns; --log-format json writes JSON
     objects; bad option values (log format, key file, origin) are start-up
     errors
 
@@ -23,11 +23,14 @@ to run, never a skip.
 import argparse
 import json
 import os
+import pty
 import re
+import select
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server_e2e import (FAILURES, MODEL_NAME, Server, check, error_of,  # noqa: E402
@@ -211,7 +214,7 @@ def t_open_address_warns(binary, model):
     """0.0.0.0 without a key: a warning, as plain text and as JSON."""
     srv = CmdServer([binary, "serve", model, "--host", "0.0.0.0", "--port", "0",
                      "--served-model-name", MODEL_NAME, "--max-sessions", "4",
-                     "--max-session-tokens", "256", "--prefix-cache", "0"])
+                     "--max-session-tokens", "512", "--prefix-cache", "0"])
     try:
         srv.wait_ready()
         check(srv.terminate() == 0, "the open server stops on SIGTERM")
@@ -225,7 +228,7 @@ def t_open_address_warns(binary, model):
 
     srv = CmdServer([binary, "--log-format", "json", "serve", model, "--host", "0.0.0.0",
                      "--port", "0", "--served-model-name", MODEL_NAME, "--max-sessions", "4",
-                     "--max-session-tokens", "256", "--prefix-cache", "0"])
+                     "--max-session-tokens", "512", "--prefix-cache", "0"])
     try:
         srv.wait_ready()
         check(srv.terminate() == 0, "the JSON-logging server stops on SIGTERM")
@@ -249,12 +252,50 @@ def t_open_address_warns(binary, model):
           "JSON times are ISO 8601 UTC with milliseconds")
 
 
+def t_color_only_on_tty(binary):
+    """The same warning line, piped and on a terminal: escape codes only on the
+    terminal. A missing model makes the server exit right after the warning."""
+    cmd = [binary, "serve", "/nonexistent/cellm-ops/model.gguf", "--host", "0.0.0.0",
+           "--port", "0"]
+    code, piped = run_to_exit(cmd)
+    check(code != 0 and "without an API key" in piped and "\x1b" not in piped,
+          f"piped: the warning is plain text ({piped.strip()[:200]!r})")
+    master, slave = pty.openpty()
+    print("running on a terminal:", " ".join(cmd))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    text = out.decode("utf-8", "replace")
+    warn = [line for line in text.splitlines() if "without an API key" in line]
+    check(len(warn) == 1 and "\x1b[" in warn[0],
+          f"on a terminal the warning's level is colored ({warn})")
+
+
 def group_ops(binary, model):
     run_test(t_startup_errors, binary, model)
+    run_test(t_color_only_on_tty, binary)
     with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
         f.write(f"# operator keys\n\n  {FILE_KEY}  \n")
     try:
-        srv = Server(binary, model, "--max-sessions", "4", "--max-session-tokens", "256",
+        srv = Server(binary, model, "--max-sessions", "4", "--max-session-tokens", "512",
                      "--prefix-cache", "0", "--api-key", KEY, "--api-key-file", f.name,
                      "--cors", ORIGIN)
         try:
