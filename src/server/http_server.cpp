@@ -194,8 +194,8 @@ json Server::Impl::model_json(const ReadyState& state) const {
 
 void Server::Impl::install_routes() {
   install_cors();
-  // The chat page and /health stay public: the page asks for a key itself,
-  // and load balancers probe /health without one.
+  // The chat page and /health stay public: the page is static (its API calls
+  // are what need the key), and load balancers probe /health without one.
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(chat_page_html()), "text/html; charset=utf-8");
   });
