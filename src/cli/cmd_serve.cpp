@@ -45,6 +45,20 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 24 * 3600));
   cmd->add_option("--served-model-name", args->served_model_name, "name reported by /v1/models");
+  cmd->add_option("--api-key", args->api_keys,
+                  "require 'Authorization: Bearer KEY' on every route but /, /health and "
+                  "(with --metrics-open) /metrics; repeat for several keys")
+      ->allow_extra_args(false);
+  cmd->add_option("--api-key-file", args->api_key_file,
+                  "read accepted keys from PATH, one per line (blank lines and # comments "
+                  "skipped); an unreadable or empty file is an error");
+  cmd->add_flag("--metrics-open", args->metrics_open,
+                "serve /metrics without a key even when keys are required (default: /metrics "
+                "needs a key too)");
+  cmd->add_option("--cors", args->cors_origins,
+                  "allow browser calls from ORIGIN (scheme://host[:port], or * for any); "
+                  "repeatable; without it no CORS headers are sent")
+      ->allow_extra_args(false);
   return [args, model] {
     args->model =
         std::filesystem::path(model->empty() ? std::string(default_model_path()) : *model);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace cellm::server {
 
@@ -29,10 +30,19 @@ struct ServeArgs {
   std::int32_t drain_timeout_s = 30;
   std::int32_t prefill_chunk = 0;     // 0: the engine's default (256)
   std::int32_t max_batch_tokens = 0;  // 0: decodes plus two prefill chunks
+  // Access: with any key (--api-key, or --api-key-file with one key per
+  // line) every route but /, /health and, with metrics_open, /metrics needs
+  // "Authorization: Bearer KEY".
+  std::vector<std::string> api_keys;
+  std::filesystem::path api_key_file;  // empty: none
+  bool metrics_open = false;
+  std::vector<std::string> cors_origins;  // exact origins or "*"; empty: no CORS
 };
 
-// Returns the process exit code: 0 after a clean stop, 1 when listening or
-// loading failed.
+// Returns the process exit code: 0 after a clean stop, 1 when the options are
+// invalid (a bad key, an unreadable or empty key file, a malformed origin) or
+// listening or loading failed. Status lines go to stderr, as JSON objects
+// under --log-format json.
 int run_serve(const ServeArgs& args);
 
 }  // namespace cellm::server
