@@ -18,6 +18,7 @@
   let mode = "chat";  // "completion" once the model turns out to have no chat template
   let controller = null;  // the AbortController of the running request
   let fillTimer = 0;
+  let fillRound = 0;  // only the latest count is shown; earlier ones may land later
 
   // ------------------------------------------------------------ settings
 
@@ -238,14 +239,18 @@
       " left out to fit the context of " + contextSize + " tokens.");
   }
 
-  // Reads "data: ..." events from a streamed response until "[DONE]".
+  // Reads "data: ..." events from a streamed response until "[DONE]"; a
+  // stream cut before it is an error, not a finished answer.
   async function readEvents(response, onEvent) {
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     let buffer = "";
     for (;;) {
       const { value, done } = await reader.read();
-      if (done) return;
+      if (done) {
+        throw new Error("The answer stream ended before it was complete: the server may have " +
+                        "stopped or the connection dropped.");
+      }
       buffer += decoder.decode(value, { stream: true });
       let end;
       while ((end = buffer.indexOf("\n\n")) >= 0) {
@@ -324,9 +329,8 @@
       applyTrim(fit.start);
       await readEvents(response, (event) => {
         if (event.error) {
-          const err = new Error(event.error.message || "the generation failed");
-          err.status = event.error.code || 500;
-          throw err;
+          throw new Error("The server failed while answering: " +
+                          (event.error.message || "no reason given"));
         }
         if (event.usage) usage = event.usage;
         for (const choice of event.choices || []) {
@@ -361,7 +365,9 @@
       convo.push({ role: "assistant", content: answer, bubble: out });
       // Decoding speed: the tokens after the first over the time they took.
       const seconds = firstAt ? (performance.now() - firstAt) / 1000 : 0;
-      let foot = state === "stopped" ? "stopped" : finish === "length" ? "cut at max tokens" : "";
+      let foot = state === "stopped" ? "stopped"
+               : finish === "length" ? "cut at max tokens"
+               : finish === "abort" ? "ended by the server (shutting down)" : "";
       if (!answer) foot = "the model answered nothing";
       if (usage && usage.completion_tokens) {
         const n = usage.completion_tokens;
@@ -388,6 +394,7 @@
 
   async function updateFill() {
     clearTimeout(fillTimer);
+    const round = ++fillRound;
     const gauge = $("fill");
     const meter = $("fill-meter");
     let count = 0;
@@ -395,7 +402,9 @@
       if (conversation.length > keepFrom || fields.system.value.trim()) {
         count = await countFrom(keepFrom);
       }
+      if (round !== fillRound) return;
     } catch (err) {
+      if (round !== fillRound) return;
       if (mode === "chat" && isNoTemplate(err)) {
         switchToCompletions();
         return updateFill();

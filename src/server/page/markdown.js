@@ -4,7 +4,7 @@
 // Covers what chat models write: paragraphs (single newlines kept as line
 // breaks), ATX headings, emphasis, strikethrough, inline code, fenced code
 // blocks (an unclosed fence, as while streaming, runs to the end), nested
-// lists, block quotes, rules and links limited to http(s) and mailto.
+// lists, block quotes, tables, rules and links limited to http(s) and mailto.
 "use strict";
 
 const cellmMarkdown = (() => {
@@ -13,6 +13,7 @@ const cellmMarkdown = (() => {
   const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
   const QUOTE = /^ {0,3}> ?(.*)$/;
   const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+  const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
   const ESCAPABLE = "\\`*_{}[]()#+-.!~<>|\"'";
 
   function el(tag, className) {
@@ -193,6 +194,69 @@ const cellmMarkdown = (() => {
     return wrap;
   }
 
+  // The cells of a table row: split on "|" outside code spans, "\|" kept.
+  function cells(line) {
+    let row = line.trim();
+    if (row.startsWith("|")) row = row.slice(1);
+    if (row.endsWith("|") && !row.endsWith("\\|")) row = row.slice(0, -1);
+    const out = [];
+    let cell = "";
+    let inCode = false;
+    for (let i = 0; i < row.length; i += 1) {
+      const c = row[i];
+      if (c === "\\" && row[i + 1] === "|") {
+        cell += "|";
+        i += 1;
+      } else if (c === "`") {
+        inCode = !inCode;
+        cell += c;
+      } else if (c === "|" && !inCode) {
+        out.push(cell.trim());
+        cell = "";
+      } else {
+        cell += c;
+      }
+    }
+    out.push(cell.trim());
+    return out;
+  }
+
+  const isTableStart = (lines, i) =>
+    i + 1 < lines.length && lines[i].includes("|") && TABLE_RULE.test(lines[i + 1]) &&
+    (lines[i + 1].includes("|") || cells(lines[i]).length > 1) &&
+    cells(lines[i]).length === cells(lines[i + 1]).length;
+
+  // A table starting at lines[start]; returns the index after it.
+  function table(lines, start, parent) {
+    const head = cells(lines[start]);
+    const align = cells(lines[start + 1]).map((c) =>
+      c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : "");
+    const wrap = el("div", "table-wrap");
+    const node = el("table");
+    const row = (texts, tag) => {
+      const tr = el("tr");
+      head.forEach((_, k) => {
+        const cell = el(tag);
+        if (align[k]) cell.style.textAlign = align[k];
+        inline(texts[k] || "", cell);
+        tr.append(cell);
+      });
+      return tr;
+    };
+    const thead = el("thead");
+    thead.append(row(head, "th"));
+    const tbody = el("tbody");
+    let i = start + 2;
+    while (i < lines.length && !isBlank(lines[i]) && lines[i].includes("|")) {
+      tbody.append(row(cells(lines[i]), "td"));
+      i += 1;
+    }
+    node.append(thead, tbody);
+    wrap.append(node);
+    parent.append(wrap);
+    return i;
+  }
+
   const indentOf = (line) => line.match(/^\s*/)[0].replace(/\t/g, "    ").length;
   const isBlank = (line) => /^\s*$/.test(line);
 
@@ -237,6 +301,9 @@ const cellmMarkdown = (() => {
         endPara();
         parent.append(el("hr"));
         i += 1;
+      } else if (isTableStart(lines, i)) {
+        endPara();
+        i = table(lines, i, parent);
       } else if (QUOTE.test(line)) {
         endPara();
         const inner = [];

@@ -203,6 +203,10 @@ A second line.
 print("<b>not bold</b>")
 ```
 
+| Left | Right |
+|:-----|------:|
+| a    | `1|2` |
+
 <script>window.__pwned = 1</script> <img src=x onerror="window.__pwned = 2">
 [bad](javascript:window.__pwned=3) and https://example.org/x."""
 
@@ -223,6 +227,8 @@ def t_markdown(page, srv):
           ol: q("ol > li").map((e) => e.textContent),
           pre: q("pre code").map((e) => e.textContent),
           copy: q(".code-block button.copy").length,
+          th: q("table th").map((e) => [e.textContent, e.style.textAlign]),
+          td: q("table td").map((e) => e.textContent),
           links: q("a").map((e) => [e.textContent, e.getAttribute("href"), e.rel, e.target]),
           scripts: q("script, img, iframe, [onerror]").length,
           text: box.textContent,
@@ -236,6 +242,8 @@ def t_markdown(page, srv):
     check(r["ol"] == ["one", "two"], f"an ordered list renders ({r['ol']})")
     check(r["pre"] == ['print("<b>not bold</b>")'], f"a fenced block keeps its text ({r['pre']})")
     check(r["copy"] == 1, "the code block has a copy button")
+    check(r["th"] == [["Left", ""], ["Right", "right"]] and r["td"] == ["a", "1|2"],
+          f"a table renders with its alignment ({r['th']}, {r['td']})")
     hrefs = [link[1] for link in r["links"]]
     check(hrefs == ["https://example.com/docs?a=1", "https://example.org/x"],
           f"only http(s) links become links ({hrefs})")
@@ -257,6 +265,12 @@ def t_markdown(page, srv):
     WebDriverWait(page.b, 10).until(lambda b: copy.text != "Copy")
     check(copy.text == "Copied", f"the copy button copies ({copy.text!r})")
     page.shot("markdown")
+    page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+        "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    check(page.js("return matchMedia('(prefers-color-scheme: dark)').matches;"),
+          "the browser shows the page in dark mode")
+    page.shot("markdown-dark")
+    page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
     page.js("document.getElementById('md-sample').remove();")
 
 
