@@ -387,7 +387,9 @@
       if (!$("prompt").value) $("prompt").value = text;
     }
     if (state !== "error") updateFill();
-    $("prompt").focus();
+    // Back to the message box, unless the user went elsewhere meanwhile.
+    const active = document.activeElement;
+    if (!active || active === document.body || active.closest("form")) $("prompt").focus();
   }
 
   // ------------------------------------------------------------ the context gauge
