@@ -327,6 +327,8 @@
         }
       }
       applyTrim(fit.start);
+      fillRound += 1;  // a count still in flight is older than this one
+      showFill(fit.count);
       await readEvents(response, (event) => {
         if (event.error) {
           throw new Error("The server failed while answering: " +
@@ -398,7 +400,6 @@
     clearTimeout(fillTimer);
     const round = ++fillRound;
     const gauge = $("fill");
-    const meter = $("fill-meter");
     let count = 0;
     try {
       if (conversation.length > keepFrom || fields.system.value.trim()) {
@@ -415,11 +416,15 @@
       gauge.title = "could not count the tokens: " + err.message;
       return;
     }
-    gauge.textContent = count + " / " + contextSize + " tokens";
-    gauge.title = "tokens the next request's conversation takes, of the context's " +
-                  contextSize;
-    meter.max = contextSize || 1;
-    meter.value = Math.min(count, contextSize);
+    showFill(count);
+  }
+
+  function showFill(count) {
+    $("fill").textContent = count + " / " + contextSize + " tokens";
+    $("fill").title = "tokens the conversation takes in the next request, of the context's " +
+                      contextSize;
+    $("fill-meter").max = contextSize || 1;
+    $("fill-meter").value = Math.min(count, contextSize);
   }
 
   function updateFillSoon() {

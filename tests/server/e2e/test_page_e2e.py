@@ -289,6 +289,10 @@ def t_stop_and_new_chat(page, srv):
     check(bubble.get_attribute("data-state") == "streaming", "the long answer is streaming")
     check(page.el("stop").is_displayed() and not page.el("send").is_displayed(),
           "while it streams, Stop replaces Send")
+    sent = page.sent("/v1/chat/completions")[-1]["messages"]
+    n_prompt = tokenize(srv, messages=sent)["count"]
+    check(page.fill() is not None and page.fill()[0] == n_prompt,
+          f"while it streams the gauge shows the prompt's tokens ({page.fill()} vs {n_prompt})")
     page.shot("streaming")
     page.el("stop").click()
     WebDriverWait(page.b, 30).until(lambda b: bubble.get_attribute("data-state") != "streaming")
