@@ -96,14 +96,27 @@
     body.replaceChildren(cellmMarkdown.render(text));
   }
 
-  function setFooter(bubble, text) {
-    let foot = bubble.querySelector(".foot");
-    if (!foot) {
-      foot = document.createElement("div");
-      foot.className = "foot";
-      bubble.append(foot);
+  // The Markdown source of each answer bubble, for its Copy button.
+  const answerText = new WeakMap();
+
+  // The line under an answer: what happened (text) and a Copy button.
+  function setFooter(bubble, text, raw) {
+    bubble.querySelector(".foot")?.remove();
+    const foot = document.createElement("div");
+    foot.className = "foot";
+    const info = document.createElement("span");
+    info.textContent = text;
+    foot.append(info);
+    if (raw) {
+      answerText.set(bubble, raw);
+      const copy = document.createElement("button");
+      copy.type = "button";
+      copy.className = "copy-answer";
+      copy.textContent = "Copy";
+      copy.setAttribute("aria-label", "Copy the answer");
+      foot.append(copy);
     }
-    foot.textContent = text;
+    bubble.append(foot);
   }
 
   // ------------------------------------------------------------ notices and errors
@@ -377,7 +390,7 @@
         if (n > 1 && seconds > 0) foot += ", " + ((n - 1) / seconds).toFixed(1) + " tokens/s";
       }
       if (state === "error") foot = "interrupted by an error";
-      if (foot) setFooter(out, foot);
+      setFooter(out, foot, answer);
     } else {
       // Nothing came back: take the question out of the conversation (turns
       // must alternate for most templates) and give it back for another try.
@@ -500,12 +513,14 @@
     saveSettings();
     updateFillSoon();
   });
-  // Copy buttons of code blocks, delegated: answers are re-rendered while
-  // they stream.
+  // Copy buttons of code blocks and answers, delegated: answers are
+  // re-rendered while they stream.
   messagesBox.addEventListener("click", async (e) => {
-    const button = e.target.closest("button.copy");
+    const button = e.target.closest("button.copy, button.copy-answer");
     if (!button) return;
-    const code = button.closest(".code-block").querySelector("code").textContent;
+    const code = button.classList.contains("copy")
+        ? button.closest(".code-block").querySelector("code").textContent
+        : answerText.get(button.closest(".msg")) || "";
     let ok = false;
     try {
       await navigator.clipboard.writeText(code);

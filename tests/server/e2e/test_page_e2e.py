@@ -66,6 +66,9 @@ class Page:
         self.shots = 0
 
     def open(self):
+        # Copy buttons are checked by reading the clipboard back.
+        self.b.execute_cdp_cmd("Browser.grantPermissions", {
+            "origin": self.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
         self.b.get(self.url + "/")
         WebDriverWait(self.b, 60).until(lambda b: self.el("status").text == MODEL_NAME)
         # Every request body the page sends, to check what it asked for.
@@ -120,6 +123,16 @@ class Page:
         WebDriverWait(self.b, ANSWER_WAIT_S).until(
             lambda b: bubble.get_attribute("data-state") in FINAL_STATES)
         return bubble
+
+    def copy(self, button):
+        """Clicks a Copy button; returns its label after and the clipboard's text."""
+        self.js("return navigator.clipboard.writeText('(nothing copied)');")
+        button.click()
+        WebDriverWait(self.b, 10).until(lambda b: button.text != "Copy")
+        text = self.b.execute_async_script(
+            "const done = arguments[0];"
+            "navigator.clipboard.readText().then(done, (e) => done('clipboard error: ' + e));")
+        return button.text, text
 
     def fill(self):
         m = re.fullmatch(r"(\d+) / (\d+) tokens", self.el("fill").text)
@@ -260,10 +273,9 @@ def t_markdown(page, srv):
         body.append(cellmMarkdown.render(arguments[0])); msg.append(body);
         document.getElementById("messages").append(msg);
         msg.scrollIntoView();""", MARKDOWN)
-    copy = page.b.find_element(By.CSS_SELECTOR, "#md-sample button.copy")
-    copy.click()
-    WebDriverWait(page.b, 10).until(lambda b: copy.text != "Copy")
-    check(copy.text == "Copied", f"the copy button copies ({copy.text!r})")
+    label, copied = page.copy(page.b.find_element(By.CSS_SELECTOR, "#md-sample button.copy"))
+    check(label == "Copied" and copied == 'print("<b>not bold</b>")',
+          f"the code block's copy button copies its code ({label!r}, {copied!r})")
     page.shot("markdown")
     page.b.execute_cdp_cmd("Emulation.setEmulatedMedia", {
         "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
@@ -375,6 +387,9 @@ def t_fill_gauge(page, srv):
     got = page.wait_fill(expected)
     check(got == expected, f"the gauge shows /tokenize's count of the conversation "
                            f"({got} vs {expected})")
+    label, copied = page.copy(bubble.find_element(By.CSS_SELECTOR, ".copy-answer"))
+    check(label == "Copied" and copied == answer,
+          f"the answer's Copy button copies its Markdown source ({copied!r} vs {answer!r})")
     meter = page.el("fill-meter")
     check(float(meter.get_attribute("value")) == expected[0] and
           float(meter.get_attribute("max")) == expected[1], "the meter agrees")
