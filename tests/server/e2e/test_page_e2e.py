@@ -438,6 +438,19 @@ def t_trims_old_turns(page, srv):
     fill = page.fill()
     check(fill is not None and fill[0] <= ctx, f"the gauge stays within the context ({fill})")
     page.shot("trimmed")
+    # A single message larger than the context cannot be trimmed to fit: the
+    # page says so before sending anything, and gives the text back.
+    huge = "Summarise: " + filler * 4
+    chats_before = len(page.sent("/v1/chat/completions"))
+    page.js("document.getElementById('prompt').value = arguments[0];", huge)
+    failed = page.send()
+    text = page.banner() or ""
+    check(failed.get_attribute("data-state") == "error" and "too long for the context" in text,
+          f"a message larger than the context is refused with a reason ({text!r})")
+    check(len(page.sent("/v1/chat/completions")) == chats_before, "nothing was sent for it")
+    check(page.el("prompt").get_attribute("value") == huge.strip(),
+          "the long message is given back")
+    page.js("document.getElementById('prompt').value = '';")
     page.el("new-chat").click()
     check(not page.b.find_elements(By.ID, "notice-trim"), "New chat clears the notice")
     page.settings(system_prompt="")
