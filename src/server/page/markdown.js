@@ -14,6 +14,8 @@ const cellmMarkdown = (() => {
   const QUOTE = /^ {0,3}> ?(.*)$/;
   const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
   const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+  // [text](url "title"), the url optionally in <>.
+  const LINK = /^\[((?:[^\[\]\\]|\\.)*)\]\(\s*<?([^\s()<>]+)>?(?:\s+"[^"]*")?\s*\)/;
   const ESCAPABLE = "\\`*_{}[]()#+-.!~<>|\"'";
 
   function el(tag, className) {
@@ -134,7 +136,7 @@ const cellmMarkdown = (() => {
         continue;
       }
       if (c === "[") {
-        const m = /^\[((?:[^\[\]\\]|\\.)*)\]\(\s*<?([^\s()<>]+)>?(?:\s+"[^"]*")?\s*\)/.exec(src.slice(i));
+        const m = LINK.exec(src.slice(i));
         if (m) {
           flush();
           const href = safeUrl(m[2]);

@@ -76,7 +76,8 @@ class Page:
             window.__sent = [];
             const realFetch = window.fetch;
             window.fetch = (url, opts) => {
-              if (opts && opts.body) window.__sent.push({url: String(url), body: JSON.parse(opts.body)});
+              if (opts && opts.body)
+                window.__sent.push({url: String(url), body: JSON.parse(opts.body)});
               return realFetch(url, opts);
             };""")
 
@@ -434,7 +435,8 @@ def t_trims_old_turns(page, srv):
     check(long_messages[0] not in contents and contents[-1] == long_messages[2],
           "the oldest message is left out, the newest is sent")
     n_sent = tokenize(srv, messages=last["messages"])["count"]
-    check(n_sent + last["max_tokens"] <= ctx, f"what was sent fits ({n_sent} + {last['max_tokens']})")
+    check(n_sent + last["max_tokens"] <= ctx,
+          f"what was sent fits ({n_sent} + {last['max_tokens']})")
     fill = page.fill()
     check(fill is not None and fill[0] <= ctx, f"the gauge stays within the context ({fill})")
     page.shot("trimmed")
