@@ -7,6 +7,8 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const SETTINGS_KEY = "cellm.chat.settings";
+  // Kept apart from the settings so "Defaults" leaves it alone.
+  const API_KEY_KEY = "cellm.chat.apiKey";
   const DEFAULTS = { temperature: 0.7, top_p: 0.95, max_tokens: 512, system: "" };
 
   // The conversation: {role, content, bubble}. Messages before `keepFrom`
@@ -19,6 +21,7 @@
   let controller = null;  // the AbortController of the running request
   let fillTimer = 0;
   let fillRound = 0;  // only the latest count is shown; earlier ones may land later
+  let modelTimer = 0;
 
   // ------------------------------------------------------------ settings
 
@@ -42,14 +45,31 @@
     }
   }
 
+  function storage(action) {
+    try {
+      return action();
+    } catch (e) {
+      return null;  // storage can be disabled; settings then last for this page only
+    }
+  }
+
   function saveSettings() {
     const out = {};
     for (const [key, input] of Object.entries(fields)) out[key] = input.value;
-    try {
-      localStorage.setItem(SETTINGS_KEY, JSON.stringify(out));
-    } catch (e) {
-      // Storage can be disabled; the settings then last for this page only.
-    }
+    storage(() => localStorage.setItem(SETTINGS_KEY, JSON.stringify(out)));
+  }
+
+  // The server's API key (cellm serve --api-key), sent as a bearer token.
+  function authHeaders() {
+    const key = $("api-key").value.trim();
+    return key ? { Authorization: "Bearer " + key } : {};
+  }
+
+  function askForKey() {
+    $("status").textContent = "API key needed";
+    $("settings").hidden = false;
+    $("settings-toggle").setAttribute("aria-expanded", "true");
+    $("api-key").focus();
   }
 
   // A number field's value, or undefined when empty (the server's default
@@ -161,6 +181,9 @@
   }
 
   function describe(err) {
+    if (err.status === 401) {
+      return "Server error 401: " + err.message + ". Enter the server's API key in Settings.";
+    }
     if (err.status) return "Server error " + err.status + ": " + err.message;
     if (err instanceof TypeError) return "Could not reach the server: " + err.message;
     return err.message;
@@ -202,11 +225,15 @@
   async function postJson(path, body, signal) {
     const response = await fetch(path, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: { "Content-Type": "application/json", ...authHeaders() },
       body: JSON.stringify(body),
       signal,
     });
-    if (!response.ok) throw await httpError(response);
+    if (!response.ok) {
+      const err = await httpError(response);
+      if (err.status === 401) askForKey();
+      throw err;
+    }
     return response;
   }
 
@@ -464,14 +491,24 @@
   }
 
   async function loadModel() {
+    clearTimeout(modelTimer);
     try {
-      const r = await fetch("/v1/models");
+      const r = await fetch("/v1/models", { headers: authHeaders() });
+      if (r.status === 401) {
+        // No retry loop: the next try comes when the key is edited.
+        model = "";
+        $("send").disabled = true;
+        showError(describe(await httpError(r)));
+        askForKey();
+        return;
+      }
       if (!r.ok) {
         $("status").textContent = "model loading…";
-        setTimeout(loadModel, 1000);
+        modelTimer = setTimeout(loadModel, 1000);
         return;
       }
       const body = await r.json();
+      hideError();
       model = body.data[0].id;
       contextSize = body.data[0].max_model_len || 0;
       $("status").textContent = model;
@@ -479,7 +516,7 @@
       updateFill();
     } catch (e) {
       $("status").textContent = "server unreachable";
-      setTimeout(loadModel, 2000);
+      modelTimer = setTimeout(loadModel, 2000);
     }
   }
 
@@ -508,6 +545,13 @@
   });
   for (const input of Object.values(fields)) input.addEventListener("input", saveSettings);
   fields.system.addEventListener("input", updateFillSoon);
+  $("api-key").addEventListener("input", () => {
+    const key = $("api-key").value.trim();
+    storage(() => (key ? localStorage.setItem(API_KEY_KEY, key)
+                       : localStorage.removeItem(API_KEY_KEY)));
+    clearTimeout(modelTimer);
+    modelTimer = setTimeout(loadModel, 400);
+  });
   $("reset-settings").addEventListener("click", () => {
     for (const [key, input] of Object.entries(fields)) input.value = String(DEFAULTS[key]);
     saveSettings();
@@ -543,5 +587,6 @@
   });
 
   loadSettings();
+  $("api-key").value = storage(() => localStorage.getItem(API_KEY_KEY)) || "";
   loadModel();
 })();

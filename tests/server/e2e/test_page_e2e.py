@@ -9,7 +9,8 @@ Group (one ctest):
            used in requests and kept over a reload; the context gauge agrees
            with /tokenize; old turns are left out, with a notice, when the
            context is small; server errors in a banner that stays in view; a
-           model without a chat template falls back to plain completions.
+           model without a chat template falls back to plain completions; a
+           server started with --api-key gets its key asked for, sent, kept.
 
 A screenshot of each state goes to $CELLM_E2E_ARTIFACTS, or else to a new
 temporary folder whose path is printed. A missing package, browser or model
@@ -65,19 +66,22 @@ class Page:
         self.prefix = prefix
         self.shots = 0
 
-    def open(self):
+    def open(self, wait_model=True):
         # Copy buttons are checked by reading the clipboard back.
         self.b.execute_cdp_cmd("Browser.grantPermissions", {
             "origin": self.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
         self.b.get(self.url + "/")
-        WebDriverWait(self.b, 60).until(lambda b: self.el("status").text == MODEL_NAME)
+        if wait_model:
+            WebDriverWait(self.b, 60).until(lambda b: self.el("status").text == MODEL_NAME)
         # Every request body the page sends, to check what it asked for.
         self.b.execute_script("""
             window.__sent = [];
             const realFetch = window.fetch;
+            window.__auth = [];
             window.fetch = (url, opts) => {
               if (opts && opts.body)
                 window.__sent.push({url: String(url), body: JSON.parse(opts.body)});
+              window.__auth.push((opts && opts.headers && opts.headers.Authorization) || null);
               return realFetch(url, opts);
             };""")
 
@@ -489,6 +493,42 @@ def t_error_banner(page, srv):
     page.el("new-chat").click()
 
 
+API_KEY = "page-test-key-4711"
+
+
+def t_api_key(page, srv):
+    """Started with --api-key: the page asks for the key, uses it, keeps it."""
+    missing = requests.get(srv.url + "/v1/models", timeout=60)
+    check(missing.status_code == 401, f"the server wants a key ({missing.status_code})")
+    page.open(wait_model=False)
+    WebDriverWait(page.b, 60).until(lambda b: page.el("status").text == "API key needed")
+    text = page.banner() or ""
+    check("401" in text and base.error_of(missing)["message"] in text,
+          f"the banner shows the server's message ({text!r})")
+    check(page.el("settings").is_displayed() and
+          page.b.switch_to.active_element == page.el("api-key"),
+          "the settings open on the API key field")
+    check(not page.el("send").is_enabled(), "nothing can be sent without the key")
+    page.shot("api-key-needed")
+    page.el("api-key").send_keys("wrong-key")
+    WebDriverWait(page.b, 60).until(lambda b: "not valid" in (page.banner() or ""))
+    check(page.el("status").text == "API key needed", "a wrong key is refused")
+    box = page.el("api-key")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(API_KEY)
+    WebDriverWait(page.b, 60).until(lambda b: page.el("status").text == MODEL_NAME)
+    check(page.banner() is None, "with the right key the error goes away")
+    page.el("settings-toggle").click()
+    page.settings(temperature=0, max_tokens=8, system_prompt="")
+    bubble = page.send("Hello!")
+    check(bubble.get_attribute("data-state") == "done", "a message is answered with the key")
+    auth = page.js("return window.__auth;")
+    check(auth and all(a == "Bearer " + API_KEY for a in auth[-3:]),
+          f"the page sends the key with its requests ({auth[-3:]})")
+    page.open()  # reloaded: the key was kept
+    check(page.el("api-key").get_attribute("value") == API_KEY, "the key is kept over a reload")
+
+
 def strip_chat_template(src, dst):
     """Copies a GGUF file without its tokenizer.chat_template key."""
     try:
@@ -572,6 +612,18 @@ def group_browser(binary, model, artifacts):
         for t in (t_streams_answer, t_markdown, t_stop_and_new_chat, t_settings_persist,
                   t_fill_gauge, t_trims_old_turns, t_error_banner):
             run_test(t, page, srv)
+    finally:
+        if page is not None:
+            page.quit()
+        srv.kill()
+
+    srv = Server(binary, model, "--max-sessions", "4", "--max-session-tokens", "512",
+                 "--api-key", API_KEY)
+    page = None
+    try:
+        srv.wait_ready()
+        page = Page(srv.url, artifacts, "key-")
+        run_test(t_api_key, page, srv)
     finally:
         if page is not None:
             page.quit()
