@@ -1,11 +1,14 @@
 // The chat page's behaviour: settings, sending and streaming, stop, new
-// chat, the context gauge and trimming, errors, and the fallback to plain
-// completions for a model without a chat template. Model text only ever
-// reaches the page through cellmMarkdown.render or textContent.
+// chat, the context gauge and trimming, and the fallback to plain
+// completions for a model without a chat template. Drawing is view.js's,
+// requests api.js's.
 "use strict";
 
 (() => {
   const $ = (id) => document.getElementById(id);
+  const { scrollDown, addBubble, showMarkdown, setFooter, showError, hideError, setNotice } =
+      cellmView;
+  const { describe, isNoTemplate, readEvents } = cellmApi;
   const SETTINGS_KEY = "cellm.chat.settings";
   // Kept apart from the settings so "Defaults" leaves it alone.
   const API_KEY_KEY = "cellm.chat.apiKey";
@@ -59,12 +62,6 @@
     storage(() => localStorage.setItem(SETTINGS_KEY, JSON.stringify(out)));
   }
 
-  // The server's API key (cellm serve --api-key), sent as a bearer token.
-  function authHeaders() {
-    const key = $("api-key").value.trim();
-    return key ? { Authorization: "Bearer " + key } : {};
-  }
-
   function askForKey() {
     $("status").textContent = "API key needed";
     $("settings").hidden = false;
@@ -87,111 +84,7 @@
     return v !== undefined && v >= 1 ? Math.floor(v) : DEFAULTS.max_tokens;
   }
 
-  // ------------------------------------------------------------ messages
 
-  const messagesBox = $("messages");
-
-  function nearBottom() {
-    return messagesBox.scrollHeight - messagesBox.scrollTop - messagesBox.clientHeight < 80;
-  }
-
-  function scrollDown(force) {
-    if (force || nearBottom()) messagesBox.scrollTop = messagesBox.scrollHeight;
-  }
-
-  function addBubble(role) {
-    const div = document.createElement("div");
-    div.className = "msg " + role;
-    const body = document.createElement("div");
-    body.className = "body";
-    div.append(body);
-    $("empty").hidden = true;
-    messagesBox.append(div);
-    scrollDown(true);
-    return div;
-  }
-
-  function showMarkdown(bubble, text) {
-    const body = bubble.querySelector(".body");
-    body.replaceChildren(cellmMarkdown.render(text));
-  }
-
-  // The Markdown source of each answer bubble, for its Copy button.
-  const answerText = new WeakMap();
-
-  // The line under an answer: what happened (text) and a Copy button.
-  function setFooter(bubble, text, raw) {
-    bubble.querySelector(".foot")?.remove();
-    const foot = document.createElement("div");
-    foot.className = "foot";
-    const info = document.createElement("span");
-    info.textContent = text;
-    foot.append(info);
-    if (raw) {
-      answerText.set(bubble, raw);
-      const copy = document.createElement("button");
-      copy.type = "button";
-      copy.className = "copy-answer";
-      copy.textContent = "Copy";
-      copy.setAttribute("aria-label", "Copy the answer");
-      foot.append(copy);
-    }
-    bubble.append(foot);
-  }
-
-  // ------------------------------------------------------------ notices and errors
-
-  function showError(message) {
-    $("banner-text").textContent = message;
-    $("banner").hidden = false;
-  }
-
-  function hideError() {
-    $("banner").hidden = true;
-    $("banner-text").textContent = "";
-  }
-
-  function setNotice(id, text) {
-    let note = document.getElementById(id);
-    if (!text) {
-      if (note) note.remove();
-      return;
-    }
-    if (!note) {
-      note = document.createElement("p");
-      note.id = id;
-      note.className = "notice";
-      $("notices").append(note);
-    }
-    note.textContent = text;
-  }
-
-  // An HTTP error's message from the server's JSON body.
-  async function httpError(response) {
-    let detail = response.statusText || "request failed";
-    try {
-      const body = await response.json();
-      if (body && body.error && body.error.message) detail = body.error.message;
-    } catch (e) {
-      // Not JSON: keep the status text.
-    }
-    const err = new Error(detail);
-    err.status = response.status;
-    return err;
-  }
-
-  function describe(err) {
-    if (err.status === 401) {
-      return "Server error 401: " + err.message + ". Enter the server's API key in Settings.";
-    }
-    if (err.status) return "Server error " + err.status + ": " + err.message;
-    if (err instanceof TypeError) return "Could not reach the server: " + err.message;
-    return err.message;
-  }
-
-  // The chat endpoint's (and /tokenize's) answer for a model without a chat template.
-  const isNoTemplate = (err) =>
-    err.status === 400 && /chat template/i.test(err.message) && /\bno\b/i.test(err.message);
 
   function switchToCompletions() {
     mode = "completion";
@@ -201,6 +94,16 @@
   }
 
   // ------------------------------------------------------------ requests
+
+  // A POST; a 401 also opens the API key field.
+  async function postJson(path, body, signal) {
+    try {
+      return await cellmApi.postJson(path, body, signal);
+    } catch (err) {
+      if (err.status === 401) askForKey();
+      throw err;
+    }
+  }
 
   function messagesFrom(start) {
     const out = [];
@@ -220,21 +123,6 @@
       text += m.content;
     }
     return text;
-  }
-
-  async function postJson(path, body, signal) {
-    const response = await fetch(path, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", ...authHeaders() },
-      body: JSON.stringify(body),
-      signal,
-    });
-    if (!response.ok) {
-      const err = await httpError(response);
-      if (err.status === 401) askForKey();
-      throw err;
-    }
-    return response;
   }
 
   // Tokens of the request that would carry conversation[start..].
@@ -279,32 +167,6 @@
       " left out to fit the context of " + contextSize + " tokens.");
   }
 
-  // Reads "data: ..." events from a streamed response until "[DONE]"; a
-  // stream cut before it is an error, not a finished answer.
-  async function readEvents(response, onEvent) {
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) {
-        throw new Error("The answer stream ended before it was complete: the server may have " +
-                        "stopped or the connection dropped.");
-      }
-      buffer += decoder.decode(value, { stream: true });
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        for (const line of block.split("\n")) {
-          if (!line.startsWith("data:")) continue;
-          const data = line.slice(5).trim();
-          if (data === "[DONE]") return;
-          onEvent(JSON.parse(data));
-        }
-      }
-    }
-  }
 
   function requestBody(maxTokens, start) {
     const body = { model, stream: true, max_tokens: maxTokens,
@@ -482,8 +344,7 @@
     stop();
     conversation = [];
     keepFrom = 0;
-    messagesBox.querySelectorAll(".msg").forEach((m) => m.remove());
-    $("empty").hidden = false;
+    cellmView.clear();
     setNotice("notice-trim", "");
     hideError();
     updateFill();
@@ -493,12 +354,12 @@
   async function loadModel() {
     clearTimeout(modelTimer);
     try {
-      const r = await fetch("/v1/models", { headers: authHeaders() });
+      const r = await fetch("/v1/models", { headers: cellmApi.authHeaders() });
       if (r.status === 401) {
         // No retry loop: the next try comes when the key is edited.
         model = "";
         $("send").disabled = true;
-        showError(describe(await httpError(r)));
+        showError(describe(await cellmApi.httpError(r)));
         askForKey();
         return;
       }
@@ -547,6 +408,7 @@
   fields.system.addEventListener("input", updateFillSoon);
   $("api-key").addEventListener("input", () => {
     const key = $("api-key").value.trim();
+    cellmApi.setKey(key);
     storage(() => (key ? localStorage.setItem(API_KEY_KEY, key)
                        : localStorage.removeItem(API_KEY_KEY)));
     clearTimeout(modelTimer);
@@ -557,36 +419,9 @@
     saveSettings();
     updateFillSoon();
   });
-  // Copy buttons of code blocks and answers, delegated: answers are
-  // re-rendered while they stream.
-  messagesBox.addEventListener("click", async (e) => {
-    const button = e.target.closest("button.copy, button.copy-answer");
-    if (!button) return;
-    const code = button.classList.contains("copy")
-        ? button.closest(".code-block").querySelector("code").textContent
-        : answerText.get(button.closest(".msg")) || "";
-    let ok = false;
-    try {
-      await navigator.clipboard.writeText(code);
-      ok = true;
-    } catch (err) {
-      // The clipboard API needs a secure context (http://localhost is one,
-      // a LAN address is not): fall back to a selected textarea.
-      const area = document.createElement("textarea");
-      area.value = code;
-      area.setAttribute("readonly", "");
-      area.style.position = "fixed";
-      area.style.opacity = "0";
-      document.body.append(area);
-      area.select();
-      ok = document.execCommand("copy");
-      area.remove();
-    }
-    button.textContent = ok ? "Copied" : "Copy failed";
-    setTimeout(() => { button.textContent = "Copy"; }, 1500);
-  });
 
   loadSettings();
   $("api-key").value = storage(() => localStorage.getItem(API_KEY_KEY)) || "";
+  cellmApi.setKey($("api-key").value);
   loadModel();
 })();

@@ -1,6 +1,6 @@
-# Builds the chat page into a C++ byte array: index.html with style.css,
-# markdown.js and app.js inlined at their "/*@include NAME*/" lines, written
-# as a constexpr array that chat_page.cpp includes. Run by the build:
+# Builds the chat page into a C++ byte array: index.html with each file of
+# this folder named by an "/*@include NAME*/" line inlined there, written as
+# a constexpr array that chat_page.cpp includes. Run by the build:
 #   cmake -DPAGE_DIR=<src/server/page> -DOUTPUT=<file.inc> -P embed_page.cmake
 # A byte array rather than a raw string: any page text is safe to embed,
 # with no delimiter to collide with and no string-length limit to meet.
@@ -10,7 +10,12 @@ if(NOT PAGE_DIR OR NOT OUTPUT)
 endif()
 
 file(READ "${PAGE_DIR}/index.html" page)
-foreach(part style.css markdown.js app.js)
+string(REGEX MATCHALL "/\\*@include [A-Za-z0-9_.-]+\\*/" markers "${page}")
+if(NOT markers)
+  message(FATAL_ERROR "${PAGE_DIR}/index.html includes nothing: expected /*@include NAME*/ lines")
+endif()
+foreach(marker ${markers})
+  string(REGEX REPLACE "^/\\*@include (.*)\\*/$" "\\1" part "${marker}")
   file(READ "${PAGE_DIR}/${part}" content)
   # Inline text must not end the element it sits in.
   string(TOLOWER "${content}" lower)
@@ -23,11 +28,6 @@ foreach(part style.css markdown.js app.js)
   if(NOT bad EQUAL -1)
     message(FATAL_ERROR "${PAGE_DIR}/${part} contains '${closer}', which would end the "
                         "inline element early: write it as '<\\/...' instead")
-  endif()
-  set(marker "/*@include ${part}*/")
-  string(FIND "${page}" "${marker}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "${PAGE_DIR}/index.html has no '${marker}' line")
   endif()
   string(REPLACE "${marker}" "${content}" page "${page}")
 endforeach()

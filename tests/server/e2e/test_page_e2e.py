@@ -154,6 +154,13 @@ class Page:
         shown = self.el("banner").get_attribute("hidden") is None
         return self.el("banner-text").text if shown else None
 
+    def check_console(self):
+        """No script error on the page (refused requests, logged as network
+        errors, are expected)."""
+        errors = [e["message"] for e in self.b.get_log("browser")
+                  if e["level"] == "SEVERE" and e.get("source") != "network"]
+        check(not errors, f"no script errors on the {self.prefix.rstrip('-')} page ({errors[:3]})")
+
     def quit(self):
         self.b.quit()
 
@@ -618,6 +625,7 @@ def group_browser(binary, model, artifacts):
             run_test(t, page, srv)
     finally:
         if page is not None:
+            page.check_console()
             page.quit()
         srv.kill()
 
@@ -630,6 +638,7 @@ def group_browser(binary, model, artifacts):
         run_test(t_api_key, page, srv)
     finally:
         if page is not None:
+            page.check_console()
             page.quit()
         srv.kill()
 
@@ -645,6 +654,7 @@ def group_browser(binary, model, artifacts):
             run_test(t_no_chat_template, page, srv)
         finally:
             if page is not None:
+                page.check_console()
                 page.quit()
             srv.kill()
 
