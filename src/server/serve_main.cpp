@@ -106,6 +106,7 @@ int run_serve(const ServeArgs& args) {
   options.body_limit = args.body_limit;
   options.model_name = args.served_model_name;
   options.drain_timeout = std::chrono::seconds(args.drain_timeout_s);
+  options.limits.default_max_tokens = args.max_tokens_default;
   if (Status s = access_options(args, &options); !s.is_ok()) {
     say(LogLevel::kError, "{}", s.message());
     return 1;
@@ -161,8 +162,8 @@ int run_serve(const ServeArgs& args) {
     eo.max_session_tokens = args.max_session_tokens;
     eo.prefill_chunk = args.prefill_chunk;
     eo.max_batch_tokens = args.max_batch_tokens;
-    // Snapshots occupy sessions: at most a quarter of them (see engine_service.h).
-    eo.prefix_cache_entries = std::min(args.prefix_cache_entries, args.max_sessions / 4);
+    // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
+    eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();
     Result<std::unique_ptr<app::Engine>> loaded =
         app::Engine::load(eo, [](const app::LoadProgress& p) {
@@ -183,12 +184,16 @@ int run_serve(const ServeArgs& args) {
     server.set_service(service);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string sizing = engine->sizing_summary();
     std::fprintf(stderr,
-                 "cellm serve: ready in %.1f s: model %s on %s, context %d tokens, %d sessions, "
-                 "prefill chunk %d, %d tokens per step, prefix cache %s\n",
+                 "cellm serve: ready in %.1f s: model %s on %s, %s; prefill chunk %d, %d tokens "
+                 "per step, prefix cache %s, requests without max_tokens stop after %s\n",
                  secs, engine->model_name().c_str(), engine->backend_name().c_str(),
-                 engine->max_session_tokens(), engine->max_sessions(), engine->prefill_chunk(),
-                 engine->max_batch_tokens(), service->prefix_caching() ? "on" : "off");
+                 sizing.c_str(), engine->prefill_chunk(), engine->max_batch_tokens(),
+                 service->prefix_caching() ? "on" : "off",
+                 args.max_tokens_default > 0
+                     ? (std::to_string(args.max_tokens_default) + " tokens").c_str()
+                     : "the context's room");
     std::fflush(stderr);
   });
 
