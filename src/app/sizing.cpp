@@ -141,6 +141,7 @@ Result<Sizing> size_engine(const SizingRequest& q) {
   out.sessions = to_int(r);
   out.snapshot_sessions = to_int(snapshots);
   out.context = to_int(c);
+  out.pool_chosen = !cap.pool_mode;
   out.pool_cells = cap.pool_mode ? q.pool_cells
                                  : std::max<std::int64_t>((r + snapshots) * c, q.max_step);
   if (!cap.pool_mode && out.pool_cells + 1 > kIntMax) {
@@ -155,9 +156,10 @@ std::string sizing_summary(const Sizing& s, std::uint64_t cell_bytes) {
   const double gib = static_cast<double>(s.pool_cells) * static_cast<double>(cell_bytes) /
                      (1024.0 * 1024.0 * 1024.0);
   return fmt::format(
-      "context {} ({}), {} sessions ({}) + {} for prefix snapshots, pool of {} cells = {:.2f} GiB",
+      "context {} ({}), {} sessions ({}) + {} for prefix snapshots, pool of {} cells = {:.2f} "
+      "GiB{}",
       s.context, s.context_reason, s.sessions, s.sessions_reason, s.snapshot_sessions,
-      s.pool_cells, gib);
+      s.pool_cells, gib, s.pool_chosen ? " (reserved; memory is committed as cells fill)" : "");
 }
 
 std::uint64_t physical_memory_bytes() {

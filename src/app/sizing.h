@@ -55,6 +55,7 @@ struct Sizing {
   std::int32_t snapshot_sessions = 0;  // on top of them
   std::int32_t context = 0;            // tokens per session
   std::int64_t pool_cells = 0;         // scratch excluded
+  bool pool_chosen = false;            // chosen here (CPU: committed as cells fill)
   std::string context_reason;          // "the model's", "--max-session-tokens", "memory ..."
   std::string sessions_reason;
 
