@@ -7,6 +7,8 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -304,6 +306,59 @@ TEST(GenerationDefaultsTest, HuggingFaceFolders) {
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_FALSE(d->any());
   EXPECT_EQ(describe_sampling_defaults(*d), "none");
+}
+
+// A GGUF v3 file with no tensors and the given float32 / int32 metadata.
+void write_gguf(const fs::path& path, const std::vector<std::pair<std::string, float>>& floats,
+                const std::vector<std::pair<std::string, std::int32_t>>& ints) {
+  std::ofstream out(path, std::ios::binary);
+  auto u32 = [&](std::uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](std::uint64_t v) { out.write(reinterpret_cast<const char*>(&v), 8); };
+  auto str = [&](const std::string& s) {
+    u64(s.size());
+    out.write(s.data(), static_cast<std::streamsize>(s.size()));
+  };
+  out.write("GGUF", 4);
+  u32(3);
+  u64(0);  // tensors
+  u64(floats.size() + ints.size());
+  for (const auto& [key, v] : floats) {
+    str(key);
+    u32(6);  // FLOAT32
+    out.write(reinterpret_cast<const char*>(&v), 4);
+  }
+  for (const auto& [key, v] : ints) {
+    str(key);
+    u32(5);  // INT32
+    out.write(reinterpret_cast<const char*>(&v), 4);
+  }
+}
+
+TEST(GenerationDefaultsTest, GgufSamplingKeys) {
+  std::random_device rd;
+  const fs::path file =
+      fs::temp_directory_path() / ("cellm_sampling_" + std::to_string(rd()) + ".gguf");
+  write_gguf(file,
+             {{"general.sampling.temp", 0.6f},
+              {"general.sampling.top_p", 0.9f},
+              {"general.sampling.penalty_repeat", 1.05f}},
+             {{"general.sampling.top_k", 20}});
+  auto gguf = format::GgufFile::open(file);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
+  auto d = gguf_sampling_defaults(*gguf);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_FLOAT_EQ(d->temperature.value_or(-1), 0.6f);
+  EXPECT_FLOAT_EQ(d->top_p.value_or(-1), 0.9f);
+  EXPECT_EQ(d->top_k.value_or(-1), 20);
+  EXPECT_FLOAT_EQ(d->repetition_penalty.value_or(-1), 1.05f);
+
+  write_gguf(file, {{"general.sampling.top_p", 2.0f}}, {});
+  gguf = format::GgufFile::open(file);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
+  d = gguf_sampling_defaults(*gguf);
+  fs::remove(file);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(std::string(d.status().message()).find("general.sampling.top_p"), std::string::npos);
 }
 
 }  // namespace
