@@ -67,9 +67,8 @@ Command add_serve(CLI::App& app) {
                   "repeatable; without it no CORS headers are sent")
       ->allow_extra_args(false);
   return [args, model] {
-    std::optional<std::filesystem::path> found = find_model_or_report(*model);
-    if (!found) return 1;
-    args->model = *found;
+    // Resolved by run_serve after it listens, so a miss shows in /health too.
+    args->model = *model;
     return server::run_serve(*args);
   };
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "app/engine.h"
+#include "app/model_path.h"
 #include "core/log.h"
 #include "server/access_control.h"
 #include "server/engine_service.h"
@@ -99,6 +100,15 @@ int run_serve(const ServeArgs& args) {
     return 1;
   }
 
+  // MODEL (a path or a name; empty: $CELLM_MODEL, else smollm2) through the
+  // search path of app/model_path.h. A miss is reported as a failed load, after
+  // listening, like any other load error (/health then says why).
+  const Result<std::filesystem::path> model =
+      app::resolve_model(args.model.string(), app::ModelSearch::from_process());
+  const std::string model_label = model.ok()            ? model->string()
+                                  : args.model.empty() ? std::string("the default model")
+                                                       : args.model.string();
+
   ServerOptions options;
   options.host = args.host;
   options.port = args.port;
@@ -125,7 +135,7 @@ int run_serve(const ServeArgs& args) {
   }
   // Printed (not only logged) so scripts can find the port when it was 0.
   say(LogLevel::kInfo, "listening on http://{}:{} (loading {}){}", args.host, server.port(),
-      args.model.string(), options.api_keys.empty() ? "" : ", API key required");
+      model_label, options.api_keys.empty() ? "" : ", API key required");
 
   std::mutex stopper_mu;
   std::optional<std::thread> stopper;
@@ -155,8 +165,16 @@ int run_serve(const ServeArgs& args) {
   std::shared_ptr<GenerationService> service;
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
+    if (!model.ok()) {
+      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", model_label.c_str(),
+                   model.status().to_string().c_str());
+      server.set_load_failed(std::string(model.status().message()));
+      load_failed.store(true);
+      request_stop();
+      return;
+    }
     app::EngineOptions eo;
-    eo.model = args.model;
+    eo.model = *model;
     eo.backend = args.backend;
     eo.max_sessions = args.max_sessions;
     eo.max_session_tokens = args.max_session_tokens;
@@ -170,7 +188,7 @@ int run_serve(const ServeArgs& args) {
           std::fprintf(stderr, "cellm serve: [%3.0f%%] %s\n", p.fraction * 100.0, p.stage.c_str());
         });
     if (!loaded.ok()) {
-      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", args.model.string().c_str(),
+      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", model_label.c_str(),
                    loaded.status().to_string().c_str());
       server.set_load_failed(std::string(loaded.status().message()));
       load_failed.store(true);

@@ -17,7 +17,9 @@
 namespace cellm::server {
 
 struct ServeArgs {
-  std::filesystem::path model;  // Hugging Face folder or .gguf file
+  // A Hugging Face folder or .gguf file, or a name looked up as
+  // app/model_path.h says; empty: $CELLM_MODEL, else smollm2.
+  std::filesystem::path model;
   std::string host = "127.0.0.1";
   int port = 8080;                         // 0: any free port (printed when listening)
   std::string backend = "auto";            // "auto", "cpu" or "cuda"
