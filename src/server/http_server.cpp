@@ -219,6 +219,7 @@ void Server::Impl::install_routes() {
       const ServiceStats stats = state->service->stats();
       g.kv_cells_used = stats.kv_cells_used;
       g.kv_cells_total = stats.kv_cells_total;
+      g.snapshot_sessions = stats.snapshot_sessions;
     }
     res.set_content(metrics.render(g), "text/plain; version=0.0.4; charset=utf-8");
   };

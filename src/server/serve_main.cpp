@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "app/engine.h"
+#include "app/model_path.h"
 #include "core/log.h"
 #include "server/access_control.h"
 #include "server/engine_service.h"
@@ -99,6 +100,15 @@ int run_serve(const ServeArgs& args) {
     return 1;
   }
 
+  // MODEL (a path or a name; empty: $CELLM_MODEL, else smollm2) through the
+  // search path of app/model_path.h. A miss is reported as a failed load, after
+  // listening, like any other load error (/health then says why).
+  const Result<std::filesystem::path> model =
+      app::resolve_model(args.model.string(), app::ModelSearch::from_process());
+  const std::string model_label = model.ok()            ? model->string()
+                                  : args.model.empty() ? std::string("the default model")
+                                                       : args.model.string();
+
   ServerOptions options;
   options.host = args.host;
   options.port = args.port;
@@ -106,6 +116,7 @@ int run_serve(const ServeArgs& args) {
   options.body_limit = args.body_limit;
   options.model_name = args.served_model_name;
   options.drain_timeout = std::chrono::seconds(args.drain_timeout_s);
+  options.limits.default_max_tokens = args.max_tokens_default;
   if (Status s = access_options(args, &options); !s.is_ok()) {
     say(LogLevel::kError, "{}", s.message());
     return 1;
@@ -124,7 +135,7 @@ int run_serve(const ServeArgs& args) {
   }
   // Printed (not only logged) so scripts can find the port when it was 0.
   say(LogLevel::kInfo, "listening on http://{}:{} (loading {}){}", args.host, server.port(),
-      args.model.string(), options.api_keys.empty() ? "" : ", API key required");
+      model_label, options.api_keys.empty() ? "" : ", API key required");
 
   std::mutex stopper_mu;
   std::optional<std::thread> stopper;
@@ -154,22 +165,30 @@ int run_serve(const ServeArgs& args) {
   std::shared_ptr<GenerationService> service;
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
+    if (!model.ok()) {
+      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", model_label.c_str(),
+                   model.status().to_string().c_str());
+      server.set_load_failed(std::string(model.status().message()));
+      load_failed.store(true);
+      request_stop();
+      return;
+    }
     app::EngineOptions eo;
-    eo.model = args.model;
+    eo.model = *model;
     eo.backend = args.backend;
     eo.max_sessions = args.max_sessions;
     eo.max_session_tokens = args.max_session_tokens;
     eo.prefill_chunk = args.prefill_chunk;
     eo.max_batch_tokens = args.max_batch_tokens;
-    // Snapshots occupy sessions: at most a quarter of them (see engine_service.h).
-    eo.prefix_cache_entries = std::min(args.prefix_cache_entries, args.max_sessions / 4);
+    // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
+    eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();
     Result<std::unique_ptr<app::Engine>> loaded =
         app::Engine::load(eo, [](const app::LoadProgress& p) {
           std::fprintf(stderr, "cellm serve: [%3.0f%%] %s\n", p.fraction * 100.0, p.stage.c_str());
         });
     if (!loaded.ok()) {
-      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", args.model.string().c_str(),
+      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", model_label.c_str(),
                    loaded.status().to_string().c_str());
       server.set_load_failed(std::string(loaded.status().message()));
       load_failed.store(true);
@@ -183,12 +202,16 @@ int run_serve(const ServeArgs& args) {
     server.set_service(service);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string sizing = engine->sizing_summary();
     std::fprintf(stderr,
-                 "cellm serve: ready in %.1f s: model %s on %s, context %d tokens, %d sessions, "
-                 "prefill chunk %d, %d tokens per step, prefix cache %s\n",
+                 "cellm serve: ready in %.1f s: model %s on %s, %s; prefill chunk %d, %d tokens "
+                 "per step, prefix cache %s, requests without max_tokens stop after %s\n",
                  secs, engine->model_name().c_str(), engine->backend_name().c_str(),
-                 engine->max_session_tokens(), engine->max_sessions(), engine->prefill_chunk(),
-                 engine->max_batch_tokens(), service->prefix_caching() ? "on" : "off");
+                 sizing.c_str(), engine->prefill_chunk(), engine->max_batch_tokens(),
+                 service->prefix_caching() ? "on" : "off",
+                 args.max_tokens_default > 0
+                     ? (std::to_string(args.max_tokens_default) + " tokens").c_str()
+                     : "the context's room");
     std::fflush(stderr);
   });
 
