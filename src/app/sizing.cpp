@@ -14,7 +14,9 @@ constexpr std::int64_t kIntMax = std::numeric_limits<std::int32_t>::max();
 
 // What the pool (or the memory budget) must hold for r request sessions of
 // c tokens, and its inverses. In pool mode every session reserves a whole
-// context; in budget mode only the request sessions count (see sizing.h).
+// context, snapshots included: the executor admits only sessions x context
+// <= pool, though a prompt snapshot shares its request's cells. In budget
+// mode only the request sessions count (see sizing.h).
 struct Capacity {
   bool pool_mode = true;
   std::int64_t cells = 0;  // the pool, or the budget in cells
@@ -112,6 +114,34 @@ Result<Sizing> size_engine(const SizingRequest& q) {
     out.context_reason = "--max-session-tokens";
     out.sessions_reason =
         r == kDefaultSessions ? "the default" : fmt::format("as many as fit: {}", cap.what());
+  } else if (cap.pool_mode) {
+    // A pool fixed by device memory serves many requests at once: keep the
+    // default sessions and divide the pool among them (the executor's own
+    // rule), up to the model's context; only when that leaves less than
+    // kMinPoolContext tokens a session do fewer sessions get longer contexts.
+    r = kDefaultSessions;
+    c = std::min(q.model_context, cap.context_at(r));
+    out.sessions_reason = "the default";
+    out.context_reason =
+        c == q.model_context
+            ? std::string("the model's")
+            : fmt::format("{} over {} sessions and their snapshots; the model's is {}",
+                          cap.what(), r, q.model_context);
+    const std::int64_t floor = std::min<std::int64_t>(q.model_context, kMinPoolContext);
+    if (c < floor) {
+      r = std::max<std::int64_t>(cap.sessions_at(floor), 1);
+      c = std::min(q.model_context, cap.context_at(r));
+      if (c < 1) {
+        return out_of_resources(
+            "the KV pool cannot hold one session ({}): free device memory or pass a smaller "
+            "--max-session-tokens",
+            cap.what());
+      }
+      out.sessions_reason = fmt::format("as many as fit at {} tokens: {}", floor, cap.what());
+      out.context_reason = c == q.model_context
+                               ? std::string("the model's")
+                               : fmt::format("{} over {} sessions", cap.what(), r);
+    }
   } else {
     c = q.model_context;
     r = std::min<std::int64_t>(kDefaultSessions, cap.sessions_at(c));

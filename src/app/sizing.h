@@ -13,7 +13,9 @@
 //     snapshot) come on top of the request sessions, so they never take an
 //     admission slot.
 // A CUDA pool is fixed by device memory before sizing, and every session
-// (snapshots included) reserves a full context in it. The CPU pool is chosen
+// (snapshots included) reserves a full context in it. Without flags it keeps
+// kDefaultSessions and divides the pool, up to the model's context, giving up
+// sessions only to keep kMinPoolContext tokens each. The CPU pool is chosen
 // here and committed only as cells are first written (calloc), so only the
 // request sessions' contexts are held to the RAM budget: snapshots share
 // their source's cells.
@@ -32,6 +34,9 @@ inline constexpr std::int32_t kDefaultSessions = 64;
 // Below this many sessions of the model's context, an automatic size lowers
 // the context instead.
 inline constexpr std::int32_t kMinAutoSessions = 4;
+// A device pool divided among the default sessions keeps at least this many
+// tokens a session (or the model's context, when shorter).
+inline constexpr std::int32_t kMinPoolContext = 2048;
 
 struct SizingRequest {
   std::int64_t model_context = 0;   // the model's max_position_embeddings

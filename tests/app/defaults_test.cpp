@@ -48,24 +48,40 @@ TEST(SizingTest, AmplePoolKeepsTheModelsContextAndTheDefaultSessions) {
   EXPECT_EQ(s->sessions_reason, "the default");
 }
 
-TEST(SizingTest, SmallerPoolKeepsTheContextAndLowersTheSessions) {
+TEST(SizingTest, SmallerPoolKeepsTheSessionsAndDividesThePool) {
   const std::int64_t context = 32768;
-  const std::int64_t pool = 40 * context;  // 40 slots: 4 entries + 18 x (request + snapshot)
+  const std::int64_t pool = 40 * context;  // less than a context for each session and entry
   auto s = size_engine(pool_request(context, pool, 4));
   ASSERT_TRUE(s.ok()) << s.status().to_string();
-  EXPECT_EQ(s->context, context);
-  EXPECT_EQ(s->sessions, (40 - 4) / 2);
+  EXPECT_EQ(s->sessions, kDefaultSessions);
+  // Each request, its prompt snapshot and each cache entry reserve a context.
+  EXPECT_EQ(s->context, pool / (2 * kDefaultSessions + 4));
   EXPECT_LE(static_cast<std::int64_t>(s->total_sessions()) * s->context, pool);
+  EXPECT_EQ(s->snapshot_sessions, 4 + kDefaultSessions);
+  EXPECT_NE(s->context_reason.find("the model's is 32768"), std::string::npos)
+      << s->context_reason;
 }
 
-TEST(SizingTest, TinyPoolLowersTheContextForTheFewestSessions) {
+TEST(SizingTest, TinyPoolGivesUpSessionsToKeepTheMinimumContext) {
   const std::int64_t context = 32768;
-  const std::int64_t pool = 2 * context;  // not even kMinAutoSessions sessions of the context
+  const std::int64_t pool = 2 * context;  // 1024 tokens for each of the default sessions
   auto s = size_engine(pool_request(context, pool, 0));
   ASSERT_TRUE(s.ok()) << s.status().to_string();
-  EXPECT_EQ(s->sessions, kMinAutoSessions);
-  EXPECT_EQ(s->context, pool / kMinAutoSessions);
-  EXPECT_NE(s->context_reason.find("over"), std::string::npos) << s->context_reason;
+  EXPECT_EQ(s->sessions, pool / kMinPoolContext);  // no cache: no snapshots
+  EXPECT_EQ(s->context, kMinPoolContext);
+  EXPECT_LE(static_cast<std::int64_t>(s->total_sessions()) * s->context, pool);
+  EXPECT_NE(s->sessions_reason.find("as many as fit"), std::string::npos) << s->sessions_reason;
+}
+
+TEST(SizingTest, PoolSmallerThanTheMinimumContextKeepsOneSession) {
+  auto s = size_engine(pool_request(32768, 1000, 0));
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->sessions, 1);
+  EXPECT_EQ(s->context, 1000);
+  auto with_cache = size_engine(pool_request(32768, 1000, 2));
+  ASSERT_TRUE(with_cache.ok()) << with_cache.status().to_string();
+  EXPECT_EQ(with_cache->sessions, 1);
+  EXPECT_EQ(with_cache->context, 1000 / 4);  // the request, its snapshot and two entries
 }
 
 TEST(SizingTest, GivenSessionsDivideThePoolUpToTheModelsContext) {
