@@ -166,8 +166,7 @@ int run_serve(const ServeArgs& args) {
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
     if (!model.ok()) {
-      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", model_label.c_str(),
-                   model.status().to_string().c_str());
+      say(LogLevel::kError, "loading {} failed: {}", model_label, model.status().to_string());
       server.set_load_failed(std::string(model.status().message()));
       load_failed.store(true);
       request_stop();
@@ -185,11 +184,10 @@ int run_serve(const ServeArgs& args) {
     const auto t0 = std::chrono::steady_clock::now();
     Result<std::unique_ptr<app::Engine>> loaded =
         app::Engine::load(eo, [](const app::LoadProgress& p) {
-          std::fprintf(stderr, "cellm serve: [%3.0f%%] %s\n", p.fraction * 100.0, p.stage.c_str());
+          say(LogLevel::kInfo, "[{:3.0f}%] {}", p.fraction * 100.0, p.stage);
         });
     if (!loaded.ok()) {
-      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", model_label.c_str(),
-                   loaded.status().to_string().c_str());
+      say(LogLevel::kError, "loading {} failed: {}", model_label, loaded.status().to_string());
       server.set_load_failed(std::string(loaded.status().message()));
       load_failed.store(true);
       request_stop();
@@ -203,16 +201,13 @@ int run_serve(const ServeArgs& args) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string sizing = engine->sizing_summary();
-    std::fprintf(stderr,
-                 "cellm serve: ready in %.1f s: model %s on %s, %s; prefill chunk %d, %d tokens "
-                 "per step, prefix cache %s, requests without max_tokens stop after %s\n",
-                 secs, engine->model_name().c_str(), engine->backend_name().c_str(),
-                 sizing.c_str(), engine->prefill_chunk(), engine->max_batch_tokens(),
-                 service->prefix_caching() ? "on" : "off",
-                 args.max_tokens_default > 0
-                     ? (std::to_string(args.max_tokens_default) + " tokens").c_str()
-                     : "the context's room");
-    std::fflush(stderr);
+    say(LogLevel::kInfo,
+        "ready in {:.1f} s: model {} on {}, {}; prefill chunk {}, {} tokens per step, prefix "
+        "cache {}, requests without max_tokens stop after {}",
+        secs, engine->model_name(), engine->backend_name(), sizing, engine->prefill_chunk(),
+        engine->max_batch_tokens(), service->prefix_caching() ? "on" : "off",
+        args.max_tokens_default > 0 ? std::to_string(args.max_tokens_default) + " tokens"
+                                    : std::string("the context's room"));
   });
 
   const Status served = server.serve();
