@@ -13,6 +13,12 @@ bool fail(RequestError* error, std::string param, Status status) {
   return false;
 }
 
+// obj[key] == "function", without throwing when the value is not a string.
+bool is_function_type(const json& obj) {
+  auto it = obj.find("type");
+  return it != obj.end() && it->is_string() && *it == "function";
+}
+
 }  // namespace
 
 // Assistant turns that carry tool_calls: checked, and each call's arguments
@@ -57,7 +63,7 @@ bool parse_tools(const json& tools, RequestError* error) {
   for (std::size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
     const std::string at = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+    if (!t.is_object() || !is_function_type(t) || !t.contains("function") ||
         !t["function"].is_object()) {
       return fail(error, at,
                   invalid_argument("each tool must be {{\"type\": \"function\", "
@@ -88,7 +94,7 @@ bool parse_tool_choice(const json& choice, GenerationRequest* req, RequestError*
     return fail(error, "tool_choice",
                 invalid_argument("tool_choice \"{}\" is not supported: {}", s, kSupported));
   }
-  if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("function") &&
+  if (choice.is_object() && is_function_type(choice) && choice.contains("function") &&
       choice["function"].is_object() && choice["function"].contains("name") &&
       choice["function"]["name"].is_string()) {
     const std::string name = choice["function"]["name"].get<std::string>();

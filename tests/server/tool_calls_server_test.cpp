@@ -185,6 +185,15 @@ TEST(ToolCallsServerTest, MalformedToolsAndToolCallsAreRefusedByField) {
                         chat_body({{"tools", json::array({{{"type", "function"}}})}}));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "tools[0]") << r.raw;
+  // Wrongly typed fields are refused, not thrown on.
+  r = ts.post("/v1/chat/completions", chat_body({{"tools", json::array({{{"type", 5}}})}}));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "tools[0]") << r.raw;
+  r = ts.post("/v1/chat/completions",
+              chat_body({{"tools", weather_tools()},
+                         {"tool_choice", {{"type", 1}, {"function", {{"name", 2}}}}}}));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "tool_choice") << r.raw;
   json messages =
       json::array({{{"role", "user"}, {"content", "x"}},
                    {{"role", "assistant"},
