@@ -236,13 +236,14 @@ void ToolCallParser::release(std::string text, ToolParse* out) {
   std::size_t end = all.size();
   while (end > 0 && is_space(all[end - 1])) --end;
   std::size_t begin = 0;
-  if (!calls_.empty() && !any_content_since_call_) {
+  // Text after a call keeps its separation from earlier text; with nothing
+  // before, the reply does not start with the whitespace after a call.
+  if (!calls_.empty() && !any_content_) {
     while (begin < end && is_space(all[begin])) ++begin;
   }
   if (end > begin) {
     out->content.append(all, begin, end - begin);
     any_content_ = true;
-    any_content_since_call_ = true;
   }
   pending_ws_ = all.substr(std::max(end, begin));
 }
@@ -260,7 +261,6 @@ bool ToolCallParser::take_calls(std::string_view body, ToolParse* out) {
     out->calls.push_back(std::move(call));
   }
   pending_ws_.clear();
-  any_content_since_call_ = false;
   return true;
 }
 

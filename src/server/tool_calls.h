@@ -78,7 +78,6 @@ class ToolCallParser {
   std::string buf_;           // undecided text
   std::string pending_ws_;    // trailing whitespace of the content, dropped next to a call
   bool any_content_ = false;  // non-whitespace content released
-  bool any_content_since_call_ = false;  // ... since the last call
   std::vector<ToolCall> calls_;
 };
 

@@ -116,7 +116,9 @@ TEST(HermesToolCallsTest, TextBeforeAndAfterStaysContent) {
   check(ToolFormat::kHermes,
         "Let me look that up.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": "
         "\"a < b\", \"n\": 3}}\n</tool_call>\nOne moment.",
-        {"Let me look that up.One moment.", {{"search", {{"q", "a < b"}, {"n", 3}}}}});
+        {"Let me look that up.\nOne moment.", {{"search", {{"q", "a < b"}, {"n", 3}}}}});
+  check(ToolFormat::kHermes, "<tool_call>{\"name\": \"f\"}</tool_call>\n\nDone.  ",
+        {"Done.", {{"f", json::object()}}});
 }
 
 TEST(HermesToolCallsTest, ArgumentsAsJsonStringAndNoArguments) {
