@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "server/tool_request.h"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -196,6 +198,14 @@ bool parse_messages(Parser& p, const json& v, GenerationRequest* req) {
     for (auto it = m.begin(); it != m.end(); ++it) {
       if (it.key() != "role" && it.key() != "content") msg.extra[it.key()] = it.value();
     }
+    if (msg.extra.contains("tool_calls") && !msg.extra["tool_calls"].is_null()) {
+      if (msg.role != "assistant") {
+        return p.fail(fmt::format("messages[{}].tool_calls", i),
+                      invalid_argument("only assistant messages carry 'tool_calls'"));
+      }
+      RequestError e;
+      if (!parse_tool_calls(msg.extra["tool_calls"], i, &e)) return p.fail(e.param, e.status);
+    }
     req->messages.push_back(std::move(msg));
   }
   return true;
@@ -271,14 +281,16 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
     } else {
       parse_messages(p, *messages, &req);
     }
+    RequestError e;
     if (const json* tools = p.field("tools")) {
-      if (!tools->is_array()) p.fail("tools", invalid_argument("'tools' must be a list"));
-      req.tools = *tools;
+      if (!parse_tools(*tools, &e)) {
+        p.fail(e.param, e.status);
+      } else if (!tools->empty()) {
+        req.tools = *tools;
+      }
     }
     if (const json* choice = p.field("tool_choice")) {
-      if (!(choice->is_string() && (*choice == "auto" || *choice == "none"))) {
-        p.fail("tool_choice", not_supported("only tool_choice 'auto' or 'none' is supported"));
-      }
+      if (!parse_tool_choice(*choice, &req, &e)) p.fail(e.param, e.status);
     }
     req.chat_template_kwargs = json::object();
     if (const json* kw = p.field("chat_template_kwargs")) {

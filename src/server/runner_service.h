@@ -48,6 +48,7 @@ struct RunnerServiceConfig {
   bool snapshots_have_own_sessions = false;
   std::vector<Token> stop_tokens;  // EOS set; dropped with ignore_eos
   SamplingDefaults sampling_defaults;  // the model's, for unset request settings
+  ToolFormat tool_format = ToolFormat::kNone;
 };
 
 class RunnerService final : public GenerationService {
@@ -64,6 +65,7 @@ class RunnerService final : public GenerationService {
   bool prefix_caching() const override { return cache_ != nullptr; }
   std::vector<Token> stop_tokens() const override { return config_.stop_tokens; }
   bool can_suppress_tokens() const override { return runner_.can_suppress_tokens(); }
+  ToolFormat tool_format() const override { return config_.tool_format; }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override;
   Result<std::string> render_chat(const nlohmann::ordered_json& messages,
