@@ -11,8 +11,8 @@
 namespace cellm::app {
 
 Status probe_chat_template(const std::filesystem::path& path) {
-  const std::string name = path.filename().empty() ? path.parent_path().filename().string()
-                                                   : path.filename().string();
+  const std::string name =
+      path.filename().empty() ? path.parent_path().filename().string() : path.filename().string();
   std::error_code ec;
   const bool folder = std::filesystem::is_directory(path, ec);
   // A file is read as GGUF, the only single-file format the loader takes.

@@ -48,8 +48,8 @@ Result<ChatModel::Answer> ChatModel::answer(const nlohmann::ordered_json& messag
   if (full.empty()) return internal_error("the chat template rendered no tokens");
   const auto mismatch = std::mismatch(held_.begin(), held_.end(), full.begin(), full.end());
   // At least one token must be fed for the model to answer.
-  std::size_t keep = std::min(static_cast<std::size_t>(mismatch.first - held_.begin()),
-                              full.size() - 1);
+  std::size_t keep =
+      std::min(static_cast<std::size_t>(mismatch.first - held_.begin()), full.size() - 1);
   if (keep < held_.size()) {
     if (!rewind(keep)) return unavailable("the engine has no room for a chat session");
     keep = held_.size();

@@ -119,11 +119,12 @@ ChatInput parse_chat_input(std::string_view line) {
   const std::string_view text = trim(line);
   if (text.empty()) return {ChatInputKind::kEmpty, {}};
   if (text[0] != '/') return {ChatInputKind::kMessage, std::string(text)};
-  if (text.size() > 1 && text[1] == '/') return {ChatInputKind::kMessage, std::string(text.substr(1))};
+  if (text.size() > 1 && text[1] == '/')
+    return {ChatInputKind::kMessage, std::string(text.substr(1))};
   const auto space = text.find_first_of(kSpace);
   const std::string_view word = text.substr(0, space);
-  const std::string_view arg = space == std::string_view::npos ? std::string_view()
-                                                               : trim(text.substr(space));
+  const std::string_view arg =
+      space == std::string_view::npos ? std::string_view() : trim(text.substr(space));
   if (word == "/quit" || word == "/exit") return {ChatInputKind::kQuit, {}};
   if (word == "/reset") return {ChatInputKind::kReset, {}};
   if (word == "/system") return {ChatInputKind::kSystem, std::string(arg)};
@@ -135,8 +136,7 @@ ChatInput parse_chat_input(std::string_view line) {
 CommandReply run_chat_command(Conversation& conversation, const ChatInput& input,
                               const std::string& home) {
   switch (input.kind) {
-    case ChatInputKind::kQuit:
-      return {"", true};
+    case ChatInputKind::kQuit: return {"", true};
     case ChatInputKind::kReset: {
       const std::size_t forgotten = conversation.user_turns();
       conversation.reset();
@@ -146,8 +146,9 @@ CommandReply run_chat_command(Conversation& conversation, const ChatInput& input
     case ChatInputKind::kSystem:
       if (input.text.empty()) {
         if (conversation.system().empty()) {
-          return {"no system message (the chat template may add its own default); "
-                  "set one with /system TEXT"};
+          return {
+              "no system message (the chat template may add its own default); "
+              "set one with /system TEXT"};
         }
         return {"system message: " + conversation.system()};
       }
@@ -162,15 +163,14 @@ CommandReply run_chat_command(Conversation& conversation, const ChatInput& input
       if (!saved.is_ok()) return {"could not save: " + std::string(saved.message())};
       return {fmt::format("saved {} message{} to {}", n, n == 1 ? "" : "s", path)};
     }
-    case ChatInputKind::kHelp:
-      return {chat_help()};
+    case ChatInputKind::kHelp: return {chat_help()};
     case ChatInputKind::kUnknown:
-      return {fmt::format("unknown command {}; /help lists the commands (start a message with "
-                          "// to send one that begins with /)",
-                          input.text)};
+      return {
+          fmt::format("unknown command {}; /help lists the commands (start a message with "
+                      "// to send one that begins with /)",
+                      input.text)};
     case ChatInputKind::kEmpty:
-    case ChatInputKind::kMessage:
-      break;
+    case ChatInputKind::kMessage: break;
   }
   return {};
 }

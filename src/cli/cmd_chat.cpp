@@ -64,11 +64,12 @@ bool take_turn(app::Engine& engine, ChatModel& model, Conversation& conversation
     return true;
   }
   if (!fit->fits) {
-    say(fmt::format("cellm: that message does not fit: it takes {} tokens{}, and with room for "
-                    "an answer of --max-tokens {} the session's {} are exceeded; type something "
-                    "shorter (or lower --max-tokens, or raise --max-session-tokens)",
-                    fit->prompt_tokens, conversation.system().empty() ? "" : " with the system message",
-                    sampling.max_tokens, limit));
+    say(fmt::format(
+        "cellm: that message does not fit: it takes {} tokens{}, and with room for "
+        "an answer of --max-tokens {} the session's {} are exceeded; type something "
+        "shorter (or lower --max-tokens, or raise --max-session-tokens)",
+        fit->prompt_tokens, conversation.system().empty() ? "" : " with the system message",
+        sampling.max_tokens, limit));
     conversation.pop_last();
     return true;
   }
@@ -114,8 +115,10 @@ bool take_turn(app::Engine& engine, ChatModel& model, Conversation& conversation
 }
 
 int chat(const ChatArgs& args) {
-  if (args.model.max_session_tokens > 0 && args.sampling.max_tokens >= args.model.max_session_tokens) {
-    say(fmt::format("cellm: --max-tokens {} leaves no room for the conversation in "
+  if (args.model.max_session_tokens > 0 &&
+      args.sampling.max_tokens >= args.model.max_session_tokens) {
+    say(
+        fmt::format("cellm: --max-tokens {} leaves no room for the conversation in "
                     "--max-session-tokens {}; lower the first or raise the second",
                     args.sampling.max_tokens, args.model.max_session_tokens));
     return 2;
@@ -129,7 +132,8 @@ int chat(const ChatArgs& args) {
     return 1;
   }
   if (args.sampling.max_tokens >= engine->max_session_tokens()) {
-    say(fmt::format("cellm: --max-tokens {} leaves no room for the conversation in a session of "
+    say(
+        fmt::format("cellm: --max-tokens {} leaves no room for the conversation in a session of "
                     "{} tokens; lower it, or raise --max-session-tokens",
                     args.sampling.max_tokens, engine->max_session_tokens()));
     return 2;
@@ -140,8 +144,8 @@ int chat(const ChatArgs& args) {
     return 1;
   }
 
-  auto reader = make_line_reader(args.no_history ? std::filesystem::path() : default_history_file(),
-                                 &say);
+  auto reader =
+      make_line_reader(args.no_history ? std::filesystem::path() : default_history_file(), &say);
   const bool terminal = reader->interactive();
   std::optional<InterruptCatcher> catcher;
   if (terminal) catcher.emplace();

@@ -5,11 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <histedit.h>
 #include <iostream>
 #include <string_view>
 #include <system_error>
-
-#include <histedit.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -111,7 +110,8 @@ class EditLineReader final : public LineReader {
     EditLineReader* reader = self(el);
     reader->interrupted_ = true;
     const LineInfo* info = el_line(el);
-    reader->abandoned_.assign(info->buffer, static_cast<std::size_t>(info->lastchar - info->buffer));
+    reader->abandoned_.assign(info->buffer,
+                              static_cast<std::size_t>(info->lastchar - info->buffer));
     return CC_NEWLINE;  // ends el_gets; read() discards the line
   }
 
@@ -190,7 +190,8 @@ std::unique_ptr<LineReader> make_line_reader(const std::filesystem::path& histor
 
 std::filesystem::path default_history_file() {
   const char* state = std::getenv("XDG_STATE_HOME");
-  if (state != nullptr && state[0] == '/') return std::filesystem::path(state) / "cellm" / "chat_history";
+  if (state != nullptr && state[0] == '/')
+    return std::filesystem::path(state) / "cellm" / "chat_history";
   const char* home = std::getenv("HOME");
   if (home != nullptr && home[0] != '\0') {
     return std::filesystem::path(home) / ".local" / "state" / "cellm" / "chat_history";

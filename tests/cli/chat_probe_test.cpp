@@ -83,8 +83,7 @@ TEST_F(ChatProbeTest, AFileThatIsNotGgufIsAReadError) {
 
 TEST_F(ChatProbeTest, HuggingFaceFolders) {
   const auto with_config = folder("config");
-  write(with_config / "tokenizer_config.json",
-        nlohmann::json{{"chat_template", kTemplate}}.dump());
+  write(with_config / "tokenizer_config.json", nlohmann::json{{"chat_template", kTemplate}}.dump());
   EXPECT_TRUE(probe_chat_template(with_config).is_ok());
 
   const auto with_jinja = folder("jinja");

@@ -107,8 +107,7 @@ TEST(FitConversationTest, DropsTheFewestOldestTurnsAndKeepsTheSystemMessage) {
       auto fit = fit_conversation(c, count_chars, answer, limit);
       ASSERT_TRUE(fit.ok()) << fit.status().to_string();
       ASSERT_TRUE(fit->fits) << pairs << " pairs, drop " << must_drop;
-      EXPECT_EQ(fit->dropped_turns, static_cast<std::size_t>(must_drop))
-          << pairs << " pairs";
+      EXPECT_EQ(fit->dropped_turns, static_cast<std::size_t>(must_drop)) << pairs << " pairs";
       EXPECT_EQ(fit->prompt_tokens, total - pair * must_drop);
       EXPECT_LE(fit->prompt_tokens + answer, limit);
       EXPECT_EQ(c.system(), "system text");
