@@ -37,12 +37,12 @@ class ChatProbeTest : public ::testing::Test {
     GgufBuilder g;
     g.kv_str("general.architecture", "llama").kv_str("tokenizer.ggml.model", "gpt2");
     if (chat_template != nullptr) g.kv_str("tokenizer.chat_template", *chat_template);
-    const auto path = dir_ / name;
+    auto path = dir_ / name;
     cellm::testing::write_file(path, g.build());
     return path;
   }
   std::filesystem::path folder(const std::string& name) {
-    const auto path = dir_ / name;
+    auto path = dir_ / name;
     std::filesystem::create_directories(path);
     return path;
   }
