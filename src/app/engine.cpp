@@ -27,7 +27,10 @@ struct Engine::Impl {
   std::unique_ptr<PrefixCache> prefix_cache;
   std::string model_name;
   std::string backend_name;
-  std::int32_t max_sessions = 0;
+  Sizing sizing;
+  std::uint64_t cell_bytes = 0;
+  std::int32_t prefix_cache_entries = 0;
+  SamplingDefaults generation_defaults;
   std::int32_t prefill_chunk = 0;
   std::int32_t max_batch_tokens = 0;
 };
@@ -49,8 +52,12 @@ std::string name_of(const std::filesystem::path& path) {
 
 Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
                                              const ProgressCallback& progress) {
-  if (options.max_sessions <= 0) {
-    return invalid_argument("max_sessions must be positive, got {}", options.max_sessions);
+  if (options.max_sessions < 0 || options.max_session_tokens < 0 ||
+      options.prefix_cache_entries < 0) {
+    return invalid_argument(
+        "max_sessions {}, max_session_tokens {} and prefix_cache_entries {} must not be negative "
+        "(0 picks the default)",
+        options.max_sessions, options.max_session_tokens, options.prefix_cache_entries);
   }
   if (options.prefill_chunk < 0 || options.max_batch_tokens < 0 ||
       options.max_decode_sequences < 0) {
@@ -61,7 +68,6 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   }
   auto impl = std::make_unique<Impl>();
   impl->model_name = name_of(options.model);
-  impl->max_sessions = options.max_sessions;
 
   report(progress, fmt::format("reading {}", options.model.string()), 0.0);
   model::LoadOptions load_options;
@@ -83,14 +89,29 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
     }
   }
 
+  CELLM_ASSIGN_OR_RETURN(impl->generation_defaults, load_generation_defaults(impl->model));
+  // Logged once: requests and CLI runs that leave a setting unset get these.
+  CELLM_LOG_INFO("engine: the model's sampling defaults: {}",
+                 describe_sampling_defaults(impl->generation_defaults));
+
   report(progress, "building program", 0.5);
   CudaExecutorConfig config;
   config.model_path = options.model.string();
   config.backend = options.backend;
-  config.max_sessions = options.max_sessions;
-  config.max_session_tokens = options.max_session_tokens;
   config.program = options.program;
-  CELLM_ASSIGN_OR_RETURN(LoadedExecutor loaded, create_executor(std::move(impl->model), config));
+  SizingRequest sizing;
+  sizing.sessions = options.max_sessions;
+  sizing.session_tokens = options.max_session_tokens;
+  // Each cache entry is a session, and so is each generating request's
+  // prompt snapshot (PromptCapture) until the request ends.
+  sizing.fixed_snapshots = options.prefix_cache_entries;
+  sizing.per_request_snapshots = options.prefix_cache_entries > 0 ? 1 : 0;
+  CELLM_ASSIGN_OR_RETURN(SizedExecutor sized,
+                         create_sized_executor(std::move(impl->model), config, sizing));
+  LoadedExecutor& loaded = sized.loaded;
+  impl->sizing = sized.sizing;
+  impl->cell_bytes = sized.cell_bytes;
+  CELLM_LOG_INFO("engine: {}", app::sizing_summary(impl->sizing, impl->cell_bytes));
   impl->program = std::move(loaded.program);
   impl->executor = std::move(loaded.executor);
   impl->backend_name = loaded.backend;
@@ -99,7 +120,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   const std::size_t preferred = impl->executor->preferred_batch_tokens();
   const std::size_t decodes = options.max_decode_sequences > 0
                                   ? static_cast<std::size_t>(options.max_decode_sequences)
-                                  : static_cast<std::size_t>(options.max_sessions);
+                                  : static_cast<std::size_t>(impl->sizing.sessions);
   constexpr std::size_t kDefaultChunk = 256;
   const std::size_t chunk = std::min<std::size_t>(
       options.prefill_chunk > 0 ? static_cast<std::size_t>(options.prefill_chunk) : kDefaultChunk,
@@ -126,6 +147,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   if (options.prefix_cache_entries > 0) {
     impl->prefix_cache =
         std::make_unique<PrefixCache>(static_cast<std::size_t>(options.prefix_cache_entries));
+    impl->prefix_cache_entries = options.prefix_cache_entries;
   }
   report(progress, "ready", 1.0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -189,7 +211,22 @@ std::int32_t Engine::max_session_tokens() const {
   return impl_->executor->max_session_tokens();
 }
 std::int32_t Engine::max_sessions() const {
-  return impl_->max_sessions;
+  return impl_->sizing.sessions;
+}
+std::int32_t Engine::snapshot_sessions() const {
+  return impl_->sizing.snapshot_sessions;
+}
+std::int32_t Engine::prefix_cache_entries() const {
+  return impl_->prefix_cache_entries;
+}
+const Sizing& Engine::sizing() const {
+  return impl_->sizing;
+}
+std::string Engine::sizing_summary() const {
+  return app::sizing_summary(impl_->sizing, impl_->cell_bytes);
+}
+const SamplingDefaults& Engine::generation_defaults() const {
+  return impl_->generation_defaults;
 }
 std::int32_t Engine::prefill_chunk() const {
   return impl_->prefill_chunk;

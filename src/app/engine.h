@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/generation_defaults.h"
+#include "app/sizing.h"
 #include "cellm/runner.h"
 #include "cellm/status.h"
 #include "model/model_spec.h"
@@ -37,8 +39,11 @@ namespace cellm::app {
 struct EngineOptions {
   std::filesystem::path model;             // Hugging Face folder or .gguf file
   std::string backend = "auto";            // "auto", "cpu" or "cuda"
-  std::int32_t max_sessions = 64;          // resident sessions: requests, clones, prefix snapshots
-  std::int32_t max_session_tokens = 0;     // 0: divide the pool across sessions, capped by context
+  // Sessions generating at once (requests and their extra choices); 0: 64,
+  // or as many as the KV memory holds at the context. Prefix-cache snapshots
+  // get sessions of their own beyond these (see app/sizing.h).
+  std::int32_t max_sessions = 0;
+  std::int32_t max_session_tokens = 0;     // 0: the model's context (as memory allows)
   std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
   std::int32_t max_batch_tokens = 0;       // 0: decodes plus two prefill chunks
   // Prompt tokens a session prefills per engine step (0: 256), capped by the
@@ -86,7 +91,18 @@ class Engine {
   const std::string& model_name() const;    // file or folder name
   const std::string& backend_name() const;  // "cpu" or "cuda"
   std::int32_t max_session_tokens() const;  // the per-session position limit
+  // Sessions that generate at once (the admission limit), and the sessions
+  // held beyond them for prefix-cache snapshots (the engine's PrefixCache
+  // entries plus one prompt snapshot per generating session).
   std::int32_t max_sessions() const;
+  std::int32_t snapshot_sessions() const;
+  std::int32_t prefix_cache_entries() const;  // 0 without a cache
+  // How the context and sessions were chosen, as logged at load.
+  const Sizing& sizing() const;
+  std::string sizing_summary() const;
+  // Sampling defaults the model ships (generation_config.json or GGUF
+  // general.sampling.*); every field unset when it ships none.
+  const SamplingDefaults& generation_defaults() const;
   // The scheduler's limits as resolved at load.
   std::int32_t prefill_chunk() const;
   std::int32_t max_batch_tokens() const;

@@ -14,14 +14,9 @@ Result<LoadedExecutor> create_executor(const CudaExecutorConfig& config) {
   return create_executor(std::move(model), config);
 }
 
-Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecutorConfig& config) {
-  if (config.max_sessions <= 0) {
-    return invalid_argument("max_sessions must be positive, got {}", config.max_sessions);
-  }
-  if (config.max_session_tokens < 0) {
-    return invalid_argument("max_session_tokens must be 0 (divide the pool) or positive, got {}",
-                            config.max_session_tokens);
-  }
+namespace {
+
+Status check_config(const CudaExecutorConfig& config) {
   if (config.kv_dtype != DType::kBF16 && config.kv_dtype != DType::kF32) {
     return not_supported("kv_dtype {}: K/V are stored as bf16 on the GPU and f32 on the CPU",
                          dtype_name(config.kv_dtype));
@@ -36,6 +31,56 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
         "additional_cuda_graph_methods: the programs export no other static "
         "method to capture");
   }
+  return Status::ok();
+}
+
+// Builds the program and the executor over it once the pool is known.
+Result<LoadedExecutor> finish(LoadedExecutor out, const BackendChoice& backend,
+                              const CudaExecutorConfig& config,
+                              const program::ProgramOptions& options, int sessions,
+                              int session_tokens) {
+  if (config.initial_capacity >= 0 && options.kv_cells > 0 &&
+      config.initial_capacity > options.kv_cells) {
+    return invalid_argument("initial_capacity {} exceeds the pool of {} cells",
+                            config.initial_capacity, options.kv_cells);
+  }
+  if (!out.program) {
+    CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
+  }
+#ifdef CELLM_HAVE_CUDA
+  if (auto* knobs = cuda::cuda_program_knobs(*out.program)) {
+    knobs->use_graphs = config.options.cuda_graph_for_static_methods;
+  }
+#endif
+  CELLM_ASSIGN_OR_RETURN(out.executor,
+                         executor::CudaExecutor::create(out.program, sessions, session_tokens));
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t cpu_cell_bytes(const model::ModelSpec& spec) {
+  return static_cast<std::uint64_t>(std::max(spec.num_layers, 0)) * 2u *
+         static_cast<std::uint64_t>(std::max(spec.num_kv_heads, 0)) *
+         static_cast<std::uint64_t>(std::max(spec.head_dim, 0)) * sizeof(float);
+}
+
+std::uint64_t cpu_kv_budget_bytes(const model::ModelSpec& spec) {
+  const std::uint64_t ram = physical_memory_bytes();
+  const auto weights = static_cast<std::uint64_t>(std::max<std::int64_t>(spec.parameter_count(), 0)) *
+                       sizeof(float);
+  return ram > weights ? ram - weights : 1;  // 1: no room at all (unknown RAM is 0)
+}
+
+Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecutorConfig& config) {
+  if (config.max_sessions <= 0) {
+    return invalid_argument("max_sessions must be positive, got {}", config.max_sessions);
+  }
+  if (config.max_session_tokens < 0) {
+    return invalid_argument("max_session_tokens must be 0 (divide the pool) or positive, got {}",
+                            config.max_session_tokens);
+  }
+  CELLM_RETURN_IF_ERROR(check_config(config));
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
   out.backend = backend.name;
@@ -43,24 +88,61 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
   program::ProgramOptions options = config.program;
   int session_tokens = config.max_session_tokens;
   if (options.kv_cells == 0 && !backend.sizes_pool_from_memory) {
-    // A CPU pool holds every session's reservation outright.
-    if (session_tokens == 0) session_tokens = std::min<int>(out.model.spec.max_context, 4096);
-    options.kv_cells = config.max_sessions * session_tokens + 1;
+    // A CPU pool holds every session's reservation outright (committed as
+    // cells are first written), each up to the model's context as memory allows.
+    SizingRequest q;
+    q.model_context = out.model.spec.max_context;
+    q.sessions = config.max_sessions;
+    q.session_tokens = config.max_session_tokens;
+    q.memory_budget_bytes = cpu_kv_budget_bytes(out.model.spec);
+    q.cell_bytes = cpu_cell_bytes(out.model.spec);
+    q.max_step = options.max_step;
+    CELLM_ASSIGN_OR_RETURN(Sizing sizing, size_engine(q));
+    session_tokens = sizing.context;
+    options.kv_cells = static_cast<std::int32_t>(sizing.pool_cells + 1);
   }
-  if (config.initial_capacity >= 0 && options.kv_cells > 0 &&
-      config.initial_capacity > options.kv_cells) {
-    return invalid_argument("initial_capacity {} exceeds the pool of {} cells",
-                            config.initial_capacity, options.kv_cells);
+  return finish(std::move(out), backend, config, options, config.max_sessions, session_tokens);
+}
+
+Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
+                                            const CudaExecutorConfig& config,
+                                            SizingRequest request) {
+  CELLM_RETURN_IF_ERROR(check_config(config));
+  SizedExecutor sized;
+  LoadedExecutor out;
+  CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
+  out.backend = backend.name;
+  out.model = std::move(model);
+  program::ProgramOptions options = config.program;
+  request.model_context = out.model.spec.max_context;
+  request.max_step = options.max_step;
+  sized.cell_bytes = cpu_cell_bytes(out.model.spec);
+  if (options.kv_cells == 0 && !backend.sizes_pool_from_memory) {
+    request.pool_cells = 0;
+    request.memory_budget_bytes = cpu_kv_budget_bytes(out.model.spec);
+    request.cell_bytes = sized.cell_bytes;
+    CELLM_ASSIGN_OR_RETURN(sized.sizing, size_engine(request));
+    options.kv_cells = static_cast<std::int32_t>(sized.sizing.pool_cells + 1);
+  } else {
+    // The backend sized its pool (device memory, or an explicit cell count):
+    // build the program first and divide what it holds.
+    CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
+    const std::int64_t max_cells =
+        out.program->constant(program::kMaxCellsConstant).value_or(0);
+    if (max_cells < 2) {
+      return invalid_program("the {} program publishes a pool of {} cells", backend.name,
+                             max_cells);
+    }
+    request.pool_cells = max_cells - 1;  // the scratch cell is nobody's
+    if (const auto bytes = out.program->constant(program::kKvCellBytesConstant)) {
+      if (*bytes > 0) sized.cell_bytes = static_cast<std::uint64_t>(*bytes);
+    }
+    CELLM_ASSIGN_OR_RETURN(sized.sizing, size_engine(request));
   }
-  CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
-#ifdef CELLM_HAVE_CUDA
-  if (auto* knobs = cuda::cuda_program_knobs(*out.program)) {
-    knobs->use_graphs = config.options.cuda_graph_for_static_methods;
-  }
-#endif
-  CELLM_ASSIGN_OR_RETURN(out.executor, executor::CudaExecutor::create(
-                                           out.program, config.max_sessions, session_tokens));
-  return out;
+  CELLM_ASSIGN_OR_RETURN(sized.loaded,
+                         finish(std::move(out), backend, config, options,
+                                sized.sizing.total_sessions(), sized.sizing.context));
+  return sized;
 }
 
 }  // namespace cellm::app

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/sizing.h"
 #include "cellm/status.h"
 #include "core/dtype.h"
 #include "executor/cuda_executor.h"
@@ -53,6 +54,28 @@ struct LoadedExecutor {
 // over it. Methods load (and graphs are captured) in executor->initialize().
 Result<LoadedExecutor> create_executor(const CudaExecutorConfig& config);
 // The same over a model already loaded (config.model_path is then only a label).
+// A CPU pool (program.kv_cells 0) holds config.max_sessions sessions of
+// max_session_tokens, or of the model's context as far as memory allows.
 Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecutorConfig& config);
+
+// The Engine's form: sessions and context come from size_engine (app/sizing.h)
+// rather than config.max_sessions / max_session_tokens. `request` carries the
+// user's values (0: automatic) and the snapshot sessions; the pool, memory
+// budget, cell size and widest step are filled in here. The executor holds
+// sizing.total_sessions() sessions of sizing.context tokens.
+struct SizedExecutor {
+  LoadedExecutor loaded;
+  Sizing sizing;
+  std::uint64_t cell_bytes = 0;  // K and V of one cell over every layer
+};
+Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
+                                            const CudaExecutorConfig& config,
+                                            SizingRequest request);
+
+// K and V bytes of one cell in the CPU program (f32 over every layer).
+std::uint64_t cpu_cell_bytes(const model::ModelSpec& spec);
+// The memory the CPU pool's sessions may take: the machine's RAM less the
+// model's weights (f32 on the CPU), 0 when unknown.
+std::uint64_t cpu_kv_budget_bytes(const model::ModelSpec& spec);
 
 }  // namespace cellm::app

@@ -35,20 +35,24 @@ void say(const std::string& text) {
 }
 
 // The chat template decides whether chat can work at all: refuse before
-// spending the time and memory of loading the weights.
-bool model_can_chat(const ModelArgs& args) {
-  const std::filesystem::path path = args.model.empty() ? default_model_path() : args.model;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return true;  // load_engine says what to do
-  const Status usable = app::probe_chat_template(path);
-  if (usable.is_ok()) return true;
-  if (usable.code() == StatusCode::kNotFound || usable.code() == StatusCode::kNotSupported) {
-    say(fmt::format("cellm: {}, so it cannot chat; use `cellm run` to complete text with it",
-                    usable.message()));
-  } else {
-    say("cellm: " + usable.to_string());
+// spending the time and memory of loading the weights. Returns the model's
+// arguments with MODEL resolved to its path, or nullopt after saying why not.
+std::optional<ModelArgs> model_that_can_chat(const ModelArgs& args) {
+  std::optional<std::filesystem::path> path = find_model_or_report(args.model);
+  if (!path) return std::nullopt;
+  const Status usable = app::probe_chat_template(*path);
+  if (!usable.is_ok()) {
+    if (usable.code() == StatusCode::kNotFound || usable.code() == StatusCode::kNotSupported) {
+      say(fmt::format("cellm: {}, so it cannot chat; use `cellm run` to complete text with it",
+                      usable.message()));
+    } else {
+      say("cellm: " + usable.to_string());
+    }
+    return std::nullopt;
   }
-  return false;
+  ModelArgs resolved = args;
+  resolved.model = path->string();
+  return resolved;
 }
 
 // One turn: make it fit, stream the answer, keep it. False only when the
@@ -123,8 +127,9 @@ int chat(const ChatArgs& args) {
                     args.sampling.max_tokens, args.model.max_session_tokens));
     return 2;
   }
-  if (!model_can_chat(args.model)) return 1;
-  auto engine = load_engine(args.model, /*show_progress=*/true);
+  const std::optional<ModelArgs> model_args = model_that_can_chat(args.model);
+  if (!model_args) return 1;
+  auto engine = load_engine(*model_args, /*show_progress=*/true);
   if (!engine) return 1;
   if (!engine->has_chat_template()) {  // the probe's verdict, as the engine saw it
     say(fmt::format("cellm: {} has no usable chat template; use `cellm run` instead",

@@ -4,7 +4,10 @@
 // Thread-safety: used from main() only.
 #pragma once
 
+#include <filesystem>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -21,7 +24,9 @@ Command add_inspect(CLI::App& app);
 Command add_serve(CLI::App& app);
 #endif
 
-// The fetched SmolLM2 that run, chat and serve use when no model is named.
-const char* default_model_path();
+// The model run, chat and serve use: MODEL (empty: none given) resolved
+// through the search path of app/model_path.h; on a miss, prints the places
+// searched and how to fetch, and returns nullopt.
+std::optional<std::filesystem::path> find_model_or_report(const std::string& model);
 
 }  // namespace cellm::cli

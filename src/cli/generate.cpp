@@ -7,29 +7,39 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/model_path.h"
+#include "cli/commands.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
 namespace cellm::cli {
-namespace {
 
-constexpr const char* kDefaultModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+std::optional<std::filesystem::path> find_model_or_report(const std::string& model) {
+  Result<std::filesystem::path> found =
+      app::resolve_model(model, app::ModelSearch::from_process());
+  if (!found.ok()) {
+    std::fprintf(stderr, "cellm: %s\n", std::string(found.status().message()).c_str());
+    return std::nullopt;
+  }
+  return *found;
+}
 
-}  // namespace
-
-const char* default_model_path() {
-  return kDefaultModel;
+SamplingGiven SamplingArgs::given() const {
+  SamplingGiven g;
+  g.temperature = temperature_option != nullptr && temperature_option->count() > 0;
+  g.top_p = top_p_option != nullptr && top_p_option->count() > 0;
+  g.top_k = top_k_option != nullptr && top_k_option->count() > 0;
+  return g;
 }
 
 void add_model_options(CLI::App& cmd, ModelArgs& args) {
-  cmd.add_option("model", args.model,
-                 "Hugging Face folder or .gguf file (default: the fetched SmolLM2-135M)");
+  cmd.add_option("model", args.model, app::model_search_help());
   cmd.add_option("--backend", args.backend, "auto, cpu or cuda")->capture_default_str();
   cmd.add_option("--max-sessions", args.max_sessions, "sessions the KV pool is sized for")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   cmd.add_option("--max-session-tokens", args.max_session_tokens,
-                 "per-session token limit (0: divide the pool, capped by the context)")
+                 "per-session token limit (0: the model's context, as memory allows)")
       ->check(CLI::NonNegativeNumber);
 }
 
@@ -37,34 +47,27 @@ void add_sampling_options(CLI::App& cmd, SamplingArgs& args) {
   cmd.add_option("-n,--max-tokens", args.max_tokens, "tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
-  cmd.add_option("--temperature", args.temperature, "0 = greedy")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0f, 10.0f));
-  cmd.add_option("--top-p", args.top_p, "nucleus mass kept (1 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0f, 1.0f));
-  cmd.add_option("--top-k", args.top_k, "tokens kept (0 = off)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  // Unset: the model's default (generation_config.json / GGUF), else the value shown.
+  args.temperature_option =
+      cmd.add_option("--temperature", args.temperature, "0 = greedy (unset: the model's default)")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0f, 10.0f));
+  args.top_p_option =
+      cmd.add_option("--top-p", args.top_p, "nucleus mass kept, 1 = off (unset: the model's)")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0f, 1.0f));
+  args.top_k_option =
+      cmd.add_option("--top-k", args.top_k, "tokens kept, 0 = off (unset: the model's)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
   cmd.add_option("--seed", args.seed, "makes sampling reproducible");
 }
 
 std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress) {
   app::EngineOptions options;
-  options.model =
-      std::filesystem::path(args.model.empty() ? std::string(kDefaultModel) : args.model);
-  if (!std::filesystem::exists(options.model)) {
-    if (args.model.empty()) {
-      std::fprintf(stderr,
-                   "cellm: the default model is not here (%s): run `scripts/fetch-model smollm2` "
-                   "first, or name a model folder or .gguf file\n",
-                   kDefaultModel);
-    } else {
-      std::fprintf(stderr, "cellm: model not found: %s (give a Hugging Face folder or a .gguf)\n",
-                   args.model.c_str());
-    }
-    return nullptr;
-  }
+  std::optional<std::filesystem::path> model = find_model_or_report(args.model);
+  if (!model) return nullptr;
+  options.model = *model;
   options.backend = args.backend;
   options.max_sessions = args.max_sessions;
   options.max_session_tokens = args.max_session_tokens;
@@ -96,6 +99,7 @@ StreamResult stream_generation(app::Engine& engine, Session& session, std::vecto
   config.sampling.temperature = sampling.temperature;
   config.sampling.top_p = sampling.top_p;
   config.sampling.top_k = sampling.top_k;
+  apply_sampling_defaults(engine.generation_defaults(), sampling.given(), config.sampling);
   config.seed = sampling.seed;
   config.stop_tokens = engine.stop_tokens();
 

@@ -18,22 +18,31 @@
 #include "app/engine.h"
 #include "cellm/metrics.h"
 #include "cellm/runner.h"
+#include "cellm/sampling_defaults.h"
 
 namespace cellm::cli {
 
 struct ModelArgs {
-  std::string model;  // empty: the fetched SmolLM2
+  std::string model;  // empty: $CELLM_MODEL, else smollm2 (see app/model_path.h)
   std::string backend = "auto";
   int max_sessions = 4;
-  int max_session_tokens = 0;
+  int max_session_tokens = 0;  // 0: the model's context
 };
 
+// Settings left unset on the command line take the model's own defaults
+// (generation_config.json / GGUF general.sampling.*), else the values here.
 struct SamplingArgs {
   int max_tokens = 256;
   float temperature = 0.0f;
   float top_p = 1.0f;
   int top_k = 0;
   std::optional<std::uint64_t> seed;
+  // Set by add_sampling_options: which settings the command line gave.
+  const CLI::Option* temperature_option = nullptr;
+  const CLI::Option* top_p_option = nullptr;
+  const CLI::Option* top_k_option = nullptr;
+
+  SamplingGiven given() const;
 };
 
 void add_model_options(CLI::App& cmd, ModelArgs& args);

@@ -16,6 +16,11 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text (plain lines, colored only on a terminal) or json (one object per line "
+                 "with time, level and message)")
+      ->capture_default_str();
 
   std::vector<std::pair<CLI::App*, cellm::cli::Command>> commands;
   auto add = [&](cellm::cli::Command (*fn)(CLI::App&)) {
@@ -41,7 +46,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cellm: %s\n", std::string(level.status().message()).c_str());
     return 2;
   }
+  auto format = cellm::parse_log_format(log_format);
+  if (!format.ok()) {
+    std::fprintf(stderr, "cellm: %s\n", std::string(format.status().message()).c_str());
+    return 2;
+  }
   cellm::set_log_level(*level);
+  cellm::set_log_format(*format);
   for (auto& [sub, run] : commands) {
     if (sub->parsed()) return run();
   }

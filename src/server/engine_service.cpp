@@ -37,13 +37,21 @@ class EngineService final : public GenerationService {
  public:
   EngineService(app::Engine& engine, const EngineServiceOptions& options) {
     PrefixCache* cache = engine.prefix_cache();
-    // Snapshots occupy sessions; keep three quarters of them for requests.
-    std::int32_t entries = std::min(options.prefix_cache_entries, engine.max_sessions() / 4);
-    if (cache == nullptr && entries > 0) {
-      own_cache_ = std::make_unique<PrefixCache>(static_cast<std::size_t>(entries));
-      cache = own_cache_.get();
+    std::int32_t entries = 0;
+    bool own_sessions = false;
+    if (cache != nullptr) {
+      // The engine sized sessions for its cache's snapshots beyond max_sessions.
+      entries = engine.prefix_cache_entries();
+      own_sessions = true;
+    } else {
+      // A cache of our own has no sessions set aside: its snapshots come out
+      // of the engine's, so keep three quarters of them for requests.
+      entries = std::min(options.prefix_cache_entries, engine.max_sessions() / 4);
+      if (entries > 0) {
+        own_cache_ = std::make_unique<PrefixCache>(static_cast<std::size_t>(entries));
+        cache = own_cache_.get();
+      }
     }
-    if (cache == nullptr) entries = 0;
     const text::Tokenizer& tok = engine.tokenizer();
     ModelText t;
     t.tokenize = [&engine](std::string_view s, bool add_special) {
@@ -73,7 +81,9 @@ class EngineService final : public GenerationService {
     c.vocab_size = engine.spec().vocab_size > 0 ? engine.spec().vocab_size : tok.vocab_size();
     c.max_sessions = engine.max_sessions();
     c.prefix_cache_entries = entries;
+    c.snapshots_have_own_sessions = own_sessions;
     c.stop_tokens = engine.stop_tokens();
+    c.sampling_defaults = engine.generation_defaults();
     inner_ = std::make_unique<RunnerService>(engine.runner(), cache, std::move(t), std::move(c));
   }
   ~EngineService() override {
@@ -107,6 +117,7 @@ class EngineService final : public GenerationService {
     return inner_->start(spec, std::move(sink), abandoned);
   }
   ServiceStats stats() const override { return inner_->stats(); }
+  SamplingDefaults sampling_defaults() const override { return inner_->sampling_defaults(); }
 
  private:
   std::unique_ptr<PrefixCache> own_cache_;

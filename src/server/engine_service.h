@@ -15,8 +15,9 @@
 namespace cellm::server {
 
 struct EngineServiceOptions {
-  // Used when the engine keeps no PrefixCache of its own, capped at a quarter
-  // of the engine's sessions; 0 disables caching.
+  // Used when the engine keeps no PrefixCache of its own (its snapshots then
+  // take request sessions), capped at a quarter of the engine's sessions; 0
+  // disables caching. An engine's own cache has sessions of its own.
   std::int32_t prefix_cache_entries = 16;
 };
 

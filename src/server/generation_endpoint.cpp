@@ -156,7 +156,13 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
                          prompt_len, context),
         prompt.param.empty() ? (kind == RequestKind::kChat ? "messages" : "prompt") : prompt.param);
   }
-  const std::int64_t max_new = r.max_tokens ? *r.max_tokens : context - prompt_len;
+  // Without max_tokens: the server's default cap, within what the context leaves.
+  const std::int64_t room = context - prompt_len;
+  const std::int64_t max_new =
+      r.max_tokens ? *r.max_tokens
+                   : (options.limits.default_max_tokens > 0
+                          ? std::min<std::int64_t>(options.limits.default_max_tokens, room)
+                          : room);
   if (prompt_len + max_new > context) {
     return refuse(
         invalid_argument("max_tokens {} plus the prompt's {} tokens exceed the context of "
@@ -206,6 +212,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   spec.sampling.temperature = r.temperature;
   spec.sampling.top_p = r.top_p;
   spec.sampling.top_k = r.top_k;
+  apply_sampling_defaults(svc.sampling_defaults(), r.given, spec.sampling);
   spec.seed = r.seed;
   spec.ignore_eos = r.ignore_eos;
 

@@ -23,6 +23,7 @@
 
 #include "cellm/runner.h"
 #include "cellm/status.h"
+#include "cellm/sampling_defaults.h"
 #include "cellm/types.h"
 
 namespace cellm::server {
@@ -72,6 +73,9 @@ class TokenTextStream {
 struct ServiceStats {
   std::int64_t kv_cells_used = -1;  // -1: unknown
   std::int64_t kv_cells_total = -1;
+  // Sessions held by prefix-cache snapshots (cache entries and running
+  // requests' prompt snapshots); -1: unknown.
+  std::int64_t snapshot_sessions = -1;
 };
 
 class GenerationService {
@@ -114,6 +118,8 @@ class GenerationService {
                                                        const std::function<bool()>& abandoned) = 0;
 
   virtual ServiceStats stats() const = 0;
+  // The model's sampling defaults, for settings a request leaves unset.
+  virtual SamplingDefaults sampling_defaults() const { return {}; }
 };
 
 }  // namespace cellm::server

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "server/chat_page.h"
+#include "server/listen_socket.h"
 #include "server/server_impl.h"
 
 namespace cellm::server {
@@ -126,7 +127,75 @@ void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Respo
   reply_json(res, 200, json{{"prompt", svc.detokenize(ids)}});
 }
 
+bool Server::Impl::authorize(const httplib::Request& req, httplib::Response& res) const {
+  const AccessControl::KeyCheck check =
+      access.check_authorization(req.get_header_value("Authorization"));
+  if (check == AccessControl::KeyCheck::kOk) return true;
+  const bool missing = check == AccessControl::KeyCheck::kMissing;
+  reply_json(res, 401,
+             json{{"error",
+                   {{"message", missing ? "this server requires an API key: send the header "
+                                          "'Authorization: Bearer <key>'"
+                                        : "the API key is not valid for this server"},
+                    {"type", "authentication_error"},
+                    {"param", nullptr},
+                    {"code", "invalid_api_key"}}}});
+  res.set_header("WWW-Authenticate", missing ? R"(Bearer realm="cellm")"
+                                             : R"(Bearer realm="cellm", error="invalid_token")");
+  return false;
+}
+
+httplib::Server::Handler Server::Impl::with_key(httplib::Server::Handler handler) {
+  if (!access.requires_key()) return handler;
+  return [this, handler = std::move(handler)](const httplib::Request& req,
+                                              httplib::Response& res) {
+    if (authorize(req, res)) handler(req, res);
+  };
+}
+
+void Server::Impl::install_cors() {
+  if (!access.cors_enabled()) return;
+  // Preflights carry no credentials, so they are answered before any key check.
+  http.Options(R"(/.*)", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    const std::string allowed = access.allowed_origin(origin);
+    if (allowed.empty()) {
+      return reply_json(
+          res, 403,
+          error_json(invalid_argument("the origin '{}' may not call this server (see --cors)",
+                                      origin)));
+    }
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Origin", allowed);
+    if (allowed != "*") res.set_header("Vary", "Origin");
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers",
+                   cors_allow_headers(req.get_header_value("Access-Control-Request-Headers")));
+    res.set_header("Access-Control-Max-Age", "600");
+  });
+  // Every other answer (errors and streams included) names the origin when
+  // it is allowed; the headers are written after this runs.
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (res.has_header("Access-Control-Allow-Origin")) return;
+    const std::string allowed = access.allowed_origin(req.get_header_value("Origin"));
+    if (allowed.empty()) return;
+    res.set_header("Access-Control-Allow-Origin", allowed);
+    if (allowed != "*") res.set_header("Vary", "Origin");
+  });
+}
+
+json Server::Impl::model_json(const ReadyState& state) const {
+  return json{{"id", state.model_name},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "cellm"},
+              {"max_model_len", state.service->context_length()}};
+}
+
 void Server::Impl::install_routes() {
+  install_cors();
+  // The chat page and /health stay public: the page is static (its API calls
+  // are what need the key), and load balancers probe /health without one.
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(chat_page_html()), "text/html; charset=utf-8");
   });
@@ -139,7 +208,8 @@ void Server::Impl::install_routes() {
     }
     reply_json(res, 503, json{{"status", "loading"}});
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  httplib::Server::Handler metrics_handler = [this](const httplib::Request&,
+                                                    httplib::Response& res) {
     Gauges g;
     if (std::shared_ptr<const ReadyState> state = ready_state()) {
       g.ready = true;
@@ -149,33 +219,46 @@ void Server::Impl::install_routes() {
       const ServiceStats stats = state->service->stats();
       g.kv_cells_used = stats.kv_cells_used;
       g.kv_cells_total = stats.kv_cells_total;
+      g.snapshot_sessions = stats.snapshot_sessions;
     }
     res.set_content(metrics.render(g), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    std::shared_ptr<const ReadyState> state = ready_or_reply(res);
-    if (!state) return;
-    reply_json(
-        res, 200,
-        json{{"object", "list"},
-             {"data", json::array({json{{"id", state->model_name},
-                                        {"object", "model"},
-                                        {"created", 0},
-                                        {"owned_by", "cellm"},
-                                        {"max_model_len", state->service->context_length()}}})}});
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(RequestKind::kCompletion, req, res);
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(RequestKind::kChat, req, res);
-  });
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_tokenize(req, res);
-  });
-  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_detokenize(req, res);
-  });
+  };
+  http.Get("/metrics",
+           options.metrics_open ? metrics_handler : with_key(std::move(metrics_handler)));
+  http.Get("/v1/models", with_key([this](const httplib::Request&, httplib::Response& res) {
+             std::shared_ptr<const ReadyState> state = ready_or_reply(res);
+             if (!state) return;
+             reply_json(res, 200,
+                        json{{"object", "list"}, {"data", json::array({model_json(*state)})}});
+           }));
+  // Ids may contain '/' (org/name), so the rest of the path is the id.
+  http.Get(R"(/v1/models/(.+))",
+           with_key([this](const httplib::Request& req, httplib::Response& res) {
+             std::shared_ptr<const ReadyState> state = ready_or_reply(res);
+             if (!state) return;
+             const std::string id = req.matches[1];
+             if (id != state->model_name) {
+               return reply_error(res,
+                                  not_found("the model '{}' does not exist: this server serves '{}'",
+                                            id, state->model_name),
+                                  "model");
+             }
+             reply_json(res, 200, model_json(*state));
+           }));
+  http.Post("/v1/completions",
+            with_key([this](const httplib::Request& req, httplib::Response& res) {
+              handle_generation(RequestKind::kCompletion, req, res);
+            }));
+  http.Post("/v1/chat/completions",
+            with_key([this](const httplib::Request& req, httplib::Response& res) {
+              handle_generation(RequestKind::kChat, req, res);
+            }));
+  http.Post("/tokenize", with_key([this](const httplib::Request& req, httplib::Response& res) {
+              handle_tokenize(req, res);
+            }));
+  http.Post("/detokenize", with_key([this](const httplib::Request& req, httplib::Response& res) {
+              handle_detokenize(req, res);
+            }));
   // httplib answers unknown routes (404) and oversized bodies (413) itself
   // with an empty body; give those the OpenAI error shape. Bodies our
   // handlers wrote are left alone.
@@ -208,6 +291,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   s.http.set_keep_alive_timeout(2);
   s.http.set_read_timeout(30, 0);
   s.http.set_write_timeout(30, 0);
+  s.http.set_socket_options([](socket_t fd) { set_listen_socket_options(fd); });
   s.install_routes();
 }
 
@@ -225,8 +309,13 @@ Status Server::bind() {
   }
   if (s.port <= 0) {
     s.port = -1;
-    return invalid_argument("cannot listen on {}:{}: the address is in use or not local",
-                            s.options.host, s.options.port);
+    Status why = diagnose_listen_failure(s.options.host, s.options.port);
+    if (why.is_ok()) {
+      why = invalid_argument("cannot listen on {}:{} (the port may have been taken meanwhile): "
+                             "retry, or pass --port N (0 picks a free port)",
+                             s.options.host, s.options.port);
+    }
+    return why;
   }
   s.bound = true;
   return Status::ok();

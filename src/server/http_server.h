@@ -1,8 +1,13 @@
 // Server: the OpenAI-compatible HTTP front end. Routes /v1/completions,
-// /v1/chat/completions (JSON or server-sent events), /v1/models, /health,
-// /metrics, /tokenize, /detokenize and a chat page at /. It can listen before
-// the model is loaded (health answers 503 until set_service()), admits
-// generations through a bounded queue (429 when full) and drains on stop().
+// /v1/chat/completions (JSON or server-sent events), /v1/models,
+// /v1/models/{id}, /health, /metrics, /tokenize, /detokenize and a chat page
+// at /. It can listen before the model is loaded (health answers 503 until
+// set_service()), admits generations through a bounded queue (429 when full)
+// and drains on stop(). With API keys every route but /, /health (and
+// /metrics when metrics_open) needs "Authorization: Bearer KEY" (401
+// otherwise); with CORS origins it answers preflights and adds
+// Access-Control-Allow-Origin for those origins only. It refuses a port that
+// another process listens on (no SO_REUSEPORT).
 //
 // Thread-safety: bind() and serve() belong to one thread; set_service(),
 // set_load_failed(), stop() and the accessors may be called from any thread.
@@ -14,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cellm/status.h"
 #include "server/generation_service.h"
@@ -31,6 +37,13 @@ struct ServerOptions {
   std::chrono::milliseconds drain_timeout{30000};  // stop(): wait this long before cancelling
   std::string model_name;                          // served name; empty: the service's
   RequestLimits limits;
+  // Accepted bearer keys; empty: no key needed. Validated by the caller
+  // (validate_api_key in access_control.h).
+  std::vector<std::string> api_keys;
+  bool metrics_open = false;  // with api_keys: /metrics answers without a key
+  // Origins allowed to call from a browser (normalize_cors_origin), "*" for
+  // any; empty: no CORS headers at all.
+  std::vector<std::string> cors_origins;
 };
 
 class Server {
@@ -40,7 +53,8 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Opens the listening socket (InvalidArgument naming host:port on failure).
+  // Opens the listening socket. InvalidArgument naming host:port and what to
+  // do on failure; a port another process listens on is refused.
   Status bind();
   // The bound port (useful with port 0); -1 before bind().
   int port() const;

@@ -304,6 +304,9 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   i.reset();
   p.read_int("top_k", -1, int32_max, &i);
   if (i) req.top_k = static_cast<std::int32_t>(*i < 0 ? 0 : *i);
+  req.given.temperature = p.field("temperature") != nullptr;
+  req.given.top_p = p.field("top_p") != nullptr;
+  req.given.top_k = p.field("top_k") != nullptr;
   i.reset();
   if (const json* seed = p.field("seed")) {
     if (!seed->is_number_integer()) {

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cellm/sampling_defaults.h"
+
 #include "cellm/status.h"
 
 namespace cellm::server {
@@ -45,6 +47,9 @@ struct GenerationRequest {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;  // 0 or -1: disabled
+  // Which sampling settings the body set; the others take the model's
+  // defaults (GenerationService::sampling_defaults) before the values above.
+  SamplingGiven given;
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   std::int32_t n = 1;
@@ -66,6 +71,9 @@ struct RequestLimits {
   std::int32_t max_n = 16;
   std::int32_t max_stop_strings = 16;
   std::size_t max_stop_length = 256;
+  // max_tokens of a request that sends none, capped by what the context
+  // leaves (0: what the context leaves).
+  std::int32_t default_max_tokens = 0;
 };
 
 // Parses a JSON body; on failure fills *error and returns nullopt.

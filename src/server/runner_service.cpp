@@ -37,7 +37,9 @@ GenerationCallback forward_to(EventSink sink, std::int32_t choice,
 
 class RunnerService::Job final : public GenerationJob {
  public:
-  Job(std::shared_ptr<std::mutex> cache_mu, std::int32_t n) : cache_mu_(std::move(cache_mu)) {
+  Job(std::shared_ptr<std::mutex> cache_mu, std::shared_ptr<std::atomic<std::int64_t>> captures,
+      std::int32_t n)
+      : cache_mu_(std::move(cache_mu)), captures_(std::move(captures)) {
     // Generations keep pointers into their Session objects' state, not to
     // the objects, but reserving keeps references stable while we build.
     sessions_.reserve(static_cast<std::size_t>(n));
@@ -50,6 +52,7 @@ class RunnerService::Job final : public GenerationJob {
     if (capture_.active()) {
       std::lock_guard lock(*cache_mu_);
       capture_.collect();
+      captures_->fetch_sub(1);
     }
     // Destroying the sessions queues their close: the cells are freed at the
     // engine's next command drain.
@@ -64,6 +67,7 @@ class RunnerService::Job final : public GenerationJob {
   std::int64_t cached_tokens() const override { return cached_; }
 
   std::shared_ptr<std::mutex> cache_mu_;
+  std::shared_ptr<std::atomic<std::int64_t>> captures_;
   std::vector<Session> sessions_;
   std::vector<GenerationHandle> handles_;
   PromptCapture capture_;
@@ -78,11 +82,13 @@ RunnerService::RunnerService(Runner& runner, PrefixCache* cache, ModelText text,
       config_(std::move(config)) {}
 
 std::int32_t RunnerService::max_sequences() const {
+  if (config_.snapshots_have_own_sessions) return std::max<std::int32_t>(1, config_.max_sessions);
   const std::int32_t reserved = cache_ ? config_.prefix_cache_entries : 0;
   return std::max<std::int32_t>(1, config_.max_sessions - reserved);
 }
 
 std::int32_t RunnerService::sequences_for(std::int32_t n) const {
+  if (config_.snapshots_have_own_sessions) return n;
   // The prompt snapshot a PromptCapture takes lives until the request ends.
   return n + (cache_ ? 1 : 0);
 }
@@ -106,7 +112,14 @@ std::unique_ptr<TokenTextStream> RunnerService::text_stream() const {
 }
 
 ServiceStats RunnerService::stats() const {
-  return text_.stats ? text_.stats() : ServiceStats{};
+  ServiceStats out = text_.stats ? text_.stats() : ServiceStats{};
+  if (cache_ != nullptr) {
+    std::lock_guard lock(*cache_mu_);
+    out.snapshot_sessions = static_cast<std::int64_t>(cache_->size()) + captures_->load();
+  } else {
+    out.snapshot_sessions = 0;
+  }
+  return out;
 }
 
 Result<std::unique_ptr<GenerationJob>> RunnerService::start(
@@ -127,7 +140,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(
   // The engine would refuse these too, but only after sessions were taken.
   CELLM_RETURN_IF_ERROR(check_gen_config(config_for(0), runner_.can_suppress_tokens()));
 
-  auto job = std::make_unique<Job>(cache_mu_, spec.n);
+  auto job = std::make_unique<Job>(cache_mu_, captures_, spec.n);
   std::optional<Session> session;
   if (cache_ != nullptr) {
     std::lock_guard lock(*cache_mu_);
@@ -152,6 +165,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(
   if (cache_ != nullptr) {
     std::lock_guard lock(*cache_mu_);
     job->capture_ = cache_->capture_prompt(source, prompt);
+    if (job->capture_.active()) captures_->fetch_add(1);
   }
   auto first = std::make_shared<FirstUpdate>();
   GenerationCallback cb0 = forward_to(sink, 0, spec.n > 1 ? first : nullptr);

@@ -11,6 +11,7 @@
 // an internal mutex and never from a runner callback.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -38,9 +39,15 @@ struct RunnerServiceConfig {
   std::string model_name;
   std::int32_t context_length = 0;  // per-session position limit
   std::int32_t vocab_size = 0;
-  std::int32_t max_sessions = 0;          // resident sessions the runner allows
+  std::int32_t max_sessions = 0;          // sessions for generating sequences
   std::int32_t prefix_cache_entries = 0;  // snapshots the cache may hold
-  std::vector<Token> stop_tokens;         // EOS set; dropped with ignore_eos
+  // True when the runner holds sessions for snapshots beyond max_sessions
+  // (the cache's entries and one prompt snapshot per running request, as the
+  // Engine sizes it): snapshots then take no admission slot. False: they come
+  // out of max_sessions, so admission keeps room for them.
+  bool snapshots_have_own_sessions = false;
+  std::vector<Token> stop_tokens;  // EOS set; dropped with ignore_eos
+  SamplingDefaults sampling_defaults;  // the model's, for unset request settings
 };
 
 class RunnerService final : public GenerationService {
@@ -67,6 +74,7 @@ class RunnerService final : public GenerationService {
   Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
                                                const std::function<bool()>& abandoned) override;
   ServiceStats stats() const override;
+  SamplingDefaults sampling_defaults() const override { return config_.sampling_defaults; }
 
  private:
   class Job;
@@ -77,6 +85,10 @@ class RunnerService final : public GenerationService {
   RunnerServiceConfig config_;
   // Serialises every PrefixCache call (lookup, capture_prompt, collect).
   std::shared_ptr<std::mutex> cache_mu_ = std::make_shared<std::mutex>();
+  // Running requests' prompt captures (each holds a snapshot session once
+  // its first token is out); shared with the jobs, which may outlive us.
+  std::shared_ptr<std::atomic<std::int64_t>> captures_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
 };
 
 }  // namespace cellm::server

@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "app/engine.h"
+#include "app/model_path.h"
 #include "core/log.h"
+#include "server/access_control.h"
 #include "server/engine_service.h"
 #include "server/http_server.h"
 
@@ -51,15 +53,61 @@ int next_signal(int ms) {
   return ::read(g_signal_pipe[0], &byte, 1) == 1 ? byte : 0;
 }
 
+// A status line that `cellm serve` always prints, whatever the log level:
+// "cellm serve: ..." as plain text, or one JSON log object under
+// --log-format json so log collectors see one format.
+template <class... Args>
+void say(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {
+  const std::string message = fmt::format(format, std::forward<Args>(args)...);
+  if (log_format() == LogFormat::kJson) {
+    log_always(level, "cellm serve: " + message);
+  } else {
+    std::fprintf(stderr, "cellm serve: %s\n", message.c_str());
+    std::fflush(stderr);
+  }
+}
+
+// The keys and origins of the access options, checked; an error says which
+// option is wrong and how.
+Status access_options(const ServeArgs& args, ServerOptions* options) {
+  for (const std::string& key : args.api_keys) {
+    if (Status s = validate_api_key(key); !s.is_ok()) {
+      return invalid_argument("--api-key: {}", s.message());
+    }
+    options->api_keys.push_back(key);
+  }
+  if (!args.api_key_file.empty()) {
+    Result<std::vector<std::string>> keys = read_api_key_file(args.api_key_file);
+    if (!keys.ok()) return invalid_argument("--api-key-file: {}", keys.status().message());
+    options->api_keys.insert(options->api_keys.end(), keys->begin(), keys->end());
+  }
+  for (const std::string& origin : args.cors_origins) {
+    Result<std::string> o = normalize_cors_origin(origin);
+    if (!o.ok()) return o.status();
+    options->cors_origins.push_back(std::move(*o));
+  }
+  options->metrics_open = args.metrics_open;
+  return Status::ok();
+}
+
 }  // namespace
 
 int run_serve(const ServeArgs& args) {
   // Writes to a client that hung up must fail with EPIPE, not kill us.
   ::signal(SIGPIPE, SIG_IGN);
   if (!install_signal_handlers()) {
-    std::fprintf(stderr, "cellm serve: cannot install the SIGINT/SIGTERM handlers\n");
+    say(LogLevel::kError, "cannot install the SIGINT/SIGTERM handlers");
     return 1;
   }
+
+  // MODEL (a path or a name; empty: $CELLM_MODEL, else smollm2) through the
+  // search path of app/model_path.h. A miss is reported as a failed load, after
+  // listening, like any other load error (/health then says why).
+  const Result<std::filesystem::path> model =
+      app::resolve_model(args.model.string(), app::ModelSearch::from_process());
+  const std::string model_label = model.ok()            ? model->string()
+                                  : args.model.empty() ? std::string("the default model")
+                                                       : args.model.string();
 
   ServerOptions options;
   options.host = args.host;
@@ -68,15 +116,26 @@ int run_serve(const ServeArgs& args) {
   options.body_limit = args.body_limit;
   options.model_name = args.served_model_name;
   options.drain_timeout = std::chrono::seconds(args.drain_timeout_s);
-  Server server(options);
-  if (Status s = server.bind(); !s.is_ok()) {
-    std::fprintf(stderr, "cellm serve: %s\n", s.to_string().c_str());
+  options.limits.default_max_tokens = args.max_tokens_default;
+  if (Status s = access_options(args, &options); !s.is_ok()) {
+    say(LogLevel::kError, "{}", s.message());
     return 1;
   }
+  const bool open_to_all = options.api_keys.empty() && !is_loopback_host(args.host);
+  Server server(options);
+  if (Status s = server.bind(); !s.is_ok()) {
+    say(LogLevel::kError, "{}", s.message());
+    return 1;
+  }
+  if (open_to_all) {
+    CELLM_LOG_WARN(
+        "server: listening on {} without an API key: anyone who can reach this address can use "
+        "the model; pass --api-key KEY or --api-key-file PATH, or --host 127.0.0.1",
+        args.host);
+  }
   // Printed (not only logged) so scripts can find the port when it was 0.
-  std::fprintf(stderr, "cellm serve: listening on http://%s:%d (loading %s)\n", args.host.c_str(),
-               server.port(), args.model.string().c_str());
-  std::fflush(stderr);
+  say(LogLevel::kInfo, "listening on http://{}:{} (loading {}){}", args.host, server.port(),
+      model_label, options.api_keys.empty() ? "" : ", API key required");
 
   std::mutex stopper_mu;
   std::optional<std::thread> stopper;
@@ -92,11 +151,11 @@ int run_serve(const ServeArgs& args) {
       const int sig = next_signal(100);
       if (sig == 0) continue;
       if (++received == 1) {
-        std::fprintf(stderr, "cellm serve: %s received, draining (signal again to exit now)\n",
-                     sig == SIGINT ? "SIGINT" : "SIGTERM");
+        say(LogLevel::kInfo, "{} received, draining (signal again to exit now)",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
         request_stop();
       } else {
-        std::fprintf(stderr, "cellm serve: second signal, exiting without draining\n");
+        say(LogLevel::kWarn, "second signal, exiting without draining");
         std::_Exit(130);
       }
     }
@@ -106,23 +165,29 @@ int run_serve(const ServeArgs& args) {
   std::shared_ptr<GenerationService> service;
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
+    if (!model.ok()) {
+      say(LogLevel::kError, "loading {} failed: {}", model_label, model.status().to_string());
+      server.set_load_failed(std::string(model.status().message()));
+      load_failed.store(true);
+      request_stop();
+      return;
+    }
     app::EngineOptions eo;
-    eo.model = args.model;
+    eo.model = *model;
     eo.backend = args.backend;
     eo.max_sessions = args.max_sessions;
     eo.max_session_tokens = args.max_session_tokens;
     eo.prefill_chunk = args.prefill_chunk;
     eo.max_batch_tokens = args.max_batch_tokens;
-    // Snapshots occupy sessions: at most a quarter of them (see engine_service.h).
-    eo.prefix_cache_entries = std::min(args.prefix_cache_entries, args.max_sessions / 4);
+    // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
+    eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();
     Result<std::unique_ptr<app::Engine>> loaded =
         app::Engine::load(eo, [](const app::LoadProgress& p) {
-          std::fprintf(stderr, "cellm serve: [%3.0f%%] %s\n", p.fraction * 100.0, p.stage.c_str());
+          say(LogLevel::kInfo, "[{:3.0f}%] {}", p.fraction * 100.0, p.stage);
         });
     if (!loaded.ok()) {
-      std::fprintf(stderr, "cellm serve: loading %s failed: %s\n", args.model.string().c_str(),
-                   loaded.status().to_string().c_str());
+      say(LogLevel::kError, "loading {} failed: {}", model_label, loaded.status().to_string());
       server.set_load_failed(std::string(loaded.status().message()));
       load_failed.store(true);
       request_stop();
@@ -135,13 +200,14 @@ int run_serve(const ServeArgs& args) {
     server.set_service(service);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr,
-                 "cellm serve: ready in %.1f s: model %s on %s, context %d tokens, %d sessions, "
-                 "prefill chunk %d, %d tokens per step, prefix cache %s\n",
-                 secs, engine->model_name().c_str(), engine->backend_name().c_str(),
-                 engine->max_session_tokens(), engine->max_sessions(), engine->prefill_chunk(),
-                 engine->max_batch_tokens(), service->prefix_caching() ? "on" : "off");
-    std::fflush(stderr);
+    const std::string sizing = engine->sizing_summary();
+    say(LogLevel::kInfo,
+        "ready in {:.1f} s: model {} on {}, {}; prefill chunk {}, {} tokens per step, prefix "
+        "cache {}, requests without max_tokens stop after {}",
+        secs, engine->model_name(), engine->backend_name(), sizing, engine->prefill_chunk(),
+        engine->max_batch_tokens(), service->prefix_caching() ? "on" : "off",
+        args.max_tokens_default > 0 ? std::to_string(args.max_tokens_default) + " tokens"
+                                    : std::string("the context's room"));
   });
 
   const Status served = server.serve();
@@ -160,10 +226,10 @@ int run_serve(const ServeArgs& args) {
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
   if (!served.is_ok()) {
-    std::fprintf(stderr, "cellm serve: %s\n", served.to_string().c_str());
+    say(LogLevel::kError, "{}", served.to_string());
     return 1;
   }
-  std::fprintf(stderr, "cellm serve: stopped\n");
+  say(LogLevel::kInfo, "stopped");
   return load_failed.load() ? 1 : 0;
 }
 

@@ -12,16 +12,20 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace cellm::server {
 
 struct ServeArgs {
-  std::filesystem::path model;  // Hugging Face folder or .gguf file
+  // A Hugging Face folder or .gguf file, or a name looked up as
+  // app/model_path.h says; empty: $CELLM_MODEL, else smollm2.
+  std::filesystem::path model;
   std::string host = "127.0.0.1";
   int port = 8080;                         // 0: any free port (printed when listening)
   std::string backend = "auto";            // "auto", "cpu" or "cuda"
-  std::int32_t max_sessions = 64;          // resident engine sessions
-  std::int32_t max_session_tokens = 0;     // 0: divide the KV pool, capped by the context
+  std::int32_t max_sessions = 0;           // sequences at once; 0: sized from the KV memory
+  std::int32_t max_session_tokens = 0;     // 0: the model's context, as memory allows
+  std::int32_t max_tokens_default = 2048;  // requests without max_tokens; 0: the context's room
   std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
   std::int32_t max_queue = 256;            // requests waiting for capacity before 429
   std::size_t body_limit = 8u << 20;       // request bytes before 413
@@ -29,10 +33,19 @@ struct ServeArgs {
   std::int32_t drain_timeout_s = 30;
   std::int32_t prefill_chunk = 0;     // 0: the engine's default (256)
   std::int32_t max_batch_tokens = 0;  // 0: decodes plus two prefill chunks
+  // Access: with any key (--api-key, or --api-key-file with one key per
+  // line) every route but /, /health and, with metrics_open, /metrics needs
+  // "Authorization: Bearer KEY".
+  std::vector<std::string> api_keys;
+  std::filesystem::path api_key_file;  // empty: none
+  bool metrics_open = false;
+  std::vector<std::string> cors_origins;  // exact origins or "*"; empty: no CORS
 };
 
-// Returns the process exit code: 0 after a clean stop, 1 when listening or
-// loading failed.
+// Returns the process exit code: 0 after a clean stop, 1 when the options are
+// invalid (a bad key, an unreadable or empty key file, a malformed origin) or
+// listening or loading failed. Status lines go to stderr, as JSON objects
+// under --log-format json.
 int run_serve(const ServeArgs& args);
 
 }  // namespace cellm::server

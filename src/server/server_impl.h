@@ -14,6 +14,7 @@
 
 #include <httplib.h>
 
+#include "server/access_control.h"
 #include "server/admission.h"
 #include "server/generation_run.h"
 #include "server/http_server.h"
@@ -29,9 +30,11 @@ struct ReadyState {
 };
 
 struct Server::Impl {
-  explicit Impl(ServerOptions o) : options(std::move(o)) {}
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)), access(options.api_keys, options.cors_origins) {}
 
   ServerOptions options;
+  const AccessControl access;
   httplib::Server http;
   ServerMetrics metrics;
   int port = -1;
@@ -61,6 +64,13 @@ struct Server::Impl {
   void unregister_run(GenerationRun* run);
 
   void install_routes();
+  // CORS preflights and headers, when origins are configured.
+  void install_cors();
+  // `handler` behind the API key check (401 in the OpenAI error shape).
+  httplib::Server::Handler with_key(httplib::Server::Handler handler);
+  // False after answering 401 when the request lacks a valid key.
+  bool authorize(const httplib::Request& req, httplib::Response& res) const;
+  nlohmann::json model_json(const ReadyState& state) const;
   void handle_generation(RequestKind kind, const httplib::Request& req, httplib::Response& res);
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);

@@ -152,6 +152,11 @@ std::string ServerMetrics::render(const Gauges& g) const {
     scalar(&out, "cellm:kv_cells_total", "gauge", "KV cells in the pool.",
            static_cast<double>(g.kv_cells_total));
   }
+  if (g.snapshot_sessions >= 0) {
+    scalar(&out, "cellm:prefix_snapshot_sessions", "gauge",
+           "Sessions held by prefix-cache snapshots (not counted as running sequences).",
+           static_cast<double>(g.snapshot_sessions));
+  }
   scalar(&out, "cellm:model_ready", "gauge", "1 once the model is loaded.", g.ready ? 1.0 : 0.0);
   return out;
 }

@@ -45,6 +45,7 @@ struct Gauges {
   std::int64_t running_sequences = 0;
   std::int64_t kv_cells_used = -1;  // -1: not reported
   std::int64_t kv_cells_total = -1;
+  std::int64_t snapshot_sessions = -1;  // -1: not reported
   bool ready = false;
 };
 

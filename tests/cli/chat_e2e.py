@@ -224,9 +224,9 @@ def t_interrupt_and_persisted_history(ctx):
 
 def t_full_context_trims(ctx):
     """A tiny session: oldest turns go, the chat goes on, too long is refused."""
-    # 4 sessions of 512 tokens: the smallest pool the program's widest step fits.
-    chat = Chat(ctx, "--max-tokens", "24", "--max-session-tokens", "512", "--no-history")
-    filler = " ".join(["apple banana cherry grape lemon mango"] * 12)
+    # About 100 tokens a turn: two turns and the next question fill 300.
+    chat = Chat(ctx, "--max-tokens", "24", "--max-session-tokens", "300", "--no-history")
+    filler = " ".join(["apple banana cherry grape lemon mango"] * 8)
     asked = []
     notices = 0
     for i in range(6):
@@ -235,7 +235,7 @@ def t_full_context_trims(ctx):
         shown = chat.line(question)
         if "[dropped the" in shown:
             notices += 1
-            check(re.search(r"\[dropped the \d+ oldest turns? to fit the session's 512 tokens\]",
+            check(re.search(r"\[dropped the \d+ oldest turns? to fit the session's 300 tokens\]",
                             shown) is not None, f"turn {i}: the notice says how many ({shown[:120]!r})")
     check(notices >= 1, f"the oldest turns were dropped to fit ({notices} notices in 6 turns)")
     messages = chat.save("trimmed.json")

@@ -58,6 +58,30 @@ TEST(RequestTest, DefaultsFollowOpenAI) {
   EXPECT_FALSE(p.req->stream);
 }
 
+// Unset sampling settings are marked so the model's defaults can fill them.
+TEST(RequestTest, SamplingSettingsTheBodySetsAreMarked) {
+  Parsed p = completion(R"({"prompt":"x"})");
+  ASSERT_TRUE(p.req);
+  EXPECT_FALSE(p.req->given.temperature || p.req->given.top_p || p.req->given.top_k);
+  p = completion(R"({"prompt":"x","temperature":0.3,"top_k":7})");
+  ASSERT_TRUE(p.req);
+  EXPECT_TRUE(p.req->given.temperature);
+  EXPECT_FALSE(p.req->given.top_p);
+  EXPECT_TRUE(p.req->given.top_k);
+  SamplingDefaults model;
+  model.temperature = 0.9f;
+  model.top_p = 0.8f;
+  model.top_k = 40;
+  SamplingParams s;
+  s.temperature = p.req->temperature;
+  s.top_p = p.req->top_p;
+  s.top_k = p.req->top_k;
+  apply_sampling_defaults(model, p.req->given, s);
+  EXPECT_FLOAT_EQ(s.temperature, 0.3f);  // the request's
+  EXPECT_FLOAT_EQ(s.top_p, 0.8f);        // the model's
+  EXPECT_EQ(s.top_k, 7);                 // the request's
+}
+
 TEST(RequestTest, PromptAsTokenIds) {
   Parsed p = completion(R"({"prompt":[1,2,3]})");
   ASSERT_TRUE(p.req);

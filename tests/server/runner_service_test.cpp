@@ -56,7 +56,8 @@ ModelText byte_text() {
 
 // A Runner + PrefixCache + RunnerService over a ToyExecutor.
 struct Stack {
-  explicit Stack(std::size_t cache_entries, std::uint64_t eos_every = 0)
+  explicit Stack(std::size_t cache_entries, std::uint64_t eos_every = 0,
+                 bool snapshots_have_own_sessions = false)
       : executor(32, eos_every),
         runner(executor, DecodeFirstScheduler::create(64, 16, 16)),
         cache(cache_entries) {
@@ -66,6 +67,7 @@ struct Stack {
     c.vocab_size = 258;
     c.max_sessions = 32;
     c.prefix_cache_entries = static_cast<std::int32_t>(cache_entries);
+    c.snapshots_have_own_sessions = snapshots_have_own_sessions;
     c.stop_tokens = {ToyExecutor::kEos};
     service = std::make_shared<RunnerService>(runner, &cache, byte_text(), c);
   }
@@ -177,6 +179,30 @@ TEST(RunnerServiceTest, PrefixHitsSkipPrefillAndMatchACacheLessRun) {
   EXPECT_TRUE(
       FakeService::eventually([&] { return warm.executor.open_sessions() == warm.cache.size(); }));
   EXPECT_GE(warm.cache.size(), 1u);
+}
+
+// Snapshots either come out of the sessions (admission keeps room for the
+// cache and each request's prompt snapshot) or have sessions of their own
+// beyond max_sessions (the Engine's sizing): then a request costs only its
+// choices. Either way /metrics can count the snapshot sessions.
+TEST(RunnerServiceTest, SnapshotSessionsAreAccountedApartFromAdmission) {
+  {
+    Stack shared(4);
+    EXPECT_EQ(shared.service->max_sequences(), 32 - 4);
+    EXPECT_EQ(shared.service->sequences_for(2), 3);
+  }
+  Stack own(4, 0, /*snapshots_have_own_sessions=*/true);
+  EXPECT_EQ(own.service->max_sequences(), 32);
+  EXPECT_EQ(own.service->sequences_for(1), 1);
+  EXPECT_EQ(own.service->sequences_for(3), 3);
+  EXPECT_EQ(own.service->stats().snapshot_sessions, 0);
+  GenerationSpec spec;
+  spec.prompt = {1, 2, 3, 4, 5};
+  spec.max_new_tokens = 3;
+  run(*own.service, spec);
+  // The prompt's snapshot went into the cache when the request ended.
+  EXPECT_EQ(own.cache.size(), 1u);
+  EXPECT_EQ(own.service->stats().snapshot_sessions, static_cast<std::int64_t>(own.cache.size()));
 }
 
 TEST(RunnerServiceTest, StopTokensEndChoicesUnlessIgnored) {

@@ -117,7 +117,7 @@ TEST_P(GgufGolden, MatchesHuggingFace) {
     const auto got_special = tok->encode(text, true);
     const std::string decoded = tok->decode(ids, false);
     if (got != ids || got_special != j["ids_special"].get<std::vector<std::int32_t>>() ||
-        decoded != j["decoded"]) {
+        decoded != j["decoded"].get<std::string>()) {
       ++failures;
       ADD_FAILURE() << c.name << " line " << line_no << " text=" << json(text).dump()
                     << "\n  expected " << json(ids).dump() << "\n  got      " << json(got).dump()

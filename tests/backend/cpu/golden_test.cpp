@@ -49,16 +49,27 @@ class CpuGolden : public ::testing::TestWithParam<std::string> {
     auto loaded = model::load_model(dir_, lo);
     EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
     if (!loaded.ok()) return nullptr;
+    // The cache and the widest step come from the fixture: every case may be
+    // resident at once (one sequence each) and a whole prompt is one step.
+    std::size_t longest = 0, total = 0;
+    for (const GoldenCase& c : cases_) {
+      longest = std::max(longest, c.inputs.size());
+      total += c.inputs.size();
+    }
+    const auto max_step = static_cast<std::int32_t>(std::max<std::size_t>(longest, 64));
+    const auto cells = static_cast<std::int32_t>(total + 1);  // + the scratch cell
     program::ProgramOptions o;
     o.static_widths = {1, 2, 4, 8, 16, 32};
-    o.max_step = 2048;
-    o.kv_cells = 4096;
+    o.max_step = max_step;
+    o.kv_cells = cells;
     // transformers rotates a 16-bit checkpoint with 16-bit frequencies.
     o.rope_table_dtype = loaded->weights.embed_tokens.dtype();
     auto program = CpuProgram::create(loaded->spec, loaded->weights, o);
     EXPECT_TRUE(program.ok()) << program.status().to_string();
     if (!program.ok()) return nullptr;
-    auto driver = StepDriver::create(std::move(program).value(), {4096, 8, 2048});
+    auto driver = StepDriver::create(
+        std::move(program).value(),
+        {cells, static_cast<std::int32_t>(std::max<std::size_t>(cases_.size(), 8)), max_step});
     EXPECT_TRUE(driver.ok()) << driver.status().to_string();
     return driver.ok() ? std::move(driver).value() : nullptr;
   }

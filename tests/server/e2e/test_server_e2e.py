@@ -8,8 +8,8 @@ Groups (one ctest each):
            client disconnects, SIGTERM drain
   load     64 concurrent streams x 3 rounds: zero failures, every stream well
            formed, /metrics consistent with what was sent
-  browser  headless Chromium opens the chat page, sends a message and sees
-           the answer stream in
+
+The chat page's browser tests are in test_page_e2e.py.
 
 A missing virtual environment, package, browser or model is a failure that
 says what to run, never a skip.
@@ -579,70 +579,14 @@ def group_load(binary, model):
         srv.kill()
 
 
-# ------------------------------------------------------------ browser group
-
-def group_browser(binary, model):
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.options import Options
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.ui import WebDriverWait
-    except ImportError as e:
-        print(f"FAIL: {e}: run scripts/setup (installs selenium into .venv)")
-        sys.exit(1)
-    chromium = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if os.path.exists(p)), None)
-    driver_bin = next((p for p in ("/usr/bin/chromedriver",) if os.path.exists(p)), None)
-    if not chromium or not driver_bin:
-        print("FAIL: chromium and chromium-driver are missing: run scripts/setup "
-              "(Debian packages chromium chromium-driver)")
-        sys.exit(1)
-    srv = Server(binary, model, "--max-sessions", "8", "--max-session-tokens", "512")
-    browser = None
-    try:
-        srv.wait_ready()
-        opts = Options()
-        opts.binary_location = chromium
-        for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-            opts.add_argument(a)
-        browser = webdriver.Chrome(service=Service(driver_bin), options=opts)
-        browser.get(srv.url + "/")
-        WebDriverWait(browser, 60).until(
-            lambda b: b.find_element(By.ID, "status").text == MODEL_NAME)
-        check(True, "the page found the model")
-        # Count the updates of assistant bubbles, to see the answer arrive in pieces.
-        browser.execute_script("""
-            window.__updates = 0;
-            new MutationObserver(() => { window.__updates += 1; })
-              .observe(document.getElementById('messages'),
-                       {childList: true, subtree: true, characterData: true});""")
-        box = browser.find_element(By.ID, "prompt")
-        box.send_keys("What is the capital of France?")
-        browser.find_element(By.ID, "send").click()
-        WebDriverWait(browser, 300).until(
-            lambda b: b.find_elements(By.CSS_SELECTOR, ".assistant[data-state='done'],"
-                                                       ".assistant[data-state='error']"))
-        bubble = browser.find_element(By.CSS_SELECTOR, ".assistant")
-        check(bubble.get_attribute("data-state") == "done", "the answer completed without error")
-        check(len(bubble.text.strip()) > 0, f"the answer has text ({bubble.text!r})")
-        updates = browser.execute_script("return window.__updates;")
-        check(updates >= 3, f"the answer was streamed ({updates} page updates)")
-        check(browser.find_element(By.CSS_SELECTOR, ".user").text == "What is the capital of France?",
-              "the question is shown")
-    finally:
-        if browser is not None:
-            browser.quit()
-        srv.kill()
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("api", "load", "browser"), required=True)
+    ap.add_argument("--group", choices=("api", "load"), required=True)
     ap.add_argument("--server", required=True, help="cellm (or serve_driver) binary")
     ap.add_argument("--root", required=True, help="source tree (for models/)")
     args = ap.parse_args()
     model = find_model(args.root)
-    {"api": group_api, "load": group_load, "browser": group_browser}[args.group](args.server, model)
+    {"api": group_api, "load": group_load}[args.group](args.server, model)
     if FAILURES:
         print(f"\n{len(FAILURES)} check(s) failed:")
         for f in FAILURES:
