@@ -85,16 +85,21 @@ Result<text::Tokenizer> load_tokenizer(const model::LoadedModel& model) {
 }
 
 Result<std::optional<std::string>> load_chat_template_source(const model::LoadedModel& model) {
-  if (const format::GgufFile* gguf = model.gguf_metadata()) {
+  return load_chat_template_source(model.path, model.gguf_metadata());
+}
+
+Result<std::optional<std::string>> load_chat_template_source(const std::filesystem::path& path,
+                                                             const format::GgufFile* gguf) {
+  if (gguf != nullptr) {
     CELLM_ASSIGN_OR_RETURN(auto tmpl, gguf->get_string("tokenizer.chat_template"));
     return tmpl;
   }
-  const auto jinja = model.path / "chat_template.jinja";
+  const auto jinja = path / "chat_template.jinja";
   if (std::filesystem::exists(jinja)) {
     CELLM_ASSIGN_OR_RETURN(std::string text, read_file(jinja));
     return std::optional<std::string>(std::move(text));
   }
-  const auto config = model.path / "tokenizer_config.json";
+  const auto config = path / "tokenizer_config.json";
   if (!std::filesystem::exists(config)) return std::optional<std::string>();
   CELLM_ASSIGN_OR_RETURN(nlohmann::json doc, read_json(config));
   auto it = doc.find("chat_template");

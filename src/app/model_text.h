@@ -5,6 +5,7 @@
 // Thread-safety: pure functions over immutable inputs.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ Result<text::Tokenizer> load_tokenizer(const model::LoadedModel& model);
 // The Jinja source of the model's chat template, if it ships one
 // (tokenizer_config.json's chat_template, or tokenizer.chat_template in GGUF).
 Result<std::optional<std::string>> load_chat_template_source(const model::LoadedModel& model);
+// The same from a model's path and, for GGUF, its parsed file alone (no
+// weights loaded): what a caller needs before deciding to load the model.
+Result<std::optional<std::string>> load_chat_template_source(const std::filesystem::path& path,
+                                                             const format::GgufFile* gguf);
 
 // Special-token strings the template binds (bos_token, eos_token).
 struct SpecialTokenText {

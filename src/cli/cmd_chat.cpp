@@ -1,17 +1,24 @@
-// `cellm chat [MODEL]`: a multi-turn conversation on stdin/stdout through the
-// model's chat template. Each turn renders the whole conversation and feeds
-// only the tokens the session does not hold yet; if the rendering of the
-// history differs from what the session holds, the session is cloned at the
-// common prefix (no recomputation of what still matches).
-#include <algorithm>
+// `cellm chat [MODEL]`: a multi-turn conversation through the model's chat
+// template. On a terminal: line editing and a persisted history (libedit),
+// Ctrl-C stops an answer, slash commands (/help). From a pipe: one message
+// per line, answers alone on stdout. The conversation logic lives in
+// chat_session (unit-tested), the engine side in chat_model, the terminal
+// side in line_reader; this file wires them together.
 #include <cstdio>
-#include <iostream>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <fmt/format.h>
 
+#include "app/chat_probe.h"
+#include "cli/chat_model.h"
+#include "cli/chat_session.h"
 #include "cli/commands.h"
 #include "cli/generate.h"
+#include "cli/line_reader.h"
 
 namespace cellm::cli {
 namespace {
@@ -20,81 +27,156 @@ struct ChatArgs {
   ModelArgs model;
   SamplingArgs sampling;
   std::string system;
+  bool no_history = false;
 };
 
-std::size_t common_prefix(const std::vector<Token>& a, const std::vector<Token>& b) {
-  const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-  return static_cast<std::size_t>(mismatch.first - a.begin());
+void say(const std::string& text) {
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+// The chat template decides whether chat can work at all: refuse before
+// spending the time and memory of loading the weights. Returns the model's
+// arguments with MODEL resolved to its path, or nullopt after saying why not.
+std::optional<ModelArgs> model_that_can_chat(const ModelArgs& args) {
+  std::optional<std::filesystem::path> path = find_model_or_report(args.model);
+  if (!path) return std::nullopt;
+  const Status usable = app::probe_chat_template(*path);
+  if (!usable.is_ok()) {
+    if (usable.code() == StatusCode::kNotFound || usable.code() == StatusCode::kNotSupported) {
+      say(fmt::format("cellm: {}, so it cannot chat; use `cellm run` to complete text with it",
+                      usable.message()));
+    } else {
+      say("cellm: " + usable.to_string());
+    }
+    return std::nullopt;
+  }
+  ModelArgs resolved = args;
+  resolved.model = path->string();
+  return resolved;
+}
+
+// One turn: make it fit, stream the answer, keep it. False only when the
+// chat cannot go on.
+bool take_turn(app::Engine& engine, ChatModel& model, Conversation& conversation,
+               const SamplingArgs& sampling, bool terminal) {
+  const std::int64_t limit = engine.max_session_tokens();
+  auto count = [&](const nlohmann::ordered_json& m) { return model.count_tokens(m); };
+  auto fit = fit_conversation(conversation, count, sampling.max_tokens, limit);
+  if (!fit.ok()) {
+    say("cellm: " + fit.status().to_string());
+    conversation.pop_last();
+    return true;
+  }
+  if (!fit->fits) {
+    say(fmt::format(
+        "cellm: that message does not fit: it takes {} tokens{}, and with room for "
+        "an answer of --max-tokens {} the session's {} are exceeded; type something "
+        "shorter (or lower --max-tokens, or raise --max-session-tokens)",
+        fit->prompt_tokens, conversation.system().empty() ? "" : " with the system message",
+        sampling.max_tokens, limit));
+    conversation.pop_last();
+    return true;
+  }
+  if (fit->dropped_turns > 0) {
+    say(fmt::format("[dropped the {} oldest turn{} to fit the session's {} tokens]",
+                    fit->dropped_turns, fit->dropped_turns == 1 ? "" : "s", limit));
+  }
+
+  std::optional<InterruptCatcher> catcher;
+  if (!terminal) catcher.emplace();  // on a terminal it spans the whole chat
+  interrupt_flag().store(false);
+  Result<ChatModel::Answer> answer = [&] {
+    AnswerInputGuard quiet(terminal);
+    auto a = model.answer(
+        conversation.messages(), sampling,
+        [](std::string_view piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        },
+        &interrupt_flag());
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    return a;
+  }();
+  if (!answer.ok()) {
+    say("cellm: " + answer.status().to_string());
+    conversation.pop_last();
+    return answer.status().code() != StatusCode::kUnavailable;
+  }
+  if (answer->reason == FinishReason::kCancelled) {
+    if (answer->text.empty()) {
+      say("[stopped before the answer began; the question was dropped]");
+      conversation.pop_last();
+      return true;
+    }
+    // What was shown stays, as it would in a conversation that was cut off.
+    say("[stopped; the partial answer stays in the conversation]");
+  } else if (answer->reason == FinishReason::kNewTokenLimit) {
+    say(fmt::format("[cut at {} tokens; --max-tokens sets the limit]", answer->tokens));
+  }
+  conversation.add_assistant(std::move(answer->text));
+  return true;
 }
 
 int chat(const ChatArgs& args) {
-  auto engine = load_engine(args.model, /*show_progress=*/true);
+  if (args.model.max_session_tokens > 0 &&
+      args.sampling.max_tokens >= args.model.max_session_tokens) {
+    say(
+        fmt::format("cellm: --max-tokens {} leaves no room for the conversation in "
+                    "--max-session-tokens {}; lower the first or raise the second",
+                    args.sampling.max_tokens, args.model.max_session_tokens));
+    return 2;
+  }
+  const std::optional<ModelArgs> model_args = model_that_can_chat(args.model);
+  if (!model_args) return 1;
+  auto engine = load_engine(*model_args, /*show_progress=*/true);
   if (!engine) return 1;
-  if (!engine->has_chat_template()) {
-    std::fprintf(stderr, "cellm: %s has no usable chat template; use `cellm run` instead\n",
-                 engine->model_name().c_str());
+  if (!engine->has_chat_template()) {  // the probe's verdict, as the engine saw it
+    say(fmt::format("cellm: {} has no usable chat template; use `cellm run` instead",
+                    engine->model_name()));
     return 1;
   }
-  auto session = engine->runner().open_session_async().get();
-  if (!session) {
-    std::fprintf(stderr, "cellm: could not open a session\n");
+  if (args.sampling.max_tokens >= engine->max_session_tokens()) {
+    say(
+        fmt::format("cellm: --max-tokens {} leaves no room for the conversation in a session of "
+                    "{} tokens; lower it, or raise --max-session-tokens",
+                    args.sampling.max_tokens, engine->max_session_tokens()));
+    return 2;
+  }
+  auto model = ChatModel::open(*engine);
+  if (!model.ok()) {
+    say("cellm: " + model.status().to_string());
     return 1;
   }
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  if (!args.system.empty()) messages.push_back({{"role", "system"}, {"content", args.system}});
-  std::vector<Token> held;  // what the session holds, its pending token included
-  std::fprintf(stderr, "chatting with %s on %s; an empty line or end of input quits\n",
-               engine->model_name().c_str(), engine->backend_name().c_str());
-  std::string line;
+
+  auto reader =
+      make_line_reader(args.no_history ? std::filesystem::path() : default_history_file(), &say);
+  const bool terminal = reader->interactive();
+  std::optional<InterruptCatcher> catcher;
+  if (terminal) catcher.emplace();
+  const char* home_env = std::getenv("HOME");
+  const std::string home = home_env != nullptr ? home_env : "";
+  Conversation conversation(args.system);
+  say(fmt::format("chatting with {} on {}; /help lists the commands, Ctrl-D or /quit leaves",
+                  engine->model_name(), engine->backend_name()));
   while (true) {
-    std::fprintf(stderr, "> ");
-    if (!std::getline(std::cin, line) || line.empty()) break;
-    messages.push_back({{"role", "user"}, {"content", line}});
-    auto rendered = engine->render_chat(messages, /*add_generation_prompt=*/true);
-    if (!rendered.ok()) {
-      std::fprintf(stderr, "cellm: %s\n", rendered.status().to_string().c_str());
-      messages.erase(messages.end() - 1);
+    ReadResult read = reader->read("> ");
+    if (read.kind == ReadResult::Kind::kEnd) break;
+    if (read.kind == ReadResult::Kind::kInterrupted) {
+      if (read.line.empty()) say("(to leave, type /quit or press Ctrl-D)");
       continue;
     }
-    auto full = engine->encode(*rendered, /*add_special=*/false);
-    if (!full.ok()) {
-      std::fprintf(stderr, "cellm: %s\n", full.status().to_string().c_str());
-      return 1;
+    const ChatInput input = parse_chat_input(read.line);
+    if (input.kind == ChatInputKind::kEmpty) continue;
+    reader->remember(read.line);
+    if (input.kind != ChatInputKind::kMessage) {
+      const CommandReply reply = run_chat_command(conversation, input, home);
+      if (!reply.text.empty()) say(reply.text);
+      if (reply.quit) break;
+      continue;
     }
-    std::size_t keep = common_prefix(held, *full);
-    if (keep < held.size()) {
-      // The history re-renders differently from what was generated: continue
-      // from a clone at the common (committed) prefix.
-      keep = std::min<std::size_t>(keep, static_cast<std::size_t>(session->position()));
-      auto clone = session->clone_async(static_cast<Position>(keep)).get();
-      if (!clone) {
-        std::fprintf(stderr, "cellm: could not rewind the conversation\n");
-        return 1;
-      }
-      *session = std::move(*clone);
-      held.resize(keep);
-    }
-    std::vector<Token> delta(full->begin() + static_cast<std::ptrdiff_t>(keep), full->end());
-    if (delta.empty()) delta.push_back(full->back());
-    if (static_cast<std::int64_t>(full->size()) + args.sampling.max_tokens >
-        engine->max_session_tokens()) {
-      std::fprintf(stderr, "cellm: the conversation no longer fits the context (%d tokens)\n",
-                   engine->max_session_tokens());
-      return 1;
-    }
-    held.insert(held.end(), delta.begin(), delta.end());
-    StreamResult result = stream_generation(*engine, *session, std::move(delta), args.sampling,
-                                            [](std::string_view piece) {
-                                              std::fwrite(piece.data(), 1, piece.size(), stdout);
-                                              std::fflush(stdout);
-                                            });
-    std::fputc('\n', stdout);
-    if (result.reason == FinishReason::kFailed) {
-      std::fprintf(stderr, "cellm: generation failed: %s\n", result.error.c_str());
-      return 1;
-    }
-    held.insert(held.end(), result.tokens.begin(), result.tokens.end());
-    messages.push_back({{"role", "assistant"}, {"content", result.text}});
+    conversation.add_user(input.text);
+    if (!take_turn(*engine, *model, conversation, args.sampling, terminal)) return 1;
   }
   return 0;
 }
@@ -107,6 +189,8 @@ Command add_chat(CLI::App& app) {
   add_model_options(*cmd, args->model);
   add_sampling_options(*cmd, args->sampling);
   cmd->add_option("--system", args->system, "system message");
+  cmd->add_flag("--no-history", args->no_history,
+                "keep no line history on disk (default: $XDG_STATE_HOME/cellm/chat_history)");
   return [args] { return chat(*args); };
 }
 

@@ -1,5 +1,6 @@
 #include "cli/generate.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <future>
@@ -90,7 +91,8 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
 
 StreamResult stream_generation(app::Engine& engine, Session& session, std::vector<Token> delta,
                                const SamplingArgs& sampling,
-                               const std::function<void(std::string_view)>& sink) {
+                               const std::function<void(std::string_view)>& sink,
+                               const std::atomic<bool>* cancel) {
   StreamResult result;
   GenConfig config;
   config.max_new_tokens = sampling.max_tokens;
@@ -125,7 +127,19 @@ StreamResult stream_generation(app::Engine& engine, Session& session, std::vecto
         }
       },
       [&] { finished.set_value(); });
-  finished.get_future().wait();
+  std::future<void> done = finished.get_future();
+  if (cancel == nullptr) {
+    done.wait();
+  } else {
+    // Nothing wakes this thread when the flag turns, so look every few ms.
+    bool cancelled = false;
+    while (done.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (!cancelled && cancel->load()) {
+        handle.cancel();
+        cancelled = true;
+      }
+    }
+  }
   result.metrics = handle.metrics();
   return result;
 }

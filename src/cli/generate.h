@@ -5,6 +5,7 @@
 // Thread-safety: the sink is called on the engine thread, one call at a time.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -59,10 +60,13 @@ struct StreamResult {
 };
 
 // Runs one generation of `delta` on `session`, calling `sink` with each
-// piece of final text.
+// piece of final text. Once `*cancel` turns true (it may be set from a signal
+// handler) the generation is cancelled: it ends kCancelled unless it had
+// already ended.
 StreamResult stream_generation(app::Engine& engine, Session& session, std::vector<Token> delta,
                                const SamplingArgs& sampling,
-                               const std::function<void(std::string_view)>& sink);
+                               const std::function<void(std::string_view)>& sink,
+                               const std::atomic<bool>* cancel = nullptr);
 
 // The metrics as one JSON object (for --json).
 std::string metrics_json(const StreamResult& result, const app::Engine& engine);
