@@ -66,6 +66,7 @@ class CpuProgram final : public program::Program {
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_penalize(std::span<const Tensor> inputs);
   Result<StepRows> resolve_step(std::string_view name, const program::ForwardCall& call) const;
 
   program::ForwardMethods methods_;
