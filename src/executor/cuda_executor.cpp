@@ -181,9 +181,16 @@ Result<std::vector<Token>> CudaExecutor::run_device_sampler(
 
 Status CudaExecutor::penalize_on_device(const Tensor& logits,
                                         const std::vector<SessionId>& sessions) {
-  std::vector<sampling::PenaltyEntry> entries;
-  std::vector<float> rows;
-  std::vector<std::int32_t> offsets;
+  // The common case: nobody asks, nothing to build or launch.
+  if (std::none_of(sessions.begin(), sessions.end(),
+                   [this](SessionId sid) { return sessions_.adjusts_logits(sid); })) {
+    return Status::ok();
+  }
+  // Reused across steps, so a penalised step does not allocate once warm.
+  std::vector<sampling::PenaltyEntry>& entries = penalty_entries_;
+  std::vector<float>& rows = penalty_rows_;
+  std::vector<std::int32_t>& offsets = penalty_offsets_;
+  std::vector<sampling::PenaltyEntry>& row_entries = penalty_row_entries_;
   std::size_t first = 0;  // the group's first row
   bool any = false;
   const auto flush = [&](std::size_t end) -> Status {
@@ -214,7 +221,6 @@ Status CudaExecutor::penalize_on_device(const Tensor& logits,
     offsets.assign(1, 0);
   };
   reset(0);
-  std::vector<sampling::PenaltyEntry> row_entries;
   for (std::size_t r = 0; r < sessions.size(); ++r) {
     row_entries.clear();
     const std::optional<DevicePenaltyRow> row = sessions_.device_penalties(sessions[r], row_entries);

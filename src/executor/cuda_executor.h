@@ -217,6 +217,11 @@ class CudaExecutor final : public Executor {
   bool has_argmax_;
   bool has_penalizer_;
   int decode_greedy_rows_;
+  // penalize_on_device's staging (reused from step to step).
+  std::vector<sampling::PenaltyEntry> penalty_entries_;
+  std::vector<sampling::PenaltyEntry> penalty_row_entries_;
+  std::vector<float> penalty_rows_;
+  std::vector<std::int32_t> penalty_offsets_;
   // Where the first sampled logits lived. Host and device sampling advance
   // separate generators, so every later forward must agree.
   std::optional<bool> device_logits_;

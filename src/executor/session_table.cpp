@@ -300,6 +300,12 @@ std::optional<DevicePenaltyRow> SessionTable::device_penalties(
   return row;
 }
 
+bool SessionTable::adjusts_logits(SessionId session) const {
+  const auto it = sessions_.find(session);
+  return it != sessions_.end() && it->second.sampler &&
+         sampling::needs_adjustment(it->second.sampler->params());
+}
+
 void SessionTable::note_draw(SessionId session, Token token) {
   const auto it = sessions_.find(session);
   if (it == sessions_.end()) return;

@@ -126,6 +126,8 @@ class SessionTable {
   // device-path generator and is drawn only when temperature > 0. nullopt for
   // an unknown session or one without a policy.
   std::optional<DeviceSamplingRow> device_sampling(SessionId session);
+  // Whether the session's policy adjusts logits (sampling::needs_adjustment).
+  bool adjusts_logits(SessionId session) const;
   // For a session whose policy adjusts logits (sampling::needs_adjustment):
   // appends its entries to `entries` and returns its row; nullopt (nothing
   // appended) for one that needs none, is unknown or has no policy.
