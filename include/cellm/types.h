@@ -126,8 +126,7 @@ struct SamplingParams {
     const auto bb = b.logit_bias_entries();
     return a.temperature == b.temperature && a.top_p == b.top_p && a.top_k == b.top_k &&
            a.suppressed == b.suppressed && a.suppressed_count == b.suppressed_count &&
-           a.presence_penalty == b.presence_penalty &&
-           a.frequency_penalty == b.frequency_penalty &&
+           a.presence_penalty == b.presence_penalty && a.frequency_penalty == b.frequency_penalty &&
            a.repetition_penalty == b.repetition_penalty && a.min_p == b.min_p &&
            std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
   }

@@ -223,15 +223,17 @@ Status CudaExecutor::penalize_on_device(const Tensor& logits,
   reset(0);
   for (std::size_t r = 0; r < sessions.size(); ++r) {
     row_entries.clear();
-    const std::optional<DevicePenaltyRow> row = sessions_.device_penalties(sessions[r], row_entries);
-    if (entries.size() + row_entries.size() > static_cast<std::size_t>(program::kPenalizeMaxEntries)) {
+    const std::optional<DevicePenaltyRow> row =
+        sessions_.device_penalties(sessions[r], row_entries);
+    if (entries.size() + row_entries.size() >
+        static_cast<std::size_t>(program::kPenalizeMaxEntries)) {
       CELLM_RETURN_IF_ERROR(flush(r));
       reset(r);
     }
     // A row past the vocabulary's worth of entries cannot occur: one entry an id.
     entries.insert(entries.end(), row_entries.begin(), row_entries.end());
-    const DevicePenaltyRow p = row.value_or(DevicePenaltyRow{
-        1.0f, 0.0f, -std::numeric_limits<float>::infinity()});
+    const DevicePenaltyRow p =
+        row.value_or(DevicePenaltyRow{1.0f, 0.0f, -std::numeric_limits<float>::infinity()});
     rows.insert(rows.end(), {p.repetition, p.temperature, p.min_p_log_threshold});
     offsets.push_back(static_cast<std::int32_t>(entries.size()));
     any = any || row.has_value();
@@ -261,7 +263,8 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
     if (!any_suppressed) suppressed.clear();
     auto drawn = run_device_sampler(logits, sessions.size(), params, all_greedy, suppressed);
     if (drawn.ok()) {
-      for (std::size_t r = 0; r < sessions.size(); ++r) sessions_.note_draw(sessions[r], (*drawn)[r]);
+      for (std::size_t r = 0; r < sessions.size(); ++r)
+        sessions_.note_draw(sessions[r], (*drawn)[r]);
     }
     return drawn;
   }

@@ -153,8 +153,7 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
   }
   plan.has_penalizer = exports(program::kPenalizeMethod);
   if (plan.has_penalizer) {
-    CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta,
-                           program.method_meta(program::kPenalizeMethod));
+    CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kPenalizeMethod));
     CELLM_RETURN_IF_ERROR(check_penalize_method(meta, plan.vocab));
   }
   if (plan.has_argmax) {

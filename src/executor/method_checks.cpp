@@ -176,10 +176,11 @@ Status check_penalize_method(const program::MethodMeta& meta, std::int64_t vocab
       meta.inputs[1].shape[1] != program::kPenalizeRowParams ||
       !host(meta.inputs[2], DType::kI32, 1) || !host(meta.inputs[3], DType::kI32, 2) ||
       meta.inputs[3].shape[1] != 4) {
-    return invalid_program("method {}: inputs 1..3 must be host f32[R, {}], i32[R + 1] and "
-                           "i32[N, 4], got {}, {}, {}",
-                           name, program::kPenalizeRowParams, spec_string(meta.inputs[1]),
-                           spec_string(meta.inputs[2]), spec_string(meta.inputs[3]));
+    return invalid_program(
+        "method {}: inputs 1..3 must be host f32[R, {}], i32[R + 1] and "
+        "i32[N, 4], got {}, {}, {}",
+        name, program::kPenalizeRowParams, spec_string(meta.inputs[1]), spec_string(meta.inputs[2]),
+        spec_string(meta.inputs[3]));
   }
   return Status::ok();
 }

@@ -79,8 +79,9 @@ std::optional<SessionId> SessionTable::clone(SessionId source, Position upto) {
   if (!seq) return std::nullopt;
   const std::vector<Token>& source_history = it->second.history;
   const std::size_t kept = std::min(source_history.size(), static_cast<std::size_t>(upto));
-  return publish(*seq, std::vector<Token>(source_history.begin(),
-                                          source_history.begin() + static_cast<std::ptrdiff_t>(kept)));
+  return publish(*seq,
+                 std::vector<Token>(source_history.begin(),
+                                    source_history.begin() + static_cast<std::ptrdiff_t>(kept)));
 }
 
 void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
@@ -114,8 +115,8 @@ void SessionTable::feed(Entry& entry, std::size_t start, std::span<const Token> 
     h.pop_back();
   }
   entry.output_start = std::min(entry.output_start, h.size());
-  const bool output = tokens.size() == 1 && entry.last_draw &&
-                      entry.last_draw->first == start && entry.last_draw->second == tokens[0];
+  const bool output = tokens.size() == 1 && entry.last_draw && entry.last_draw->first == start &&
+                      entry.last_draw->second == tokens[0];
   entry.last_draw.reset();
   if (!output) {
     // A prompt: whatever was output so far now belongs to the context.

@@ -27,8 +27,8 @@
 #include <optional>
 #include <random>
 #include <span>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/cell_cache.h"
@@ -158,9 +158,9 @@ class SessionTable {
     cache::SeqId seq = 0;
     std::optional<sampling::Sampler> sampler;
     std::optional<sampling::Xorshift64Star> device_rng;
-    std::vector<Token> history;     // by position
-    std::size_t output_start = 0;   // history[output_start..] is this generation's output
-    bool counting = false;          // counts are kept (the policy has a penalty)
+    std::vector<Token> history;    // by position
+    std::size_t output_start = 0;  // history[output_start..] is this generation's output
+    bool counting = false;         // counts are kept (the policy has a penalty)
     sampling::TokenCounts counts;
     // The last draw: where its token would go and the token.
     std::optional<std::pair<std::size_t, Token>> last_draw;

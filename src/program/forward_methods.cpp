@@ -341,8 +341,8 @@ Result<PenalizeCall> ForwardMethods::check_penalize(std::span<const Tensor> inpu
   const std::int64_t rows = logits.dim(0);
   CELLM_RETURN_IF_ERROR(check_host_input(name, "rows", inputs[1], DType::kF32, 2));
   if (inputs[1].dim(0) != rows || inputs[1].dim(1) != kPenalizeRowParams) {
-    return invalid_argument("{}: rows must be f32 [{}, {}], got {}", name, rows,
-                            kPenalizeRowParams, inputs[1].describe());
+    return invalid_argument("{}: rows must be f32 [{}, {}], got {}", name, rows, kPenalizeRowParams,
+                            inputs[1].describe());
   }
   CELLM_RETURN_IF_ERROR(check_host_input(name, "offsets", inputs[2], DType::kI32, 1));
   if (inputs[2].dim(0) != rows + 1) {

@@ -80,9 +80,7 @@ void build_entries(const SamplingParams& params, const TokenCounts& counts, std:
                    std::vector<PenaltyEntry>& out) {
   out.clear();
   if (!needs_adjustment(params)) return;
-  const auto inside = [vocab](Token t) {
-    return vocab <= 0 || t < static_cast<Token>(vocab);
-  };
+  const auto inside = [vocab](Token t) { return vocab <= 0 || t < static_cast<Token>(vocab); };
   const std::span<const LogitBias> bias = params.logit_bias_entries();
   const auto bias_of = [&bias](Token t) -> const LogitBias* {
     const auto it = std::lower_bound(bias.begin(), bias.end(), t,
@@ -116,9 +114,8 @@ void build_entries(const SamplingParams& params, const TokenCounts& counts, std:
   for (Token t : params.suppressed_tokens()) {
     if (!inside(t)) continue;
     const auto id = static_cast<std::int32_t>(t);
-    auto it = std::find_if(out.begin(), out.end(), [id](const PenaltyEntry& e) {
-      return e.token == id;
-    });
+    auto it =
+        std::find_if(out.begin(), out.end(), [id](const PenaltyEntry& e) { return e.token == id; });
     if (it == out.end()) {
       out.push_back(PenaltyEntry{id, 0.0f, 0.0f, kEntrySuppressed});
     } else {

@@ -100,12 +100,15 @@ bool is_neutral(const std::string& key, const json& v) {
 }
 
 const std::set<std::string>& supported_fields(RequestKind kind) {
-  static const std::set<std::string> common = {
-      "model",          "max_tokens",       "temperature",        "top_p",
-      "top_k",          "seed",             "stop",               "n",
-      "ignore_eos",     "min_tokens",       "stream",             "stream_options",
-      "user",           "presence_penalty", "frequency_penalty",  "repetition_penalty",
-      "min_p",          "logit_bias",       "stop_token_ids"};
+  static const std::set<std::string> common = [] {
+    std::set<std::string> s = {
+        "model", "max_tokens", "temperature", "top_p",  "top_k",          "seed", "stop",
+        "n",     "ignore_eos", "min_tokens",  "stream", "stream_options", "user"};
+    // The rest of the sampling set.
+    s.insert({"presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias",
+              "stop_token_ids"});
+    return s;
+  }();
   static const std::set<std::string> completion = [] {
     auto s = common;
     s.insert("prompt");
@@ -278,7 +281,8 @@ bool parse_stop_token_ids(Parser& p, const json& v, const RequestLimits& limits,
   for (const json& t : v) {
     if (!t.is_number_integer() || (!t.is_number_unsigned() && t.get<std::int64_t>() < 0) ||
         (t.is_number_unsigned() &&
-         t.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))) {
+         t.get<std::uint64_t>() >
+             static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))) {
       return p.fail(name, invalid_argument("'stop_token_ids' entries must be non-negative "
                                            "integer token ids"));
     }

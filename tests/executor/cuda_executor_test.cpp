@@ -1,11 +1,11 @@
 #include "executor/cuda_executor.h"
 
-#include <gtest/gtest.h>
-
 #include <map>
 #include <numeric>
 #include <set>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "driver.h"
 #include "sampling/penalties.h"

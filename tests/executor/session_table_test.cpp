@@ -1,12 +1,12 @@
 #include "executor/session_table.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace cellm::executor {
 namespace {
@@ -391,7 +391,7 @@ TEST_F(SessionTableTest, CloneInheritsThePrefixAsPrompt) {
   const SessionId c = *table_->clone(a, 4);
   EXPECT_EQ(std::vector<Token>(table_->history(c)->begin(), table_->history(c)->end()),
             (std::vector<Token>{1, 2, 3, 4}));
-  EXPECT_EQ(table_->output_start(c), 4u);  // the clone's output starts empty
+  EXPECT_EQ(table_->output_start(c), 4u);               // the clone's output starts empty
   EXPECT_FALSE(table_->token_count(c, 4).has_value());  // no policy, no counts
   table_->set_sampling(c, penalising(), 0);
   EXPECT_EQ(table_->token_count(c, 4)->all, 1);

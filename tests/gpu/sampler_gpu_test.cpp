@@ -331,8 +331,8 @@ TEST_F(GpuSamplerTest, PenalizeKernelMatchesTheHostReferenceBitForBit) {
       const float* got = after->data_as<float>() + static_cast<std::int64_t>(r) * v;
       EXPECT_EQ(std::memcmp(got, want[r].data(), static_cast<std::size_t>(v) * sizeof(float)), 0)
           << "row " << r << " differs from the host reference";
-      dropped += static_cast<int>(std::count(want[r].begin(), want[r].end(),
-                                             -std::numeric_limits<float>::infinity()));
+      dropped += static_cast<int>(
+          std::count(want[r].begin(), want[r].end(), -std::numeric_limits<float>::infinity()));
     }
     EXPECT_GT(dropped, 0) << "min_p dropped nothing: the test does not exercise it";
     // The draws over the adjusted logits.
@@ -345,8 +345,8 @@ TEST_F(GpuSamplerTest, PenalizeKernelMatchesTheHostReferenceBitForBit) {
     auto device = ex->sample_rows(out.logits, rows, params);
     EXPECT_TRUE(device.has_value());
     for (std::size_t r = 0; device && r < rows; ++r) {
-      EXPECT_EQ((*device)[r], static_cast<Token>(sampling::sample_row(
-                                  want[r], params[r * 4], 1.0f, 0, params[r * 4 + 3])))
+      EXPECT_EQ((*device)[r], static_cast<Token>(sampling::sample_row(want[r], params[r * 4], 1.0f,
+                                                                      0, params[r * 4 + 3])))
           << "row " << r;
     }
     return true;

@@ -3,12 +3,12 @@
 // derived from the definitions here, never copied from an output.
 #include "sampling/penalties.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "sampling/sampler.h"
 #include "sampling/xorshift.h"

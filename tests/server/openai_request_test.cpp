@@ -78,8 +78,7 @@ TEST(RequestTest, MalformedJsonAndNonObjects) {
 }
 
 TEST(RequestTest, UnsupportedFieldsAreNamed) {
-  for (const char* field :
-       {"logprobs\":true", "suffix\":\"x\"", "frobnicate\":1", "best_of\":3"}) {
+  for (const char* field : {"logprobs\":true", "suffix\":\"x\"", "frobnicate\":1", "best_of\":3"}) {
     Parsed p = completion(std::string(R"({"prompt":"x",")") + field + "}");
     ASSERT_FALSE(p.req) << field;
     EXPECT_EQ(p.error.status.code(), StatusCode::kInvalidArgument) << field;
@@ -113,7 +112,8 @@ TEST(RequestTest, TheSamplingSetIsParsed) {
     EXPECT_FLOAT_EQ(r.frequency_penalty, 2.0f);
     EXPECT_FLOAT_EQ(r.repetition_penalty, 1.3f);
     EXPECT_FLOAT_EQ(r.min_p, 0.05f);
-    const std::vector<std::pair<std::int64_t, float>> bias = {{17, -100.0f}, {3, 2.5f}, {0, 100.0f}};
+    const std::vector<std::pair<std::int64_t, float>> bias = {
+        {17, -100.0f}, {3, 2.5f}, {0, 100.0f}};
     EXPECT_EQ(r.logit_bias, bias);
     EXPECT_EQ(r.stop_token_ids, (std::vector<std::int64_t>{5, 0, 9}));
     EXPECT_TRUE(r.ignore_eos);
@@ -133,7 +133,7 @@ TEST(RequestTest, TheSamplingSetIsRangeChecked) {
   struct Case {
     std::string field;  // "name":value
     const char* param;
-    const char* says;   // part of the message
+    const char* says;  // part of the message
   };
   std::string many_bias = R"("logit_bias":{"0":1)";
   for (int i = 1; i <= 300; ++i) {

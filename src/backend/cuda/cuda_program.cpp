@@ -444,8 +444,7 @@ Result<std::vector<Tensor>> CudaProgram::run_penalize(std::span<const Tensor> in
   if (!call.entries.empty()) {
     std::memcpy(penalize_entries_host_.data(), call.entries.data(),
                 call.entries.size() * sizeof(std::int32_t));
-    CELLM_CUDA_CHECK(cudaMemcpyAsync(penalize_entries_device_.data(),
-                                     penalize_entries_host_.data(),
+    CELLM_CUDA_CHECK(cudaMemcpyAsync(penalize_entries_device_.data(), penalize_entries_host_.data(),
                                      call.entries.size() * sizeof(std::int32_t),
                                      cudaMemcpyHostToDevice, stream_.get()));
   }

@@ -1,14 +1,14 @@
 // CpuProgram's surface: methods, metadata, constants, option and weight
 // checks, and refusals of malformed calls — each followed by a check that
 // the refused call left the program and its KV storage untouched.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_program.h"
 #include "cellm/types.h"
@@ -51,10 +51,9 @@ TEST(CpuProgramApi, MethodsMetadataAndConstants) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   std::vector<std::string> names = (*p)->method_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4", "forward_8",
-                                      "forward_others", "sample", "sample_argmax",
-                                      "sample_penalize"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4",
+                                             "forward_8", "forward_others", "sample",
+                                             "sample_argmax", "sample_penalize"}));
   EXPECT_EQ((*p)->backend_name(), "cpu");
 
   auto f4 = (*p)->method_meta("forward_4");

@@ -1,7 +1,6 @@
-#include "backend/cuda/kernels/sample_penalize.cuh"
-
 #include <cmath>
 
+#include "backend/cuda/kernels/sample_penalize.cuh"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
@@ -71,8 +70,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_sample_penalize(const PenalizeParams& params, cudaStream_t stream) {
   launch(sample_penalize_kernel,
-         LaunchConfig{dim3(static_cast<unsigned>(params.rows)), dim3(kThreads), 0, stream},
-         params);
+         LaunchConfig{dim3(static_cast<unsigned>(params.rows)), dim3(kThreads), 0, stream}, params);
 }
 
 }  // namespace cellm::cuda
