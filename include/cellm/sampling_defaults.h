@@ -45,12 +45,9 @@ inline void apply_sampling_defaults(const SamplingDefaults& defaults, const Samp
   if (!given.temperature && defaults.temperature) params.temperature = *defaults.temperature;
   if (!given.top_p && defaults.top_p) params.top_p = *defaults.top_p;
   if (!given.top_k && defaults.top_k) params.top_k = *defaults.top_k;
-  // REPETITION PENALTY DEFAULT: wire it here once SamplingParams carries the
-  // penalty (the sampling-set branch adds it), e.g.
-  //   if (!given.repetition_penalty && defaults.repetition_penalty)
-  //     params.repetition_penalty = *defaults.repetition_penalty;
-  // Until then the model's value is read, logged and left unused.
-  (void)given.repetition_penalty;
+  if (!given.repetition_penalty && defaults.repetition_penalty) {
+    params.repetition_penalty = *defaults.repetition_penalty;
+  }
 }
 
 }  // namespace cellm

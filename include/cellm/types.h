@@ -44,11 +44,34 @@ using TokenInputPtr = std::shared_ptr<const std::vector<Token>>;
 using InputPayload = std::variant<TokenInputPtr, PreparedInputPtr>;
 
 // Suppressed ids a policy can carry: enough for a model's EOS set; fixed so
-// that SamplingParams stays a trivially copyable value a device row can hold.
+// that a device row can hold them.
 inline constexpr std::size_t kMaxSuppressedTokens = 8;
+
+// One logit_bias entry: `bias` is added to the raw logit of `token`.
+struct LogitBias {
+  Token token = 0;
+  float bias = 0.0f;
+  friend bool operator==(const LogitBias&, const LogitBias&) = default;
+};
+// At most this many logit_bias entries per policy (OpenAI's limit).
+inline constexpr std::size_t kMaxLogitBias = 300;
+// Immutable once built and shared by every copy of a policy (the n choices
+// of a request, the executor's installed copy), so copying a policy never
+// copies the list. Sorted by token, one entry per token.
+using LogitBiasList = std::shared_ptr<const std::vector<LogitBias>>;
 
 // Installed per generation (Executor::set_sampling), not carried per input.
 // temperature <= 0 means greedy; top_k <= 0 and top_p >= 1 disable truncation.
+//
+// Logit adjustments (vLLM/OpenAI order; sampling/penalties.h is the exact
+// arithmetic): logit_bias is added to the raw logits, then the repetition
+// penalty divides (logit > 0) or multiplies (logit <= 0) the logit of every
+// token the session holds (prompt and output), then frequency and presence
+// penalties subtract frequency_penalty * count + presence_penalty for every
+// token drawn `count` > 0 times in this generation's output. Greedy rows see
+// them too. After temperature, min_p drops every token whose probability is
+// below min_p times the largest, before top-k and top-p. The neutral values
+// (0, 0, 1, 0, no list) cost nothing.
 // Suppressed ids are never drawn, greedy or not (min_tokens keeps EOS out this
 // way); a policy that suppresses every id of the vocabulary is refused by
 // sampling::check_policy before it is installed.
@@ -60,6 +83,21 @@ struct SamplingParams {
   // equality compares policies, not leftovers.
   std::array<Token, kMaxSuppressedTokens> suppressed{};
   std::uint32_t suppressed_count = 0;
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float repetition_penalty = 1.0f;  // > 0; 1 disables
+  float min_p = 0.0f;               // [0, 1]; 0 disables
+  LogitBiasList logit_bias;         // null or empty: none
+
+  // Whether any logit adjustment (penalty or bias) applies before sampling.
+  bool adjusts_logits() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
+           (logit_bias && !logit_bias->empty());
+  }
+  std::span<const LogitBias> logit_bias_entries() const {
+    if (!logit_bias) return {};
+    return {logit_bias->data(), logit_bias->size()};
+  }
 
   std::span<const Token> suppressed_tokens() const {
     return {suppressed.data(), std::min<std::size_t>(suppressed_count, kMaxSuppressedTokens)};
@@ -82,7 +120,16 @@ struct SamplingParams {
     suppressed_count = 0;
   }
 
-  friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
+  // Compares the bias lists by content: two policies built alike are equal.
+  friend bool operator==(const SamplingParams& a, const SamplingParams& b) {
+    const auto ab = a.logit_bias_entries();
+    const auto bb = b.logit_bias_entries();
+    return a.temperature == b.temperature && a.top_p == b.top_p && a.top_k == b.top_k &&
+           a.suppressed == b.suppressed && a.suppressed_count == b.suppressed_count &&
+           a.presence_penalty == b.presence_penalty && a.frequency_penalty == b.frequency_penalty &&
+           a.repetition_penalty == b.repetition_penalty && a.min_p == b.min_p &&
+           std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
+  }
 };
 
 // One slice of work for one session: payload[offset, offset + size) placed at

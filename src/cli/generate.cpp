@@ -29,6 +29,8 @@ SamplingGiven SamplingArgs::given() const {
   g.temperature = temperature_option != nullptr && temperature_option->count() > 0;
   g.top_p = top_p_option != nullptr && top_p_option->count() > 0;
   g.top_k = top_k_option != nullptr && top_k_option->count() > 0;
+  g.repetition_penalty =
+      repetition_penalty_option != nullptr && repetition_penalty_option->count() > 0;
   return g;
 }
 
@@ -60,6 +62,13 @@ void add_sampling_options(CLI::App& cmd, SamplingArgs& args) {
       cmd.add_option("--top-k", args.top_k, "tokens kept, 0 = off (unset: the model's)")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);
+  // Hugging Face's rule over prompt and output: > 1 discourages repeats.
+  args.repetition_penalty_option =
+      cmd.add_option("--repetition-penalty", args.repetition_penalty,
+                     "divides positive logits of seen tokens (multiplies negative ones), 1 = off "
+                     "(unset: the model's)")
+          ->capture_default_str()
+          ->check(CLI::Range(0.01f, 100.0f));
   cmd.add_option("--seed", args.seed, "makes sampling reproducible");
 }
 
@@ -97,6 +106,7 @@ StreamResult stream_generation(app::Engine& engine, Session& session, std::vecto
   GenConfig config;
   config.max_new_tokens = sampling.max_tokens;
   config.sampling.temperature = sampling.temperature;
+  config.sampling.repetition_penalty = sampling.repetition_penalty;
   config.sampling.top_p = sampling.top_p;
   config.sampling.top_k = sampling.top_k;
   apply_sampling_defaults(engine.generation_defaults(), sampling.given(), config.sampling);

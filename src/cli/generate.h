@@ -36,11 +36,13 @@ struct SamplingArgs {
   float temperature = 0.0f;
   float top_p = 1.0f;
   int top_k = 0;
+  float repetition_penalty = 1.0f;
   std::optional<std::uint64_t> seed;
   // Set by add_sampling_options: which settings the command line gave.
   const CLI::Option* temperature_option = nullptr;
   const CLI::Option* top_p_option = nullptr;
   const CLI::Option* top_k_option = nullptr;
+  const CLI::Option* repetition_penalty_option = nullptr;
 
   SamplingGiven given() const;
 };

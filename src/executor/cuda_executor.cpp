@@ -43,6 +43,7 @@ CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
       has_sampler_(plan.has_sampler),
       sampler_suppresses_(plan.sampler_suppresses),
       has_argmax_(plan.has_argmax),
+      has_penalizer_(plan.has_penalizer),
       decode_greedy_rows_(plan.decode_greedy_rows),
       kv_cells_total_(cache_->metrics().cells_used + cache_->metrics().cells_free) {
   publish_kv_cells();
@@ -68,6 +69,7 @@ bool CudaExecutor::initialize() {
   for (const program::ForwardMethod& m : methods_) names.push_back(m.name);
   if (has_sampler_) names.push_back(program::kSampleMethod);
   if (has_argmax_) names.push_back(program::kArgmaxMethod);
+  if (has_penalizer_) names.push_back(program::kPenalizeMethod);
   if (decode_greedy_rows_ > 0) names.push_back(program::kDecodeGreedyMethod);
   initialized_ = bind_and_load(*program_, cache_, names);
   return initialized_;
@@ -177,10 +179,73 @@ Result<std::vector<Token>> CudaExecutor::run_device_sampler(
   return tokens;
 }
 
+Status CudaExecutor::penalize_on_device(const Tensor& logits,
+                                        const std::vector<SessionId>& sessions) {
+  // The common case: nobody asks, nothing to build or launch.
+  if (std::none_of(sessions.begin(), sessions.end(),
+                   [this](SessionId sid) { return sessions_.adjusts_logits(sid); })) {
+    return Status::ok();
+  }
+  // Reused across steps, so a penalised step does not allocate once warm.
+  std::vector<sampling::PenaltyEntry>& entries = penalty_entries_;
+  std::vector<float>& rows = penalty_rows_;
+  std::vector<std::int32_t>& offsets = penalty_offsets_;
+  std::vector<sampling::PenaltyEntry>& row_entries = penalty_row_entries_;
+  std::size_t first = 0;  // the group's first row
+  bool any = false;
+  const auto flush = [&](std::size_t end) -> Status {
+    if (!any) return Status::ok();
+    if (!has_penalizer_) {
+      return invalid_program(
+          "a session's sampling policy adjusts logits (logit_bias, a penalty or min_p) but the "
+          "program exports no {} method for its device logits; drop those parameters or serve a "
+          "program that exports it",
+          program::kPenalizeMethod);
+    }
+    const auto n = static_cast<std::int64_t>(end - first);
+    const auto count = static_cast<std::int64_t>(entries.size());
+    const std::vector<Tensor> inputs = {
+        logits.slice_rows(static_cast<std::int64_t>(first), n),
+        Tensor::view(rows.data(), DType::kF32, {n, program::kPenalizeRowParams}),
+        Tensor::view(offsets.data(), DType::kI32, {n + 1}),
+        Tensor::view(entries.data(), DType::kI32, {count, 4})};
+    auto out = program_->execute(program::kPenalizeMethod, inputs);
+    if (!out.ok()) return out.status().with_context("logit adjustments");
+    return Status::ok();
+  };
+  const auto reset = [&](std::size_t at) {
+    first = at;
+    any = false;
+    entries.clear();
+    rows.clear();
+    offsets.assign(1, 0);
+  };
+  reset(0);
+  for (std::size_t r = 0; r < sessions.size(); ++r) {
+    row_entries.clear();
+    const std::optional<DevicePenaltyRow> row =
+        sessions_.device_penalties(sessions[r], row_entries);
+    if (entries.size() + row_entries.size() >
+        static_cast<std::size_t>(program::kPenalizeMaxEntries)) {
+      CELLM_RETURN_IF_ERROR(flush(r));
+      reset(r);
+    }
+    // A row past the vocabulary's worth of entries cannot occur: one entry an id.
+    entries.insert(entries.end(), row_entries.begin(), row_entries.end());
+    const DevicePenaltyRow p =
+        row.value_or(DevicePenaltyRow{1.0f, 0.0f, -std::numeric_limits<float>::infinity()});
+    rows.insert(rows.end(), {p.repetition, p.temperature, p.min_p_log_threshold});
+    offsets.push_back(static_cast<std::int32_t>(entries.size()));
+    any = any || row.has_value();
+  }
+  return flush(sessions.size());
+}
+
 Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
                                                         const std::vector<SessionId>& sessions) {
   CELLM_RETURN_IF_ERROR(check_logits_home(logits));
   if (logits.device() == Device::kCuda) {
+    CELLM_RETURN_IF_ERROR(penalize_on_device(logits, sessions));
     std::vector<float> params;
     params.reserve(sessions.size() * sampling::kNumParams);
     std::vector<std::int64_t> suppressed;
@@ -196,7 +261,12 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
     }
     // Without suppression the sample method keeps its two-input form.
     if (!any_suppressed) suppressed.clear();
-    return run_device_sampler(logits, sessions.size(), params, all_greedy, suppressed);
+    auto drawn = run_device_sampler(logits, sessions.size(), params, all_greedy, suppressed);
+    if (drawn.ok()) {
+      for (std::size_t r = 0; r < sessions.size(); ++r)
+        sessions_.note_draw(sessions[r], (*drawn)[r]);
+    }
+    return drawn;
   }
   std::vector<Token> tokens;
   tokens.reserve(sessions.size());
@@ -207,6 +277,7 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
     if (!token && sessions_.greedy(sessions[r])) {
       sampling::row_to_f32(logits, index, row);
       token = static_cast<Token>(sampling::argmax_row(row));
+      sessions_.note_draw(sessions[r], *token);
     }
     if (!token) {
       return internal_error("session {}: sampling row {} of {} failed", sessions[r], r,

@@ -165,6 +165,7 @@ class CudaExecutor final : public Executor {
     bool has_sampler = false;
     bool sampler_suppresses = false;  // `sample` declares the suppressed-ids input
     bool has_argmax = false;
+    bool has_penalizer = false;  // `sample_penalize` (logit adjustments on the device)
     int decode_greedy_rows = 0;  // the decode_greedy method's most rows; 0: not exported
     std::uint64_t kv_cell_bytes = 0;
   };
@@ -187,6 +188,10 @@ class CudaExecutor final : public Executor {
                                                 const std::vector<std::int64_t>& suppressed = {});
   Result<std::vector<Token>> sample_outputs(const Tensor& logits,
                                             const std::vector<SessionId>& sessions);
+  // Adjusts the rows of device logits whose sessions' policies ask for it
+  // (bias, penalties, min_p) through the program's sample_penalize, in
+  // groups of at most kPenalizeMaxEntries entries; nothing when none does.
+  Status penalize_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);
   // decode_greedy's two ways: up to kDecodeGreedyMaxSteps steps on the
   // program's method, or one step through execute_raw.
@@ -210,7 +215,13 @@ class CudaExecutor final : public Executor {
   bool has_sampler_;
   bool sampler_suppresses_;
   bool has_argmax_;
+  bool has_penalizer_;
   int decode_greedy_rows_;
+  // penalize_on_device's staging (reused from step to step).
+  std::vector<sampling::PenaltyEntry> penalty_entries_;
+  std::vector<sampling::PenaltyEntry> penalty_row_entries_;
+  std::vector<float> penalty_rows_;
+  std::vector<std::int32_t> penalty_offsets_;
   // Where the first sampled logits lived. Host and device sampling advance
   // separate generators, so every later forward must agree.
   std::optional<bool> device_logits_;

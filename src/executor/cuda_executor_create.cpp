@@ -151,6 +151,11 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
     // check_sample_method allows two inputs or three, the third being the ids.
     plan.sampler_suppresses = meta.inputs.size() == 3;
   }
+  plan.has_penalizer = exports(program::kPenalizeMethod);
+  if (plan.has_penalizer) {
+    CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kPenalizeMethod));
+    CELLM_RETURN_IF_ERROR(check_penalize_method(meta, plan.vocab));
+  }
   if (plan.has_argmax) {
     CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kArgmaxMethod));
     CELLM_RETURN_IF_ERROR(check_argmax_method(meta, plan.vocab));

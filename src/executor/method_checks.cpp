@@ -160,6 +160,31 @@ Status check_sample_method(const program::MethodMeta& meta, std::int64_t vocab) 
   return check_token_output(name, meta);
 }
 
+Status check_penalize_method(const program::MethodMeta& meta, std::int64_t vocab) {
+  const std::string_view name = program::kPenalizeMethod;
+  if (meta.inputs.size() != 4) {
+    return invalid_program(
+        "method {}: takes {} inputs; expected logits [R, V], rows [R, {}], offsets [R + 1] and "
+        "entries [N, 4]",
+        name, meta.inputs.size(), program::kPenalizeRowParams);
+  }
+  CELLM_RETURN_IF_ERROR(check_logits_output(name, meta.inputs[0], vocab));
+  const auto host = [](const program::TensorSpec& t, DType dtype, std::size_t rank) {
+    return t.dtype == dtype && t.device == Device::kCpu && t.shape.size() == rank;
+  };
+  if (!host(meta.inputs[1], DType::kF32, 2) ||
+      meta.inputs[1].shape[1] != program::kPenalizeRowParams ||
+      !host(meta.inputs[2], DType::kI32, 1) || !host(meta.inputs[3], DType::kI32, 2) ||
+      meta.inputs[3].shape[1] != 4) {
+    return invalid_program(
+        "method {}: inputs 1..3 must be host f32[R, {}], i32[R + 1] and "
+        "i32[N, 4], got {}, {}, {}",
+        name, program::kPenalizeRowParams, spec_string(meta.inputs[1]), spec_string(meta.inputs[2]),
+        spec_string(meta.inputs[3]));
+  }
+  return Status::ok();
+}
+
 Status check_argmax_method(const program::MethodMeta& meta, std::int64_t vocab) {
   const std::string_view name = program::kArgmaxMethod;
   if (meta.inputs.size() != 1) {

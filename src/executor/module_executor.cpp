@@ -169,6 +169,7 @@ bool ModuleExecutor::execute(const BatchInput& batch, BatchOutput& out) {
       if (!token && sessions_.greedy(sid)) {
         sampling::row_to_f32(logits, logits_row, row);
         token = static_cast<Token>(sampling::argmax_row(row));
+        sessions_.note_draw(sid, *token);
       }
       if (!token) {
         CELLM_LOG_ERROR("executor: session {}: sampling row {} failed", sid, logits_row);

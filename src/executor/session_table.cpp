@@ -1,5 +1,6 @@
 #include "executor/session_table.h"
 
+#include <algorithm>
 #include <limits>
 #include <random>
 #include <utility>
@@ -36,9 +37,13 @@ SessionTable::SessionTable(cache::CellCache& cache, int max_sessions, int max_se
   CELLM_CHECK(first_id > 0, "session ids start above 0, got {}", first_id);
 }
 
-std::optional<SessionId> SessionTable::publish(cache::SeqId seq) {
+std::optional<SessionId> SessionTable::publish(cache::SeqId seq, std::vector<Token> history) {
   const SessionId id = next_id_;
-  sessions_.emplace(id, Entry{seq, std::nullopt, std::nullopt});
+  Entry entry;
+  entry.seq = seq;
+  entry.output_start = history.size();  // everything inherited is prompt
+  entry.history = std::move(history);
+  sessions_.emplace(id, std::move(entry));
   next_id_ = id == std::numeric_limits<SessionId>::max() ? 0 : id + 1;
   return id;
 }
@@ -72,7 +77,11 @@ std::optional<SessionId> SessionTable::clone(SessionId source, Position upto) {
   }
   const std::optional<cache::SeqId> seq = cache_.seq_clone(it->second.seq, upto);
   if (!seq) return std::nullopt;
-  return publish(*seq);
+  const std::vector<Token>& source_history = it->second.history;
+  const std::size_t kept = std::min(source_history.size(), static_cast<std::size_t>(upto));
+  return publish(*seq,
+                 std::vector<Token>(source_history.begin(),
+                                    source_history.begin() + static_cast<std::ptrdiff_t>(kept)));
 }
 
 void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
@@ -85,8 +94,39 @@ void SessionTable::set_sampling(SessionId session, const SamplingParams& params,
     return;
   }
   const std::uint64_t s = seed ? *seed : seeds_();
-  it->second.sampler.emplace(vocab_size_, params, s);
-  it->second.device_rng.emplace(s);
+  Entry& entry = it->second;
+  entry.sampler.emplace(vocab_size_, params, s);
+  entry.device_rng.emplace(s);
+  // Counts are kept only while a penalty reads them (no cost otherwise).
+  entry.counting = params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
+                   params.presence_penalty != 0.0f;
+  entry.counts.clear();
+  if (entry.counting) {
+    for (std::size_t i = 0; i < entry.history.size(); ++i) {
+      entry.counts.add(entry.history[i], i >= entry.output_start);
+    }
+  }
+}
+
+void SessionTable::feed(Entry& entry, std::size_t start, std::span<const Token> tokens) {
+  std::vector<Token>& h = entry.history;
+  while (h.size() > start) {
+    if (entry.counting) entry.counts.remove(h.back(), h.size() - 1 >= entry.output_start);
+    h.pop_back();
+  }
+  entry.output_start = std::min(entry.output_start, h.size());
+  const bool output = tokens.size() == 1 && entry.last_draw && entry.last_draw->first == start &&
+                      entry.last_draw->second == tokens[0];
+  entry.last_draw.reset();
+  if (!output) {
+    // A prompt: whatever was output so far now belongs to the context.
+    if (entry.counting && entry.output_start < h.size()) entry.counts.forget_output();
+    entry.output_start = start + tokens.size();
+  }
+  for (Token t : tokens) {
+    h.push_back(t);
+    if (entry.counting) entry.counts.add(t, output);
+  }
 }
 
 Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
@@ -196,6 +236,12 @@ Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
                             position);
     }
   }
+  // Everything is valid: the histories follow the batch, input by input.
+  for (const Input& in : batch.inputs) {
+    const std::vector<Token>& tokens = **std::get_if<TokenInputPtr>(&in.payload);
+    feed(sessions_.at(in.sid), static_cast<std::size_t>(in.position) + in.offset,
+         std::span(tokens).subspan(in.offset, in.size));
+  }
   return step;
 }
 
@@ -209,6 +255,18 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
   }
   std::optional<std::int64_t> token;
   const auto vocab = static_cast<std::size_t>(vocab_size_);
+  Entry& entry = it->second;
+  const SamplingParams& params = entry.sampler->params();
+  if (sampling::needs_adjustment(params) && logits.dtype() != DType::kI32 &&
+      logits.dtype() != DType::kI64 && logits.dtype() != DType::kU8) {
+    sampling::row_to_f32(logits, row, row_);
+    sampling::build_entries(params, entry.counts, vocab_size_, entries_);
+    sampling::adjust_row(row_, params, entries_);
+    token = entry.sampler->sample(std::span<const float>(row_));
+    if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
+    entry.last_draw.emplace(entry.history.size(), static_cast<Token>(*token));
+    return static_cast<Token>(*token);
+  }
   switch (logits.dtype()) {
     case DType::kF32:
       token =
@@ -224,7 +282,54 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
     case DType::kU8: return std::nullopt;
   }
   if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
+  entry.last_draw.emplace(entry.history.size(), static_cast<Token>(*token));
   return static_cast<Token>(*token);
+}
+
+std::optional<DevicePenaltyRow> SessionTable::device_penalties(
+    SessionId session, std::vector<sampling::PenaltyEntry>& entries) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.sampler) return std::nullopt;
+  const SamplingParams& p = it->second.sampler->params();
+  if (!sampling::needs_adjustment(p)) return std::nullopt;
+  sampling::build_entries(p, it->second.counts, vocab_size_, entries_);
+  entries.insert(entries.end(), entries_.begin(), entries_.end());
+  DevicePenaltyRow row;
+  row.repetition = p.repetition_penalty;
+  row.temperature = p.temperature > 0.0f ? p.temperature : 0.0f;
+  row.min_p_log_threshold = sampling::min_p_log_threshold(p.min_p);
+  return row;
+}
+
+bool SessionTable::adjusts_logits(SessionId session) const {
+  const auto it = sessions_.find(session);
+  return it != sessions_.end() && it->second.sampler &&
+         sampling::needs_adjustment(it->second.sampler->params());
+}
+
+void SessionTable::note_draw(SessionId session, Token token) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  it->second.last_draw.emplace(it->second.history.size(), token);
+}
+
+std::optional<std::span<const Token>> SessionTable::history(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return std::nullopt;
+  return std::span<const Token>(it->second.history);
+}
+
+std::optional<std::size_t> SessionTable::output_start(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.output_start;
+}
+
+std::optional<sampling::TokenCounts::Count> SessionTable::token_count(SessionId session,
+                                                                      Token token) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.counting) return std::nullopt;
+  return it->second.counts.count(token);
 }
 
 std::optional<DeviceSamplingRow> SessionTable::device_sampling(SessionId session) {

@@ -6,6 +6,18 @@
 // draw the same tokens for one seed. Session ids are never reused; cache
 // sequence slots are.
 //
+// It also keeps each session's token history (every token packed, by
+// position; a rewind truncates it) and, while the installed policy has a
+// repetition, frequency or presence penalty, per-token counts over it. The
+// history splits into prompt and this generation's output: an input that is
+// exactly the one token the session's last draw produced, at the position
+// after it, is output; any other input is prompt and turns all earlier
+// output into prompt (a new turn). So "output so far" is what the session
+// drew since prompt tokens were last fed, whichever policy drew it (a
+// re-installed policy mid-generation, as min_tokens does, keeps it). A clone
+// inherits its source's history up to the clone point, all of it as prompt:
+// a clone's output starts empty.
+//
 // Thread-safety: not thread-safe; the engine thread owns it.
 #pragma once
 
@@ -14,13 +26,16 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/cell_cache.h"
 #include "cellm/status.h"
 #include "cellm/types.h"
 #include "core/tensor.h"
+#include "sampling/penalties.h"
 #include "sampling/sampler.h"
 #include "sampling/xorshift.h"
 
@@ -63,6 +78,15 @@ struct DeviceSamplingRow {
   }
 };
 
+// A row's logit adjustment on a device sampler (the `sample_penalize`
+// method's params row): the repetition penalty, the row's temperature and
+// min_p's log threshold (-inf: none). Its entries travel beside it.
+struct DevicePenaltyRow {
+  float repetition = 1.0f;
+  float temperature = 0.0f;
+  float min_p_log_threshold = 0.0f;
+};
+
 class SessionTable {
  public:
   // The cache must outlive the table. max_sessions and max_session_tokens > 0.
@@ -102,6 +126,25 @@ class SessionTable {
   // device-path generator and is drawn only when temperature > 0. nullopt for
   // an unknown session or one without a policy.
   std::optional<DeviceSamplingRow> device_sampling(SessionId session);
+  // Whether the session's policy adjusts logits (sampling::needs_adjustment).
+  bool adjusts_logits(SessionId session) const;
+  // For a session whose policy adjusts logits (sampling::needs_adjustment):
+  // appends its entries to `entries` and returns its row; nullopt (nothing
+  // appended) for one that needs none, is unknown or has no policy.
+  std::optional<DevicePenaltyRow> device_penalties(SessionId session,
+                                                   std::vector<sampling::PenaltyEntry>& entries);
+  // Records a token a device sampler (or a greedy fallback) drew for the
+  // session, as sample() does for its own draws: the next input holding
+  // exactly it is output. Unknown sessions are ignored.
+  void note_draw(SessionId session, Token token);
+  // The session's token history (every position it holds) and how many of
+  // its leading tokens are prompt; nullopt for an unknown session.
+  std::optional<std::span<const Token>> history(SessionId session) const;
+  std::optional<std::size_t> output_start(SessionId session) const;
+  // The counts penalties read; nullopt for an unknown session or one whose
+  // policy has no repetition, frequency or presence penalty.
+  std::optional<sampling::TokenCounts::Count> token_count(SessionId session, Token token) const;
+
   // True when the session is known and samples greedily.
   bool greedy(SessionId session) const;
 
@@ -115,8 +158,17 @@ class SessionTable {
     cache::SeqId seq = 0;
     std::optional<sampling::Sampler> sampler;
     std::optional<sampling::Xorshift64Star> device_rng;
+    std::vector<Token> history;    // by position
+    std::size_t output_start = 0;  // history[output_start..] is this generation's output
+    bool counting = false;         // counts are kept (the policy has a penalty)
+    sampling::TokenCounts counts;
+    // The last draw: where its token would go and the token.
+    std::optional<std::pair<std::size_t, Token>> last_draw;
   };
-  std::optional<SessionId> publish(cache::SeqId seq);
+  std::optional<SessionId> publish(cache::SeqId seq, std::vector<Token> history = {});
+  // Truncates the history to `start`, then appends `tokens` (output when
+  // they are the last draw, else prompt).
+  static void feed(Entry& entry, std::size_t start, std::span<const Token> tokens);
 
   cache::CellCache& cache_;
   int max_sessions_;
@@ -125,6 +177,9 @@ class SessionTable {
   SessionId next_id_ = 1;  // 0 once every id is spent
   std::unordered_map<SessionId, Entry> sessions_;
   std::mt19937_64 seeds_;  // the seeds of policies given none
+  // Host sampling scratch (a widened row and its entries).
+  std::vector<float> row_;
+  std::vector<sampling::PenaltyEntry> entries_;
 };
 
 }  // namespace cellm::executor

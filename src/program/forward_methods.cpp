@@ -68,6 +68,7 @@ Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std:
   if (options.device_sampling) {
     m.methods_.emplace(std::string(kSampleMethod), MethodEntry{MethodKind::kSample, 0});
     m.methods_.emplace(std::string(kArgmaxMethod), MethodEntry{MethodKind::kArgmax, 0});
+    m.methods_.emplace(std::string(kPenalizeMethod), MethodEntry{MethodKind::kPenalize, 0});
     if (decode_greedy) {
       m.methods_.emplace(std::string(kDecodeGreedyMethod),
                          MethodEntry{MethodKind::kDecodeGreedy, m.widest_static_});
@@ -148,6 +149,13 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
       meta.dynamic = true;
       meta.inputs = {TensorSpec{DType::kF32, {rows, vocab}, logits_device}};
       meta.outputs = {TensorSpec{DType::kI64, {rows}}};
+      return meta;
+    case MethodKind::kPenalize:
+      meta.dynamic = true;
+      meta.inputs = {TensorSpec{DType::kF32, {rows, vocab}, logits_device},
+                     TensorSpec{DType::kF32, {rows, kPenalizeRowParams}},
+                     TensorSpec{DType::kI32, {rows + 1}},
+                     TensorSpec{DType::kI32, {kPenalizeMaxEntries, 4}}};
       return meta;
     case MethodKind::kDecodeGreedy: {
       const std::int64_t t = m->width;
@@ -310,6 +318,64 @@ Result<DecodeGreedyCall> ForwardMethods::check_decode_greedy(std::span<const Ten
         return invalid_argument("{}: rows {} and {} are both sequence {}; one row a sequence", name,
                                 q, r, call.rows[r].seq);
       }
+    }
+  }
+  return call;
+}
+
+Result<PenalizeCall> ForwardMethods::check_penalize(std::span<const Tensor> inputs,
+                                                    std::int64_t vocab, Device device) const {
+  const std::string_view name = kPenalizeMethod;
+  if (inputs.size() != 4) {
+    return invalid_argument("{}: takes 4 inputs (logits, rows, offsets, entries), got {}", name,
+                            inputs.size());
+  }
+  const Tensor& logits = inputs[0];
+  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
+      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > options_.max_step ||
+      logits.data() == nullptr) {
+    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
+                            device == Device::kCuda ? "device" : "host", options_.max_step, vocab,
+                            logits.describe());
+  }
+  const std::int64_t rows = logits.dim(0);
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "rows", inputs[1], DType::kF32, 2));
+  if (inputs[1].dim(0) != rows || inputs[1].dim(1) != kPenalizeRowParams) {
+    return invalid_argument("{}: rows must be f32 [{}, {}], got {}", name, rows, kPenalizeRowParams,
+                            inputs[1].describe());
+  }
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "offsets", inputs[2], DType::kI32, 1));
+  if (inputs[2].dim(0) != rows + 1) {
+    return invalid_argument("{}: offsets must be i32 [{}], got {}", name, rows + 1,
+                            inputs[2].describe());
+  }
+  const Tensor& entries = inputs[3];
+  if (entries.device() != Device::kCpu || entries.dtype() != DType::kI32 || entries.rank() != 2 ||
+      entries.dim(1) != 4 || entries.dim(0) > kPenalizeMaxEntries ||
+      (entries.numel() > 0 && entries.data() == nullptr)) {
+    return invalid_argument("{}: entries must be host i32 [0..{}, 4], got {}", name,
+                            kPenalizeMaxEntries, entries.describe());
+  }
+  PenalizeCall call;
+  call.rows = static_cast<std::int32_t>(rows);
+  call.row_params = inputs[1].span<const float>();
+  call.offsets = inputs[2].span<const std::int32_t>();
+  if (entries.numel() > 0) call.entries = entries.span<const std::int32_t>();
+  const auto n = static_cast<std::int32_t>(entries.dim(0));
+  if (call.offsets[0] != 0 || call.offsets[static_cast<std::size_t>(rows)] != n) {
+    return invalid_argument("{}: offsets must run from 0 to the {} entries, got {} .. {}", name, n,
+                            call.offsets[0], call.offsets[static_cast<std::size_t>(rows)]);
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (call.offsets[static_cast<std::size_t>(r + 1)] < call.offsets[static_cast<std::size_t>(r)]) {
+      return invalid_argument("{}: offsets fall at row {}", name, r);
+    }
+  }
+  for (std::int32_t e = 0; e < n; ++e) {
+    const std::int32_t token = call.entries[static_cast<std::size_t>(e) * 4];
+    if (token < 0 || token >= vocab) {
+      return invalid_argument("{}: entry {} names token {} outside the vocabulary of {}", name, e,
+                              token, vocab);
     }
   }
   return call;

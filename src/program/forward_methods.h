@@ -29,7 +29,8 @@ enum class MethodKind : std::uint8_t {
   kModule,
   kSample,
   kArgmax,
-  kDecodeGreedy
+  kDecodeGreedy,
+  kPenalize
 };
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
@@ -40,7 +41,8 @@ constexpr bool is_forward(MethodKind kind) {
     case MethodKind::kModule: return true;
     case MethodKind::kSample:
     case MethodKind::kArgmax:
-    case MethodKind::kDecodeGreedy: return false;
+    case MethodKind::kDecodeGreedy:
+    case MethodKind::kPenalize: return false;
   }
   return false;
 }
@@ -67,6 +69,14 @@ struct DecodeGreedyCall {
   std::vector<PlacedRow> rows;              // [steps * width]
   std::int32_t steps = 0;
   std::int32_t width = 0;
+};
+
+// A validated sample_penalize call (program.h): spans into its host inputs.
+struct PenalizeCall {
+  std::int32_t rows = 0;
+  std::span<const float> row_params;      // [rows, kPenalizeRowParams]
+  std::span<const std::int32_t> offsets;  // [rows + 1]
+  std::span<const std::int32_t> entries;  // [N, 4]
 };
 
 // A validated forward call.
@@ -110,6 +120,12 @@ class ForwardMethods {
   // step by step, to the cache's current placement. Nothing is changed.
   Result<DecodeGreedyCall> check_decode_greedy(std::span<const Tensor> inputs, std::int64_t vocab,
                                                const cache::CellCache& cache) const;
+  // Checks sample_penalize's inputs (program.h) for logits on `device`:
+  // shapes, offsets that start at 0, never fall and end at N, at most
+  // kPenalizeMaxEntries entries and every entry's token inside [0, vocab).
+  // Nothing is changed on refusal.
+  Result<PenalizeCall> check_penalize(std::span<const Tensor> inputs, std::int64_t vocab,
+                                      Device device) const;
   // The narrowest static method of at least `rows` rows; null when none is.
   const MethodEntry* narrowest_static(std::int32_t rows) const;
   // The most rows one decode_greedy step takes: the widest static width.

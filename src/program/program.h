@@ -47,6 +47,18 @@ inline constexpr std::string_view kModuleMethod = "forward";
 inline constexpr std::string_view kSampleMethod = "sample";
 inline constexpr std::string_view kArgmaxMethod = "sample_argmax";
 inline constexpr std::string_view kDecodeGreedyMethod = "decode_greedy";
+// Optional: adjusts device logits in place before `sample`/`sample_argmax`
+// (logit_bias, penalties, min_p; sampling/penalties.h is the arithmetic).
+// Inputs: logits [R, V] (written in place), rows f32[R, 3] (repetition
+// penalty, temperature, min_p log threshold), offsets host i32[R + 1] (row
+// r's entries are [offsets[r], offsets[r + 1])) and entries host i32[N, 4]
+// (token, bias bits, subtract bits, flags: sampling::PenaltyEntry), N at
+// most kPenalizeMaxEntries (a vocabulary of 262,144 ids fits one row). No
+// outputs. The executor calls it only for steps where some row has
+// adjustments.
+inline constexpr std::string_view kPenalizeMethod = "sample_penalize";
+inline constexpr std::int64_t kPenalizeMaxEntries = std::int64_t{1} << 18;
+inline constexpr std::int64_t kPenalizeRowParams = 3;
 inline constexpr std::int64_t kDecodeGreedyMaxSteps = 64;
 inline constexpr std::string_view kVocabSizeConstant = "get_vocab_size";
 inline constexpr std::string_view kMaxContextConstant = "get_max_context_len";

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "sampling/penalties.h"
 
 namespace cellm::sampling {
 namespace {
@@ -190,6 +191,7 @@ Status check_policy(const SamplingParams& params, std::int64_t vocab) {
     return invalid_argument("sampling policy suppresses {} tokens; at most {} can be suppressed",
                             params.suppressed_count, kMaxSuppressedTokens);
   }
+  CELLM_RETURN_IF_ERROR(check_adjustments(params, vocab));
   std::int64_t in_vocab = 0;
   const std::span<const Token> ids = params.suppressed_tokens();
   for (std::size_t i = 0; i < ids.size(); ++i) {

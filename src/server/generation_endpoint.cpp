@@ -180,11 +180,31 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
                   "min_tokens");
   }
 
-  if (r.min_tokens > 0 && !r.ignore_eos) {
+  // Ids the request names must exist in the model's vocabulary.
+  const std::int64_t vocab = svc.vocab_size();
+  for (const auto& [id, bias] : r.logit_bias) {
+    if (vocab > 0 && id >= vocab) {
+      return refuse(invalid_argument("'logit_bias' names token {}, outside the vocabulary of {} "
+                                     "tokens",
+                                     id, vocab),
+                    "logit_bias");
+    }
+  }
+  for (std::int64_t id : r.stop_token_ids) {
+    if (vocab > 0 && id >= vocab) {
+      return refuse(invalid_argument("'stop_token_ids' names token {}, outside the vocabulary of "
+                                     "{} tokens",
+                                     id, vocab),
+                    "stop_token_ids");
+    }
+  }
+
+  if (r.min_tokens > 0 && (!r.ignore_eos || !r.stop_token_ids.empty())) {
     // Until min_tokens every stop token is suppressed in sampling, which
     // some device samplers cannot do at all and a policy does for only so
     // many ids; refused here rather than failing once the run has started.
-    std::vector<Token> stops = svc.stop_tokens();
+    std::vector<Token> stops = r.ignore_eos ? std::vector<Token>{} : svc.stop_tokens();
+    stops.insert(stops.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
     std::sort(stops.begin(), stops.end());
     stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
     if (!stops.empty() && !svc.can_suppress_tokens()) {
@@ -212,6 +232,29 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   spec.sampling.temperature = r.temperature;
   spec.sampling.top_p = r.top_p;
   spec.sampling.top_k = r.top_k;
+  spec.sampling.presence_penalty = r.presence_penalty;
+  spec.sampling.frequency_penalty = r.frequency_penalty;
+  spec.sampling.repetition_penalty = r.repetition_penalty;
+  spec.sampling.min_p = r.min_p;
+  if (!r.logit_bias.empty()) {
+    std::vector<LogitBias> bias;
+    bias.reserve(r.logit_bias.size());
+    for (const auto& [id, value] : r.logit_bias) bias.push_back({static_cast<Token>(id), value});
+    // The policy's list is sorted by id, one entry an id (JSON keys are
+    // unique, but "7" and "07" name the same id: the later one wins).
+    std::stable_sort(bias.begin(), bias.end(),
+                     [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
+    std::vector<LogitBias> unique;
+    for (const LogitBias& b : bias) {
+      if (!unique.empty() && unique.back().token == b.token) {
+        unique.back() = b;
+      } else {
+        unique.push_back(b);
+      }
+    }
+    spec.sampling.logit_bias = std::make_shared<const std::vector<LogitBias>>(std::move(unique));
+  }
+  spec.stop_token_ids.assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
   apply_sampling_defaults(svc.sampling_defaults(), r.given, spec.sampling);
   spec.seed = r.seed;
   spec.ignore_eos = r.ignore_eos;

@@ -50,6 +50,8 @@ struct GenerationSpec {
   SamplingParams sampling;
   std::optional<std::uint64_t> seed;  // choice i uses seed + i
   bool ignore_eos = false;
+  // Extra ids that end a choice (finish "stop"), honoured with ignore_eos too.
+  std::vector<Token> stop_token_ids;
 };
 
 // A running request. Destruction cancels whatever still runs, waits until the

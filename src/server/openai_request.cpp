@@ -6,6 +6,8 @@
 #include <limits>
 #include <set>
 
+#include "cellm/types.h"
+
 namespace cellm::server {
 namespace {
 
@@ -92,22 +94,23 @@ class Parser {
 // value (so a client that spells out a default still works).
 bool is_neutral(const std::string& key, const json& v) {
   if (v.is_null()) return true;
-  if (key == "presence_penalty" || key == "frequency_penalty") {
-    return v.is_number() && v.get<double>() == 0.0;
-  }
-  if (key == "repetition_penalty") return v.is_number() && v.get<double>() == 1.0;
   if (key == "logprobs" || key == "echo") return v.is_boolean() && !v.get<bool>();
   if (key == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
-  if (key == "logit_bias") return v.is_object() && v.empty();
   if (key == "response_format") return v.is_object() && v.value("type", "") == "text";
   if (key == "parallel_tool_calls" || key == "store") return v.is_boolean();
   return false;
 }
 
 const std::set<std::string>& supported_fields(RequestKind kind) {
-  static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p",  "top_k",          "seed", "stop",
-      "n",     "ignore_eos", "min_tokens",  "stream", "stream_options", "user"};
+  static const std::set<std::string> common = [] {
+    std::set<std::string> s = {
+        "model", "max_tokens", "temperature", "top_p",  "top_k",          "seed", "stop",
+        "n",     "ignore_eos", "min_tokens",  "stream", "stream_options", "user"};
+    // The rest of the sampling set.
+    s.insert({"presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias",
+              "stop_token_ids"});
+    return s;
+  }();
   static const std::set<std::string> completion = [] {
     auto s = common;
     s.insert("prompt");
@@ -237,6 +240,67 @@ bool parse_stop(Parser& p, const json& v, const RequestLimits& limits, Generatio
   return true;
 }
 
+// OpenAI's form: {"<token id>": bias, ...}.
+bool parse_logit_bias(Parser& p, const json& v, GenerationRequest* req) {
+  const char* name = "logit_bias";
+  if (!v.is_object()) {
+    return p.fail(name, invalid_argument("'logit_bias' must be an object mapping token ids (as "
+                                         "strings) to biases"));
+  }
+  if (v.size() > kMaxLogitBias) {
+    return p.fail(name, invalid_argument("'logit_bias' has {} entries; at most {} are allowed",
+                                         v.size(), kMaxLogitBias));
+  }
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    std::int64_t id = 0;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) {
+      if (c < '0' || c > '9') {
+        digits = false;
+        break;
+      }
+      id = id * 10 + (c - '0');
+    }
+    if (!digits || id > std::numeric_limits<std::int32_t>::max()) {
+      return p.fail(name, invalid_argument("'logit_bias' key '{}' is not a token id (a "
+                                           "non-negative decimal integer)",
+                                           key));
+    }
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100.0 ||
+        it->get<double>() > 100.0) {
+      return p.fail(name, invalid_argument("'logit_bias' of token {} must be a number between "
+                                           "-100 and 100",
+                                           key));
+    }
+    req->logit_bias.emplace_back(id, static_cast<float>(it->get<double>()));
+  }
+  return true;
+}
+
+bool parse_stop_token_ids(Parser& p, const json& v, const RequestLimits& limits,
+                          GenerationRequest* req) {
+  const char* name = "stop_token_ids";
+  if (!v.is_array()) {
+    return p.fail(name, invalid_argument("'stop_token_ids' must be a list of token ids"));
+  }
+  if (v.size() > static_cast<std::size_t>(limits.max_stop_token_ids)) {
+    return p.fail(name, invalid_argument("'stop_token_ids' has {} ids; at most {} are allowed",
+                                         v.size(), limits.max_stop_token_ids));
+  }
+  for (const json& t : v) {
+    if (!t.is_number_integer() || (!t.is_number_unsigned() && t.get<std::int64_t>() < 0) ||
+        (t.is_number_unsigned() &&
+         t.get<std::uint64_t>() >
+             static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))) {
+      return p.fail(name, invalid_argument("'stop_token_ids' entries must be non-negative "
+                                           "integer token ids"));
+    }
+    req->stop_token_ids.push_back(t.get<std::int64_t>());
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_view body,
@@ -319,6 +383,7 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   req.given.temperature = p.field("temperature") != nullptr;
   req.given.top_p = p.field("top_p") != nullptr;
   req.given.top_k = p.field("top_k") != nullptr;
+  req.given.repetition_penalty = p.field("repetition_penalty") != nullptr;
   i.reset();
   if (const json* seed = p.field("seed")) {
     if (!seed->is_number_integer()) {
@@ -336,6 +401,15 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   i.reset();
   p.read_int("min_tokens", 0, int32_max, &i);
   if (i) req.min_tokens = static_cast<std::int32_t>(*i);
+  p.read_float("presence_penalty", -2.0, 2.0, &req.presence_penalty);
+  p.read_float("frequency_penalty", -2.0, 2.0, &req.frequency_penalty);
+  p.read_float("repetition_penalty", 0.0, 1e6, &req.repetition_penalty);
+  if (p.field("repetition_penalty") != nullptr && !(req.repetition_penalty > 0.0f)) {
+    p.fail("repetition_penalty", invalid_argument("'repetition_penalty' must be greater than 0"));
+  }
+  p.read_float("min_p", 0.0, 1.0, &req.min_p);
+  if (const json* bias = p.field("logit_bias")) parse_logit_bias(p, *bias, &req);
+  if (const json* ids = p.field("stop_token_ids")) parse_stop_token_ids(p, *ids, limits, &req);
   p.read_bool("stream", &req.stream);
   if (const json* so = p.field("stream_options")) {
     if (!so->is_object()) {

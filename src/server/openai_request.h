@@ -1,7 +1,9 @@
 // Parsing and validation of OpenAI-style request bodies (/v1/completions and
 // /v1/chat/completions). Every field is checked for type and range; a field
 // cellm does not implement is refused with its name, never silently ignored
-// (a few are accepted only at their neutral value, e.g. presence_penalty 0).
+// (a few are accepted only at their neutral value, e.g. logprobs false).
+// Ranges that need the model (logit_bias and stop_token_ids ids inside the
+// vocabulary) are checked by the endpoint, also before anything starts.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -10,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +60,16 @@ struct GenerationRequest {
   std::int32_t n = 1;
   bool ignore_eos = false;
   std::int32_t min_tokens = 0;
+  // The rest of the sampling set (SamplingParams documents the semantics).
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float repetition_penalty = 1.0f;  // > 0
+  float min_p = 0.0f;               // [0, 1]
+  // Token id -> bias in [-100, 100], at most kMaxLogitBias ids, in the order
+  // the body gave them (keys are decimal strings in JSON).
+  std::vector<std::pair<std::int64_t, float>> logit_bias;
+  // Extra ids that end a choice like EOS does (even with ignore_eos).
+  std::vector<std::int64_t> stop_token_ids;
   bool stream = false;
   bool include_usage = false;
   std::string user;
@@ -76,6 +89,7 @@ struct RequestLimits {
   // max_tokens of a request that sends none, capped by what the context
   // leaves (0: what the context leaves).
   std::int32_t default_max_tokens = 0;
+  std::int32_t max_stop_token_ids = 64;
 };
 
 // Parses a JSON body; on failure fills *error and returns nullopt.

@@ -134,6 +134,11 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(
     c.min_new_tokens = spec.min_new_tokens;
     c.sampling = spec.sampling;
     if (!spec.ignore_eos) c.stop_tokens = config_.stop_tokens;
+    for (Token t : spec.stop_token_ids) {
+      if (std::find(c.stop_tokens.begin(), c.stop_tokens.end(), t) == c.stop_tokens.end()) {
+        c.stop_tokens.push_back(t);
+      }
+    }
     if (spec.seed) c.seed = *spec.seed + static_cast<std::uint64_t>(choice);
     return c;
   };

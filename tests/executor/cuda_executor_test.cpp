@@ -1,13 +1,14 @@
 #include "executor/cuda_executor.h"
 
-#include <gtest/gtest.h>
-
 #include <map>
 #include <numeric>
 #include <set>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "driver.h"
+#include "sampling/penalties.h"
 #include "sampling/sampler.h"
 #include "toy_program.h"
 
@@ -303,6 +304,58 @@ TEST(CudaExecutorTest, DeviceSamplerDrawsWhatTheHostSamplerDraws) {
     EXPECT_EQ(drawn[0], drawn[1]) << "policy " << i;
   }
   EXPECT_TRUE(diverged);
+}
+
+// Logit adjustments on "device" logits go through the program's
+// sample_penalize before its sampler, only for steps where some session asks
+// for them, and draw what the host reference draws; a neutral session in the
+// same batch stays on the plain path and decodes greedily as before.
+TEST(CudaExecutorTest, DevicePenaltiesDrawWhatTheHostReferenceDraws) {
+  const ToyConfig device = device_sampling();
+  const std::vector<std::int64_t> greedy_run = expected(kPrompts[1], device);
+  std::vector<SamplingParams> policies(4);
+  policies[0].repetition_penalty = 1.5f;  // greedy
+  policies[1].logit_bias = sampling::make_logit_bias(
+      {{static_cast<Token>(greedy_run[0]), -100.0f},
+       {static_cast<Token>((greedy_run[0] + 5) % device.vocab), 2.0f}});  // greedy
+  policies[2] = SamplingParams{1.0f, 1.0f, 0};
+  policies[2].frequency_penalty = 0.7f;
+  policies[2].presence_penalty = 0.3f;
+  policies[2].min_p = 0.1f;
+  policies[3] = SamplingParams{0.8f, 1.0f, 5};
+  policies[3].repetition_penalty = 1.2f;
+  policies[3].logit_bias = sampling::make_logit_bias({{7, 1.5f}});
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    std::vector<std::vector<std::int64_t>> drawn;
+    for (const ToyConfig& config : {device, dense()}) {
+      Rig s = make(config);
+      CudaExecutor& ex = *s.executor;
+      Gen a = start(ex, kPrompts[1]), plain = start(ex, kPrompts[0]);
+      ex.set_sampling(a.sid, policies[i], 11 + i);
+      ex.set_sampling(plain.sid, SamplingParams{}, 1);
+      ASSERT_TRUE(run(ex, {{&a, prefill(a, a.prompt->size())}}));
+      ASSERT_TRUE(run(ex, {{&plain, prefill(plain, plain.prompt->size())}}));
+      ASSERT_TRUE(decode_all(ex, {&a, &plain}, kNewTokens));
+      EXPECT_EQ(plain.generated, expected(kPrompts[0], config));
+      drawn.push_back(a.generated);
+      if (!config.device_logits) continue;
+      // The plain session's own step never penalizes; the others always do,
+      // each penalize call right before a sampler call.
+      std::size_t penalize_calls = 0;
+      const auto& calls = s.program->calls;
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        if (calls[c].method != program::kPenalizeMethod) continue;
+        ++penalize_calls;
+        ASSERT_LT(c + 1, calls.size());
+        EXPECT_TRUE(calls[c + 1].method == "sample" || calls[c + 1].method == "sample_argmax");
+      }
+      EXPECT_EQ(penalize_calls, static_cast<std::size_t>(kNewTokens)) << "policy " << i;
+    }
+    EXPECT_EQ(drawn[0], drawn[1]) << "policy " << i;
+    if (i == 1) {
+      EXPECT_NE(drawn[0][0], greedy_run[0]) << "logit_bias -100 left the greedy token";
+    }
+  }
 }
 
 // Suppressed ids (min_tokens) through the program's sample method: passed as

@@ -1,11 +1,12 @@
 #include "executor/session_table.h"
 
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace cellm::executor {
 namespace {
@@ -310,6 +311,165 @@ TEST_F(SessionTableTest, SetSamplingOnUnknownSessionIsIgnored) {
   table_->set_sampling(a, SamplingParams{1.0f, 1.0f, 0}, std::nullopt);
   EXPECT_TRUE(table_->device_sampling(a).has_value());
   EXPECT_FALSE(table_->greedy(a));
+}
+
+// A greedy policy with a repetition penalty of 2 and a frequency penalty
+// of 1 (so the table keeps counts).
+SamplingParams penalising() {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.frequency_penalty = 1.0f;
+  return p;
+}
+
+// A one-row f32 logits tensor whose argmax is `best`.
+Tensor one_hot_logits(int vocab, int best) {
+  Tensor logits = Tensor::empty(DType::kF32, {1, vocab});
+  for (int v = 0; v < vocab; ++v) logits.data_as<float>()[v] = v == best ? 4.0f : 0.5f;
+  return logits;
+}
+
+TEST_F(SessionTableTest, HistorySplitsPromptAndOutput) {
+  const SessionId a = *table_->open();
+  table_->set_sampling(a, penalising(), 0);
+  pack_and_place(batch_of({tokens_input(a, {1, 2, 3}, 0, true)}));
+  ASSERT_TRUE(table_->history(a).has_value());
+  EXPECT_EQ(std::vector<Token>(table_->history(a)->begin(), table_->history(a)->end()),
+            (std::vector<Token>{1, 2, 3}));
+  EXPECT_EQ(table_->output_start(a), 3u);
+  EXPECT_EQ(table_->token_count(a, 2)->all, 1);
+  EXPECT_EQ(table_->token_count(a, 2)->output, 0);
+
+  // The draw, fed back alone at the next position, is output.
+  const std::optional<Token> drawn = table_->sample(a, one_hot_logits(8, 5), 0);
+  ASSERT_EQ(drawn, Token{5});
+  pack_and_place(batch_of({tokens_input(a, {5}, 3, true)}));
+  EXPECT_EQ(table_->output_start(a), 3u);
+  EXPECT_EQ(table_->token_count(a, 5)->output, 1);
+  EXPECT_EQ(table_->sample(a, one_hot_logits(8, 6), 0), Token{6});
+  pack_and_place(batch_of({tokens_input(a, {6}, 4, true)}));
+  EXPECT_EQ(table_->history(a)->size(), 5u);
+  EXPECT_EQ(table_->token_count(a, 6)->output, 1);
+
+  // A token that is not the last draw is prompt: a new turn, whose output
+  // starts after it; earlier output becomes context (still counted as seen).
+  pack_and_place(batch_of({tokens_input(a, {7, 7}, 5, true)}));
+  EXPECT_EQ(table_->output_start(a), 7u);
+  EXPECT_EQ(table_->token_count(a, 5)->output, 0);
+  EXPECT_EQ(table_->token_count(a, 5)->all, 1);
+  EXPECT_EQ(table_->token_count(a, 7)->all, 2);
+}
+
+TEST_F(SessionTableTest, RewindDropsHistoryAndItsCounts) {
+  const SessionId a = *table_->open();
+  table_->set_sampling(a, penalising(), 0);
+  pack_and_place(batch_of({tokens_input(a, {1, 2, 3}, 0, true)}));
+  ASSERT_EQ(table_->sample(a, one_hot_logits(8, 4), 0), Token{4});
+  pack_and_place(batch_of({tokens_input(a, {4}, 3, true)}));
+  ASSERT_EQ(table_->token_count(a, 4)->output, 1);
+  // Rewind into the prompt: the output and token 3 are gone.
+  pack_and_place(batch_of({tokens_input(a, {6}, 2, true)}));
+  EXPECT_EQ(std::vector<Token>(table_->history(a)->begin(), table_->history(a)->end()),
+            (std::vector<Token>{1, 2, 6}));
+  EXPECT_EQ(table_->token_count(a, 4)->all, 0);
+  EXPECT_EQ(table_->token_count(a, 3)->all, 0);
+  EXPECT_EQ(table_->token_count(a, 6)->all, 1);
+  EXPECT_EQ(table_->token_count(a, 6)->output, 0);
+  EXPECT_EQ(table_->output_start(a), 3u);
+  // A refused batch changes no history.
+  auto refused = table_->pack(batch_of({tokens_input(a, {1}, 9, true)}));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(table_->history(a)->size(), 3u);
+}
+
+TEST_F(SessionTableTest, CloneInheritsThePrefixAsPrompt) {
+  const SessionId a = *table_->open();
+  table_->set_sampling(a, penalising(), 0);
+  pack_and_place(batch_of({tokens_input(a, {1, 2, 3}, 0, true)}));
+  ASSERT_EQ(table_->sample(a, one_hot_logits(8, 4), 0), Token{4});
+  pack_and_place(batch_of({tokens_input(a, {4}, 3, true)}));
+  const SessionId c = *table_->clone(a, 4);
+  EXPECT_EQ(std::vector<Token>(table_->history(c)->begin(), table_->history(c)->end()),
+            (std::vector<Token>{1, 2, 3, 4}));
+  EXPECT_EQ(table_->output_start(c), 4u);               // the clone's output starts empty
+  EXPECT_FALSE(table_->token_count(c, 4).has_value());  // no policy, no counts
+  table_->set_sampling(c, penalising(), 0);
+  EXPECT_EQ(table_->token_count(c, 4)->all, 1);
+  EXPECT_EQ(table_->token_count(c, 4)->output, 0);
+  // The source keeps its own split.
+  EXPECT_EQ(table_->token_count(a, 4)->output, 1);
+  const SessionId d = *table_->clone(a, 2);
+  EXPECT_EQ(table_->history(d)->size(), 2u);
+}
+
+TEST_F(SessionTableTest, ReinstallingAPolicyKeepsTheOutput) {
+  // min_tokens re-installs the policy mid-generation: the output so far stays.
+  const SessionId a = *table_->open();
+  table_->set_sampling(a, penalising(), 0);
+  pack_and_place(batch_of({tokens_input(a, {1}, 0, true)}));
+  ASSERT_EQ(table_->sample(a, one_hot_logits(8, 4), 0), Token{4});
+  pack_and_place(batch_of({tokens_input(a, {4}, 1, true)}));
+  table_->set_sampling(a, penalising(), 5);
+  EXPECT_EQ(table_->token_count(a, 4)->output, 1);
+  EXPECT_EQ(table_->output_start(a), 1u);
+}
+
+TEST_F(SessionTableTest, HostDrawsApplyPenaltiesAndBias) {
+  const SessionId a = *table_->open();
+  pack_and_place(batch_of({tokens_input(a, {1}, 0, true)}));
+  Tensor logits = Tensor::empty(DType::kF32, {1, 8});
+  const std::vector<float> row = {0.0f, 3.0f, 2.0f, 0.5f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::copy(row.begin(), row.end(), logits.data_as<float>());
+  SamplingParams greedy;
+  table_->set_sampling(a, greedy, 0);
+  EXPECT_EQ(table_->sample(a, logits, 0), Token{1});
+  // Token 1 was seen: 3 / 2 = 1.5 < 2.
+  SamplingParams repeat;
+  repeat.repetition_penalty = 2.0f;
+  table_->set_sampling(a, repeat, 0);
+  EXPECT_EQ(table_->sample(a, logits, 0), Token{2});
+  // A bias of -100 on the greedy token removes it; +3 lifts id 3 above all.
+  SamplingParams biased;
+  biased.logit_bias = sampling::make_logit_bias({{1, -100.0f}});
+  table_->set_sampling(a, biased, 0);
+  EXPECT_EQ(table_->sample(a, logits, 0), Token{2});
+  biased.logit_bias = sampling::make_logit_bias({{3, 3.0f}});
+  table_->set_sampling(a, biased, 0);
+  EXPECT_EQ(table_->sample(a, logits, 0), Token{3});
+  // The logits themselves are left alone.
+  EXPECT_EQ(logits.data_as<float>()[1], 3.0f);
+}
+
+TEST_F(SessionTableTest, DevicePenaltiesMatchTheReferenceEntries) {
+  const SessionId a = *table_->open();
+  const SessionId plain = *table_->open();
+  SamplingParams p = penalising();
+  p.temperature = 0.7f;
+  p.min_p = 0.1f;
+  p.logit_bias = sampling::make_logit_bias({{6, 2.0f}});
+  table_->set_sampling(a, p, 0);
+  table_->set_sampling(plain, SamplingParams{0.7f, 1.0f, 0}, 0);
+  pack_and_place(batch_of({tokens_input(a, {1, 2, 2}, 0, true)}));
+  std::vector<sampling::PenaltyEntry> entries = {sampling::PenaltyEntry{7, 1.0f, 0.0f, 0}};
+  const std::optional<DevicePenaltyRow> row = table_->device_penalties(a, entries);
+  ASSERT_TRUE(row.has_value());
+  EXPECT_EQ(row->repetition, 2.0f);
+  EXPECT_EQ(row->temperature, 0.7f);
+  EXPECT_EQ(row->min_p_log_threshold, sampling::min_p_log_threshold(0.1f));
+  // Appended after what was there: ids 1, 2 (seen) and 6 (bias).
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].token, 7);
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 1; i < entries.size(); ++i) ids.push_back(entries[i].token);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 2, 6}));
+  // Neutral policies stay on the fast path: no row, nothing appended.
+  EXPECT_FALSE(table_->device_penalties(plain, entries).has_value());
+  EXPECT_EQ(entries.size(), 4u);
+  // A device draw noted as such makes the next input output.
+  table_->note_draw(a, 5);
+  pack_and_place(batch_of({tokens_input(a, {5}, 3, true)}));
+  EXPECT_EQ(table_->token_count(a, 5)->output, 1);
 }
 
 TEST(SelectRowsTest, KeepsOnlyTheSlicesWantedRows) {

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "core/log.h"
+#include "sampling/penalties.h"
 #include "sampling/sampler.h"
 #include "sampling/xorshift.h"
 
@@ -96,6 +97,14 @@ ToyProgram::ToyProgram(ToyConfig config) : config_(std::move(config)) {
     argmax.inputs.resize(1);
     argmax.optional_inputs = 0;
     metas["sample_argmax"] = argmax;
+    MethodMeta penalize;
+    penalize.inputs = {TensorSpec{DType::kF32, {r, v}, logits_device},
+                       TensorSpec{DType::kF32, {r, program::kPenalizeRowParams}},
+                       TensorSpec{DType::kI32, {r + 1}},
+                       TensorSpec{DType::kI32, {program::kPenalizeMaxEntries, 4}}};
+    penalize.backends = {"toy"};
+    penalize.dynamic = true;
+    metas[std::string(program::kPenalizeMethod)] = penalize;
     if (config_.decode_greedy) {
       const std::int64_t t =
           *std::max_element(config_.static_widths.begin(), config_.static_widths.end());
@@ -157,6 +166,7 @@ Result<std::vector<Tensor>> ToyProgram::execute(std::string_view method,
   if (!loaded.contains(method)) return internal_error("toy: {} is not loaded", method);
   if (fail_method == method) return internal_error("toy: {} fails as asked", method);
   if (method == "sample" || method == "sample_argmax") return sample(method, inputs);
+  if (method == program::kPenalizeMethod) return penalize(inputs);
   if (method == program::kDecodeGreedyMethod) return decode_greedy(inputs);
   return forward(method, inputs);
 }
@@ -273,6 +283,36 @@ Result<std::vector<Tensor>> ToyProgram::sample(std::string_view method,
   calls.push_back(std::move(call));
   return std::vector<Tensor>{
       Tensor::view(tokens_.data(), DType::kI64, {static_cast<std::int64_t>(tokens_.size())})};
+}
+
+// The reference adjustments (sampling/penalties.h) on the "device" logits.
+Result<std::vector<Tensor>> ToyProgram::penalize(std::span<const Tensor> inputs) {
+  if (inputs.size() != 4) return invalid_argument("toy sample_penalize: {} inputs", inputs.size());
+  const Tensor& logits = inputs[0];
+  const std::int64_t rows = logits.dim(0);
+  const std::int64_t v = logits.dim(1);
+  auto* data = const_cast<float*>(static_cast<const float*>(logits.data()));
+  const auto prm = inputs[1].span<const float>();
+  const auto offsets = inputs[2].span<const std::int32_t>();
+  const std::int32_t* words =
+      inputs[3].numel() > 0 ? static_cast<const std::int32_t*>(inputs[3].data()) : nullptr;
+  std::vector<sampling::PenaltyEntry> entries;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    entries.clear();
+    for (std::int32_t e = offsets[static_cast<std::size_t>(r)];
+         e < offsets[static_cast<std::size_t>(r) + 1]; ++e) {
+      entries.push_back(sampling::entry_from_words(words + static_cast<std::ptrdiff_t>(e) * 4));
+    }
+    const std::span<float> row(data + r * v, static_cast<std::size_t>(v));
+    sampling::apply_entries(row, entries, prm[static_cast<std::size_t>(r) * 3]);
+    sampling::apply_min_p(row, prm[static_cast<std::size_t>(r) * 3 + 1],
+                          prm[static_cast<std::size_t>(r) * 3 + 2]);
+  }
+  Call call{std::string(program::kPenalizeMethod), rows, 0, {}};
+  call.inputs = inputs.size();
+  call.entries = inputs[3].dim(0);
+  calls.push_back(std::move(call));
+  return std::vector<Tensor>{};
 }
 
 Result<std::int64_t> ToyProgram::next_token(cache::SeqId seq, std::int64_t p) const {

@@ -1,6 +1,7 @@
 // ToyProgram: a deterministic test double of a program, exporting forward_N
 // methods, forward_others, an optional module "forward" and optional
-// samplers (sample honours its optional suppressed ids). Its "model" keeps
+// samplers (sample honours its optional suppressed ids; sample_penalize
+// applies the reference logit adjustments). Its "model" keeps
 // one (token, position) record per cell and layer in its own KV pool, written
 // through the cells the executor placed; each selected row's logits peak at a
 // token hashed from every record the query attends through the cache's cell
@@ -72,6 +73,7 @@ class ToyProgram : public program::Program {
     std::vector<std::int64_t> selector;
     std::size_t inputs = 0;                // samplers: how many inputs the call passed
     std::vector<std::int64_t> suppressed;  // sample: its suppressed ids, row-major
+    std::int64_t entries = 0;              // sample_penalize: its entry count
   };
   std::vector<Call> calls;
   std::set<std::string, std::less<>> loaded;
@@ -94,6 +96,7 @@ class ToyProgram : public program::Program {
   };
   Result<std::vector<Tensor>> forward(std::string_view method, std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> sample(std::string_view method, std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> penalize(std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> decode_greedy(std::span<const Tensor> inputs);
   // The toy model's next token for a query of `seq` at position `p`.
   Result<std::int64_t> next_token(cache::SeqId seq, std::int64_t p) const;

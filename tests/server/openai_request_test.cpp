@@ -2,6 +2,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -100,8 +102,7 @@ TEST(RequestTest, MalformedJsonAndNonObjects) {
 }
 
 TEST(RequestTest, UnsupportedFieldsAreNamed) {
-  for (const char* field : {"logit_bias\":{\"1\":5}", "presence_penalty\":0.5", "logprobs\":true",
-                            "suffix\":\"x\"", "frobnicate\":1", "best_of\":3"}) {
+  for (const char* field : {"logprobs\":true", "suffix\":\"x\"", "frobnicate\":1", "best_of\":3"}) {
     Parsed p = completion(std::string(R"({"prompt":"x",")") + field + "}");
     ASSERT_FALSE(p.req) << field;
     EXPECT_EQ(p.error.status.code(), StatusCode::kInvalidArgument) << field;
@@ -114,6 +115,95 @@ TEST(RequestTest, UnsupportedFieldsAreNamed) {
 TEST(RequestTest, NeutralValuesOfUnsupportedFieldsAreAccepted) {
   EXPECT_TRUE(completion(R"({"prompt":"x","presence_penalty":0,"frequency_penalty":0.0,
                             "logprobs":false,"best_of":1,"echo":false,"logit_bias":{}})")
+                  .req);
+  // What vLLM-style clients send by default.
+  EXPECT_TRUE(completion(R"({"prompt":"x","repetition_penalty":1.0,"min_p":0,
+                            "stop_token_ids":[]})")
+                  .req);
+}
+
+TEST(RequestTest, TheSamplingSetIsParsed) {
+  for (const auto& parse_kind : {completion, chat}) {
+    const bool is_chat = parse_kind == chat;
+    const std::string head =
+        is_chat ? R"({"messages":[{"role":"user","content":"x"}],)" : R"({"prompt":"x",)";
+    Parsed p = parse_kind(head + R"("presence_penalty":-1.5,"frequency_penalty":2,
+        "repetition_penalty":1.3,"min_p":0.05,"logit_bias":{"17":-100,"3":2.5,"0":100},
+        "stop_token_ids":[5,0,9],"ignore_eos":true})");
+    ASSERT_TRUE(p.req) << p.error.status.to_string();
+    const GenerationRequest& r = *p.req;
+    EXPECT_FLOAT_EQ(r.presence_penalty, -1.5f);
+    EXPECT_FLOAT_EQ(r.frequency_penalty, 2.0f);
+    EXPECT_FLOAT_EQ(r.repetition_penalty, 1.3f);
+    EXPECT_FLOAT_EQ(r.min_p, 0.05f);
+    const std::vector<std::pair<std::int64_t, float>> bias = {
+        {17, -100.0f}, {3, 2.5f}, {0, 100.0f}};
+    EXPECT_EQ(r.logit_bias, bias);
+    EXPECT_EQ(r.stop_token_ids, (std::vector<std::int64_t>{5, 0, 9}));
+    EXPECT_TRUE(r.ignore_eos);
+  }
+  // Absent or null: the neutral values.
+  Parsed p = completion(R"({"prompt":"x","presence_penalty":null,"logit_bias":null})");
+  ASSERT_TRUE(p.req);
+  EXPECT_EQ(p.req->presence_penalty, 0.0f);
+  EXPECT_EQ(p.req->frequency_penalty, 0.0f);
+  EXPECT_EQ(p.req->repetition_penalty, 1.0f);
+  EXPECT_EQ(p.req->min_p, 0.0f);
+  EXPECT_TRUE(p.req->logit_bias.empty());
+  EXPECT_TRUE(p.req->stop_token_ids.empty());
+}
+
+TEST(RequestTest, TheSamplingSetIsRangeChecked) {
+  struct Case {
+    std::string field;  // "name":value
+    const char* param;
+    const char* says;  // part of the message
+  };
+  std::string many_bias = R"("logit_bias":{"0":1)";
+  for (int i = 1; i <= 300; ++i) {
+    many_bias += ",\"";
+    many_bias += std::to_string(i);
+    many_bias += "\":1";
+  }
+  many_bias += "}";
+  std::string many_ids = R"("stop_token_ids":[0)";
+  for (int i = 1; i <= 64; ++i) {
+    many_ids += ",";
+    many_ids += std::to_string(i);
+  }
+  many_ids += "]";
+  const std::vector<Case> cases = {
+      {R"("presence_penalty":2.01)", "presence_penalty", "between -2 and 2"},
+      {R"("presence_penalty":-2.5)", "presence_penalty", "between -2 and 2"},
+      {R"("presence_penalty":"1")", "presence_penalty", "must be a number"},
+      {R"("frequency_penalty":-3)", "frequency_penalty", "between -2 and 2"},
+      {R"("repetition_penalty":0)", "repetition_penalty", "greater than 0"},
+      {R"("repetition_penalty":-1)", "repetition_penalty", "between"},
+      {R"("min_p":1.5)", "min_p", "between 0 and 1"},
+      {R"("min_p":-0.1)", "min_p", "between 0 and 1"},
+      {R"("logit_bias":[1,2])", "logit_bias", "must be an object"},
+      {R"("logit_bias":{"x":1})", "logit_bias", "not a token id"},
+      {R"("logit_bias":{"-1":1})", "logit_bias", "not a token id"},
+      {R"("logit_bias":{"1":101})", "logit_bias", "between -100 and 100"},
+      {R"("logit_bias":{"1":"5"})", "logit_bias", "between -100 and 100"},
+      {R"("logit_bias":{"99999999999":1})", "logit_bias", "not a token id"},
+      {many_bias, "logit_bias", "at most 300"},
+      {R"("stop_token_ids":5)", "stop_token_ids", "must be a list"},
+      {R"("stop_token_ids":[1,-2])", "stop_token_ids", "non-negative"},
+      {R"("stop_token_ids":[1.5])", "stop_token_ids", "non-negative"},
+      {many_ids, "stop_token_ids", "at most 64"},
+  };
+  for (const Case& c : cases) {
+    Parsed p = completion(R"({"prompt":"x",)" + c.field + "}");
+    ASSERT_FALSE(p.req) << c.field;
+    EXPECT_EQ(p.error.status.code(), StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(p.error.param, c.param) << c.field;
+    EXPECT_NE(p.error.status.message().find(c.says), std::string_view::npos)
+        << c.field << ": " << p.error.status.message();
+  }
+  // The edges are inside.
+  EXPECT_TRUE(completion(R"({"prompt":"x","presence_penalty":-2,"frequency_penalty":2,
+      "min_p":1,"repetition_penalty":0.01,"logit_bias":{"1":-100,"2":100}})")
                   .req);
 }
 

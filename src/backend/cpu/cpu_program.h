@@ -1,9 +1,10 @@
 // CpuProgram: the float32 reference Program (DESIGN §2). It exports the same
 // method family as the CUDA program — static forward_N, dynamic
-// forward_others and forward, sample and sample_argmax, and the constants —
-// so every executor path runs without a GPU. It owns the KV storage (per
-// layer [cells, kv_heads, head_dim] f32 for K and V), sized by the bound
-// CellCache; the cache's current step says which cells each row writes.
+// forward_others and forward, sample, sample_argmax and sample_penalize,
+// and the constants — so every executor path runs without a GPU. It owns
+// the KV storage (per layer [cells, kv_heads, head_dim] f32 for K and V),
+// sized by the bound CellCache; the cache's current step says which cells
+// each row writes.
 //
 // Forward outputs: logits f32 [R, V] for the selector's rows and, with
 // ProgramOptions::taps, taps f32 [T, D] — each row's final hidden state
@@ -66,6 +67,7 @@ class CpuProgram final : public program::Program {
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_penalize(std::span<const Tensor> inputs);
   Result<StepRows> resolve_step(std::string_view name, const program::ForwardCall& call) const;
 
   program::ForwardMethods methods_;

@@ -1,9 +1,12 @@
 // The CPU program's `sample` and `sample_argmax` methods: thin wrappers over
 // the host sampler, so a program-side ("device") sampling path can be driven
-// and compared with per-session host sampling without a GPU.
+// and compared with per-session host sampling without a GPU. Its
+// `sample_penalize` adjusts host logits in place with the reference
+// arithmetic of sampling/penalties.h.
 #include <utility>
 
 #include "backend/cpu/cpu_program.h"
+#include "sampling/penalties.h"
 #include "sampling/sampler.h"
 
 namespace cellm::cpu {
@@ -11,6 +14,7 @@ namespace cellm::cpu {
 Result<std::vector<Tensor>> CpuProgram::run_sampler(std::string_view name,
                                                     const program::MethodEntry& method,
                                                     std::span<const Tensor> inputs) {
+  if (method.kind == program::MethodKind::kPenalize) return run_penalize(inputs);
   const bool full = method.kind == program::MethodKind::kSample;
   // sample: logits, params and optionally the suppressed ids.
   if (full ? (inputs.size() != 2 && inputs.size() != 3) : inputs.size() != 1) {
@@ -35,6 +39,28 @@ Result<std::vector<Tensor>> CpuProgram::run_sampler(std::string_view name,
   out.push_back(
       Tensor::view(sampled_.data(), DType::kI64, {static_cast<std::int64_t>(sampled_.size())}));
   return out;
+}
+
+Result<std::vector<Tensor>> CpuProgram::run_penalize(std::span<const Tensor> inputs) {
+  CELLM_ASSIGN_OR_RETURN(program::PenalizeCall call,
+                         methods_.check_penalize(inputs, spec().vocab_size, Device::kCpu));
+  // The method's contract: the logits are adjusted where they lie.
+  auto* logits = const_cast<float*>(static_cast<const float*>(inputs[0].data()));
+  const auto vocab = static_cast<std::size_t>(spec().vocab_size);
+  std::vector<sampling::PenaltyEntry> entries;
+  for (std::int32_t r = 0; r < call.rows; ++r) {
+    const float* prm = call.row_params.data() + static_cast<std::size_t>(r) * 3;
+    const auto begin = static_cast<std::size_t>(call.offsets[static_cast<std::size_t>(r)]);
+    const auto end = static_cast<std::size_t>(call.offsets[static_cast<std::size_t>(r) + 1]);
+    entries.clear();
+    for (std::size_t e = begin; e < end; ++e) {
+      entries.push_back(sampling::entry_from_words(call.entries.data() + e * 4));
+    }
+    const std::span<float> row(logits + static_cast<std::size_t>(r) * vocab, vocab);
+    sampling::apply_entries(row, entries, prm[0]);
+    sampling::apply_min_p(row, prm[1], prm[2]);
+  }
+  return std::vector<Tensor>{};
 }
 
 }  // namespace cellm::cpu

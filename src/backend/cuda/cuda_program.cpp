@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/cuda_program_impl.h"
 #include "backend/cuda/kernels/sample.cuh"
+#include "backend/cuda/kernels/sample_penalize.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "cache/cell_cache.h"
@@ -66,6 +67,20 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
   CELLM_ASSIGN_OR_RETURN(p->suppressed_device_,
                          DeviceBuffer<std::int32_t>::allocate(steps * kSampleMaxSuppressed));
   CELLM_ASSIGN_OR_RETURN(p->tokens_host_, PinnedBuffer<std::int32_t>::allocate(steps));
+  if (options.device_sampling) {
+    const auto entries = static_cast<std::size_t>(program::kPenalizeMaxEntries) * 4;
+    const auto row_params = steps * static_cast<std::size_t>(kPenalizeRowParams);
+    CELLM_ASSIGN_OR_RETURN(p->penalize_rows_host_, PinnedBuffer<float>::allocate(row_params));
+    CELLM_ASSIGN_OR_RETURN(p->penalize_rows_device_, DeviceBuffer<float>::allocate(row_params));
+    CELLM_ASSIGN_OR_RETURN(p->penalize_offsets_host_,
+                           PinnedBuffer<std::int32_t>::allocate(steps + 1));
+    CELLM_ASSIGN_OR_RETURN(p->penalize_offsets_device_,
+                           DeviceBuffer<std::int32_t>::allocate(steps + 1));
+    CELLM_ASSIGN_OR_RETURN(p->penalize_entries_host_,
+                           PinnedBuffer<std::int32_t>::allocate(entries));
+    CELLM_ASSIGN_OR_RETURN(p->penalize_entries_device_,
+                           DeviceBuffer<std::int32_t>::allocate(entries));
+  }
   if (options.device_sampling) {
     const auto chain_width = static_cast<std::size_t>(p->methods_.decode_greedy_width());
     const auto chain_steps = static_cast<std::size_t>(program::kDecodeGreedyMaxSteps);
@@ -398,6 +413,7 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     }
     launch_sample(p, stream_.get());
   }
+  penalize_in_flight_ = false;  // the wait below covers its copies too
   // The kernel's writes to the mapped buffer are visible once it completes.
   // (Watching the ids themselves instead, where the step has one writer of
   // them, measured within the spread: H200, 1B batch 1, 0.851-0.863 against
@@ -407,6 +423,46 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
   std::vector<Tensor> out;
   out.push_back(Tensor::view(sampled_.data(), DType::kI64, {rows}));
   return out;
+}
+
+Result<std::vector<Tensor>> CudaProgram::run_penalize(std::span<const Tensor> inputs) {
+  CELLM_ASSIGN_OR_RETURN(program::PenalizeCall call,
+                         methods_.check_penalize(inputs, spec().vocab_size, Device::kCuda));
+  // Another group of this step's rows: its staged inputs may still be copying.
+  if (penalize_in_flight_) stream_.synchronize();
+  const auto rows = static_cast<std::size_t>(call.rows);
+  std::memcpy(penalize_rows_host_.data(), call.row_params.data(),
+              rows * kPenalizeRowParams * sizeof(float));
+  std::memcpy(penalize_offsets_host_.data(), call.offsets.data(),
+              (rows + 1) * sizeof(std::int32_t));
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(penalize_rows_device_.data(), penalize_rows_host_.data(),
+                                   rows * kPenalizeRowParams * sizeof(float),
+                                   cudaMemcpyHostToDevice, stream_.get()));
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(penalize_offsets_device_.data(), penalize_offsets_host_.data(),
+                                   (rows + 1) * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                   stream_.get()));
+  if (!call.entries.empty()) {
+    std::memcpy(penalize_entries_host_.data(), call.entries.data(),
+                call.entries.size() * sizeof(std::int32_t));
+    CELLM_CUDA_CHECK(cudaMemcpyAsync(penalize_entries_device_.data(), penalize_entries_host_.data(),
+                                     call.entries.size() * sizeof(std::int32_t),
+                                     cudaMemcpyHostToDevice, stream_.get()));
+  }
+  PenalizeParams p;
+  // The method's contract: the logits are adjusted where they lie.
+  p.logits = const_cast<float*>(static_cast<const float*>(inputs[0].data()));
+  p.row_params = penalize_rows_device_.data();
+  p.offsets = penalize_offsets_device_.data();
+  p.entries = penalize_entries_device_.data();
+  p.logits_stride = spec().vocab_size;
+  p.rows = call.rows;
+  p.vocab = static_cast<std::int32_t>(spec().vocab_size);
+  CELLM_RETURN_IF_ERROR(p.validate());
+  launch_sample_penalize(p, stream_.get());
+  penalize_in_flight_ = true;
+  // Any argmax the step's graph took is stale now.
+  argmax_ready_ = nullptr;
+  return std::vector<Tensor>{};
 }
 
 Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
@@ -422,6 +478,7 @@ Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
     case MethodKind::kSample:
     case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
     case MethodKind::kDecodeGreedy: return run_decode_greedy(inputs);
+    case MethodKind::kPenalize: return run_penalize(inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }

@@ -117,6 +117,9 @@ class CudaProgram final : public program::Program {
   Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_decode_greedy(std::span<const Tensor> inputs);
+  // sample_penalize (program.h): the rows, offsets and entries to the
+  // device, then the kernel over the logits in place.
+  Result<std::vector<Tensor>> run_penalize(std::span<const Tensor> inputs);
   Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
                           std::int32_t width);
   Status capture_chain(const ForwardShape& step, std::int32_t steps);
@@ -150,6 +153,17 @@ class CudaProgram final : public program::Program {
   // The sample method's optional suppressed ids, [max_step, kSampleMaxSuppressed].
   PinnedBuffer<std::int32_t> suppressed_host_;
   DeviceBuffer<std::int32_t> suppressed_device_;
+  // sample_penalize's staging: row params [max_step, 3], offsets
+  // [max_step + 1] and entries [kPenalizeMaxEntries, 4], page-locked and on
+  // the device, sized at creation. A second call before the step's wait
+  // waits first: the page-locked copies may still be in flight.
+  PinnedBuffer<float> penalize_rows_host_;
+  DeviceBuffer<float> penalize_rows_device_;
+  PinnedBuffer<std::int32_t> penalize_offsets_host_;
+  DeviceBuffer<std::int32_t> penalize_offsets_device_;
+  PinnedBuffer<std::int32_t> penalize_entries_host_;
+  DeviceBuffer<std::int32_t> penalize_entries_device_;
+  bool penalize_in_flight_ = false;
   // The sampled ids: the sampler kernels write them straight into this
   // page-locked buffer through its device mapping (tokens_mapped_), so the
   // step's wait returns without a copy after the kernel (H200, 1B batch 1:

@@ -1,15 +1,18 @@
 // CpuProgram's surface: methods, metadata, constants, option and weight
 // checks, and refusals of malformed calls — each followed by a check that
 // the refused call left the program and its KV storage untouched.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "backend/cpu/cpu_program.h"
 #include "cellm/types.h"
+#include "sampling/penalties.h"
 #include "step_driver.h"
 #include "tiny_model.h"
 
@@ -48,9 +51,9 @@ TEST(CpuProgramApi, MethodsMetadataAndConstants) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   std::vector<std::string> names = (*p)->method_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4", "forward_8",
-                                      "forward_others", "sample", "sample_argmax"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4",
+                                             "forward_8", "forward_others", "sample",
+                                             "sample_argmax", "sample_penalize"}));
   EXPECT_EQ((*p)->backend_name(), "cpu");
 
   auto f4 = (*p)->method_meta("forward_4");
@@ -400,6 +403,60 @@ TEST(CpuProgramApi, SampleMethodsUseTheHostSampler) {
       StatusCode::kInvalidArgument);
   std::vector<Tensor> narrow = {Tensor::empty(DType::kF32, {3, v - 1})};
   EXPECT_EQ(program.execute("sample_argmax", narrow).status().code(), StatusCode::kInvalidArgument);
+}
+
+// sample_penalize adjusts the logits in place with the host reference
+// (sampling/penalties.h) and refuses malformed calls without touching them.
+TEST(CpuProgramApi, SamplePenalizeAppliesTheReferenceInPlace) {
+  const auto m = testing::make_tiny_model(Architecture::kQwen3);
+  auto p = CpuProgram::create(m.spec, m.weights, small_options());
+  ASSERT_TRUE(p.ok());
+  CpuProgram& program = **p;
+  ASSERT_TRUE(program.load_method("sample_penalize").is_ok());
+  const std::int64_t v = m.spec.vocab_size;
+  Tensor logits = Tensor::empty(DType::kF32, {2, v});
+  for (std::int64_t i = 0; i < 2 * v; ++i) logits.data_as<float>()[i] = std::sin(0.37f * i);
+  const std::vector<float> original(logits.data_as<float>(), logits.data_as<float>() + 2 * v);
+  // Row 0: bias on id 2, repetition on id 5, a subtraction on id 7; row 1:
+  // min_p 0.5 at temperature 0.7 and a suppressed id 1.
+  std::vector<sampling::PenaltyEntry> entries = {{2, 1.5f, 0.0f, 0},
+                                                 {5, 0.0f, 0.0f, sampling::kEntryRepeated},
+                                                 {7, 0.0f, 0.75f, 0},
+                                                 {1, 0.0f, 0.0f, sampling::kEntrySuppressed}};
+  std::vector<float> rows = {1.3f, 0.0f, sampling::min_p_log_threshold(0.0f),
+                             1.0f, 0.7f, sampling::min_p_log_threshold(0.5f)};
+  std::vector<std::int32_t> offsets = {0, 3, 4};
+  const auto call = [&](std::vector<std::int32_t> offs) {
+    return program.execute(
+        "sample_penalize",
+        std::vector<Tensor>{logits, Tensor::view(rows.data(), DType::kF32, {2, 3}),
+                            Tensor::view(offs.data(), DType::kI32, {2 + 1}),
+                            Tensor::view(entries.data(), DType::kI32,
+                                         {static_cast<std::int64_t>(entries.size()), 4})});
+  };
+  // Offsets that do not end at the entry count, or fall: refused, unchanged.
+  EXPECT_EQ(call({0, 3, 3}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(call({0, 4, 3}).status().code(), StatusCode::kInvalidArgument);
+  entries[0].token = static_cast<std::int32_t>(v);
+  EXPECT_EQ(call(offsets).status().code(), StatusCode::kInvalidArgument);
+  entries[0].token = 2;
+  EXPECT_EQ(std::vector<float>(logits.data_as<float>(), logits.data_as<float>() + 2 * v), original);
+
+  ASSERT_TRUE(call(offsets).ok());
+  std::vector<float> want0(original.begin(), original.begin() + v);
+  std::vector<float> want1(original.begin() + v, original.end());
+  sampling::apply_entries(want0, std::span(entries).first(3), 1.3f);
+  sampling::apply_entries(want1, std::span(entries).subspan(3), 1.0f);
+  sampling::apply_min_p(want1, 0.7f, sampling::min_p_log_threshold(0.5f));
+  const float* got = logits.data_as<float>();
+  EXPECT_EQ(std::vector<float>(got, got + v), want0);
+  EXPECT_EQ(std::vector<float>(got + v, got + 2 * v), want1);
+  // The definitions, spelled out for row 0.
+  EXPECT_EQ(got[2], original[2] + 1.5f);
+  EXPECT_EQ(got[5], original[5] > 0 ? original[5] / 1.3f : original[5] * 1.3f);
+  EXPECT_EQ(got[7], original[7] - 0.75f);
+  EXPECT_EQ(got[v + 1], -std::numeric_limits<float>::infinity());
+  EXPECT_GT(std::count(got + v, got + 2 * v, -std::numeric_limits<float>::infinity()), 1);
 }
 
 TEST(CpuProgramApi, SampleHonoursTheOptionalSuppressedIds) {
