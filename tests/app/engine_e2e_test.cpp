@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -230,28 +232,64 @@ TEST(EngineOptionsTest, NegativeSchedulerLimitsAreRefusedBeforeAnythingLoads) {
   }
 }
 
+// Runs `cellm run` on SmolLM2 with extra arguments; stdout, or "<...>" on failure.
+std::string run_cli(const std::string& args) {
+  const std::string cmd =
+      std::string(CELLM_BINARY) + " run " + smollm2().string() + " --backend cpu " + args +
+      " 2>/dev/null";
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return std::string("<popen failed>");
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  const int rc = pclose(pipe);
+  return rc == 0 ? out : "<exit " + std::to_string(rc) + ">";
+}
+
 // `cellm run` with a seed prints the same text twice, and another seed is allowed to differ.
 TEST(CliE2eTest, SeededRunIsReproducible) {
   ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
   auto run = [](int seed) {
-    const std::string cmd = std::string(CELLM_BINARY) + " run " + smollm2().string() +
-                            " --backend cpu --chat -p 'Write a short poem about the sea.' -n 24"
-                            " --temperature 0.9 --top-p 0.95 --seed " +
-                            std::to_string(seed) + " 2>/dev/null";
-    std::string out;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (pipe == nullptr) return std::string("<popen failed>");
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-    const int rc = pclose(pipe);
-    return rc == 0 ? out : "<exit " + std::to_string(rc) + ">";
+    return run_cli("--chat -p 'Write a short poem about the sea.' -n 24 --temperature 0.9 "
+                   "--top-p 0.95 --seed " +
+                   std::to_string(seed));
   };
   const std::string a = run(7);
   const std::string b = run(7);
   EXPECT_FALSE(a.empty());
   EXPECT_EQ(a.rfind("<", 0), std::string::npos) << a;
   EXPECT_EQ(a, b);
+}
+
+// Greedy SmolLM2 loops on a list prompt; --repetition-penalty changes the
+// text and repeats fewer words, and a value outside its range is refused.
+TEST(CliE2eTest, RepetitionPenaltyChangesTheGreedyText) {
+  ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
+  const std::string prompt = "--chat -p 'List colours: red, blue, green, red, blue, green,' -n 40 "
+                             "--temperature 0";
+  const std::string plain = run_cli(prompt);
+  const std::string penalised = run_cli(prompt + " --repetition-penalty 1.5");
+  ASSERT_EQ(plain.rfind("<", 0), std::string::npos) << plain;
+  ASSERT_EQ(penalised.rfind("<", 0), std::string::npos) << penalised;
+  EXPECT_NE(plain, penalised);
+  auto repeats = [](const std::string& text) {
+    std::map<std::string, int> seen;
+    int repeated = 0;
+    std::string word;
+    for (char c : text + " ") {
+      if (std::isalpha(static_cast<unsigned char>(c))) {
+        word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      } else if (!word.empty()) {
+        if (seen[word]++ > 0) ++repeated;
+        word.clear();
+      }
+    }
+    return repeated;
+  };
+  EXPECT_LT(repeats(penalised), repeats(plain)) << "plain: " << plain << "\npenalised: "
+                                                << penalised;
+  EXPECT_EQ(run_cli(prompt + " --repetition-penalty 0").rfind("<exit ", 0), 0u);
 }
 
 }  // namespace
