@@ -18,6 +18,7 @@ struct Engine::Impl {
   model::LoadedModel model;
   std::optional<text::Tokenizer> tokenizer;
   std::optional<chat::ChatTemplate> chat_template;
+  std::string chat_template_source;
   SpecialTokenText special_tokens;
   std::vector<Token> stop_tokens;
   std::shared_ptr<program::Program> program;
@@ -80,6 +81,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
                      parsed.status().message());
     } else {
       impl->chat_template.emplace(std::move(parsed).value());
+      impl->chat_template_source = *template_source;
     }
   }
 
@@ -147,6 +149,10 @@ PrefixCache* Engine::prefix_cache() {
 }
 const text::Tokenizer& Engine::tokenizer() const {
   return *impl_->tokenizer;
+}
+
+const std::string& Engine::chat_template_source() const {
+  return impl_->chat_template_source;
 }
 
 bool Engine::has_chat_template() const {

@@ -77,6 +77,8 @@ class Engine {
       const nlohmann::ordered_json& messages, bool add_generation_prompt,
       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
   bool has_chat_template() const;
+  // The Jinja source of the usable chat template; empty when there is none.
+  const std::string& chat_template_source() const;
   // Token ids that end a generation (the model's EOS set).
   const std::vector<Token>& stop_tokens() const;
   // Prompt text to token ids, adding BOS the way the model expects.

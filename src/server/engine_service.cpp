@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "cellm/prefix_cache.h"
+#include "core/log.h"
 #include "server/runner_service.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
@@ -74,6 +75,9 @@ class EngineService final : public GenerationService {
     c.max_sessions = engine.max_sessions();
     c.prefix_cache_entries = entries;
     c.stop_tokens = engine.stop_tokens();
+    c.tool_format = detect_tool_format(engine.chat_template_source(), engine.spec().arch_name);
+    CELLM_LOG_INFO("server: tool calls in replies are parsed as: {}",
+                   tool_format_name(c.tool_format));
     inner_ = std::make_unique<RunnerService>(engine.runner(), cache, std::move(t), std::move(c));
   }
   ~EngineService() override {
@@ -90,6 +94,7 @@ class EngineService final : public GenerationService {
   bool prefix_caching() const override { return inner_->prefix_caching(); }
   std::vector<Token> stop_tokens() const override { return inner_->stop_tokens(); }
   bool can_suppress_tokens() const override { return inner_->can_suppress_tokens(); }
+  ToolFormat tool_format() const override { return inner_->tool_format(); }
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
     return inner_->tokenize(text, add_special);
   }

@@ -221,6 +221,8 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   setup.min_tokens = r.min_tokens;
   setup.arrival = arrival;
   setup.record_prefix_lookup = svc.prefix_caching();
+  // tool_choice "none" cleared r.tools: no tools rendered, nothing parsed.
+  if (kind == RequestKind::kChat && !r.tools.is_null()) setup.tool_format = svc.tool_format();
   Result<std::shared_ptr<GenerationRun>> created = GenerationRun::create(setup, svc, metrics);
   if (!created.ok()) return refuse(created.status(), "stop");
   std::shared_ptr<GenerationRun> run = std::move(*created);

@@ -57,6 +57,7 @@ Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
         ChoiceText::create(service.text_stream(), run->setup_.stop, run->setup_.min_tokens);
     if (!text.ok()) return text.status();
     c.text.emplace(std::move(*text));
+    if (run->setup_.tool_format != ToolFormat::kNone) c.tools.emplace(run->setup_.tool_format);
   }
   return run;
 }
@@ -132,15 +133,29 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
       failure_ = event.error.empty() ? std::string("the generation failed") : event.error;
     }
   }
+  if (c.tools) {
+    ToolParse parsed = c.tools->push(d.text);
+    if (d.finish_reason) {
+      ToolParse rest = c.tools->finish();
+      parsed.content += rest.content;
+      for (ToolCall& t : rest.calls) parsed.calls.push_back(std::move(t));
+      // OpenAI's reason when the model ended its turn to have tools run.
+      if (*d.finish_reason == "stop" && !c.tools->calls().empty()) d.finish_reason = "tool_calls";
+    }
+    d.text = std::move(parsed.content);
+    d.tool_calls = std::move(parsed.calls);
+  }
   if (d.finish_reason) c.finish_reason = d.finish_reason;
-  if (!d.text.empty() || d.finish_reason) deltas->push_back(std::move(d));
+  if (!d.text.empty() || d.finish_reason || !d.tool_calls.empty()) {
+    deltas->push_back(std::move(d));
+  }
 }
 
 bool GenerationRun::next(std::vector<Delta>* deltas, const std::function<bool()>& client_gone) {
   if (aborted_.load()) {
     for (std::size_t i = 0; i < choices_.size(); ++i) {
       if (choices_[i].finish_reason) continue;
-      deltas->push_back({static_cast<std::int32_t>(i), {}, "abort"});
+      deltas->push_back({static_cast<std::int32_t>(i), {}, "abort", {}});
       abort_applied_ = true;
     }
     cancel_unfinished("abort");
@@ -176,13 +191,29 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
     send(body);
   };
   if (setup_.kind == RequestKind::kChat) {
-    for (std::int32_t i = 0; i < setup_.n; ++i) chunk(Choice{i, {}, std::nullopt}, true);
+    for (std::int32_t i = 0; i < setup_.n; ++i) chunk(Choice{i, {}, std::nullopt, {}}, true);
   }
   std::vector<Delta> deltas;
   while (writable && !all_finished()) {
     deltas.clear();
     if (!next(&deltas, client_gone)) break;
-    for (Delta& d : deltas) chunk(Choice{d.choice, std::move(d.text), d.finish_reason}, false);
+    for (Delta& d : deltas) {
+      if (d.tool_calls.empty()) {
+        chunk(Choice{d.choice, std::move(d.text), d.finish_reason, {}}, false);
+        continue;
+      }
+      // Content first, then each call (its header, then its arguments), and
+      // the finish reason on a chunk of its own, as OpenAI streams them.
+      if (!d.text.empty()) chunk(Choice{d.choice, std::move(d.text), std::nullopt, {}}, false);
+      for (const ToolCall& t : d.tool_calls) {
+        for (bool first : {true, false}) {
+          nlohmann::json body = tool_call_chunk_json(setup_.ids, d.choice, t, first, t.arguments);
+          if (setup_.include_usage) body["usage"] = nullptr;
+          send(body);
+        }
+      }
+      if (d.finish_reason) chunk(Choice{d.choice, {}, d.finish_reason, {}}, false);
+    }
   }
   if (!writable) {
     client_gone_ = true;
@@ -206,6 +237,7 @@ std::pair<int, nlohmann::json> GenerationRun::collect(const std::function<bool()
     for (Delta& d : deltas) {
       Choice& c = result[static_cast<std::size_t>(d.choice)];
       c.text += d.text;
+      for (ToolCall& t : d.tool_calls) c.tool_calls.push_back(std::move(t));
       if (d.finish_reason) c.finish_reason = d.finish_reason;
     }
   }

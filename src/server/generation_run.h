@@ -28,6 +28,7 @@
 #include "server/generation_service.h"
 #include "server/openai_response.h"
 #include "server/server_metrics.h"
+#include "server/tool_calls.h"
 
 namespace cellm::server {
 
@@ -58,6 +59,8 @@ struct RunSetup {
   std::int64_t min_tokens = 0;  // no stop string may end a choice before (ChoiceText)
   SteadyTime arrival;
   bool record_prefix_lookup = false;
+  // Chat with tools: each choice's text goes through a ToolCallParser.
+  ToolFormat tool_format = ToolFormat::kNone;
 };
 
 class GenerationRun {
@@ -90,6 +93,7 @@ class GenerationRun {
  private:
   struct ChoiceState {
     std::optional<ChoiceText> text;
+    std::optional<ToolCallParser> tools;  // set when the run parses tool calls
     std::optional<std::string> finish_reason;
     std::optional<SteadyTime> last_token_at;
     bool role_sent = false;
@@ -99,6 +103,7 @@ class GenerationRun {
     std::int32_t choice = 0;
     std::string text;
     std::optional<std::string> finish_reason;
+    std::vector<ToolCall> tool_calls;  // completed by this event
   };
 
   GenerationRun(RunSetup setup, ServerMetrics& metrics);

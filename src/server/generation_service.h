@@ -24,6 +24,7 @@
 #include "cellm/runner.h"
 #include "cellm/status.h"
 #include "cellm/types.h"
+#include "server/tool_calls.h"
 
 namespace cellm::server {
 
@@ -96,6 +97,9 @@ class GenerationService {
   // whose method takes no suppressed ids cannot); when false, min_tokens
   // with stop tokens is refused before admission.
   virtual bool can_suppress_tokens() const { return true; }
+  // How the model writes tool calls (from its chat template and family);
+  // kNone: replies are never parsed for calls.
+  virtual ToolFormat tool_format() const { return ToolFormat::kNone; }
 
   virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
   // `messages` is the OpenAI list; `extra` the template variables.

@@ -37,7 +37,9 @@ struct GenerationRequest {
   // Chat: the conversation; tools and template variables go to the template.
   std::vector<ChatMessage> messages;
   // Ordered: templates that print JSON (tool schemas) keep the client's key order.
-  nlohmann::ordered_json tools;                 // null when absent
+  // null when absent or when tool_choice is "none" (then neither rendered
+  // nor parsed); otherwise a list of {"type": "function", "function": {...}}.
+  nlohmann::ordered_json tools;
   nlohmann::ordered_json chat_template_kwargs;  // object; e.g. {"enable_thinking": false}
   bool add_generation_prompt = true;
 

@@ -37,8 +37,19 @@ json response_json(RequestKind kind, const ResponseIds& ids, const std::vector<C
   json list = json::array();
   for (const Choice& c : choices) {
     if (kind == RequestKind::kChat) {
+      json message{{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        json calls = json::array();
+        for (const ToolCall& t : c.tool_calls) {
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+      }
       list.push_back({{"index", c.index},
-                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                      {"message", std::move(message)},
                       {"logprobs", nullptr},
                       {"finish_reason", finish_json(c.finish_reason)}});
     } else {
@@ -68,6 +79,24 @@ json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
     choice["text"] = delta.text;
   }
   body["choices"] = json::array({std::move(choice)});
+  return body;
+}
+
+json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice, const ToolCall& call,
+                          bool first, std::string_view arguments_piece) {
+  json body = header(RequestKind::kChat, ids, true);
+  json entry{{"index", call.index}};
+  if (first) {
+    entry["id"] = call.id;
+    entry["type"] = "function";
+    entry["function"] = {{"name", call.name}, {"arguments", ""}};
+  } else {
+    entry["function"] = {{"arguments", std::string(arguments_piece)}};
+  }
+  json delta{{"tool_calls", json::array({std::move(entry)})}};
+  body["choices"] = json::array(
+      {{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+        {"finish_reason", nullptr}}});
   return body;
 }
 

@@ -13,6 +13,7 @@
 
 #include "cellm/status.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace cellm::server {
 
@@ -27,6 +28,9 @@ struct Choice {
   std::int32_t index = 0;
   std::string text;
   std::optional<std::string> finish_reason;
+  // Chat only: calls parsed out of the output (text is then the rest; the
+  // message's content is null when that is empty).
+  std::vector<ToolCall> tool_calls;
 };
 
 struct ResponseIds {
@@ -43,6 +47,12 @@ nlohmann::json response_json(RequestKind kind, const ResponseIds& ids,
 // first chat chunk of a choice carries the assistant role.
 nlohmann::json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
                           bool first_of_choice);
+// A chat chunk for one tool call: its first (`index`, `id`, `type`,
+// `function.name`, empty arguments) or, with first false, a piece of
+// `function.arguments`.
+nlohmann::json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice,
+                                    const ToolCall& call, bool first,
+                                    std::string_view arguments_piece = {});
 // The final usage-only chunk (stream_options.include_usage).
 nlohmann::json usage_chunk_json(RequestKind kind, const ResponseIds& ids, const Usage& usage);
 // "data: <json>\n\n".

@@ -41,6 +41,7 @@ struct RunnerServiceConfig {
   std::int32_t max_sessions = 0;          // resident sessions the runner allows
   std::int32_t prefix_cache_entries = 0;  // snapshots the cache may hold
   std::vector<Token> stop_tokens;         // EOS set; dropped with ignore_eos
+  ToolFormat tool_format = ToolFormat::kNone;
 };
 
 class RunnerService final : public GenerationService {
@@ -57,6 +58,7 @@ class RunnerService final : public GenerationService {
   bool prefix_caching() const override { return cache_ != nullptr; }
   std::vector<Token> stop_tokens() const override { return config_.stop_tokens; }
   bool can_suppress_tokens() const override { return runner_.can_suppress_tokens(); }
+  ToolFormat tool_format() const override { return config_.tool_format; }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override;
   Result<std::string> render_chat(const nlohmann::ordered_json& messages,

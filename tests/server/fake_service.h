@@ -40,6 +40,7 @@ struct FakeKnobs {
   std::vector<Token> stop_tokens = {kEos};  // what stop_tokens() reports
   bool can_suppress_tokens = true;          // what can_suppress_tokens() reports
   std::int64_t cached_tokens = 0;
+  ToolFormat tool_format = ToolFormat::kNone;  // what tool_format() reports
 };
 
 class FakeService : public GenerationService {
@@ -103,6 +104,7 @@ class FakeService : public GenerationService {
   bool prefix_caching() const override { return knobs_.prefix_caching; }
   std::vector<Token> stop_tokens() const override { return knobs_.stop_tokens; }
   bool can_suppress_tokens() const override { return knobs_.can_suppress_tokens; }
+  ToolFormat tool_format() const override { return knobs_.tool_format; }
   std::int32_t sequences_for(std::int32_t n) const override {
     admission_asks_ += 1;
     return n;

@@ -131,7 +131,7 @@ TEST(RequestTest, WrongTypesAndRanges) {
 TEST(RequestTest, ChatMessagesAndContentParts) {
   Parsed p = chat(R"({"messages":[{"role":"system","content":"Be brief."},
       {"role":"user","content":[{"type":"text","text":"Hel"},{"type":"text","text":"lo"}]},
-      {"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}],
+      {"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}],
       "max_completion_tokens":7,"chat_template_kwargs":{"enable_thinking":false}})");
   ASSERT_TRUE(p.req) << p.error.status.to_string();
   ASSERT_EQ(p.req->messages.size(), 3u);
@@ -152,7 +152,7 @@ TEST(RequestTest, ChatRefusals) {
   Parsed tool_choice =
       chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})");
   EXPECT_EQ(tool_choice.error.param, "tool_choice");
-  EXPECT_EQ(tool_choice.error.status.code(), StatusCode::kNotSupported);
+  EXPECT_EQ(tool_choice.error.status.code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RequestTest, BatchedPromptsAreRefusedAsUnsupported) {

@@ -1,0 +1,518 @@
+#include "server/tool_calls.h"
+
+#include <array>
+#include <cctype>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+namespace cellm::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+bool is_space(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+std::string random_call_id() {
+  static constexpr std::string_view kAlphabet =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % kAlphabet.size()];
+  return id;
+}
+
+// Where each format's calls begin and end in the output.
+struct Markers {
+  std::string_view start;  // found anywhere in the text
+  std::string_view end;    // empty: the block runs to the end of the output
+  char bare_start = 0;     // a reply whose first non-space byte is this is a block too
+};
+
+Markers markers_of(ToolFormat format) {
+  switch (format) {
+    case ToolFormat::kLlama3: return {"<|python_tag|>", "", '{'};
+    case ToolFormat::kHermes: return {"<tool_call>", "</tool_call>", 0};
+    case ToolFormat::kMistral: return {"[TOOL_CALLS]", "", '['};
+    case ToolFormat::kGemma: return {"```tool_code", "```", 0};
+    case ToolFormat::kNone: break;
+  }
+  return {};
+}
+
+// The end (one past) of the JSON object or array starting at s[pos], found by
+// bracket matching outside strings; npos when it does not close.
+std::size_t json_value_end(std::string_view s, std::size_t pos) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = pos; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+json parse_json(std::string_view s) {
+  return json::parse(s.begin(), s.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+// {"name": "...", <args_key>: {...}} → a call; arguments may also be a
+// string holding a JSON object (some models quote them).
+std::optional<ParsedCall> call_from_json(const json& v) {
+  if (!v.is_object()) return std::nullopt;
+  auto name = v.find("name");
+  if (name == v.end() || !name->is_string() || name->get<std::string>().empty()) {
+    return std::nullopt;
+  }
+  const json* args = nullptr;
+  for (const char* key : {"arguments", "parameters"}) {
+    auto it = v.find(key);
+    if (it != v.end()) {
+      args = &*it;
+      break;
+    }
+  }
+  json object = json::object();
+  if (args != nullptr) {
+    if (args->is_string()) {
+      object = parse_json(args->get<std::string>());
+    } else {
+      object = *args;
+    }
+    if (!object.is_object()) return std::nullopt;
+  }
+  return ParsedCall{name->get<std::string>(), object.dump()};
+}
+
+std::optional<std::vector<ParsedCall>> parse_hermes(std::string_view body) {
+  const json v = parse_json(trim(body));
+  std::optional<ParsedCall> call = call_from_json(v);
+  if (!call) return std::nullopt;
+  return std::vector<ParsedCall>{std::move(*call)};
+}
+
+// One or more JSON objects separated by ';' and/or whitespace.
+std::optional<std::vector<ParsedCall>> parse_llama3(std::string_view body) {
+  std::vector<ParsedCall> calls;
+  std::size_t i = 0;
+  while (true) {
+    while (i < body.size() && (is_space(body[i]) || body[i] == ';')) ++i;
+    if (i == body.size()) break;
+    if (body[i] != '{') return std::nullopt;
+    const std::size_t end = json_value_end(body, i);
+    if (end == std::string_view::npos) return std::nullopt;
+    std::optional<ParsedCall> call = call_from_json(parse_json(body.substr(i, end - i)));
+    if (!call) return std::nullopt;
+    calls.push_back(std::move(*call));
+    i = end;
+  }
+  if (calls.empty()) return std::nullopt;
+  return calls;
+}
+
+std::optional<std::vector<ParsedCall>> parse_mistral(std::string_view body) {
+  body = trim(body);
+  if (body.starts_with("[TOOL_CALLS]")) body = trim(body.substr(12));
+  const json v = parse_json(body);
+  std::vector<ParsedCall> calls;
+  if (v.is_object()) {
+    std::optional<ParsedCall> call = call_from_json(v);
+    if (!call) return std::nullopt;
+    calls.push_back(std::move(*call));
+  } else if (v.is_array() && !v.empty()) {
+    for (const json& item : v) {
+      std::optional<ParsedCall> call = call_from_json(item);
+      if (!call) return std::nullopt;
+      calls.push_back(std::move(*call));
+    }
+  } else {
+    return std::nullopt;
+  }
+  return calls;
+}
+
+// Python-style calls with literal arguments: name(key=value, ...), where a
+// value is a string, number, True/False/None, list, tuple or dict.
+class PythonCalls {
+ public:
+  explicit PythonCalls(std::string_view s) : s_(s) {}
+
+  std::optional<std::vector<ParsedCall>> parse() {
+    std::vector<ParsedCall> calls;
+    skip();
+    const bool list = eat('[');
+    while (true) {
+      skip();
+      if (list && eat(']')) break;
+      if (!list && pos_ == s_.size()) break;
+      std::optional<ParsedCall> call = parse_call();
+      if (!call) return std::nullopt;
+      calls.push_back(std::move(*call));
+      skip();
+      if (list) {
+        if (eat(',')) continue;
+        if (!eat(']')) return std::nullopt;
+        break;
+      }
+      eat(',') || eat(';');
+    }
+    skip();
+    if (pos_ != s_.size() || calls.empty()) return std::nullopt;
+    return calls;
+  }
+
+ private:
+  void skip() {
+    while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
+  }
+  bool eat(char c) {
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  std::string identifier(bool dotted) {
+    skip();
+    std::size_t start = pos_;
+    while (pos_ < s_.size()) {
+      const auto c = static_cast<unsigned char>(s_[pos_]);
+      const bool ok = std::isalpha(c) != 0 || c == '_' ||
+                      (pos_ > start && (std::isdigit(c) != 0 || (dotted && c == '.')));
+      if (!ok) break;
+      ++pos_;
+    }
+    return std::string(s_.substr(start, pos_ - start));
+  }
+
+  std::optional<ParsedCall> parse_call() {
+    std::string name = identifier(/*dotted=*/true);
+    if (name.empty() || !eat('(')) return std::nullopt;
+    if (name == "print") {  // ```tool_code print(f(x=1)) ```
+      std::optional<ParsedCall> inner = parse_call();
+      if (!inner || !eat(')')) return std::nullopt;
+      return inner;
+    }
+    json args = json::object();
+    while (!eat(')')) {
+      std::string key = identifier(/*dotted=*/false);
+      if (key.empty() || !eat('=')) return std::nullopt;  // positional: names unknown
+      std::optional<json> value = parse_value(0);
+      if (!value) return std::nullopt;
+      args[key] = std::move(*value);
+      if (!eat(',')) {
+        if (!eat(')')) return std::nullopt;
+        break;
+      }
+    }
+    return ParsedCall{std::move(name), args.dump()};
+  }
+
+  std::optional<json> parse_value(int depth) {
+    if (depth > 64) return std::nullopt;
+    skip();
+    if (pos_ >= s_.size()) return std::nullopt;
+    const char c = s_[pos_];
+    if (c == '"' || c == '\'') return parse_string();
+    if (c == '[' || c == '(') return parse_sequence(c == '[' ? ']' : ')', depth);
+    if (c == '{') return parse_dict(depth);
+    if (c == '-' || c == '+' || c == '.' || std::isdigit(static_cast<unsigned char>(c)) != 0) {
+      return parse_number();
+    }
+    const std::string word = identifier(/*dotted=*/false);
+    if (word == "True") return json(true);
+    if (word == "False") return json(false);
+    if (word == "None") return json(nullptr);
+    return std::nullopt;
+  }
+
+  std::optional<json> parse_string() {
+    const char quote = s_[pos_++];
+    std::string out;
+    while (pos_ < s_.size() && s_[pos_] != quote) {
+      char c = s_[pos_++];
+      if (c == '\\') {
+        if (pos_ >= s_.size()) return std::nullopt;
+        c = s_[pos_++];
+        switch (c) {
+          case 'n': out += '\n'; break;
+          case 't': out += '\t'; break;
+          case 'r': out += '\r'; break;
+          case '0': out += '\0'; break;
+          default: out += c; break;  // \\ \' \" and the rest: the byte itself
+        }
+      } else {
+        out += c;
+      }
+    }
+    if (pos_ >= s_.size()) return std::nullopt;
+    ++pos_;
+    return json(std::move(out));
+  }
+
+  std::optional<json> parse_number() {
+    std::size_t start = pos_;
+    if (s_[pos_] == '-' || s_[pos_] == '+') ++pos_;
+    bool real = false;
+    while (pos_ < s_.size()) {
+      const char c = s_[pos_];
+      if (std::isdigit(static_cast<unsigned char>(c)) != 0) {
+        ++pos_;
+      } else if (c == '.' || c == 'e' || c == 'E') {
+        real = true;
+        ++pos_;
+        if ((c == 'e' || c == 'E') && pos_ < s_.size() && (s_[pos_] == '-' || s_[pos_] == '+')) {
+          ++pos_;
+        }
+      } else {
+        break;
+      }
+    }
+    // Python spellings JSON lacks: a leading '+', ".5", "5.".
+    std::string_view digits = s_.substr(start, pos_ - start);
+    std::string text;
+    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) {
+      if (digits[0] == '-') text += '-';
+      digits.remove_prefix(1);
+    }
+    if (!digits.empty() && digits[0] == '.') text += '0';
+    text += digits;
+    if (!text.empty() && text.back() == '.') text += '0';
+    json v = parse_json(text);
+    if (!v.is_number() || (!real && !v.is_number_integer())) return std::nullopt;
+    return v;
+  }
+
+  std::optional<json> parse_sequence(char close, int depth) {
+    ++pos_;
+    json out = json::array();
+    while (!eat(close)) {
+      std::optional<json> v = parse_value(depth + 1);
+      if (!v) return std::nullopt;
+      out.push_back(std::move(*v));
+      if (!eat(',')) {
+        if (!eat(close)) return std::nullopt;
+        break;
+      }
+    }
+    return out;
+  }
+
+  std::optional<json> parse_dict(int depth) {
+    ++pos_;
+    json out = json::object();
+    while (!eat('}')) {
+      std::optional<json> key = parse_value(depth + 1);
+      if (!key || !(key->is_string() || key->is_number()) || !eat(':')) return std::nullopt;
+      std::optional<json> v = parse_value(depth + 1);
+      if (!v) return std::nullopt;
+      out[key->is_string() ? key->get<std::string>() : key->dump()] = std::move(*v);
+      if (!eat(',')) {
+        if (!eat('}')) return std::nullopt;
+        break;
+      }
+    }
+    return out;
+  }
+
+  std::string_view s_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string_view tool_format_name(ToolFormat format) {
+  switch (format) {
+    case ToolFormat::kNone: return "none";
+    case ToolFormat::kLlama3: return "llama3_json";
+    case ToolFormat::kHermes: return "hermes";
+    case ToolFormat::kMistral: return "mistral";
+    case ToolFormat::kGemma: return "gemma_tool_code";
+  }
+  return "none";
+}
+
+ToolFormat detect_tool_format(std::string_view source, std::string_view arch) {
+  const bool hermes = contains(source, "<tool_call>");
+  const bool mistral = contains(source, "[TOOL_CALLS]");
+  const bool llama3 = contains(source, "<|python_tag|>") || contains(source, "ipython");
+  const bool gemma = contains(source, "tool_code");
+  // A template may mention several conventions (e.g. in a system prompt);
+  // the architecture says which one the family was trained on first.
+  std::array<std::pair<bool, ToolFormat>, 4> order = {{{hermes, ToolFormat::kHermes},
+                                                       {mistral, ToolFormat::kMistral},
+                                                       {llama3, ToolFormat::kLlama3},
+                                                       {gemma, ToolFormat::kGemma}}};
+  if (arch.starts_with("gemma")) {
+    order = {{{gemma, ToolFormat::kGemma},
+              {hermes, ToolFormat::kHermes},
+              {mistral, ToolFormat::kMistral},
+              {llama3, ToolFormat::kLlama3}}};
+  } else if (arch.starts_with("mistral")) {
+    order = {{{mistral, ToolFormat::kMistral},
+              {hermes, ToolFormat::kHermes},
+              {llama3, ToolFormat::kLlama3},
+              {gemma, ToolFormat::kGemma}}};
+  }
+  for (const auto& [found, format] : order) {
+    if (found) return format;
+  }
+  return ToolFormat::kNone;
+}
+
+std::optional<std::vector<ParsedCall>> parse_tool_body(ToolFormat format, std::string_view body) {
+  switch (format) {
+    case ToolFormat::kLlama3: return parse_llama3(body);
+    case ToolFormat::kHermes: return parse_hermes(body);
+    case ToolFormat::kMistral: return parse_mistral(body);
+    case ToolFormat::kGemma: return PythonCalls(body).parse();
+    case ToolFormat::kNone: break;
+  }
+  return std::nullopt;
+}
+
+ToolCallParser::ToolCallParser(ToolFormat format) : format_(format) {}
+
+ToolParse ToolCallParser::push(std::string_view text) {
+  ToolParse out;
+  buf_.append(text);
+  process(/*final=*/false, &out);
+  return out;
+}
+
+ToolParse ToolCallParser::finish() {
+  ToolParse out;
+  process(/*final=*/true, &out);
+  // Whitespace around calls is layout, not content; without calls the reply
+  // keeps every byte.
+  if (calls_.empty()) out.content += pending_ws_;
+  pending_ws_.clear();
+  return out;
+}
+
+void ToolCallParser::release(std::string text, ToolParse* out) {
+  std::string all = std::move(pending_ws_);
+  all += text;
+  pending_ws_.clear();
+  std::size_t end = all.size();
+  while (end > 0 && is_space(all[end - 1])) --end;
+  std::size_t begin = 0;
+  if (!calls_.empty() && !any_content_since_call_) {
+    while (begin < end && is_space(all[begin])) ++begin;
+  }
+  if (end > begin) {
+    out->content.append(all, begin, end - begin);
+    any_content_ = true;
+    any_content_since_call_ = true;
+  }
+  pending_ws_ = all.substr(std::max(end, begin));
+}
+
+bool ToolCallParser::take_calls(std::string_view body, ToolParse* out) {
+  std::optional<std::vector<ParsedCall>> parsed = parse_tool_body(format_, body);
+  if (!parsed) return false;
+  for (ParsedCall& p : *parsed) {
+    ToolCall call;
+    call.index = static_cast<std::int32_t>(calls_.size());
+    call.id = random_call_id();
+    call.name = std::move(p.name);
+    call.arguments = std::move(p.arguments);
+    calls_.push_back(call);
+    out->calls.push_back(std::move(call));
+  }
+  pending_ws_.clear();
+  any_content_since_call_ = false;
+  return true;
+}
+
+void ToolCallParser::process(bool final, ToolParse* out) {
+  const Markers m = markers_of(format_);
+  while (true) {
+    if (state_ == State::kText) {
+      if (m.bare_start != 0 && !any_content_ && calls_.empty()) {
+        std::size_t first = 0;
+        while (first < buf_.size() && is_space(buf_[first])) ++first;
+        if (first == buf_.size()) {
+          if (final) release(std::exchange(buf_, {}), out);
+          return;
+        }
+        if (buf_[first] == m.bare_start) {
+          pending_ws_ += buf_.substr(0, first);
+          buf_.erase(0, first);
+          state_ = State::kBlock;
+          continue;
+        }
+      }
+      const std::size_t at = buf_.find(m.start);
+      if (at != std::string::npos) {
+        release(buf_.substr(0, at), out);
+        buf_.erase(0, at);
+        state_ = State::kBlock;
+        continue;
+      }
+      if (final) {
+        release(std::exchange(buf_, {}), out);
+        return;
+      }
+      // Hold back a tail that may be the start of the marker.
+      std::size_t keep = std::min(buf_.size(), m.start.size() - 1);
+      while (keep > 0 && !m.start.starts_with(std::string_view(buf_).substr(buf_.size() - keep))) {
+        --keep;
+      }
+      release(buf_.substr(0, buf_.size() - keep), out);
+      buf_.erase(0, buf_.size() - keep);
+      return;
+    }
+    // kBlock: buf_ starts with the block (its marker, or a bare start).
+    const std::size_t body_at =
+        std::string_view(buf_).starts_with(m.start) ? m.start.size() : std::size_t{0};
+    if (!m.end.empty()) {
+      const std::size_t end = buf_.find(m.end, body_at);
+      if (end != std::string::npos) {
+        const std::size_t after = end + m.end.size();
+        if (!take_calls(std::string_view(buf_).substr(body_at, end - body_at), out)) {
+          release(buf_.substr(0, after), out);
+        }
+        buf_.erase(0, after);
+        state_ = State::kText;
+        continue;
+      }
+    }
+    if (!final) return;
+    // The output ended inside the block: an unterminated call still counts
+    // when its body is complete.
+    if (!take_calls(std::string_view(buf_).substr(body_at), out)) release(buf_, out);
+    buf_.clear();
+    state_ = State::kText;
+    return;
+  }
+}
+
+}  // namespace cellm::server
