@@ -63,8 +63,8 @@ std::string block_type(const json& block, const std::string& where) {
 
 [[noreturn]] void unsupported_block(const std::string& type, const std::string& where,
                                     std::string_view allowed) {
-  refuse(where, not_supported("content blocks of type '{}' are not supported here; {}", type,
-                              allowed));
+  refuse(where,
+         not_supported("content blocks of type '{}' are not supported here; {}", type, allowed));
 }
 
 // tool_result content: a string or a list of text blocks.

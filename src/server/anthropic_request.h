@@ -34,8 +34,7 @@ struct AnthropicRequest {
 
 // Translates a /v1/messages body; on failure fills *error (InvalidArgument or
 // NotSupported, `param` the Anthropic field) and returns nullopt.
-std::optional<AnthropicRequest> parse_anthropic_request(std::string_view body,
-                                                        RequestError* error);
+std::optional<AnthropicRequest> parse_anthropic_request(std::string_view body, RequestError* error);
 
 // The Anthropic name of a field the chat parser refused ("stop" →
 // "stop_sequences"); other names pass through.

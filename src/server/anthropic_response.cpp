@@ -195,14 +195,13 @@ void AnthropicStream::on_chunk(const json& chunk, std::string* out) {
   const json* choice = first_choice(chunk);
   if (choice == nullptr) return;
   const json delta = choice->value("delta", json::object());
-  if (auto text = delta.find("content"); text != delta.end() && text->is_string() &&
-                                         !text->get_ref<const std::string&>().empty()) {
+  if (auto text = delta.find("content");
+      text != delta.end() && text->is_string() && !text->get_ref<const std::string&>().empty()) {
     if (!block_open_ || !block_is_text_) open_block(json{{"type", "text"}, {"text", ""}}, out);
-    *out += anthropic_event(
-        "content_block_delta",
-        json{{"type", "content_block_delta"},
-             {"index", next_block_},
-             {"delta", {{"type", "text_delta"}, {"text", *text}}}});
+    *out += anthropic_event("content_block_delta",
+                            json{{"type", "content_block_delta"},
+                                 {"index", next_block_},
+                                 {"delta", {{"type", "text_delta"}, {"text", *text}}}});
   }
   if (auto calls = delta.find("tool_calls"); calls != delta.end() && calls->is_array()) {
     for (const json& call : *calls) {
@@ -245,10 +244,10 @@ std::string AnthropicStream::feed(std::string_view sse) {
     close_block(&out);
     if (!stop_reason_) {
       // Ended by the server ("abort") without a failure reported: it stopped.
-      out += anthropic_event("error", anthropic_error_json(
-                                          "overloaded_error",
-                                          "the server ended this generation before it finished "
-                                          "(it is shutting down); retry later"));
+      out += anthropic_event(
+          "error", anthropic_error_json("overloaded_error",
+                                        "the server ended this generation before it finished "
+                                        "(it is shutting down); retry later"));
       failed_ = true;
       return out;
     }

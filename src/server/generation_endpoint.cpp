@@ -139,9 +139,9 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   RequestError error;
   // /v1/messages arrives translated into a chat body: the same parser checks it.
   const std::string translated = anthropic ? anthropic->chat.dump() : std::string();
-  std::optional<GenerationRequest> parsed = parse_request(
-      kind, anthropic ? std::string_view(translated) : std::string_view(req.body), options.limits,
-      &error);
+  std::optional<GenerationRequest> parsed =
+      parse_request(kind, anthropic ? std::string_view(translated) : std::string_view(req.body),
+                    options.limits, &error);
   if (!parsed) return refuse(error.status, error.param);
   const GenerationRequest& r = *parsed;
   GenerationService& svc = *state->service;
@@ -260,9 +260,9 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
     unregister_run(run.get());
     if (anthropic != nullptr) {
       std::tie(status, body) =
-          status == 200
-              ? anthropic_message_from_chat(body, stop_sequence_at(anthropic->stop_sequences, stop_index))
-              : anthropic_error_from_chat(status, body);
+          status == 200 ? anthropic_message_from_chat(
+                              body, stop_sequence_at(anthropic->stop_sequences, stop_index))
+                        : anthropic_error_from_chat(status, body);
     }
     reply_json(res, status, body);
     return;
@@ -272,8 +272,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
     // Asked on the HTTP thread inside run->stream(), while the run is alive.
     GenerationRun* raw = run.get();
     shape = std::make_shared<AnthropicStream>(
-        setup.ids.id, setup.ids.model, prompt_len,
-        [raw, stops = anthropic->stop_sequences] {
+        setup.ids.id, setup.ids.model, prompt_len, [raw, stops = anthropic->stop_sequences] {
           return stop_sequence_at(stops, raw->stop_string_index(0));
         });
   }

@@ -130,8 +130,8 @@ void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Respo
 
 bool Server::Impl::authorize(const httplib::Request& req, httplib::Response& res,
                              bool anthropic_errors) const {
-  const AccessControl::KeyCheck check = access.check_request(
-      req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+  const AccessControl::KeyCheck check = access.check_request(req.get_header_value("Authorization"),
+                                                             req.get_header_value("x-api-key"));
   if (check == AccessControl::KeyCheck::kOk) return true;
   const bool missing = check == AccessControl::KeyCheck::kMissing;
   if (anthropic_errors) {
@@ -263,11 +263,9 @@ void Server::Impl::install_routes() {
             with_key([this](const httplib::Request& req, httplib::Response& res) {
               handle_generation(RequestKind::kChat, req, res);
             }));
-  http.Post("/v1/messages", with_key(
-                                [this](const httplib::Request& req, httplib::Response& res) {
-                                  handle_messages(req, res);
-                                },
-                                /*anthropic_errors=*/true));
+  http.Post("/v1/messages", with_key([this](const httplib::Request& req,
+                                            httplib::Response& res) { handle_messages(req, res); },
+                                     /*anthropic_errors=*/true));
   http.Post("/tokenize", with_key([this](const httplib::Request& req, httplib::Response& res) {
               handle_tokenize(req, res);
             }));

@@ -2,11 +2,12 @@
 // field becomes in the chat body, that the result passes the chat parser,
 // and that unknown fields, unsupported blocks and bad values are refused by
 // name. Also the pure response shaping of anthropic_response.h.
+#include "server/anthropic_request.h"
+
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "server/anthropic_request.h"
 #include "server/anthropic_response.h"
 
 namespace cellm::server {
@@ -86,12 +87,12 @@ TEST(AnthropicRequestTest, TextBlocksAndSystemBlocksAreJoined) {
   json body = base();
   body["system"] = json::array({json{{"type", "text"}, {"text", "A"}},
                                 json{{"type", "text"}, {"text", "B"}, {"cache_control", {}}}});
-  body["messages"] = json::array(
-      {json{{"role", "user"},
-            {"content", json::array({json{{"type", "text"}, {"text", "one "}},
-                                     json{{"type", "text"}, {"text", "two"}}})}},
-       json{{"role", "assistant"}, {"content", "ok"}},
-       json{{"role", "user"}, {"content", "three"}}});
+  body["messages"] =
+      json::array({json{{"role", "user"},
+                        {"content", json::array({json{{"type", "text"}, {"text", "one "}},
+                                                 json{{"type", "text"}, {"text", "two"}}})}},
+                   json{{"role", "assistant"}, {"content", "ok"}},
+                   json{{"role", "user"}, {"content", "three"}}});
   const GenerationRequest r = through_chat(parse_ok(body));
   ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[0].content, "AB");
@@ -102,26 +103,24 @@ TEST(AnthropicRequestTest, TextBlocksAndSystemBlocksAreJoined) {
 
 TEST(AnthropicRequestTest, ToolsToolUseAndToolResultsMapToTheChatForms) {
   json body = base();
-  body["tools"] = json::array(
-      {json{{"name", "get_weather"},
-            {"description", "Weather of a city"},
-            {"input_schema",
-             {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}});
+  body["tools"] = json::array({json{
+      {"name", "get_weather"},
+      {"description", "Weather of a city"},
+      {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}});
   body["tool_choice"] = json{{"type", "auto"}};
   body["messages"] = json::array(
       {json{{"role", "user"}, {"content", "Weather in Paris?"}},
        json{{"role", "assistant"},
-            {"content",
-             json::array({json{{"type", "text"}, {"text", "Let me check."}},
-                          json{{"type", "tool_use"},
-                               {"id", "toolu_1"},
-                               {"name", "get_weather"},
-                               {"input", {{"city", "Paris"}}}}})}},
+            {"content", json::array({json{{"type", "text"}, {"text", "Let me check."}},
+                                     json{{"type", "tool_use"},
+                                          {"id", "toolu_1"},
+                                          {"name", "get_weather"},
+                                          {"input", {{"city", "Paris"}}}}})}},
        json{{"role", "user"},
-            {"content", json::array({json{{"type", "tool_result"},
-                                          {"tool_use_id", "toolu_1"},
-                                          {"content", "18C"}},
-                                     json{{"type", "text"}, {"text", "Thanks"}}})}}});
+            {"content",
+             json::array(
+                 {json{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "18C"}},
+                  json{{"type", "text"}, {"text", "Thanks"}}})}}});
   const AnthropicRequest a = parse_ok(body);
   const ojson& tools = a.chat["tools"];
   ASSERT_EQ(tools.size(), 1u);
@@ -168,10 +167,10 @@ TEST(AnthropicRequestTest, RefusalsNameTheField) {
   json no_model = base();
   no_model.erase("model");
   cases.push_back({"missing model", no_model, "model", StatusCode::kInvalidArgument});
-  cases.push_back({"max_tokens 0", with("max_tokens", 0), "max_tokens",
-                   StatusCode::kInvalidArgument});
-  cases.push_back({"max_tokens text", with("max_tokens", "5"), "max_tokens",
-                   StatusCode::kInvalidArgument});
+  cases.push_back(
+      {"max_tokens 0", with("max_tokens", 0), "max_tokens", StatusCode::kInvalidArgument});
+  cases.push_back(
+      {"max_tokens text", with("max_tokens", "5"), "max_tokens", StatusCode::kInvalidArgument});
   cases.push_back({"temperature 1.5 (Anthropic's range is 0..1)", with("temperature", 1.5),
                    "temperature", StatusCode::kInvalidArgument});
   cases.push_back({"top_p 2", with("top_p", 2), "top_p", StatusCode::kInvalidArgument});
@@ -189,25 +188,25 @@ TEST(AnthropicRequestTest, RefusalsNameTheField) {
   cases.push_back(
       {"image block",
        with("messages",
-            json::array({json{{"role", "user"},
-                              {"content", json::array({json{{"type", "image"},
-                                                            {"source", json::object()}}})}}})),
+            json::array({json{
+                {"role", "user"},
+                {"content", json::array({json{{"type", "image"}, {"source", json::object()}}})}}})),
        "messages[0].content[0]", StatusCode::kNotSupported});
   cases.push_back(
       {"tool_use in a user turn",
-       with("messages", json::array({json{{"role", "user"},
-                                          {"content", json::array({json{{"type", "tool_use"},
-                                                                        {"id", "a"},
-                                                                        {"name", "f"},
-                                                                        {"input", {}}}})}}})),
+       with("messages",
+            json::array(
+                {json{{"role", "user"},
+                      {"content",
+                       json::array({json{
+                           {"type", "tool_use"}, {"id", "a"}, {"name", "f"}, {"input", {}}}})}}})),
        "messages[0].content[0]", StatusCode::kNotSupported});
-  cases.push_back({"tool without input_schema",
-                   with("tools", json::array({json{{"name", "f"}}})), "tools[0].input_schema",
-                   StatusCode::kInvalidArgument});
-  cases.push_back({"server tool",
-                   with("tools", json::array({json{{"type", "web_search_20250305"},
-                                                   {"name", "web_search"}}})),
-                   "tools[0].type", StatusCode::kNotSupported});
+  cases.push_back({"tool without input_schema", with("tools", json::array({json{{"name", "f"}}})),
+                   "tools[0].input_schema", StatusCode::kInvalidArgument});
+  cases.push_back(
+      {"server tool",
+       with("tools", json::array({json{{"type", "web_search_20250305"}, {"name", "web_search"}}})),
+       "tools[0].type", StatusCode::kNotSupported});
   cases.push_back({"forced tool", with("tool_choice", json{{"type", "any"}}), "tool_choice.type",
                    StatusCode::kNotSupported});
   for (const Case& c : cases) {
@@ -282,10 +281,10 @@ TEST(AnthropicResponseTest, MessageFromAChatBody) {
 
 TEST(AnthropicResponseTest, ToolCallsBecomeToolUseBlocks) {
   json chat = chat_body("", "tool_calls");
-  chat["choices"][0]["message"]["tool_calls"] = json::array(
-      {json{{"id", "call_abc"},
-            {"type", "function"},
-            {"function", {{"name", "f"}, {"arguments", R"({"x": 1})"}}}}});
+  chat["choices"][0]["message"]["tool_calls"] =
+      json::array({json{{"id", "call_abc"},
+                        {"type", "function"},
+                        {"function", {{"name", "f"}, {"arguments", R"({"x": 1})"}}}}});
   auto [http, m] = anthropic_message_from_chat(chat, std::nullopt);
   EXPECT_EQ(http, 200);
   EXPECT_EQ(m["stop_reason"], "tool_use");
@@ -322,9 +321,9 @@ std::string data(const json& j) {
 }
 
 json text_chunk(const std::string& text, const json& finish = nullptr) {
-  return json{{"choices", json::array({json{{"index", 0},
-                                            {"delta", {{"content", text}}},
-                                            {"finish_reason", finish}}})}};
+  return json{
+      {"choices", json::array({json{
+                      {"index", 0}, {"delta", {{"content", text}}}, {"finish_reason", finish}}})}};
 }
 
 TEST(AnthropicResponseTest, StreamRewritesChunksIntoNamedEvents) {
@@ -334,10 +333,10 @@ TEST(AnthropicResponseTest, StreamRewritesChunksIntoNamedEvents) {
     return std::optional<std::string>("END");
   });
   std::string sse;
-  sse += s.feed(data(json{{"choices", json::array({json{{"index", 0},
-                                                       {"delta", {{"role", "assistant"},
-                                                                  {"content", ""}}},
-                                                       {"finish_reason", nullptr}}})}}));
+  sse += s.feed(
+      data(json{{"choices", json::array({json{{"index", 0},
+                                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                              {"finish_reason", nullptr}}})}}));
   sse += s.feed(data(text_chunk("Hel")));
   sse += s.feed(data(text_chunk("lo")));
   sse += s.feed(data(text_chunk("", "stop")));
@@ -348,10 +347,10 @@ TEST(AnthropicResponseTest, StreamRewritesChunksIntoNamedEvents) {
   const auto ev = events_of(sse);
   std::vector<std::string> names;
   for (const auto& [n, p] : ev) names.push_back(n);
-  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "ping", "content_block_start",
-                                             "content_block_delta", "content_block_delta",
-                                             "content_block_stop", "message_delta",
-                                             "message_stop"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"message_start", "ping", "content_block_start",
+                                      "content_block_delta", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"}));
   ASSERT_EQ(ev.size(), 8u);
   const json& msg = ev[0].second["message"];
   EXPECT_EQ(msg["id"], "msg_9");
@@ -391,8 +390,9 @@ TEST(AnthropicResponseTest, StreamedToolCallsAndErrors) {
   EXPECT_EQ(ev[4].first, "content_block_stop");
   EXPECT_EQ(ev[4].second["index"], 0);
   EXPECT_EQ(ev[5].second["index"], 1);
-  EXPECT_EQ(ev[5].second["content_block"],
-            (json{{"type", "tool_use"}, {"id", "toolu_7"}, {"name", "f"}, {"input", json::object()}}));
+  EXPECT_EQ(
+      ev[5].second["content_block"],
+      (json{{"type", "tool_use"}, {"id", "toolu_7"}, {"name", "f"}, {"input", json::object()}}));
   EXPECT_EQ(ev[6].second["delta"],
             (json{{"type", "input_json_delta"}, {"partial_json", "{\"a\":1}"}}));
   EXPECT_EQ(ev[7].first, "content_block_stop");

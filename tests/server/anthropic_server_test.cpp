@@ -67,7 +67,8 @@ TEST(AnthropicServerTest, SystemPromptStopSequencesAndMaxTokens) {
   EXPECT_EQ(r.body["content"][0]["text"], "Hello");
   EXPECT_EQ(r.body["stop_reason"], "stop_sequence");
   EXPECT_EQ(r.body["stop_sequence"], " wor");
-  EXPECT_EQ(r.body["usage"]["input_tokens"], std::string("system: S\nuser: Hi\nassistant: ").size());
+  EXPECT_EQ(r.body["usage"]["input_tokens"],
+            std::string("system: S\nuser: Hi\nassistant: ").size());
 
   r = ts.post("/v1/messages", message_body(3));
   ASSERT_EQ(r.status, 200) << r.raw;
@@ -171,8 +172,8 @@ TEST(AnthropicServerTest, XApiKeyIsAcceptedAndRefusalsAreAnthropicShaped) {
   res = c.Post("/v1/messages", {{"x-api-key", "wrong"}}, message_body().dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 401);
-  res = c.Post("/v1/messages", {{"x-api-key", "secret"}}, message_body().dump(),
-               "application/json");
+  res =
+      c.Post("/v1/messages", {{"x-api-key", "secret"}}, message_body().dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
   // The bearer form works here too, and x-api-key on the OpenAI routes.
