@@ -25,10 +25,12 @@ struct Refusal {
   throw Refusal{std::move(param), std::move(status)};
 }
 
+// A null field counts as absent: clients echo response blocks back, and the
+// SDKs serialise every optional field (tool_use's caller, toolset_name...).
 void only_keys(const json& obj, const std::set<std::string>& allowed, const std::string& where,
                std::string_view what) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
-    if (allowed.contains(it.key())) continue;
+    if (allowed.contains(it.key()) || it->is_null()) continue;
     std::string list;
     for (const std::string& k : allowed) list += (list.empty() ? "" : ", ") + k;
     refuse(where.empty() ? it.key() : where + "." + it.key(),
@@ -119,7 +121,15 @@ void add_turn(const json& m, std::size_t index, std::map<std::string, std::strin
     if (type == "text") {
       text += text_block(block, at);
     } else if (type == "tool_use" && role == "assistant") {
-      only_keys(block, {"type", "id", "name", "input", "cache_control"}, at, "a tool_use block");
+      only_keys(block, {"type", "id", "name", "input", "cache_control", "caller"}, at,
+                "a tool_use block");
+      // The model called it itself: the only caller cellm produces.
+      if (auto c = block.find("caller");
+          c != block.end() && !c->is_null() && *c != json{{"type", "direct"}}) {
+        refuse(at + ".caller", not_supported("only direct tool calls are supported (the caller "
+                                             "{} is a server tool)",
+                                             c->dump()));
+      }
       const std::string& id = string_field(block, "id", at);
       const std::string& name = string_field(block, "name", at);
       auto input = block.find("input");

@@ -115,7 +115,10 @@ TEST(AnthropicRequestTest, ToolsToolUseAndToolResultsMapToTheChatForms) {
                                      json{{"type", "tool_use"},
                                           {"id", "toolu_1"},
                                           {"name", "get_weather"},
-                                          {"input", {{"city", "Paris"}}}}})}},
+                                          {"input", {{"city", "Paris"}}},
+                                          // Echoed response fields: null or the direct caller.
+                                          {"caller", {{"type", "direct"}}},
+                                          {"toolset_name", nullptr}}})}},
        json{{"role", "user"},
             {"content",
              json::array(
@@ -201,6 +204,24 @@ TEST(AnthropicRequestTest, RefusalsNameTheField) {
                        json::array({json{
                            {"type", "tool_use"}, {"id", "a"}, {"name", "f"}, {"input", {}}}})}}})),
        "messages[0].content[0]", StatusCode::kNotSupported});
+  cases.push_back(
+      {"tool_use called by a server tool",
+       with("messages",
+            json::array({json{{"role", "assistant"},
+                              {"content", json::array({json{{"type", "tool_use"},
+                                                            {"id", "a"},
+                                                            {"name", "f"},
+                                                            {"input", json::object()},
+                                                            {"caller", {{"type", "code"}}}}})}}})),
+       "messages[0].content[0].caller", StatusCode::kNotSupported});
+  cases.push_back(
+      {"unknown non-null block field",
+       with("messages",
+            json::array(
+                {json{{"role", "user"},
+                      {"content",
+                       json::array({json{{"type", "text"}, {"text", "x"}, {"colour", "red"}}})}}})),
+       "messages[0].content[0].colour", StatusCode::kInvalidArgument});
   cases.push_back({"tool without input_schema", with("tools", json::array({json{{"name", "f"}}})),
                    "tools[0].input_schema", StatusCode::kInvalidArgument});
   cases.push_back(

@@ -6,19 +6,25 @@ Group `anthropic`: a plain message, a system prompt, stop_sequences
 (stop_reason stop_sequence), max_tokens (stop_reason max_tokens), a stream
 through client.messages.stream() whose text equals the non-streamed greedy
 answer, usage consistent with /tokenize, Anthropic-shaped refusals
-(BadRequestError, NotFoundError), and a server started with --api-key that
-takes the key as x-api-key.
+(BadRequestError, NotFoundError), a server started with --api-key that
+takes the key as x-api-key, and tools on SmolLM2 given a Hermes-style
+template (test_tools_e2e.py's copy): tool_use blocks equal to the calls
+/v1/chat/completions parses, the same streamed, and a tool_result answered.
 
 A missing virtual environment, package or model is a failure that says what
 to run, never a skip.
 """
 import argparse
+import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server_e2e import (FAILURES, MODEL_NAME, Server, check, find_model,  # noqa: E402
                              run_test)
+
+from test_tools_e2e import make_hermes_model  # noqa: E402
 
 try:
     import anthropic
@@ -188,6 +194,97 @@ def t_api_key(srv):
           f"no key is a 401 authentication_error in Anthropic's shape ({body})")
 
 
+# ------------------------------------------------ tools (Hermes template)
+
+TOOL = {"name": "get_weather", "description": "Current weather in a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"]}}
+OPENAI_TOOL = {"type": "function", "function": {
+    "name": TOOL["name"], "description": TOOL["description"], "parameters": TOOL["input_schema"]}}
+SYSTEM = "You answer weather questions by calling get_weather."
+
+
+def call_turn(call_id, city):
+    """One worked example in Anthropic's form: question, tool_use, tool_result, answer."""
+    return [
+        {"role": "user", "content": f"What is the weather in {city}?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {"city": city}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": call_id, "content": f"{city}: 20 C, sunny"}]},
+        {"role": "assistant", "content": f"It is 20 C and sunny in {city}."},
+    ]
+
+
+def few_shot(city):
+    return (call_turn("toolu_1", "Rome") + call_turn("toolu_2", "Berlin")
+            + call_turn("toolu_3", "Madrid")
+            + [{"role": "user", "content": f"What is the weather in {city}?"}])
+
+
+def openai_few_shot(city):
+    """The same conversation as /v1/chat/completions messages."""
+    out = [{"role": "system", "content": SYSTEM}]
+    for turn in few_shot(city):
+        content = turn["content"]
+        if isinstance(content, str):
+            out.append(turn)
+        elif content[0]["type"] == "tool_use":
+            out.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": b["id"], "type": "function",
+                "function": {"name": b["name"], "arguments": json.dumps(b["input"])}}
+                for b in content]})
+        else:
+            out += [{"role": "tool", "tool_call_id": b["tool_use_id"], "content": b["content"]}
+                    for b in content]
+    return out
+
+
+def tool_uses(msg):
+    return [(b.name, b.input) for b in msg.content if b.type == "tool_use"]
+
+
+def t_tool_use(srv):
+    chat = requests.post(srv.url + "/v1/chat/completions", timeout=600, json={
+        "model": MODEL_NAME, "messages": openai_few_shot("Paris"), "tools": [OPENAI_TOOL],
+        "max_tokens": 40, "temperature": 0}).json()
+    ref = [(t["function"]["name"], json.loads(t["function"]["arguments"]))
+           for t in chat["choices"][0]["message"].get("tool_calls") or []]
+    check(len(ref) >= 1, f"the chat path parses a call to compare with ({chat})")
+    c = client(srv)
+    req = dict(model=MODEL_NAME, max_tokens=40, system=SYSTEM, tools=[TOOL],
+               messages=few_shot("Paris"), **GREEDY)
+    m = c.messages.create(**req)
+    print(f"  tool_use blocks: {tool_uses(m)}")
+    check(m.stop_reason == "tool_use", f"stop_reason tool_use ({m.stop_reason})")
+    check(tool_uses(m) == ref, "the tool_use blocks equal the chat path's parsed calls")
+    check(all(b.id.startswith("toolu_") for b in m.content if b.type == "tool_use"),
+          "tool_use ids start with toolu_")
+    check(m.usage.output_tokens == chat["usage"]["completion_tokens"],
+          "output_tokens equal the chat path's completion_tokens")
+
+    text = []
+    with c.messages.stream(**req) as stream:
+        for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                text.append(event.delta.text)
+        final = stream.get_final_message()
+    check("<tool_call" not in "".join(text), "no call markup streamed as text")
+    check(final.stop_reason == "tool_use", f"streamed stop_reason tool_use ({final.stop_reason})")
+    check(tool_uses(final) == tool_uses(m), "the streamed tool_use blocks equal the non-streamed")
+
+    # The call answered with a tool_result.
+    msgs = few_shot("Paris") + [
+        {"role": "assistant", "content": m.content},  # the response's blocks, as clients do
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "content": "Paris: 18 C, cloudy"}
+            for b in m.content if b.type == "tool_use"]}]
+    answer = c.messages.create(model=MODEL_NAME, max_tokens=12, system=SYSTEM, tools=[TOOL],
+                               messages=msgs, **GREEDY)
+    check(answer.stop_reason in ("end_turn", "max_tokens", "tool_use"),
+          f"the tool result is answered ({answer.content!r})")
+
+
 def group_anthropic(binary, model):
     srv = Server(binary, model)
     try:
@@ -202,6 +299,13 @@ def group_anthropic(binary, model):
         run_test(t_api_key, keyed)
     finally:
         keyed.kill()
+    with tempfile.TemporaryDirectory() as tmp:
+        hermes = Server(binary, make_hermes_model(model, tmp))
+        try:
+            hermes.wait_ready()
+            run_test(t_tool_use, hermes)
+        finally:
+            hermes.kill()
 
 
 def main():
