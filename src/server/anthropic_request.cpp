@@ -267,6 +267,13 @@ AnthropicRequest translate(const json& body) {
   }
   std::map<std::string, std::string> tool_names;  // tool_use id → name, for tool messages
   for (std::size_t i = 0; i < turns->size(); ++i) add_turn((*turns)[i], i, &tool_names, &messages);
+  // Anthropic continues a final assistant turn (prefill); the chat path
+  // would close it and open a new one, so it is refused rather than misread.
+  if (messages.back().value("role", "") == "assistant") {
+    refuse(fmt::format("messages[{}]", turns->size() - 1),
+           not_supported("a final assistant turn (prefilling the answer) is not supported yet; "
+                         "end the conversation with a user turn"));
+  }
   chat["messages"] = std::move(messages);
 
   // Anthropic's ranges: temperature 0..1 (the chat path allows up to 2).

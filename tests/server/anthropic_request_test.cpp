@@ -222,6 +222,10 @@ TEST(AnthropicRequestTest, RefusalsNameTheField) {
                       {"content",
                        json::array({json{{"type", "text"}, {"text", "x"}, {"colour", "red"}}})}}})),
        "messages[0].content[0].colour", StatusCode::kInvalidArgument});
+  cases.push_back({"final assistant turn (prefill)",
+                   with("messages", json::array({json{{"role", "user"}, {"content", "Hi"}},
+                                                 json{{"role", "assistant"}, {"content", "{"}}})),
+                   "messages[1]", StatusCode::kNotSupported});
   cases.push_back({"tool without input_schema", with("tools", json::array({json{{"name", "f"}}})),
                    "tools[0].input_schema", StatusCode::kInvalidArgument});
   cases.push_back(
