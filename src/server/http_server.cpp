@@ -287,7 +287,12 @@ void Server::Impl::install_routes() {
       s = invalid_argument("the request could not be handled (HTTP {})", res.status);
     }
     const int code = res.status;
-    reply_json(res, code, error_json(s));
+    if (req.path == "/v1/messages") {
+      // Anthropic clients read their own error shape (e.g. a 413 body).
+      reply_json(res, code, anthropic_error_json(anthropic_error_kind(code).second, s.message()));
+    } else {
+      reply_json(res, code, error_json(s));
+    }
     return httplib::Server::HandlerResponse::Handled;
   }));
 }

@@ -156,6 +156,19 @@ TEST(AnthropicServerTest, RefusalsTakeAnthropicsErrorShape) {
   EXPECT_EQ(r.body["error"]["type"], "not_found_error");
 }
 
+TEST(AnthropicServerTest, AnOversizedBodyIsRefusedInAnthropicsShape) {
+  ServerOptions o;
+  o.body_limit = 256;
+  TestServer ts(o);
+  json body = message_body();
+  body["messages"][0]["content"] = std::string(1000, 'x');
+  const JsonReply r = ts.post("/v1/messages", body);
+  EXPECT_EQ(r.status, 413) << r.raw;
+  EXPECT_EQ(r.body["type"], "error") << r.raw;
+  EXPECT_EQ(r.body["error"]["type"], "request_too_large") << r.raw;
+  EXPECT_NE(r.body["error"]["message"].get<std::string>().find("256"), std::string::npos);
+}
+
 TEST(AnthropicServerTest, XApiKeyIsAcceptedAndRefusalsAreAnthropicShaped) {
   ServerOptions o;
   o.api_keys = {"secret"};
