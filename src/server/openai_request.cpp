@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "server/tool_request.h"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -171,99 +173,6 @@ bool parse_content(Parser& p, const json& content, std::size_t index, std::strin
                 invalid_argument("message content must be a string or a list of text parts"));
 }
 
-// Assistant turns that carry tool_calls: checked, and each call's arguments
-// given to the template as an object (Llama 3 templates apply tojson to them,
-// Qwen/Hermes ones accept either), as clients send them as a JSON string.
-bool parse_tool_calls(Parser& p, json& calls, std::size_t index) {
-  const std::string field = fmt::format("messages[{}].tool_calls", index);
-  if (!calls.is_array()) return p.fail(field, invalid_argument("'tool_calls' must be a list"));
-  for (std::size_t j = 0; j < calls.size(); ++j) {
-    json& call = calls[j];
-    const std::string at = fmt::format("{}[{}]", field, j);
-    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
-      return p.fail(at, invalid_argument("each tool call must be an object with a 'function' "
-                                         "object ({{\"name\": ..., \"arguments\": ...}})"));
-    }
-    json& fn = call["function"];
-    if (!fn.contains("name") || !fn["name"].is_string()) {
-      return p.fail(at + ".function.name", invalid_argument("the function name must be a string"));
-    }
-    auto args = fn.find("arguments");
-    if (args == fn.end() || args->is_null()) {
-      fn["arguments"] = json::object();
-    } else if (args->is_string()) {
-      json parsed = json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (!parsed.is_object()) {
-        return p.fail(at + ".function.arguments",
-                      invalid_argument("'arguments' must be a JSON object encoded as a string"));
-      }
-      *args = std::move(parsed);
-    } else if (!args->is_object()) {
-      return p.fail(at + ".function.arguments",
-                    invalid_argument("'arguments' must be a JSON object or a string holding one"));
-    }
-  }
-  return true;
-}
-
-bool parse_tools(Parser& p, const json& tools) {
-  if (!tools.is_array()) return p.fail("tools", invalid_argument("'tools' must be a list"));
-  for (std::size_t i = 0; i < tools.size(); ++i) {
-    const json& t = tools[i];
-    const std::string at = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
-        !t["function"].is_object()) {
-      return p.fail(at, invalid_argument("each tool must be {{\"type\": \"function\", "
-                                         "\"function\": {{\"name\": ..., ...}}}}"));
-    }
-    const json& fn = t["function"];
-    if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty()) {
-      return p.fail(at + ".function.name",
-                    invalid_argument("each tool's function needs a non-empty 'name'"));
-    }
-  }
-  return true;
-}
-
-// "auto" (the default) and "none" are served; "required" and a named
-// function need constrained decoding, which cellm does not do yet.
-bool parse_tool_choice(Parser& p, const json& choice, GenerationRequest* req) {
-  constexpr const char* kSupported =
-      "supported values are \"auto\" and \"none\" (\"required\" and a named function need "
-      "constrained decoding, which cellm does not implement yet)";
-  if (choice.is_string()) {
-    const std::string s = choice.get<std::string>();
-    if (s == "none") {
-      req->tools = nullptr;
-      return true;
-    }
-    if (s == "auto") return true;
-    return p.fail("tool_choice", invalid_argument("tool_choice \"{}\" is not supported: {}", s,
-                                                  kSupported));
-  }
-  if (choice.is_object() && choice.value("type", "") == "function" &&
-      choice.contains("function") && choice["function"].is_object() &&
-      choice["function"].contains("name") && choice["function"]["name"].is_string()) {
-    const std::string name = choice["function"]["name"].get<std::string>();
-    bool known = false;
-    if (req->tools.is_array()) {
-      for (const json& t : req->tools) known = known || t["function"]["name"] == name;
-    }
-    if (!known) {
-      return p.fail("tool_choice", invalid_argument("tool_choice names the function \"{}\", "
-                                                    "which is not in 'tools'",
-                                                    name));
-    }
-    return p.fail("tool_choice",
-                  invalid_argument("tool_choice naming a function is not supported: {}",
-                                   kSupported));
-  }
-  return p.fail("tool_choice", invalid_argument("tool_choice must be \"auto\", \"none\" or "
-                                                "{{\"type\": \"function\", \"function\": "
-                                                "{{\"name\": ...}}}}; {}",
-                                                kSupported));
-}
-
 bool parse_messages(Parser& p, const json& v, GenerationRequest* req) {
   if (!v.is_array() || v.empty()) {
     return p.fail("messages", invalid_argument("'messages' must be a non-empty list"));
@@ -294,7 +203,8 @@ bool parse_messages(Parser& p, const json& v, GenerationRequest* req) {
         return p.fail(fmt::format("messages[{}].tool_calls", i),
                       invalid_argument("only assistant messages carry 'tool_calls'"));
       }
-      if (!parse_tool_calls(p, msg.extra["tool_calls"], i)) return false;
+      RequestError e;
+      if (!parse_tool_calls(msg.extra["tool_calls"], i, &e)) return p.fail(e.param, e.status);
     }
     req->messages.push_back(std::move(msg));
   }
@@ -371,10 +281,17 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
     } else {
       parse_messages(p, *messages, &req);
     }
+    RequestError e;
     if (const json* tools = p.field("tools")) {
-      if (parse_tools(p, *tools) && !tools->empty()) req.tools = *tools;
+      if (!parse_tools(*tools, &e)) {
+        p.fail(e.param, e.status);
+      } else if (!tools->empty()) {
+        req.tools = *tools;
+      }
     }
-    if (const json* choice = p.field("tool_choice")) parse_tool_choice(p, *choice, &req);
+    if (const json* choice = p.field("tool_choice")) {
+      if (!parse_tool_choice(*choice, &req, &e)) p.fail(e.param, e.status);
+    }
     req.chat_template_kwargs = json::object();
     if (const json* kw = p.field("chat_template_kwargs")) {
       if (!kw->is_object()) {

@@ -94,9 +94,10 @@ json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice, const Too
     entry["function"] = {{"arguments", std::string(arguments_piece)}};
   }
   json delta{{"tool_calls", json::array({std::move(entry)})}};
-  body["choices"] = json::array(
-      {{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", nullptr},
-        {"finish_reason", nullptr}}});
+  body["choices"] = json::array({{{"index", choice},
+                                  {"delta", std::move(delta)},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", nullptr}}});
   return body;
 }
 

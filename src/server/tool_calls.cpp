@@ -1,10 +1,11 @@
 #include "server/tool_calls.h"
 
 #include <array>
-#include <cctype>
 #include <random>
 
 #include <nlohmann/json.hpp>
+
+#include "server/python_calls.h"
 
 namespace cellm::server {
 namespace {
@@ -157,195 +158,6 @@ std::optional<std::vector<ParsedCall>> parse_mistral(std::string_view body) {
   return calls;
 }
 
-// Python-style calls with literal arguments: name(key=value, ...), where a
-// value is a string, number, True/False/None, list, tuple or dict.
-class PythonCalls {
- public:
-  explicit PythonCalls(std::string_view s) : s_(s) {}
-
-  std::optional<std::vector<ParsedCall>> parse() {
-    std::vector<ParsedCall> calls;
-    skip();
-    const bool list = eat('[');
-    while (true) {
-      skip();
-      if (list && eat(']')) break;
-      if (!list && pos_ == s_.size()) break;
-      std::optional<ParsedCall> call = parse_call();
-      if (!call) return std::nullopt;
-      calls.push_back(std::move(*call));
-      skip();
-      if (list) {
-        if (eat(',')) continue;
-        if (!eat(']')) return std::nullopt;
-        break;
-      }
-      eat(',') || eat(';');
-    }
-    skip();
-    if (pos_ != s_.size() || calls.empty()) return std::nullopt;
-    return calls;
-  }
-
- private:
-  void skip() {
-    while (pos_ < s_.size() && is_space(s_[pos_])) ++pos_;
-  }
-  bool eat(char c) {
-    skip();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  std::string identifier(bool dotted) {
-    skip();
-    std::size_t start = pos_;
-    while (pos_ < s_.size()) {
-      const auto c = static_cast<unsigned char>(s_[pos_]);
-      const bool ok = std::isalpha(c) != 0 || c == '_' ||
-                      (pos_ > start && (std::isdigit(c) != 0 || (dotted && c == '.')));
-      if (!ok) break;
-      ++pos_;
-    }
-    return std::string(s_.substr(start, pos_ - start));
-  }
-
-  std::optional<ParsedCall> parse_call() {
-    std::string name = identifier(/*dotted=*/true);
-    if (name.empty() || !eat('(')) return std::nullopt;
-    if (name == "print") {  // ```tool_code print(f(x=1)) ```
-      std::optional<ParsedCall> inner = parse_call();
-      if (!inner || !eat(')')) return std::nullopt;
-      return inner;
-    }
-    json args = json::object();
-    while (!eat(')')) {
-      std::string key = identifier(/*dotted=*/false);
-      if (key.empty() || !eat('=')) return std::nullopt;  // positional: names unknown
-      std::optional<json> value = parse_value(0);
-      if (!value) return std::nullopt;
-      args[key] = std::move(*value);
-      if (!eat(',')) {
-        if (!eat(')')) return std::nullopt;
-        break;
-      }
-    }
-    return ParsedCall{std::move(name), args.dump()};
-  }
-
-  std::optional<json> parse_value(int depth) {
-    if (depth > 64) return std::nullopt;
-    skip();
-    if (pos_ >= s_.size()) return std::nullopt;
-    const char c = s_[pos_];
-    if (c == '"' || c == '\'') return parse_string();
-    if (c == '[' || c == '(') return parse_sequence(c == '[' ? ']' : ')', depth);
-    if (c == '{') return parse_dict(depth);
-    if (c == '-' || c == '+' || c == '.' || std::isdigit(static_cast<unsigned char>(c)) != 0) {
-      return parse_number();
-    }
-    const std::string word = identifier(/*dotted=*/false);
-    if (word == "True") return json(true);
-    if (word == "False") return json(false);
-    if (word == "None") return json(nullptr);
-    return std::nullopt;
-  }
-
-  std::optional<json> parse_string() {
-    const char quote = s_[pos_++];
-    std::string out;
-    while (pos_ < s_.size() && s_[pos_] != quote) {
-      char c = s_[pos_++];
-      if (c == '\\') {
-        if (pos_ >= s_.size()) return std::nullopt;
-        c = s_[pos_++];
-        switch (c) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case '0': out += '\0'; break;
-          default: out += c; break;  // \\ \' \" and the rest: the byte itself
-        }
-      } else {
-        out += c;
-      }
-    }
-    if (pos_ >= s_.size()) return std::nullopt;
-    ++pos_;
-    return json(std::move(out));
-  }
-
-  std::optional<json> parse_number() {
-    std::size_t start = pos_;
-    if (s_[pos_] == '-' || s_[pos_] == '+') ++pos_;
-    bool real = false;
-    while (pos_ < s_.size()) {
-      const char c = s_[pos_];
-      if (std::isdigit(static_cast<unsigned char>(c)) != 0) {
-        ++pos_;
-      } else if (c == '.' || c == 'e' || c == 'E') {
-        real = true;
-        ++pos_;
-        if ((c == 'e' || c == 'E') && pos_ < s_.size() && (s_[pos_] == '-' || s_[pos_] == '+')) {
-          ++pos_;
-        }
-      } else {
-        break;
-      }
-    }
-    // Python spellings JSON lacks: a leading '+', ".5", "5.".
-    std::string_view digits = s_.substr(start, pos_ - start);
-    std::string text;
-    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) {
-      if (digits[0] == '-') text += '-';
-      digits.remove_prefix(1);
-    }
-    if (!digits.empty() && digits[0] == '.') text += '0';
-    text += digits;
-    if (!text.empty() && text.back() == '.') text += '0';
-    json v = parse_json(text);
-    if (!v.is_number() || (!real && !v.is_number_integer())) return std::nullopt;
-    return v;
-  }
-
-  std::optional<json> parse_sequence(char close, int depth) {
-    ++pos_;
-    json out = json::array();
-    while (!eat(close)) {
-      std::optional<json> v = parse_value(depth + 1);
-      if (!v) return std::nullopt;
-      out.push_back(std::move(*v));
-      if (!eat(',')) {
-        if (!eat(close)) return std::nullopt;
-        break;
-      }
-    }
-    return out;
-  }
-
-  std::optional<json> parse_dict(int depth) {
-    ++pos_;
-    json out = json::object();
-    while (!eat('}')) {
-      std::optional<json> key = parse_value(depth + 1);
-      if (!key || !(key->is_string() || key->is_number()) || !eat(':')) return std::nullopt;
-      std::optional<json> v = parse_value(depth + 1);
-      if (!v) return std::nullopt;
-      out[key->is_string() ? key->get<std::string>() : key->dump()] = std::move(*v);
-      if (!eat(',')) {
-        if (!eat('}')) return std::nullopt;
-        break;
-      }
-    }
-    return out;
-  }
-
-  std::string_view s_;
-  std::size_t pos_ = 0;
-};
-
 }  // namespace
 
 std::string_view tool_format_name(ToolFormat format) {
@@ -392,7 +204,7 @@ std::optional<std::vector<ParsedCall>> parse_tool_body(ToolFormat format, std::s
     case ToolFormat::kLlama3: return parse_llama3(body);
     case ToolFormat::kHermes: return parse_hermes(body);
     case ToolFormat::kMistral: return parse_mistral(body);
-    case ToolFormat::kGemma: return PythonCalls(body).parse();
+    case ToolFormat::kGemma: return parse_python_calls(body);
     case ToolFormat::kNone: break;
   }
   return std::nullopt;
@@ -424,13 +236,14 @@ void ToolCallParser::release(std::string text, ToolParse* out) {
   std::size_t end = all.size();
   while (end > 0 && is_space(all[end - 1])) --end;
   std::size_t begin = 0;
-  if (!calls_.empty() && !any_content_since_call_) {
+  // Text after a call keeps its separation from earlier text; with nothing
+  // before, the reply does not start with the whitespace after a call.
+  if (!calls_.empty() && !any_content_) {
     while (begin < end && is_space(all[begin])) ++begin;
   }
   if (end > begin) {
     out->content.append(all, begin, end - begin);
     any_content_ = true;
-    any_content_since_call_ = true;
   }
   pending_ws_ = all.substr(std::max(end, begin));
 }
@@ -448,7 +261,6 @@ bool ToolCallParser::take_calls(std::string_view body, ToolParse* out) {
     out->calls.push_back(std::move(call));
   }
   pending_ws_.clear();
-  any_content_since_call_ = false;
   return true;
 }
 

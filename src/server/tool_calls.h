@@ -75,10 +75,9 @@ class ToolCallParser {
 
   ToolFormat format_;
   State state_ = State::kText;
-  std::string buf_;          // undecided text
-  std::string pending_ws_;  // trailing whitespace of the content, dropped next to a call
-  bool any_content_ = false;              // non-whitespace content released
-  bool any_content_since_call_ = false;   // ... since the last call
+  std::string buf_;           // undecided text
+  std::string pending_ws_;    // trailing whitespace of the content, dropped next to a call
+  bool any_content_ = false;  // non-whitespace content released
   std::vector<ToolCall> calls_;
 };
 

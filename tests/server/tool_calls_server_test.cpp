@@ -30,8 +30,7 @@ json weather_tools() {
       {{"type", "function"},
        {"function",
         {{"name", "get_weather"},
-         {"parameters",
-          {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}},
+         {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}},
       {{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", json::object()}}}},
   });
 }
@@ -113,8 +112,7 @@ TEST(ToolCallsServerTest, StreamedCallsAccumulateAndNeverLeakMarkup) {
   TestServer ts({}, hermes_knobs("Checking.\n" + kTwoCalls));
   RawHttp h(ts.port());
   ASSERT_TRUE(h.connected());
-  h.post("/v1/chat/completions",
-         chat_body({{"tools", weather_tools()}, {"stream", true}}).dump());
+  h.post("/v1/chat/completions", chat_body({{"tools", weather_tools()}, {"stream", true}}).dump());
   h.read_all();
   bool well_formed = false;
   const std::vector<std::string> payloads = sse_payloads(h.body(), &well_formed);
@@ -143,8 +141,8 @@ TEST(ToolCallsServerTest, StreamedCallsAccumulateAndNeverLeakMarkup) {
         EXPECT_FALSE(t.contains("id")) << t;
       }
       if (t["function"].contains("arguments")) {
-        calls[index]["arguments"] =
-            calls[index]["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+        calls[index]["arguments"] = calls[index]["arguments"].get<std::string>() +
+                                    t["function"]["arguments"].get<std::string>();
       }
     }
   }
@@ -187,14 +185,23 @@ TEST(ToolCallsServerTest, MalformedToolsAndToolCallsAreRefusedByField) {
                         chat_body({{"tools", json::array({{{"type", "function"}}})}}));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "tools[0]") << r.raw;
-  json messages = json::array(
-      {{{"role", "user"}, {"content", "x"}},
-       {{"role", "assistant"},
-        {"content", nullptr},
-        {"tool_calls",
-         json::array({{{"id", "call_1"},
-                       {"type", "function"},
-                       {"function", {{"name", "f"}, {"arguments", "not json"}}}}})}}});
+  // Wrongly typed fields are refused, not thrown on.
+  r = ts.post("/v1/chat/completions", chat_body({{"tools", json::array({{{"type", 5}}})}}));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "tools[0]") << r.raw;
+  r = ts.post("/v1/chat/completions",
+              chat_body({{"tools", weather_tools()},
+                         {"tool_choice", {{"type", 1}, {"function", {{"name", 2}}}}}}));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["param"], "tool_choice") << r.raw;
+  json messages =
+      json::array({{{"role", "user"}, {"content", "x"}},
+                   {{"role", "assistant"},
+                    {"content", nullptr},
+                    {"tool_calls",
+                     json::array({{{"id", "call_1"},
+                                   {"type", "function"},
+                                   {"function", {{"name", "f"}, {"arguments", "not json"}}}}})}}});
   r = ts.post("/v1/chat/completions", json{{"messages", messages}});
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["param"], "messages[1].tool_calls[0].function.arguments") << r.raw;
@@ -208,10 +215,10 @@ json round_trip_messages() {
        {{"role", "assistant"},
         {"content", nullptr},
         {"tool_calls",
-         json::array({{{"id", "call_abc"},
-                       {"type", "function"},
-                       {"function",
-                        {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}})}},
+         json::array(
+             {{{"id", "call_abc"},
+               {"type", "function"},
+               {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}})}},
        {{"role", "tool"}, {"tool_call_id", "call_abc"}, {"content", "21 C, sunny"}}});
 }
 
@@ -275,9 +282,9 @@ TEST(ToolRoundTripTest, Llama31StyleTemplateGetsObjectArguments) {
   EXPECT_EQ(detect_tool_format(source, "llama"), ToolFormat::kLlama3);
   auto tmpl = chat::ChatTemplate::parse(source);
   ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
-  auto text = chat::apply_chat_template(*tmpl, rendered_messages(), false,
-                                        nlohmann::ordered_json::object(),
-                                        nlohmann::ordered_json::object());
+  auto text =
+      chat::apply_chat_template(*tmpl, rendered_messages(), false, nlohmann::ordered_json::object(),
+                                nlohmann::ordered_json::object());
   ASSERT_TRUE(text.ok()) << text.status().to_string();
   EXPECT_NE(text->find("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
             std::string::npos)

@@ -5,12 +5,11 @@
 // at every boundary, which must all give the same content and calls.
 #include "server/tool_calls.h"
 
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace cellm::server {
 namespace {
@@ -59,8 +58,8 @@ void check(ToolFormat format, const std::string& output, const Expected& want) {
     feeds.push_back({output.substr(0, cut), output.substr(cut)});
   }
   for (const auto& feed : feeds) {
-    SCOPED_TRACE(::testing::Message() << "pieces: " << feed.size() << " first: '"
-                                      << feed.front() << "'");
+    SCOPED_TRACE(::testing::Message()
+                 << "pieces: " << feed.size() << " first: '" << feed.front() << "'");
     const Outcome o = run(format, feed);
     EXPECT_EQ(o.content, want.content);
     ASSERT_EQ(o.calls.size(), want.calls.size());
@@ -91,8 +90,7 @@ TEST(ToolFormatTest, ChosenFromTemplateMarkersAndArchitecture) {
                                "+ '\\n' + message['content'] + '<|im_end|>'}}{% endfor %}",
                                "llama"),
             ToolFormat::kNone);
-  EXPECT_EQ(detect_tool_format("{{ '<start_of_turn>' + role }}", "gemma3_text"),
-            ToolFormat::kNone);
+  EXPECT_EQ(detect_tool_format("{{ '<start_of_turn>' + role }}", "gemma3_text"), ToolFormat::kNone);
   EXPECT_EQ(detect_tool_format("", "qwen3"), ToolFormat::kNone);
 }
 
@@ -118,7 +116,9 @@ TEST(HermesToolCallsTest, TextBeforeAndAfterStaysContent) {
   check(ToolFormat::kHermes,
         "Let me look that up.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": "
         "\"a < b\", \"n\": 3}}\n</tool_call>\nOne moment.",
-        {"Let me look that up.One moment.", {{"search", {{"q", "a < b"}, {"n", 3}}}}});
+        {"Let me look that up.\nOne moment.", {{"search", {{"q", "a < b"}, {"n", 3}}}}});
+  check(ToolFormat::kHermes, "<tool_call>{\"name\": \"f\"}</tool_call>\n\nDone.  ",
+        {"Done.", {{"f", json::object()}}});
 }
 
 TEST(HermesToolCallsTest, ArgumentsAsJsonStringAndNoArguments) {
@@ -130,7 +130,8 @@ TEST(HermesToolCallsTest, ArgumentsAsJsonStringAndNoArguments) {
 
 TEST(HermesToolCallsTest, MalformedCallsStayContent) {
   // Broken JSON, a missing name, and arguments that are not an object.
-  const std::string broken = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>";
+  const std::string broken =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>";
   check(ToolFormat::kHermes, broken, {broken, {}});
   const std::string no_name = "<tool_call>{\"arguments\": {}}</tool_call>";
   check(ToolFormat::kHermes, no_name, {no_name, {}});
@@ -152,7 +153,8 @@ TEST(HermesToolCallsTest, UnterminatedCallCountsOnlyWhenComplete) {
 }
 
 TEST(HermesToolCallsTest, PlainRepliesKeepEveryByte) {
-  check(ToolFormat::kHermes, "  Hello <tool and\n <tool_cal  \n", {"  Hello <tool and\n <tool_cal  \n", {}});
+  check(ToolFormat::kHermes, "  Hello <tool and\n <tool_cal  \n",
+        {"  Hello <tool and\n <tool_cal  \n", {}});
   check(ToolFormat::kHermes, "", {"", {}});
 }
 
@@ -177,8 +179,7 @@ TEST(Llama3ToolCallsTest, PythonTagAndParallelCalls) {
 
 TEST(Llama3ToolCallsTest, TextFirstMeansNoCall) {
   // A reply that starts with prose is content even if JSON follows.
-  const std::string prose =
-      "Here it is: {\"name\": \"a\", \"parameters\": {}}";
+  const std::string prose = "Here it is: {\"name\": \"a\", \"parameters\": {}}";
   check(ToolFormat::kLlama3, prose, {prose, {}});
 }
 
@@ -207,8 +208,7 @@ TEST(MistralToolCallsTest, MarkerDroppedByDetokenization) {
 }
 
 TEST(MistralToolCallsTest, TextThenMarker) {
-  check(ToolFormat::kMistral,
-        "I will check.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+  check(ToolFormat::kMistral, "I will check.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
         {"I will check.", {{"f", json::object()}}});
 }
 
@@ -242,8 +242,7 @@ TEST(GemmaToolCallsTest, ParallelCallsWithText) {
         "\n```\n",
         {"I'll check both.",
          {{"get_weather", {{"city", "Paris"}}}, {"get_time", {{"tz", "Europe/Paris"}}}}});
-  check(ToolFormat::kGemma,
-        "```tool_code\nprint(a(x=1))\nb(s='it\\'s')\n```",
+  check(ToolFormat::kGemma, "```tool_code\nprint(a(x=1))\nb(s='it\\'s')\n```",
         {"", {{"a", {{"x", 1}}}, {"b", {{"s", "it's"}}}}});
 }
 
