@@ -212,6 +212,16 @@ std::string tool_choice(const json& v) {
     refuse("tool_choice", invalid_argument("'tool_choice' must be an object with a 'type'"));
   }
   only_keys(v, {"type", "name", "disable_parallel_tool_use"}, "tool_choice", "tool_choice");
+  if (auto d = v.find("disable_parallel_tool_use"); d != v.end() && !d->is_null()) {
+    if (!d->is_boolean()) {
+      refuse("tool_choice.disable_parallel_tool_use", invalid_argument("must be a boolean"));
+    }
+    if (d->get<bool>()) {
+      refuse("tool_choice.disable_parallel_tool_use",
+             not_supported("limiting a reply to one tool call is not supported: the model may "
+                           "call several; leave it out or set it to false"));
+    }
+  }
   if (*t == "auto") return "auto";
   if (*t == "none") return "none";
   refuse("tool_choice.type",
@@ -233,7 +243,7 @@ double number_in(const json& body, const char* key, double lo, double hi) {
 AnthropicRequest translate(const json& body) {
   only_keys(body,
             {"model", "max_tokens", "messages", "system", "temperature", "top_p", "top_k",
-             "stop_sequences", "stream", "metadata", "tools", "tool_choice"},
+             "stop_sequences", "stream", "metadata", "tools", "tool_choice", "thinking"},
             "", "a /v1/messages request");
   AnthropicRequest out;
   json& chat = out.chat;
@@ -305,6 +315,13 @@ AnthropicRequest translate(const json& body) {
   chat["stream"] = out.stream;
   // The final usage chunk feeds message_delta's output_tokens.
   if (out.stream) chat["stream_options"] = json{{"include_usage", true}};
+  // Extended thinking is accepted only switched off (its neutral value).
+  if (auto t = body.find("thinking"); t != body.end() && !t->is_null()) {
+    if (!t->is_object() || t->value("type", "") != "disabled") {
+      refuse("thinking", not_supported("extended thinking is not supported; leave 'thinking' out "
+                                       "or send {{\"type\": \"disabled\"}}"));
+    }
+  }
   if (auto m = body.find("metadata"); m != body.end() && !m->is_object() && !m->is_null()) {
     refuse("metadata", invalid_argument("'metadata' must be an object"));
   }

@@ -10,7 +10,8 @@
 // tool_calls (input → arguments); each tool_result block of a user turn
 // becomes a "tool" message before the turn's text; `stop_sequences` → stop;
 // `tools` (name, description, input_schema) → function tools; tool_choice
-// auto/none → "auto"/"none"; `metadata` is accepted and ignored. A final
+// auto/none → "auto"/"none"; `metadata` is accepted and ignored, `thinking`
+// only as {"type": "disabled"}, disable_parallel_tool_use only false. A final
 // assistant turn (prefill) is refused: the chat path cannot continue it.
 //
 // Thread-safety: pure functions.

@@ -54,6 +54,7 @@ TEST(AnthropicRequestTest, PlainFieldsMapToTheChatBody) {
   body["top_k"] = 7;
   body["stop_sequences"] = json::array({"END", "STOP"});
   body["metadata"] = json{{"user_id", "u1"}};
+  body["thinking"] = json{{"type", "disabled"}};  // the neutral value
   const AnthropicRequest a = parse_ok(body);
   EXPECT_FALSE(a.stream);
   EXPECT_EQ(a.stop_sequences, (std::vector<std::string>{"END", "STOP"}));
@@ -107,7 +108,7 @@ TEST(AnthropicRequestTest, ToolsToolUseAndToolResultsMapToTheChatForms) {
       {"name", "get_weather"},
       {"description", "Weather of a city"},
       {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}});
-  body["tool_choice"] = json{{"type", "auto"}};
+  body["tool_choice"] = json{{"type", "auto"}, {"disable_parallel_tool_use", false}};
   body["messages"] = json::array(
       {json{{"role", "user"}, {"content", "Weather in Paris?"}},
        json{{"role", "assistant"},
@@ -181,8 +182,13 @@ TEST(AnthropicRequestTest, RefusalsNameTheField) {
   cases.push_back({"stop_sequences string", with("stop_sequences", "x"), "stop_sequences",
                    StatusCode::kInvalidArgument});
   cases.push_back({"stream text", with("stream", "yes"), "stream", StatusCode::kInvalidArgument});
-  cases.push_back({"unknown field", with("thinking", json{{"type", "enabled"}}), "thinking",
+  cases.push_back({"unknown field", with("service_tier", "auto"), "service_tier",
                    StatusCode::kInvalidArgument});
+  cases.push_back({"thinking enabled", with("thinking", json{{"type", "enabled"}}), "thinking",
+                   StatusCode::kNotSupported});
+  cases.push_back({"one tool call at most",
+                   with("tool_choice", json{{"type", "auto"}, {"disable_parallel_tool_use", true}}),
+                   "tool_choice.disable_parallel_tool_use", StatusCode::kNotSupported});
   cases.push_back({"empty messages", with("messages", json::array()), "messages",
                    StatusCode::kInvalidArgument});
   cases.push_back({"system role in messages",
