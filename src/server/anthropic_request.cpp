@@ -144,7 +144,13 @@ void add_turn(const json& m, std::size_t index, std::map<std::string, std::strin
       const std::string& id = string_field(block, "tool_use_id", at);
       json tool{{"role", "tool"}, {"tool_call_id", id}};
       if (auto n = tool_names->find(id); n != tool_names->end()) tool["name"] = n->second;
-      tool["content"] = tool_result_text(block, at);
+      std::string result = tool_result_text(block, at);
+      // Chat templates have no error flag for a tool message: the text says it.
+      if (auto e = block.find("is_error"); e != block.end() && !e->is_null()) {
+        if (!e->is_boolean()) refuse(at + ".is_error", invalid_argument("must be a boolean"));
+        if (e->get<bool>()) result = "Error: " + result;
+      }
+      tool["content"] = std::move(result);
       messages->push_back(std::move(tool));
     } else {
       unsupported_block(type, at,

@@ -8,7 +8,8 @@
 // Mapping: `system` becomes a leading system message; text blocks of a turn
 // are concatenated; an assistant turn's tool_use blocks become its OpenAI
 // tool_calls (input → arguments); each tool_result block of a user turn
-// becomes a "tool" message before the turn's text; `stop_sequences` → stop;
+// becomes a "tool" message before the turn's text (an is_error one says
+// "Error: " first); `stop_sequences` → stop;
 // `tools` (name, description, input_schema) → function tools; tool_choice
 // auto/none → "auto"/"none"; `metadata` is accepted and ignored, `thinking`
 // only as {"type": "disabled"}, disable_parallel_tool_use only false. A final

@@ -124,6 +124,10 @@ TEST(AnthropicRequestTest, ToolsToolUseAndToolResultsMapToTheChatForms) {
             {"content",
              json::array(
                  {json{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "18C"}},
+                  json{{"type", "tool_result"},
+                       {"tool_use_id", "toolu_1"},
+                       {"is_error", true},
+                       {"content", json::array({json{{"type", "text"}, {"text", "timeout"}}})}},
                   json{{"type", "text"}, {"text", "Thanks"}}})}}});
   const AnthropicRequest a = parse_ok(body);
   const ojson& tools = a.chat["tools"];
@@ -135,7 +139,7 @@ TEST(AnthropicRequestTest, ToolsToolUseAndToolResultsMapToTheChatForms) {
   EXPECT_EQ(a.chat["tool_choice"], "auto");
 
   const GenerationRequest r = through_chat(a);
-  ASSERT_EQ(r.messages.size(), 4u);
+  ASSERT_EQ(r.messages.size(), 5u);
   EXPECT_EQ(r.messages[1].role, "assistant");
   EXPECT_EQ(r.messages[1].content, "Let me check.");
   const ojson& calls = r.messages[1].extra["tool_calls"];
@@ -148,8 +152,11 @@ TEST(AnthropicRequestTest, ToolsToolUseAndToolResultsMapToTheChatForms) {
   EXPECT_EQ(r.messages[2].content, "18C");
   EXPECT_EQ(r.messages[2].extra["tool_call_id"], "toolu_1");
   EXPECT_EQ(r.messages[2].extra["name"], "get_weather");
-  EXPECT_EQ(r.messages[3].role, "user");
-  EXPECT_EQ(r.messages[3].content, "Thanks");
+  // An error result says so in its text.
+  EXPECT_EQ(r.messages[3].role, "tool");
+  EXPECT_EQ(r.messages[3].content, "Error: timeout");
+  EXPECT_EQ(r.messages[4].role, "user");
+  EXPECT_EQ(r.messages[4].content, "Thanks");
 }
 
 TEST(AnthropicRequestTest, RefusalsNameTheField) {
