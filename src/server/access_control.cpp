@@ -62,6 +62,17 @@ AccessControl::KeyCheck AccessControl::check_authorization(std::string_view head
   return match ? KeyCheck::kOk : KeyCheck::kInvalid;
 }
 
+AccessControl::KeyCheck AccessControl::check_request(std::string_view authorization,
+                                                     std::string_view x_api_key) const {
+  if (keys_.empty()) return KeyCheck::kOk;
+  if (!trim(authorization).empty()) return check_authorization(authorization);
+  const std::string_view presented = trim(x_api_key);
+  if (presented.empty()) return KeyCheck::kMissing;
+  bool match = false;
+  for (const std::string& key : keys_) match |= constant_time_equal(presented, key);
+  return match ? KeyCheck::kOk : KeyCheck::kInvalid;
+}
+
 std::string AccessControl::allowed_origin(std::string_view origin) const {
   if (origins_.empty() || origin.empty()) return {};
   if (any_origin_) return "*";

@@ -31,6 +31,9 @@ class AccessControl {
   // case). Every configured key is compared in full, whatever matches, so the
   // time taken says nothing about the keys.
   KeyCheck check_authorization(std::string_view header) const;
+  // A request's credentials: its Authorization header when it sends one,
+  // else its x-api-key header (how Anthropic clients send the key, bare).
+  KeyCheck check_request(std::string_view authorization, std::string_view x_api_key) const;
 
   // The Access-Control-Allow-Origin value for a request's Origin: "*" when
   // any origin is allowed, the origin itself when it is listed, empty when

@@ -41,6 +41,8 @@ class ChoiceText {
   std::string finish();
 
   bool stopped_by_string() const { return stops_.stopped(); }
+  // The matched stop string's position in the list, -1 when none matched.
+  int stop_index() const { return stops_.stop_index(); }
   std::int64_t tokens() const { return tokens_; }
 
  private:

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "server/anthropic_response.h"
 #include "server/connection_probe.h"
 #include "server/server_impl.h"
 
@@ -117,12 +118,14 @@ nlohmann::ordered_json chat_messages_json(const GenerationRequest& r) {
 }
 
 void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& req,
-                                     httplib::Response& res) {
+                                     httplib::Response& res, const AnthropicRequest* anthropic) {
   const auto arrival = std::chrono::steady_clock::now();
   const Endpoint endpoint = kind == RequestKind::kChat ? Endpoint::kChat : Endpoint::kCompletions;
   auto refuse = [&](const Status& s, std::string_view param = {}) {
     metrics.record_request(endpoint, outcome_for(s));
-    reply_error(res, s, param);
+    if (anthropic == nullptr) return reply_error(res, s, param);
+    auto [status, body] = anthropic_error(s, anthropic_param_name(param));
+    reply_json(res, status, body);
   };
 
   std::shared_ptr<const ReadyState> state = ready_state();
@@ -134,7 +137,11 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   if (draining.load()) return refuse(unavailable("the server is shutting down"));
 
   RequestError error;
-  std::optional<GenerationRequest> parsed = parse_request(kind, req.body, options.limits, &error);
+  // /v1/messages arrives translated into a chat body: the same parser checks it.
+  const std::string translated = anthropic ? anthropic->chat.dump() : std::string();
+  std::optional<GenerationRequest> parsed =
+      parse_request(kind, anthropic ? std::string_view(translated) : std::string_view(req.body),
+                    options.limits, &error);
   if (!parsed) return refuse(error.status, error.param);
   const GenerationRequest& r = *parsed;
   GenerationService& svc = *state->service;
@@ -261,7 +268,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
 
   RunSetup setup;
   setup.kind = kind;
-  setup.ids.id = random_id(kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-");
+  setup.ids.id = random_id(anthropic ? "msg_" : kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-");
   setup.ids.created = static_cast<std::int64_t>(std::time(nullptr));
   setup.ids.model = state->model_name;
   setup.n = r.n;
@@ -299,16 +306,42 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
 
   if (!r.stream) {
     auto [status, body] = run->collect(gone);
+    const int stop_index = run->stop_string_index(0);
     unregister_run(run.get());
+    if (anthropic != nullptr) {
+      std::tie(status, body) =
+          status == 200 ? anthropic_message_from_chat(
+                              body, stop_sequence_at(anthropic->stop_sequences, stop_index))
+                        : anthropic_error_from_chat(status, body);
+    }
     reply_json(res, status, body);
     return;
+  }
+  std::shared_ptr<AnthropicStream> shape;
+  if (anthropic != nullptr) {
+    // Asked on the HTTP thread inside run->stream(), while the run is alive.
+    GenerationRun* raw = run.get();
+    shape = std::make_shared<AnthropicStream>(
+        setup.ids.id, setup.ids.model, prompt_len, [raw, stops = anthropic->stop_sequences] {
+          return stop_sequence_at(stops, raw->stop_string_index(0));
+        });
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, run, gone](std::size_t, httplib::DataSink& sink) {
-        run->stream([&sink](std::string_view s) { return sink.write(s.data(), s.size()); }, gone);
+      [this, run, gone, shape](std::size_t, httplib::DataSink& sink) {
+        auto write = [&sink](std::string_view s) { return sink.write(s.data(), s.size()); };
+        if (shape) {
+          run->stream(
+              [&](std::string_view s) {
+                const std::string events = shape->feed(s);
+                return events.empty() || write(events);
+              },
+              gone);
+        } else {
+          run->stream(write, gone);
+        }
         unregister_run(run.get());
         sink.done();
         return true;

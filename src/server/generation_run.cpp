@@ -258,6 +258,12 @@ std::pair<int, nlohmann::json> GenerationRun::collect(const std::function<bool()
   return answer;
 }
 
+int GenerationRun::stop_string_index(std::int32_t choice) const {
+  if (choice < 0 || choice >= setup_.n) return -1;
+  const ChoiceState& c = choices_[static_cast<std::size_t>(choice)];
+  return c.text ? c.text->stop_index() : -1;
+}
+
 void GenerationRun::finish() {
   if (finished_) return;
   finished_ = true;

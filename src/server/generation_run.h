@@ -86,6 +86,10 @@ class GenerationRun {
   // Waits for every choice; the HTTP status and body to answer.
   std::pair<int, nlohmann::json> collect(const std::function<bool()>& client_gone);
 
+  // Which stop string ended `choice` (its position in RunSetup::stop), -1
+  // when none did; lets /v1/messages name the stop_sequence. HTTP thread.
+  int stop_string_index(std::int32_t choice) const;
+
   // Releases the job, then the ticket, and records metrics. Idempotent; runs
   // from the destructor too.
   void finish();

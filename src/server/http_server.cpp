@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "server/anthropic_response.h"
 #include "server/chat_page.h"
 #include "server/listen_socket.h"
 #include "server/server_impl.h"
@@ -127,11 +128,20 @@ void Server::Impl::handle_detokenize(const httplib::Request& req, httplib::Respo
   reply_json(res, 200, json{{"prompt", svc.detokenize(ids)}});
 }
 
-bool Server::Impl::authorize(const httplib::Request& req, httplib::Response& res) const {
-  const AccessControl::KeyCheck check =
-      access.check_authorization(req.get_header_value("Authorization"));
+bool Server::Impl::authorize(const httplib::Request& req, httplib::Response& res,
+                             bool anthropic_errors) const {
+  const AccessControl::KeyCheck check = access.check_request(req.get_header_value("Authorization"),
+                                                             req.get_header_value("x-api-key"));
   if (check == AccessControl::KeyCheck::kOk) return true;
   const bool missing = check == AccessControl::KeyCheck::kMissing;
+  if (anthropic_errors) {
+    reply_json(res, 401,
+               anthropic_error_json("authentication_error",
+                                    missing ? "this server requires an API key: send the header "
+                                              "'x-api-key: <key>'"
+                                            : "the API key is not valid for this server"));
+    return false;
+  }
   reply_json(res, 401,
              json{{"error",
                    {{"message", missing ? "this server requires an API key: send the header "
@@ -145,11 +155,12 @@ bool Server::Impl::authorize(const httplib::Request& req, httplib::Response& res
   return false;
 }
 
-httplib::Server::Handler Server::Impl::with_key(httplib::Server::Handler handler) {
+httplib::Server::Handler Server::Impl::with_key(httplib::Server::Handler handler,
+                                                bool anthropic_errors) {
   if (!access.requires_key()) return handler;
-  return [this, handler = std::move(handler)](const httplib::Request& req,
-                                              httplib::Response& res) {
-    if (authorize(req, res)) handler(req, res);
+  return [this, handler = std::move(handler), anthropic_errors](const httplib::Request& req,
+                                                                httplib::Response& res) {
+    if (authorize(req, res, anthropic_errors)) handler(req, res);
   };
 }
 
@@ -253,6 +264,9 @@ void Server::Impl::install_routes() {
             with_key([this](const httplib::Request& req, httplib::Response& res) {
               handle_generation(RequestKind::kChat, req, res);
             }));
+  http.Post("/v1/messages", with_key([this](const httplib::Request& req,
+                                            httplib::Response& res) { handle_messages(req, res); },
+                                     /*anthropic_errors=*/true));
   http.Post("/tokenize", with_key([this](const httplib::Request& req, httplib::Response& res) {
               handle_tokenize(req, res);
             }));
@@ -274,7 +288,12 @@ void Server::Impl::install_routes() {
       s = invalid_argument("the request could not be handled (HTTP {})", res.status);
     }
     const int code = res.status;
-    reply_json(res, code, error_json(s));
+    if (req.path == "/v1/messages") {
+      // Anthropic clients read their own error shape (e.g. a 413 body).
+      reply_json(res, code, anthropic_error_json(anthropic_error_kind(code).second, s.message()));
+    } else {
+      reply_json(res, code, error_json(s));
+    }
     return httplib::Server::HandlerResponse::Handled;
   }));
 }

@@ -16,6 +16,7 @@
 
 #include "server/access_control.h"
 #include "server/admission.h"
+#include "server/anthropic_request.h"
 #include "server/generation_run.h"
 #include "server/http_server.h"
 #include "server/server_metrics.h"
@@ -66,12 +67,21 @@ struct Server::Impl {
   void install_routes();
   // CORS preflights and headers, when origins are configured.
   void install_cors();
-  // `handler` behind the API key check (401 in the OpenAI error shape).
-  httplib::Server::Handler with_key(httplib::Server::Handler handler);
-  // False after answering 401 when the request lacks a valid key.
-  bool authorize(const httplib::Request& req, httplib::Response& res) const;
+  // `handler` behind the API key check (401 in the OpenAI error shape, or
+  // Anthropic's with `anthropic_errors`).
+  httplib::Server::Handler with_key(httplib::Server::Handler handler,
+                                    bool anthropic_errors = false);
+  // False after answering 401 when the request lacks a valid key (sent as
+  // "Authorization: Bearer KEY" or "x-api-key: KEY").
+  bool authorize(const httplib::Request& req, httplib::Response& res,
+                 bool anthropic_errors = false) const;
   nlohmann::json model_json(const ReadyState& state) const;
-  void handle_generation(RequestKind kind, const httplib::Request& req, httplib::Response& res);
+  // `anthropic`: a /v1/messages request already translated to a chat body;
+  // refusals and the answer then take Anthropic's shapes.
+  void handle_generation(RequestKind kind, const httplib::Request& req, httplib::Response& res,
+                         const AnthropicRequest* anthropic = nullptr);
+  // POST /v1/messages: translate, then handle_generation (anthropic_endpoint.cpp).
+  void handle_messages(const httplib::Request& req, httplib::Response& res);
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);
 };

@@ -42,6 +42,8 @@ class StopMatcher {
   std::size_t bytes_pushed() const { return held_at_ + held_.size(); }
 
   bool stopped() const { return stop_index_ >= 0; }
+  // Which stop string matched (its position in the list), -1 before a match.
+  int stop_index() const { return stop_index_; }
   std::size_t held_bytes() const { return held_.size(); }
 
  private:

@@ -603,8 +603,13 @@ def t_no_chat_template(page, srv):
     notes = [n for n in page.b.find_elements(By.CSS_SELECTOR, "#notices .notice")
              if "chat template" in n.text]
     check(len(notes) == 1, "still one notice")
-    fill = page.fill()
     n_prompt = tokenize(srv, prompt=comps[1]["prompt"])["count"]
+    # The gauge recounts after the answer lands (an async /tokenize): wait for it.
+    try:
+        WebDriverWait(page.b, 60).until(lambda b: (page.fill() or (0, 0))[0] > n_prompt)
+    except Exception:
+        pass
+    fill = page.fill()
     check(fill is not None and fill[0] > n_prompt,
           f"the gauge counts the text so far as a prompt ({fill}, sent {n_prompt})")
     page.shot("no-template")
