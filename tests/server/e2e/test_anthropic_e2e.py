@@ -14,15 +14,14 @@ template (test_tools_e2e.py's copy): tool_use blocks equal to the calls
 A missing virtual environment, package or model is a failure that says what
 to run, never a skip.
 """
-import argparse
 import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server_e2e import (FAILURES, MODEL_NAME, Server, check, find_model,  # noqa: E402
-                             run_test)
+from test_server_e2e import (MODEL_NAME, Server, check,  # noqa: E402
+                             e2e_main, run_test)
 
 from test_tools_e2e import make_hermes_model  # noqa: E402
 
@@ -309,19 +308,7 @@ def group_anthropic(binary, model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("anthropic",), required=True)
-    ap.add_argument("--server", required=True, help="the cellm binary")
-    ap.add_argument("--root", required=True, help="source tree (for models/)")
-    args = ap.parse_args()
-    model = find_model(args.root)
-    {"anthropic": group_anthropic}[args.group](args.server, model)
-    if FAILURES:
-        print(f"\n{len(FAILURES)} check(s) failed:")
-        for failure in FAILURES:
-            print("  -", failure)
-        sys.exit(1)
-    print("\nall checks passed")
+    e2e_main({"anthropic": group_anthropic})
 
 
 if __name__ == "__main__":

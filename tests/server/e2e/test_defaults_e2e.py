@@ -15,7 +15,6 @@ Group `defaults` (one ctest, server_e2e_defaults):
 Reuses the helpers of test_server_e2e.py. A missing package or model is a
 failure that says what to run, never a skip.
 """
-import argparse
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server_e2e import FAILURES, MODEL_NAME, Server, check, find_model, run_test  # noqa: E402
+from test_server_e2e import MODEL_NAME, Server, check, e2e_main, run_test  # noqa: E402
 
 try:
     import gguf
@@ -186,19 +185,7 @@ def t_run_finds_model(binary, model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("defaults",), required=True)
-    ap.add_argument("--server", required=True, help="the cellm binary")
-    ap.add_argument("--root", required=True, help="source tree (for models/)")
-    args = ap.parse_args()
-    model = find_model(args.root)
-    group_defaults(args.server, model)
-    if FAILURES:
-        print(f"\n{len(FAILURES)} check(s) failed:")
-        for f in FAILURES:
-            print("  -", f)
-        sys.exit(1)
-    print("all checks passed")
+    e2e_main({"defaults": group_defaults})
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Group `ops` (one ctest, server_e2e_ops):
 A missing virtual environment, package or model is a failure that says what
 to run, never a skip.
 """
-import argparse
 import json
 import os
 import pty
@@ -33,8 +32,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server_e2e import (FAILURES, MODEL_NAME, Server, check, error_of,  # noqa: E402
-                             find_model, run_test)
+from test_server_e2e import (MODEL_NAME, Server, check, error_of,  # noqa: E402
+                             e2e_main, run_test)
 
 try:
     import openai
@@ -314,19 +313,7 @@ def group_ops(binary, model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("ops",), required=True)
-    ap.add_argument("--server", required=True, help="the cellm binary")
-    ap.add_argument("--root", required=True, help="source tree (for models/)")
-    args = ap.parse_args()
-    model = find_model(args.root)
-    {"ops": group_ops}[args.group](args.server, model)
-    if FAILURES:
-        print(f"\n{len(FAILURES)} check(s) failed:")
-        for failure in FAILURES:
-            print("  -", failure)
-        sys.exit(1)
-    print("\nall checks passed")
+    e2e_main({"ops": group_ops})
 
 
 if __name__ == "__main__":

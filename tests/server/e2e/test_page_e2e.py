@@ -16,7 +16,6 @@ A screenshot of each state goes to $CELLM_E2E_ARTIFACTS, or else to a new
 temporary folder whose path is printed. A missing package, browser or model
 is a failure that says what to run, never a skip.
 """
-import argparse
 import os
 import re
 import sys
@@ -26,7 +25,7 @@ import time
 import requests
 
 import test_server_e2e as base
-from test_server_e2e import MODEL_NAME, Server, check, find_model, run_test
+from test_server_e2e import MODEL_NAME, Server, check, run_test
 
 try:
     from selenium import webdriver
@@ -665,22 +664,13 @@ def group_browser(binary, model, artifacts):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("browser",), required=True)
-    ap.add_argument("--server", required=True, help="cellm (or serve_driver) binary")
-    ap.add_argument("--root", required=True, help="source tree (for models/)")
-    args = ap.parse_args()
-    model = find_model(args.root)
-    artifacts = os.environ.get("CELLM_E2E_ARTIFACTS") or tempfile.mkdtemp(prefix="cellm-page-e2e-")
-    os.makedirs(artifacts, exist_ok=True)
-    print(f"screenshots: {artifacts}")
-    group_browser(args.server, model, artifacts)
-    if base.FAILURES:
-        print(f"\n{len(base.FAILURES)} check(s) failed:")
-        for f in base.FAILURES:
-            print("  -", f)
-        sys.exit(1)
-    print("\nall checks passed")
+    def browser(binary, model):
+        artifacts = (os.environ.get("CELLM_E2E_ARTIFACTS") or
+                     tempfile.mkdtemp(prefix="cellm-page-e2e-"))
+        os.makedirs(artifacts, exist_ok=True)
+        print(f"screenshots: {artifacts}")
+        group_browser(binary, model, artifacts)
+    base.e2e_main({"browser": browser})
 
 
 if __name__ == "__main__":

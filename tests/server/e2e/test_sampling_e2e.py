@@ -13,13 +13,12 @@ Groups (one ctest each):
 A missing virtual environment, package or model is a failure that says what
 to run, never a skip.
 """
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server_e2e import (FAILURES, MODEL_NAME, Server, check, find_model,  # noqa: E402
-                             run_test)
+from test_server_e2e import (MODEL_NAME, Server, check,  # noqa: E402
+                             e2e_main, run_test)
 
 try:
     import openai
@@ -151,19 +150,7 @@ def group_sampling(binary, model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("sampling",), required=True)
-    ap.add_argument("--server", required=True, help="cellm (or serve_driver) binary")
-    ap.add_argument("--root", required=True, help="source tree (for models/)")
-    args = ap.parse_args()
-    model = find_model(args.root)
-    {"sampling": group_sampling}[args.group](args.server, model)
-    if FAILURES:
-        print(f"\n{len(FAILURES)} check(s) failed:")
-        for f in FAILURES:
-            print("  -", f)
-        sys.exit(1)
-    print("\nall checks passed")
+    e2e_main({"sampling": group_sampling})
 
 
 if __name__ == "__main__":

@@ -579,20 +579,26 @@ def group_load(binary, model):
         srv.kill()
 
 
-def main():
+def e2e_main(groups):
+    """The entry of every e2e script: runs the group named by --group (groups maps a name to a
+    function of the server binary and the model path), then lists the failed checks and exits 1
+    if there were any."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("api", "load"), required=True)
-    ap.add_argument("--server", required=True, help="cellm (or serve_driver) binary")
+    ap.add_argument("--group", choices=tuple(groups), required=True)
+    ap.add_argument("--server", required=True, help="the cellm (or serve_driver) binary")
     ap.add_argument("--root", required=True, help="source tree (for models/)")
     args = ap.parse_args()
-    model = find_model(args.root)
-    {"api": group_api, "load": group_load}[args.group](args.server, model)
+    groups[args.group](args.server, find_model(args.root))
     if FAILURES:
         print(f"\n{len(FAILURES)} check(s) failed:")
         for f in FAILURES:
             print("  -", f)
         sys.exit(1)
     print("\nall checks passed")
+
+
+def main():
+    e2e_main({"api": group_api, "load": group_load})
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Group `tools` (one ctest, server_e2e_tools):
 A missing virtual environment, package or model is a failure that says what
 to run, never a skip.
 """
-import argparse
 import json
 import os
 import re
@@ -36,7 +35,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_ops_e2e import CmdServer  # noqa: E402
-from test_server_e2e import FAILURES, MODEL_NAME, check, find_model, run_test  # noqa: E402
+from test_server_e2e import MODEL_NAME, check, e2e_main, run_test  # noqa: E402
 
 try:
     import openai
@@ -286,19 +285,7 @@ def group_tools(binary, model):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--group", choices=("tools",), required=True)
-    ap.add_argument("--server", required=True, help="the cellm (or serve_driver) binary")
-    ap.add_argument("--root", required=True, help="source tree (for models/)")
-    args = ap.parse_args()
-    model = find_model(args.root)
-    {"tools": group_tools}[args.group](args.server, model)
-    if FAILURES:
-        print(f"\n{len(FAILURES)} check(s) failed:")
-        for failure in FAILURES:
-            print("  -", failure)
-        sys.exit(1)
-    print("\nall checks passed")
+    e2e_main({"tools": group_tools})
 
 
 if __name__ == "__main__":
