@@ -28,7 +28,6 @@ import select
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,19 +50,8 @@ class CmdServer(Server):
     """A server started from a full command line (global options before
     `serve`, a host other than 127.0.0.1); the port is read from stderr."""
 
-    def __init__(self, cmd):  # pylint: disable=super-init-not-called
-        print("starting:", " ".join(cmd))
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, errors="replace")
-        self.port = None
-        self.log = []
-        self._port_seen = threading.Event()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-        if not self._port_seen.wait(60):
-            self.kill()
-            raise RuntimeError("the server did not print its port:\n" + "".join(self.log))
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.first_health = None
+    def __init__(self, cmd):
+        super().__init__(None, None, cmd=cmd)
 
 
 def run_to_exit(cmd, timeout=120):

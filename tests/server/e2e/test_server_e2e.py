@@ -61,12 +61,14 @@ def find_model(root):
 class Server:
     """`<server> serve --model ... --port 0`; the port is read from stderr."""
 
-    def __init__(self, binary, model, *extra):
-        cmd = [binary, "serve", model, "--host", "127.0.0.1", "--port", "0",
-               "--served-model-name", MODEL_NAME, *extra]
+    def __init__(self, binary, model, *extra, cmd=None):
+        # cmd: a whole command line instead (global options before `serve`, other hosts).
+        if cmd is None:
+            cmd = [binary, "serve", model, "--host", "127.0.0.1", "--port", "0",
+                   "--served-model-name", MODEL_NAME, *extra]
         print("starting:", " ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, errors="replace")
         self.port = None
         self.log = []
         self._port_seen = threading.Event()
