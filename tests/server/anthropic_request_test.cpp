@@ -273,10 +273,13 @@ TEST(AnthropicRequestTest, MissingMaxTokensMessageSaysWhatToSend) {
 }
 
 TEST(AnthropicResponseTest, ErrorKindsFollowAnthropic) {
-  EXPECT_EQ(anthropic_error_kind(400), std::make_pair(400, "invalid_request_error"));
+  // The kinds are C strings: compare their text, not their addresses.
+  EXPECT_EQ(anthropic_error_kind(400).first, 400);
+  EXPECT_EQ(anthropic_error_kind(400).second, std::string("invalid_request_error"));
   EXPECT_EQ(anthropic_error_kind(501).first, 400);
   EXPECT_EQ(anthropic_error_kind(404).second, std::string("not_found_error"));
-  EXPECT_EQ(anthropic_error_kind(429), std::make_pair(529, "overloaded_error"));
+  EXPECT_EQ(anthropic_error_kind(429).first, 529);
+  EXPECT_EQ(anthropic_error_kind(429).second, std::string("overloaded_error"));
   EXPECT_EQ(anthropic_error_kind(503).second, std::string("overloaded_error"));
   EXPECT_EQ(anthropic_error_kind(500).second, std::string("api_error"));
   const auto [http, body] = anthropic_error(not_supported("no images"), "messages[0]");
