@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_program.h"
 #include "backend/cuda/device_weights.h"
+#include "core/env.h"
 #include "executor/cuda_executor.h"
 #include "model/hf_config.h"
 #include "raw_driver.h"
@@ -58,7 +59,7 @@ TEST_P(DecodeGreedyGpuTest, ChainedStepsDrawWhatOneStepAtATimeDraws) {
   options.max_step = 1024;
   options.kv_cells = 16384;
   options.cuda_graphs = c.graphs;
-  options.cuda_kernels = KernelKnobs{};
+  options.cuda_kernels = knobs().kernels;  // the environment's, as other programs take them
   options.cuda_kernels->head_argmax = c.head_argmax;
   auto program = cuda::make_program(*spec, std::move(weights).value(), options);
   ASSERT_TRUE(program.ok()) << program.status().to_string();
