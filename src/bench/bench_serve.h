@@ -18,7 +18,7 @@
 #include "cellm/status.h"
 #include "cellm/types.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 
 struct ServeBenchOptions {
   std::string model = "llama-3.1-8b";  // a shape name (random weights, CUDA) or a model path
@@ -131,4 +131,4 @@ std::string format_report(const ServeBenchOptions& options, const ServeBenchRepo
 nlohmann::json report_json(const ServeBenchOptions& options, const ServeBenchReport& report,
                            const std::string& commit);
 
-}  // namespace cellm::app
+}  // namespace cellm::bench
