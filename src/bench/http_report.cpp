@@ -9,7 +9,7 @@
 namespace cellm::bench {
 namespace {
 
-constexpr int kMaxTimelineBins = 200;
+constexpr int kMaxTimelineBins = 60;
 
 std::string rate_text(double rate) {
   return std::isinf(rate) ? std::string("inf") : fmt::format("{:g}", rate);
@@ -75,7 +75,7 @@ void tally_http(const std::vector<RequestSpec>& requests, const std::vector<Requ
     r.request_throughput = r.completed / r.duration_s;
     r.output_tokens_per_s = static_cast<double>(r.output_tokens) / r.duration_s;
     r.total_tokens_per_s = static_cast<double>(r.input_tokens + r.output_tokens) / r.duration_s;
-    // Bins of a whole number of tenths of a second, at most kMaxTimelineBins.
+    // Bins of a whole number of tenths of a second, about kMaxTimelineBins of them.
     r.timeline_bin_s = std::max(0.1, std::ceil(r.duration_s / kMaxTimelineBins * 10) / 10);
     const auto bins = static_cast<std::size_t>(std::ceil(r.duration_s / r.timeline_bin_s));
     std::vector<double> tokens(std::max<std::size_t>(bins, 1), 0.0);
