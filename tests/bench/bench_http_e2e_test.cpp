@@ -114,13 +114,25 @@ TEST(BenchHttpE2eTest, RandomWeightShapeServesTokenIdsAndNumericText) {
   const nlohmann::json j = run_json("bench_http_shape",
                                     "--http --model smollm2-135m --backend cpu --num-prompts 4"
                                     " --input-len 8 --output-len 4 --max-concurrency 2"
-                                    " --warmup 0 --no-inprocess --prompt-format text",
+                                    " --warmup 0 --no-inprocess",
                                     &out);
   check_figures(j, 4, 8, 4);
   EXPECT_EQ(j["model"], "smollm2-135m");
-  EXPECT_EQ(j["prompt_format"], "text");
+  EXPECT_EQ(j["input_tokens"], 4 * 8);
   EXPECT_FALSE(j.contains("inprocess"));
   EXPECT_FALSE(j.contains("http_over_inprocess"));
+}
+
+TEST(BenchHttpE2eTest, TextPromptsToAModelWithoutTokenizerFailAtWarmUpSayingWhy) {
+  int rc = -1;
+  const std::string out = run_command(std::string(CELLM_BINARY) +
+                                          " bench serve --http --model smollm2-135m --backend cpu"
+                                          " --num-prompts 2 --input-len 4 --output-len 2"
+                                          " --prompt-format text --progress-bar off 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("warm-up request 0 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("no tokenizer"), std::string::npos) << out;
 }
 
 TEST(BenchHttpE2eTest, HttpOptionsWithoutHttpAreRefused) {
