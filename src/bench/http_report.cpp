@@ -159,7 +159,9 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
   nlohmann::json j{{"bench", "serve_http"},
                    {"gpu", r.device},
                    {"commit", commit},
-                   {"model", l.model.empty() ? r.model : l.model},
+                   // The --model of an in-process server (a path or shape name);
+                   // against --url, what the endpoint serves.
+                   {"model", r.target == "in-process" ? l.model : r.model},
                    {"served_model", r.model},
                    {"backend", r.backend},
                    {"target", r.target},

@@ -3,6 +3,7 @@
 // the same load beside it), and on a random-weight shape, which has no
 // tokenizer and is served with numeric token text. The JSON line's figures
 // must agree with the load asked for and with each other.
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,30 @@ TEST(BenchHttpE2eTest, TextPromptsToAModelWithoutTokenizerFailAtWarmUpSayingWhy)
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("warm-up request 0 failed"), std::string::npos) << out;
   EXPECT_NE(out.find("no tokenizer"), std::string::npos) << out;
+}
+
+TEST(BenchHttpE2eTest, UrlDrivesAnyOpenAiEndpointAndReadsItsUsage) {
+  // A fake endpoint (tests/bench/fake_stream_server.cpp) that streams " tok"
+  // chunks and reports usage: the --url path, /v1/models discovery included.
+  FILE* fake = popen((std::string(CELLM_FAKE_SERVER) + " 0 1 deep").c_str(), "r");
+  ASSERT_NE(fake, nullptr);
+  int port = 0;
+  int pid = 0;
+  ASSERT_EQ(std::fscanf(fake, "port %d pid %d", &port, &pid), 2) << "the fake server did not start";
+  std::string out;
+  const nlohmann::json j = run_json(
+      "bench_http_url",
+      "--url http://127.0.0.1:" + std::to_string(port) +
+          "/v1 --num-prompts 6 --input-len 8 --output-len 5 --max-concurrency 3 --warmup 1",
+      &out);
+  ::kill(pid, SIGTERM);
+  pclose(fake);
+  check_figures(j, 6, 8, 5);
+  EXPECT_EQ(j["model"], "fake");  // the first id of GET /v1/models
+  EXPECT_EQ(j["backend"], "remote");
+  EXPECT_EQ(j["target"], "http://127.0.0.1:" + std::to_string(port) + "/v1");
+  EXPECT_EQ(j["input_tokens"], 6 * 8);  // the fake's usage counts the ids it got
+  EXPECT_FALSE(j.contains("inprocess"));  // off by default against a URL
 }
 
 TEST(BenchHttpE2eTest, HttpOptionsWithoutHttpAreRefused) {

@@ -6,7 +6,7 @@
 //   fake_stream_server PORT GAP_MS &
 //   cellm bench serve --url http://127.0.0.1:PORT --num-prompts 1000
 //     --max-concurrency 256 --input-len 512 --output-len 256 --warmup 0
-// (one command line).
+// (one command line). PORT 0 picks a free port, printed on stdout.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +16,7 @@
 
 #include <httplib.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 int main(int argc, char** argv) {
@@ -72,7 +73,12 @@ int main(int argc, char** argv) {
     listen_fd = fd;
   });
   if (deep) server.set_keep_alive_max_count(100000);
-  if (!server.bind_to_port("127.0.0.1", port)) return 1;
+  const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
+                              : (server.bind_to_port("127.0.0.1", port) ? port : -1);
+  if (bound <= 0) return 1;
   if (deep) ::listen(listen_fd, 4096);  // listen again: only the backlog changes
+  // For a test that started it with port 0: where it listens, and who to stop.
+  std::printf("port %d pid %d\n", bound, static_cast<int>(::getpid()));
+  std::fflush(stdout);
   return server.listen_after_bind() ? 0 : 1;
 }
