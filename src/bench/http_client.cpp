@@ -120,15 +120,12 @@ RequestRecord StreamingClient::stream_completion(const std::string& body,
     return parser.feed(std::string_view(data, n), [&](std::string_view event) {
       const StreamEvent e = interpret_event(event);
       switch (e.kind) {
-        case StreamEvent::Kind::kDone:
-          done = true;
-          return true;
+        case StreamEvent::Kind::kDone: done = true; return true;
         case StreamEvent::Kind::kError:
         case StreamEvent::Kind::kMalformed:
           if (rec.error.empty()) rec.error = e.message;
           return true;
-        case StreamEvent::Kind::kChunk:
-          break;
+        case StreamEvent::Kind::kChunk: break;
       }
       if (e.has_text) {
         if (rec.text_chunks == 0) {
@@ -189,12 +186,13 @@ std::vector<RequestRecord> run_http_load(const Endpoint& endpoint, const std::st
                                          double timeout_s, const std::vector<std::string>& bodies,
                                          const std::vector<std::int64_t>& expected_tokens,
                                          const std::vector<double>& arrivals, int concurrency,
-                                         LoadProgress& progress, BenchClock::time_point* start_out) {
+                                         LoadProgress& progress,
+                                         BenchClock::time_point* start_out) {
   const std::size_t n = bodies.size();
   std::vector<RequestRecord> records(n);
   std::atomic<std::size_t> next{0};
-  const std::size_t workers = std::min<std::size_t>(
-      n, concurrency > 0 ? static_cast<std::size_t>(concurrency) : n);
+  const std::size_t workers =
+      std::min<std::size_t>(n, concurrency > 0 ? static_cast<std::size_t>(concurrency) : n);
   const BenchClock::time_point start = BenchClock::now();
   if (start_out != nullptr) *start_out = start;
   std::vector<std::thread> threads;

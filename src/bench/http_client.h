@@ -29,11 +29,11 @@ using BenchClock = std::chrono::steady_clock;
 // What one request gave.
 struct RequestRecord {
   bool ok = false;
-  std::string error;           // why it failed (HTTP status, an error event, a cut stream)
-  double sent_s = 0;           // when it was sent, after the run's start
-  double ttft_ms = -1;         // first non-empty text; -1: none came
-  double e2e_ms = 0;           // sent to the stream's end
-  std::vector<float> itl_ms;   // gaps between text chunks after the first
+  std::string error;          // why it failed (HTTP status, an error event, a cut stream)
+  double sent_s = 0;          // when it was sent, after the run's start
+  double ttft_ms = -1;        // first non-empty text; -1: none came
+  double e2e_ms = 0;          // sent to the stream's end
+  std::vector<float> itl_ms;  // gaps between text chunks after the first
   std::int64_t text_chunks = 0;
   std::int64_t prompt_tokens = -1;      // from usage; -1: the server sent none
   std::int64_t completion_tokens = -1;  // from usage; -1: the server sent none

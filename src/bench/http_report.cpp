@@ -48,8 +48,7 @@ void tally_http(const std::vector<RequestSpec>& requests, const std::vector<Requ
       continue;
     }
     ++r.completed;
-    const std::int64_t out =
-        rec.completion_tokens >= 0 ? rec.completion_tokens : rec.text_chunks;
+    const std::int64_t out = rec.completion_tokens >= 0 ? rec.completion_tokens : rec.text_chunks;
     const std::int64_t in =
         rec.prompt_tokens >= 0 ? rec.prompt_tokens : static_cast<std::int64_t>(req.prompt.size());
     if (out != req.output_len) ++r.length_mismatches;
@@ -102,22 +101,22 @@ std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport&
   auto row = [&t](std::string_view name, const std::string& value) {
     t += fmt::format("| {} | {} |\n", name, value);
   };
-  t += fmt::format("\n| {} over HTTP ({}) on {} ({}) | |\n|---|---|\n", r.model, r.target,
-                   r.device, r.backend);
+  t += fmt::format("\n| {} over HTTP ({}) on {} ({}) | |\n|---|---|\n", r.model, r.target, r.device,
+                   r.backend);
   row("requests completed / failed", fmt::format("{} / {}", r.completed, r.failed));
   if (!r.first_error.empty()) row("first failure", r.first_error);
   if (r.length_mismatches > 0) {
     row("completed with another output length", fmt::format("{}", r.length_mismatches));
   }
   row("lengths in / out",
-      fmt::format("{} / {}{}{}", o.load.input_len, o.load.output_len,
-                  o.load.range_ratio > 0 ? fmt::format(" (range ratio {:g})", o.load.range_ratio)
-                                         : "",
-                  o.prompt_format == PromptFormat::kText ? ", text prompts" : ", token-id prompts"));
+      fmt::format(
+          "{} / {}{}{}", o.load.input_len, o.load.output_len,
+          o.load.range_ratio > 0 ? fmt::format(" (range ratio {:g})", o.load.range_ratio) : "",
+          o.prompt_format == PromptFormat::kText ? ", text prompts" : ", token-id prompts"));
   row("request rate / max concurrency",
-      fmt::format("{} req/s / {}", rate_text(o.load.request_rate),
-                  o.load.max_concurrency > 0 ? std::to_string(o.load.max_concurrency)
-                                             : "unlimited"));
+      fmt::format(
+          "{} req/s / {}", rate_text(o.load.request_rate),
+          o.load.max_concurrency > 0 ? std::to_string(o.load.max_concurrency) : "unlimited"));
   row("duration", fmt::format("{:.2f} s", r.duration_s));
   row("input / output tokens", fmt::format("{} / {}", r.input_tokens, r.output_tokens));
   row("request throughput", fmt::format("{:.2f} req/s", r.request_throughput));
@@ -192,8 +191,7 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
     j["prefix_cache_entries"] = o.prefix_cache_entries;
   }
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
-  auto put = [&j](const std::string& name, const LatencySummary& s,
-                  const std::vector<double>& q) {
+  auto put = [&j](const std::string& name, const LatencySummary& s, const std::vector<double>& q) {
     if (s.count == 0) return;  // absent, never a made-up zero
     j[name + "_mean"] = s.mean;
     j[name + "_p50"] = s.p50;

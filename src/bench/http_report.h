@@ -29,7 +29,7 @@ struct HttpBenchReport {
   // Completed requests whose completion_tokens differ from the output
   // length asked for (a server that stopped at EOS despite ignore_eos).
   int length_mismatches = 0;
-  double duration_s = 0;  // first request sent to the last stream's end
+  double duration_s = 0;           // first request sent to the last stream's end
   std::int64_t input_tokens = 0;   // usage.prompt_tokens (the sent ids when no usage)
   std::int64_t output_tokens = 0;  // usage.completion_tokens (text chunks when no usage)
   double request_throughput = 0;

@@ -1,16 +1,15 @@
 // The HTTP mode's driver: target, warm-up, timed load with progress, report,
 // in-process comparison, JSON line and plot.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <condition_variable>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -66,7 +65,8 @@ class ProgressDisplay {
                    static_cast<long long>(done), static_cast<long long>(total_),
                    static_cast<long long>(p_.failed.load()), rate, secs, last ? "\n" : "");
     } else if (!last) {
-      std::fprintf(stderr, "bench serve: %.0f s: %lld/%lld requests done, %lld failed, %.0f chunks/s\n",
+      std::fprintf(stderr,
+                   "bench serve: %.0f s: %lld/%lld requests done, %lld failed, %.0f chunks/s\n",
                    secs, static_cast<long long>(done), static_cast<long long>(total_),
                    static_cast<long long>(p_.failed.load()), rate);
     }
@@ -101,8 +101,8 @@ Result<std::string> first_model_id(const Endpoint& e, const std::string& key) {
   const auto data = models.find("data");
   if (data == models.end() || !data->is_array() || data->empty() || !(*data)[0].is_object() ||
       !(*data)[0].contains("id") || !(*data)[0]["id"].is_string()) {
-    return data_loss("GET {}{}/models lists no model: give --served-model-name",
-                     e.scheme_host_port, e.v1);
+    return data_loss("GET {}{}/models lists no model: give --served-model-name", e.scheme_host_port,
+                     e.v1);
   }
   return (*data)[0]["id"].get<std::string>();
 }
@@ -156,7 +156,8 @@ Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& o, std::FIL
   CELLM_RETURN_IF_ERROR(validate(o));
   if (!o.load.json_path.empty()) {  // refuse before the long run, not after it
     std::ofstream probe(o.load.json_path, std::ios::app);
-    if (!probe) return invalid_argument("--json {}: cannot open it for appending", o.load.json_path);
+    if (!probe)
+      return invalid_argument("--json {}: cannot open it for appending", o.load.json_path);
   }
   HttpBenchReport r;
   std::unique_ptr<InProcessServer> server;
@@ -186,14 +187,14 @@ Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& o, std::FIL
   r.model = target.model;
   const int cap = o.load.max_concurrency > 0 ? std::min(o.load.max_concurrency, o.load.requests)
                                              : o.load.requests;
-  std::fprintf(out,
-               "%s at %s%s: %d requests, %d in / %d out, rate %s req/s, concurrency %d, %s "
-               "prompts\n",
-               target.model.c_str(), target.endpoint.scheme_host_port.c_str(),
-               target.endpoint.v1.c_str(), o.load.requests, o.load.input_len, o.load.output_len,
-               std::isinf(o.load.request_rate) ? "inf"
-                                               : fmt::format("{:g}", o.load.request_rate).c_str(),
-               cap, o.prompt_format == PromptFormat::kText ? "text" : "token-id");
+  std::fprintf(
+      out,
+      "%s at %s%s: %d requests, %d in / %d out, rate %s req/s, concurrency %d, %s "
+      "prompts\n",
+      target.model.c_str(), target.endpoint.scheme_host_port.c_str(), target.endpoint.v1.c_str(),
+      o.load.requests, o.load.input_len, o.load.output_len,
+      std::isinf(o.load.request_rate) ? "inf" : fmt::format("{:g}", o.load.request_rate).c_str(),
+      cap, o.prompt_format == PromptFormat::kText ? "text" : "token-id");
   std::fflush(out);
 
   if (o.load.warmup_requests > 0) {

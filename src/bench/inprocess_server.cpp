@@ -171,8 +171,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   popts.max_step = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
   // Cache entries keep finished prompts' cells; snapshots of running ones share theirs.
-  const std::int64_t cells =
-      need.cells + std::int64_t{entries} * need.session_tokens;
+  const std::int64_t cells = need.cells + std::int64_t{entries} * need.session_tokens;
   if (!backend.sizes_pool_from_memory) {
     if (cells > std::numeric_limits<std::int32_t>::max()) {
       return out_of_resources("{} KV cells are more than a pool can index", cells);

@@ -13,12 +13,12 @@ namespace {
 // Common English words, each one token in the usual vocabularies (a leading
 // space included), so that a text prompt of n words is close to n tokens.
 constexpr std::array<const char*, 64> kWords = {
-    "the",   "of",    "and",   "to",    "in",    "is",    "that",  "for",   "it",    "as",
-    "was",   "with",  "be",    "by",    "on",    "not",   "he",    "this",  "are",   "or",
-    "his",   "from",  "at",    "which", "but",   "have",  "an",    "had",   "they",  "you",
-    "were",  "their", "one",   "all",   "we",    "can",   "her",   "has",   "there", "been",
-    "if",    "more",  "when",  "will",  "would", "who",   "so",    "no",    "time",  "people",
-    "year",  "way",   "day",   "man",   "thing", "woman", "life",  "child", "world", "school",
+    "the",   "of",     "and",   "to",    "in",    "is",    "that", "for",   "it",    "as",
+    "was",   "with",   "be",    "by",    "on",    "not",   "he",   "this",  "are",   "or",
+    "his",   "from",   "at",    "which", "but",   "have",  "an",   "had",   "they",  "you",
+    "were",  "their",  "one",   "all",   "we",    "can",   "her",  "has",   "there", "been",
+    "if",    "more",   "when",  "will",  "would", "who",   "so",   "no",    "time",  "people",
+    "year",  "way",    "day",   "man",   "thing", "woman", "life", "child", "world", "school",
     "state", "family", "water", "house"};
 
 }  // namespace
@@ -30,8 +30,7 @@ Status validate(const HttpBenchOptions& o) {
     if (!e.ok()) return e.status();
   }
   if (o.vocab_size < 0) {
-    return invalid_argument("--vocab-size must be 0 (automatic) or positive, got {}",
-                            o.vocab_size);
+    return invalid_argument("--vocab-size must be 0 (automatic) or positive, got {}", o.vocab_size);
   }
   if (o.prefix_cache_entries < 0) {
     return invalid_argument("--prefix-cache-entries must be 0 (none) or positive, got {}",

@@ -47,11 +47,11 @@ class SseParser {
   bool line(std::string_view text, OnEvent& on_event);
 
   std::size_t max_line_;
-  std::string partial_;     // the current line's bytes seen so far
-  std::string data_;        // the current event's data lines, joined
-  bool has_data_ = false;   // a data field arrived (possibly empty)
-  bool after_cr_ = false;   // the last byte was a CR: a leading LF is part of that line end
-  bool stopped_ = false;    // a callback asked to stop
+  std::string partial_;    // the current line's bytes seen so far
+  std::string data_;       // the current event's data lines, joined
+  bool has_data_ = false;  // a data field arrived (possibly empty)
+  bool after_cr_ = false;  // the last byte was a CR: a leading LF is part of that line end
+  bool stopped_ = false;   // a callback asked to stop
   std::size_t events_ = 0;
   std::string error_;
 };

@@ -161,10 +161,9 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
 int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* serve) {
   const bool over_http = h.http || !h.url.empty();
   if (!over_http) {
-    for (const char* name : {"--served-model-name", "--api-key", "--prompt-format",
-                             "--vocab-size", "--no-ignore-eos", "--inprocess",
-                             "--prefix-cache-entries", "--request-timeout", "--progress-bar",
-                             "--plot"}) {
+    for (const char* name : {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size",
+                             "--no-ignore-eos", "--inprocess", "--prefix-cache-entries",
+                             "--request-timeout", "--progress-bar", "--plot"}) {
       if (serve->count(name) > 0) {
         std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
                      name);
@@ -180,8 +179,9 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
   }
 #ifdef CELLM_HAVE_SERVER
   if (h.http && !h.url.empty()) {
-    std::fprintf(stderr, "cellm bench serve: give --http (cellm's server in-process) or --url, "
-                         "not both\n");
+    std::fprintf(stderr,
+                 "cellm bench serve: give --http (cellm's server in-process) or --url, "
+                 "not both\n");
     return 1;
   }
   bench::HttpBenchOptions ho;
@@ -189,8 +189,8 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
   ho.url = h.url;
   ho.served_model = h.served_model;
   ho.api_key = h.api_key;
-  ho.prompt_format = h.prompt_format == "text" ? bench::PromptFormat::kText
-                                               : bench::PromptFormat::kTokenIds;
+  ho.prompt_format =
+      h.prompt_format == "text" ? bench::PromptFormat::kText : bench::PromptFormat::kTokenIds;
   ho.vocab_size = h.vocab_size;
   ho.ignore_eos = h.ignore_eos;
   if (serve->count("--inprocess") + serve->count("--no-inprocess") > 0) {

@@ -1,9 +1,8 @@
 #include "server/http_server.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <chrono>
+#include <sys/socket.h>
 #include <vector>
 
 #include "core/log.h"

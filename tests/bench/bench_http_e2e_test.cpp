@@ -156,7 +156,7 @@ TEST(BenchHttpE2eTest, UrlDrivesAnyOpenAiEndpointAndReadsItsUsage) {
   EXPECT_EQ(j["model"], "fake");  // the first id of GET /v1/models
   EXPECT_EQ(j["backend"], "remote");
   EXPECT_EQ(j["target"], "http://127.0.0.1:" + std::to_string(port) + "/v1");
-  EXPECT_EQ(j["input_tokens"], 6 * 8);  // the fake's usage counts the ids it got
+  EXPECT_EQ(j["input_tokens"], 6 * 8);    // the fake's usage counts the ids it got
   EXPECT_FALSE(j.contains("inprocess"));  // off by default against a URL
 }
 

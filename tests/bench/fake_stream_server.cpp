@@ -12,11 +12,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 #include <httplib.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 int main(int argc, char** argv) {
@@ -45,24 +45,27 @@ int main(int argc, char** argv) {
     const int total = body["max_tokens"].get<int>();
     const std::size_t prompt = body["prompt"].is_array() ? body["prompt"].size() : 1;
     auto sent = std::make_shared<int>(0);
-    res.set_chunked_content_provider(
-        "text/event-stream", [total, prompt, sent, gap_ms](std::size_t, httplib::DataSink& sink) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
-          std::string out;
-          if (*sent < total) {
-            ++*sent;
-            out = R"(data: {"id":"cmpl-1","object":"text_completion","model":"fake","choices":[{"index":0,"text":" tok","finish_reason":)" +
-                  std::string(*sent == total ? "\"length\"" : "null") + "}]}\n\n";
-          } else {
-            out = R"(data: {"id":"cmpl-1","object":"text_completion","model":"fake","choices":[],"usage":{"prompt_tokens":)" +
-                  std::to_string(prompt) + R"(,"completion_tokens":)" + std::to_string(total) +
-                  "}}\n\ndata: [DONE]\n\n";
-            sink.write(out.data(), out.size());
-            sink.done();
-            return true;
-          }
-          return sink.write(out.data(), out.size());
-        });
+    res.set_chunked_content_provider("text/event-stream", [total, prompt, sent, gap_ms](
+                                                              std::size_t,
+                                                              httplib::DataSink& sink) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+      std::string out;
+      if (*sent < total) {
+        ++*sent;
+        out =
+            R"(data: {"id":"cmpl-1","object":"text_completion","model":"fake","choices":[{"index":0,"text":" tok","finish_reason":)" +
+            std::string(*sent == total ? "\"length\"" : "null") + "}]}\n\n";
+      } else {
+        out =
+            R"(data: {"id":"cmpl-1","object":"text_completion","model":"fake","choices":[],"usage":{"prompt_tokens":)" +
+            std::to_string(prompt) + R"(,"completion_tokens":)" + std::to_string(total) +
+            "}}\n\ndata: [DONE]\n\n";
+        sink.write(out.data(), out.size());
+        sink.done();
+        return true;
+      }
+      return sink.write(out.data(), out.size());
+    });
   });
   std::fprintf(stderr, "fake stream server on 127.0.0.1:%d, a token every %d ms%s\n", port, gap_ms,
                deep ? ", deep backlog" : "");

@@ -1,12 +1,13 @@
 // The HTTP mode's pure parts: URL parsing, request bodies, tallying client
 // records into figures, quantiles, and the JSON line.
+#include "bench/http_report.h"
+
 #include <cmath>
 #include <numeric>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/http_report.h"
 #include "bench/load_plan.h"
 
 namespace cellm::bench {
@@ -30,8 +31,8 @@ TEST(BenchUrlTest, SplitsHostPortAndFindsTheV1Prefix) {
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->host, "::1");
   EXPECT_EQ(e->port, 8080);
-  for (const char* bad : {"https://x:1", "127.0.0.1:8000", "http://", "http://:80",
-                          "http://h:0", "http://h:70000", "http://h:8o"}) {
+  for (const char* bad : {"https://x:1", "127.0.0.1:8000", "http://", "http://:80", "http://h:0",
+                          "http://h:70000", "http://h:8o"}) {
     EXPECT_FALSE(parse_url(bad).ok()) << bad;
   }
   EXPECT_NE(std::string(parse_url("https://x").status().message()).find("http://"),
@@ -174,8 +175,7 @@ TEST(BenchHttpOptionsTest, RefusalsNameTheOption) {
   EXPECT_NE(std::string(validate(o).message()).find("--url"), std::string::npos);
   o.url.clear();
   o.prefix_cache_entries = -1;
-  EXPECT_NE(std::string(validate(o).message()).find("--prefix-cache-entries"),
-            std::string::npos);
+  EXPECT_NE(std::string(validate(o).message()).find("--prefix-cache-entries"), std::string::npos);
   o.prefix_cache_entries = 0;
   o.request_timeout_s = 0;
   EXPECT_NE(std::string(validate(o).message()).find("--request-timeout"), std::string::npos);

@@ -1,13 +1,14 @@
 // The event-stream parser of `cellm bench serve` over HTTP: line ends of every
 // kind, events split at every byte, comments and foreign fields, the bound on
 // a line, and the interpretation of an OpenAI completion chunk.
+#include "bench/sse.h"
+
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "bench/http_client.h"
-#include "bench/sse.h"
 
 namespace cellm::bench {
 namespace {
@@ -142,7 +143,8 @@ TEST(StreamEventTest, ReadsTextFinishUsageDoneAndErrors) {
   EXPECT_EQ(interpret_event("{not json").kind, StreamEvent::Kind::kMalformed);
   EXPECT_EQ(interpret_event("[1,2]").kind, StreamEvent::Kind::kMalformed);
   // Wrong types are ignored rather than trusted.
-  e = interpret_event(R"({"choices":[{"text":5,"finish_reason":3}],"usage":{"completion_tokens":"8"}})");
+  e = interpret_event(
+      R"({"choices":[{"text":5,"finish_reason":3}],"usage":{"completion_tokens":"8"}})");
   EXPECT_EQ(e.kind, StreamEvent::Kind::kChunk);
   EXPECT_FALSE(e.has_text);
   EXPECT_EQ(e.completion_tokens, -1);
