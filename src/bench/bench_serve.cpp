@@ -1,7 +1,7 @@
 // The pure half of `cellm bench serve`: option checks, the synthetic load
 // (lengths, prompts, Poisson arrivals), pool sizing, statistics and the
 // printed and JSON reports. The Runner-driving half is bench_serve_run.cpp.
-#include "app/bench_serve.h"
+#include "bench/bench_serve.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
@@ -321,4 +321,4 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
   return j;
 }
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "app/bench_serve.h"
+#include "bench/bench_serve.h"
 #include "model/loader.h"
 #include "support/testdata.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 std::filesystem::path smollm2() {
@@ -181,4 +181,4 @@ TEST(BenchServeCliE2eTest, BadRateIsACommandLineError) {
 }
 
 }  // namespace
-}  // namespace cellm::app
+}  // namespace cellm::bench

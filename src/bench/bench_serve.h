@@ -18,11 +18,13 @@
 #include "cellm/status.h"
 #include "cellm/types.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 
 struct ServeBenchOptions {
-  std::string model = "llama-3.1-8b";  // a shape name (random weights, CUDA) or a model path
-  std::string backend = "auto";        // for a model path: "auto", "cpu" or "cuda"
+  // A model path, or a shape name (model/shapes.h): random weights, on the GPU
+  // or, with backend "cpu", on the CPU (small shapes only, in practice).
+  std::string model = "llama-3.1-8b";
+  std::string backend = "auto";  // "auto", "cpu" or "cuda"
   int requests = 1000;
   int input_len = 512;   // random tokens after the shared prefix
   int output_len = 256;  // every request generates exactly this many
@@ -131,4 +133,4 @@ std::string format_report(const ServeBenchOptions& options, const ServeBenchRepo
 nlohmann::json report_json(const ServeBenchOptions& options, const ServeBenchReport& report,
                            const std::string& commit);
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

@@ -19,7 +19,8 @@
 #include <fmt/ranges.h>
 
 #include "app/backend_select.h"
-#include "app/bench_serve.h"
+#include "bench/bench_serve.h"
+#include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
 #include "cellm/runner.h"
 #include "core/env.h"
@@ -32,7 +33,7 @@
 #include "backend/cuda/device_probe.h"
 #endif
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -84,25 +85,12 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
                                        : std::int64_t{need.sessions} + 2 * o.prefill_chunk;
   popts.max_step = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
-  if (std::filesystem::exists(o.model)) {
-    CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(o.backend));
-    a.backend = backend.name;
-    a.device = "cpu";
-#ifdef CELLM_HAVE_CUDA
-    if (backend.sizes_pool_from_memory) {
-      CELLM_ASSIGN_OR_RETURN(a.device, cuda::device_name());
-    }
-#endif
+  // A path loads its weights; a shape name gets random ones (on the GPU, or
+  // on the CPU with --backend cpu, where small shapes run in reasonable time).
+  const bool is_path = std::filesystem::exists(o.model);
+  if (is_path) {
     CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model));
     a.spec = a.model.spec;
-    CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
-    if (!backend.sizes_pool_from_memory) {
-      CELLM_RETURN_IF_ERROR(check_host_pool(a.spec, need));
-      popts.kv_cells = static_cast<std::int32_t>(need.cells);
-      // The widest forward must stay narrower than the pool.
-      popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
-    }
-    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, popts));
   } else {
     auto shape = model::named_shape(o.model);
     if (!shape.ok()) {
@@ -110,27 +98,26 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
                               o.model, fmt::join(model::shape_names(), ", "));
     }
     a.spec = *shape;
-    if (o.backend == "cpu") {
-      return invalid_argument(
-          "--model {} is a random-weight shape, which runs on the GPU only; give a model path "
-          "for --backend cpu",
-          o.model);
-    }
+  }
+  CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));
+  a.backend = backend.name;
+  a.device = "cpu";
 #ifdef CELLM_HAVE_CUDA
-    if (cuda::device_count() == 0) {
-      return unavailable("--model {} runs random weights on a GPU and no CUDA device is visible",
-                         o.model);
-    }
+  if (backend.sizes_pool_from_memory) {
     CELLM_ASSIGN_OR_RETURN(a.device, cuda::device_name());
-    a.backend = "cuda";
-    CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
-    CELLM_ASSIGN_OR_RETURN(a.program, cuda::load_random_program(a.spec, o.seed, popts));
-#else
-    return not_supported(
-        "--model {} runs random weights on the CUDA backend, which this build lacks; give a "
-        "model path to run on the CPU",
-        o.model);
+  }
 #endif
+  CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
+  if (!backend.sizes_pool_from_memory) {
+    CELLM_RETURN_IF_ERROR(check_host_pool(a.spec, need));
+    popts.kv_cells = static_cast<std::int32_t>(need.cells);
+    // The widest forward must stay narrower than the pool.
+    popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
+  }
+  if (is_path) {
+    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, popts));
+  } else {
+    CELLM_ASSIGN_OR_RETURN(a.program, random_program(a.spec, o.seed, popts, backend.name));
   }
   const std::int64_t cells = a.program->constant(program::kMaxCellsConstant).value_or(0);
   CELLM_RETURN_IF_ERROR(check_pool(o, need, cells, a.spec.max_context));
@@ -498,4 +485,4 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   return r;
 }
 
-}  // namespace cellm::app
+}  // namespace cellm::bench
