@@ -149,7 +149,9 @@ std::vector<RequestSpec> make_requests(const ServeBenchOptions& o, std::int32_t 
 
 PoolNeed pool_need(const ServeBenchOptions& o) {
   PoolNeed need;
-  need.sessions = concurrency(o) + (o.prefix_len > 0 && o.reuse_prefix ? 1 : 0);
+  // With a shared prefix the runner's cache holds two snapshots, and a third
+  // while a new one replaces the oldest.
+  need.sessions = concurrency(o) + (o.prefix_len > 0 && o.reuse_prefix ? 3 : 0);
   need.session_tokens = o.prefix_len + length_range(o.input_len, o.range_ratio).hi +
                         length_range(o.output_len, o.range_ratio).hi;
   need.cells = static_cast<std::int64_t>(need.sessions) * need.session_tokens + 1;

@@ -78,7 +78,7 @@ std::vector<RequestSpec> make_requests(const ServeBenchOptions& options, std::in
 // How the executor must be sized for a load: every session resident at once
 // reserves `session_tokens` cells, plus the scratch cell.
 struct PoolNeed {
-  int sessions = 0;        // concurrent requests, plus the prefix snapshot
+  int sessions = 0;        // concurrent requests, plus the prefix snapshots
   int session_tokens = 0;  // the longest prompt plus the longest output
   std::int64_t cells = 0;
 };

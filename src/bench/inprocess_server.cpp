@@ -12,7 +12,6 @@
 #include "app/engine.h"
 #include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
-#include "cellm/prefix_cache.h"
 #include "core/log.h"
 #include "executor/cuda_executor.h"
 #include "model/shapes.h"
@@ -92,7 +91,6 @@ struct InProcessServer::Impl {
   std::shared_ptr<program::Program> program;
   std::unique_ptr<executor::CudaExecutor> executor;
   std::unique_ptr<Runner> runner;
-  std::unique_ptr<PrefixCache> cache;
 
   std::shared_ptr<server::GenerationService> service;
   std::unique_ptr<server::Server> server;
@@ -107,8 +105,6 @@ struct InProcessServer::Impl {
     if (server) server->stop();
     if (serving.joinable()) serving.join();
     service.reset();
-    if (cache) cache->clear();
-    cache.reset();
     if (runner) runner->shutdown();
     runner.reset();
     executor.reset();
@@ -145,9 +141,7 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
         "the server holds {} tokens per session but a request may need {}: shorten the lengths",
         s.engine->max_session_tokens(), need.session_tokens);
   }
-  server::EngineServiceOptions so;
-  so.prefix_cache_entries = o.prefix_cache_entries;
-  s.service = server::make_engine_service(*s.engine, so);
+  s.service = server::make_engine_service(*s.engine);
   s.model_name = s.engine->model_name();
   s.backend = s.engine->backend_name();
   s.vocab_size = s.engine->spec().vocab_size;
@@ -161,9 +155,9 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   s.backend = backend.name;
   const int cap = concurrency_of(l);
   const int entries = o.prefix_cache_entries;
-  // As the Engine sizes it: the cache's entries and one prompt snapshot per
-  // running request get sessions beyond the generating ones.
-  const int sessions = cap + (entries > 0 ? entries + cap : 0);
+  // As the Engine sizes it: the runner's cache entries, and the snapshot a
+  // request takes before the oldest is evicted, get sessions of their own.
+  const int sessions = cap + (entries > 0 ? entries + 1 : 0);
   program::ProgramOptions popts;
   popts.kv_memory_fraction = l.gpu_memory_fraction;
   const std::int64_t step_tokens =
@@ -208,22 +202,20 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
     return invalid_argument("--max-batch-tokens {} cannot hold {} decodes beside a chunk of {}",
                             batch, decodes, chunk);
   }
-  s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler));
+  s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler), RunnerOptions{entries});
   if (!s.runner->open_session_async().get()) {  // waits for initialize()
     return internal_error("the {} executor failed to initialize (see the log)", s.backend);
   }
-  if (entries > 0) s.cache = std::make_unique<PrefixCache>(static_cast<std::size_t>(entries));
   server::RunnerServiceConfig c;
   c.model_name = l.model;
   c.context_length = s.executor->max_session_tokens();
   c.vocab_size = spec.vocab_size;
   c.max_sessions = cap;
-  c.prefix_cache_entries = entries;
-  c.snapshots_have_own_sessions = true;
+  c.prefix_caching = entries > 0;
   // Random weights have no EOS worth stopping on: every request runs to its
   // max_tokens, with or without ignore_eos.
   s.service = std::make_shared<server::RunnerService>(
-      *s.runner, s.cache.get(), numeric_text(spec.vocab_size, s.executor.get()), c);
+      *s.runner, numeric_text(spec.vocab_size, s.executor.get()), c);
   s.model_name = l.model;
   s.vocab_size = spec.vocab_size;
   return Status::ok();

@@ -149,9 +149,9 @@ TEST(BenchServePoolTest, SizesSessionsAndCellsFromConcurrencyAndLengths) {
   o.max_concurrency = 50;  // a cap above the request count changes nothing
   EXPECT_EQ(pool_need(o).sessions, 10);
 
-  o.prefix_len = 100;  // the snapshot is one more resident session
+  o.prefix_len = 100;  // the runner's two cache snapshots and the one replacing the oldest
   need = pool_need(o);
-  EXPECT_EQ(need.sessions, 11);
+  EXPECT_EQ(need.sessions, 13);
   EXPECT_EQ(need.session_tokens, 100 + 512 + 256);
   o.reuse_prefix = false;
   EXPECT_EQ(pool_need(o).sessions, 10);
