@@ -167,6 +167,9 @@ struct RequestUsage {
 struct RequestOutcome {
   RequestUsage usage;
   std::vector<FinishReason> finish_reasons;  // per choice
+  // Per choice, as the engine measured it (empty for a choice that never
+  // started). Choice 0's counts include the prompt it prefilled.
+  std::vector<GenerationMetrics> metrics;
 };
 
 // Both run on the engine thread, must not block and must not wait for

@@ -1,10 +1,9 @@
-// ChatModel: the engine side of `cellm chat`. It keeps one runner Session for
-// the whole conversation and, at each turn, renders the conversation through
-// the chat template and feeds only the tokens the session does not hold yet.
-// When the rendering no longer starts with what the session holds (turns
-// trimmed, a new system message, /reset, a re-tokenized answer), the session
-// is cloned at the common prefix, or, without room for a clone, replaced by
-// a fresh one that is fed the whole conversation.
+// ChatModel: the engine side of `cellm chat`. Each turn renders the whole
+// conversation through the chat template and submits it as one request
+// (Runner::submit, the path a server request takes); the runner's prefix
+// cache holds the previous turns' prompts, so only what is new since the
+// last prompt is prefilled, and an edited or trimmed history simply matches
+// a shorter prefix.
 //
 // Thread-safety: one thread (the chat's); the sink passed to answer() runs on
 // the engine thread, one call at a time.
@@ -13,7 +12,6 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +27,8 @@ namespace cellm::cli {
 
 class ChatModel {
  public:
-  // Opens the session; Unavailable when the engine has no room for one.
+  // Unavailable when the engine keeps no prefix cache (every turn would
+  // prefill the whole conversation again).
   static Result<ChatModel> open(app::Engine& engine);
 
   // The tokens of `messages` rendered for the next answer.
@@ -42,7 +41,7 @@ class ChatModel {
   };
   // Answers the last user message of `messages`, streaming its text to
   // `sink`; `cancel` stops it (see stream_generation). A failed generation is
-  // an error, after which the model starts over in a fresh session.
+  // an error; the next turn starts from the cache as usual.
   Result<Answer> answer(const nlohmann::ordered_json& messages, const SamplingArgs& sampling,
                         const std::function<void(std::string_view)>& sink,
                         const std::atomic<bool>* cancel);
@@ -50,14 +49,8 @@ class ChatModel {
  private:
   explicit ChatModel(app::Engine& engine) : engine_(&engine) {}
   Result<std::vector<Token>> render(const nlohmann::ordered_json& messages) const;
-  // Makes the session hold only held_[0, keep) (or less: see the class
-  // comment); false when no session could be had at all.
-  bool rewind(std::size_t keep);
-  bool restart();
 
   app::Engine* engine_;
-  std::optional<Session> session_;
-  std::vector<Token> held_;  // what the session holds, its pending token included
 };
 
 }  // namespace cellm::cli

@@ -130,7 +130,9 @@ int chat(const ChatArgs& args) {
   }
   const std::optional<ModelArgs> model_args = model_that_can_chat(args.model);
   if (!model_args) return 1;
-  auto engine = load_engine(*model_args, /*show_progress=*/true);
+  // Each turn's prompt becomes a snapshot that the next turn extends.
+  constexpr std::int32_t kChatSnapshots = 4;
+  auto engine = load_engine(*model_args, /*show_progress=*/true, kChatSnapshots);
   if (!engine) return 1;
   if (!engine->has_chat_template()) {  // the probe's verdict, as the engine saw it
     say(fmt::format("cellm: {} has no usable chat template; use `cellm run` instead",

@@ -53,12 +53,7 @@ int run(const RunArgs& args) {
                  delta->size(), engine->max_session_tokens());
     return 1;
   }
-  auto session = engine->runner().open_session_async().get();
-  if (!session) {
-    std::fprintf(stderr, "cellm: could not open a session (engine at capacity or stopped)\n");
-    return 1;
-  }
-  StreamResult result = stream_generation(*engine, *session, std::move(*delta), args.sampling,
+  StreamResult result = stream_generation(*engine, std::move(*delta), args.sampling,
                                           [](std::string_view piece) {
                                             std::fwrite(piece.data(), 1, piece.size(), stdout);
                                             std::fflush(stdout);

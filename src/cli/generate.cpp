@@ -1,6 +1,7 @@
 #include "cli/generate.h"
 
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <future>
@@ -72,7 +73,8 @@ void add_sampling_options(CLI::App& cmd, SamplingArgs& args) {
   cmd.add_option("--seed", args.seed, "makes sampling reproducible");
 }
 
-std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress) {
+std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress,
+                                         std::int32_t prefix_cache_entries) {
   app::EngineOptions options;
   std::optional<std::filesystem::path> model = find_model_or_report(args.model);
   if (!model) return nullptr;
@@ -80,7 +82,7 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   options.backend = args.backend;
   options.max_sessions = args.max_sessions;
   options.max_session_tokens = args.max_session_tokens;
-  options.prefix_cache_entries = 0;
+  options.prefix_cache_entries = prefix_cache_entries;
   app::ProgressCallback progress;
   if (show_progress) {
     progress = [](const app::LoadProgress& p) {
@@ -98,12 +100,14 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   return std::move(engine).value();
 }
 
-StreamResult stream_generation(app::Engine& engine, Session& session, std::vector<Token> delta,
+StreamResult stream_generation(app::Engine& engine, std::vector<Token> prompt,
                                const SamplingArgs& sampling,
                                const std::function<void(std::string_view)>& sink,
                                const std::atomic<bool>* cancel) {
   StreamResult result;
-  GenConfig config;
+  Request request;
+  request.prompt = std::move(prompt);
+  GenConfig& config = request.config;
   config.max_new_tokens = sampling.max_tokens;
   config.sampling.temperature = sampling.temperature;
   config.sampling.repetition_penalty = sampling.repetition_penalty;
@@ -114,43 +118,52 @@ StreamResult stream_generation(app::Engine& engine, Session& session, std::vecto
   config.stop_tokens = engine.stop_tokens();
 
   text::StreamingDetokenizer detok(engine.tokenizer(), /*skip_special=*/true);
-  std::promise<void> finished;
-  GenerationHandle handle = session.generate_async(
-      std::move(delta), config,
-      [&](const GenerationUpdate& update) {
-        for (Token t : update.tokens) {
-          result.tokens.push_back(t);
-          std::string piece = detok.push(static_cast<std::int32_t>(t));
-          if (!piece.empty()) {
-            result.text += piece;
-            sink(piece);
-          }
-        }
-        if (update.finish_reason) {
-          std::string rest = detok.finish();
-          if (!rest.empty()) {
-            result.text += rest;
-            sink(rest);
-          }
-          result.reason = *update.finish_reason;
-          result.error = update.error_message;
-        }
-      },
-      [&] { finished.set_value(); });
-  std::future<void> done = finished.get_future();
-  if (cancel == nullptr) {
-    done.wait();
-  } else {
-    // Nothing wakes this thread when the flag turns, so look every few ms.
-    bool cancelled = false;
-    while (done.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
-      if (!cancelled && cancel->load()) {
-        handle.cancel();
-        cancelled = true;
+  RequestCallbacks callbacks;
+  // Both run on the engine thread; this thread reads `result` only after
+  // the handle reports done.
+  callbacks.on_update = [&](std::int32_t, const GenerationUpdate& update) {
+    for (Token t : update.tokens) {
+      result.tokens.push_back(t);
+      std::string piece = detok.push(static_cast<std::int32_t>(t));
+      if (!piece.empty()) {
+        result.text += piece;
+        sink(piece);
       }
     }
+    if (update.finish_reason) {
+      std::string rest = detok.finish();
+      if (!rest.empty()) {
+        result.text += rest;
+        sink(rest);
+      }
+      result.reason = *update.finish_reason;
+      result.error = update.error_message;
+    }
+  };
+  callbacks.on_done = [&](const RequestOutcome& outcome) {
+    if (!outcome.metrics.empty()) result.metrics = outcome.metrics[0];
+    result.cached_tokens = outcome.usage.cached_tokens;
+  };
+  Result<RequestHandle> handle = engine.runner().submit(std::move(request), std::move(callbacks));
+  if (!handle.ok()) {
+    result.reason = FinishReason::kFailed;
+    result.error = handle.status().to_string();
+    return result;
   }
-  result.metrics = handle.metrics();
+  if (cancel == nullptr) {
+    handle->wait();
+  } else {
+    // A signal handler sets the flag and nothing wakes this (the user's)
+    // thread then, so look every few ms; the engine never waits for it.
+    bool cancelled = false;
+    while (!handle->done()) {
+      if (!cancelled && cancel->load()) {
+        handle->cancel();
+        cancelled = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   return result;
 }
 

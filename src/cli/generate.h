@@ -51,21 +51,25 @@ void add_model_options(CLI::App& cmd, ModelArgs& args);
 void add_sampling_options(CLI::App& cmd, SamplingArgs& args);
 
 // The engine, or nullptr after printing one line that says what to do.
-std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress);
+// `prefix_cache_entries`: prompt snapshots the runner keeps (0: none).
+std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progress,
+                                         std::int32_t prefix_cache_entries = 0);
 
 struct StreamResult {
   std::vector<Token> tokens;  // every delivered token (the stop token included)
   std::string text;           // the streamed text (stop tokens not rendered)
   FinishReason reason = FinishReason::kFailed;
   std::string error;
-  GenerationMetrics metrics;
+  GenerationMetrics metrics;       // the engine's, for the prompt's generation
+  std::int64_t cached_tokens = 0;  // prompt tokens the prefix cache held
 };
 
-// Runs one generation of `delta` on `session`, calling `sink` with each
-// piece of final text. Once `*cancel` turns true (it may be set from a signal
-// handler) the generation is cancelled: it ends kCancelled unless it had
-// already ended.
-StreamResult stream_generation(app::Engine& engine, Session& session, std::vector<Token> delta,
+// Submits `prompt` as one request to the engine's runner (Runner::submit,
+// the path the server takes) and waits for it, calling `sink` on the engine
+// thread with each piece of final text. Once `*cancel` turns true (it may be
+// set from a signal handler) the request is cancelled: it ends kCancelled
+// unless it had already ended.
+StreamResult stream_generation(app::Engine& engine, std::vector<Token> prompt,
                                const SamplingArgs& sampling,
                                const std::function<void(std::string_view)>& sink,
                                const std::atomic<bool>* cancel = nullptr);

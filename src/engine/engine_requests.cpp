@@ -155,7 +155,16 @@ void EngineCore::report_done_(RequestRun& run) {
   RequestOutcome outcome;
   outcome.usage = run.usage;
   outcome.finish_reasons.reserve(run.choices.size());
-  for (const ChoiceRun& ch : run.choices) outcome.finish_reasons.push_back(ch.reason);
+  outcome.metrics.reserve(run.choices.size());
+  for (const ChoiceRun& ch : run.choices) {
+    outcome.finish_reasons.push_back(ch.reason);
+    GenerationMetrics m;
+    if (ch.state) {
+      std::lock_guard lock(ch.state->mu);
+      if (ch.state->done) m = ch.state->metrics;
+    }
+    outcome.metrics.push_back(m);
+  }
   if (run.callbacks.on_done) {
     try {
       run.callbacks.on_done(outcome);
