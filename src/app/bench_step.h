@@ -3,12 +3,16 @@
 // every figure also given as a fraction of its roofline (decode: weight + KV
 // bytes read over the copy bandwidth; prefill: FLOPs over the bf16 GEMM rate).
 //
-// Decode points place the context's cells in the cache without computing them
-// (the KV bytes read per step are the same as after a real prefill), then time
-// full engine steps: one packed forward through the CudaExecutor (CUDA graph
-// for static widths), the device sampler and the one synchronisation.
+// Decode points are the served step: `batch` sessions generate through a
+// Runner over a DecodeFirstScheduler and the CudaExecutor, as `cellm serve`
+// runs them (executor.execute, the device sampler, the callbacks), with a
+// fixed length and no stop token. Each session first prefills `context`
+// tokens; only the steps in which every session decodes are timed, from the
+// Runner's own deliveries. Twice: greedy, then seeded sampling at
+// temperature 1. Prefill points time one forward of the prompt through
+// execute_raw.
 //
-// Thread-safety: runs on the calling thread.
+// Thread-safety: runs on the calling thread (the Runner has its own).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +30,7 @@ struct StepBenchOptions {
   std::vector<int> contexts = {128, 512, 2048, 8192};
   std::vector<int> prompts = {128, 512, 2048, 8192};
   int warmup_steps = 8;
-  int steps = 64;  // one decode_greedy call (kDecodeGreedyMaxSteps) a chain
+  int steps = 64;  // timed decode steps a point (every session decoding)
   int prefill_reps = 5;
   std::string json_path;  // JSON lines appended here when set
   std::uint64_t seed = 1;
