@@ -2,7 +2,6 @@
 // outputs (stop tokens, budgets, the pending token) and end generations.
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <utility>
 
 #include "core/check.h"
@@ -39,33 +38,32 @@ bool EngineCore::step_() {
     slots.push_back(s);
   }
 
-  // Measure the step before executing it.
-  struct PerSession {
-    bool decode = false;
-    bool prefill = false;
-    Position context = 0;
-  };
-  std::map<SessionId, PerSession> per_session;
+  // Measure the step before executing it. A session's slices are adjacent
+  // (Scheduler::get_work), so each run of one session's slots is that
+  // session's share of the step: no map to build.
   std::size_t decode_tokens = 0, prefill_tokens = 0;
-  for (const Slot& s : slots) {
-    PerSession& p = per_session[s.sid];
-    (s.is_decode ? p.decode : p.prefill) = true;
-    p.context = std::max(p.context, s.end);
-    (s.is_decode ? decode_tokens : prefill_tokens) += s.size;
-  }
   const auto now = Clock::now();
   std::int64_t decode_sessions = 0, prefill_sessions = 0, context = 0;
-  for (const auto& [sid, p] : per_session) {
-    decode_sessions += p.decode ? 1 : 0;
-    prefill_sessions += p.prefill ? 1 : 0;
-    context += p.context;
+  for (std::size_t i = 0; i < slots.size();) {
+    const SessionId sid = slots[i].sid;
+    bool decode = false, prefill = false;
+    Position end = 0;
+    for (; i < slots.size() && slots[i].sid == sid; ++i) {
+      const Slot& s = slots[i];
+      (s.is_decode ? decode : prefill) = true;
+      end = std::max(end, s.end);
+      (s.is_decode ? decode_tokens : prefill_tokens) += s.size;
+    }
+    decode_sessions += decode ? 1 : 0;
+    prefill_sessions += prefill ? 1 : 0;
+    context += end;
     auto it = sessions_.find(sid);
     if (it == sessions_.end() || !it->second.active) continue;
     Generation& gen = *it->second.active;
     if (!stamped(gen.metrics.t_first_step)) gen.metrics.t_first_step = now;
     if (gen.last_counted_step != step_count_) {
       gen.last_counted_step = step_count_;
-      ++(p.decode ? gen.metrics.n_decode_steps : gen.metrics.n_prefill_steps);
+      ++(decode ? gen.metrics.n_decode_steps : gen.metrics.n_prefill_steps);
     }
   }
   std::int64_t live = 0, ready = 0;
