@@ -110,7 +110,7 @@ Result<ForwardOutputs> CudaExecutor::run_slice(const program::StepSlice& slice,
   inputs.seq_ids = seq_ids.subspan(begin, length);
   inputs.selector = selector;
   inputs.selects_rows = true;
-  auto out = run_forward(*program_, *cache_, inputs, vocab_size_);
+  auto out = run_forward(*program_, *cache_, inputs, vocab_size_, &forward_scratch_);
   if (out.ok()) ++calls_[slice.method];
   return out;
 }
@@ -244,9 +244,11 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
   CELLM_RETURN_IF_ERROR(check_logits_home(logits));
   if (logits.device() == Device::kCuda) {
     CELLM_RETURN_IF_ERROR(penalize_on_device(logits, sessions));
-    std::vector<float> params;
-    params.reserve(sessions.size() * sampling::kNumParams);
-    std::vector<std::int64_t> suppressed;
+    // Reused across steps, so a step allocates none of them once warm.
+    std::vector<float>& params = sample_params_;
+    std::vector<std::int64_t>& suppressed = sample_suppressed_;
+    params.clear();
+    suppressed.clear();
     bool all_greedy = true;
     bool any_suppressed = false;
     for (SessionId sid : sessions) {
@@ -303,7 +305,7 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
   for (const program::StepSlice& slice :
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
-    const std::vector<std::size_t> wanted = rows.inputs;
+    const std::vector<std::size_t>& wanted = rows.inputs;
     auto forward =
         run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(rows.selector));
     if (!forward.ok()) {
@@ -312,7 +314,8 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
       return false;
     }
     if (wanted.empty()) continue;
-    std::vector<SessionId> sessions;
+    std::vector<SessionId>& sessions = step_sessions_;
+    sessions.clear();
     for (std::size_t input : wanted) sessions.push_back(batch.inputs[input].sid);
     auto tokens = sample_outputs(forward->logits, sessions);
     if (!tokens.ok()) {

@@ -192,6 +192,12 @@ class CudaExecutor final : public Executor {
   bool sampler_suppresses_;
   bool has_argmax_;
   bool has_penalizer_;
+  // The step path's buffers, reused from step to step: the forward's inputs,
+  // the rows' sessions and the device sampler's params and suppressed ids.
+  ForwardScratch forward_scratch_;
+  std::vector<SessionId> step_sessions_;
+  std::vector<float> sample_params_;
+  std::vector<std::int64_t> sample_suppressed_;
   // penalize_on_device's staging (reused from step to step).
   std::vector<sampling::PenaltyEntry> penalty_entries_;
   std::vector<sampling::PenaltyEntry> penalty_row_entries_;
