@@ -2,6 +2,8 @@
 // outputs (stop tokens, budgets, the pending token) and end generations.
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <variant>
 #include <utility>
 
 #include "core/check.h"
@@ -13,6 +15,20 @@ namespace cellm::detail {
 namespace {
 
 constexpr std::int64_t kMaxPosition = std::numeric_limits<Position>::max();
+
+// The one-token payload of a session's next decode. A decode slot's own
+// payload is reused when nothing else holds it any more (the executor kept no
+// copy): a decode step then allocates none. Every decode payload is made
+// here, as a mutable vector, so writing through the shared const view writes
+// that vector.
+TokenInputPtr next_decode_payload(InputPayload& used, bool was_decode, Token token) {
+  if (auto* p = std::get_if<TokenInputPtr>(&used);
+      was_decode && p != nullptr && *p != nullptr && p->use_count() == 1 && (*p)->size() == 1) {
+    std::const_pointer_cast<std::vector<Token>>(*p)->front() = token;
+    return std::move(*p);
+  }
+  return std::make_shared<std::vector<Token>>(1, token);
+}
 
 }  // namespace
 
@@ -141,7 +157,65 @@ bool EngineCore::step_() {
     it->second.pending.reset();
     it->second.state->position.store(s.end);
   }
-  for (std::size_t i = 0; i < slots.size(); ++i) handle_output_(slots[i], out.outputs[i]);
+  // The generation of a slot that produced output and goes on (not ended by
+  // its output, its callback or anything else): it has a pending token to
+  // decode next.
+  const auto continued = [this](const Slot& slot) -> Generation* {
+    if (!slot.produce_output) return nullptr;
+    auto it = sessions_.find(slot.sid);
+    if (it == sessions_.end()) return nullptr;
+    const SessionRecord& rec = it->second;
+    if (!rec.active || rec.active->id != slot.generation || !rec.pending) return nullptr;
+    return rec.active.get();
+  };
+  // Each output is handled in order; the decodes that continue the step's
+  // generations are queued together once all are (one scheduler call a step).
+  std::vector<Task> next;
+  std::vector<TaskId> made;
+  next.reserve(slots.size());
+  made.reserve(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    handle_output_(slots[i], out.outputs[i]);
+    Generation* gen = continued(slots[i]);
+    if (gen == nullptr) continue;
+    const SessionRecord& rec = sessions_.find(slots[i].sid)->second;
+    Input in;
+    in.sid = slots[i].sid;
+    in.produce_output = true;
+    in.size = 1;
+    in.payload = next_decode_payload(batch.inputs[i].payload, slots[i].is_decode, *rec.pending);
+    in.position = rec.position;
+    next.push_back(make_task_(*gen, std::move(in), true));
+    made.push_back(next.back().tid);
+  }
+  if (next.empty()) return true;
+  bool queued = false;
+  try {
+    queued = scheduler_->submit(std::move(next));
+  } catch (...) {
+    queued = false;
+  }
+  if (queued) return true;
+  // Refused as a whole: each generation tries alone, so only those the
+  // scheduler refuses fail.
+  for (TaskId tid : made) task_owner_.erase(tid);
+  for (const Slot& slot : slots) {
+    Generation* gen = continued(slot);
+    if (gen == nullptr) continue;
+    const SessionRecord& rec = sessions_.find(slot.sid)->second;
+    Input in;
+    in.sid = slot.sid;
+    in.produce_output = true;
+    in.size = 1;
+    in.payload = std::make_shared<std::vector<Token>>(1, *rec.pending);
+    in.position = rec.position;
+    std::vector<Task> one;
+    one.push_back(make_task_(*gen, std::move(in), true));
+    if (!submit_tasks_(*gen, std::move(one))) {
+      const std::shared_ptr<Generation> owner = rec.active;  // finish_ resets rec.active
+      finish_(owner, FinishReason::kFailed, {}, "scheduler rejected generation tasks");
+    }
+  }
   return true;
 }
 
@@ -261,17 +335,7 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
       return;
     }
   }
-  Input in;
-  in.sid = slot.sid;
-  in.produce_output = true;
-  in.size = 1;
-  in.payload = std::make_shared<const std::vector<Token>>(1, *rec.pending);
-  in.position = rec.position;
-  std::vector<Task> next;
-  next.push_back(make_task_(*gen, std::move(in), true));
-  if (!submit_tasks_(*gen, std::move(next))) {
-    finish_(gen, FinishReason::kFailed, {}, "scheduler rejected generation tasks");
-  }
+  // The generation goes on: step_ queues its next decode (continued_).
 }
 
 void EngineCore::finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
