@@ -133,7 +133,9 @@ Result<Served> served_decode(Runner& runner, const model::ModelSpec& spec, int b
   std::vector<Session> sessions;
   for (auto& f : opening) {
     std::optional<Session> s = f.get();
-    if (!s) return internal_error("bench: the runner refused session {} of {}", sessions.size(), batch);
+    if (!s) {
+      return internal_error("bench: the runner refused session {} of {}", sessions.size(), batch);
+    }
     sessions.push_back(std::move(*s));
   }
   const auto vocab = static_cast<unsigned>(spec.vocab_size);
@@ -213,8 +215,8 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
     std::unique_ptr<Runner> runner;
     if (per_session > extra) {
       // Not initialized here: the runner's engine thread does it, as in serve.
-      CELLM_ASSIGN_OR_RETURN(ex, executor::CudaExecutor::create(program, batch,
-                                                                static_cast<int>(per_session)));
+      CELLM_ASSIGN_OR_RETURN(
+          ex, executor::CudaExecutor::create(program, batch, static_cast<int>(per_session)));
       // As `cellm serve` builds it: every session may decode in one step,
       // prompts go in chunks beside them (long ones, as `bench serve`'s).
       const std::size_t chunk = std::min<std::size_t>(2048, ex->preferred_batch_tokens());

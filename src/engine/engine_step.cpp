@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
-#include <variant>
 #include <utility>
+#include <variant>
 
 #include "core/check.h"
 #include "core/clock.h"

@@ -184,7 +184,7 @@ class SessionTable {
   SessionId next_id_ = 1;  // 0 once every id is spent
   std::unordered_map<SessionId, Entry> sessions_;
   std::uint64_t packs_ = 0;  // pack() calls, the cursors' stamps
-  std::mt19937_64 seeds_;  // the seeds of policies given none
+  std::mt19937_64 seeds_;    // the seeds of policies given none
   // Host sampling scratch (a widened row and its entries).
   std::vector<float> row_;
   std::vector<sampling::PenaltyEntry> entries_;

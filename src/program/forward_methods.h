@@ -23,14 +23,7 @@
 
 namespace cellm::program {
 
-enum class MethodKind : std::uint8_t {
-  kStatic,
-  kDynamic,
-  kModule,
-  kSample,
-  kArgmax,
-  kPenalize
-};
+enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax, kPenalize };
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
 constexpr bool is_forward(MethodKind kind) {

@@ -28,9 +28,8 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
         "the CUDA program does not export taps yet; use the CPU program for "
         "execute_raw taps");
   }
-  CELLM_ASSIGN_OR_RETURN(
-      program::ForwardMethods methods,
-      program::ForwardMethods::build(options, std::string(kBackend)));
+  CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
+                         program::ForwardMethods::build(options, std::string(kBackend)));
   std::int64_t cells = options.kv_cells;
   if (cells == 0) {
     std::size_t free_bytes = 0;

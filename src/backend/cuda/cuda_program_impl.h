@@ -105,7 +105,7 @@ class CudaProgram final : public program::Program {
   std::unique_ptr<CudaForward> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
+  PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   // Static methods' graphs by width and how they cut the keys.
   std::map<std::pair<std::int32_t, DecodeSplit>, CapturedStep> graphs_;
