@@ -1,11 +1,13 @@
 #include "app/bench_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <utility>
@@ -26,6 +28,150 @@
 
 namespace cellm::app {
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status finished_well(const GenerationHandle& h, const char* what) {
+  h.wait();
+  if (h.finish_reason() != FinishReason::kNewTokenLimit) {
+    return internal_error("bench: a {} generation ended with {}{}{}", what,
+                          h.finish_reason() ? finish_reason_name(*h.finish_reason()) : "nothing",
+                          h.error_message().empty() ? "" : ": ", h.error_message());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// `batch` sessions through the runner: each prefills `context - 1` random
+// tokens and draws one (greedy); then all of them generate `warmup + steps +
+// 1` more tokens from one token each, with `sampling` (seeded), no stop token.
+// The second generations are started together from the last prefill's
+// callback, on the engine thread, so they all enter the same step; each
+// delivery is counted there, and session 0's are stamped with the time and
+// the engine's step number. The timed span is session 0's deliveries
+// `warmup` to the last: `steps` engine loops, execute() included, each of
+// which must hold one delivery of every session.
+Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOptions& o) {
+  if (o.batch < 1 || o.context < 2 || o.steps < 1 || o.warmup_steps < 0 || o.vocab < 1) {
+    return invalid_argument(
+        "served decode: needs a batch of at least 1, a context of at least 2 tokens, steps > 0, "
+        "warm-up >= 0 and a vocabulary; got {}, {}, {}, {} and {}",
+        o.batch, o.context, o.steps, o.warmup_steps, o.vocab);
+  }
+  const int batch = o.batch;
+  const auto rows = static_cast<std::size_t>(batch);
+  std::mt19937 rng(static_cast<std::uint32_t>(o.seed ^ (o.seed >> 32)) +
+                   static_cast<std::uint32_t>(o.context));
+  std::vector<std::future<std::optional<Session> > > opening;
+  for (int b = 0; b < batch; ++b) opening.push_back(runner.open_session_async());
+  std::vector<Session> sessions;
+  for (auto& f : opening) {
+    std::optional<Session> s = f.get();
+    if (!s) {
+      return internal_error("bench: the runner refused session {} of {}", sessions.size(), batch);
+    }
+    sessions.push_back(std::move(*s));
+  }
+  const auto vocab = static_cast<unsigned>(o.vocab);
+  std::vector<std::vector<Token> > prompts(rows);
+  std::vector<Token> next(rows);
+  for (std::size_t b = 0; b < rows; ++b) {
+    prompts[b].resize(static_cast<std::size_t>(o.context - 1));
+    for (Token& t : prompts[b]) t = rng() % vocab;
+    next[b] = rng() % vocab;
+  }
+
+  const int warmup = std::max(1, o.warmup_steps);  // past the step that takes the new token
+  const int generated = warmup + o.steps + 1;
+  struct Delivery {
+    Clock::time_point at;
+    std::int64_t step = 0;   // the engine's steps before this one
+    std::int64_t index = 0;  // deliveries of every session so far
+  };
+  // Written on the engine thread only; read here once the generations ended.
+  std::vector<Delivery> first;
+  first.reserve(static_cast<std::size_t>(generated));
+  std::vector<int> counts(rows, 0);
+  std::int64_t delivered = 0;
+  std::vector<GenerationHandle> decoding(rows);
+  const auto start_decoding = [&] {
+    for (std::size_t b = 0; b < rows; ++b) {
+      GenConfig config;
+      config.max_new_tokens = generated;
+      config.sampling = o.sampling;
+      config.seed = o.seed + b;
+      decoding[b] = sessions[b].generate_async(
+          std::vector<Token>{next[b]}, config, [&, b](const GenerationUpdate& u) {
+            for (std::size_t i = 0; i < u.tokens.size(); ++i) {
+              ++delivered;
+              ++counts[b];
+              if (b == 0) first.push_back({Clock::now(), runner.metrics().steps, delivered});
+            }
+          });
+    }
+  };
+
+  std::atomic<int> prefilled{0};
+  std::mutex failure_mu;
+  std::string failure;  // the first prefill that did not end at its one token
+  std::promise<void> started;
+  for (std::size_t b = 0; b < rows; ++b) {
+    GenConfig config;
+    config.max_new_tokens = 1;
+    sessions[b].generate_async(std::move(prompts[b]), config, [&](const GenerationUpdate& u) {
+      if (!u.finish_reason) return;
+      if (*u.finish_reason != FinishReason::kNewTokenLimit) {
+        std::lock_guard lock(failure_mu);
+        if (failure.empty()) {
+          failure = fmt::format("a prefill ended with {}: {}", finish_reason_name(*u.finish_reason),
+                                u.error_message);
+        }
+      }
+      if (prefilled.fetch_add(1) + 1 == batch) {
+        bool failed = false;
+        {
+          std::lock_guard lock(failure_mu);
+          failed = !failure.empty();
+        }
+        if (!failed) start_decoding();
+        started.set_value();  // last: the caller may return once it is set
+      }
+    });
+  }
+  started.get_future().wait();
+  {
+    std::lock_guard lock(failure_mu);
+    if (!failure.empty()) return internal_error("bench: {}", failure);
+  }
+  for (const GenerationHandle& h : decoding) CELLM_RETURN_IF_ERROR(finished_well(h, "decode"));
+  sessions.clear();  // closes them, freeing their cells for the next point
+
+  for (int c : counts) {
+    if (c != generated) {
+      return internal_error("bench: a session delivered {} tokens of {}", c, generated);
+    }
+  }
+  for (int i = warmup; i + 1 < generated; ++i) {
+    const Delivery& a = first[static_cast<std::size_t>(i)];
+    const Delivery& b = first[static_cast<std::size_t>(i + 1)];
+    if (b.step != a.step + 1 || b.index - a.index != batch) {
+      return internal_error(
+          "bench: the {} sessions did not decode together: session 0's deliveries {} and {} are "
+          "{} steps and {} deliveries apart (the runner must decode every session in every step)",
+          batch, i, i + 1, b.step - a.step, b.index - a.index);
+    }
+  }
+  ServedDecode out;
+  out.steps = o.steps;
+  out.ms_per_step = std::chrono::duration<double, std::milli>(
+                        first.back().at - first[static_cast<std::size_t>(warmup)].at)
+                        .count() /
+                    o.steps;
+  return out;
+}
+
 #ifndef CELLM_HAVE_CUDA
 
 Status run_step_bench(const StepBenchOptions&, std::FILE*) {
@@ -37,8 +183,6 @@ Status run_step_bench(const StepBenchOptions&, std::FILE*) {
 #else
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Point {
   std::string kind;
@@ -101,99 +245,6 @@ Status timed_step(executor::CudaExecutor& ex, const executor::RawTargetStep& ste
   return Status::ok();
 }
 
-Status finished_well(const GenerationHandle& h, const char* what) {
-  h.wait();
-  if (h.finish_reason() != FinishReason::kNewTokenLimit) {
-    return internal_error("bench: a {} generation ended with {}{}{}", what,
-                          h.finish_reason() ? finish_reason_name(*h.finish_reason()) : "nothing",
-                          h.error_message().empty() ? "" : ": ", h.error_message());
-  }
-  return Status::ok();
-}
-
-// What one served decode point measured.
-struct Served {
-  double ms = 0;
-  int steps = 0;
-};
-
-// `batch` sessions through the runner: each prefills `context - 1` random
-// tokens and draws one (greedy), then all of them generate `warmup + steps`
-// more tokens from one token each, with `sampling` (seeded), no stop token.
-// Every delivery is stamped on the engine thread. The timed span runs from
-// the first step at which every session had delivered `warmup` tokens of the
-// second generation (so all of them decode from there on) to the first step
-// at which one of them finished; a step is the time between two deliveries
-// of session 0 inside it: the whole engine loop, execute() included.
-Result<Served> served_decode(Runner& runner, const model::ModelSpec& spec, int batch, int context,
-                             const SamplingParams& sampling, const StepBenchOptions& o,
-                             std::mt19937& rng) {
-  std::vector<std::future<std::optional<Session> > > opening;
-  for (int b = 0; b < batch; ++b) opening.push_back(runner.open_session_async());
-  std::vector<Session> sessions;
-  for (auto& f : opening) {
-    std::optional<Session> s = f.get();
-    if (!s) {
-      return internal_error("bench: the runner refused session {} of {}", sessions.size(), batch);
-    }
-    sessions.push_back(std::move(*s));
-  }
-  const auto vocab = static_cast<unsigned>(spec.vocab_size);
-  std::vector<GenerationHandle> handles;
-  for (Session& s : sessions) {
-    std::vector<Token> prompt(static_cast<std::size_t>(context - 1));
-    for (Token& t : prompt) t = rng() % vocab;
-    GenConfig config;
-    config.max_new_tokens = 1;
-    handles.push_back(s.generate_async(std::move(prompt), config, [](const GenerationUpdate&) {}));
-  }
-  for (const GenerationHandle& h : handles) CELLM_RETURN_IF_ERROR(finished_well(h, "prefill"));
-  handles.clear();
-
-  const int warmup = std::max(1, o.warmup_steps);  // past the step that takes the new token
-  const int generated = warmup + o.steps + 2;
-  std::vector<std::vector<Clock::time_point> > stamps(static_cast<std::size_t>(batch));
-  for (auto& v : stamps) v.reserve(static_cast<std::size_t>(generated) + 1);
-  for (int b = 0; b < batch; ++b) {
-    GenConfig config;
-    config.max_new_tokens = generated;
-    config.sampling = sampling;
-    config.seed = o.seed + static_cast<std::uint64_t>(b);
-    std::vector<Clock::time_point>* mine = &stamps[static_cast<std::size_t>(b)];
-    handles.push_back(sessions[static_cast<std::size_t>(b)].generate_async(
-        std::vector<Token>{rng() % vocab}, config, [mine](const GenerationUpdate& u) {
-          const auto now = Clock::now();
-          for (std::size_t i = 0; i < u.tokens.size(); ++i) mine->push_back(now);
-        }));
-  }
-  for (const GenerationHandle& h : handles) CELLM_RETURN_IF_ERROR(finished_well(h, "decode"));
-  sessions.clear();  // closes them, freeing their cells for the next point
-
-  Clock::time_point begin = Clock::time_point::min(), end = Clock::time_point::max();
-  for (const auto& v : stamps) {
-    if (static_cast<int>(v.size()) != generated) {
-      return internal_error("bench: a session delivered {} tokens of {}", v.size(), generated);
-    }
-    begin = std::max(begin, v[static_cast<std::size_t>(warmup)]);
-    end = std::min(end, v.back());
-  }
-  const auto& first = stamps[0];
-  const auto from = std::lower_bound(first.begin(), first.end(), begin);
-  auto to = std::upper_bound(first.begin(), first.end(), end);
-  const int steps = from < to ? static_cast<int>(to - from) - 1 : 0;
-  if (steps < std::max(1, o.steps / 2)) {
-    return internal_error(
-        "bench: only {} steps had all {} sessions decoding (of {} asked); the sessions did not "
-        "decode together",
-        steps, batch, o.steps);
-  }
-  --to;
-  Served out;
-  out.steps = steps;
-  out.ms = std::chrono::duration<double, std::milli>(*to - *from).count() / steps;
-  return out;
-}
-
 Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model::ModelSpec& spec,
                                           std::shared_ptr<program::Program> program,
                                           const cuda::DeviceCeilings& dev, std::FILE* out) {
@@ -202,7 +253,6 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
   const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
   // Room for the context, the first generation's token and the second's.
   const int extra = std::max(1, o.warmup_steps) + o.steps + 4;
-  std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
   SamplingParams sampled;
   sampled.temperature = 1.0f;
   const std::vector<std::pair<const char*, SamplingParams> > modes = {{kGreedy, {}},
@@ -238,9 +288,16 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
           points.push_back(p);
           continue;
         }
-        CELLM_ASSIGN_OR_RETURN(Served served,
-                               served_decode(*runner, spec, batch, context, sampling, o, rng));
-        p.ms = served.ms;
+        ServedDecodeOptions so;
+        so.batch = batch;
+        so.context = context;
+        so.sampling = sampling;
+        so.warmup_steps = o.warmup_steps;
+        so.steps = o.steps;
+        so.seed = o.seed;
+        so.vocab = spec.vocab_size;
+        CELLM_ASSIGN_OR_RETURN(ServedDecode served, time_served_decode(*runner, so));
+        p.ms = served.ms_per_step;
         p.steps = served.steps;
         p.tokens_per_s = batch * 1000.0 / p.ms;
         // The KV the timed steps read, on average: the context, the warm-up

@@ -12,7 +12,8 @@
 // temperature 1. Prefill points time one forward of the prompt through
 // execute_raw.
 //
-// Thread-safety: runs on the calling thread (the Runner has its own).
+// Thread-safety: runs on the calling thread (the Runner has its own engine
+// thread, where the deliveries are stamped).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "cellm/runner.h"
 #include "cellm/status.h"
+#include "cellm/types.h"
 
 namespace cellm::app {
 
@@ -35,6 +38,27 @@ struct StepBenchOptions {
   std::string json_path;  // JSON lines appended here when set
   std::uint64_t seed = 1;
 };
+
+// One decode point as `cellm serve` runs it (see above), on any executor.
+struct ServedDecodeOptions {
+  int batch = 1;            // sessions decoding together
+  int context = 512;        // tokens each holds when the warm-up starts (>= 2)
+  SamplingParams sampling;  // of the timed generations, seeded per session
+  int warmup_steps = 8;
+  int steps = 64;
+  std::uint64_t seed = 1;
+  std::int64_t vocab = 0;  // the prompts' random ids lie in [0, vocab)
+};
+struct ServedDecode {
+  double ms_per_step = 0;
+  int steps = 0;  // steps timed, every session decoding in each
+};
+// Runs one point on `runner`, whose executor must hold `batch` sessions of
+// context + warmup + steps + 4 tokens and whose scheduler must decode them
+// all in one step: an error otherwise (a refused session, or fewer than half
+// the steps with every session decoding). Blocks until the generations end;
+// never call it from a callback of the same runner.
+Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOptions& options);
 
 // Runs the benchmark, printing progress and a table to `out`.
 Status run_step_bench(const StepBenchOptions& options, std::FILE* out);
