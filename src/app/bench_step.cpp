@@ -255,8 +255,9 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
   const int extra = std::max(1, o.warmup_steps) + o.steps + 4;
   SamplingParams sampled;
   sampled.temperature = 1.0f;
-  const std::vector<std::pair<const char*, SamplingParams> > modes = {{kGreedy, {}},
-                                                                      {kSampled, sampled}};
+  std::vector<std::pair<const char*, SamplingParams> > modes;
+  if (o.sampling != "sampled") modes.emplace_back(kGreedy, SamplingParams{});
+  if (o.sampling != "greedy") modes.emplace_back(kSampled, sampled);
   for (int batch : o.batches) {
     const std::int64_t per_session =
         std::min<std::int64_t>({(cells - 1) / batch - 1,
@@ -373,6 +374,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   }
   for (int c : o.contexts) {
     if (c < 2) return invalid_argument("--context {}: a decode context needs at least 2 tokens", c);
+  }
+  if (o.sampling != "greedy" && o.sampling != "sampled" && o.sampling != "both") {
+    return invalid_argument("--sampling {}: give greedy, sampled or both", o.sampling);
   }
   if (cuda::device_count() == 0) {
     return unavailable("no CUDA device is visible; bench step measures the GPU");

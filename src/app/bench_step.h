@@ -34,6 +34,8 @@ struct StepBenchOptions {
   std::vector<int> prompts = {128, 512, 2048, 8192};
   int warmup_steps = 8;
   int steps = 64;  // timed decode steps a point (every session decoding)
+  // Decode lines: "greedy", "sampled" (temperature 1, seeded) or "both".
+  std::string sampling = "both";
   int prefill_reps = 5;
   std::string json_path;  // JSON lines appended here when set
   std::uint64_t seed = 1;
