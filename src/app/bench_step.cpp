@@ -44,47 +44,73 @@ Status finished_well(const GenerationHandle& h, const char* what) {
 
 }  // namespace
 
-// `batch` sessions through the runner: each prefills `context - 1` random
-// tokens and draws one (greedy); then all of them generate `warmup + steps +
-// 1` more tokens from one token each, with `sampling` (seeded), no stop token.
-// The second generations are started together from the last prefill's
-// callback, on the engine thread, so they all enter the same step; each
-// delivery is counted there, and session 0's are stamped with the time and
-// the engine's step number. The timed span is session 0's deliveries
-// `warmup` to the last: `steps` engine loops, execute() included, each of
-// which must hold one delivery of every session.
-Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOptions& o) {
-  if (o.batch < 1 || o.context < 2 || o.steps < 1 || o.warmup_steps < 0 || o.vocab < 1) {
-    return invalid_argument(
-        "served decode: needs a batch of at least 1, a context of at least 2 tokens, steps > 0, "
-        "warm-up >= 0 and a vocabulary; got {}, {}, {}, {} and {}",
-        o.batch, o.context, o.steps, o.warmup_steps, o.vocab);
+Result<ServedDecodeBench> ServedDecodeBench::open(Runner& runner, int batch, std::int64_t vocab,
+                                                  std::uint64_t seed) {
+  if (batch < 1 || vocab < 1) {
+    return invalid_argument("served decode: needs a batch and a vocabulary, got {} and {}", batch,
+                            vocab);
   }
-  const int batch = o.batch;
-  const auto rows = static_cast<std::size_t>(batch);
-  std::mt19937 rng(static_cast<std::uint32_t>(o.seed ^ (o.seed >> 32)) +
-                   static_cast<std::uint32_t>(o.context));
+  ServedDecodeBench bench(runner, vocab, seed);
   std::vector<std::future<std::optional<Session> > > opening;
   for (int b = 0; b < batch; ++b) opening.push_back(runner.open_session_async());
-  std::vector<Session> sessions;
   for (auto& f : opening) {
     std::optional<Session> s = f.get();
     if (!s) {
-      return internal_error("bench: the runner refused session {} of {}", sessions.size(), batch);
+      return internal_error("bench: the runner refused session {} of {}",
+                            bench.sessions_.size() + 1, batch);
     }
-    sessions.push_back(std::move(*s));
+    bench.sessions_.push_back(std::move(*s));
   }
-  const auto vocab = static_cast<unsigned>(o.vocab);
-  std::vector<std::vector<Token> > prompts(rows);
-  std::vector<Token> next(rows);
-  for (std::size_t b = 0; b < rows; ++b) {
-    prompts[b].resize(static_cast<std::size_t>(o.context - 1));
-    for (Token& t : prompts[b]) t = rng() % vocab;
-    next[b] = rng() % vocab;
-  }
+  return bench;
+}
 
-  const int warmup = std::max(1, o.warmup_steps);  // past the step that takes the new token
-  const int generated = warmup + o.steps + 1;
+Token ServedDecodeBench::draw() {
+  // splitmix64 of (seed, index): the same ids for the same seed.
+  std::uint64_t z = seed_ + 0x9e3779b97f4a7c15ULL * ++draws_;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<Token>((z ^ (z >> 31)) % static_cast<std::uint64_t>(vocab_));
+}
+
+// A generation from `delta` tokens commits the pending token and the delta
+// and leaves the one it draws pending: a session holds delta + 1 more.
+Status ServedDecodeBench::prefill_to(int context) {
+  if (context <= held_) return Status::ok();
+  const int delta = std::max(1, context - held_ - 1);
+  std::vector<GenerationHandle> handles;
+  for (Session& s : sessions_) {
+    std::vector<Token> prompt(static_cast<std::size_t>(delta));
+    for (Token& t : prompt) t = draw();
+    GenConfig config;
+    config.max_new_tokens = 1;
+    handles.push_back(s.generate_async(std::move(prompt), config, [](const GenerationUpdate&) {}));
+  }
+  for (const GenerationHandle& h : handles) CELLM_RETURN_IF_ERROR(finished_well(h, "prefill"));
+  held_ += delta + 1;
+  return Status::ok();
+}
+
+// Two generations a session: one token in and one out, whose last callback
+// (on the engine thread) starts every session's timed generation, so that
+// they all enter the same step; then that one. Its deliveries are counted
+// there, and session 0's stamped with the time and the engine's step
+// number; each timed step (session 0's deliveries `warmup` to the last) must
+// hold one delivery of every session.
+Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int warmup_steps,
+                                             int steps) {
+  if (steps < 1 || warmup_steps < 0) {
+    return invalid_argument("served decode: needs steps > 0 and a warm-up >= 0, got {} and {}",
+                            steps, warmup_steps);
+  }
+  const std::size_t rows = sessions_.size();
+  const int batch = static_cast<int>(rows);
+  const int warmup = std::max(1, warmup_steps);  // past the step that takes the new token
+  const int generated = warmup + steps + 1;
+  std::vector<Token> first_in(rows), second_in(rows);
+  for (std::size_t b = 0; b < rows; ++b) {
+    first_in[b] = draw();
+    second_in[b] = draw();
+  }
   struct Delivery {
     Clock::time_point at;
     std::int64_t step = 0;   // the engine's steps before this one
@@ -95,15 +121,16 @@ Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOption
   first.reserve(static_cast<std::size_t>(generated));
   std::vector<int> counts(rows, 0);
   std::int64_t delivered = 0;
-  std::vector<GenerationHandle> decoding(rows);
-  const auto start_decoding = [&] {
+  std::vector<GenerationHandle> timed(rows);
+  Runner& runner = *runner_;
+  const auto start_timed = [&] {
     for (std::size_t b = 0; b < rows; ++b) {
       GenConfig config;
       config.max_new_tokens = generated;
-      config.sampling = o.sampling;
-      config.seed = o.seed + b;
-      decoding[b] = sessions[b].generate_async(
-          std::vector<Token>{next[b]}, config, [&, b](const GenerationUpdate& u) {
+      config.sampling = sampling;
+      config.seed = seed_ + draws_ + b;
+      timed[b] = sessions_[b].generate_async(
+          std::vector<Token>{second_in[b]}, config, [&, b](const GenerationUpdate& u) {
             for (std::size_t i = 0; i < u.tokens.size(); ++i) {
               ++delivered;
               ++counts[b];
@@ -112,41 +139,48 @@ Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOption
           });
     }
   };
-
-  std::atomic<int> prefilled{0};
+  std::atomic<std::size_t> ended{0};
   std::mutex failure_mu;
-  std::string failure;  // the first prefill that did not end at its one token
-  std::promise<void> started;
+  std::string failure;  // the first one-token generation that did not end at its token
+  // Shared with the callbacks: the last one may still be inside set_value()
+  // when the waiter below goes on.
+  const auto started = std::make_shared<std::promise<void> >();
   for (std::size_t b = 0; b < rows; ++b) {
     GenConfig config;
     config.max_new_tokens = 1;
-    sessions[b].generate_async(std::move(prompts[b]), config, [&](const GenerationUpdate& u) {
-      if (!u.finish_reason) return;
-      if (*u.finish_reason != FinishReason::kNewTokenLimit) {
-        std::lock_guard lock(failure_mu);
-        if (failure.empty()) {
-          failure = fmt::format("a prefill ended with {}: {}", finish_reason_name(*u.finish_reason),
-                                u.error_message);
-        }
-      }
-      if (prefilled.fetch_add(1) + 1 == batch) {
-        bool failed = false;
-        {
-          std::lock_guard lock(failure_mu);
-          failed = !failure.empty();
-        }
-        if (!failed) start_decoding();
-        started.set_value();  // last: the caller may return once it is set
-      }
-    });
+    sessions_[b].generate_async(
+        std::vector<Token>{first_in[b]}, config, [&, started](const GenerationUpdate& u) {
+          if (!u.finish_reason) return;
+          if (*u.finish_reason != FinishReason::kNewTokenLimit) {
+            std::lock_guard lock(failure_mu);
+            if (failure.empty()) {
+              failure = fmt::format("a one-token generation ended with {}: {}",
+                                    finish_reason_name(*u.finish_reason), u.error_message);
+            }
+          }
+          if (ended.fetch_add(1) + 1 == rows) {
+            bool failed = false;
+            {
+              std::lock_guard lock(failure_mu);
+              failed = !failure.empty();
+            }
+            if (!failed) start_timed();
+            started->set_value();  // last: the caller may go on once it is set
+          }
+        });
   }
-  started.get_future().wait();
+  started->get_future().wait();
   {
     std::lock_guard lock(failure_mu);
     if (!failure.empty()) return internal_error("bench: {}", failure);
   }
-  for (const GenerationHandle& h : decoding) CELLM_RETURN_IF_ERROR(finished_well(h, "decode"));
-  sessions.clear();  // closes them, freeing their cells for the next point
+  held_ += 2;
+  const int before = held_;
+  // Every generation ends before any check: their callbacks write the
+  // locals above.
+  for (const GenerationHandle& h : timed) h.wait();
+  for (const GenerationHandle& h : timed) CELLM_RETURN_IF_ERROR(finished_well(h, "decode"));
+  held_ += 1 + generated;
 
   for (int c : counts) {
     if (c != generated) {
@@ -164,11 +198,13 @@ Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOption
     }
   }
   ServedDecode out;
-  out.steps = o.steps;
+  out.steps = steps;
   out.ms_per_step = std::chrono::duration<double, std::milli>(
                         first.back().at - first[static_cast<std::size_t>(warmup)].at)
                         .count() /
-                    o.steps;
+                    steps;
+  // The step that delivers token i attends before + i + 1 keys.
+  out.mean_keys = before + 1 + (warmup + 1 + generated - 1) / 2.0;
   return out;
 }
 
@@ -250,21 +286,26 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
                                           const cuda::DeviceCeilings& dev, std::FILE* out) {
   std::vector<Point> points;
   const std::int64_t cells = *program->constant(program::kMaxCellsConstant);
-  const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
-  // Room for the context, the first generation's token and the second's.
-  const int extra = std::max(1, o.warmup_steps) + o.steps + 4;
   SamplingParams sampled;
   sampled.temperature = 1.0f;
   std::vector<std::pair<const char*, SamplingParams> > modes;
   if (o.sampling != "sampled") modes.emplace_back(kGreedy, SamplingParams{});
   if (o.sampling != "greedy") modes.emplace_back(kSampled, sampled);
+  // The sessions grow from one context to the next (each prefilled once for
+  // every mode): contexts in ascending order, each point adding this many.
+  const int per_point =
+      static_cast<int>(modes.size()) * ServedDecodeBench::tokens_per_time(o.warmup_steps, o.steps);
+  std::vector<int> contexts = o.contexts;
+  std::sort(contexts.begin(), contexts.end());
+  const int max_context = contexts.back();
   for (int batch : o.batches) {
-    const std::int64_t per_session =
-        std::min<std::int64_t>({(cells - 1) / batch - 1,
-                                static_cast<std::int64_t>(max_context) + extra, spec.max_context});
+    const std::int64_t per_session = std::min<std::int64_t>(
+        {(cells - 1) / batch - 1, static_cast<std::int64_t>(max_context) + per_point + 2,
+         spec.max_context});
     std::unique_ptr<executor::CudaExecutor> ex;
     std::unique_ptr<Runner> runner;
-    if (per_session > extra) {
+    std::optional<ServedDecodeBench> bench;
+    if (per_session > per_point + 2) {
       // Not initialized here: the runner's engine thread does it, as in serve.
       CELLM_ASSIGN_OR_RETURN(
           ex, executor::CudaExecutor::create(program, batch, static_cast<int>(per_session)));
@@ -279,42 +320,40 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
       if (runner->initialization_state() != InitializationState::kReady) {
         return internal_error("the executor failed to initialize (see the log)");
       }
+      CELLM_ASSIGN_OR_RETURN(bench,
+                             ServedDecodeBench::open(*runner, batch, spec.vocab_size,
+                                                     o.seed + static_cast<std::uint64_t>(batch)));
     }
-    for (int context : o.contexts) {
+    for (int context : contexts) {
+      const int start = bench ? std::max(context, bench->context()) : context;
       for (const auto& [name, sampling] : modes) {
         Point p{"decode", name, batch, context};
-        if (!runner || context + extra > per_session) {
-          p.skipped = fmt::format("needs {} cells, the pool holds {}",
-                                  static_cast<std::int64_t>(batch) * (context + extra), cells);
+        if (!bench || start + per_point + 2 > per_session) {
+          p.skipped =
+              fmt::format("needs {} cells, the pool holds {}",
+                          static_cast<std::int64_t>(batch) * (context + per_point + 2), cells);
           points.push_back(p);
           continue;
         }
-        ServedDecodeOptions so;
-        so.batch = batch;
-        so.context = context;
-        so.sampling = sampling;
-        so.warmup_steps = o.warmup_steps;
-        so.steps = o.steps;
-        so.seed = o.seed;
-        so.vocab = spec.vocab_size;
-        CELLM_ASSIGN_OR_RETURN(ServedDecode served, time_served_decode(*runner, so));
+        CELLM_RETURN_IF_ERROR(bench->prefill_to(context));
+        CELLM_ASSIGN_OR_RETURN(ServedDecode served, bench->time(sampling, o.warmup_steps, o.steps));
         p.ms = served.ms_per_step;
         p.steps = served.steps;
         p.tokens_per_s = batch * 1000.0 / p.ms;
-        // The KV the timed steps read, on average: the context, the warm-up
-        // and half the timed steps.
+        // The KV the timed steps read, on average, and every weight.
         const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
-                          (context + 1 + std::max(1, o.warmup_steps) + served.steps / 2.0);
+                          served.mean_keys;
         p.floor_ms = (weight_bytes_read(spec) + kv) / dev.copy_bytes_per_s * 1e3;
         std::fprintf(out,
                      "decode batch %4d context %5d %-22s %8.3f ms/step  %9.0f tok/s  (%.0f%% of "
-                     "roofline, %d steps)\n",
-                     batch, context, name, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms,
-                     p.steps);
+                     "roofline, %d steps at %.0f keys)\n",
+                     batch, context, name, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms, p.steps,
+                     served.mean_keys);
         std::fflush(out);
         points.push_back(p);
       }
     }
+    bench.reset();  // closes the sessions before the runner stops
     if (runner) runner->shutdown();
   }
   return points;

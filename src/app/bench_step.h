@@ -16,6 +16,7 @@
 // thread, where the deliveries are stamped).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -41,26 +42,44 @@ struct StepBenchOptions {
   std::uint64_t seed = 1;
 };
 
-// One decode point as `cellm serve` runs it (see above), on any executor.
-struct ServedDecodeOptions {
-  int batch = 1;            // sessions decoding together
-  int context = 512;        // tokens each holds when the warm-up starts (>= 2)
-  SamplingParams sampling;  // of the timed generations, seeded per session
-  int warmup_steps = 8;
-  int steps = 64;
-  std::uint64_t seed = 1;
-  std::int64_t vocab = 0;  // the prompts' random ids lie in [0, vocab)
-};
+// Decode points as `cellm serve` runs them (see above), on any runner: one
+// set of sessions, prefilled to each context in turn, timed at each.
 struct ServedDecode {
   double ms_per_step = 0;
-  int steps = 0;  // steps timed, every session decoding in each
+  int steps = 0;         // steps timed, every session decoding in each
+  double mean_keys = 0;  // keys a session attends, averaged over the timed steps
 };
-// Runs one point on `runner`, whose executor must hold `batch` sessions of
-// context + warmup + steps + 4 tokens and whose scheduler must decode them
-// all in one step: an error otherwise (a refused session, or fewer than half
-// the steps with every session decoding). Blocks until the generations end;
-// never call it from a callback of the same runner.
-Result<ServedDecode> time_served_decode(Runner& runner, const ServedDecodeOptions& options);
+class ServedDecodeBench {
+ public:
+  // Opens `batch` sessions on `runner`, which must outlive this object; its
+  // executor must hold them and its scheduler decode them all in one step.
+  static Result<ServedDecodeBench> open(Runner& runner, int batch, std::int64_t vocab,
+                                        std::uint64_t seed);
+  // Prefills every session with random tokens up to `context` tokens (from
+  // where it is; nothing when it already holds that many).
+  Status prefill_to(int context);
+  // All sessions generate warmup + steps + 1 tokens from one new token each,
+  // with `sampling` (seeded), started in one step; times the last `steps`.
+  // An error when any timed step lacks a session's token.
+  Result<ServedDecode> time(const SamplingParams& sampling, int warmup_steps, int steps);
+  // Tokens each session holds (the pending one included).
+  int context() const { return held_; }
+  // Tokens one time() call adds to each session.
+  static int tokens_per_time(int warmup_steps, int steps) {
+    return std::max(1, warmup_steps) + steps + 4;
+  }
+
+ private:
+  ServedDecodeBench(Runner& runner, std::int64_t vocab, std::uint64_t seed)
+      : runner_(&runner), vocab_(vocab), seed_(seed) {}
+  Token draw();  // the next random id of the vocabulary
+  Runner* runner_;
+  std::int64_t vocab_;
+  std::uint64_t seed_;
+  std::uint64_t draws_ = 0;  // random ids drawn so far (the next one's index)
+  std::vector<Session> sessions_;
+  int held_ = 0;
+};
 
 // Runs the benchmark, printing progress and a table to `out`.
 Status run_step_bench(const StepBenchOptions& options, std::FILE* out);

@@ -1,4 +1,4 @@
-// `cellm bench step`'s decode points (app::time_served_decode) over a Runner
+// `cellm bench step`'s decode points (app::ServedDecodeBench) over a Runner
 // and a CudaExecutor on the toy program: the asked steps are timed with every
 // session decoding in each, greedy and sampled, and a runner that cannot
 // decode every session together is an error, not a figure.
@@ -50,62 +50,69 @@ std::unique_ptr<Served> serve(int sessions, int session_tokens, std::size_t deco
   return s;
 }
 
-ServedDecodeOptions options(int batch) {
-  ServedDecodeOptions o;
-  o.batch = batch;
-  o.context = 20;
-  o.warmup_steps = 2;
-  o.steps = 16;
-  o.vocab = kVocab;
-  return o;
-}
+constexpr int kWarmup = 2;
+constexpr int kSteps = 16;
+// Room for a context of 20 and two timed points.
+constexpr int kSessionTokens = 20 + 2 * (kWarmup + kSteps + 4) + 2;
 
 TEST(BenchStepServedTest, TimesTheAskedStepsWithEverySessionDecoding) {
-  for (float temperature : {0.0f, 1.0f}) {
-    auto s = serve(3, 20 + 2 + 16 + 4, 3);
-    ASSERT_NE(s, nullptr);
-    ServedDecodeOptions o = options(3);
-    o.sampling.temperature = temperature;
-    Result<ServedDecode> r = time_served_decode(*s->runner, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto s = serve(3, kSessionTokens, 3);
+  ASSERT_NE(s, nullptr);
+  Result<ServedDecodeBench> bench = ServedDecodeBench::open(*s->runner, 3, kVocab, 7);
+  ASSERT_TRUE(bench.ok()) << bench.status().to_string();
+  ASSERT_TRUE(bench->prefill_to(20).is_ok());
+  EXPECT_EQ(bench->context(), 20);
+  SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  for (const SamplingParams& sampling : {SamplingParams{}, sampled}) {
+    const int before = bench->context();
+    Result<ServedDecode> r = bench->time(sampling, kWarmup, kSteps);
     // A result at all means every timed step held one delivery of each
-    // session (time_served_decode checks it).
-    EXPECT_EQ(r->steps, o.steps) << temperature;
+    // session (time() checks it).
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->steps, kSteps);
     EXPECT_GT(r->ms_per_step, 0.0);
-    // Every session was closed: the same runner times another point.
-    Result<ServedDecode> again = time_served_decode(*s->runner, o);
-    EXPECT_TRUE(again.ok()) << again.status().to_string();
+    EXPECT_EQ(bench->context(), before + ServedDecodeBench::tokens_per_time(kWarmup, kSteps));
+    EXPECT_GT(r->mean_keys, before);
+    EXPECT_LT(r->mean_keys, bench->context());
   }
+  // Already past 20: nothing to prefill.
+  const int held = bench->context();
+  EXPECT_TRUE(bench->prefill_to(20).is_ok());
+  EXPECT_EQ(bench->context(), held);
 }
 
 TEST(BenchStepServedTest, SessionsThatDoNotDecodeTogetherAreAnError) {
   // Three sessions, one decode a step: never all of them in one step.
-  auto s = serve(3, 20 + 2 + 16 + 4, 1);
+  auto s = serve(3, kSessionTokens, 1);
   ASSERT_NE(s, nullptr);
-  Result<ServedDecode> r = time_served_decode(*s->runner, options(3));
+  Result<ServedDecodeBench> bench = ServedDecodeBench::open(*s->runner, 3, kVocab, 7);
+  ASSERT_TRUE(bench.ok()) << bench.status().to_string();
+  ASSERT_TRUE(bench->prefill_to(20).is_ok());
+  Result<ServedDecode> r = bench->time(SamplingParams{}, kWarmup, kSteps);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("did not decode together"), std::string::npos)
       << r.status().to_string();
 }
 
 TEST(BenchStepServedTest, MoreSessionsThanTheExecutorHoldsAreRefused) {
-  auto s = serve(2, 20 + 2 + 16 + 4, 2);
+  auto s = serve(2, kSessionTokens, 2);
   ASSERT_NE(s, nullptr);
-  Result<ServedDecode> r = time_served_decode(*s->runner, options(3));
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("refused session"), std::string::npos)
-      << r.status().to_string();
+  Result<ServedDecodeBench> bench = ServedDecodeBench::open(*s->runner, 3, kVocab, 7);
+  ASSERT_FALSE(bench.ok());
+  EXPECT_NE(bench.status().message().find("refused session 3"), std::string::npos)
+      << bench.status().to_string();
 }
 
-TEST(BenchStepServedTest, RefusesMeaninglessOptions) {
-  auto s = serve(1, 64, 1);
+TEST(BenchStepServedTest, RefusesMeaninglessArguments) {
+  auto s = serve(1, kSessionTokens, 1);
   ASSERT_NE(s, nullptr);
-  ServedDecodeOptions o = options(1);
-  o.context = 1;
-  EXPECT_EQ(time_served_decode(*s->runner, o).status().code(), StatusCode::kInvalidArgument);
-  o = options(1);
-  o.steps = 0;
-  EXPECT_EQ(time_served_decode(*s->runner, o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ServedDecodeBench::open(*s->runner, 0, kVocab, 7).status().code(),
+            StatusCode::kInvalidArgument);
+  Result<ServedDecodeBench> bench = ServedDecodeBench::open(*s->runner, 1, kVocab, 7);
+  ASSERT_TRUE(bench.ok());
+  EXPECT_EQ(bench->time(SamplingParams{}, kWarmup, 0).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
