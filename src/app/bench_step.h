@@ -6,11 +6,11 @@
 // Decode points are the served step: `batch` sessions generate through a
 // Runner over a DecodeFirstScheduler and the CudaExecutor, as `cellm serve`
 // runs them (executor.execute, the device sampler, the callbacks), with a
-// fixed length and no stop token. Each session first prefills `context`
-// tokens; only the steps in which every session decodes are timed, from the
-// Runner's own deliveries. Twice: greedy, then seeded sampling at
-// temperature 1. Prefill points time one forward of the prompt through
-// execute_raw.
+// fixed length and no stop token. The sessions are prefilled through the
+// runner up to each context in turn; only steps in which every session
+// decodes are timed, from the Runner's own deliveries. Greedy, then seeded
+// sampling at temperature 1 (StepBenchOptions::sampling picks). Prefill
+// points time one forward of the prompt through execute_raw.
 //
 // Thread-safety: runs on the calling thread (the Runner has its own engine
 // thread, where the deliveries are stamped).
