@@ -284,7 +284,10 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   if (emitted.size() == produced.size()) rec.pending = emitted.back();
   rec.state->position.store(rec.position);
 
-  const auto now = Clock::now();
+  // Every token of a step is stamped with the step's end (set by step_ just
+  // after execute): one clock read a step, not one a session, and no skew
+  // from the callbacks that ran before this one.
+  const auto now = em_.t_last_step;
   GenerationMetrics& m = gen->metrics;
   const auto k = static_cast<std::int64_t>(emitted.size());
   if (!gen->first_token) {
