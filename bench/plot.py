@@ -1,6 +1,6 @@
 """Plots `cellm bench` JSON lines.
 
-`bench step` rows: decode ms/step against batch size, one line per context,
+`bench step` rows: greedy decode ms/step against batch size, one line per context,
 with the roofline (weight + KV bytes over the measured copy bandwidth) dashed;
 and prefill tokens/s against prompt length.
 
@@ -122,7 +122,10 @@ def main(path: str, prefix: str) -> None:
         by_model[r["model"]].append(r)
     for model, points in by_model.items():
         gpu = points[0]["gpu"]
-        decode = [p for p in points if p["kind"] == "decode"]
+        # Greedy rows (older results have no "sampling"); the seeded sampling
+        # rows of the same points would draw a second line per context.
+        decode = [p for p in points
+                  if p["kind"] == "decode" and p.get("sampling", "greedy") == "greedy"]
         if decode:
             fig, ax = plt.subplots(figsize=(7, 4.5))
             for ctx in sorted({p["context"] for p in decode}):

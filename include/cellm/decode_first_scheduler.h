@@ -3,13 +3,14 @@
 // budget with prefill chunks, one chunk per session per round-robin pass.
 //
 // Thread-safety: all methods may be called from any thread (one mutex guards
-// the queues); no call blocks on work or runs user code.
+// the queues and their memory pool); no call blocks on work or runs user code.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,17 +57,26 @@ class DecodeFirstScheduler final : public Scheduler {
   const std::size_t max_prefill_chunk_size_;
 
   mutable std::mutex mu_;
+  // Every queue and set below takes its nodes from this pool (declared
+  // first, so destroyed last): a decode step submits and dispatches one task
+  // per session, and the general-purpose heap made that the scheduler's main
+  // cost. Guarded by mu_ like the containers.
+  std::pmr::unsynchronized_pool_resource pool_;
   std::uint64_t next_arrival_ = 0;
-  std::deque<Queued> decodes_;
+  std::pmr::deque<Queued> decodes_{&pool_};
   // Per-session prefill chunks in submission order.
-  std::unordered_map<SessionId, std::deque<Queued>> prefills_;
+  std::pmr::unordered_map<SessionId, std::pmr::deque<Queued>> prefills_{&pool_};
   std::size_t queued_prefills_ = 0;
   // Each session holds at most one slot. A slot whose queue was emptied by
   // cancel() survives until the next get_work(), so a session that rejoins
   // before then reuses it instead of gaining a second turn per pass.
-  std::deque<SessionId> rotation_;
-  std::unordered_set<SessionId> in_rotation_;
-  std::unordered_set<TaskId> queued_ids_;
+  std::pmr::deque<SessionId> rotation_{&pool_};
+  std::pmr::unordered_set<SessionId> in_rotation_{&pool_};
+  std::pmr::unordered_set<TaskId> queued_ids_{&pool_};
+  // get_work()'s scratch, kept between calls: the sessions decoding in the
+  // batch being built and the decodes it leaves for a later one.
+  std::pmr::unordered_set<SessionId> decoding_{&pool_};
+  std::pmr::deque<Queued> deferred_{&pool_};
 };
 
 }  // namespace cellm

@@ -1,15 +1,21 @@
 #include "bench/bench_step.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
-#include <numeric>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "cellm/decode_first_scheduler.h"
+#include "cellm/runner.h"
 #include "core/env.h"
 #include "executor/cuda_executor.h"
 #include "model/loader.h"
@@ -21,6 +27,186 @@
 #endif
 
 namespace cellm::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status finished_well(const GenerationHandle& h, const char* what) {
+  h.wait();
+  if (h.finish_reason() != FinishReason::kNewTokenLimit) {
+    return internal_error("bench: a {} generation ended with {}{}{}", what,
+                          h.finish_reason() ? finish_reason_name(*h.finish_reason()) : "nothing",
+                          h.error_message().empty() ? "" : ": ", h.error_message());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ServedDecodeBench> ServedDecodeBench::open(Runner& runner, int batch, std::int64_t vocab,
+                                                  std::uint64_t seed) {
+  if (batch < 1 || vocab < 1) {
+    return invalid_argument("served decode: needs a batch and a vocabulary, got {} and {}", batch,
+                            vocab);
+  }
+  ServedDecodeBench bench(runner, vocab, seed);
+  std::vector<std::future<std::optional<Session> > > opening;
+  for (int b = 0; b < batch; ++b) opening.push_back(runner.open_session_async());
+  for (auto& f : opening) {
+    std::optional<Session> s = f.get();
+    if (!s) {
+      return internal_error("bench: the runner refused session {} of {}",
+                            bench.sessions_.size() + 1, batch);
+    }
+    bench.sessions_.push_back(std::move(*s));
+  }
+  return bench;
+}
+
+Token ServedDecodeBench::draw() {
+  // splitmix64 of (seed, index): the same ids for the same seed.
+  std::uint64_t z = seed_ + 0x9e3779b97f4a7c15ULL * ++draws_;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<Token>((z ^ (z >> 31)) % static_cast<std::uint64_t>(vocab_));
+}
+
+// A generation from `delta` tokens commits the pending token and the delta
+// and leaves the one it draws pending: a session holds delta + 1 more.
+Status ServedDecodeBench::prefill_to(int context) {
+  if (context <= held_) return Status::ok();
+  const int delta = std::max(1, context - held_ - 1);
+  std::vector<GenerationHandle> handles;
+  for (Session& s : sessions_) {
+    std::vector<Token> prompt(static_cast<std::size_t>(delta));
+    for (Token& t : prompt) t = draw();
+    GenConfig config;
+    config.max_new_tokens = 1;
+    handles.push_back(s.generate_async(std::move(prompt), config, [](const GenerationUpdate&) {}));
+  }
+  for (const GenerationHandle& h : handles) CELLM_RETURN_IF_ERROR(finished_well(h, "prefill"));
+  held_ += delta + 1;
+  return Status::ok();
+}
+
+// Two generations a session: one token in and one out, whose last callback
+// (on the engine thread) starts every session's timed generation, so that
+// they all enter the same step; then that one. Its deliveries are counted
+// there, and session 0's stamped with the time and the engine's step
+// number; each timed step (session 0's deliveries `warmup` to the last) must
+// hold one delivery of every session.
+Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int warmup_steps,
+                                             int steps) {
+  if (steps < 1 || warmup_steps < 0) {
+    return invalid_argument("served decode: needs steps > 0 and a warm-up >= 0, got {} and {}",
+                            steps, warmup_steps);
+  }
+  const std::size_t rows = sessions_.size();
+  const int batch = static_cast<int>(rows);
+  const int warmup = std::max(1, warmup_steps);  // past the step that takes the new token
+  const int generated = warmup + steps + 1;
+  std::vector<Token> first_in(rows), second_in(rows);
+  for (std::size_t b = 0; b < rows; ++b) {
+    first_in[b] = draw();
+    second_in[b] = draw();
+  }
+  struct Delivery {
+    Clock::time_point at;
+    std::int64_t step = 0;   // the engine's steps before this one
+    std::int64_t index = 0;  // deliveries of every session so far
+  };
+  // Written on the engine thread only; read here once the generations ended.
+  std::vector<Delivery> first;
+  first.reserve(static_cast<std::size_t>(generated));
+  std::vector<int> counts(rows, 0);
+  std::int64_t delivered = 0;
+  std::vector<GenerationHandle> timed(rows);
+  Runner& runner = *runner_;
+  const auto start_timed = [&] {
+    for (std::size_t b = 0; b < rows; ++b) {
+      GenConfig config;
+      config.max_new_tokens = generated;
+      config.sampling = sampling;
+      config.seed = seed_ + draws_ + b;
+      timed[b] = sessions_[b].generate_async(
+          std::vector<Token>{second_in[b]}, config, [&, b](const GenerationUpdate& u) {
+            for (std::size_t i = 0; i < u.tokens.size(); ++i) {
+              ++delivered;
+              ++counts[b];
+              if (b == 0) first.push_back({Clock::now(), runner.metrics().steps, delivered});
+            }
+          });
+    }
+  };
+  std::atomic<std::size_t> ended{0};
+  std::mutex failure_mu;
+  std::string failure;  // the first one-token generation that did not end at its token
+  // Shared with the callbacks: the last one may still be inside set_value()
+  // when the waiter below goes on.
+  const auto started = std::make_shared<std::promise<void> >();
+  for (std::size_t b = 0; b < rows; ++b) {
+    GenConfig config;
+    config.max_new_tokens = 1;
+    sessions_[b].generate_async(
+        std::vector<Token>{first_in[b]}, config, [&, started](const GenerationUpdate& u) {
+          if (!u.finish_reason) return;
+          if (*u.finish_reason != FinishReason::kNewTokenLimit) {
+            std::lock_guard lock(failure_mu);
+            if (failure.empty()) {
+              failure = fmt::format("a one-token generation ended with {}: {}",
+                                    finish_reason_name(*u.finish_reason), u.error_message);
+            }
+          }
+          if (ended.fetch_add(1) + 1 == rows) {
+            bool failed = false;
+            {
+              std::lock_guard lock(failure_mu);
+              failed = !failure.empty();
+            }
+            if (!failed) start_timed();
+            started->set_value();  // last: the caller may go on once it is set
+          }
+        });
+  }
+  started->get_future().wait();
+  {
+    std::lock_guard lock(failure_mu);
+    if (!failure.empty()) return internal_error("bench: {}", failure);
+  }
+  held_ += 2;
+  const int before = held_;
+  // Every generation ends before any check: their callbacks write the
+  // locals above.
+  for (const GenerationHandle& h : timed) h.wait();
+  for (const GenerationHandle& h : timed) CELLM_RETURN_IF_ERROR(finished_well(h, "decode"));
+  held_ += 1 + generated;
+
+  for (int c : counts) {
+    if (c != generated) {
+      return internal_error("bench: a session delivered {} tokens of {}", c, generated);
+    }
+  }
+  for (int i = warmup; i + 1 < generated; ++i) {
+    const Delivery& a = first[static_cast<std::size_t>(i)];
+    const Delivery& b = first[static_cast<std::size_t>(i + 1)];
+    if (b.step != a.step + 1 || b.index - a.index != batch) {
+      return internal_error(
+          "bench: the {} sessions did not decode together: session 0's deliveries {} and {} are "
+          "{} steps and {} deliveries apart (the runner must decode every session in every step)",
+          batch, i, i + 1, b.step - a.step, b.index - a.index);
+    }
+  }
+  ServedDecode out;
+  out.steps = steps;
+  out.ms_per_step = std::chrono::duration<double, std::milli>(
+                        first.back().at - first[static_cast<std::size_t>(warmup)].at)
+                        .count() /
+                    steps;
+  // The step that delivers token i attends before + i + 1 keys.
+  out.mean_keys = before + 1 + (warmup + 1 + generated - 1) / 2.0;
+  return out;
+}
 
 #ifndef CELLM_HAVE_CUDA
 
@@ -34,20 +220,20 @@ Status run_step_bench(const StepBenchOptions&, std::FILE*) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct Point {
   std::string kind;
+  std::string sampling;  // decode: kGreedy or kSampled
   int batch = 0;
   int context = 0;
   double ms = 0;
   double tokens_per_s = 0;
-  // Decode: the same steps one at a time, the host waiting for each step's
-  // ids before launching the next (execute_raw and argmax_rows).
-  double ms_sync = 0;
   double floor_ms = 0;
+  int steps = 0;  // decode: steps timed
   std::string skipped;
 };
+
+constexpr const char* kGreedy = "greedy";
+constexpr const char* kSampled = "temperature 1, seeded";
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -80,7 +266,7 @@ Result<std::unique_ptr<executor::CudaExecutor> > make_executor(std::shared_ptr<p
   return ex;
 }
 
-// One engine step: forward of the packed rows plus the device argmax.
+// One prefill: forward of the packed rows plus the device argmax.
 Status timed_step(executor::CudaExecutor& ex, const executor::RawTargetStep& step,
                   std::vector<Token>* tokens) {
   bool sampled = false;
@@ -100,93 +286,75 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
                                           const cuda::DeviceCeilings& dev, std::FILE* out) {
   std::vector<Point> points;
   const std::int64_t cells = *program->constant(program::kMaxCellsConstant);
-  const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
-  // Warm-up, then the same o.steps from the same position: one at a time,
-  // then kChains times chained (the sequences rewound between).
-  constexpr int kChains = 3;
-  const int extra = o.warmup_steps + o.steps + 1;
-  std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
+  SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  std::vector<std::pair<const char*, SamplingParams> > modes;
+  if (o.sampling != "sampled") modes.emplace_back(kGreedy, SamplingParams{});
+  if (o.sampling != "greedy") modes.emplace_back(kSampled, sampled);
+  // The sessions grow from one context to the next (each prefilled once for
+  // every mode): contexts in ascending order, each point adding this many.
+  const int per_point =
+      static_cast<int>(modes.size()) * ServedDecodeBench::tokens_per_time(o.warmup_steps, o.steps);
+  std::vector<int> contexts = o.contexts;
+  std::sort(contexts.begin(), contexts.end());
+  const int max_context = contexts.back();
   for (int batch : o.batches) {
-    const std::int64_t per_session =
-        std::min<std::int64_t>({(cells - 1) / batch - 1,
-                                static_cast<std::int64_t>(max_context) + extra, spec.max_context});
+    const std::int64_t per_session = std::min<std::int64_t>(
+        {(cells - 1) / batch - 1, static_cast<std::int64_t>(max_context) + per_point + 2,
+         spec.max_context});
     std::unique_ptr<executor::CudaExecutor> ex;
-    if (per_session > extra) {
-      CELLM_ASSIGN_OR_RETURN(ex, make_executor(program, batch, static_cast<int>(per_session)));
+    std::unique_ptr<Runner> runner;
+    std::optional<ServedDecodeBench> bench;
+    if (per_session > per_point + 2) {
+      // Not initialized here: the runner's engine thread does it, as in serve.
+      CELLM_ASSIGN_OR_RETURN(
+          ex, executor::CudaExecutor::create(program, batch, static_cast<int>(per_session)));
+      // As `cellm serve` builds it: every session may decode in one step,
+      // prompts go in chunks beside them (long ones, as `bench serve`'s).
+      const std::size_t chunk = std::min<std::size_t>(2048, ex->preferred_batch_tokens());
+      const auto decodes = static_cast<std::size_t>(batch);
+      auto scheduler = DecodeFirstScheduler::create(decodes + 2 * chunk, decodes, chunk);
+      if (!scheduler) return internal_error("bench: no scheduler for batch {}", batch);
+      runner = std::make_unique<Runner>(*ex, std::move(scheduler));
+      runner->open_session_async().get();  // waits for initialize()
+      if (runner->initialization_state() != InitializationState::kReady) {
+        return internal_error("the executor failed to initialize (see the log)");
+      }
+      CELLM_ASSIGN_OR_RETURN(bench,
+                             ServedDecodeBench::open(*runner, batch, spec.vocab_size,
+                                                     o.seed + static_cast<std::uint64_t>(batch)));
     }
-    for (int context : o.contexts) {
-      Point p{"decode", batch, context};
-      if (!ex || context + extra > per_session) {
-        p.skipped = fmt::format("needs {} cells, the pool holds {}",
-                                static_cast<std::int64_t>(batch) * (context + extra), cells);
+    for (int context : contexts) {
+      const int start = bench ? std::max(context, bench->context()) : context;
+      for (const auto& [name, sampling] : modes) {
+        Point p{"decode", name, batch, context};
+        if (!bench || start + per_point + 2 > per_session) {
+          p.skipped =
+              fmt::format("needs {} cells, the pool holds {}",
+                          static_cast<std::int64_t>(batch) * (context + per_point + 2), cells);
+          points.push_back(p);
+          continue;
+        }
+        CELLM_RETURN_IF_ERROR(bench->prefill_to(context));
+        CELLM_ASSIGN_OR_RETURN(ServedDecode served, bench->time(sampling, o.warmup_steps, o.steps));
+        p.ms = served.ms_per_step;
+        p.steps = served.steps;
+        p.tokens_per_s = batch * 1000.0 / p.ms;
+        // The KV the timed steps read, on average, and every weight.
+        const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
+                          served.mean_keys;
+        p.floor_ms = (weight_bytes_read(spec) + kv) / dev.copy_bytes_per_s * 1e3;
+        std::fprintf(out,
+                     "decode batch %4d context %5d %-22s %8.3f ms/step  %9.0f tok/s  (%.0f%% of "
+                     "roofline, %d steps at %.0f keys)\n",
+                     batch, context, name, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms, p.steps,
+                     served.mean_keys);
+        std::fflush(out);
         points.push_back(p);
-        continue;
       }
-      cache::CellCache& cache = ex->cache_control();
-      std::vector<cache::SeqId> seqs;
-      for (int b = 0; b < batch; ++b) seqs.push_back(*cache.seq_new());
-      for (cache::SeqId s : seqs) {  // the context, placed without computing it
-        std::vector<cache::SeqId> ids(static_cast<std::size_t>(context), s);
-        std::vector<std::int32_t> pos(static_cast<std::size_t>(context));
-        std::iota(pos.begin(), pos.end(), 0);
-        CELLM_RETURN_IF_ERROR(cache.place_step(ids, pos));
-      }
-      std::vector<Token> tokens(static_cast<std::size_t>(batch));
-      for (Token& t : tokens) t = rng() % static_cast<unsigned>(spec.vocab_size);
-      if (o.warmup_steps > 0) {
-        CELLM_ASSIGN_OR_RETURN(auto warm, ex->decode_greedy(seqs, tokens, o.warmup_steps));
-        tokens = warm.back();
-      }
-      const std::vector<Token> first = tokens;
-      const auto restart = [&]() -> Status {
-        for (cache::SeqId s : seqs) {
-          if (!cache.rewind(s, context + o.warmup_steps)) {
-            return internal_error("bench: sequence {} did not rewind", s);
-          }
-        }
-        tokens = first;
-        return Status::ok();
-      };
-      std::vector<double> ms;
-      for (int i = 0; i < o.steps; ++i) {
-        executor::RawTargetStep step;
-        for (int b = 0; b < batch; ++b) {
-          const cache::SeqId seq = seqs[static_cast<std::size_t>(b)];
-          step.tokens.push_back(static_cast<std::int64_t>(tokens[static_cast<std::size_t>(b)]));
-          step.positions.push_back(cache.pos(seq));
-          step.seq_ids.push_back(seq);
-          step.logit_indices.push_back(b);
-        }
-        const auto t0 = Clock::now();
-        CELLM_RETURN_IF_ERROR(timed_step(*ex, step, &tokens));
-        const auto t1 = Clock::now();
-        ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      }
-      p.ms_sync = median(ms);
-      CELLM_RETURN_IF_ERROR(restart());
-      // The headline: steps chained on the device (decode_greedy), as a
-      // generation loop runs them; the median chain's mean step.
-      std::vector<double> chains;
-      for (int c = 0; c < kChains; ++c) {
-        const auto t0 = Clock::now();
-        CELLM_ASSIGN_OR_RETURN(auto drawn, ex->decode_greedy(seqs, tokens, o.steps));
-        const auto t1 = Clock::now();
-        CELLM_RETURN_IF_ERROR(restart());
-        chains.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / o.steps);
-      }
-      for (cache::SeqId s : seqs) cache.seq_rm(s);
-      p.ms = median(chains);
-      p.tokens_per_s = batch * 1000.0 / p.ms;
-      const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
-                        (context + o.warmup_steps + o.steps / 2.0);
-      p.floor_ms = (weight_bytes_read(spec) + kv) / dev.copy_bytes_per_s * 1e3;
-      std::fprintf(out,
-                   "decode batch %4d context %5d: %8.3f ms/step  %9.0f tok/s  (%.0f%% of "
-                   "roofline); one step at a time %8.3f ms/step\n",
-                   batch, context, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms, p.ms_sync);
-      std::fflush(out);
-      points.push_back(p);
     }
+    bench.reset();  // closes the sessions before the runner stops
+    if (runner) runner->shutdown();
   }
   return points;
 }
@@ -200,7 +368,7 @@ Result<std::vector<Point> > prefill_points(const StepBenchOptions& o, const mode
   CELLM_ASSIGN_OR_RETURN(auto ex, make_executor(program, 1, session_tokens));
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed) + 1);
   for (int prompt : o.prompts) {
-    Point p{"prefill", 1, prompt};
+    Point p{"prefill", "", 1, prompt};
     if (prompt > session_tokens) {
       p.skipped = fmt::format("longer than the context ({})", spec.max_context);
       points.push_back(p);
@@ -240,6 +408,15 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (o.batches.empty() || o.contexts.empty() || o.steps <= 0 || o.warmup_steps < 0) {
     return invalid_argument("bench step needs at least one batch, one context and steps > 0");
   }
+  for (int b : o.batches) {
+    if (b < 1) return invalid_argument("--batch {}: every batch needs at least one session", b);
+  }
+  for (int c : o.contexts) {
+    if (c < 2) return invalid_argument("--context {}: a decode context needs at least 2 tokens", c);
+  }
+  if (o.sampling != "greedy" && o.sampling != "sampled" && o.sampling != "both") {
+    return invalid_argument("--sampling {}: give greedy, sampled or both", o.sampling);
+  }
   if (cuda::device_count() == 0) {
     return unavailable("no CUDA device is visible; bench step measures the GPU");
   }
@@ -277,6 +454,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
     for (const Point& p : all) {
       nlohmann::json j{{"bench", "step"},
                        {"kind", p.kind},
+                       {"path", p.kind == "decode" ? "runner" : "execute_raw"},
                        {"gpu", dev.name},
                        {"commit", commit},
                        {"kernels", kernels},
@@ -285,11 +463,12 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
                        {p.kind == "decode" ? "context" : "prompt", p.context},
                        {"copy_bytes_per_s", dev.copy_bytes_per_s},
                        {"gemm_flops_per_s", dev.gemm_flops_per_s}};
+      if (p.kind == "decode") j["sampling"] = p.sampling;
       if (!p.skipped.empty()) {
         j["skipped"] = p.skipped;
       } else {
         j[p.kind == "decode" ? "ms_per_step" : "ms"] = p.ms;
-        if (p.kind == "decode") j["ms_per_step_sync"] = p.ms_sync;
+        if (p.kind == "decode") j["steps"] = p.steps;
         j["tokens_per_s"] = p.tokens_per_s;
         j["roofline_ms"] = p.floor_ms;
         j["roofline_fraction"] = p.floor_ms / p.ms;
@@ -298,16 +477,18 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
     }
   }
   std::fprintf(out,
-               "\n| %s | kind | batch | ctx/prompt | ms | tok/s | roofline ms | of roofline |\n",
+               "\n| %s | kind | sampling | batch | ctx/prompt | ms | tok/s | roofline ms | of "
+               "roofline |\n",
                o.model.c_str());
-  std::fprintf(out, "|---|---|---|---|---|---|---|---|\n");
+  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|\n");
   for (const Point& p : all) {
     if (!p.skipped.empty()) {
-      std::fprintf(out, "| | %s | %d | %d | skipped: %s | | | |\n", p.kind.c_str(), p.batch,
-                   p.context, p.skipped.c_str());
+      std::fprintf(out, "| | %s | %s | %d | %d | skipped: %s | | | |\n", p.kind.c_str(),
+                   p.sampling.c_str(), p.batch, p.context, p.skipped.c_str());
     } else {
-      std::fprintf(out, "| | %s | %d | %d | %.3f | %.0f | %.3f | %.0f%% |\n", p.kind.c_str(),
-                   p.batch, p.context, p.ms, p.tokens_per_s, p.floor_ms, 100.0 * p.floor_ms / p.ms);
+      std::fprintf(out, "| | %s | %s | %d | %d | %.3f | %.0f | %.3f | %.0f%% |\n", p.kind.c_str(),
+                   p.sampling.c_str(), p.batch, p.context, p.ms, p.tokens_per_s, p.floor_ms,
+                   100.0 * p.floor_ms / p.ms);
     }
   }
   return Status::ok();

@@ -3,20 +3,28 @@
 // every figure also given as a fraction of its roofline (decode: weight + KV
 // bytes read over the copy bandwidth; prefill: FLOPs over the bf16 GEMM rate).
 //
-// Decode points place the context's cells in the cache without computing them
-// (the KV bytes read per step are the same as after a real prefill), then time
-// full engine steps: one packed forward through the CudaExecutor (CUDA graph
-// for static widths), the device sampler and the one synchronisation.
+// Decode points are the served step: `batch` sessions generate through a
+// Runner over a DecodeFirstScheduler and the CudaExecutor, as `cellm serve`
+// runs them (executor.execute, the device sampler, the callbacks), with a
+// fixed length and no stop token. The sessions are prefilled through the
+// runner up to each context in turn; only steps in which every session
+// decodes are timed, from the Runner's own deliveries. Greedy, then seeded
+// sampling at temperature 1 (StepBenchOptions::sampling picks). Prefill
+// points time one forward of the prompt through execute_raw.
 //
-// Thread-safety: runs on the calling thread.
+// Thread-safety: runs on the calling thread (the Runner has its own engine
+// thread, where the deliveries are stamped).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "cellm/runner.h"
 #include "cellm/status.h"
+#include "cellm/types.h"
 
 namespace cellm::bench {
 
@@ -26,10 +34,51 @@ struct StepBenchOptions {
   std::vector<int> contexts = {128, 512, 2048, 8192};
   std::vector<int> prompts = {128, 512, 2048, 8192};
   int warmup_steps = 8;
-  int steps = 64;  // one decode_greedy call (kDecodeGreedyMaxSteps) a chain
+  int steps = 64;  // timed decode steps a point (every session decoding)
+  // Decode lines: "greedy", "sampled" (temperature 1, seeded) or "both".
+  std::string sampling = "both";
   int prefill_reps = 5;
   std::string json_path;  // JSON lines appended here when set
   std::uint64_t seed = 1;
+};
+
+// Decode points as `cellm serve` runs them (see above), on any runner: one
+// set of sessions, prefilled to each context in turn, timed at each.
+struct ServedDecode {
+  double ms_per_step = 0;
+  int steps = 0;         // steps timed, every session decoding in each
+  double mean_keys = 0;  // keys a session attends, averaged over the timed steps
+};
+class ServedDecodeBench {
+ public:
+  // Opens `batch` sessions on `runner`, which must outlive this object; its
+  // executor must hold them and its scheduler decode them all in one step.
+  static Result<ServedDecodeBench> open(Runner& runner, int batch, std::int64_t vocab,
+                                        std::uint64_t seed);
+  // Prefills every session with random tokens up to `context` tokens (from
+  // where it is; nothing when it already holds that many).
+  Status prefill_to(int context);
+  // All sessions generate warmup + steps + 1 tokens from one new token each,
+  // with `sampling` (seeded), started in one step; times the last `steps`.
+  // An error when any timed step lacks a session's token.
+  Result<ServedDecode> time(const SamplingParams& sampling, int warmup_steps, int steps);
+  // Tokens each session holds (the pending one included).
+  int context() const { return held_; }
+  // Tokens one time() call adds to each session.
+  static int tokens_per_time(int warmup_steps, int steps) {
+    return std::max(1, warmup_steps) + steps + 4;
+  }
+
+ private:
+  ServedDecodeBench(Runner& runner, std::int64_t vocab, std::uint64_t seed)
+      : runner_(&runner), vocab_(vocab), seed_(seed) {}
+  Token draw();  // the next random id of the vocabulary
+  Runner* runner_;
+  std::int64_t vocab_;
+  std::uint64_t seed_;
+  std::uint64_t draws_ = 0;  // random ids drawn so far (the next one's index)
+  std::vector<Session> sessions_;
+  int held_ = 0;
 };
 
 // Runs the benchmark, printing progress and a table to `out`.

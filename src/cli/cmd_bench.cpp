@@ -239,6 +239,10 @@ Command add_bench(CLI::App& app) {
   step->add_flag("--quick", *quick, "batches 1,16,64 and contexts 512,2048 only");
   step->add_option("--warmup", opts->warmup_steps, "untimed decode steps before each point")
       ->capture_default_str();
+  step->add_option("--sampling", opts->sampling,
+                   "decode lines: greedy, sampled (temperature 1, seeded) or both")
+      ->check(CLI::IsMember({"greedy", "sampled", "both"}))
+      ->capture_default_str();
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts, *http);

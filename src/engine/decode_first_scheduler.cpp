@@ -28,14 +28,20 @@ DecodeFirstScheduler::DecodeFirstScheduler(std::size_t max_batch_tokens,
 
 bool DecodeFirstScheduler::admissible_locked(const std::vector<Task>& tasks) const {
   if (tasks.empty()) return false;
-  std::unordered_set<TaskId> seen;
-  seen.reserve(tasks.size());
   for (const Task& t : tasks) {
     const std::size_t size = t.input.size;
     if (size == 0) return false;
     if (t.is_decode ? size != 1 : size > max_prefill_chunk_size_) return false;
     if (queued_ids_.contains(t.tid)) return false;
-    if (!seen.insert(t.tid).second) return false;
+  }
+  // Repeats within `tasks` (the engine submits one decode, or a prompt's few
+  // chunks, at a time: no set for those).
+  if (tasks.size() > 1) {
+    std::vector<TaskId> ids;
+    ids.reserve(tasks.size());
+    for (const Task& t : tasks) ids.push_back(t.tid);
+    std::sort(ids.begin(), ids.end());
+    if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) return false;
   }
   return true;
 }
@@ -66,33 +72,36 @@ bool DecodeFirstScheduler::has_work() const {
 std::vector<Task> DecodeFirstScheduler::get_work() {
   std::lock_guard lock(mu_);
   std::vector<Task> batch;
+  batch.reserve(std::min(decodes_.size(), max_decode_sequences_) + (queued_prefills_ > 0 ? 8 : 0));
   std::size_t used = 0;
 
   // Decodes: FIFO up to the cap; a session's second decode waits for the next
   // batch and keeps its place ahead of later arrivals.
-  std::unordered_set<SessionId> decoding;
-  std::deque<Queued> deferred;
-  while (!decodes_.empty()) {
-    Queued q = std::move(decodes_.front());
-    decodes_.pop_front();
-    if (decoding.size() < max_decode_sequences_ && !decoding.contains(q.task.input.sid)) {
-      decoding.insert(q.task.input.sid);
-      queued_ids_.erase(q.task.tid);
-      used += q.task.input.size;
-      batch.push_back(std::move(q.task));
-    } else {
-      deferred.push_back(std::move(q));
+  decoding_.clear();
+  if (!decodes_.empty()) {
+    deferred_.clear();
+    for (Queued& q : decodes_) {
+      if (decoding_.size() < max_decode_sequences_ && decoding_.insert(q.task.input.sid).second) {
+        queued_ids_.erase(q.task.tid);
+        used += q.task.input.size;
+        batch.push_back(std::move(q.task));
+      } else {
+        deferred_.push_back(std::move(q));
+      }
     }
+    decodes_.clear();
+    decodes_.swap(deferred_);
   }
-  decodes_ = std::move(deferred);
+  // A steady decode load queues no prompt: nothing more to visit.
+  if (queued_prefills_ == 0 && rotation_.empty()) return batch;
 
   // Prefill passes over the rotation until the budget is spent or a pass
   // takes nothing.
   bool took = true;
   while (took && used < max_batch_tokens_) {
     took = false;
-    std::deque<SessionId> waiting;  // visited but took nothing: keep priority
-    std::deque<SessionId> served;   // took a chunk: rotate behind the others
+    std::pmr::deque<SessionId> waiting(&pool_);  // visited but took nothing: keep priority
+    std::pmr::deque<SessionId> served(&pool_);   // took a chunk: rotate behind the others
     for (SessionId sid : rotation_) {
       auto it = prefills_.find(sid);
       if (it == prefills_.end() || it->second.empty()) {
@@ -101,7 +110,7 @@ std::vector<Task> DecodeFirstScheduler::get_work() {
         in_rotation_.erase(sid);
         continue;
       }
-      if (decoding.contains(sid)) {
+      if (decoding_.contains(sid)) {
         // Its chunk would not adjoin the decode already in this batch.
         waiting.push_back(sid);
         continue;
@@ -149,7 +158,7 @@ std::vector<Task> in_arrival_order(std::vector<std::pair<std::uint64_t, Task>>& 
 std::vector<Task> DecodeFirstScheduler::cancel(SessionId session) {
   std::lock_guard lock(mu_);
   std::vector<std::pair<std::uint64_t, Task>> removed;
-  std::deque<Queued> kept;
+  std::pmr::deque<Queued> kept(&pool_);
   for (Queued& q : decodes_) {
     if (q.task.input.sid == session) {
       removed.emplace_back(q.arrival, std::move(q.task));

@@ -2,8 +2,9 @@
 // outputs (stop tokens, budgets, the pending token) and end generations.
 #include <algorithm>
 #include <limits>
-#include <map>
+#include <memory>
 #include <utility>
+#include <variant>
 
 #include "core/check.h"
 #include "core/clock.h"
@@ -14,6 +15,20 @@ namespace cellm::detail {
 namespace {
 
 constexpr std::int64_t kMaxPosition = std::numeric_limits<Position>::max();
+
+// The one-token payload of a session's next decode. A decode slot's own
+// payload is reused when nothing else holds it any more (the executor kept no
+// copy): a decode step then allocates none. Every decode payload is made
+// here, as a mutable vector, so writing through the shared const view writes
+// that vector.
+TokenInputPtr next_decode_payload(InputPayload& used, bool was_decode, Token token) {
+  if (auto* p = std::get_if<TokenInputPtr>(&used);
+      was_decode && p != nullptr && *p != nullptr && p->use_count() == 1 && (*p)->size() == 1) {
+    std::const_pointer_cast<std::vector<Token>>(*p)->front() = token;
+    return std::move(*p);
+  }
+  return std::make_shared<std::vector<Token>>(1, token);
+}
 
 }  // namespace
 
@@ -39,33 +54,32 @@ bool EngineCore::step_() {
     slots.push_back(s);
   }
 
-  // Measure the step before executing it.
-  struct PerSession {
-    bool decode = false;
-    bool prefill = false;
-    Position context = 0;
-  };
-  std::map<SessionId, PerSession> per_session;
+  // Measure the step before executing it. A session's slices are adjacent
+  // (Scheduler::get_work), so each run of one session's slots is that
+  // session's share of the step: no map to build.
   std::size_t decode_tokens = 0, prefill_tokens = 0;
-  for (const Slot& s : slots) {
-    PerSession& p = per_session[s.sid];
-    (s.is_decode ? p.decode : p.prefill) = true;
-    p.context = std::max(p.context, s.end);
-    (s.is_decode ? decode_tokens : prefill_tokens) += s.size;
-  }
   const auto now = Clock::now();
   std::int64_t decode_sessions = 0, prefill_sessions = 0, context = 0;
-  for (const auto& [sid, p] : per_session) {
-    decode_sessions += p.decode ? 1 : 0;
-    prefill_sessions += p.prefill ? 1 : 0;
-    context += p.context;
+  for (std::size_t i = 0; i < slots.size();) {
+    const SessionId sid = slots[i].sid;
+    bool decode = false, prefill = false;
+    Position end = 0;
+    for (; i < slots.size() && slots[i].sid == sid; ++i) {
+      const Slot& s = slots[i];
+      (s.is_decode ? decode : prefill) = true;
+      end = std::max(end, s.end);
+      (s.is_decode ? decode_tokens : prefill_tokens) += s.size;
+    }
+    decode_sessions += decode ? 1 : 0;
+    prefill_sessions += prefill ? 1 : 0;
+    context += end;
     auto it = sessions_.find(sid);
     if (it == sessions_.end() || !it->second.active) continue;
     Generation& gen = *it->second.active;
     if (!stamped(gen.metrics.t_first_step)) gen.metrics.t_first_step = now;
     if (gen.last_counted_step != step_count_) {
       gen.last_counted_step = step_count_;
-      ++(p.decode ? gen.metrics.n_decode_steps : gen.metrics.n_prefill_steps);
+      ++(decode ? gen.metrics.n_decode_steps : gen.metrics.n_prefill_steps);
     }
   }
   std::int64_t live = 0, ready = 0;
@@ -143,7 +157,65 @@ bool EngineCore::step_() {
     it->second.pending.reset();
     it->second.state->position.store(s.end);
   }
-  for (std::size_t i = 0; i < slots.size(); ++i) handle_output_(slots[i], out.outputs[i]);
+  // The generation of a slot that produced output and goes on (not ended by
+  // its output, its callback or anything else): it has a pending token to
+  // decode next.
+  const auto continued = [this](const Slot& slot) -> Generation* {
+    if (!slot.produce_output) return nullptr;
+    auto it = sessions_.find(slot.sid);
+    if (it == sessions_.end()) return nullptr;
+    const SessionRecord& rec = it->second;
+    if (!rec.active || rec.active->id != slot.generation || !rec.pending) return nullptr;
+    return rec.active.get();
+  };
+  // Each output is handled in order; the decodes that continue the step's
+  // generations are queued together once all are (one scheduler call a step).
+  std::vector<Task> next;
+  std::vector<TaskId> made;
+  next.reserve(slots.size());
+  made.reserve(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    handle_output_(slots[i], out.outputs[i]);
+    Generation* gen = continued(slots[i]);
+    if (gen == nullptr) continue;
+    const SessionRecord& rec = sessions_.find(slots[i].sid)->second;
+    Input in;
+    in.sid = slots[i].sid;
+    in.produce_output = true;
+    in.size = 1;
+    in.payload = next_decode_payload(batch.inputs[i].payload, slots[i].is_decode, *rec.pending);
+    in.position = rec.position;
+    next.push_back(make_task_(*gen, std::move(in), true));
+    made.push_back(next.back().tid);
+  }
+  if (next.empty()) return true;
+  bool queued = false;
+  try {
+    queued = scheduler_->submit(std::move(next));
+  } catch (...) {
+    queued = false;
+  }
+  if (queued) return true;
+  // Refused as a whole: each generation tries alone, so only those the
+  // scheduler refuses fail.
+  for (TaskId tid : made) task_owner_.erase(tid);
+  for (const Slot& slot : slots) {
+    Generation* gen = continued(slot);
+    if (gen == nullptr) continue;
+    const SessionRecord& rec = sessions_.find(slot.sid)->second;
+    Input in;
+    in.sid = slot.sid;
+    in.produce_output = true;
+    in.size = 1;
+    in.payload = std::make_shared<std::vector<Token>>(1, *rec.pending);
+    in.position = rec.position;
+    std::vector<Task> one;
+    one.push_back(make_task_(*gen, std::move(in), true));
+    if (!submit_tasks_(*gen, std::move(one))) {
+      const std::shared_ptr<Generation> owner = rec.active;  // finish_ resets rec.active
+      finish_(owner, FinishReason::kFailed, {}, "scheduler rejected generation tasks");
+    }
+  }
   return true;
 }
 
@@ -212,7 +284,10 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   if (emitted.size() == produced.size()) rec.pending = emitted.back();
   rec.state->position.store(rec.position);
 
-  const auto now = Clock::now();
+  // Every token of a step is stamped with the step's end (set by step_ just
+  // after execute): one clock read a step, not one a session, and no skew
+  // from the callbacks that ran before this one.
+  const auto now = em_.t_last_step;
   GenerationMetrics& m = gen->metrics;
   const auto k = static_cast<std::int64_t>(emitted.size());
   if (!gen->first_token) {
@@ -263,17 +338,7 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
       return;
     }
   }
-  Input in;
-  in.sid = slot.sid;
-  in.produce_output = true;
-  in.size = 1;
-  in.payload = std::make_shared<const std::vector<Token>>(1, *rec.pending);
-  in.position = rec.position;
-  std::vector<Task> next;
-  next.push_back(make_task_(*gen, std::move(in), true));
-  if (!submit_tasks_(*gen, std::move(next))) {
-    finish_(gen, FinishReason::kFailed, {}, "scheduler rejected generation tasks");
-  }
+  // The generation goes on: step_ queues its next decode (continued_).
 }
 
 void EngineCore::finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,

@@ -44,7 +44,6 @@ CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
       sampler_suppresses_(plan.sampler_suppresses),
       has_argmax_(plan.has_argmax),
       has_penalizer_(plan.has_penalizer),
-      decode_greedy_rows_(plan.decode_greedy_rows),
       kv_cells_total_(cache_->metrics().cells_used + cache_->metrics().cells_free) {
   publish_kv_cells();
 }
@@ -70,7 +69,6 @@ bool CudaExecutor::initialize() {
   if (has_sampler_) names.push_back(program::kSampleMethod);
   if (has_argmax_) names.push_back(program::kArgmaxMethod);
   if (has_penalizer_) names.push_back(program::kPenalizeMethod);
-  if (decode_greedy_rows_ > 0) names.push_back(program::kDecodeGreedyMethod);
   initialized_ = bind_and_load(*program_, cache_, names);
   return initialized_;
 }
@@ -112,7 +110,7 @@ Result<ForwardOutputs> CudaExecutor::run_slice(const program::StepSlice& slice,
   inputs.seq_ids = seq_ids.subspan(begin, length);
   inputs.selector = selector;
   inputs.selects_rows = true;
-  auto out = run_forward(*program_, *cache_, inputs, vocab_size_);
+  auto out = run_forward(*program_, *cache_, inputs, vocab_size_, &forward_scratch_);
   if (out.ok()) ++calls_[slice.method];
   return out;
 }
@@ -246,9 +244,11 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
   CELLM_RETURN_IF_ERROR(check_logits_home(logits));
   if (logits.device() == Device::kCuda) {
     CELLM_RETURN_IF_ERROR(penalize_on_device(logits, sessions));
-    std::vector<float> params;
-    params.reserve(sessions.size() * sampling::kNumParams);
-    std::vector<std::int64_t> suppressed;
+    // Reused across steps, so a step allocates none of them once warm.
+    std::vector<float>& params = sample_params_;
+    std::vector<std::int64_t>& suppressed = sample_suppressed_;
+    params.clear();
+    suppressed.clear();
     bool all_greedy = true;
     bool any_suppressed = false;
     for (SessionId sid : sessions) {
@@ -305,7 +305,7 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
   for (const program::StepSlice& slice :
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
-    const std::vector<std::size_t> wanted = rows.inputs;
+    const std::vector<std::size_t>& wanted = rows.inputs;
     auto forward =
         run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(rows.selector));
     if (!forward.ok()) {
@@ -314,7 +314,8 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
       return false;
     }
     if (wanted.empty()) continue;
-    std::vector<SessionId> sessions;
+    std::vector<SessionId>& sessions = step_sessions_;
+    sessions.clear();
     for (std::size_t input : wanted) sessions.push_back(batch.inputs[input].sid);
     auto tokens = sample_outputs(forward->logits, sessions);
     if (!tokens.ok()) {
@@ -380,133 +381,6 @@ bool CudaExecutor::execute_raw(const RawTargetStep& step,
     if (!consume(output)) return false;
   }
   return true;
-}
-
-Result<std::vector<std::vector<Token>>> CudaExecutor::decode_greedy(
-    std::span<const cache::SeqId> seqs, std::span<const Token> tokens, int steps) {
-  if (!initialized_ || raw_executing_) {
-    return unavailable("decode_greedy: {}", initialized_ ? "called from an execute_raw callback"
-                                                         : "call initialize() first");
-  }
-  if (seqs.empty() || tokens.size() != seqs.size() || steps < 1) {
-    return invalid_argument(
-        "decode_greedy: needs one token per sequence and at least one step, got {} sequences, "
-        "{} tokens and {} steps",
-        seqs.size(), tokens.size(), steps);
-  }
-  for (std::size_t r = 0; r < tokens.size(); ++r) {
-    if (tokens[r] >= static_cast<Token>(vocab_size_)) {
-      return invalid_argument("decode_greedy: row {} has token {} outside the vocabulary [0, {})",
-                              r, tokens[r], vocab_size_);
-    }
-  }
-  // A failed call gives the cells it placed back: every sequence is left at
-  // the length it had, and may continue from there.
-  std::vector<std::int32_t> lengths;
-  for (cache::SeqId seq : seqs) lengths.push_back(cache_->pos(seq));
-  const auto roll_back = [&](Status status) {
-    for (std::size_t r = 0; r < seqs.size(); ++r) {
-      if (cache_->is_live(seqs[r]) && cache_->pos(seqs[r]) > lengths[r]) {
-        cache_->rewind(seqs[r], lengths[r]);
-      }
-    }
-    publish_kv_cells();
-    return status;
-  };
-  std::vector<std::vector<Token>> ids;
-  ids.reserve(static_cast<std::size_t>(steps));
-  std::vector<Token> next(tokens.begin(), tokens.end());
-  while (static_cast<int>(ids.size()) < steps) {
-    const int left = steps - static_cast<int>(ids.size());
-    if (decodes_on_device(seqs.size())) {
-      const int chunk =
-          static_cast<int>(std::min<std::int64_t>(left, program::kDecodeGreedyMaxSteps));
-      auto drawn = decode_on_device(seqs, next, chunk);
-      if (!drawn.ok()) return roll_back(drawn.status());
-      for (auto& row : *drawn) ids.push_back(std::move(row));
-    } else {
-      auto drawn = decode_step(seqs, next);
-      if (!drawn.ok()) return roll_back(drawn.status());
-      ids.push_back(std::move(drawn).value());
-    }
-    next = ids.back();
-  }
-  return ids;
-}
-
-Result<std::vector<std::vector<Token>>> CudaExecutor::decode_on_device(
-    std::span<const cache::SeqId> seqs, std::span<const Token> tokens, int steps) {
-  FlagGuard guard(raw_executing_);
-  const PublishOnExit publish{[this] { publish_kv_cells(); }};
-  const auto rows = static_cast<std::int64_t>(seqs.size());
-  std::vector<cache::SeqId> placed_seqs;
-  std::vector<std::int32_t> placed_positions;
-  Tensor token_input = Tensor::empty(DType::kI64, {1, rows});
-  Tensor positions = Tensor::empty(DType::kI64, {steps, rows});
-  for (int s = 0; s < steps; ++s) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const cache::SeqId seq = seqs[static_cast<std::size_t>(r)];
-      const std::int32_t pos = cache_->pos(seq) + s;
-      placed_seqs.push_back(seq);
-      placed_positions.push_back(pos);
-      positions.data_as<std::int64_t>()[s * rows + r] = pos;
-    }
-  }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    token_input.data_as<std::int64_t>()[r] =
-        static_cast<std::int64_t>(tokens[static_cast<std::size_t>(r)]);
-  }
-  if (auto placed = cache_->place_step(placed_seqs, placed_positions); !placed.ok()) {
-    return placed.status().with_context("decode_greedy");
-  }
-  const std::vector<Tensor> inputs = {token_input, positions};
-  auto out = program_->execute(program::kDecodeGreedyMethod, inputs);
-  if (!out.ok()) return out.status().with_context("decode_greedy");
-  if (out->size() != 1 || (*out)[0].dtype() != DType::kI64 || (*out)[0].device() != Device::kCpu ||
-      (*out)[0].numel() != steps * rows || (*out)[0].data() == nullptr) {
-    return internal_error("decode_greedy returned {} tensors ({}); expected host i64[{}, {}]",
-                          out->size(), out->empty() ? std::string("-") : (*out)[0].describe(),
-                          steps, rows);
-  }
-  std::span<const std::int64_t> drawn = (*out)[0].span<const std::int64_t>();
-  std::vector<std::vector<Token>> ids(static_cast<std::size_t>(steps));
-  for (int s = 0; s < steps; ++s) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t id = drawn[static_cast<std::size_t>(s * rows + r)];
-      if (id < 0 || id >= vocab_size_) {
-        return internal_error("decode_greedy drew token {} outside the vocabulary of {}", id,
-                              vocab_size_);
-      }
-      ids[static_cast<std::size_t>(s)].push_back(static_cast<Token>(id));
-    }
-  }
-  return ids;
-}
-
-Result<std::vector<Token>> CudaExecutor::decode_step(std::span<const cache::SeqId> seqs,
-                                                     std::span<const Token> tokens) {
-  RawTargetStep step;
-  for (std::size_t r = 0; r < seqs.size(); ++r) {
-    step.tokens.push_back(tokens[r]);
-    step.positions.push_back(cache_->pos(seqs[r]));
-    step.seq_ids.push_back(seqs[r]);
-    step.logit_indices.push_back(static_cast<std::int64_t>(r));
-  }
-  std::vector<Token> ids(seqs.size(), 0);
-  std::size_t filled = 0;
-  const bool ok = execute_raw(step, [&](const RawTargetOutput& out) {
-    auto drawn = argmax_rows(out.logits, out.selected_indices.size());
-    if (!drawn) return false;
-    for (std::size_t j = 0; j < out.selected_indices.size(); ++j) {
-      ids[static_cast<std::size_t>(step.logit_indices[out.selected_indices[j]])] = (*drawn)[j];
-    }
-    filled += out.selected_indices.size();
-    return true;
-  });
-  if (!ok || filled != seqs.size()) {
-    return internal_error("decode_greedy: a step through execute_raw failed (see the log)");
-  }
-  return ids;
 }
 
 std::optional<std::vector<Token>> CudaExecutor::argmax_rows(const Tensor& logits,

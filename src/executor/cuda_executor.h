@@ -102,22 +102,6 @@ class CudaExecutor final : public Executor {
   // callback may have written KV; the sequences' owners must not continue.
   bool execute_raw(const RawTargetStep& step,
                    const std::function<bool(const RawTargetOutput&)>& consume);
-  // Greedy decoding of `steps` tokens for each of `seqs` (raw sequences, as
-  // execute_raw's, one row each), starting from `tokens`, their next inputs,
-  // at each sequence's length: returns the ids, [steps][rows]. Where the
-  // program exports decode_greedy (program.h) every step takes the previous
-  // step's ids on the device and the host waits once per
-  // kDecodeGreedyMaxSteps steps; otherwise it runs execute_raw and
-  // argmax_rows step by step, with the same ids. A failed call rewinds every
-  // sequence to the length it had (the cells it placed are freed), so its
-  // owner may continue it.
-  Result<std::vector<std::vector<Token>>> decode_greedy(std::span<const cache::SeqId> seqs,
-                                                        std::span<const Token> tokens, int steps);
-  // Whether decode_greedy runs on the program's method (no host round trip
-  // between steps) for `rows` rows.
-  bool decodes_on_device(std::size_t rows) const {
-    return rows >= 1 && rows <= static_cast<std::size_t>(decode_greedy_rows_);
-  }
   // Argmax of the first `rows` rows; no policy, no generator. Device logits
   // need the program's sample_argmax.
   std::optional<std::vector<Token>> argmax_rows(const Tensor& logits, std::size_t rows);
@@ -166,7 +150,6 @@ class CudaExecutor final : public Executor {
     bool sampler_suppresses = false;  // `sample` declares the suppressed-ids input
     bool has_argmax = false;
     bool has_penalizer = false;  // `sample_penalize` (logit adjustments on the device)
-    int decode_greedy_rows = 0;  // the decode_greedy method's most rows; 0: not exported
     std::uint64_t kv_cell_bytes = 0;
   };
   CudaExecutor(std::shared_ptr<program::Program> program, std::shared_ptr<cache::CellCache> cache,
@@ -193,13 +176,6 @@ class CudaExecutor final : public Executor {
   // groups of at most kPenalizeMaxEntries entries; nothing when none does.
   Status penalize_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);
-  // decode_greedy's two ways: up to kDecodeGreedyMaxSteps steps on the
-  // program's method, or one step through execute_raw.
-  Result<std::vector<std::vector<Token>>> decode_on_device(std::span<const cache::SeqId> seqs,
-                                                           std::span<const Token> tokens,
-                                                           int steps);
-  Result<std::vector<Token>> decode_step(std::span<const cache::SeqId> seqs,
-                                         std::span<const Token> tokens);
   void publish_kv_cells();
 
   std::shared_ptr<program::Program> program_;
@@ -216,7 +192,12 @@ class CudaExecutor final : public Executor {
   bool sampler_suppresses_;
   bool has_argmax_;
   bool has_penalizer_;
-  int decode_greedy_rows_;
+  // The step path's buffers, reused from step to step: the forward's inputs,
+  // the rows' sessions and the device sampler's params and suppressed ids.
+  ForwardScratch forward_scratch_;
+  std::vector<SessionId> step_sessions_;
+  std::vector<float> sample_params_;
+  std::vector<std::int64_t> sample_suppressed_;
   // penalize_on_device's staging (reused from step to step).
   std::vector<sampling::PenaltyEntry> penalty_entries_;
   std::vector<sampling::PenaltyEntry> penalty_row_entries_;

@@ -160,19 +160,6 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
     CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kArgmaxMethod));
     CELLM_RETURN_IF_ERROR(check_argmax_method(meta, plan.vocab));
   }
-  if (exports(program::kDecodeGreedyMethod)) {
-    CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta,
-                           program.method_meta(program::kDecodeGreedyMethod));
-    if (meta.inputs.size() != 2 || meta.inputs[0].shape.size() != 2 ||
-        meta.inputs[0].shape[1] < 1 || meta.outputs.size() != 1) {
-      return invalid_program(
-          "method {} must take (tokens [1, T], positions [S, T]) and return "
-          "ids [S, T]",
-          program::kDecodeGreedyMethod);
-    }
-    plan.decode_greedy_rows = static_cast<int>(
-        std::min<std::int64_t>(meta.inputs[0].shape[1], std::numeric_limits<int>::max()));
-  }
 
   CELLM_RETURN_IF_ERROR(check_cache_layout(program));
   if (const auto bytes = program.constant(program::kKvCellBytesConstant)) {

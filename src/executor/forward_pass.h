@@ -31,15 +31,27 @@ struct ForwardInputs {
   bool selects_rows = true;
 };
 
+// Host buffers a forward's inputs are built in, kept by the caller from step
+// to step so a step allocates none (the method reads views of them).
+struct ForwardScratch {
+  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> positions;
+  std::vector<std::int64_t> selector;
+  std::vector<std::int32_t> positions32;
+  std::vector<Tensor> inputs;
+};
+
 struct ForwardOutputs {
   Tensor logits;               // [rows, vocab]; borrowed until the next execute
   std::optional<Tensor> taps;  // [width, D] when the method exports them
 };
 
 // Places the slice, then runs the method. Errors name the method; a refused
-// placement changes nothing, a failed forward may have written KV.
+// placement changes nothing, a failed forward may have written KV. The
+// inputs are built in `scratch` when given, else in buffers of this call.
 Result<ForwardOutputs> run_forward(program::Program& program, cache::CellCache& cache,
-                                   const ForwardInputs& inputs, std::int64_t vocab);
+                                   const ForwardInputs& inputs, std::int64_t vocab,
+                                   ForwardScratch* scratch = nullptr);
 
 // The selector padded to `rows` entries by repeating its last entry.
 std::vector<std::int64_t> pad_selector(std::vector<std::int64_t> selector, std::int64_t rows);

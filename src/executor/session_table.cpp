@@ -130,13 +130,16 @@ void SessionTable::feed(Entry& entry, std::size_t start, std::span<const Token> 
 }
 
 Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
-  struct Cursor {
-    std::int64_t end = 0;
-    bool seen = false;
-  };
-  std::unordered_map<SessionId, Cursor> cursors;
+  // Each session's cursor (where its inputs so far end) lives in its entry,
+  // stamped with this call's number: no map per step, and a refused call's
+  // stamps are simply stale for the next.
+  const std::uint64_t stamp = ++packs_;
   std::vector<std::pair<cache::SeqId, Position>> rewinds;
   PackedStep step;
+  const std::size_t total = batch.size();
+  step.tokens.reserve(total);
+  step.positions.reserve(total);
+  step.seq_ids.reserve(total);
   step.logit_indices.reserve(batch.inputs.size());
   constexpr std::int64_t kMaxPosition = std::numeric_limits<std::int32_t>::max();
 
@@ -188,9 +191,8 @@ Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
       }
     }
 
-    auto [cursor_it, fresh] = cursors.try_emplace(in.sid);
-    Cursor& cursor = cursor_it->second;
-    if (fresh) cursor.end = cache_.pos(seq);
+    Entry::Cursor& cursor = it->second.cursor;
+    if (cursor.stamp != stamp) cursor = {stamp, cache_.pos(seq), false};
     if (start > cursor.end) {
       return invalid_argument(
           "input {}: session {} at position {}: leaves a gap after position {} where the session "

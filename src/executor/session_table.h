@@ -164,6 +164,13 @@ class SessionTable {
     sampling::TokenCounts counts;
     // The last draw: where its token would go and the token.
     std::optional<std::pair<std::size_t, Token>> last_draw;
+    // pack()'s cursor: where this session's inputs of pack call `stamp` end
+    // and whether it has one yet.
+    struct Cursor {
+      std::uint64_t stamp = 0;
+      std::int64_t end = 0;
+      bool seen = false;
+    } cursor;
   };
   std::optional<SessionId> publish(cache::SeqId seq, std::vector<Token> history = {});
   // Truncates the history to `start`, then appends `tokens` (output when
@@ -176,7 +183,8 @@ class SessionTable {
   std::int64_t vocab_size_;
   SessionId next_id_ = 1;  // 0 once every id is spent
   std::unordered_map<SessionId, Entry> sessions_;
-  std::mt19937_64 seeds_;  // the seeds of policies given none
+  std::uint64_t packs_ = 0;  // pack() calls, the cursors' stamps
+  std::mt19937_64 seeds_;    // the seeds of policies given none
   // Host sampling scratch (a widened row and its entries).
   std::vector<float> row_;
   std::vector<sampling::PenaltyEntry> entries_;

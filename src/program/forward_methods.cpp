@@ -34,8 +34,7 @@ bool placement_current(const cache::CellCache& cache, cache::SeqId seq, std::int
 }
 }  // namespace
 
-Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std::string backend,
-                                             bool decode_greedy) {
+Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std::string backend) {
   if (options.max_step <= 0) {
     return invalid_argument("program options: max_step {} must be positive", options.max_step);
   }
@@ -54,7 +53,6 @@ Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std:
   ForwardMethods m;
   m.options_ = options;
   m.backend_ = std::move(backend);
-  m.widest_static_ = *widths.rbegin();
   for (std::int32_t w : widths) {
     m.methods_.emplace(std::string(kStaticMethodPrefix) + std::to_string(w),
                        MethodEntry{MethodKind::kStatic, w});
@@ -69,10 +67,6 @@ Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std:
     m.methods_.emplace(std::string(kSampleMethod), MethodEntry{MethodKind::kSample, 0});
     m.methods_.emplace(std::string(kArgmaxMethod), MethodEntry{MethodKind::kArgmax, 0});
     m.methods_.emplace(std::string(kPenalizeMethod), MethodEntry{MethodKind::kPenalize, 0});
-    if (decode_greedy) {
-      m.methods_.emplace(std::string(kDecodeGreedyMethod),
-                         MethodEntry{MethodKind::kDecodeGreedy, m.widest_static_});
-    }
   }
   return m;
 }
@@ -157,14 +151,6 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
                      TensorSpec{DType::kI32, {rows + 1}},
                      TensorSpec{DType::kI32, {kPenalizeMaxEntries, 4}}};
       return meta;
-    case MethodKind::kDecodeGreedy: {
-      const std::int64_t t = m->width;
-      meta.dynamic = true;
-      meta.inputs = {TensorSpec{DType::kI64, {1, t}},
-                     TensorSpec{DType::kI64, {kDecodeGreedyMaxSteps, t}}};
-      meta.outputs = {TensorSpec{DType::kI64, {kDecodeGreedyMaxSteps, t}}};
-      return meta;
-    }
   }
   return internal_error("method '{}' has an unknown kind", name);
 }
@@ -244,82 +230,6 @@ Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const M
     call.rows[r] = PlacedRow{seq, pos, cell};
   }
   call.placed = static_cast<std::int32_t>(real);
-  return call;
-}
-
-Result<DecodeGreedyCall> ForwardMethods::check_decode_greedy(std::span<const Tensor> inputs,
-                                                             std::int64_t vocab,
-                                                             const cache::CellCache& cache) const {
-  constexpr std::string_view name = kDecodeGreedyMethod;
-  if (inputs.size() != 2) {
-    return invalid_argument("{}: takes 2 inputs (tokens, positions), got {}", name, inputs.size());
-  }
-  CELLM_RETURN_IF_ERROR(check_host_input(name, "tokens", inputs[0], DType::kI64, 2));
-  CELLM_RETURN_IF_ERROR(check_host_input(name, "positions", inputs[1], DType::kI64, 2));
-  const std::int64_t t = inputs[0].dim(1);
-  const std::int64_t steps = inputs[1].dim(0);
-  if (inputs[0].dim(0) != 1 || inputs[1].dim(1) != t) {
-    return invalid_argument("{}: tokens {} and positions {} must be [1, T] and [S, T]", name,
-                            inputs[0].describe(), inputs[1].describe());
-  }
-  if (t < 1 || t > widest_static_ || steps < 1 || steps > kDecodeGreedyMaxSteps) {
-    return invalid_argument("{}: takes 1 to {} rows and 1 to {} steps, got {} rows and {} steps",
-                            name, widest_static_, kDecodeGreedyMaxSteps, t, steps);
-  }
-  DecodeGreedyCall call;
-  call.tokens = inputs[0].span<std::int64_t>();
-  call.positions = inputs[1].span<std::int64_t>();
-  call.steps = static_cast<std::int32_t>(steps);
-  call.width = static_cast<std::int32_t>(t);
-  for (std::size_t r = 0; r < call.tokens.size(); ++r) {
-    if (call.tokens[r] < 0 || call.tokens[r] >= vocab) {
-      return invalid_argument("{}: row {} has token id {} outside the vocabulary [0, {})", name, r,
-                              call.tokens[r], vocab);
-    }
-  }
-  const cache::StepPlacement* step = cache.current_step();
-  if (step == nullptr) {
-    return invalid_argument("{}: no step is placed in the bound CellCache; place_step first", name);
-  }
-  const auto rows = static_cast<std::size_t>(steps * t);
-  if (step->cells.size() != rows || step->positions.size() != rows ||
-      step->seq_ids.size() != rows) {
-    return invalid_argument("{}: the placed step has {} tokens; {} steps of {} rows need {}", name,
-                            step->cells.size(), steps, t, rows);
-  }
-  call.rows.resize(rows);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const std::size_t r = i % static_cast<std::size_t>(t);
-    const cache::SeqId seq = step->seq_ids[i];
-    const std::int32_t pos = step->positions[i];
-    if (seq != step->seq_ids[r] || pos != step->positions[r] + static_cast<std::int32_t>(i / t)) {
-      return invalid_argument(
-          "{}: placed token {} (sequence {}, position {}) is not row {} of step {}: each step "
-          "must place the same sequences, one position further",
-          name, i, seq, pos, r, i / t);
-    }
-    if (call.positions[i] != pos) {
-      return invalid_argument(
-          "{}: step {} row {} is at position {} but the cache placed sequence {} at {}", name,
-          i / t, r, call.positions[i], seq, pos);
-    }
-    const cache::CellId cell = step->cells[i];
-    if (!placement_current(cache, seq, pos, cell)) {
-      return invalid_argument(
-          "{}: step {} row {} (sequence {}, position {}) no longer matches its cell table; the "
-          "placement is stale",
-          name, i / t, r, seq, pos);
-    }
-    call.rows[i] = PlacedRow{seq, pos, cell};
-  }
-  for (std::size_t r = 0; r < static_cast<std::size_t>(t); ++r) {
-    for (std::size_t q = 0; q < r; ++q) {
-      if (call.rows[q].seq == call.rows[r].seq) {
-        return invalid_argument("{}: rows {} and {} are both sequence {}; one row a sequence", name,
-                                q, r, call.rows[r].seq);
-      }
-    }
-  }
   return call;
 }
 

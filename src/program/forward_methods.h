@@ -23,15 +23,7 @@
 
 namespace cellm::program {
 
-enum class MethodKind : std::uint8_t {
-  kStatic,
-  kDynamic,
-  kModule,
-  kSample,
-  kArgmax,
-  kDecodeGreedy,
-  kPenalize
-};
+enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax, kPenalize };
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
 constexpr bool is_forward(MethodKind kind) {
@@ -41,7 +33,6 @@ constexpr bool is_forward(MethodKind kind) {
     case MethodKind::kModule: return true;
     case MethodKind::kSample:
     case MethodKind::kArgmax:
-    case MethodKind::kDecodeGreedy:
     case MethodKind::kPenalize: return false;
   }
   return false;
@@ -59,16 +50,6 @@ struct PlacedRow {
   cache::SeqId seq = -1;
   std::int32_t position = 0;
   cache::CellId cell = cache::kScratchCell;
-};
-
-// A validated decode_greedy call: `steps` steps of `width` rows, the cache's
-// placement step-major.
-struct DecodeGreedyCall {
-  std::span<const std::int64_t> tokens;     // [width], step 0's
-  std::span<const std::int64_t> positions;  // [steps * width]
-  std::vector<PlacedRow> rows;              // [steps * width]
-  std::int32_t steps = 0;
-  std::int32_t width = 0;
 };
 
 // A validated sample_penalize call (program.h): spans into its host inputs.
@@ -90,11 +71,8 @@ struct ForwardCall {
 
 class ForwardMethods {
  public:
-  // Checks the widths, max_step and min_prefill_chunk of `options`. A
-  // backend that implements decode_greedy says so; it is exported with the
-  // samplers (options.device_sampling).
-  static Result<ForwardMethods> build(const ProgramOptions& options, std::string backend,
-                                      bool decode_greedy = false);
+  // Checks the widths, max_step and min_prefill_chunk of `options`.
+  static Result<ForwardMethods> build(const ProgramOptions& options, std::string backend);
 
   std::vector<std::string> names() const;
   // Null when the program does not export `name`.
@@ -116,10 +94,6 @@ class ForwardMethods {
                                     std::span<const Tensor> inputs, std::int64_t vocab,
                                     const cache::CellCache& cache) const;
 
-  // Checks decode_greedy's two host inputs and matches them, row by row and
-  // step by step, to the cache's current placement. Nothing is changed.
-  Result<DecodeGreedyCall> check_decode_greedy(std::span<const Tensor> inputs, std::int64_t vocab,
-                                               const cache::CellCache& cache) const;
   // Checks sample_penalize's inputs (program.h) for logits on `device`:
   // shapes, offsets that start at 0, never fall and end at N, at most
   // kPenalizeMaxEntries entries and every entry's token inside [0, vocab).
@@ -128,14 +102,11 @@ class ForwardMethods {
                                       Device device) const;
   // The narrowest static method of at least `rows` rows; null when none is.
   const MethodEntry* narrowest_static(std::int32_t rows) const;
-  // The most rows one decode_greedy step takes: the widest static width.
-  std::int32_t decode_greedy_width() const { return widest_static_; }
   const ProgramOptions& options() const { return options_; }
 
  private:
   ProgramOptions options_;
   std::string backend_;
-  std::int32_t widest_static_ = 0;
   std::map<std::string, MethodEntry, std::less<>> methods_;
 };
 

@@ -10,15 +10,6 @@
 // executor places the step's real tokens in the bound CellCache; rows past the
 // placed count are padding and use the scratch cell.
 //
-// `decode_greedy` (optional) runs S greedy one-token steps of T sequences in
-// one call, taking (tokens Long[1, T], positions Long[S, T]) and returning
-// Long[S, T], the argmax every step drew for every row. Step 0 reads
-// `tokens`; row r of step s + 1 reads what step s drew for row r, on the
-// device, so the host never waits between steps (multi-step decoding). The
-// executor places all S * T tokens first, step-major (placed row s * T + r is
-// row r of step s). T is at most the widest static method's width, S at most
-// kDecodeGreedyMaxSteps.
-//
 // Thread-safety: not thread-safe. One thread (the engine thread) binds, loads
 // and executes.
 #pragma once
@@ -46,7 +37,6 @@ inline constexpr std::string_view kDynamicMethod = "forward_others";
 inline constexpr std::string_view kModuleMethod = "forward";
 inline constexpr std::string_view kSampleMethod = "sample";
 inline constexpr std::string_view kArgmaxMethod = "sample_argmax";
-inline constexpr std::string_view kDecodeGreedyMethod = "decode_greedy";
 // Optional: adjusts device logits in place before `sample`/`sample_argmax`
 // (logit_bias, penalties, min_p; sampling/penalties.h is the arithmetic).
 // Inputs: logits [R, V] (written in place), rows f32[R, 3] (repetition
@@ -59,7 +49,6 @@ inline constexpr std::string_view kDecodeGreedyMethod = "decode_greedy";
 inline constexpr std::string_view kPenalizeMethod = "sample_penalize";
 inline constexpr std::int64_t kPenalizeMaxEntries = std::int64_t{1} << 18;
 inline constexpr std::int64_t kPenalizeRowParams = 3;
-inline constexpr std::int64_t kDecodeGreedyMaxSteps = 64;
 inline constexpr std::string_view kVocabSizeConstant = "get_vocab_size";
 inline constexpr std::string_view kMaxContextConstant = "get_max_context_len";
 inline constexpr std::string_view kMaxCellsConstant = "get_offgraph_kv_max_cells";

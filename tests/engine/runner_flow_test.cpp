@@ -2,7 +2,9 @@
 // (speculative) outputs, cancellation, shutdown and initialization.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -415,6 +417,60 @@ TEST_F(FailureTest, SchedulerRejectionEndsTheGeneration) {
   auto h = run(s, {1, 2}, budget(3), c);
   EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
   EXPECT_EQ(h.error_message(), "scheduler rejected generation tasks");
+}
+
+// A DecodeFirstScheduler(20, 4, 8) that refuses every submit holding a
+// decode of one session, and counts the submits it refused.
+class DecodeRefusingScheduler final : public Scheduler {
+ public:
+  std::atomic<SessionId> refused{-1};
+  std::atomic<int> refusals{0};
+
+  bool submit(std::vector<Task> tasks) override {
+    for (const Task& t : tasks) {
+      if (t.is_decode && t.input.sid == refused.load()) {
+        ++refusals;
+        return false;
+      }
+    }
+    return inner_->submit(std::move(tasks));
+  }
+  bool has_work() const override { return inner_->has_work(); }
+  std::vector<Task> get_work() override { return inner_->get_work(); }
+  std::vector<Task> cancel(SessionId s) override { return inner_->cancel(s); }
+  std::vector<Task> clear() override { return inner_->clear(); }
+  std::size_t max_prefill_chunk_size() const override { return inner_->max_prefill_chunk_size(); }
+
+ private:
+  std::unique_ptr<DecodeFirstScheduler> inner_ = DecodeFirstScheduler::create(20, 4, 8);
+};
+
+// Both prompts end in one step, so their next decodes go to the scheduler
+// together; it refuses that submit, and only the refused session's generation
+// fails.
+TEST_F(FailureTest, ARefusedDecodeFailsOnlyItsOwnGeneration) {
+  auto owned = std::make_unique<DecodeRefusingScheduler>();
+  DecodeRefusingScheduler* scheduler = owned.get();
+  start_with(std::move(owned));
+  Session gate = open();
+  Session a = open();
+  Session b = open();
+  scheduler->refused = b.id();
+  auto held = occupy_engine(gate);
+  Collector ca, cb;
+  auto ha = a.generate_async(Tokens{1, 2}, budget(4), ca.on_update(), ca.on_settled());
+  auto hb = b.generate_async(Tokens{3, 4}, budget(4), cb.on_update(), cb.on_settled());
+  exec.release();
+  held.wait();
+  ha.wait();
+  hb.wait();
+  EXPECT_EQ(ha.finish_reason(), FinishReason::kNewTokenLimit);
+  EXPECT_EQ(ca.tokens().size(), 4u);
+  EXPECT_EQ(hb.finish_reason(), FinishReason::kFailed);
+  EXPECT_EQ(hb.error_message(), "scheduler rejected generation tasks");
+  EXPECT_EQ(cb.tokens().size(), 1u);  // the prompt's token, then the refusal
+  // The joint submit and b's own retry.
+  EXPECT_EQ(scheduler->refusals.load(), 2);
 }
 
 TEST_F(FailureTest, FailureOnLeadingPrefillChunksEndsGeneration) {

@@ -105,17 +105,6 @@ ToyProgram::ToyProgram(ToyConfig config) : config_(std::move(config)) {
     penalize.backends = {"toy"};
     penalize.dynamic = true;
     metas[std::string(program::kPenalizeMethod)] = penalize;
-    if (config_.decode_greedy) {
-      const std::int64_t t =
-          *std::max_element(config_.static_widths.begin(), config_.static_widths.end());
-      const std::int64_t steps = program::kDecodeGreedyMaxSteps;
-      MethodMeta chain;
-      chain.inputs = {TensorSpec{DType::kI64, {1, t}}, TensorSpec{DType::kI64, {steps, t}}};
-      chain.outputs = {TensorSpec{DType::kI64, {steps, t}}};
-      chain.backends = {"toy"};
-      chain.dynamic = true;
-      metas[std::string(program::kDecodeGreedyMethod)] = chain;
-    }
   }
   metas["get_vocab_size"] = MethodMeta{};  // constant methods are listed too, and ignored
   constants["get_vocab_size"] = v;
@@ -167,7 +156,6 @@ Result<std::vector<Tensor>> ToyProgram::execute(std::string_view method,
   if (fail_method == method) return internal_error("toy: {} fails as asked", method);
   if (method == "sample" || method == "sample_argmax") return sample(method, inputs);
   if (method == program::kPenalizeMethod) return penalize(inputs);
-  if (method == program::kDecodeGreedyMethod) return decode_greedy(inputs);
   return forward(method, inputs);
 }
 
@@ -328,47 +316,6 @@ Result<std::int64_t> ToyProgram::next_token(cache::SeqId seq, std::int64_t p) co
     }
   }
   return static_cast<std::int64_t>(h % static_cast<std::uint64_t>(config_.vocab));
-}
-
-// Step by step as the forward would run them, each step's rows taking the
-// previous step's predictions; the placement must be step-major.
-Result<std::vector<Tensor>> ToyProgram::decode_greedy(std::span<const Tensor> inputs) {
-  if (inputs.size() != 2 || inputs[0].rank() != 2 || inputs[1].rank() != 2 ||
-      inputs[0].dim(0) != 1 || inputs[1].dim(1) != inputs[0].dim(1)) {
-    return invalid_argument("toy decode_greedy: inputs must be [1, T] and [S, T]");
-  }
-  const std::int64_t t = inputs[0].dim(1);
-  const std::int64_t steps = inputs[1].dim(0);
-  const cache::StepPlacement* step = cache_->current_step();
-  if (step == nullptr || cache_->metrics().placements == placements_seen_ ||
-      static_cast<std::int64_t>(step->cells.size()) != steps * t) {
-    return internal_error("toy decode_greedy: {} steps of {} rows were not placed", steps, t);
-  }
-  placements_seen_ = cache_->metrics().placements;
-  const std::int64_t* pos = inputs[1].data_as<std::int64_t>();
-  std::vector<std::int64_t> tokens(inputs[0].data_as<std::int64_t>(),
-                                   inputs[0].data_as<std::int64_t>() + t);
-  drawn_.assign(static_cast<std::size_t>(steps * t), 0);
-  for (std::int64_t s = 0; s < steps; ++s) {
-    for (std::int64_t r = 0; r < t; ++r) {
-      const auto i = static_cast<std::size_t>(s * t + r);
-      if (step->seq_ids[i] != step->seq_ids[static_cast<std::size_t>(r)] ||
-          step->positions[i] != pos[i]) {
-        return internal_error("toy decode_greedy: placed row {} is not step {} row {}", i, s, r);
-      }
-      for (auto& layer : kv_) {
-        layer[static_cast<std::size_t>(step->cells[i])] =
-            Record{tokens[static_cast<std::size_t>(r)], pos[i]};
-      }
-    }
-    for (std::int64_t r = 0; r < t; ++r) {
-      const auto i = static_cast<std::size_t>(s * t + r);
-      CELLM_ASSIGN_OR_RETURN(drawn_[i], next_token(step->seq_ids[i], pos[i]));
-      tokens[static_cast<std::size_t>(r)] = drawn_[i];
-    }
-  }
-  calls.push_back(Call{std::string(program::kDecodeGreedyMethod), t, steps * t, {}});
-  return std::vector<Tensor>{Tensor::view(drawn_.data(), DType::kI64, {steps, t})};
 }
 
 std::unique_ptr<CudaExecutor> make_toy_executor(std::shared_ptr<ToyProgram> program) {

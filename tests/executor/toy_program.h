@@ -42,9 +42,6 @@ struct ToyConfig {
   bool taps = false;               // forwards also return [T, 2] (token, position) per row
   std::int32_t module_width = 0;   // > 0: export a dynamic "forward" of this width
   bool module_selects_rows = true;
-  // Export decode_greedy (program.h) over the widest static width; it needs
-  // the samplers.
-  bool decode_greedy = false;
 };
 
 // The next token after `history` (the last entry is the query's token).
@@ -97,7 +94,6 @@ class ToyProgram : public program::Program {
   Result<std::vector<Tensor>> forward(std::string_view method, std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> sample(std::string_view method, std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> penalize(std::span<const Tensor> inputs);
-  Result<std::vector<Tensor>> decode_greedy(std::span<const Tensor> inputs);
   // The toy model's next token for a query of `seq` at position `p`.
   Result<std::int64_t> next_token(cache::SeqId seq, std::int64_t p) const;
 
@@ -108,7 +104,6 @@ class ToyProgram : public program::Program {
   std::vector<float> logits_;
   std::vector<float> taps_;
   std::vector<std::int64_t> tokens_;
-  std::vector<std::int64_t> drawn_;  // decode_greedy's output
 };
 
 // A CudaExecutor over `program` for four sessions, initialised; null if

@@ -87,8 +87,6 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_RETURN_IF_ERROR(alloc(f->attn_, t * static_cast<std::size_t>(f->q_dim_)));
   CELLM_RETURN_IF_ERROR(alloc(f->gu_, t * 2 * static_cast<std::size_t>(spec.intermediate_size)));
   CELLM_RETURN_IF_ERROR(alloc(f->logits_, t * static_cast<std::size_t>(spec.vocab_size)));
-  CELLM_RETURN_IF_ERROR(alloc(f->feedback_, t));
-  CELLM_CUDA_CHECK(cudaMemset(f->feedback_.data(), 0, f->feedback_.bytes()));
   const std::int64_t decode_width = std::min(max_step, kMaxDecodeWidth);
   CELLM_RETURN_IF_ERROR(
       alloc(f->attn_ws_, attention_decode_workspace_bytes(decode_width, spec.num_heads,
@@ -245,10 +243,6 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
     return invalid_argument("cuda forward: {} decode rows of {} (at most all)", shape.decode_rows,
                             w);
   }
-  if (shape.chain_slot >= chain_slots_ || (shape.chain_slot >= 0 && w > chain_width_)) {
-    return invalid_argument("cuda forward: chain slot {} of width {} (reserved: {} slots of {})",
-                            shape.chain_slot, w, chain_slots_, chain_width_);
-  }
   if (table_.empty()) return invalid_argument("cuda forward: bind the cell tables first");
   return Status::ok();
 }
@@ -311,7 +305,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   CELLM_RETURN_IF_ERROR(validate_shape(shape));
   const model::ModelSpec& s = spec_;
   const std::int32_t w = shape.width;
-  const StepInputs in = step_inputs(shape);
+  const StepInputs in = step_inputs();
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
   active_ = shape.kernels;
@@ -397,10 +391,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
 
 void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
                         cudaStream_t stream) const {
-  // The step's first kernel: it follows the step's upload (no pdl), or in a
-  // graph of chained steps the previous step's last kernel.
+  // The step's first kernel: it follows the step's upload (no pdl).
   EmbeddingParams emb;
-  emb.pdl = shape.chain_slot > 0;
   emb.tokens = in.tokens;
   emb.table = weights_.embed;
   emb.out = x_.data();
@@ -408,37 +400,12 @@ void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
   emb.vocab = spec_.vocab_size;
   emb.dim = spec_.hidden_size;
   emb.scale = spec_.embedding_scale;
-  emb.feedback = feedback_.data();
-  emb.record = record_.data();
-  emb.record_size = recorded_capacity();
   launch_embedding(emb, stream);
 }
 
 bool CudaForward::tensor_cores_for(const GemvParams& params, std::uint32_t bit) const {
   return (active_.gemv_mma & bit) != 0 && params.m == 1 &&
          gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
-}
-
-Status CudaForward::reserve_chain(std::int32_t record_entries, std::int32_t slots,
-                                  std::int32_t width) {
-  if (record_entries < 0 || slots < 0 || width < 0 || width > max_step_) {
-    return invalid_argument("cuda forward: a chain of {} record entries and {} slots of {} rows",
-                            record_entries, slots, width);
-  }
-  const auto zeroed = [](std::size_t n) -> Result<DeviceBuffer<std::int32_t>> {
-    DeviceBuffer<std::int32_t> b;
-    if (n == 0) return b;
-    CELLM_ASSIGN_OR_RETURN(b, DeviceBuffer<std::int32_t>::allocate(n));
-    CELLM_CUDA_CHECK(cudaMemset(b.data(), 0, b.bytes()));
-    return b;
-  };
-  CELLM_ASSIGN_OR_RETURN(record_, zeroed(static_cast<std::size_t>(record_entries)));
-  CELLM_ASSIGN_OR_RETURN(chain_steps_,
-                         zeroed(static_cast<std::size_t>(slots) * StepArrays::kAttentionRows *
-                                static_cast<std::size_t>(width)));
-  chain_slots_ = slots;
-  chain_width_ = width;
-  return Status::ok();
 }
 
 Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
@@ -473,8 +440,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
                                .counter = argmax_counter_.data(),
-                               .out = shape.argmax_to,
-                               .feedback = feedback_.data()};
+                               .out = shape.argmax_to};
     }
     head.tensor_cores = tensor_cores_for(head, kMmaHead);
     CELLM_RETURN_IF_ERROR(gemv(head, stream));

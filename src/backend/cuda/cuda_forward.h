@@ -55,11 +55,6 @@ struct ForwardShape {
   // (GemvArgmax; a page-locked host int's device mapping), when the step
   // takes it there (CudaForward::takes_argmax). Null: no argmax.
   std::int32_t* argmax_to = nullptr;
-  // -1: the step reads its arrays from step_device(). s >= 0: from chain
-  // slot s (chain_steps_device()), and for s > 0 its embedding follows the
-  // previous step of the same graph by programmatic launch (a decode_greedy
-  // graph of several steps, cuda_program.cpp).
-  std::int32_t chain_slot = -1;
   // How many keys the step's rows attend at most (CudaForward::key_span of
   // its longest row; 0: the cell table's whole length). It sets how the
   // split-KV kernel cuts the keys (decode_split), which a captured graph
@@ -113,20 +108,6 @@ class CudaForward {
   std::int32_t kv_cells() const { return kv_cells_; }
   std::int32_t table_stride() const { return table_stride_; }
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
-  // decode_greedy's fed-back tokens (embedding.cuh): the argmax writers copy
-  // their ids into feedback_ids() ([max_step]), and the embedding of a step
-  // whose token rows are negative reads them there and records them in
-  // recorded_ids() ([recorded_capacity()]).
-  std::int32_t* feedback_ids() const { return feedback_.data(); }
-  std::int32_t* recorded_ids() const { return record_.data(); }
-  std::int32_t recorded_capacity() const { return static_cast<std::int32_t>(record_.size()); }
-  // The chain slots ForwardShape::chain_slot reads, packed at the step's
-  // width w (at most reserve_chain's): slot s at s * kAttentionRows * w, its
-  // arrays w entries apart, so a run of narrow steps uploads only its rows.
-  std::int32_t* chain_steps_device() const { return chain_steps_.data(); }
-  // Sizes the record and the chain slots (zeroed); call before any forward
-  // that feeds back or reads a slot.
-  Status reserve_chain(std::int32_t record_entries, std::int32_t slots, std::int32_t width);
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;
@@ -161,7 +142,7 @@ class CudaForward {
   // RMSNorm of `rows` hidden rows (plus `residual`, which it updates, when given).
   void norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, std::int32_t rows,
             cudaStream_t stream) const;
-  StepInputs step_inputs(const ForwardShape& shape) const;
+  StepInputs step_inputs() const;
   // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter (unless
   // `rope_done`: the q/k/v GEMV did both) and attention of layer l.
   void enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
@@ -211,11 +192,6 @@ class CudaForward {
   std::int32_t inv_freq_stride_ = 0;
   DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;
   DeviceBuffer<float> logits_;
-  DeviceBuffer<std::int32_t> feedback_;  // [max_step]
-  DeviceBuffer<std::int32_t> record_;    // reserve_chain's record entries
-  DeviceBuffer<std::int32_t> chain_steps_;
-  std::int32_t chain_slots_ = 0;
-  std::int32_t chain_width_ = 0;
   DeviceBuffer<float> attn_ws_;
   DeviceBuffer<std::int32_t> attn_counters_;    // decode v2's split counters, kept zero
   DeviceBuffer<std::int64_t> argmax_partials_;  // GemvArgmax: one per GEMV block

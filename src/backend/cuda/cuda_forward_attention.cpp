@@ -12,14 +12,11 @@
 
 namespace cellm::cuda {
 
-CudaForward::StepInputs CudaForward::step_inputs(const ForwardShape& shape) const {
-  const bool chained = shape.chain_slot >= 0;
-  // Chain slots are packed at the step's width (cuda_forward.h).
-  const auto pitch = static_cast<std::size_t>(chained ? shape.width : max_step_);
-  std::int32_t* base = chained ? chain_steps_.data() + static_cast<std::size_t>(shape.chain_slot) *
-                                                           StepArrays::kAttentionRows * pitch
-                               : step_.data();
-  const auto array = [&](int index) { return base + static_cast<std::size_t>(index) * pitch; };
+CudaForward::StepInputs CudaForward::step_inputs() const {
+  const auto pitch = static_cast<std::size_t>(max_step_);
+  const auto array = [&](int index) {
+    return step_.data() + static_cast<std::size_t>(index) * pitch;
+  };
   return StepInputs{array(StepArrays::kTokens),       array(StepArrays::kPositions),
                     array(StepArrays::kSlots),        array(StepArrays::kCells),
                     array(StepArrays::kSelector),     array(StepArrays::kFreshFrom),

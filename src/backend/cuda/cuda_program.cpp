@@ -28,9 +28,8 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
         "the CUDA program does not export taps yet; use the CPU program for "
         "execute_raw taps");
   }
-  CELLM_ASSIGN_OR_RETURN(
-      program::ForwardMethods methods,
-      program::ForwardMethods::build(options, std::string(kBackend), /*decode_greedy=*/true));
+  CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
+                         program::ForwardMethods::build(options, std::string(kBackend)));
   std::int64_t cells = options.kv_cells;
   if (cells == 0) {
     std::size_t free_bytes = 0;
@@ -87,18 +86,6 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     CELLM_ASSIGN_OR_RETURN(p->penalize_entries_device_,
                            DeviceBuffer<std::int32_t>::allocate(entries));
   }
-  if (options.device_sampling) {
-    const auto chain_width = static_cast<std::size_t>(p->methods_.decode_greedy_width());
-    const auto chain_steps = static_cast<std::size_t>(program::kDecodeGreedyMaxSteps);
-    CELLM_ASSIGN_OR_RETURN(p->chain_staging_,
-                           PinnedBuffer<std::int32_t>::allocate(chain_steps * chain_width *
-                                                                StepArrays::kAttentionRows));
-    CELLM_ASSIGN_OR_RETURN(p->chain_ids_,
-                           PinnedBuffer<std::int32_t>::allocate((chain_steps - 1) * chain_width));
-    CELLM_RETURN_IF_ERROR(
-        p->forward_->reserve_chain(static_cast<std::int32_t>((chain_steps - 1) * chain_width),
-                                   kChainGraphSteps, static_cast<std::int32_t>(chain_width)));
-  }
   void* mapped = nullptr;
   if (const cudaError_t e = cudaHostGetDevicePointer(&mapped, p->tokens_host_.data(), 0);
       e != cudaSuccess) {
@@ -148,7 +135,6 @@ Status CudaProgram::bind_cache(std::shared_ptr<cache::CellCache> cache) {
   table_epoch_.assign(static_cast<std::size_t>(c.max_sequences), 0);
   table_valid_.assign(static_cast<std::size_t>(c.max_sequences), 0);
   graphs_.clear();  // captured against the previous tables
-  chain_graphs_.clear();
   cache_ = std::move(cache);
   return Status::ok();
 }
@@ -195,12 +181,11 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
     stream_.synchronize();
     argmax_ready_ = nullptr;  // the warm-up above rewrote the logits
     GraphExec::begin_capture(stream_.get());
-    // The step's upload stays outside the graph: decode_greedy uploads each
-    // step from a slot of its own before replaying the same graph. (Sessions
-    // 16-19 captured it as the first node; a separate copy measured within
-    // the spread then, H200 1B batch 1 0.856 / 0.848 against 0.848 / 0.851
-    // ms/step. A kernel reading the staging buffer through its device
-    // mapping measured no faster either: bench/results/README.md, session 17.)
+    // The step's upload stays outside the graph. (Sessions 16-19 captured it
+    // as the first node; a separate copy measured within the spread, H200 1B
+    // batch 1 0.856 / 0.848 against 0.848 / 0.851 ms/step. A kernel reading
+    // the staging buffer through its device mapping measured no faster
+    // either: bench/results/README.md, session 17.)
     ForwardShape captured = shape;
     // A greedy one-token step then finds its token written with the logits.
     if (methods_.options().device_sampling) captured.argmax_to = tokens_mapped_;
@@ -426,6 +411,20 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
   return out;
 }
 
+void CudaProgram::launch_argmax(const float* logits, std::int32_t rows) {
+  SampleParams p;
+  p.logits = logits;
+  p.out = tokens_mapped_;
+  p.logits_stride = spec().vocab_size;
+  p.rows = rows;
+  p.vocab = static_cast<std::int32_t>(spec().vocab_size);
+  if (knobs.kernels.split_argmax) {
+    p.argmax_partials = argmax_partials_.data();
+    p.argmax_counters = argmax_counters_.data();
+  }
+  launch_sample_argmax(p, stream_.get());
+}
+
 Result<std::vector<Tensor>> CudaProgram::run_penalize(std::span<const Tensor> inputs) {
   CELLM_ASSIGN_OR_RETURN(program::PenalizeCall call,
                          methods_.check_penalize(inputs, spec().vocab_size, Device::kCuda));
@@ -478,7 +477,6 @@ Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
     case MethodKind::kModule: return run_forward(name, *m, inputs);
     case MethodKind::kSample:
     case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
-    case MethodKind::kDecodeGreedy: return run_decode_greedy(inputs);
     case MethodKind::kPenalize: return run_penalize(inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);

@@ -1,6 +1,6 @@
-// CudaProgram's declaration, shared by cuda_program.cpp (loading, single
-// forwards, samplers) and cuda_program_chain.cpp (decode_greedy). Internal to
-// the backend: everyone else reaches the program through cuda_program.h.
+// CudaProgram's declaration (cuda_program.cpp: loading, forwards, samplers).
+// Internal to the backend: everyone else reaches the program through
+// cuda_program.h.
 //
 // Thread-safety: not thread-safe; one engine thread binds, loads, executes.
 #pragma once
@@ -11,7 +11,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,13 +30,6 @@ inline constexpr std::string_view kBackend = "cuda";
 // Device memory kept out of the K/V pool for the cell tables and the
 // runtime's own needs.
 inline constexpr std::size_t kReserveBytes = std::size_t{1} << 30;
-// decode_greedy replays graphs of this many chained steps, the longest that
-// fits first (one upload and one launch for all of their steps). H200, 1B
-// batch 1: one graph a step ran 0.815 ms/step chained, as fast as one step at
-// a time (the time between graphs is the GPU's); graphs of eight 0.801.
-inline constexpr std::int32_t kChainGraphSizes[] = {64, 8};
-inline constexpr std::int32_t kChainGraphSteps = kChainGraphSizes[0];  // the most, slots
-
 // A padding step's arrays (StepArrays up to kAttentionRows) for `width`
 // rows, each array `pitch` entries after the one before: rows that touch
 // nothing but the scratch cell.
@@ -73,16 +65,6 @@ class CudaProgram final : public program::Program {
   std::int32_t* staging(StepArrays::Index which) const {
     return staging_.data() + static_cast<std::size_t>(which) * static_cast<std::size_t>(max_step());
   }
-  // decode_greedy's step s of `width` rows: its arrays, [StepArrays::
-  // kAttentionRows, width], in a slot of its own, packed as the forward reads
-  // chain slots (CudaForward::chain_steps_device), so a step's upload never
-  // reads what the host writes for a later one and a run of steps uploads
-  // only its rows.
-  std::int32_t* chain_staging(std::int32_t s, StepArrays::Index which, std::int32_t width) const {
-    return chain_staging_.data() +
-           (static_cast<std::size_t>(s) * StepArrays::kAttentionRows + which) *
-               static_cast<std::size_t>(width);
-  }
   static bool uses_decode_kernel(const program::MethodEntry& m) {
     return m.kind == MethodKind::kStatic && m.width <= kMaxDecodeWidth;
   }
@@ -105,24 +87,16 @@ class CudaProgram final : public program::Program {
   // Copies `arrays` step arrays of `width` entries, `pitch` entries apart in
   // `src`, into the forward's step arrays.
   void upload_step(const std::int32_t* src, std::size_t pitch, std::int32_t width, int arrays);
-  // A static method's forward of the arrays already on the device: its graph
-  // or its launches, and the argmax of its first `rows` logits rows into
-  // tokens_mapped_ and the forward's feedback ids unless its lm_head took it.
-  Status launch_static(const ForwardShape& shape, std::int32_t rows, bool argmax);
   Status sync_tables(std::span<const program::PlacedRow> rows);
   Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_sampler(std::string_view name, const program::MethodEntry& method,
                                           std::span<const Tensor> inputs);
-  Result<std::vector<Tensor>> run_decode_greedy(std::span<const Tensor> inputs);
   // sample_penalize (program.h): the rows, offsets and entries to the
   // device, then the kernel over the logits in place.
   Result<std::vector<Tensor>> run_penalize(std::span<const Tensor> inputs);
-  Status stage_chain_step(const program::DecodeGreedyCall& call, std::int32_t s,
-                          std::int32_t width);
-  Status capture_chain(const ForwardShape& step, std::int32_t steps);
   // Launches the device argmax of `rows` rows of `logits` (ids into
-  // tokens_mapped_ and the forward's feedback ids).
+  // tokens_mapped_).
   void launch_argmax(const float* logits, std::int32_t rows);
 
   program::ForwardMethods methods_;
@@ -130,17 +104,10 @@ class CudaProgram final : public program::Program {
   const CudaProgramKnobs knobs_;  // from the options, fixed at creation
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
-  PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
-  // decode_greedy: kDecodeGreedyMaxSteps slots (chain_staging), and the ids
-  // the steps' embeddings recorded, copied back at the end of a call.
-  PinnedBuffer<std::int32_t> chain_staging_;
-  PinnedBuffer<std::int32_t> chain_ids_;
+  PinnedBuffer<std::int32_t> staging_;     // [StepArrays::kCount, max_step], as on the device
   std::vector<std::int32_t> row_scratch_;  // attention_rows.h's per-slot counts
   // Static methods' graphs by width and how they cut the keys.
   std::map<std::pair<std::int32_t, DecodeSplit>, CapturedStep> graphs_;
-  // decode_greedy's graphs by (width, steps (kChainGraphSizes), cut of the
-  // keys); captured on first use, dropped with graphs_.
-  std::map<std::tuple<std::int32_t, std::int32_t, DecodeSplit>, GraphExec> chain_graphs_;
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.
   std::vector<std::uint64_t> table_epoch_;
