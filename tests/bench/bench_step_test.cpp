@@ -1,8 +1,8 @@
-// `cellm bench step`'s decode points (app::ServedDecodeBench) over a Runner
+// `cellm bench step`'s decode points (bench::ServedDecodeBench) over a Runner
 // and a CudaExecutor on the toy program: the asked steps are timed with every
 // session decoding in each, greedy and sampled, and a runner that cannot
 // decode every session together is an error, not a figure.
-#include "app/bench_step.h"
+#include "bench/bench_step.h"
 
 #include <cstdint>
 #include <memory>
@@ -15,7 +15,7 @@
 #include "executor/cuda_executor.h"
 #include "executor/toy_program.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 constexpr std::int64_t kVocab = 64;
@@ -116,4 +116,4 @@ TEST(BenchStepServedTest, RefusesMeaninglessArguments) {
 }
 
 }  // namespace
-}  // namespace cellm::app
+}  // namespace cellm::bench
