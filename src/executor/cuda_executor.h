@@ -166,6 +166,7 @@ class CudaExecutor final : public Executor {
     bool sampler_suppresses = false;  // `sample` declares the suppressed-ids input
     bool has_argmax = false;
     bool has_penalizer = false;  // `sample_penalize` (logit adjustments on the device)
+    bool has_masker = false;     // `sample_mask` (constrained decoding on the device)
     int decode_greedy_rows = 0;  // the decode_greedy method's most rows; 0: not exported
     std::uint64_t kv_cell_bytes = 0;
   };
@@ -192,6 +193,10 @@ class CudaExecutor final : public Executor {
   // (bias, penalties, min_p) through the program's sample_penalize, in
   // groups of at most kPenalizeMaxEntries entries; nothing when none does.
   Status penalize_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
+  // Applies the token masks of constrained sessions' rows of device logits
+  // through the program's sample_mask (before penalties, as the host does),
+  // in groups of at most kMaskMaxRows rows; nothing when no row has one.
+  Status mask_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);
   // decode_greedy's two ways: up to kDecodeGreedyMaxSteps steps on the
   // program's method, or one step through execute_raw.
@@ -216,6 +221,8 @@ class CudaExecutor final : public Executor {
   bool sampler_suppresses_;
   bool has_argmax_;
   bool has_penalizer_;
+  bool has_masker_;
+  std::vector<std::uint32_t> mask_words_;  // mask_on_device's staging
   int decode_greedy_rows_;
   // penalize_on_device's staging (reused from step to step).
   std::vector<sampling::PenaltyEntry> penalty_entries_;

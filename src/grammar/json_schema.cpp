@@ -197,24 +197,35 @@ Status JsonGrammarBuilder::Impl::formatted_string(NodeId from, NodeId to, const 
       d(at, next);
       at = next;
     }
-    NodeId dash = n();
+    const NodeId dash = n();
     b_.byte(at, '-', dash);
-    // Month 01-12.
-    const NodeId m0 = n(), m1 = n(), mend = n();
-    b_.byte(dash, '0', m0);
-    b_.bytes(m0, '1', '9', mend);
-    b_.byte(dash, '1', m1);
-    b_.bytes(m1, '0', '2', mend);
-    dash = n();
-    b_.byte(mend, '-', dash);
-    // Day 01-31.
-    const NodeId d0 = n(), d12 = n(), d3 = n(), dend = n();
-    b_.byte(dash, '0', d0);
-    b_.bytes(d0, '1', '9', dend);
-    b_.bytes(dash, '1', '2', d12);
-    d(d12, dend);
-    b_.byte(dash, '3', d3);
-    b_.bytes(d3, '0', '1', dend);
+    // Month and day together, so every date exists: days 01-28 in February
+    // (29 would depend on the year), 01-30 in April, June, September and
+    // November, 01-31 elsewhere.
+    const NodeId dend = n();
+    auto days = [&](NodeId month_end, char last_tens, char last_units) {
+      const NodeId sep = n(), d0 = n(), d12 = n(), dl = n();
+      b_.byte(month_end, '-', sep);
+      b_.byte(sep, '0', d0);
+      b_.bytes(d0, '1', '9', dend);
+      b_.bytes(sep, '1', static_cast<std::uint8_t>(last_tens - 1), d12);
+      d(d12, dend);
+      b_.byte(sep, last_tens, dl);
+      b_.bytes(dl, '0', static_cast<std::uint8_t>(last_units), dend);
+    };
+    for (std::string_view month : {"01", "03", "05", "07", "08", "10", "12"}) {
+      const NodeId m = n();
+      b_.literal(dash, month, m);
+      days(m, '3', '1');
+    }
+    for (std::string_view month : {"04", "06", "09", "11"}) {
+      const NodeId m = n();
+      b_.literal(dash, month, m);
+      days(m, '3', '0');
+    }
+    const NodeId feb = n();
+    b_.literal(dash, "02", feb);
+    days(feb, '2', '8');
     return dend;
   };
   auto time = [&](NodeId a) {

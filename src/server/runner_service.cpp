@@ -140,6 +140,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(
       }
     }
     if (spec.seed) c.seed = *spec.seed + static_cast<std::uint64_t>(choice);
+    c.constraint = spec.constraint;
     return c;
   };
   // The engine would refuse these too, but only after sessions were taken.

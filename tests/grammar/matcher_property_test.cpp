@@ -141,7 +141,7 @@ json generate_typed(const json& root, const json& s, const std::string& t, Rng& 
       char buf[64];
       if (f == "date") {
         std::snprintf(buf, sizeof buf, "%04d-%02d-%02d", static_cast<int>(rng() % 10000),
-                      static_cast<int>(1 + rng() % 12), static_cast<int>(1 + rng() % 31));
+                      static_cast<int>(1 + rng() % 12), static_cast<int>(1 + rng() % 28));
       } else if (f == "date-time") {
         std::snprintf(buf, sizeof buf, "2025-%02d-%02dT%02d:%02d:%02d%s",
                       static_cast<int>(1 + rng() % 12), static_cast<int>(1 + rng() % 28),
