@@ -238,7 +238,8 @@ std::string Grammar::describe() const {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     out += fmt::format("{}{}:", i, n.final ? "*" : "");
-    for (const ByteEdge& e : n.bytes) out += fmt::format(" [{:02x}-{:02x}]->{}", e.lo, e.hi, e.target);
+    for (const ByteEdge& e : n.bytes)
+      out += fmt::format(" [{:02x}-{:02x}]->{}", e.lo, e.hi, e.target);
     for (const CallEdge& c : n.calls) out += fmt::format(" call {}->{}", c.rule, c.ret);
     out += '\n';
   }

@@ -100,8 +100,9 @@ class GrammarBuilder {
   RuleId rule_of(NodeId n) const { return node_rule_[n]; }
   std::size_t node_count() const { return edges_.size(); }
 
-  // At most this many nodes (a schema too large to serve is refused).
-  static constexpr std::size_t kMaxNodes = 200000;
+  // At most this many nodes after epsilon removal (each costs a 1 KiB
+  // next-node table, so 20 MiB at most); a schema too large is refused.
+  static constexpr std::size_t kMaxNodes = 20000;
 
   // InvalidArgument for left recursion (naming the rule) or a grammar past
   // kMaxNodes.

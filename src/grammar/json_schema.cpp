@@ -18,19 +18,24 @@ using json = nlohmann::ordered_json;
 // Keywords that describe a schema without constraining values.
 const std::set<std::string>& annotations() {
   static const std::set<std::string> s = {
-      "title",   "description", "default",    "examples", "$schema", "$id",         "$comment",
-      "deprecated", "readOnly", "writeOnly", "$defs",    "definitions", "strict"};
+      "title",      "description", "default",   "examples", "$schema",     "$id",   "$comment",
+      "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict"};
   return s;
 }
 
 // Keywords this compiler enforces.
 const std::set<std::string>& supported() {
   static const std::set<std::string> s = {
-      "type",     "properties", "required", "additionalProperties", "items",     "prefixItems",
-      "minItems", "maxItems",   "enum",     "const",                "anyOf",     "oneOf",
-      "$ref",     "minLength",  "maxLength", "format",              "nullable"};
+      "type",    "properties",  "required",  "additionalProperties",
+      "items",   "prefixItems", "minItems",  "maxItems",
+      "enum",    "const",       "anyOf",     "oneOf",
+      "$ref",    "minLength",   "maxLength", "format",
+      "nullable"};
   return s;
 }
+
+// Nodes a schema may create before epsilon removal.
+constexpr std::size_t kMaxBuilderNodes = 200000;
 
 std::string child_path(const std::string& path, std::string_view key) {
   return path + "/" + std::string(key);
@@ -44,9 +49,7 @@ class JsonGrammarBuilder::Impl {
 
   Status value(const json& root, const json& schema, NodeId from, NodeId to,
                const std::string& path, int depth);
-  void any_object(NodeId from, NodeId to) {
-    b_.call(from, object_rule(), to);
-  }
+  void any_object(NodeId from, NodeId to) { b_.call(from, object_rule(), to); }
   void ws(NodeId from, NodeId to) { b_.call(from, ws_rule(), to); }
 
  private:
@@ -442,10 +445,17 @@ Result<std::int64_t> JsonGrammarBuilder::Impl::bound(const json& schema, const c
   return it->get<std::int64_t>();
 }
 
-Status JsonGrammarBuilder::Impl::value(const json& root, const json& schema, NodeId from,
-                                       NodeId to, const std::string& path, int depth) {
+Status JsonGrammarBuilder::Impl::value(const json& root, const json& schema, NodeId from, NodeId to,
+                                       const std::string& path, int depth) {
   if (depth > kMaxSchemaDepth) {
     return invalid_argument("the schema nests deeper than {} levels at {}", kMaxSchemaDepth, path);
+  }
+  // Bounds multiply (maxItems of maxItems ...): stop before memory does.
+  if (b_.node_count() > kMaxBuilderNodes) {
+    return invalid_argument(
+        "the schema is too large to compile (at {}): it unrolls past {} automaton nodes; lower "
+        "minItems/maxItems/maxLength or nest less",
+        path, kMaxBuilderNodes);
   }
   if (schema.is_boolean()) {
     if (!schema.get<bool>()) {
@@ -517,8 +527,8 @@ Status JsonGrammarBuilder::Impl::value(const json& root, const json& schema, Nod
       }
     }
     for (std::size_t i = 0; i < alts->size(); ++i) {
-      CELLM_RETURN_IF_ERROR(value(root, (*alts)[i], from, to,
-                                  fmt::format("{}/{}/{}", path, key, i), depth + 1));
+      CELLM_RETURN_IF_ERROR(
+          value(root, (*alts)[i], from, to, fmt::format("{}/{}/{}", path, key, i), depth + 1));
     }
     return Status::ok();
   }
@@ -680,8 +690,8 @@ Status JsonGrammarBuilder::Impl::object(const json& root, const json& schema, No
   return Status::ok();
 }
 
-Status JsonGrammarBuilder::Impl::array(const json& root, const json& schema, NodeId from,
-                                       NodeId to, const std::string& path, int depth) {
+Status JsonGrammarBuilder::Impl::array(const json& root, const json& schema, NodeId from, NodeId to,
+                                       const std::string& path, int depth) {
   CELLM_ASSIGN_OR_RETURN(std::int64_t min, bound(schema, "minItems", path));
   CELLM_ASSIGN_OR_RETURN(std::int64_t max, bound(schema, "maxItems", path));
   min = std::max<std::int64_t>(min, 0);
@@ -739,7 +749,8 @@ Status JsonGrammarBuilder::Impl::array(const json& root, const json& schema, Nod
     }
     CELLM_RETURN_IF_ERROR(item(i, at, slot[static_cast<std::size_t>(i) + 1]));
   }
-  for (std::int64_t i = min; i <= unrolled; ++i) b_.byte(slot[static_cast<std::size_t>(i)], ']', to);
+  for (std::int64_t i = min; i <= unrolled; ++i)
+    b_.byte(slot[static_cast<std::size_t>(i)], ']', to);
   if (max < 0 && items != nullptr) {
     // Unbounded tail: one more item at a time, each emitted once.
     const NodeId last = slot.back(), start = node_near(from);

@@ -33,7 +33,8 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> grammar,
 
 std::shared_ptr<const TokenGrammar> TokenGrammar::create(
     std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocabulary> vocab) {
-  return std::shared_ptr<const TokenGrammar>(new TokenGrammar(std::move(grammar), std::move(vocab)));
+  return std::shared_ptr<const TokenGrammar>(
+      new TokenGrammar(std::move(grammar), std::move(vocab)));
 }
 
 std::unique_ptr<TokenConstraintState> TokenGrammar::start() const {

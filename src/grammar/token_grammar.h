@@ -59,7 +59,8 @@ class TokenGrammar final : public TokenConstraint,
   CacheStats cache_stats() const;
 
  private:
-  TokenGrammar(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocabulary> vocab);
+  TokenGrammar(std::shared_ptr<const Grammar> grammar,
+               std::shared_ptr<const TokenVocabulary> vocab);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;

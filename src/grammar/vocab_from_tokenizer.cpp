@@ -17,7 +17,8 @@ std::shared_ptr<const TokenVocabulary> vocabulary_from_tokenizer(const text::Tok
     // continues() is true exactly for byte-fallback tokens of a decoder
     // that has the step: alone, decode() would turn the byte into U+FFFD.
     if (decoder.continues(*text)) {
-      bytes[static_cast<std::size_t>(id)] = std::string(1, static_cast<char>(text::parse_byte_token(*text)));
+      bytes[static_cast<std::size_t>(id)] =
+          std::string(1, static_cast<char>(text::parse_byte_token(*text)));
       continue;
     }
     bytes[static_cast<std::size_t>(id)] = decoder.decode({*text}, /*at_start=*/false);

@@ -330,7 +330,7 @@ Result<DecodeGreedyCall> ForwardMethods::check_decode_greedy(std::span<const Ten
 }
 
 Result<MaskCall> ForwardMethods::check_mask(std::span<const Tensor> inputs, std::int64_t vocab,
-                                           Device device) const {
+                                            Device device) const {
   const std::string_view name = kMaskMethod;
   if (inputs.size() != 2) {
     return invalid_argument("{}: takes 2 inputs (logits, words), got {}", name, inputs.size());
@@ -353,8 +353,8 @@ Result<MaskCall> ForwardMethods::check_mask(std::span<const Tensor> inputs, std:
   MaskCall call;
   call.rows = static_cast<std::int32_t>(rows);
   call.words_per_row = static_cast<std::int32_t>(per_row);
-  call.words = std::span<const std::uint32_t>(
-      static_cast<const std::uint32_t*>(inputs[1].data()), static_cast<std::size_t>(rows * per_row));
+  call.words = std::span<const std::uint32_t>(static_cast<const std::uint32_t*>(inputs[1].data()),
+                                              static_cast<std::size_t>(rows * per_row));
   return call;
 }
 

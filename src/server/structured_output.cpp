@@ -56,9 +56,9 @@ GrammarCache& cache() {
 
 // One forced call in `format`, for the tools selected (all, or `only`).
 Result<std::shared_ptr<const grammar::Grammar>> tool_call_grammar(const json& tools,
-                                                                   const std::string* only,
-                                                                   ToolFormat format,
-                                                                   std::string* param) {
+                                                                  const std::string* only,
+                                                                  ToolFormat format,
+                                                                  std::string* param) {
   grammar::GrammarBuilder b;
   const grammar::RuleId root = b.add_rule("tool_call");
   grammar::JsonGrammarBuilder j(b);
@@ -105,7 +105,8 @@ Result<std::shared_ptr<const grammar::Grammar>> tool_call_grammar(const json& to
     const json& fn = tools[i]["function"];
     const std::string name = fn["name"].get<std::string>();
     if (only != nullptr && name != *only) continue;
-    const grammar::NodeId args = chain(body, {"{", "\"name\"", ":", json(name).dump(), ",", args_key, ":"});
+    const grammar::NodeId args =
+        chain(body, {"{", "\"name\"", ":", json(name).dump(), ",", args_key, ":"});
     const grammar::NodeId args_end = node(), close = node();
     auto params = fn.find("parameters");
     if (params == fn.end() || params->is_null()) {
@@ -122,8 +123,9 @@ Result<std::shared_ptr<const grammar::Grammar>> tool_call_grammar(const json& to
 
 }  // namespace
 
-StructuredOutput structured_constraint(const GenerationRequest& r, ToolFormat format,
-                                       const std::shared_ptr<const grammar::TokenVocabulary>& vocab) {
+StructuredOutput structured_constraint(
+    const GenerationRequest& r, ToolFormat format,
+    const std::shared_ptr<const grammar::TokenVocabulary>& vocab) {
   StructuredOutput out;
   const bool forced = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
   if (!forced && r.response_format == ResponseFormat::kText) return out;
@@ -143,9 +145,9 @@ StructuredOutput structured_constraint(const GenerationRequest& r, ToolFormat fo
   }
   std::string key;
   if (forced) {
-    key = fmt::format("tools|{}|{}|{}", static_cast<int>(format),
-                      r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "*",
-                      r.tools.dump());
+    key =
+        fmt::format("tools|{}|{}|{}", static_cast<int>(format),
+                    r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "*", r.tools.dump());
   } else if (r.response_format == ResponseFormat::kJsonObject) {
     key = "json_object";
   } else {

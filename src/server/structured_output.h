@@ -39,7 +39,8 @@ struct StructuredOutput {
 
 // `format`: the model's tool-call convention; `vocab`: null when the service
 // cannot constrain decoding (then a request that needs it is refused).
-StructuredOutput structured_constraint(const GenerationRequest& request, ToolFormat format,
-                                       const std::shared_ptr<const grammar::TokenVocabulary>& vocab);
+StructuredOutput structured_constraint(
+    const GenerationRequest& request, ToolFormat format,
+    const std::shared_ptr<const grammar::TokenVocabulary>& vocab);
 
 }  // namespace cellm::server

@@ -28,9 +28,9 @@ bool parse_response_format(const json& value, GenerationRequest* req, RequestErr
   const std::string t = type->get<std::string>();
   for (auto it = value.begin(); it != value.end(); ++it) {
     if (it.key() != "type" && !(t == "json_schema" && it.key() == "json_schema")) {
-      return fail(error, "response_format." + it.key(),
-                  invalid_argument("unsupported field 'response_format.{}' for type \"{}\"",
-                                   it.key(), t));
+      return fail(
+          error, "response_format." + it.key(),
+          invalid_argument("unsupported field 'response_format.{}' for type \"{}\"", it.key(), t));
     }
   }
   if (t == "text") {
@@ -65,8 +65,8 @@ bool parse_response_format(const json& value, GenerationRequest* req, RequestErr
     return fail(error, "response_format.json_schema.name",
                 invalid_argument("'response_format.json_schema.name' must be a non-empty string"));
   }
-  if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null() &&
-                                          !strict->is_boolean()) {
+  if (auto strict = spec->find("strict");
+      strict != spec->end() && !strict->is_null() && !strict->is_boolean()) {
     return fail(error, "response_format.json_schema.strict",
                 invalid_argument("'response_format.json_schema.strict' must be a boolean"));
   }

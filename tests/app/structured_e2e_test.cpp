@@ -3,8 +3,6 @@
 // schema (checked here field by field from the schema's definition) and ends
 // with a stop once the grammar is complete; json_object mode gives an
 // object; every generated token's bytes are allowed by a fresh matcher.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "app/engine.h"
@@ -114,8 +113,8 @@ TEST_F(StructuredE2eTest, GreedyGenerationMatchesTheSchema) {
       "additionalProperties":false})");
   auto g = grammar::compile_json_schema(schema);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  const Outcome out = run("Describe a person as JSON with name, age, favourite color and pets.",
-                          *g, 120);
+  const Outcome out =
+      run("Describe a person as JSON with name, age, favourite color and pets.", *g, 120);
   ASSERT_EQ(out.reason, FinishReason::kStopToken) << out.error << " after " << bytes_of(out.tokens);
   std::vector<Token> body = out.tokens;
   // The grammar ends the generation itself, or the model's EOS does right

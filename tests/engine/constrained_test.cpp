@@ -56,7 +56,8 @@ TEST_F(ConstrainedRunnerTest, ACompleteGrammarEndsWithAStop) {
   const Token first = static_cast<Token>(s.id() * 1000 + 1);
   GenConfig config = budget(10);
   config.stop_tokens = {4000};
-  config.constraint = std::make_shared<ListConstraint>(std::vector<Token>{first, first + 1, first + 2});
+  config.constraint =
+      std::make_shared<ListConstraint>(std::vector<Token>{first, first + 1, first + 2});
   Collector c;
   GenerationHandle h = run(s, {1, 2, 3}, config, c);
   EXPECT_EQ(h.finish_reason(), FinishReason::kStopToken) << h.error_message();
@@ -99,7 +100,8 @@ TEST_F(ConstrainedRunnerTest, TheTokenBudgetStillEndsAConstrainedGeneration) {
   Session s = open();
   const Token first = static_cast<Token>(s.id() * 1000 + 1);
   GenConfig config = budget(2);
-  config.constraint = std::make_shared<ListConstraint>(std::vector<Token>{first, first + 1, first + 2});
+  config.constraint =
+      std::make_shared<ListConstraint>(std::vector<Token>{first, first + 1, first + 2});
   Collector c;
   GenerationHandle h = run(s, {1}, config, c);
   EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);

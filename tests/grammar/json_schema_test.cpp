@@ -57,10 +57,10 @@ TEST(JsonSchemaGrammar, ObjectPropertiesInOrderWithOptionalOnes) {
       "additionalProperties":false})");
   expect_accepts(g, R"({"a":1,"c":true})");
   expect_accepts(g, R"({"a": -12, "b": "x", "c": false})");
-  expect_rejects(g, R"({"a":1})");                    // c is required
-  expect_rejects(g, R"({"c":true,"a":1})");           // declared order
-  expect_rejects(g, R"({"a":1.5,"c":true})");         // integer
-  expect_rejects(g, R"({"a":1,"c":true,"d":1})");     // no other keys
+  expect_rejects(g, R"({"a":1})");                 // c is required
+  expect_rejects(g, R"({"c":true,"a":1})");        // declared order
+  expect_rejects(g, R"({"a":1.5,"c":true})");      // integer
+  expect_rejects(g, R"({"a":1,"c":true,"d":1})");  // no other keys
   expect_rejects(g, R"({"a":1,,"c":true})");
   expect_rejects(g, R"({,"a":1,"c":true})");
 }
@@ -90,7 +90,8 @@ TEST(JsonSchemaGrammar, EnumConstAndTypeLists) {
 }
 
 TEST(JsonSchemaGrammar, ArraysWithBoundsAndPrefixItems) {
-  auto g = schema_grammar(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})");
+  auto g =
+      schema_grammar(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})");
   expect_accepts(g, "[1,2]");
   expect_accepts(g, "[1, 2, 3]");
   expect_rejects(g, "[1]");
@@ -169,8 +170,7 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreNamed) {
       {R"({"type":"integer","minimum":0})", "'minimum'"},
       {R"({"allOf":[{"type":"string"}]})", "'allOf'"},
       {R"({"not":{"type":"string"}})", "'not'"},
-      {R"({"type":"object","properties":{"a":{"type":"string","format":"hostname"}}})",
-       "'format'"},
+      {R"({"type":"object","properties":{"a":{"type":"string","format":"hostname"}}})", "'format'"},
       {R"({"type":"object","patternProperties":{"^x":{}}})", "'patternProperties'"},
       {R"({"type":"integer","multipleOf":2})", "'multipleOf'"},
       {R"({"type":"strange"})", "'type'"},
@@ -190,7 +190,10 @@ TEST(JsonSchemaGrammar, MalformedSchemasAreRefused) {
        {R"({"type":"object","required":["missing"],"properties":{}})", R"({"enum":[]})",
         R"({"$ref":"#/$defs/nowhere"})", R"({"type":"array","minItems":1000})",
         R"({"type":"array","minItems":3,"maxItems":2})", R"(false)", R"(7)",
-        R"({"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})"}) {
+        R"({"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"})",
+        // Bounds that multiply past any sensible size.
+        R"({"type":"array","maxItems":256,"items":{"type":"array","maxItems":256,"items":{
+            "type":"array","maxItems":256,"items":{"type":"string","maxLength":256}}}})"}) {
     auto g = compile_json_schema(json::parse(schema));
     EXPECT_FALSE(g.ok()) << schema;
   }

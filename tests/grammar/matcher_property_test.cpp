@@ -43,7 +43,8 @@ bool format_ok(const std::string& format, const std::string& s) {
   if (format == "time") return std::regex_match(s, std::regex(time));
   if (format == "date-time") return std::regex_match(s, std::regex(date + "T" + time));
   if (format == "uuid") {
-    return std::regex_match(s, std::regex(R"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"));
+    return std::regex_match(
+        s, std::regex(R"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"));
   }
   if (format == "email") return s.find('@') != std::string::npos;
   return false;
@@ -120,9 +121,10 @@ bool valid(const json& root, const json& s, const json& v) {
 }
 
 std::string random_text(Rng& rng, std::size_t n) {
-  static const std::vector<std::string> pieces = {"a", "Z", " ", "7", "\"", "\\", "\n", "\t",
-                                                  "/", "\xc3\xa9", "\xe6\x97\xa5",
-                                                  "\xf0\x9f\x98\x80", "{", "}", ","};
+  static const std::vector<std::string> pieces = {
+      "a",  "Z",  " ", "7",        "\"",           "\\",
+      "\n", "\t", "/", "\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80",
+      "{",  "}",  ","};
   std::string s;
   for (std::size_t i = 0; i < n; ++i) s += pieces[rng() % pieces.size()];
   return s;
@@ -134,7 +136,8 @@ json generate_typed(const json& root, const json& s, const std::string& t, Rng& 
   if (t == "null") return nullptr;
   if (t == "boolean") return rng() % 2 == 0;
   if (t == "integer") return static_cast<std::int64_t>(rng() % 2000001) - 1000000;
-  if (t == "number") return static_cast<double>(static_cast<std::int64_t>(rng() % 200001) - 100000) / 64.0;
+  if (t == "number")
+    return static_cast<double>(static_cast<std::int64_t>(rng() % 200001) - 100000) / 64.0;
   if (t == "string") {
     if (s.contains("format")) {
       const std::string f = s["format"];
@@ -148,9 +151,9 @@ json generate_typed(const json& root, const json& s, const std::string& t, Rng& 
                       static_cast<int>(rng() % 24), static_cast<int>(rng() % 60),
                       static_cast<int>(rng() % 60), rng() % 2 ? "Z" : ".5-03:30");
       } else if (f == "uuid") {
-        std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx",
-                      static_cast<unsigned>(rng()), static_cast<unsigned>(rng() % 65536),
+        std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(rng()),
                       static_cast<unsigned>(rng() % 65536), static_cast<unsigned>(rng() % 65536),
+                      static_cast<unsigned>(rng() % 65536),
                       static_cast<unsigned long long>(rng() % (1ull << 48)));
       } else if (f == "time") {
         std::snprintf(buf, sizeof buf, "%02d:%02d:%02d%s", static_cast<int>(rng() % 24),
@@ -175,8 +178,9 @@ json generate_typed(const json& root, const json& s, const std::string& t, Rng& 
     const std::size_t n = lo + rng() % (hi - lo + 1);
     json a = json::array();
     for (std::size_t i = 0; i < n; ++i) {
-      a.push_back(generate(root, i < prefix ? s["prefixItems"][i] : s.value("items", json::object()),
-                           rng, depth + 1));
+      a.push_back(generate(root,
+                           i < prefix ? s["prefixItems"][i] : s.value("items", json::object()), rng,
+                           depth + 1));
     }
     return a;
   }
@@ -188,9 +192,11 @@ json generate_typed(const json& root, const json& s, const std::string& t, Rng& 
     for (const json& r : required) req = req || r == it.key();
     if (req || rng() % 2 == 0) o[it.key()] = generate(root, it.value(), rng, depth + 1);
   }
-  if (props.empty() && s.contains("additionalProperties") && s["additionalProperties"].is_object()) {
+  if (props.empty() && s.contains("additionalProperties") &&
+      s["additionalProperties"].is_object()) {
     for (std::size_t i = rng() % 3; i > 0; --i) {
-      o[random_text(rng, 1 + rng() % 4)] = generate(root, s["additionalProperties"], rng, depth + 1);
+      o[random_text(rng, 1 + rng() % 4)] =
+          generate(root, s["additionalProperties"], rng, depth + 1);
     }
   }
   return o;

@@ -19,13 +19,12 @@ using json = nlohmann::ordered_json;
 // A vocabulary with structural, word, whitespace, split-UTF-8 and empty
 // (special) tokens, as byte-level BPE vocabularies have.
 std::vector<std::string> toy_vocab() {
-  std::vector<std::string> v = {"",  "{",   "}",     "\"",    ":",     ",",        "[",
-                                "]", " ",   "\n",    "  ",    "{\"",   "\":",      "\",",
-                                "\"}", "a", "ab",    "abc",   "name",  "\"name",   "\": \"",
-                                "1", "12",  "0",     "-",     ".",     "5e",       "true",
-                                "tr", "ue", "null",  "\xc3",  "\xa9",  "\xc3\xa9", "\xe6\x97",
-                                "\xa5", "\\", "\\n", "\\u00", "e9",    "x\"",      "\"}\n",
-                                "red", "green", "blue", "\"red\"", "}]", "\n  ", ""};
+  std::vector<std::string> v = {
+      "",       "{",     "}",    "\"",       ":",        ",",       "[",  "]",    " ",     "\n",
+      "  ",     "{\"",   "\":",  "\",",      "\"}",      "a",       "ab", "abc",  "name",  "\"name",
+      "\": \"", "1",     "12",   "0",        "-",        ".",       "5e", "true", "tr",    "ue",
+      "null",   "\xc3",  "\xa9", "\xc3\xa9", "\xe6\x97", "\xa5",    "\\", "\\n",  "\\u00", "e9",
+      "x\"",    "\"}\n", "red",  "green",    "blue",     "\"red\"", "}]", "\n  ", ""};
   return v;
 }
 

@@ -131,13 +131,16 @@ TEST(StructuredRequestTest, ForcedCallsFollowTheModelsConvention) {
   EXPECT_TRUE(accepts(hermes,
                       "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}"
                       "\n</tool_call>"));
-  EXPECT_TRUE(accepts(hermes, "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}"
-                              "\n</tool_call>"));
+  EXPECT_TRUE(accepts(hermes,
+                      "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}"
+                      "\n</tool_call>"));
   // Arguments of the other tool, an unknown tool, or no wrapper: refused.
-  EXPECT_FALSE(accepts(hermes, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\": "
-                               "\"Oslo\"}}\n</tool_call>"));
-  EXPECT_FALSE(accepts(hermes, "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n"
-                               "</tool_call>"));
+  EXPECT_FALSE(accepts(hermes,
+                       "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\": "
+                       "\"Oslo\"}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(hermes,
+                       "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n"
+                       "</tool_call>"));
   EXPECT_FALSE(accepts(hermes, "{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}"));
 
   StructuredOutput llama = structured_constraint(*r, ToolFormat::kLlama3, vocab);
@@ -152,9 +155,8 @@ TEST(StructuredRequestTest, ForcedCallsFollowTheModelsConvention) {
   EXPECT_TRUE(accepts(none, R"({"name": "weather", "arguments": {"city": "Rome"}})"));
   EXPECT_EQ(structured_constraint(*r, ToolFormat::kGemma, vocab).tool_format, ToolFormat::kLlama3);
 
-  auto named = chat(std::string(kTools) +
-                        R"(,"tool_choice":{"type":"function","function":{"name":"add"}})",
-                    &e);
+  auto named = chat(
+      std::string(kTools) + R"(,"tool_choice":{"type":"function","function":{"name":"add"}})", &e);
   ASSERT_TRUE(named) << e.status.to_string();
   EXPECT_EQ(named->tool_choice, ToolChoice::kNamed);
   EXPECT_EQ(named->tool_choice_name, "add");
@@ -175,9 +177,9 @@ TEST(StructuredRequestTest, ForcedCallRefusals) {
   EXPECT_EQ(out.param, "tools[0].function.parameters");
   EXPECT_NE(out.status.message().find("'pattern'"), std::string::npos);
   // A forced call and a JSON response_format contradict each other.
-  r = chat(std::string(kTools) +
-               R"(,"tool_choice":"required","response_format":{"type":"json_object"})",
-           &e);
+  r = chat(
+      std::string(kTools) + R"(,"tool_choice":"required","response_format":{"type":"json_object"})",
+      &e);
   ASSERT_TRUE(r);
   out = structured_constraint(*r, ToolFormat::kHermes, byte_vocab());
   EXPECT_EQ(out.param, "response_format");

@@ -87,8 +87,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     CELLM_ASSIGN_OR_RETURN(p->mask_words_device_,
                            DeviceBuffer<std::uint32_t>::allocate(mask_words));
     CELLM_ASSIGN_OR_RETURN(p->mask_active_host_, PinnedBuffer<std::int32_t>::allocate(mask_rows));
-    CELLM_ASSIGN_OR_RETURN(p->mask_active_device_,
-                           DeviceBuffer<std::int32_t>::allocate(mask_rows));
+    CELLM_ASSIGN_OR_RETURN(p->mask_active_device_, DeviceBuffer<std::int32_t>::allocate(mask_rows));
   }
   if (options.device_sampling) {
     const auto chain_width = static_cast<std::size_t>(p->methods_.decode_greedy_width());
@@ -485,7 +484,8 @@ Result<std::vector<Tensor>> CudaProgram::run_mask(std::span<const Tensor> inputs
   bool any = false;
   for (std::size_t r = 0; r < rows; ++r) {
     const std::span<const std::uint32_t> row = call.words.subspan(r * per_row, per_row);
-    const bool active = std::any_of(row.begin(), row.end(), [](std::uint32_t w) { return w != ~0u; });
+    const bool active =
+        std::any_of(row.begin(), row.end(), [](std::uint32_t w) { return w != ~0u; });
     mask_active_host_.data()[r] = active ? 1 : 0;
     any = any || active;
   }

@@ -9,7 +9,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kIdsPerThread = 4;  // consecutive ids: one word serves eight threads
 
-__global__ void __launch_bounds__(kThreads) sample_mask_kernel(const __grid_constant__ MaskParams p) {
+__global__ void __launch_bounds__(kThreads)
+    sample_mask_kernel(const __grid_constant__ MaskParams p) {
   const int r = static_cast<int>(blockIdx.y);
   if (p.active[r] == 0) return;
   const std::int64_t first =
