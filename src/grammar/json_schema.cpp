@@ -1,7 +1,10 @@
 #include "grammar/json_schema.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,12 +28,27 @@ const std::set<std::string>& annotations() {
 
 // Keywords this compiler enforces.
 const std::set<std::string>& supported() {
-  static const std::set<std::string> s = {
-      "type",    "properties",  "required",  "additionalProperties",
-      "items",   "prefixItems", "minItems",  "maxItems",
-      "enum",    "const",       "anyOf",     "oneOf",
-      "$ref",    "minLength",   "maxLength", "format",
-      "nullable"};
+  static const std::set<std::string> s = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "$ref",
+                                          "minLength",
+                                          "maxLength",
+                                          "format",
+                                          "nullable",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum"};
   return s;
 }
 
@@ -65,6 +83,12 @@ class JsonGrammarBuilder::Impl {
   Status formatted_string(NodeId from, NodeId to, const std::string& format,
                           const std::string& path);
   void number(NodeId from, NodeId to, bool integer);
+  // Integers in [lo, hi] (both within +-kMaxIntegerBound), written without
+  // leading zeros.
+  void integer_range(NodeId from, NodeId to, std::int64_t lo, std::int64_t hi);
+  // Non-negative decimals of one length, digit by digit between `lo` and `hi`.
+  void digit_range(NodeId from, NodeId to, std::string_view lo, std::string_view hi);
+  Status bounded_integer(const json& schema, NodeId from, NodeId to, const std::string& path);
   void digits(NodeId from, NodeId to, int min, int max);
   Status typed(const json& root, const json& schema, const std::string& type, NodeId from,
                NodeId to, const std::string& path, int depth);
@@ -350,6 +374,102 @@ void JsonGrammarBuilder::Impl::number(NodeId from, NodeId to, bool integer) {
   digits(exp_sign, to, 1, 3);
 }
 
+void JsonGrammarBuilder::Impl::digit_range(NodeId from, NodeId to, std::string_view lo,
+                                           std::string_view hi) {
+  // Same length, lo <= hi. Equal leading digits: one edge and recurse;
+  // otherwise lo's first digit with the rest at least lo's rest, the digits
+  // between with anything, hi's first digit with the rest at most hi's rest.
+  if (lo.size() == 1) {
+    b_.bytes(from, static_cast<std::uint8_t>(lo[0]), static_cast<std::uint8_t>(hi[0]), to);
+    return;
+  }
+  // d0...0 to e9...9 is [d-e] then any digits: without this the recursion
+  // would branch three ways per digit.
+  if (lo.find_first_not_of('0', 1) == std::string_view::npos &&
+      hi.find_first_not_of('9', 1) == std::string_view::npos) {
+    const NodeId rest = node_near(from);
+    b_.bytes(from, static_cast<std::uint8_t>(lo[0]), static_cast<std::uint8_t>(hi[0]), rest);
+    digits(rest, to, static_cast<int>(lo.size() - 1), static_cast<int>(lo.size() - 1));
+    return;
+  }
+  const std::string nines(lo.size() - 1, '9'), zeros(lo.size() - 1, '0');
+  if (lo[0] == hi[0]) {
+    const NodeId next = node_near(from);
+    b_.byte(from, lo[0], next);
+    digit_range(next, to, lo.substr(1), hi.substr(1));
+    return;
+  }
+  NodeId next = node_near(from);
+  b_.byte(from, lo[0], next);
+  digit_range(next, to, lo.substr(1), nines);
+  if (hi[0] - lo[0] > 1) {
+    next = node_near(from);
+    b_.bytes(from, static_cast<std::uint8_t>(lo[0] + 1), static_cast<std::uint8_t>(hi[0] - 1),
+             next);
+    digits(next, to, static_cast<int>(lo.size() - 1), static_cast<int>(lo.size() - 1));
+  }
+  next = node_near(from);
+  b_.byte(from, hi[0], next);
+  digit_range(next, to, zeros, hi.substr(1));
+}
+
+void JsonGrammarBuilder::Impl::integer_range(NodeId from, NodeId to, std::int64_t lo,
+                                             std::int64_t hi) {
+  // Non-negative [a, b], one digit length at a time (0 is its own length).
+  auto non_negative = [&](NodeId at, std::int64_t a, std::int64_t b) {
+    std::int64_t low = a;
+    for (int len = 1; len <= 19 && low <= b; ++len) {
+      const std::int64_t top = len >= 19 ? std::numeric_limits<std::int64_t>::max()
+                                         : static_cast<std::int64_t>(std::pow(10.0, len)) - 1;
+      if (low > top) continue;
+      const std::int64_t high = std::min(b, top);
+      digit_range(at, to, std::to_string(low), std::to_string(high));
+      low = high + 1;
+    }
+  };
+  if (hi >= 0) non_negative(from, std::max<std::int64_t>(lo, 0), hi);
+  if (lo < 0) {
+    const NodeId minus = node_near(from);
+    b_.byte(from, '-', minus);
+    non_negative(minus, std::max<std::int64_t>(-hi, 1), -lo);
+  }
+}
+
+Status JsonGrammarBuilder::Impl::bounded_integer(const json& schema, NodeId from, NodeId to,
+                                                 const std::string& path) {
+  // JSON Schema bounds (draft 6+: exclusive* are numbers); an integer is
+  // written with at most 16 digits, like every number here.
+  constexpr std::int64_t kLimit = 9999999999999999;
+  std::int64_t lo = -kLimit, hi = kLimit;
+  bool bounded = false;
+  for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    auto it = schema.find(key);
+    if (it == schema.end()) continue;
+    if (!it->is_number() || !std::isfinite(it->get<double>())) {
+      return invalid_argument("'{}' at {} must be a number", key, path);
+    }
+    const double v = std::clamp(it->get<double>(), -1e17, 1e17);
+    const std::string k = key;
+    if (k == "minimum") lo = std::max(lo, static_cast<std::int64_t>(std::ceil(v)));
+    if (k == "exclusiveMinimum") lo = std::max(lo, static_cast<std::int64_t>(std::floor(v)) + 1);
+    if (k == "maximum") hi = std::min(hi, static_cast<std::int64_t>(std::floor(v)));
+    if (k == "exclusiveMaximum") hi = std::min(hi, static_cast<std::int64_t>(std::ceil(v)) - 1);
+    bounded = true;
+  }
+  if (!bounded) {
+    number(from, to, true);
+    return Status::ok();
+  }
+  lo = std::max(lo, -kLimit);
+  hi = std::min(hi, kLimit);
+  if (lo > hi) {
+    return invalid_argument(
+        "the integer bounds at {} leave no value (or none of at most 16 digits)", path);
+  }
+  integer_range(from, to, lo, hi);
+  return Status::ok();
+}
+
 RuleId JsonGrammarBuilder::Impl::value_rule() {
   if (value_) return *value_;
   value_ = b_.add_rule("value");
@@ -472,7 +592,8 @@ Status JsonGrammarBuilder::Impl::value(const json& root, const json& schema, Nod
       return invalid_argument(
           "unsupported JSON Schema keyword '{}' at {}: cellm's structured outputs support type, "
           "properties, required, additionalProperties, items, prefixItems, minItems, maxItems, "
-          "enum, const, anyOf, oneOf, $ref, minLength, maxLength, format and nullable",
+          "enum, const, anyOf, oneOf, $ref, minLength, maxLength, format, nullable and integer "
+          "minimum/maximum/exclusiveMinimum/exclusiveMaximum",
           it.key(), path);
     }
   }
@@ -583,8 +704,17 @@ Status JsonGrammarBuilder::Impl::typed(const json& root, const json& schema,
     }
     return bounded_string(from, to, std::max<std::int64_t>(min, 0), max, path);
   }
-  if (type == "number" || type == "integer") {
-    number(from, to, type == "integer");
+  if (type == "integer") return bounded_integer(schema, from, to, path);
+  if (type == "number") {
+    for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (schema.contains(key)) {
+        return invalid_argument(
+            "unsupported JSON Schema keyword '{}' at {}: numeric bounds are supported on "
+            "\"type\": \"integer\" only",
+            key, path);
+      }
+    }
+    number(from, to, false);
     return Status::ok();
   }
   if (type == "boolean") {

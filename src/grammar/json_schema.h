@@ -8,11 +8,17 @@
 // maxItems, enum, const, anyOf / oneOf (oneOf is generated as anyOf: a value
 // that matches two branches is possible), $ref to "#", "#/$defs/..." and
 // "#/definitions/..." (recursion allowed), string minLength / maxLength and
-// format date, time, date-time, uuid and email. Annotations (title,
+// format date, time, date-time, uuid and email, integer minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum (a digit-range automaton; bounds on
+// "number" are refused). Annotations (title,
 // description, default, examples, $schema, $id, $comment, deprecated,
-// readOnly, writeOnly) are ignored. Every other keyword (pattern, minimum,
-// allOf, not, ...) is refused with InvalidArgument naming the keyword and
+// readOnly, writeOnly) are ignored. Every other keyword (pattern, allOf,
+// not, multipleOf, ...) is refused with InvalidArgument naming the keyword and
 // where it appears, so nothing is silently unenforced.
+//
+// Formats are generated strictly: a date is one that exists in every year
+// (February stops at 28), an email's parts are bounded (1-32 characters
+// before the @, 2-3 labels of 1-24 after it).
 //
 // The generated text is JSON with bounded whitespace: at most
 // `max_whitespace` bytes of space, tab, CR or newline at each place JSON

@@ -163,11 +163,33 @@ TEST(JsonSchemaGrammar, NumbersAreBounded) {
   expect_rejects(g, "1e1234");
 }
 
+TEST(JsonSchemaGrammar, IntegerBounds) {
+  auto g = schema_grammar(R"({"type":"integer","minimum":-37,"maximum":1205})");
+  for (int v : {-37, -36, -10, -9, -1, 0, 1, 9, 10, 99, 100, 999, 1000, 1199, 1200, 1205}) {
+    expect_accepts(g, std::to_string(v));
+  }
+  for (const char* bad : {"-38", "-40", "-100", "1206", "1300", "9999", "-0", "01", "1.0"}) {
+    expect_rejects(g, bad);
+  }
+  auto positive = schema_grammar(R"({"type":"integer","exclusiveMinimum":0})");
+  expect_accepts(positive, "1");
+  expect_accepts(positive, "123456789");
+  expect_rejects(positive, "0");
+  expect_rejects(positive, "-5");
+  auto below = schema_grammar(R"({"type":"integer","exclusiveMaximum":-2.5})");
+  expect_accepts(below, "-3");
+  expect_accepts(below, "-40000");
+  expect_rejects(below, "-2");
+  expect_rejects(below, "0");
+  EXPECT_FALSE(
+      compile_json_schema(json::parse(R"({"type":"integer","minimum":5,"maximum":4})")).ok());
+}
+
 // Each refusal names the keyword, so a client knows what to remove.
 TEST(JsonSchemaGrammar, UnsupportedKeywordsAreNamed) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type":"string","pattern":"^a+$"})", "'pattern'"},
-      {R"({"type":"integer","minimum":0})", "'minimum'"},
+      {R"({"type":"number","minimum":0})", "'minimum'"},
       {R"({"allOf":[{"type":"string"}]})", "'allOf'"},
       {R"({"not":{"type":"string"}})", "'not'"},
       {R"({"type":"object","properties":{"a":{"type":"string","format":"hostname"}}})", "'format'"},

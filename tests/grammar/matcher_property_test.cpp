@@ -80,7 +80,14 @@ bool valid(const json& root, const json& s, const json& v) {
   for (const std::string& t : types) {
     if (t == "null" && v.is_null()) return true;
     if (t == "boolean" && v.is_boolean()) return true;
-    if (t == "integer" && v.is_number_integer()) return true;
+    if (t == "integer" && v.is_number_integer()) {
+      const auto x = v.get<std::int64_t>();
+      if (s.contains("minimum") && x < s["minimum"].get<double>()) continue;
+      if (s.contains("maximum") && x > s["maximum"].get<double>()) continue;
+      if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) continue;
+      if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) continue;
+      return true;
+    }
     if (t == "number" && v.is_number()) return true;
     if (t == "string" && v.is_string()) {
       const std::string str = v.get<std::string>();
@@ -135,7 +142,12 @@ json generate(const json& root, const json& s, Rng& rng, int depth = 0);
 json generate_typed(const json& root, const json& s, const std::string& t, Rng& rng, int depth) {
   if (t == "null") return nullptr;
   if (t == "boolean") return rng() % 2 == 0;
-  if (t == "integer") return static_cast<std::int64_t>(rng() % 2000001) - 1000000;
+  if (t == "integer") {
+    // Inside the bounds the schema gives (inclusive ones here).
+    const auto lo = static_cast<std::int64_t>(s.value("minimum", -1000000.0));
+    const auto hi = static_cast<std::int64_t>(s.value("maximum", 1000000.0));
+    return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+  }
   if (t == "number")
     return static_cast<double>(static_cast<std::int64_t>(rng() % 200001) - 100000) / 64.0;
   if (t == "string") {
@@ -287,6 +299,10 @@ const char* const kSchemas[] = {
         "minLength":1,"maxLength":3},{"type":"boolean"}],"items":false,"minItems":2},
         "day":{"type":"string","format":"date"},"v":{"const":42},
         "opt":{"type":"integer","nullable":true}},"required":["pair","day","v"],
+        "additionalProperties":false})",
+    R"({"type":"object","properties":{"small":{"type":"integer","minimum":-37,"maximum":1205},
+        "big":{"type":"integer","minimum":99999,"maximum":123456789},
+        "neg":{"type":"integer","minimum":-5000,"maximum":-3}},"required":["small","big","neg"],
         "additionalProperties":false})",
     R"({"type":"object","properties":{"counts":{"type":"object",
         "additionalProperties":{"type":"integer"}},"at":{"type":"string","format":"time"},

@@ -83,7 +83,7 @@ TEST(StructuredRequestTest, MalformedResponseFormatsNameTheirField) {
 TEST(StructuredRequestTest, SchemasCompileOrAreRefusedNamingTheKeyword) {
   RequestError e;
   auto r = chat(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"p",
-      "schema":{"type":"object","properties":{"n":{"type":"integer","minimum":3}}}}})",
+      "schema":{"type":"object","properties":{"n":{"type":"number","minimum":3}}}}})",
                 &e);
   ASSERT_TRUE(r);
   StructuredOutput out = structured_constraint(*r, ToolFormat::kNone, byte_vocab());

@@ -6,7 +6,8 @@ json.loads and validated with the `jsonschema` package.
 Group `structured` (one ctest, server_e2e_structured):
   - response_format json_object: the reply is a JSON object (chat, greedy)
   - response_format json_schema: a set of schemas (nested objects, arrays
-    with bounds, enums, anyOf, $ref, nullable types, formats) on chat and
+    with bounds, enums, anyOf, $ref, nullable types, formats, integer
+    bounds) on chat and
     completions, greedy and sampled, streamed and not: each reply parses,
     validates and ends with finish_reason "stop"
   - tool_choice "required" with two tools and a named function: the reply
@@ -72,6 +73,10 @@ SCHEMAS = [
         "version": {"const": 2}, "note": {"type": "string", "maxLength": 8},
         "level": {"type": "integer", "nullable": True}},
         "required": ["version", "level"], "additionalProperties": False}),
+    ("rating", {"type": "object", "properties": {
+        "stars": {"type": "integer", "minimum": 1, "maximum": 5},
+        "votes": {"type": "integer", "exclusiveMinimum": 0, "maximum": 100000}},
+        "required": ["stars", "votes"], "additionalProperties": False}),
     ("top_array", {"type": "array", "items": {"type": "object", "properties": {
         "k": {"enum": ["x", "y"]}, "v": {"type": "boolean"}}, "required": ["k", "v"],
         "additionalProperties": False}, "minItems": 1, "maxItems": 2}),
@@ -233,7 +238,7 @@ def t_refusals(srv):
     expect("pattern", {"response_format": schema_format("s", {"type": "string", "pattern": "^a"})},
            schema, ["'pattern'"])
     expect("minimum", {"response_format": schema_format("s", {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})},
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 1}}})},
         schema, ["'minimum'", "#/properties/n"])
     expect("allOf", {"response_format": schema_format("s", {"allOf": [{"type": "string"}]})},
            schema, ["'allOf'"])
