@@ -22,6 +22,7 @@
 #include "cellm/metrics.h"
 #include "cellm/scheduler.h"
 #include "cellm/status.h"
+#include "cellm/token_constraint.h"
 #include "cellm/types.h"
 
 namespace cellm {
@@ -60,6 +61,11 @@ struct GenConfig {
   // engine refuses the generation otherwise).
   std::int64_t min_new_tokens = 0;
   std::optional<std::uint64_t> seed;  // nullopt: nondeterministic
+  // Constrained decoding: every draw is limited to the tokens the grammar
+  // allows next (stop tokens only where the text is a complete match); a
+  // generation whose grammar is complete ends kStopToken without a stop
+  // token, one that reaches a dead end ends kFailed. Null: unconstrained.
+  TokenConstraintPtr constraint;
 };
 
 // Whether `config` can run at all: InvalidArgument naming the field when

@@ -60,6 +60,20 @@ inline constexpr std::size_t kMaxLogitBias = 300;
 // copies the list. Sorted by token, one entry per token.
 using LogitBiasList = std::shared_ptr<const std::vector<LogitBias>>;
 
+// Constrained decoding's per-step vocabulary mask: bit t % 32 of words[t / 32]
+// set = token t may be drawn. The engine owns it and rewrites it on its own
+// thread before each step of a constrained generation; the executor reads it
+// (same thread) when it samples that generation's row, so one installed
+// policy follows the grammar step by step. Empty words: no mask.
+struct TokenMask {
+  std::vector<std::uint32_t> words;
+  bool allows(Token id) const {
+    const std::size_t w = static_cast<std::size_t>(id / 32);
+    return w < words.size() && ((words[w] >> (id % 32)) & 1u) != 0;
+  }
+};
+using TokenMaskPtr = std::shared_ptr<const TokenMask>;
+
 // Installed per generation (Executor::set_sampling), not carried per input.
 // temperature <= 0 means greedy; top_k <= 0 and top_p >= 1 disable truncation.
 //
@@ -88,6 +102,11 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // > 0; 1 disables
   float min_p = 0.0f;               // [0, 1]; 0 disables
   LogitBiasList logit_bias;         // null or empty: none
+  // Constrained decoding (see TokenMask): every token outside the mask gets
+  // probability 0, greedy or not, after the adjustments above. Null: none.
+  TokenMaskPtr token_mask;
+
+  bool masks_tokens() const { return token_mask && !token_mask->words.empty(); }
 
   // Whether any logit adjustment (penalty or bias) applies before sampling.
   bool adjusts_logits() const {
@@ -128,7 +147,7 @@ struct SamplingParams {
            a.suppressed == b.suppressed && a.suppressed_count == b.suppressed_count &&
            a.presence_penalty == b.presence_penalty && a.frequency_penalty == b.frequency_penalty &&
            a.repetition_penalty == b.repetition_penalty && a.min_p == b.min_p &&
-           std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
+           a.token_mask == b.token_mask && std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
   }
 };
 

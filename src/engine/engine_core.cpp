@@ -305,6 +305,15 @@ void EngineCore::handle_(StartCommand& c, bool running) {
   if (Status valid = check_gen_config(gen->config, can_suppress); !valid.is_ok()) {
     return reject(FinishReason::kFailed, std::string(valid.message()));
   }
+  if (gen->config.constraint) {
+    gen->constrained = std::make_unique<ConstrainedDecoding>(
+        *gen->config.constraint, gen->config.stop_tokens, gen->config.constraint->vocab_size());
+    // In the config too, so that a re-installed policy keeps the mask.
+    gen->config.sampling.token_mask = gen->constrained->mask();
+    if (gen->constrained->refresh() != ConstrainedDecoding::Next::kContinue) {
+      return reject(FinishReason::kFailed, "the grammar allows no token at the start");
+    }
+  }
   SamplingParams policy = gen->config.sampling;
   if (suppress_stops) {
     for (Token t : gen->config.stop_tokens) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cellm/runner.h"
+#include "engine/constrained_decoding.h"
 
 namespace cellm::detail {
 
@@ -133,6 +134,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
     // Stop tokens are suppressed in the installed policy until min_new_tokens
     // have been delivered.
     bool suppressing_stops = false;
+    // Set for a generation with a GenConfig::constraint.
+    std::unique_ptr<ConstrainedDecoding> constrained;
     GenerationMetrics metrics;
     bool first_token = false;
     MetricsClock::time_point last_delivery;

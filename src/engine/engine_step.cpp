@@ -6,6 +6,8 @@
 #include <utility>
 #include <variant>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -270,6 +272,11 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
       reason = FinishReason::kStopToken;
       break;
     }
+    if (gen->constrained && !gen->constrained->advance(t)) {
+      finish_(gen, FinishReason::kFailed, {},
+              fmt::format("the executor drew token {}, which the grammar does not allow", t));
+      return;
+    }
     if (gen->budget_left <= 0) {
       reason = FinishReason::kNewTokenLimit;
       break;
@@ -307,6 +314,16 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   gen->last_delivery = now;
   m.n_generated_tokens += k;
 
+  if (!reason && gen->constrained) {
+    switch (gen->constrained->refresh()) {
+      case ConstrainedDecoding::Next::kContinue: break;
+      case ConstrainedDecoding::Next::kComplete: reason = FinishReason::kStopToken; break;
+      case ConstrainedDecoding::Next::kDeadEnd:
+        finish_(gen, FinishReason::kFailed, std::move(emitted),
+                "constrained decoding reached a dead end: the grammar allows no next token");
+        return;
+    }
+  }
   if (reason) {
     finish_(gen, *reason, std::move(emitted), "");
     return;

@@ -44,6 +44,7 @@ CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
       sampler_suppresses_(plan.sampler_suppresses),
       has_argmax_(plan.has_argmax),
       has_penalizer_(plan.has_penalizer),
+      has_masker_(plan.has_masker),
       kv_cells_total_(cache_->metrics().cells_used + cache_->metrics().cells_free) {
   publish_kv_cells();
 }
@@ -69,6 +70,7 @@ bool CudaExecutor::initialize() {
   if (has_sampler_) names.push_back(program::kSampleMethod);
   if (has_argmax_) names.push_back(program::kArgmaxMethod);
   if (has_penalizer_) names.push_back(program::kPenalizeMethod);
+  if (has_masker_) names.push_back(program::kMaskMethod);
   initialized_ = bind_and_load(*program_, cache_, names);
   return initialized_;
 }
@@ -239,10 +241,50 @@ Status CudaExecutor::penalize_on_device(const Tensor& logits,
   return flush(sessions.size());
 }
 
+Status CudaExecutor::mask_on_device(const Tensor& logits, const std::vector<SessionId>& sessions) {
+  std::vector<TokenMaskPtr> masks(sessions.size());
+  bool any = false;
+  for (std::size_t r = 0; r < sessions.size(); ++r) {
+    masks[r] = sessions_.token_mask(sessions[r]);
+    any = any || masks[r] != nullptr;
+  }
+  if (!any) return Status::ok();
+  if (!has_masker_) {
+    return invalid_program(
+        "a session decodes under a grammar (structured output) but the program exports no {} "
+        "method for its device logits; serve a program that exports it",
+        program::kMaskMethod);
+  }
+  const auto per_row = static_cast<std::size_t>((vocab_size_ + 31) / 32);
+  const auto group = static_cast<std::size_t>(program::kMaskMaxRows);
+  for (std::size_t first = 0; first < sessions.size(); first += group) {
+    const std::size_t n = std::min(group, sessions.size() - first);
+    mask_words_.assign(n * per_row, ~0u);
+    bool group_any = false;
+    for (std::size_t r = 0; r < n; ++r) {
+      const TokenMaskPtr& m = masks[first + r];
+      if (!m) continue;
+      group_any = true;
+      std::uint32_t* row = mask_words_.data() + r * per_row;
+      std::fill(row, row + per_row, 0u);
+      std::copy_n(m->words.begin(), std::min(per_row, m->words.size()), row);
+    }
+    if (!group_any) continue;
+    const std::vector<Tensor> inputs = {
+        logits.slice_rows(static_cast<std::int64_t>(first), static_cast<std::int64_t>(n)),
+        Tensor::view(mask_words_.data(), DType::kI32,
+                     {static_cast<std::int64_t>(n), static_cast<std::int64_t>(per_row)})};
+    auto out = program_->execute(program::kMaskMethod, inputs);
+    if (!out.ok()) return out.status().with_context("token mask");
+  }
+  return Status::ok();
+}
+
 Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
                                                         const std::vector<SessionId>& sessions) {
   CELLM_RETURN_IF_ERROR(check_logits_home(logits));
   if (logits.device() == Device::kCuda) {
+    CELLM_RETURN_IF_ERROR(mask_on_device(logits, sessions));
     CELLM_RETURN_IF_ERROR(penalize_on_device(logits, sessions));
     // Reused across steps, so a step allocates none of them once warm.
     std::vector<float>& params = sample_params_;

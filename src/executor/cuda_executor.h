@@ -150,6 +150,7 @@ class CudaExecutor final : public Executor {
     bool sampler_suppresses = false;  // `sample` declares the suppressed-ids input
     bool has_argmax = false;
     bool has_penalizer = false;  // `sample_penalize` (logit adjustments on the device)
+    bool has_masker = false;     // `sample_mask` (constrained decoding on the device)
     std::uint64_t kv_cell_bytes = 0;
   };
   CudaExecutor(std::shared_ptr<program::Program> program, std::shared_ptr<cache::CellCache> cache,
@@ -175,6 +176,10 @@ class CudaExecutor final : public Executor {
   // (bias, penalties, min_p) through the program's sample_penalize, in
   // groups of at most kPenalizeMaxEntries entries; nothing when none does.
   Status penalize_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
+  // Applies the token masks of constrained sessions' rows of device logits
+  // through the program's sample_mask (before penalties, as the host does),
+  // in groups of at most kMaskMaxRows rows; nothing when no row has one.
+  Status mask_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);
   void publish_kv_cells();
 
@@ -198,6 +203,8 @@ class CudaExecutor final : public Executor {
   std::vector<SessionId> step_sessions_;
   std::vector<float> sample_params_;
   std::vector<std::int64_t> sample_suppressed_;
+  bool has_masker_;
+  std::vector<std::uint32_t> mask_words_;  // mask_on_device's staging
   // penalize_on_device's staging (reused from step to step).
   std::vector<sampling::PenaltyEntry> penalty_entries_;
   std::vector<sampling::PenaltyEntry> penalty_row_entries_;

@@ -185,6 +185,22 @@ Status check_penalize_method(const program::MethodMeta& meta, std::int64_t vocab
   return Status::ok();
 }
 
+Status check_mask_method(const program::MethodMeta& meta, std::int64_t vocab) {
+  const std::string_view name = program::kMaskMethod;
+  if (meta.inputs.size() != 2) {
+    return invalid_program("method {}: takes {} inputs; expected logits [R, V] and words [R, {}]",
+                           name, meta.inputs.size(), (vocab + 31) / 32);
+  }
+  CELLM_RETURN_IF_ERROR(check_logits_output(name, meta.inputs[0], vocab));
+  const program::TensorSpec& w = meta.inputs[1];
+  if (w.dtype != DType::kI32 || w.device != Device::kCpu || w.shape.size() != 2 ||
+      w.shape[1] != (vocab + 31) / 32) {
+    return invalid_program("method {}: input 1 must be host i32[R, {}], got {}", name,
+                           (vocab + 31) / 32, spec_string(w));
+  }
+  return Status::ok();
+}
+
 Status check_argmax_method(const program::MethodMeta& meta, std::int64_t vocab) {
   const std::string_view name = program::kArgmaxMethod;
   if (meta.inputs.size() != 1) {

@@ -48,6 +48,9 @@ Status check_argmax_method(const program::MethodMeta& meta, std::int64_t vocab);
 // `sample_penalize` (program.h): logits [R, V] float, rows f32[R, 3],
 // offsets host i32[R + 1], entries host i32[N, 4]; no outputs.
 Status check_penalize_method(const program::MethodMeta& meta, std::int64_t vocab);
+// `sample_mask` (program.h): logits [R, V] float and host i32 words
+// [R, ceil(V / 32)].
+Status check_mask_method(const program::MethodMeta& meta, std::int64_t vocab);
 
 // The program's cache layout: at least one layer, no negative window.
 Status check_cache_layout(const program::Program& program);

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "sampling/token_mask.h"
 
 namespace cellm::executor {
 
@@ -259,11 +260,16 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   Entry& entry = it->second;
   const SamplingParams& params = entry.sampler->params();
-  if (sampling::needs_adjustment(params) && logits.dtype() != DType::kI32 &&
+  const bool adjust = sampling::needs_adjustment(params);
+  if ((adjust || params.masks_tokens()) && logits.dtype() != DType::kI32 &&
       logits.dtype() != DType::kI64 && logits.dtype() != DType::kU8) {
     sampling::row_to_f32(logits, row, row_);
-    sampling::build_entries(params, entry.counts, vocab_size_, entries_);
-    sampling::adjust_row(row_, params, entries_);
+    // The mask first, as the device does (sampling/token_mask.h).
+    if (params.masks_tokens()) sampling::apply_token_mask(row_, params.token_mask->words);
+    if (adjust) {
+      sampling::build_entries(params, entry.counts, vocab_size_, entries_);
+      sampling::adjust_row(row_, params, entries_);
+    }
     token = entry.sampler->sample(std::span<const float>(row_));
     if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
     entry.last_draw.emplace(entry.history.size(), static_cast<Token>(*token));
@@ -301,6 +307,13 @@ std::optional<DevicePenaltyRow> SessionTable::device_penalties(
   row.temperature = p.temperature > 0.0f ? p.temperature : 0.0f;
   row.min_p_log_threshold = sampling::min_p_log_threshold(p.min_p);
   return row;
+}
+
+TokenMaskPtr SessionTable::token_mask(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.sampler) return nullptr;
+  const SamplingParams& p = it->second.sampler->params();
+  return p.masks_tokens() ? p.token_mask : nullptr;
 }
 
 bool SessionTable::adjusts_logits(SessionId session) const {

@@ -126,6 +126,9 @@ class SessionTable {
   // device-path generator and is drawn only when temperature > 0. nullopt for
   // an unknown session or one without a policy.
   std::optional<DeviceSamplingRow> device_sampling(SessionId session);
+  // The session's constrained-decoding mask (SamplingParams::token_mask);
+  // null for an unknown session, one without a policy or an unconstrained one.
+  TokenMaskPtr token_mask(SessionId session) const;
   // Whether the session's policy adjusts logits (sampling::needs_adjustment).
   bool adjusts_logits(SessionId session) const;
   // For a session whose policy adjusts logits (sampling::needs_adjustment):

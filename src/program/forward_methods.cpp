@@ -67,6 +67,7 @@ Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std:
     m.methods_.emplace(std::string(kSampleMethod), MethodEntry{MethodKind::kSample, 0});
     m.methods_.emplace(std::string(kArgmaxMethod), MethodEntry{MethodKind::kArgmax, 0});
     m.methods_.emplace(std::string(kPenalizeMethod), MethodEntry{MethodKind::kPenalize, 0});
+    m.methods_.emplace(std::string(kMaskMethod), MethodEntry{MethodKind::kMask, 0});
   }
   return m;
 }
@@ -151,6 +152,11 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
                      TensorSpec{DType::kI32, {rows + 1}},
                      TensorSpec{DType::kI32, {kPenalizeMaxEntries, 4}}};
       return meta;
+    case MethodKind::kMask:
+      meta.dynamic = true;
+      meta.inputs = {TensorSpec{DType::kF32, {kMaskMaxRows, vocab}, logits_device},
+                     TensorSpec{DType::kI32, {kMaskMaxRows, (vocab + 31) / 32}}};
+      return meta;
   }
   return internal_error("method '{}' has an unknown kind", name);
 }
@@ -230,6 +236,35 @@ Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const M
     call.rows[r] = PlacedRow{seq, pos, cell};
   }
   call.placed = static_cast<std::int32_t>(real);
+  return call;
+}
+
+Result<MaskCall> ForwardMethods::check_mask(std::span<const Tensor> inputs, std::int64_t vocab,
+                                            Device device) const {
+  const std::string_view name = kMaskMethod;
+  if (inputs.size() != 2) {
+    return invalid_argument("{}: takes 2 inputs (logits, words), got {}", name, inputs.size());
+  }
+  const Tensor& logits = inputs[0];
+  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
+      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > kMaskMaxRows ||
+      logits.data() == nullptr) {
+    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
+                            device == Device::kCuda ? "device" : "host", kMaskMaxRows, vocab,
+                            logits.describe());
+  }
+  const std::int64_t rows = logits.dim(0);
+  const std::int64_t per_row = (vocab + 31) / 32;
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "words", inputs[1], DType::kI32, 2));
+  if (inputs[1].dim(0) != rows || inputs[1].dim(1) != per_row) {
+    return invalid_argument("{}: words must be i32 [{}, {}], got {}", name, rows, per_row,
+                            inputs[1].describe());
+  }
+  MaskCall call;
+  call.rows = static_cast<std::int32_t>(rows);
+  call.words_per_row = static_cast<std::int32_t>(per_row);
+  call.words = std::span<const std::uint32_t>(static_cast<const std::uint32_t*>(inputs[1].data()),
+                                              static_cast<std::size_t>(rows * per_row));
   return call;
 }
 

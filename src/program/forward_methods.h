@@ -23,7 +23,15 @@
 
 namespace cellm::program {
 
-enum class MethodKind : std::uint8_t { kStatic, kDynamic, kModule, kSample, kArgmax, kPenalize };
+enum class MethodKind : std::uint8_t {
+  kStatic,
+  kDynamic,
+  kModule,
+  kSample,
+  kArgmax,
+  kPenalize,
+  kMask
+};
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
 constexpr bool is_forward(MethodKind kind) {
@@ -33,7 +41,8 @@ constexpr bool is_forward(MethodKind kind) {
     case MethodKind::kModule: return true;
     case MethodKind::kSample:
     case MethodKind::kArgmax:
-    case MethodKind::kPenalize: return false;
+    case MethodKind::kPenalize:
+    case MethodKind::kMask: return false;
   }
   return false;
 }
@@ -58,6 +67,13 @@ struct PenalizeCall {
   std::span<const float> row_params;      // [rows, kPenalizeRowParams]
   std::span<const std::int32_t> offsets;  // [rows + 1]
   std::span<const std::int32_t> entries;  // [N, 4]
+};
+
+// A validated sample_mask call (program.h): the host mask words.
+struct MaskCall {
+  std::int32_t rows = 0;
+  std::int32_t words_per_row = 0;
+  std::span<const std::uint32_t> words;  // [rows, words_per_row]
 };
 
 // A validated forward call.
@@ -100,6 +116,10 @@ class ForwardMethods {
   // Nothing is changed on refusal.
   Result<PenalizeCall> check_penalize(std::span<const Tensor> inputs, std::int64_t vocab,
                                       Device device) const;
+  // Checks sample_mask's inputs (program.h) for logits on `device`: logits
+  // f32 [1..kMaskMaxRows, vocab] and host i32 words [rows, ceil(vocab / 32)].
+  Result<MaskCall> check_mask(std::span<const Tensor> inputs, std::int64_t vocab,
+                              Device device) const;
   // The narrowest static method of at least `rows` rows; null when none is.
   const MethodEntry* narrowest_static(std::int32_t rows) const;
   const ProgramOptions& options() const { return options_; }

@@ -49,6 +49,15 @@ inline constexpr std::string_view kArgmaxMethod = "sample_argmax";
 inline constexpr std::string_view kPenalizeMethod = "sample_penalize";
 inline constexpr std::int64_t kPenalizeMaxEntries = std::int64_t{1} << 18;
 inline constexpr std::int64_t kPenalizeRowParams = 3;
+// Optional: constrained decoding's vocabulary mask on device logits, in place,
+// before sample_penalize and the samplers (sampling/token_mask.h is the
+// arithmetic). Inputs: logits [R, V] (written in place) and words host i32
+// [R, ceil(V / 32)] (bit t % 32 of word t / 32 set = id t allowed; every id
+// whose bit is clear becomes -inf; a row of all ones is left alone). R is at
+// most kMaskMaxRows. No outputs. The executor calls it only for steps where
+// some row is constrained.
+inline constexpr std::string_view kMaskMethod = "sample_mask";
+inline constexpr std::int64_t kMaskMaxRows = 256;
 inline constexpr std::string_view kVocabSizeConstant = "get_vocab_size";
 inline constexpr std::string_view kMaxContextConstant = "get_max_context_len";
 inline constexpr std::string_view kMaxCellsConstant = "get_offgraph_kv_max_cells";

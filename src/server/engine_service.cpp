@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
 
 #include "core/log.h"
+#include "grammar/vocab_from_tokenizer.h"
 #include "server/runner_service.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
@@ -53,6 +55,14 @@ class EngineService final : public GenerationService {
       return tok.decode(v, /*skip_special=*/true);
     };
     t.text_stream = [tok] { return std::unique_ptr<TokenTextStream>(new DetokenizerStream(tok)); };
+    // Built once, on the first request that constrains decoding.
+    t.vocabulary = [&engine, once = std::make_shared<std::once_flag>(),
+                    vocab = std::make_shared<std::shared_ptr<const grammar::TokenVocabulary>>()] {
+      std::call_once(*once, [&] {
+        *vocab = grammar::vocabulary_from_tokenizer(engine.tokenizer(), engine.spec().vocab_size);
+      });
+      return *vocab;
+    };
     // Published by the engine thread; reading it never waits for a step.
     t.stats = [&engine] {
       const app::Engine::KvCells cells = engine.kv_cells();
@@ -80,6 +90,9 @@ class EngineService final : public GenerationService {
   std::vector<Token> stop_tokens() const override { return inner_->stop_tokens(); }
   bool can_suppress_tokens() const override { return inner_->can_suppress_tokens(); }
   ToolFormat tool_format() const override { return inner_->tool_format(); }
+  std::shared_ptr<const grammar::TokenVocabulary> token_vocabulary() const override {
+    return inner_->token_vocabulary();
+  }
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
     return inner_->tokenize(text, add_special);
   }

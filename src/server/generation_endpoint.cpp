@@ -12,6 +12,7 @@
 #include "server/anthropic_response.h"
 #include "server/connection_probe.h"
 #include "server/server_impl.h"
+#include "server/structured_output.h"
 
 namespace cellm::server {
 namespace {
@@ -231,7 +232,13 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
     }
   }
 
+  // Structured outputs and forced tool calls: compiled (or found in the
+  // cache) before anything starts; a bad schema is a 400 naming it.
+  StructuredOutput structured = structured_constraint(r, svc.tool_format(), svc.token_vocabulary());
+  if (!structured.status.is_ok()) return refuse(structured.status, structured.param);
+
   GenerationSpec spec;
+  spec.constraint = std::move(structured.constraint);
   spec.prompt = std::move(prompt.tokens);
   spec.n = r.n;
   spec.max_new_tokens = max_new;
@@ -280,6 +287,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   setup.record_prefix_lookup = svc.prefix_caching();
   // tool_choice "none" cleared r.tools: no tools rendered, nothing parsed.
   if (kind == RequestKind::kChat && !r.tools.is_null()) setup.tool_format = svc.tool_format();
+  if (structured.tool_format) setup.tool_format = *structured.tool_format;
   Result<std::shared_ptr<GenerationRun>> created = GenerationRun::create(setup, svc, metrics);
   if (!created.ok()) return refuse(created.status(), "stop");
   std::shared_ptr<GenerationRun> run = std::move(*created);

@@ -24,7 +24,9 @@
 #include "cellm/runner.h"
 #include "cellm/status.h"
 #include "cellm/sampling_defaults.h"
+#include "cellm/token_constraint.h"
 #include "cellm/types.h"
+#include "grammar/token_vocab.h"
 #include "server/tool_calls.h"
 
 namespace cellm::server {
@@ -52,6 +54,8 @@ struct GenerationSpec {
   bool ignore_eos = false;
   // Extra ids that end a choice (finish "stop"), honoured with ignore_eos too.
   std::vector<Token> stop_token_ids;
+  // Constrained decoding (structured outputs, forced tool calls); null: none.
+  TokenConstraintPtr constraint;
 };
 
 // A running request. Destruction cancels whatever still runs and never
@@ -110,6 +114,11 @@ class GenerationService {
   // How the model writes tool calls (from its chat template and family);
   // kNone: replies are never parsed for calls.
   virtual ToolFormat tool_format() const { return ToolFormat::kNone; }
+  // The bytes of every token, for constrained decoding; null when the
+  // service cannot constrain (structured outputs are then refused).
+  virtual std::shared_ptr<const grammar::TokenVocabulary> token_vocabulary() const {
+    return nullptr;
+  }
 
   virtual Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const = 0;
   // `messages` is the OpenAI list; `extra` the template variables.

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include "server/structured_request.h"
 #include "server/tool_request.h"
 
 #include <cmath>
@@ -96,7 +97,6 @@ bool is_neutral(const std::string& key, const json& v) {
   if (v.is_null()) return true;
   if (key == "logprobs" || key == "echo") return v.is_boolean() && !v.get<bool>();
   if (key == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
-  if (key == "response_format") return v.is_object() && v.value("type", "") == "text";
   if (key == "parallel_tool_calls" || key == "store") return v.is_boolean();
   return false;
 }
@@ -109,6 +109,8 @@ const std::set<std::string>& supported_fields(RequestKind kind) {
     // The rest of the sampling set.
     s.insert({"presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias",
               "stop_token_ids"});
+    // Structured outputs (constrained decoding).
+    s.insert("response_format");
     return s;
   }();
   static const std::set<std::string> completion = [] {
@@ -410,6 +412,10 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   p.read_float("min_p", 0.0, 1.0, &req.min_p);
   if (const json* bias = p.field("logit_bias")) parse_logit_bias(p, *bias, &req);
   if (const json* ids = p.field("stop_token_ids")) parse_stop_token_ids(p, *ids, limits, &req);
+  if (const json* rf = p.field("response_format")) {
+    RequestError e;
+    if (!parse_response_format(*rf, &req, &e)) p.fail(e.param, e.status);
+  }
   p.read_bool("stream", &req.stream);
   if (const json* so = p.field("stream_options")) {
     if (!so->is_object()) {

@@ -25,6 +25,13 @@ namespace cellm::server {
 
 enum class RequestKind : std::uint8_t { kCompletion, kChat };
 
+// response_format: free text, any JSON object, or JSON matching a schema
+// (decoding is constrained by a grammar; see structured_output.h).
+enum class ResponseFormat : std::uint8_t { kText, kJsonObject, kJsonSchema };
+// tool_choice: "auto" (the model decides), "none" (tools cleared),
+// "required" (one call of any tool, constrained) or a named function.
+enum class ToolChoice : std::uint8_t { kAuto, kNone, kRequired, kNamed };
+
 // One chat message as the template sees it (content flattened to text).
 struct ChatMessage {
   std::string role;
@@ -47,6 +54,12 @@ struct GenerationRequest {
   nlohmann::ordered_json tools;
   nlohmann::ordered_json chat_template_kwargs;  // object; e.g. {"enable_thinking": false}
   bool add_generation_prompt = true;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kNamed: the function (present in tools)
+
+  ResponseFormat response_format = ResponseFormat::kText;
+  // kJsonSchema: json_schema.schema as sent (checked when compiled).
+  nlohmann::ordered_json response_schema;
 
   std::optional<std::int32_t> max_tokens;  // max_tokens or max_completion_tokens
   float temperature = 1.0f;

@@ -95,6 +95,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   c.min_new_tokens = spec.min_new_tokens;
   c.sampling = spec.sampling;
   c.seed = spec.seed;
+  c.constraint = spec.constraint;
   if (!spec.ignore_eos) c.stop_tokens = config_.stop_tokens;
   for (Token t : spec.stop_token_ids) {
     if (std::find(c.stop_tokens.begin(), c.stop_tokens.end(), t) == c.stop_tokens.end()) {

@@ -28,6 +28,8 @@ struct ModelText {
   std::function<std::string(std::span<const Token>)> detokenize;
   std::function<std::unique_ptr<TokenTextStream>()> text_stream;
   std::function<ServiceStats()> stats;  // optional
+  // optional: the token bytes for constrained decoding
+  std::function<std::shared_ptr<const grammar::TokenVocabulary>()> vocabulary;
 };
 
 struct RunnerServiceConfig {
@@ -56,6 +58,9 @@ class RunnerService final : public GenerationService {
   std::vector<Token> stop_tokens() const override { return config_.stop_tokens; }
   bool can_suppress_tokens() const override { return runner_.can_suppress_tokens(); }
   ToolFormat tool_format() const override { return config_.tool_format; }
+  std::shared_ptr<const grammar::TokenVocabulary> token_vocabulary() const override {
+    return text_.vocabulary ? text_.vocabulary() : nullptr;
+  }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override;
   Result<std::string> render_chat(const nlohmann::ordered_json& messages,

@@ -78,19 +78,32 @@ bool parse_tools(const json& tools, RequestError* error) {
   return true;
 }
 
-// "auto" (the default) and "none" are served; "required" and a named
-// function need constrained decoding, which cellm does not do yet.
+// "auto" (the default) and "none" are served as they are; "required" and a
+// named function constrain decoding to a call (structured_output.h).
 bool parse_tool_choice(const json& choice, GenerationRequest* req, RequestError* error) {
   constexpr const char* kSupported =
-      "supported values are \"auto\" and \"none\" (\"required\" and a named function need "
-      "constrained decoding, which cellm does not implement yet)";
+      "supported values are \"auto\", \"none\", \"required\" and "
+      "{\"type\": \"function\", \"function\": {\"name\": ...}}";
+  const bool has_tools = req->tools.is_array() && !req->tools.empty();
   if (choice.is_string()) {
     const std::string s = choice.get<std::string>();
     if (s == "none") {
       req->tools = nullptr;
+      req->tool_choice = ToolChoice::kNone;
       return true;
     }
-    if (s == "auto") return true;
+    if (s == "auto") {
+      req->tool_choice = ToolChoice::kAuto;
+      return true;
+    }
+    if (s == "required") {
+      if (!has_tools) {
+        return fail(error, "tool_choice",
+                    invalid_argument("tool_choice \"required\" needs a non-empty 'tools' list"));
+      }
+      req->tool_choice = ToolChoice::kRequired;
+      return true;
+    }
     return fail(error, "tool_choice",
                 invalid_argument("tool_choice \"{}\" is not supported: {}", s, kSupported));
   }
@@ -99,7 +112,7 @@ bool parse_tool_choice(const json& choice, GenerationRequest* req, RequestError*
       choice["function"]["name"].is_string()) {
     const std::string name = choice["function"]["name"].get<std::string>();
     bool known = false;
-    if (req->tools.is_array()) {
+    if (has_tools) {
       for (const json& t : req->tools) known = known || t["function"]["name"] == name;
     }
     if (!known) {
@@ -108,11 +121,12 @@ bool parse_tool_choice(const json& choice, GenerationRequest* req, RequestError*
                                    "which is not in 'tools'",
                                    name));
     }
-    return fail(error, "tool_choice",
-                invalid_argument("tool_choice naming a function is not supported: {}", kSupported));
+    req->tool_choice = ToolChoice::kNamed;
+    req->tool_choice_name = name;
+    return true;
   }
   return fail(error, "tool_choice",
-              invalid_argument("tool_choice must be \"auto\", \"none\" or "
+              invalid_argument("tool_choice must be \"auto\", \"none\", \"required\" or "
                                "{{\"type\": \"function\", \"function\": "
                                "{{\"name\": ...}}}}; {}",
                                kSupported));

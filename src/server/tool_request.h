@@ -16,10 +16,11 @@ namespace cellm::server {
 // Each tool must be {"type": "function", "function": {"name": ..., ...}}.
 bool parse_tools(const nlohmann::ordered_json& tools, RequestError* error);
 
-// "auto" (the default) is served as is; "none" clears req->tools (nothing is
-// rendered or parsed). "required" and a named function need constrained
-// decoding, not implemented yet: a 400 listing the supported values (a name
-// that is not in req->tools is named as such). req->tools must be set first.
+// Sets req->tool_choice: "auto" (the default); "none" also clears req->tools
+// (nothing is rendered or parsed); "required" (tools must be non-empty) and
+// a named function (it must be in tools) constrain decoding to one call
+// (structured_output.h). Anything else is a 400 naming tool_choice that
+// lists the supported values. req->tools must be set first.
 bool parse_tool_choice(const nlohmann::ordered_json& choice, GenerationRequest* req,
                        RequestError* error);
 

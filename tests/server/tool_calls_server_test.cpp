@@ -157,25 +157,44 @@ TEST(ToolCallsServerTest, StreamedCallsAccumulateAndNeverLeakMarkup) {
   EXPECT_NE(calls[0]["id"], calls[1]["id"]);
 }
 
-TEST(ToolCallsServerTest, ToolChoiceRequiredAndNamedAreRefusedWithTheSupportedValues) {
+TEST(ToolCallsServerTest, UnknownToolChoicesAreRefusedWithTheSupportedValues) {
   TestServer ts({}, hermes_knobs(kTwoCalls));
-  const json named{{"type", "function"}, {"function", {{"name", "get_weather"}}}};
   const json unknown{{"type", "function"}, {"function", {{"name", "launch"}}}};
-  const std::vector<json> choices = {json("required"), named, json("sometimes"), json(3)};
-  for (const json& choice : choices) {
+  for (const json& choice : {json("sometimes"), json(3)}) {
     JsonReply r = ts.post("/v1/chat/completions",
                           chat_body({{"tools", weather_tools()}, {"tool_choice", choice}}));
     EXPECT_EQ(r.status, 400) << r.raw;
     EXPECT_EQ(r.body["error"]["param"], "tool_choice") << r.raw;
     const std::string message = r.body["error"]["message"];
-    EXPECT_NE(message.find("\"auto\""), std::string::npos) << message;
-    EXPECT_NE(message.find("\"none\""), std::string::npos) << message;
+    for (const char* value : {"\"auto\"", "\"none\"", "\"required\""}) {
+      EXPECT_NE(message.find(value), std::string::npos) << message;
+    }
   }
   JsonReply r = ts.post("/v1/chat/completions",
                         chat_body({{"tools", weather_tools()}, {"tool_choice", unknown}}));
   EXPECT_EQ(r.status, 400) << r.raw;
   EXPECT_EQ(r.body["error"]["param"], "tool_choice");
   EXPECT_NE(r.body["error"]["message"].get<std::string>().find("launch"), std::string::npos);
+  // "required" without tools has nothing to call.
+  r = ts.post("/v1/chat/completions", chat_body({{"tool_choice", "required"}}));
+  EXPECT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(r.body["error"]["param"], "tool_choice");
+  EXPECT_EQ(ts.service().start_calls(), 0);
+}
+
+// A forced call needs constrained decoding; a service without a token
+// vocabulary (this fake) cannot do it and says so before starting anything.
+TEST(ToolCallsServerTest, ForcedCallsNeedAServiceThatConstrainsDecoding) {
+  TestServer ts({}, hermes_knobs(kTwoCalls));
+  const json named{{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (const json& choice : {json("required"), named}) {
+    JsonReply r = ts.post("/v1/chat/completions",
+                          chat_body({{"tools", weather_tools()}, {"tool_choice", choice}}));
+    EXPECT_EQ(r.status, 400) << r.raw;
+    EXPECT_EQ(r.body["error"]["param"], "tool_choice") << r.raw;
+    EXPECT_NE(r.body["error"]["message"].get<std::string>().find("constrain"), std::string::npos)
+        << r.raw;
+  }
   EXPECT_EQ(ts.service().start_calls(), 0);
 }
 

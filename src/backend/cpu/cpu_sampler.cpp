@@ -2,12 +2,14 @@
 // the host sampler, so a program-side ("device") sampling path can be driven
 // and compared with per-session host sampling without a GPU. Its
 // `sample_penalize` adjusts host logits in place with the reference
-// arithmetic of sampling/penalties.h.
+// arithmetic of sampling/penalties.h, and its `sample_mask` drops the ids a
+// constrained row's mask excludes (sampling/token_mask.h).
 #include <utility>
 
 #include "backend/cpu/cpu_program.h"
 #include "sampling/penalties.h"
 #include "sampling/sampler.h"
+#include "sampling/token_mask.h"
 
 namespace cellm::cpu {
 
@@ -15,6 +17,7 @@ Result<std::vector<Tensor>> CpuProgram::run_sampler(std::string_view name,
                                                     const program::MethodEntry& method,
                                                     std::span<const Tensor> inputs) {
   if (method.kind == program::MethodKind::kPenalize) return run_penalize(inputs);
+  if (method.kind == program::MethodKind::kMask) return run_mask(inputs);
   const bool full = method.kind == program::MethodKind::kSample;
   // sample: logits, params and optionally the suppressed ids.
   if (full ? (inputs.size() != 2 && inputs.size() != 3) : inputs.size() != 1) {
@@ -59,6 +62,20 @@ Result<std::vector<Tensor>> CpuProgram::run_penalize(std::span<const Tensor> inp
     const std::span<float> row(logits + static_cast<std::size_t>(r) * vocab, vocab);
     sampling::apply_entries(row, entries, prm[0]);
     sampling::apply_min_p(row, prm[1], prm[2]);
+  }
+  return std::vector<Tensor>{};
+}
+
+Result<std::vector<Tensor>> CpuProgram::run_mask(std::span<const Tensor> inputs) {
+  CELLM_ASSIGN_OR_RETURN(program::MaskCall call,
+                         methods_.check_mask(inputs, spec().vocab_size, Device::kCpu));
+  // The method's contract: the logits are masked where they lie.
+  auto* logits = const_cast<float*>(static_cast<const float*>(inputs[0].data()));
+  const auto vocab = static_cast<std::size_t>(spec().vocab_size);
+  const auto per_row = static_cast<std::size_t>(call.words_per_row);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(call.rows); ++r) {
+    sampling::apply_token_mask(std::span<float>(logits + r * vocab, vocab),
+                               call.words.subspan(r * per_row, per_row));
   }
   return std::vector<Tensor>{};
 }

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/cuda_program_impl.h"
 #include "backend/cuda/kernels/sample.cuh"
+#include "backend/cuda/kernels/sample_mask.cuh"
 #include "backend/cuda/kernels/sample_penalize.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
@@ -85,6 +86,13 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                            PinnedBuffer<std::int32_t>::allocate(entries));
     CELLM_ASSIGN_OR_RETURN(p->penalize_entries_device_,
                            DeviceBuffer<std::int32_t>::allocate(entries));
+    const auto mask_rows = static_cast<std::size_t>(program::kMaskMaxRows);
+    const auto mask_words = mask_rows * static_cast<std::size_t>((spec.vocab_size + 31) / 32);
+    CELLM_ASSIGN_OR_RETURN(p->mask_words_host_, PinnedBuffer<std::uint32_t>::allocate(mask_words));
+    CELLM_ASSIGN_OR_RETURN(p->mask_words_device_,
+                           DeviceBuffer<std::uint32_t>::allocate(mask_words));
+    CELLM_ASSIGN_OR_RETURN(p->mask_active_host_, PinnedBuffer<std::int32_t>::allocate(mask_rows));
+    CELLM_ASSIGN_OR_RETURN(p->mask_active_device_, DeviceBuffer<std::int32_t>::allocate(mask_rows));
   }
   void* mapped = nullptr;
   if (const cudaError_t e = cudaHostGetDevicePointer(&mapped, p->tokens_host_.data(), 0);
@@ -400,6 +408,7 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     launch_sample(p, stream_.get());
   }
   penalize_in_flight_ = false;  // the wait below covers its copies too
+  mask_in_flight_ = false;
   // The kernel's writes to the mapped buffer are visible once it completes.
   // (Watching the ids themselves instead, where the step has one writer of
   // them, measured within the spread: H200, 1B batch 1, 0.851-0.863 against
@@ -465,6 +474,46 @@ Result<std::vector<Tensor>> CudaProgram::run_penalize(std::span<const Tensor> in
   return std::vector<Tensor>{};
 }
 
+Result<std::vector<Tensor>> CudaProgram::run_mask(std::span<const Tensor> inputs) {
+  CELLM_ASSIGN_OR_RETURN(program::MaskCall call,
+                         methods_.check_mask(inputs, spec().vocab_size, Device::kCuda));
+  // Another group of this step's rows: its staged words may still be copying.
+  if (mask_in_flight_) stream_.synchronize();
+  const auto rows = static_cast<std::size_t>(call.rows);
+  const auto per_row = static_cast<std::size_t>(call.words_per_row);
+  bool any = false;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::span<const std::uint32_t> row = call.words.subspan(r * per_row, per_row);
+    const bool active =
+        std::any_of(row.begin(), row.end(), [](std::uint32_t w) { return w != ~0u; });
+    mask_active_host_.data()[r] = active ? 1 : 0;
+    any = any || active;
+  }
+  if (!any) return std::vector<Tensor>{};
+  std::memcpy(mask_words_host_.data(), call.words.data(), rows * per_row * sizeof(std::uint32_t));
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(mask_words_device_.data(), mask_words_host_.data(),
+                                   rows * per_row * sizeof(std::uint32_t), cudaMemcpyHostToDevice,
+                                   stream_.get()));
+  CELLM_CUDA_CHECK(cudaMemcpyAsync(mask_active_device_.data(), mask_active_host_.data(),
+                                   rows * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                   stream_.get()));
+  MaskParams p;
+  // The method's contract: the logits are masked where they lie.
+  p.logits = const_cast<float*>(static_cast<const float*>(inputs[0].data()));
+  p.words = mask_words_device_.data();
+  p.active = mask_active_device_.data();
+  p.logits_stride = spec().vocab_size;
+  p.words_per_row = call.words_per_row;
+  p.rows = call.rows;
+  p.vocab = static_cast<std::int32_t>(spec().vocab_size);
+  CELLM_RETURN_IF_ERROR(p.validate());
+  launch_sample_mask(p, stream_.get());
+  mask_in_flight_ = true;
+  // Any argmax the step's graph took is stale now.
+  argmax_ready_ = nullptr;
+  return std::vector<Tensor>{};
+}
+
 Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
                                                  std::span<const Tensor> inputs) {
   program::MethodEntry* m = methods_.find(name);
@@ -478,6 +527,7 @@ Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
     case MethodKind::kSample:
     case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
     case MethodKind::kPenalize: return run_penalize(inputs);
+    case MethodKind::kMask: return run_mask(inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }

@@ -95,6 +95,9 @@ class CudaProgram final : public program::Program {
   // sample_penalize (program.h): the rows, offsets and entries to the
   // device, then the kernel over the logits in place.
   Result<std::vector<Tensor>> run_penalize(std::span<const Tensor> inputs);
+  // sample_mask (program.h): the rows' mask words to the device, then the
+  // kernel over the logits in place (rows of all ones are skipped).
+  Result<std::vector<Tensor>> run_mask(std::span<const Tensor> inputs);
   // Launches the device argmax of `rows` rows of `logits` (ids into
   // tokens_mapped_).
   void launch_argmax(const float* logits, std::int32_t rows);
@@ -129,6 +132,14 @@ class CudaProgram final : public program::Program {
   PinnedBuffer<std::int32_t> penalize_entries_host_;
   DeviceBuffer<std::int32_t> penalize_entries_device_;
   bool penalize_in_flight_ = false;
+  // sample_mask's staging: the mask words [kMaskMaxRows, ceil(V / 32)] and a
+  // per-row active flag, page-locked and on the device, sized at creation
+  // (262,144 ids: 8 MiB each way). Reused like penalize's.
+  PinnedBuffer<std::uint32_t> mask_words_host_;
+  DeviceBuffer<std::uint32_t> mask_words_device_;
+  PinnedBuffer<std::int32_t> mask_active_host_;
+  DeviceBuffer<std::int32_t> mask_active_device_;
+  bool mask_in_flight_ = false;
   // The sampled ids: the sampler kernels write them straight into this
   // page-locked buffer through its device mapping (tokens_mapped_), so the
   // step's wait returns without a copy after the kernel (H200, 1B batch 1:

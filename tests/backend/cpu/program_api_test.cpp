@@ -53,7 +53,7 @@ TEST(CpuProgramApi, MethodsMetadataAndConstants) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4",
                                              "forward_8", "forward_others", "sample",
-                                             "sample_argmax", "sample_penalize"}));
+                                             "sample_argmax", "sample_mask", "sample_penalize"}));
   EXPECT_EQ((*p)->backend_name(), "cpu");
 
   auto f4 = (*p)->method_meta("forward_4");
@@ -457,6 +457,42 @@ TEST(CpuProgramApi, SamplePenalizeAppliesTheReferenceInPlace) {
   EXPECT_EQ(got[7], original[7] - 0.75f);
   EXPECT_EQ(got[v + 1], -std::numeric_limits<float>::infinity());
   EXPECT_GT(std::count(got + v, got + 2 * v, -std::numeric_limits<float>::infinity()), 1);
+}
+
+// sample_mask (constrained decoding): every id outside a row's mask becomes
+// -inf in place, as sampling/token_mask.h defines; a row of all ones is
+// untouched; a misshapen call is refused and changes nothing.
+TEST(CpuProgramApi, SampleMaskDropsTheIdsOutsideEachRowsMask) {
+  const auto m = testing::make_tiny_model(Architecture::kQwen3);
+  auto p = CpuProgram::create(m.spec, m.weights, small_options());
+  ASSERT_TRUE(p.ok());
+  CpuProgram& program = **p;
+  ASSERT_TRUE(program.load_method("sample_mask").is_ok());
+  const std::int64_t v = m.spec.vocab_size;
+  const std::int64_t per_row = (v + 31) / 32;
+  Tensor logits = Tensor::empty(DType::kF32, {2, v});
+  for (std::int64_t i = 0; i < 2 * v; ++i) logits.data_as<float>()[i] = std::cos(0.11f * i);
+  const std::vector<float> original(logits.data_as<float>(), logits.data_as<float>() + 2 * v);
+  std::vector<std::uint32_t> words(static_cast<std::size_t>(2 * per_row), ~0u);
+  // Row 1 allows ids 3 and 40 only.
+  std::fill(words.begin() + per_row, words.end(), 0u);
+  words[static_cast<std::size_t>(per_row) + 0] = 1u << 3;
+  words[static_cast<std::size_t>(per_row) + 1] = 1u << (40 - 32);
+  const Tensor bad = Tensor::view(words.data(), DType::kI32, {1, per_row});
+  EXPECT_EQ(program.execute("sample_mask", std::vector<Tensor>{logits, bad}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::vector<float>(logits.data_as<float>(), logits.data_as<float>() + 2 * v), original);
+  const Tensor good = Tensor::view(words.data(), DType::kI32, {2, per_row});
+  ASSERT_TRUE(program.execute("sample_mask", std::vector<Tensor>{logits, good}).ok());
+  for (std::int64_t i = 0; i < v; ++i) {
+    EXPECT_EQ(logits.data_as<float>()[i], original[static_cast<std::size_t>(i)]) << i;
+    const float got = logits.data_as<float>()[v + i];
+    if (i == 3 || i == 40) {
+      EXPECT_EQ(got, original[static_cast<std::size_t>(v + i)]) << i;
+    } else {
+      EXPECT_EQ(got, -std::numeric_limits<float>::infinity()) << i;
+    }
+  }
 }
 
 TEST(CpuProgramApi, SampleHonoursTheOptionalSuppressedIds) {

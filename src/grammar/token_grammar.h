@@ -1,0 +1,74 @@
+// TokenGrammar: a Grammar bound to a TokenVocabulary, the TokenConstraint the
+// engine drives (include/cellm/token_constraint.h). A state's mask comes from
+// a walk of the vocabulary trie against the matcher: a trie node is stepped
+// with its byte from its parent's item set, a refused node skips its whole
+// subtree, and every token ending at an accepted node is allowed.
+//
+// Masks are cached per matcher state (the items with their whole stacks, not
+// frame ids), shared by every generation of the grammar: the states of JSON
+// generation repeat (inside a string, after each comma of an array ...), so
+// most steps are a lookup. The cache is bounded by bytes and evicts the least
+// recently used mask.
+//
+// Thread-safety: TokenGrammar is shared; its cache is guarded by a mutex.
+// Each state belongs to one generation (one thread at a time).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cellm/token_constraint.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_vocab.h"
+
+namespace cellm::grammar {
+
+class TokenGrammar final : public TokenConstraint,
+                           public std::enable_shared_from_this<TokenGrammar> {
+ public:
+  // Cached masks take at most this many bytes per grammar.
+  static constexpr std::size_t kCacheBytes = std::size_t{16} << 20;
+
+  static std::shared_ptr<const TokenGrammar> create(std::shared_ptr<const Grammar> grammar,
+                                                    std::shared_ptr<const TokenVocabulary> vocab);
+
+  std::unique_ptr<TokenConstraintState> start() const override;
+  std::int64_t vocab_size() const override { return vocab_->size(); }
+
+  const Grammar& grammar() const { return *grammar_; }
+  const std::shared_ptr<const Grammar>& grammar_ptr() const { return grammar_; }
+  const TokenVocabulary& vocabulary() const { return *vocab_; }
+
+  // The mask of `matcher`'s state through the cache.
+  void fill_mask(Matcher& matcher, std::span<std::uint32_t> words) const;
+  // The same without the cache (the walk itself; benchmarks and tests).
+  void compute_mask(Matcher& matcher, std::span<std::uint32_t> words) const;
+
+  struct CacheStats {
+    std::uint64_t hits = 0;
+    std::uint64_t misses = 0;
+    std::size_t entries = 0;
+  };
+  CacheStats cache_stats() const;
+
+ private:
+  TokenGrammar(std::shared_ptr<const Grammar> grammar,
+               std::shared_ptr<const TokenVocabulary> vocab);
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const TokenVocabulary> vocab_;
+  std::size_t max_entries_;
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<std::string, std::vector<std::uint32_t>>> lru_;  // front: newest
+  mutable std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
+  mutable CacheStats stats_;
+};
+
+}  // namespace cellm::grammar
