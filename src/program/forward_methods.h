@@ -30,7 +30,8 @@ enum class MethodKind : std::uint8_t {
   kSample,
   kArgmax,
   kDecodeGreedy,
-  kPenalize
+  kPenalize,
+  kLogprobs
 };
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
@@ -42,7 +43,8 @@ constexpr bool is_forward(MethodKind kind) {
     case MethodKind::kSample:
     case MethodKind::kArgmax:
     case MethodKind::kDecodeGreedy:
-    case MethodKind::kPenalize: return false;
+    case MethodKind::kPenalize:
+    case MethodKind::kLogprobs: return false;
   }
   return false;
 }
@@ -77,6 +79,14 @@ struct PenalizeCall {
   std::span<const float> row_params;      // [rows, kPenalizeRowParams]
   std::span<const std::int32_t> offsets;  // [rows + 1]
   std::span<const std::int32_t> entries;  // [N, 4]
+};
+
+// A validated sample_logprobs call (program.h): spans into its host inputs.
+struct LogprobsCall {
+  std::int32_t rows = 0;
+  std::span<const float> params;             // [rows, kLogprobsParams]
+  std::span<const std::int64_t> tokens;      // [rows]
+  std::span<const std::int64_t> suppressed;  // [rows, kMaxSuppressedTokens] or empty
 };
 
 // A validated forward call.
@@ -125,6 +135,11 @@ class ForwardMethods {
   // kPenalizeMaxEntries entries and every entry's token inside [0, vocab).
   // Nothing is changed on refusal.
   Result<PenalizeCall> check_penalize(std::span<const Tensor> inputs, std::int64_t vocab,
+                                      Device device) const;
+  // Checks sample_logprobs's inputs (program.h) for logits on `device`:
+  // shapes, counts in [-1, kLogprobsMaxTop], drawn ids of the rows that ask
+  // inside [0, vocab). Nothing is changed on refusal.
+  Result<LogprobsCall> check_logprobs(std::span<const Tensor> inputs, std::int64_t vocab,
                                       Device device) const;
   // The narrowest static method of at least `rows` rows; null when none is.
   const MethodEntry* narrowest_static(std::int32_t rows) const;
