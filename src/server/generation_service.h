@@ -36,6 +36,8 @@ struct ChoiceEvent {
   std::optional<FinishReason> finish;
   std::string error;  // only with FinishReason::kFailed
   std::chrono::steady_clock::time_point at;
+  // One entry per token when the request asked for logprobs, else empty.
+  std::vector<TokenLogprobs> logprobs;
 };
 // Called on the engine thread (or inline for early rejections); must only
 // queue the event.

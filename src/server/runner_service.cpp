@@ -28,7 +28,7 @@ GenerationCallback forward_to(EventSink sink, std::int32_t choice,
                               std::shared_ptr<FirstUpdate> first = nullptr) {
   return [sink = std::move(sink), choice, first = std::move(first)](const GenerationUpdate& u) {
     sink(ChoiceEvent{choice, u.tokens, u.finish_reason, u.error_message,
-                     std::chrono::steady_clock::now()});
+                     std::chrono::steady_clock::now(), u.logprobs});
     if (first) first->mark();
   };
 }
