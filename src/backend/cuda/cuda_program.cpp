@@ -81,6 +81,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     CELLM_ASSIGN_OR_RETURN(p->penalize_entries_device_,
                            DeviceBuffer<std::int32_t>::allocate(entries));
   }
+  if (options.device_sampling) CELLM_RETURN_IF_ERROR(p->allocate_logprobs(steps));
   if (options.device_sampling) {
     const auto chain_width = static_cast<std::size_t>(p->methods_.decode_greedy_width());
     const auto chain_steps = static_cast<std::size_t>(program::kDecodeGreedyMaxSteps);
@@ -479,6 +480,7 @@ Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
     case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
     case MethodKind::kDecodeGreedy: return run_decode_greedy(inputs);
     case MethodKind::kPenalize: return run_penalize(inputs);
+    case MethodKind::kLogprobs: return run_logprobs(inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }
