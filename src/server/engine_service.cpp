@@ -6,6 +6,7 @@
 #include "cellm/prefix_cache.h"
 #include "core/log.h"
 #include "server/runner_service.h"
+#include "text/decoder.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -70,6 +71,16 @@ class EngineService final : public GenerationService {
       }
       return tok.decode(v, /*skip_special=*/true);
     };
+    // A token's own bytes: its vocabulary string through the decoders as
+    // mid-text (a byte-fallback piece stays the raw byte), an added token's
+    // text as is.
+    t.token_bytes = [tok](Token id) -> std::string {
+      const std::int32_t i = to_id(id);
+      const std::string* text = i >= 0 ? tok.token_text(i) : nullptr;
+      if (text == nullptr) return {};
+      if (tok.is_added(i)) return *text;
+      return tok.decoder().decode({*text}, /*at_start=*/false);
+    };
     t.text_stream = [tok] { return std::unique_ptr<TokenTextStream>(new DetokenizerStream(tok)); };
     // Published by the engine thread; reading it never waits for a step.
     t.stats = [&engine] {
@@ -116,6 +127,7 @@ class EngineService final : public GenerationService {
   std::string detokenize(std::span<const Token> tokens) const override {
     return inner_->detokenize(tokens);
   }
+  std::string token_bytes(Token token) const override { return inner_->token_bytes(token); }
   std::unique_ptr<TokenTextStream> text_stream() const override { return inner_->text_stream(); }
   Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
                                                const std::function<bool()>& abandoned) override {

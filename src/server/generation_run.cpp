@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/utf8.h"
+
 namespace cellm::server {
 namespace {
 
@@ -69,13 +71,21 @@ GenerationRun::GenerationRun(RunSetup setup, const GenerationService& service,
 
 void GenerationRun::describe_logprobs(ChoiceState& c, std::span<const TokenLogprobs> entries,
                                       std::vector<TokenLogprobsText>* out) {
-  const auto text_of = [this](Token t) { return service_.detokenize(std::span(&t, 1)); };
+  const auto shown = [this](Token id, float logprob) {
+    TokenText t;
+    t.bytes = service_.token_bytes(id);
+    t.token = utf8::repair(t.bytes);
+    t.logprob = logprob;
+    return t;
+  };
   for (const TokenLogprobs& e : entries) {
+    TokenText chosen = shown(e.token, e.logprob);
     TokenLogprobsText t;
-    t.token = text_of(e.token);
+    t.token = std::move(chosen.token);
+    t.bytes = std::move(chosen.bytes);
     t.logprob = e.logprob;
     t.text_offset = c.text_offset;
-    for (const TokenLogprob& alt : e.top) t.top.emplace_back(text_of(alt.token), alt.logprob);
+    for (const TokenLogprob& alt : e.top) t.top.push_back(shown(alt.token, alt.logprob));
     // Code points: every byte that does not continue a UTF-8 sequence.
     for (char ch : t.token) {
       if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++c.text_offset;

@@ -115,6 +115,10 @@ class GenerationService {
                                           const nlohmann::ordered_json& extra,
                                           bool add_generation_prompt) const = 0;
   virtual std::string detokenize(std::span<const Token> tokens) const = 0;
+  // The bytes one token stands for in the middle of a text (no start-of-text
+  // rules; possibly a partial UTF-8 sequence), for logprobs' `bytes`. The
+  // default decodes the token alone.
+  virtual std::string token_bytes(Token token) const { return detokenize(std::span(&token, 1)); }
   virtual std::unique_ptr<TokenTextStream> text_stream() const = 0;
 
   // Starts every choice of `spec`. May block (opening sessions, prefix

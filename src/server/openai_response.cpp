@@ -45,12 +45,14 @@ json logprobs_json(RequestKind kind,
     json content = json::array();
     for (const TokenLogprobsText& t : *logprobs) {
       json top = json::array();
-      for (const auto& [text, lp] : t.top) {
-        top.push_back({{"token", text}, {"logprob", shown(lp)}, {"bytes", bytes_json(text)}});
+      for (const TokenText& alt : t.top) {
+        top.push_back({{"token", alt.token},
+                       {"logprob", shown(alt.logprob)},
+                       {"bytes", bytes_json(alt.bytes)}});
       }
       content.push_back({{"token", t.token},
                          {"logprob", shown(t.logprob)},
-                         {"bytes", bytes_json(t.token)},
+                         {"bytes", bytes_json(t.bytes)},
                          {"top_logprobs", std::move(top)}});
     }
     return json{{"content", std::move(content)}};
@@ -65,8 +67,8 @@ json logprobs_json(RequestKind kind,
     // The alternatives and the chosen token (OpenAI: up to k + 1 entries);
     // tokens of equal text share one key, the likelier one kept.
     json top = json::object();
-    for (const auto& [text, lp] : t.top) {
-      if (!top.contains(text)) top[text] = shown(lp);
+    for (const TokenText& alt : t.top) {
+      if (!top.contains(alt.token)) top[alt.token] = shown(alt.logprob);
     }
     if (!top.contains(t.token)) top[t.token] = shown(t.logprob);
     tops.push_back(std::move(top));

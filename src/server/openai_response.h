@@ -25,12 +25,20 @@ struct Usage {
   std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
 };
 
-// The log probabilities of one generated token as a response shows them:
-// texts are the tokens' own decoded text (complete UTF-8).
+// One token as logprobs show it: its text (valid UTF-8: a token that holds
+// part of a character shows U+FFFD) and the raw bytes it stands for.
+struct TokenText {
+  std::string token;
+  std::string bytes;
+  float logprob = 0.0f;
+};
+
+// The log probabilities of one generated token as a response shows them.
 struct TokenLogprobsText {
   std::string token;
+  std::string bytes;
   float logprob = 0.0f;
-  std::vector<std::pair<std::string, float>> top;  // most likely first
+  std::vector<TokenText> top;  // most likely first
   // Completions: where the token's text starts in the choice's text, in
   // code points (OpenAI's text_offset).
   std::int64_t text_offset = 0;

@@ -107,6 +107,10 @@ std::string RunnerService::detokenize(std::span<const Token> tokens) const {
   return text_.detokenize(tokens);
 }
 
+std::string RunnerService::token_bytes(Token token) const {
+  return text_.token_bytes ? text_.token_bytes(token) : GenerationService::token_bytes(token);
+}
+
 std::unique_ptr<TokenTextStream> RunnerService::text_stream() const {
   return text_.text_stream();
 }

@@ -15,13 +15,16 @@ namespace {
 std::vector<TokenLogprobsText> entries() {
   TokenLogprobsText a;
   a.token = " h\xC3\xA9";  // " hé": 4 bytes, 3 code points
+  a.bytes = a.token;
   a.logprob = -0.25f;
-  a.top = {{" h\xC3\xA9", -0.25f}, {" x", -2.0f}};
+  a.top = {{a.token, a.bytes, -0.25f}, {" x", " x", -2.0f}};
   a.text_offset = 0;
   TokenLogprobsText b;
   b.token = "!";
+  b.bytes = "!";
   b.logprob = -3.0f;  // not among its top entries
-  b.top = {{".", -0.5f}, {",", -std::numeric_limits<float>::infinity()}};
+  // A token holding the first byte of "é" only: shown as U+FFFD, its byte kept.
+  b.top = {{".", ".", -0.5f}, {"\xEF\xBF\xBD", "\xC3", -std::numeric_limits<float>::infinity()}};
   b.text_offset = 3;
   return {a, b};
 }
@@ -44,8 +47,11 @@ TEST(LogprobsResponseTest, ChatShape) {
   ASSERT_EQ(first["top_logprobs"].size(), 2u);
   EXPECT_EQ(first["top_logprobs"][1]["token"], " x");
   EXPECT_EQ(first["top_logprobs"][1]["bytes"], (std::vector<int>{0x20, 0x78}));
-  // -inf is not JSON: OpenAI's floor instead.
-  EXPECT_DOUBLE_EQ(j["content"][1]["top_logprobs"][1]["logprob"].get<double>(), -9999.0);
+  // -inf is not JSON: OpenAI's floor instead. A partial character's byte.
+  const nlohmann::json& partial = j["content"][1]["top_logprobs"][1];
+  EXPECT_DOUBLE_EQ(partial["logprob"].get<double>(), -9999.0);
+  EXPECT_EQ(partial["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(partial["bytes"], (std::vector<int>{0xC3}));
 }
 
 TEST(LogprobsResponseTest, CompletionsShape) {
@@ -61,7 +67,7 @@ TEST(LogprobsResponseTest, CompletionsShape) {
   EXPECT_EQ(second.size(), 3u);
   EXPECT_DOUBLE_EQ(second["!"].get<double>(), -3.0);
   EXPECT_DOUBLE_EQ(second["."].get<double>(), -0.5);
-  EXPECT_DOUBLE_EQ(second[","].get<double>(), -9999.0);
+  EXPECT_DOUBLE_EQ(second["\xEF\xBF\xBD"].get<double>(), -9999.0);
 }
 
 TEST(LogprobsResponseTest, BodiesAndChunksCarryThem) {
