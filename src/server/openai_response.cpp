@@ -55,7 +55,7 @@ json logprobs_json(RequestKind kind,
                          {"bytes", bytes_json(t.bytes)},
                          {"top_logprobs", std::move(top)}});
     }
-    return json{{"content", std::move(content)}};
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
   }
   json tokens = json::array();
   json values = json::array();

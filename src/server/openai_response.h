@@ -80,8 +80,9 @@ nlohmann::json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice,
                                     std::string_view arguments_piece = {});
 // A choice's "logprobs" value: null without entries, else the completions
 // form (tokens, token_logprobs, top_logprobs, text_offset) or the chat form
-// ({"content": [{token, logprob, bytes, top_logprobs}]}). A logprob of -inf
-// (an id the sampler could not draw) is shown as -9999.0, as OpenAI does.
+// ({"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}).
+// A logprob of -inf (an id the sampler could not draw) is shown as -9999.0,
+// as OpenAI does.
 nlohmann::json logprobs_json(RequestKind kind,
                              const std::optional<std::vector<TokenLogprobsText>>& logprobs);
 // The final usage-only chunk (stream_options.include_usage).

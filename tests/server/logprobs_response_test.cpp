@@ -40,6 +40,7 @@ TEST(LogprobsResponseTest, AbsentIsNull) {
 TEST(LogprobsResponseTest, ChatShape) {
   const nlohmann::json j = logprobs_json(RequestKind::kChat, entries());
   ASSERT_EQ(j["content"].size(), 2u);
+  EXPECT_TRUE(j.contains("refusal") && j["refusal"].is_null());
   const nlohmann::json& first = j["content"][0];
   EXPECT_EQ(first["token"], " h\xC3\xA9");
   EXPECT_DOUBLE_EQ(first["logprob"].get<double>(), -0.25);
