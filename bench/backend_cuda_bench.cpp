@@ -2,7 +2,7 @@
 // Llama-3.2-1B and Llama-3.1-8B, so one GPU run can decide the defaults of
 // kernel_choice.h (the attention kernels' are in
 // backend_cuda_bench_attention.cpp). Each family times the established
-// kernel (variant 0 / attention v1) and the new one on the same buffers with CUDA events
+// kernel (variant 0) and the new one on the same buffers with CUDA events
 // (manual time, per launch), and reports `bytes` moved per launch and the
 // achieved rate (`bytes_per_second`) against the ~4.3 TB/s copy roofline.
 // Buffers are cycled over several copies ("layers") past the 50 MB L2, as a

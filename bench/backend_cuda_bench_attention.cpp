@@ -68,12 +68,11 @@ AttentionSetup setup_attention(std::int32_t tokens, std::int32_t heads, std::int
   return a;
 }
 
-// ---- decode attention: args {variant (1 = v1, 2 = v2, 3 = v2 packed
-// always (AttentionParams::pack_wide)), head_dim, heads, kv_heads, batch,
-// context, split_min_keys, cluster (v2)} ----
+// ---- decode attention: args {variant (2 = v2, 3 = v2 packed always
+// (AttentionParams::pack_wide); the first kernel, 1, is in git history),
+// head_dim, heads, kv_heads, batch, context, split_min_keys, cluster} ----
 void BM_DecodeAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const bool v2 = state.range(0) >= 2;
   const auto hd = static_cast<std::int32_t>(state.range(1));
   const auto heads = static_cast<std::int32_t>(state.range(2));
   const auto kv_heads = static_cast<std::int32_t>(state.range(3));
@@ -105,8 +104,7 @@ void BM_DecodeAttention(benchmark::State& state) {
                                      batch, stride, table, slots, positions);
   const int sm = multiprocessor_count();
   const std::int32_t splits =
-      v2 ? attention_decode_v2_splits(batch, heads, kv_heads, stride, sm, min_keys, 2, cluster)
-         : attention_decode_splits(batch, heads, kv_heads, stride, sm);
+      attention_decode_v2_splits(batch, heads, kv_heads, stride, sm, min_keys, 2, cluster);
   auto workspace =
       filled<float>(attention_decode_workspace_bytes(batch, heads, hd, splits) / sizeof(float), 0);
   auto counters = filled<std::int32_t>(attention_decode_v2_counters(batch, heads, kv_heads), 0);
@@ -120,7 +118,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   p.k_pool = k_pools[0].data();
   p.v_pool = v_pools[0].data();
   p.pack_wide = state.range(0) == 3 ? PackWide::kAlways : PackWide::kNever;
-  const Status valid = v2 ? p.validate_decode_v2() : p.validate_decode();
+  const Status valid = p.validate_decode_v2();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
     return;
@@ -130,11 +128,7 @@ void BM_DecodeAttention(benchmark::State& state) {
                 [&](int i) {
                   p.k_pool = k_pools[static_cast<std::size_t>(i % layers)].data();
                   p.v_pool = v_pools[static_cast<std::size_t>(i % layers)].data();
-                  if (v2) {
-                    launch_attention_decode_v2(p, nullptr);
-                  } else {
-                    launch_attention_decode(p, nullptr);
-                  }
+                  launch_attention_decode_v2(p, nullptr);
                 });
 }
 
@@ -147,7 +141,7 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
     for (const int batch : {1, 8, 64, 256}) {
       for (const int ctx : {128, 512, 2048, 8192}) {
         if (static_cast<std::int64_t>(batch) * ctx > 256 * 2048) continue;  // > ~2 GB per layer
-        for (const int v : {1, 2}) b->Args({v, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
+        b->Args({2, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
         // Packing, for wide steps of 128-wide heads.
         if (batch >= 64 && m.hd == 128) b->Args({3, m.hd, m.heads, m.kv, batch, ctx, 256, 1});
       }
@@ -166,14 +160,13 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_DecodeAttention)->Apply(decode_attention_args)->UseManualTime();
 
-// ---- prefill attention: args {variant (1 = v1, 2 = v2), head_dim, heads,
-// kv_heads, prompts, prompt length} ----
+// ---- prefill attention: args {variant (2 = v2; the first kernel, 1, is in
+// git history), head_dim, heads, kv_heads, prompts, prompt length} ----
 // One launch attends every row of `prompts` prompts of the same length, each
 // its own sequence with its keys in consecutive cells, as a step of fresh
 // prompts does (8 x 512: a serving step's prefill half).
 void BM_PrefillAttention(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const bool v2 = state.range(0) == 2;
   const auto hd = static_cast<std::int32_t>(state.range(1));
   const auto heads = static_cast<std::int32_t>(state.range(2));
   const auto kv_heads = static_cast<std::int32_t>(state.range(3));
@@ -206,13 +199,7 @@ void BM_PrefillAttention(benchmark::State& state) {
   // kernels move: they read K/V once per q head and row tile).
   const double bytes =
       static_cast<double>(tokens) * hd * sizeof(bf16) * (2.0 * heads + 2.0 * kv_heads);
-  time_launches(state, bytes, [&](int) {
-    if (v2) {
-      launch_attention_prefill_v2(p, nullptr);
-    } else {
-      launch_attention_prefill(p, nullptr);
-    }
-  });
+  time_launches(state, bytes, [&](int) { launch_attention_prefill_v2(p, nullptr); });
   // Row r of a prompt scores r + 1 keys and sums as many values: 4 * hd FLOP
   // a key and head.
   const double keys = static_cast<double>(prompts) * length * (length + 1.0) / 2.0;
@@ -229,7 +216,7 @@ void prefill_attention_args(benchmark::internal::Benchmark* b) {
   };
   for (const int hd : {64, 128}) {
     for (const Shape s : {Shape{1, 512}, Shape{8, 512}, Shape{1, 2048}, Shape{1, 4096}}) {
-      for (const int v : {1, 2}) b->Args({v, hd, 32, 8, s.prompts, s.length});
+      b->Args({2, hd, 32, 8, s.prompts, s.length});
     }
   }
 }

@@ -145,6 +145,77 @@ class Session {
   std::shared_ptr<detail::SessionState> state_;
 };
 
+// ---- Requests: the engine-owned path the server, the CLI and the benchmark take ----
+
+// One prompt and the choices generated from it. The engine prefills the
+// prompt once (after the longest cached prefix, when the runner keeps a
+// prefix cache), generates choice 0 on it and, once the prompt is committed,
+// clones it for choices 1..n-1 (each feeds the prompt's last token itself).
+struct Request {
+  std::vector<Token> prompt;  // non-empty
+  std::int32_t n = 1;         // choices, >= 1
+  // Per choice; choice i uses seed + i when a seed is set.
+  GenConfig config;
+  // Look the prompt up in the runner's prefix cache and snapshot it there.
+  bool use_prefix_cache = true;
+};
+
+struct RequestUsage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;      // prompt tokens served from the prefix cache
+  std::int64_t completion_tokens = 0;  // delivered, over every choice
+};
+
+// Every choice's terminal update has been delivered when this is reported.
+struct RequestOutcome {
+  RequestUsage usage;
+  std::vector<FinishReason> finish_reasons;  // per choice
+};
+
+// Both run on the engine thread, must not block and must not wait for
+// runner work. on_update gets every choice's updates in order, ending with
+// exactly one terminal update per choice; on_done runs exactly once, last.
+struct RequestCallbacks {
+  std::function<void(std::int32_t choice, const GenerationUpdate& update)> on_update;
+  std::function<void(const RequestOutcome& outcome)> on_done;
+};
+
+namespace detail {
+struct RequestControl;
+}
+
+// The caller's view of a submitted request. Copyable; dropping it does not
+// cancel. Every method is non-blocking except wait().
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  bool valid() const { return control_ != nullptr; }
+  // Ends every choice (kCancelled) within one engine step.
+  void cancel() const;
+  void cancel_choice(std::int32_t choice) const;
+  // Prompt tokens taken from the prefix cache; set before the first update.
+  std::int64_t cached_tokens() const;
+  bool done() const;
+  // Blocks until on_done has returned. Never from a callback of the runner.
+  void wait() const;
+
+ private:
+  friend class Runner;
+  explicit RequestHandle(std::shared_ptr<detail::RequestControl> control)
+      : control_(std::move(control)) {}
+  std::shared_ptr<detail::RequestControl> control_;
+};
+
+// Whether `request` can run at all (InvalidArgument naming the field): the
+// prompt is non-empty, n >= 1, and its config passes check_gen_config.
+Status check_request(const Request& request, bool can_suppress_tokens = true);
+
+struct RunnerOptions {
+  // Snapshots of recent prompts the engine keeps (each holds one executor
+  // session and its cells); 0: no prefix cache.
+  std::int32_t prefix_cache_entries = 0;
+};
+
 enum class InitializationState { kPending, kReady, kFailed };
 enum class AcceptanceError { kUnavailable, kFailed };
 using AcceptanceResult = std::variant<bool, AcceptanceError>;
@@ -153,12 +224,20 @@ class Runner {
  public:
   // The executor is borrowed and must outlive shutdown(); the scheduler is
   // owned. Starts the engine thread, which initializes the executor first.
-  Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler);
+  Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler, RunnerOptions options = {});
   ~Runner();
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
 
   InitializationState initialization_state() const;
+  // Queues `request` for the engine thread and returns at once. Refused here
+  // (nothing queued, no callback run) with InvalidArgument when
+  // check_request fails and Unavailable when the engine has stopped or
+  // failed to start. A request waits in the engine, in arrival order, until
+  // its sessions are free; cancelling it there ends it without running.
+  Result<RequestHandle> submit(Request request, RequestCallbacks callbacks);
+  // Entries in the prefix cache, as of the last engine step.
+  std::int64_t prefix_cache_size() const;
   // nullopt at capacity, while stopping, or after a failed initialization.
   std::future<std::optional<Session>> open_session_async();
   // Whether the executor consumes this kind of prepared input. Reserves nothing.

@@ -5,7 +5,6 @@
 #include "app/executor_factory.h"
 #include "app/model_text.h"
 #include "cellm/decode_first_scheduler.h"
-#include "cellm/prefix_cache.h"
 #include "chat/chat_template.h"
 #include "core/log.h"
 #include "executor/cuda_executor.h"
@@ -25,7 +24,6 @@ struct Engine::Impl {
   std::unique_ptr<executor::CudaExecutor> executor;
   std::unique_ptr<Runner> runner;
   // Snapshots are sessions of the runner: released before it shuts down.
-  std::unique_ptr<PrefixCache> prefix_cache;
   std::string model_name;
   std::string backend_name;
   Sizing sizing;
@@ -104,10 +102,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   SizingRequest sizing;
   sizing.sessions = options.max_sessions;
   sizing.session_tokens = options.max_session_tokens;
-  // Each cache entry is a session, and so is each generating request's
-  // prompt snapshot (PromptCapture) until the request ends.
-  sizing.fixed_snapshots = options.prefix_cache_entries;
-  sizing.per_request_snapshots = options.prefix_cache_entries > 0 ? 1 : 0;
+  // Each cache entry is a session, plus the new snapshot a request takes
+  // before the oldest entry is evicted for it.
+  sizing.fixed_snapshots = options.prefix_cache_entries + (options.prefix_cache_entries > 0 ? 1 : 0);
+  sizing.per_request_snapshots = 0;
   CELLM_ASSIGN_OR_RETURN(SizedExecutor sized,
                          create_sized_executor(std::move(impl->model), config, sizing));
   LoadedExecutor& loaded = sized.loaded;
@@ -139,18 +137,15 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   impl->prefill_chunk = static_cast<std::int32_t>(chunk);
   impl->max_batch_tokens = static_cast<std::int32_t>(batch);
   report(progress, "initializing", 0.9);
-  impl->runner = std::make_unique<Runner>(*impl->executor, std::move(scheduler));
+  impl->runner = std::make_unique<Runner>(*impl->executor, std::move(scheduler),
+                                          RunnerOptions{options.prefix_cache_entries});
   auto ready = impl->runner->open_session_async().get();  // waits for initialize()
   if (impl->runner->initialization_state() != InitializationState::kReady) {
     return internal_error("the {} backend failed to initialize (see the log above)",
                           impl->backend_name);
   }
   ready.reset();
-  if (options.prefix_cache_entries > 0) {
-    impl->prefix_cache =
-        std::make_unique<PrefixCache>(static_cast<std::size_t>(options.prefix_cache_entries));
-    impl->prefix_cache_entries = options.prefix_cache_entries;
-  }
+  impl->prefix_cache_entries = options.prefix_cache_entries;
   report(progress, "ready", 1.0);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -159,15 +154,11 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
   if (!impl_) return;
-  impl_->prefix_cache.reset();
   if (impl_->runner) impl_->runner->shutdown();
 }
 
 Runner& Engine::runner() {
   return *impl_->runner;
-}
-PrefixCache* Engine::prefix_cache() {
-  return impl_->prefix_cache.get();
 }
 const text::Tokenizer& Engine::tokenizer() const {
   return *impl_->tokenizer;

@@ -2,8 +2,8 @@
 // the loaded model, its tokenizer and chat template, a program on the best
 // available backend (CUDA when built and a device is present, else CPU), the
 // CudaExecutor over it, a Runner with a DecodeFirstScheduler sized from the
-// executor, and a PrefixCache. The CLI and the server build on this; nothing
-// above it touches kernels or the cache.
+// executor, and a Runner keeping a prefix cache. The CLI and the server build
+// on this; nothing above it touches kernels or the cache.
 //
 // Thread-safety: load() on any thread. Afterwards the accessors are safe from
 // any thread; runner() follows the Runner's own contract. Destruction shuts
@@ -27,9 +27,6 @@
 #include "model/model_spec.h"
 #include "program/program_options.h"
 
-namespace cellm {
-class PrefixCache;
-}
 namespace cellm::text {
 class Tokenizer;
 }
@@ -69,8 +66,6 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   Runner& runner();
-  // Null when prefix caching is disabled. Caller-thread only (see prefix_cache.h).
-  PrefixCache* prefix_cache();
   const text::Tokenizer& tokenizer() const;
 
   // Renders `messages` (OpenAI-style list) through the model's chat template.
@@ -94,8 +89,8 @@ class Engine {
   const std::string& backend_name() const;  // "cpu" or "cuda"
   std::int32_t max_session_tokens() const;  // the per-session position limit
   // Sessions that generate at once (the admission limit), and the sessions
-  // held beyond them for prefix-cache snapshots (the engine's PrefixCache
-  // entries plus one prompt snapshot per generating session).
+  // held beyond them for prefix-cache snapshots (the runner's cache entries
+  // plus the one a request takes before the oldest is evicted).
   std::int32_t max_sessions() const;
   std::int32_t snapshot_sessions() const;
   std::int32_t prefix_cache_entries() const;  // 0 without a cache

@@ -3,9 +3,6 @@
 #include <algorithm>
 
 #include "app/backend_select.h"
-#ifdef CELLM_HAVE_CUDA
-#include "backend/cuda/cuda_program.h"
-#endif
 
 namespace cellm::app {
 
@@ -34,6 +31,14 @@ Status check_config(const CudaExecutorConfig& config) {
   return Status::ok();
 }
 
+// The program's options: the config's, with the engine options that the
+// program takes at creation.
+program::ProgramOptions program_options(const CudaExecutorConfig& config) {
+  program::ProgramOptions options = config.program;
+  options.cuda_graphs = config.options.cuda_graph_for_static_methods;
+  return options;
+}
+
 // Builds the program and the executor over it once the pool is known.
 Result<LoadedExecutor> finish(LoadedExecutor out, const BackendChoice& backend,
                               const CudaExecutorConfig& config,
@@ -47,11 +52,6 @@ Result<LoadedExecutor> finish(LoadedExecutor out, const BackendChoice& backend,
   if (!out.program) {
     CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
   }
-#ifdef CELLM_HAVE_CUDA
-  if (auto* knobs = cuda::cuda_program_knobs(*out.program)) {
-    knobs->use_graphs = config.options.cuda_graph_for_static_methods;
-  }
-#endif
   CELLM_ASSIGN_OR_RETURN(out.executor,
                          executor::CudaExecutor::create(out.program, sessions, session_tokens));
   return out;
@@ -85,7 +85,7 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
   out.backend = backend.name;
   out.model = std::move(model);
-  program::ProgramOptions options = config.program;
+  program::ProgramOptions options = program_options(config);
   int session_tokens = config.max_session_tokens;
   if (options.kv_cells == 0 && !backend.sizes_pool_from_memory) {
     // A CPU pool holds every session's reservation outright (committed as
@@ -113,7 +113,7 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
   out.backend = backend.name;
   out.model = std::move(model);
-  program::ProgramOptions options = config.program;
+  program::ProgramOptions options = program_options(config);
   request.model_context = out.model.spec.max_context;
   request.max_step = options.max_step;
   sized.cell_bytes = cpu_cell_bytes(out.model.spec);

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/env.h"
+
 namespace cellm::app {
 namespace {
 
@@ -62,10 +64,11 @@ std::optional<fs::path> checkout_models_folder(const fs::path& executable) {
 
 ModelSearch ModelSearch::from_process() {
   ModelSearch s;
-  if (const char* m = std::getenv("CELLM_MODEL"); m != nullptr && m[0] != '\0') {
-    s.cellm_model = std::string(m);
-  }
-  s.data_models = data_models_folder(std::getenv("XDG_DATA_HOME"), std::getenv("HOME"));
+  s.cellm_model = knobs().model;
+  const std::optional<std::string> xdg = env_string("XDG_DATA_HOME");
+  const std::optional<std::string> home = env_string("HOME");
+  s.data_models =
+      data_models_folder(xdg ? xdg->c_str() : nullptr, home ? home->c_str() : nullptr);
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) s.checkout_models = checkout_models_folder(exe);

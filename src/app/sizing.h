@@ -9,7 +9,7 @@
 //     sessions of it;
 //   - sessions: --max-sessions when given, else kDefaultSessions or as many
 //     as the pool holds at that context, whichever is fewer;
-//   - snapshot sessions (prefix-cache entries and each request's prompt
+//   - snapshot sessions (prefix-cache entries, and per request a prompt
 //     snapshot) come on top of the request sessions, so they never take an
 //     admission slot.
 // A CUDA pool is fixed by device memory before sizing, and every session

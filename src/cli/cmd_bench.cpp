@@ -1,20 +1,25 @@
 // `cellm bench step`: decode and prefill timings against the device's own
-// rooflines (see app/bench_step.h). `cellm bench serve`: a synthetic serving
-// load through the Runner (see app/bench_serve.h).
+// rooflines (see bench/bench_step.h). `cellm bench serve`: a synthetic serving
+// load through the Runner in-process (bench/bench_serve.h) or, with --http or
+// --url, as streaming HTTP requests to cellm's server started in-process or to
+// any OpenAI-compatible endpoint (bench/http_serve.h).
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
 
-#include "app/bench_serve.h"
-#include "app/bench_step.h"
+#include "bench/bench_serve.h"
+#include "bench/bench_step.h"
 #include "cli/commands.h"
+#ifdef CELLM_HAVE_SERVER
+#include "bench/http_serve.h"
+#endif
 
 namespace cellm::cli {
 namespace {
 
 // "inf" (or "infinity") means every request arrives at once.
-CLI::Option* add_rate_option(CLI::App* serve, app::ServeBenchOptions& opts) {
+CLI::Option* add_rate_option(CLI::App* serve, bench::ServeBenchOptions& opts) {
   return serve
       ->add_option_function<std::string>(
           "--request-rate",
@@ -41,29 +46,53 @@ CLI::Option* add_rate_option(CLI::App* serve, app::ServeBenchOptions& opts) {
       ->default_str("inf");
 }
 
-CLI::App* add_serve(CLI::App* bench, app::ServeBenchOptions& o) {
+// Options of the HTTP mode, parsed whatever the mode so that --url alone
+// selects it.
+struct HttpFlags {
+  bool http = false;
+  std::string url;
+  std::string served_model;
+  std::string api_key;
+  std::string prompt_format = "ids";
+  std::int32_t vocab_size = 0;
+  bool ignore_eos = true;
+  bool inprocess = false;  // read only when --inprocess or --no-inprocess was given
+  std::int32_t prefix_cache_entries = 0;
+  double request_timeout_s = 1800;
+  std::string progress_bar = "auto";
+  std::string plot;
+};
+
+CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) {
   CLI::App* serve = bench->add_subcommand(
-      "serve", "N requests through the Runner: throughput, TTFT, TPOT, ITL and E2E latency");
+      "serve",
+      "N requests through the Runner in-process, or over HTTP (--http: cellm's server started "
+      "in-process; --url: any OpenAI-compatible server): throughput, TTFT, TPOT, ITL, E2E");
   serve
       ->add_option("--model", o.model,
                    "shape name (llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, smollm2-135m, "
-                   "gemma3-270m; random weights on the GPU) or a model path")
+                   "gemma3-270m; random weights, no tokenizer) or a model path")
       ->capture_default_str();
-  serve->add_option("--backend", o.backend, "for a model path: auto, cpu or cuda")
-      ->capture_default_str();
-  serve->add_option("--requests", o.requests, "requests to send")->capture_default_str();
-  serve->add_option("--input-len", o.input_len, "prompt tokens per request (after the prefix)")
-      ->capture_default_str();
-  serve->add_option("--output-len", o.output_len, "tokens each request generates (no stop token)")
+  serve->add_option("--backend", o.backend, "auto, cpu or cuda")->capture_default_str();
+  serve->add_option("--requests,--num-prompts", o.requests, "requests to send")
       ->capture_default_str();
   serve
-      ->add_option("--range-ratio", o.range_ratio,
+      ->add_option("--input-len,--random-input-len", o.input_len,
+                   "prompt tokens per request (after the prefix)")
+      ->capture_default_str();
+  serve
+      ->add_option("--output-len,--random-output-len", o.output_len,
+                   "tokens each request generates (no stop token)")
+      ->capture_default_str();
+  serve
+      ->add_option("--range-ratio,--random-range-ratio", o.range_ratio,
                    "draw lengths uniformly from [L*(1-r), L*(1+r)]; 0 fixes them")
       ->capture_default_str();
   serve->add_option("--prefix-len", o.prefix_len, "random tokens shared by every prompt")
       ->capture_default_str();
   serve->add_flag("!--no-prefix-reuse", o.reuse_prefix,
-                  "prefill the shared prefix with every request instead of cloning it once");
+                  "in-process: prefill the shared prefix with every request instead of cloning "
+                  "it once");
   add_rate_option(serve, o);
   serve
       ->add_option("--max-concurrency", o.max_concurrency,
@@ -75,7 +104,9 @@ CLI::App* add_serve(CLI::App* bench, app::ServeBenchOptions& o) {
       ->add_option("--max-batch-tokens", o.max_batch_tokens,
                    "tokens per engine step (0: concurrency + 2 prefill chunks)")
       ->capture_default_str();
-  serve->add_option("--progress", o.progress_s, "seconds between progress lines on stderr; 0: none")
+  serve
+      ->add_option("--progress", o.progress_s,
+                   "seconds between progress lines on stderr (when no bar is drawn); 0: none")
       ->capture_default_str();
   serve->add_option("--warmup", o.warmup_requests, "untimed requests before the run")
       ->capture_default_str();
@@ -91,14 +122,107 @@ CLI::App* add_serve(CLI::App* bench, app::ServeBenchOptions& o) {
                    "share of the GPU for weights, workspace and the KV pool")
       ->capture_default_str();
   serve->add_option("--json", o.json_path, "append a JSON line to this file");
+
+  serve->add_flag("--http", h.http,
+                  "send the load over HTTP to cellm's server, started in-process on 127.0.0.1");
+  serve->add_option("--url", h.url,
+                    "send the load over HTTP to this OpenAI-compatible server "
+                    "(http://host:port[/v1]) instead");
+  serve->add_option("--served-model-name", h.served_model,
+                    "HTTP: the request's model field (default: the first of GET /v1/models)");
+  serve->add_option("--api-key", h.api_key, "HTTP: sent as Authorization: Bearer KEY");
+  serve->add_option("--prompt-format", h.prompt_format, "HTTP: ids (token-id prompts) or text")
+      ->check(CLI::IsMember({"ids", "text"}))
+      ->capture_default_str();
+  serve->add_option("--vocab-size", h.vocab_size,
+                    "--url with token ids: draw them below this (0: 32000)");
+  serve->add_flag("!--no-ignore-eos", h.ignore_eos,
+                  "HTTP: let requests stop at EOS (by default they run to --output-len)");
+  serve->add_flag("--inprocess,!--no-inprocess", h.inprocess,
+                  "HTTP: also run the load through the Runner in-process and report the ratio "
+                  "(default: on with --http, off with --url)");
+  serve
+      ->add_option("--prefix-cache-entries", h.prefix_cache_entries,
+                   "--http: the server's prefix cache (random prompts share nothing)")
+      ->capture_default_str();
+  serve->add_option("--request-timeout", h.request_timeout_s, "HTTP: seconds per request")
+      ->capture_default_str();
+  serve
+      ->add_option("--progress-bar", h.progress_bar,
+                   "HTTP: auto (a bar when stderr is a terminal), on, or off (lines)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  serve->add_option("--plot", h.plot,
+                    "HTTP: draw TTFT/ITL distributions and throughput to this PNG "
+                    "(bench/plot_serve.py, needs matplotlib)");
   return serve;
+}
+
+int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* serve) {
+  const bool over_http = h.http || !h.url.empty();
+  if (!over_http) {
+    for (const char* name : {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size",
+                             "--no-ignore-eos", "--inprocess", "--prefix-cache-entries",
+                             "--request-timeout", "--progress-bar", "--plot"}) {
+      if (serve->count(name) > 0) {
+        std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
+                     name);
+        return 1;
+      }
+    }
+    auto report = bench::run_serve_bench(o, stdout);
+    if (!report.ok()) {
+      std::fprintf(stderr, "cellm bench serve: %s\n", report.status().to_string().c_str());
+      return 1;
+    }
+    return report->failed > 0 ? 3 : 0;
+  }
+#ifdef CELLM_HAVE_SERVER
+  if (h.http && !h.url.empty()) {
+    std::fprintf(stderr,
+                 "cellm bench serve: give --http (cellm's server in-process) or --url, "
+                 "not both\n");
+    return 1;
+  }
+  bench::HttpBenchOptions ho;
+  ho.load = o;
+  ho.url = h.url;
+  ho.served_model = h.served_model;
+  ho.api_key = h.api_key;
+  ho.prompt_format =
+      h.prompt_format == "text" ? bench::PromptFormat::kText : bench::PromptFormat::kTokenIds;
+  ho.vocab_size = h.vocab_size;
+  ho.ignore_eos = h.ignore_eos;
+  if (serve->count("--inprocess") + serve->count("--no-inprocess") > 0) {
+    ho.compare_inprocess = h.inprocess;
+  }
+  ho.prefix_cache_entries = h.prefix_cache_entries;
+  ho.request_timeout_s = h.request_timeout_s;
+  ho.progress = h.progress_bar == "on"    ? bench::ProgressMode::kBar
+                : h.progress_bar == "off" ? bench::ProgressMode::kLines
+                                          : bench::ProgressMode::kAuto;
+  ho.plot_path = h.plot;
+  auto report = bench::run_http_serve_bench(ho, stdout);
+  if (!report.ok()) {
+    std::fprintf(stderr, "cellm bench serve: %s\n", report.status().to_string().c_str());
+    return 1;
+  }
+  return report->failed > 0 ? 3 : 0;
+#else
+  (void)serve;
+  std::fprintf(stderr,
+               "cellm bench serve: --http and --url need the HTTP server, which this build lacks "
+               "(configure with -DCELLM_SERVER=ON; cpp-httplib from scripts/setup)\n");
+  return 1;
+#endif
 }
 
 }  // namespace
 
 Command add_bench(CLI::App& app) {
-  auto opts = std::make_shared<app::StepBenchOptions>();
-  auto serve_opts = std::make_shared<app::ServeBenchOptions>();
+  auto opts = std::make_shared<bench::StepBenchOptions>();
+  auto serve_opts = std::make_shared<bench::ServeBenchOptions>();
+  auto http = std::make_shared<HttpFlags>();
   auto quick = std::make_shared<bool>(false);
   CLI::App* bench = app.add_subcommand("bench", "measure the engine on this machine");
   bench->require_subcommand(1);
@@ -117,23 +241,16 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
-  CLI::App* serve = add_serve(bench, *serve_opts);
-  return [opts, serve_opts, quick, no_prefill, serve] {
-    if (serve->parsed()) {
-      auto report = app::run_serve_bench(*serve_opts, stdout);
-      if (!report.ok()) {
-        std::fprintf(stderr, "cellm bench serve: %s\n", report.status().to_string().c_str());
-        return 1;
-      }
-      return report->failed > 0 ? 3 : 0;
-    }
+  CLI::App* serve = add_serve(bench, *serve_opts, *http);
+  return [opts, serve_opts, http, quick, no_prefill, serve] {
+    if (serve->parsed()) return run_serve(*serve_opts, *http, serve);
     if (*quick) {
       opts->batches = {1, 16, 64};
       opts->contexts = {512, 2048};
       opts->prompts = {512, 2048};
     }
     if (*no_prefill) opts->prompts.clear();
-    Status s = app::run_step_bench(*opts, stdout);
+    Status s = bench::run_step_bench(*opts, stdout);
     if (!s.is_ok()) {
       std::fprintf(stderr, "cellm bench: %s\n", s.to_string().c_str());
       return 1;

@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/generate.h"
 #include "cli/line_reader.h"
+#include "core/env.h"
 
 namespace cellm::cli {
 namespace {
@@ -154,8 +155,7 @@ int chat(const ChatArgs& args) {
   const bool terminal = reader->interactive();
   std::optional<InterruptCatcher> catcher;
   if (terminal) catcher.emplace();
-  const char* home_env = std::getenv("HOME");
-  const std::string home = home_env != nullptr ? home_env : "";
+  const std::string home = env_string("HOME").value_or("");
   Conversation conversation(args.system);
   say(fmt::format("chatting with {} on {}; /help lists the commands, Ctrl-D or /quit leaves",
                   engine->model_name(), engine->backend_name()));

@@ -12,6 +12,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "core/env.h"
+
 namespace cellm::cli {
 namespace {
 
@@ -189,12 +191,11 @@ std::unique_ptr<LineReader> make_line_reader(const std::filesystem::path& histor
 }
 
 std::filesystem::path default_history_file() {
-  const char* state = std::getenv("XDG_STATE_HOME");
-  if (state != nullptr && state[0] == '/')
-    return std::filesystem::path(state) / "cellm" / "chat_history";
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && home[0] != '\0') {
-    return std::filesystem::path(home) / ".local" / "state" / "cellm" / "chat_history";
+  const std::optional<std::string> state = env_string("XDG_STATE_HOME");
+  if (state && state->front() == '/')
+    return std::filesystem::path(*state) / "cellm" / "chat_history";
+  if (const std::optional<std::string> home = env_string("HOME")) {
+    return std::filesystem::path(*home) / ".local" / "state" / "cellm" / "chat_history";
   }
   return {};
 }

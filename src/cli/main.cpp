@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "core/env.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {
@@ -53,6 +54,12 @@ int main(int argc, char** argv) {
   }
   cellm::set_log_level(*level);
   cellm::set_log_format(*format);
+  // Before any work: a mistyped CELLM_* name or value must stop the run, not
+  // let it measure or serve with the default (core/env.h).
+  if (cellm::Status env = cellm::check_process_environment(); !env.is_ok()) {
+    std::fprintf(stderr, "cellm: %s\n", std::string(env.message()).c_str());
+    return 1;
+  }
   for (auto& [sub, run] : commands) {
     if (sub->parsed()) return run();
   }

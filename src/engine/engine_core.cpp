@@ -62,8 +62,9 @@ void run_settled(const SettledCallback& on_settled) noexcept {
   }
 }
 
-EngineCore::EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler)
-    : executor_(executor), scheduler_(std::move(scheduler)) {
+EngineCore::EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler,
+                       RunnerOptions options)
+    : executor_(executor), scheduler_(std::move(scheduler)), options_(options) {
   CELLM_CHECK(scheduler_ != nullptr, "the runner needs a scheduler");
 }
 
@@ -150,8 +151,11 @@ void EngineCore::run_() {
   while (ok && !stop_requested_.load()) {
     drain_commands_(true);
     reap_();
+    advance_requests_();
+    admit_requests_();
     if (stop_requested_.load()) break;
     const bool worked = step_();
+    advance_requests_();
     publish_metrics_();
     if (!worked) {
       std::unique_lock lock(inbox_mu_);
@@ -175,10 +179,15 @@ void EngineCore::drain_commands_(bool running) {
 }
 
 void EngineCore::handle_(OpenCommand& c, bool running) {
-  if (!running) {
+  std::optional<SessionId> sid = running ? open_session_() : std::nullopt;
+  if (!sid) {
     c.reply.set_value(std::nullopt);
     return;
   }
+  c.reply.set_value(make_session_(sessions_.at(*sid).state));
+}
+
+std::optional<SessionId> EngineCore::open_session_() {
   std::optional<SessionId> sid;
   try {
     sid = executor_.open_session();
@@ -189,55 +198,63 @@ void EngineCore::handle_(OpenCommand& c, bool running) {
   }
   if (!sid) {
     ++em_.sessions_refused;
-    c.reply.set_value(std::nullopt);
-    return;
+    return std::nullopt;
   }
   CELLM_DCHECK(!sessions_.contains(*sid), "executor reused session id {}", *sid);
   auto state = std::make_shared<SessionState>(*sid, 0);
   sessions_[*sid] = SessionRecord{state, 0, std::nullopt, false, nullptr};
-  c.reply.set_value(make_session_(state));
+  return sid;
 }
 
 void EngineCore::handle_(CloseCommand& c, bool /*running*/) {
-  auto it = sessions_.find(c.sid);
+  close_session_(c.sid);
+}
+
+void EngineCore::close_session_(SessionId sid) {
+  auto it = sessions_.find(sid);
   if (it == sessions_.end()) return;
   SessionRecord record = std::move(it->second);
   sessions_.erase(it);
   record.state->closed.store(true);
   if (record.active) {
     // finish_ cannot find the record any more, so drop the queued work here.
-    for (const Task& t : scheduler_->cancel(c.sid)) task_owner_.erase(t.tid);
+    for (const Task& t : scheduler_->cancel(sid)) task_owner_.erase(t.tid);
     finish_(record.active, FinishReason::kCancelled, {}, "");
   }
   try {
-    executor_.close_session(c.sid);
+    executor_.close_session(sid);
   } catch (...) {
-    CELLM_LOG_WARN("runner: close_session({}) threw; the session is forgotten", c.sid);
+    CELLM_LOG_WARN("runner: close_session({}) threw; the session is forgotten", sid);
   }
 }
 
 void EngineCore::handle_(CloneCommand& c, bool running) {
-  auto it = running ? sessions_.find(c.sid) : sessions_.end();
-  if (it == sessions_.end() || it->second.poisoned || c.upto < 0 || c.upto > it->second.position) {
-    c.reply.set_value(std::nullopt);
-    return;
-  }
-  std::optional<SessionId> child;
-  try {
-    child = executor_.clone(c.sid, c.upto);
-  } catch (const std::exception& e) {
-    CELLM_LOG_WARN("runner: clone of session {} at {} threw: {}", c.sid, c.upto, e.what());
-  } catch (...) {
-    CELLM_LOG_WARN("runner: clone of session {} at {} threw", c.sid, c.upto);
-  }
+  std::optional<SessionId> child = running ? clone_session_(c.sid, c.upto) : std::nullopt;
   if (!child) {
     c.reply.set_value(std::nullopt);
     return;
   }
+  c.reply.set_value(make_session_(sessions_.at(*child).state));
+}
+
+std::optional<SessionId> EngineCore::clone_session_(SessionId sid, Position upto) {
+  auto it = sessions_.find(sid);
+  if (it == sessions_.end() || it->second.poisoned || upto < 0 || upto > it->second.position) {
+    return std::nullopt;
+  }
+  std::optional<SessionId> child;
+  try {
+    child = executor_.clone(sid, upto);
+  } catch (const std::exception& e) {
+    CELLM_LOG_WARN("runner: clone of session {} at {} threw: {}", sid, upto, e.what());
+  } catch (...) {
+    CELLM_LOG_WARN("runner: clone of session {} at {} threw", sid, upto);
+  }
+  if (!child) return std::nullopt;
   CELLM_DCHECK(!sessions_.contains(*child), "executor reused session id {}", *child);
-  auto state = std::make_shared<SessionState>(*child, c.upto);
-  sessions_[*child] = SessionRecord{state, c.upto, std::nullopt, false, nullptr};
-  c.reply.set_value(make_session_(state));
+  auto state = std::make_shared<SessionState>(*child, upto);
+  sessions_[*child] = SessionRecord{state, upto, std::nullopt, false, nullptr};
+  return child;
 }
 
 void EngineCore::handle_(AcceptsCommand& c, bool running) {
@@ -414,6 +431,8 @@ void EngineCore::stop_path_() {
   // Answer everything still queued so no caller waits forever.
   drain_commands_(false);
   for (const Task& t : scheduler_->clear()) task_owner_.erase(t.tid);
+  snapshots_.clear();  // their sessions are retired below with the rest
+  cache_size_.store(0);
   // Retire every record before any callback runs, so re-entrant calls see
   // their sessions closed.
   std::vector<SessionRecord> retired;
@@ -433,6 +452,7 @@ void EngineCore::stop_path_() {
       CELLM_LOG_WARN("runner: close_session({}) threw during shutdown", rec.state->sid);
     }
   }
+  abandon_requests_();
   publish_metrics_();
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <future>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,15 +74,38 @@ struct StartCommand {
   SettledCallback on_settled;
   GenerationMetrics metrics;  // t_submit and counts stamped by the caller
 };
+// Shared between RequestHandles and the engine.
+struct RequestControl {
+  explicit RequestControl(std::int32_t n);
+  const std::int32_t n;
+  std::atomic<bool> cancel_all{false};
+  std::unique_ptr<std::atomic<bool>[]> cancel_choice;  // n flags
+  std::atomic<std::int64_t> cached_tokens{0};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+
+  bool cancelled(std::int32_t choice) const {
+    return cancel_all.load() || cancel_choice[static_cast<std::size_t>(choice)].load();
+  }
+  void mark_done();
+};
+struct RequestCommand {
+  std::shared_ptr<RequestControl> control;
+  Request request;
+  RequestCallbacks callbacks;
+  MetricsClock::time_point t_submit;
+};
 struct AcceptsCommand {
   PreparedInputPtr input;
   std::promise<AcceptanceResult> reply;
 };
-using Command = std::variant<OpenCommand, CloseCommand, CloneCommand, StartCommand, AcceptsCommand>;
+using Command = std::variant<OpenCommand, CloseCommand, CloneCommand, StartCommand, AcceptsCommand,
+                             RequestCommand>;
 
 class EngineCore : public std::enable_shared_from_this<EngineCore> {
  public:
-  EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler);
+  EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler, RunnerOptions options = {});
   ~EngineCore();
 
   // Launches the engine thread (it keeps the core alive while it runs).
@@ -95,6 +119,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   bool on_engine_thread() const;
   InitializationState initialization_state() const { return init_state_.load(); }
   EngineMetrics metrics() const;
+  std::int64_t prefix_cache_size() const { return cache_size_.load(); }
 
  private:
   // One live generation, engine side.
@@ -131,6 +156,55 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
     Position end = 0;
     std::uint64_t generation = 0;
   };
+
+  // A request on the engine thread (engine_requests.cpp).
+  struct ChoiceRun {
+    SessionId sid = 0;  // 0: no session (not started, or closed)
+    bool started = false;
+    bool finished = false;
+    FinishReason reason = FinishReason::kCancelled;
+    std::shared_ptr<GenerationState> state;
+  };
+  struct RequestRun {
+    std::shared_ptr<RequestControl> control;
+    Request request;
+    RequestCallbacks callbacks;
+    MetricsClock::time_point t_submit;
+    std::vector<ChoiceRun> choices;
+    RequestUsage usage;
+    bool committed = false;  // choice 0 delivered: the prompt is in its session
+    bool captured = false;   // the prompt snapshot was taken (or skipped)
+    std::int32_t next_clone = 1;
+    std::string failure;  // choice 0's error, given to choices that never start
+  };
+  // Engine-thread LRU of prompt snapshots (sessions in sessions_).
+  struct Snapshot {
+    std::vector<Token> tokens;
+    SessionId sid = 0;
+  };
+
+  void handle_(RequestCommand& c, bool running);
+  // Admits waiting requests in order while sessions can be had.
+  void admit_requests_();
+  // Captures, fans out, closes finished choices' sessions and reports done.
+  void advance_requests_();
+  // Every request ends (engine stopping): unstarted choices end kCancelled.
+  void abandon_requests_();
+  bool advance_(RequestRun& run);
+  void start_choice_(RequestRun& run, std::int32_t choice, SessionId sid,
+                     std::vector<Token> delta);
+  void end_unstarted_(RequestRun& run, std::int32_t choice, FinishReason reason,
+                      const std::string& error);
+  void report_done_(RequestRun& run);
+  // The snapshot cache: a clone of the best entry for `prompt` (its match
+  // length in *matched), or nullopt.
+  std::optional<SessionId> cache_lookup_(const std::vector<Token>& prompt, std::size_t* matched);
+  void cache_insert_(std::vector<Token> tokens, SessionId sid);
+  bool cache_evict_one_();
+  // Synchronous session primitives of the engine thread.
+  std::optional<SessionId> open_session_();
+  std::optional<SessionId> clone_session_(SessionId sid, Position upto);
+  void close_session_(SessionId sid);
 
   void run_();
   void drain_commands_(bool running);
@@ -174,6 +248,11 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   EngineMetrics published_;
 
   // Engine-thread state.
+  const RunnerOptions options_;
+  std::deque<std::shared_ptr<RequestRun>> waiting_requests_;
+  std::vector<std::shared_ptr<RequestRun>> active_requests_;
+  std::list<Snapshot> snapshots_;  // front = most recently used
+  std::atomic<std::int64_t> cache_size_{0};
   EngineMetrics em_;
   std::unordered_map<SessionId, SessionRecord> sessions_;
   std::unordered_map<TaskId, std::uint64_t> task_owner_;  // queued task -> generation

@@ -66,6 +66,12 @@ Status check_gen_config(const GenConfig& config, bool can_suppress_tokens) {
   return Status::ok();
 }
 
+Status check_request(const Request& request, bool can_suppress_tokens) {
+  if (request.prompt.empty()) return invalid_argument("the prompt must not be empty");
+  if (request.n < 1) return invalid_argument("n must be at least 1, not {}", request.n);
+  return check_gen_config(request.config, can_suppress_tokens);
+}
+
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStopToken: return "stop_token";
@@ -110,6 +116,34 @@ GenerationMetrics GenerationHandle::metrics() const {
   if (!state_) return {};
   std::lock_guard lock(state_->mu);
   return state_->done ? state_->metrics : GenerationMetrics{};
+}
+
+// ---- RequestHandle ----
+
+void RequestHandle::cancel() const {
+  if (control_) control_->cancel_all.store(true);
+}
+
+void RequestHandle::cancel_choice(std::int32_t choice) const {
+  if (control_ && choice >= 0 && choice < control_->n) {
+    control_->cancel_choice[static_cast<std::size_t>(choice)].store(true);
+  }
+}
+
+std::int64_t RequestHandle::cached_tokens() const {
+  return control_ ? control_->cached_tokens.load() : 0;
+}
+
+bool RequestHandle::done() const {
+  if (!control_) return false;
+  std::lock_guard lock(control_->mu);
+  return control_->done;
+}
+
+void RequestHandle::wait() const {
+  if (!control_) return;
+  std::unique_lock lock(control_->mu);
+  control_->cv.wait(lock, [this] { return control_->done; });
 }
 
 // ---- Session ----
@@ -210,8 +244,8 @@ GenerationHandle Session::generate_async(GenerationInput delta, GenConfig config
 
 // ---- Runner ----
 
-Runner::Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler)
-    : core_(std::make_shared<detail::EngineCore>(executor, std::move(scheduler))) {
+Runner::Runner(Executor& executor, std::unique_ptr<Scheduler> scheduler, RunnerOptions options)
+    : core_(std::make_shared<detail::EngineCore>(executor, std::move(scheduler), options)) {
   // Before start(): from then on only the engine thread may call the executor.
   try {
     can_suppress_tokens_ = executor.can_suppress_tokens();
@@ -227,6 +261,22 @@ Runner::~Runner() {
 
 InitializationState Runner::initialization_state() const {
   return core_->initialization_state();
+}
+
+Result<RequestHandle> Runner::submit(Request request, RequestCallbacks callbacks) {
+  CELLM_RETURN_IF_ERROR(check_request(request, can_suppress_tokens_));
+  if (initialization_state() == InitializationState::kFailed) {
+    return unavailable("the engine failed to start");
+  }
+  auto control = std::make_shared<detail::RequestControl>(request.n);
+  detail::Command command{
+      detail::RequestCommand{control, std::move(request), std::move(callbacks), Clock::now()}};
+  if (!core_->push(std::move(command))) return unavailable("the engine is stopping");
+  return RequestHandle(std::move(control));
+}
+
+std::int64_t Runner::prefix_cache_size() const {
+  return core_->prefix_cache_size();
 }
 
 std::future<std::optional<Session>> Runner::open_session_async() {

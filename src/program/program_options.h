@@ -1,14 +1,18 @@
 // ProgramOptions: what a backend builds into a program besides the weights —
-// the static forward widths, the widest step, the KV budget, taps and device
-// sampling (DESIGN §2). Backends read it once in load_program.
+// the static forward widths, the widest step, the KV budget, taps, device
+// sampling and the CUDA program's graphs and kernel choices (DESIGN §2).
+// Backends read it once in load_program; nothing changes a program's options
+// after it is made.
 //
 // Thread-safety: a plain value.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/env.h"
 
 namespace cellm::program {
 
@@ -39,6 +43,14 @@ struct ProgramOptions {
   // inv_freq buffer in the dtype of the checkpoint it loaded, so reproducing
   // its outputs for a bf16 checkpoint (the golden fixtures) needs kBF16.
   DType rope_table_dtype = DType::kF32;
+  // CUDA only: static forward methods are captured as CUDA graphs when
+  // loaded and replayed; false launches every step's kernels (the engine's
+  // cuda_graph_for_static_methods; tests compare both ways).
+  bool cuda_graphs = true;
+  // CUDA only: the kernel choices still open to experiment
+  // (backend/cuda/kernels/kernel_choice.h). nullopt: the CELLM_* knobs read
+  // at start-up (core/env.h's knobs()).
+  std::optional<KernelKnobs> cuda_kernels;
 };
 
 }  // namespace cellm::program

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "cellm/prefix_cache.h"
 #include "core/log.h"
 #include "server/runner_service.h"
 #include "text/decoder.h"
@@ -33,27 +32,10 @@ class DetokenizerStream final : public TokenTextStream {
   text::StreamingDetokenizer detok_;
 };
 
-// Owns what the RunnerService borrows besides the engine: a PrefixCache when
-// the engine has none. Declared before the service so it outlives it.
+// A RunnerService over the engine's runner, tokenizer and chat template.
 class EngineService final : public GenerationService {
  public:
-  EngineService(app::Engine& engine, const EngineServiceOptions& options) {
-    PrefixCache* cache = engine.prefix_cache();
-    std::int32_t entries = 0;
-    bool own_sessions = false;
-    if (cache != nullptr) {
-      // The engine sized sessions for its cache's snapshots beyond max_sessions.
-      entries = engine.prefix_cache_entries();
-      own_sessions = true;
-    } else {
-      // A cache of our own has no sessions set aside: its snapshots come out
-      // of the engine's, so keep three quarters of them for requests.
-      entries = std::min(options.prefix_cache_entries, engine.max_sessions() / 4);
-      if (entries > 0) {
-        own_cache_ = std::make_unique<PrefixCache>(static_cast<std::size_t>(entries));
-        cache = own_cache_.get();
-      }
-    }
+  explicit EngineService(app::Engine& engine) {
     const text::Tokenizer& tok = engine.tokenizer();
     ModelText t;
     t.tokenize = [&engine](std::string_view s, bool add_special) {
@@ -92,26 +74,19 @@ class EngineService final : public GenerationService {
     c.context_length = engine.max_session_tokens();
     c.vocab_size = engine.spec().vocab_size > 0 ? engine.spec().vocab_size : tok.vocab_size();
     c.max_sessions = engine.max_sessions();
-    c.prefix_cache_entries = entries;
-    c.snapshots_have_own_sessions = own_sessions;
+    c.prefix_caching = engine.prefix_cache_entries() > 0;
     c.stop_tokens = engine.stop_tokens();
     c.sampling_defaults = engine.generation_defaults();
     c.tool_format = detect_tool_format(engine.chat_template_source(), engine.spec().arch_name);
     CELLM_LOG_INFO("server: tool calls in replies are parsed as: {}",
                    tool_format_name(c.tool_format));
-    inner_ = std::make_unique<RunnerService>(engine.runner(), cache, std::move(t), std::move(c));
-  }
-  ~EngineService() override {
-    inner_.reset();
-    // Snapshots close through the runner, which is still alive here.
-    if (own_cache_) own_cache_->clear();
+    inner_ = std::make_unique<RunnerService>(engine.runner(), std::move(t), std::move(c));
   }
 
   std::string model_name() const override { return inner_->model_name(); }
   std::int32_t context_length() const override { return inner_->context_length(); }
   std::int32_t vocab_size() const override { return inner_->vocab_size(); }
   std::int32_t max_sequences() const override { return inner_->max_sequences(); }
-  std::int32_t sequences_for(std::int32_t n) const override { return inner_->sequences_for(n); }
   bool prefix_caching() const override { return inner_->prefix_caching(); }
   std::vector<Token> stop_tokens() const override { return inner_->stop_tokens(); }
   bool can_suppress_tokens() const override { return inner_->can_suppress_tokens(); }
@@ -129,23 +104,21 @@ class EngineService final : public GenerationService {
   }
   std::string token_bytes(Token token) const override { return inner_->token_bytes(token); }
   std::unique_ptr<TokenTextStream> text_stream() const override { return inner_->text_stream(); }
-  Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
-                                               const std::function<bool()>& abandoned) override {
-    return inner_->start(spec, std::move(sink), abandoned);
+  Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec,
+                                               EventSink sink) override {
+    return inner_->start(spec, std::move(sink));
   }
   ServiceStats stats() const override { return inner_->stats(); }
   SamplingDefaults sampling_defaults() const override { return inner_->sampling_defaults(); }
 
  private:
-  std::unique_ptr<PrefixCache> own_cache_;
   std::unique_ptr<RunnerService> inner_;
 };
 
 }  // namespace
 
-std::shared_ptr<GenerationService> make_engine_service(app::Engine& engine,
-                                                       const EngineServiceOptions& options) {
-  return std::make_shared<EngineService>(engine, options);
+std::shared_ptr<GenerationService> make_engine_service(app::Engine& engine) {
+  return std::make_shared<EngineService>(engine);
 }
 
 }  // namespace cellm::server

@@ -14,14 +14,7 @@
 
 namespace cellm::server {
 
-struct EngineServiceOptions {
-  // Used when the engine keeps no PrefixCache of its own (its snapshots then
-  // take request sessions), capped at a quarter of the engine's sessions; 0
-  // disables caching. An engine's own cache has sessions of its own.
-  std::int32_t prefix_cache_entries = 16;
-};
-
-std::shared_ptr<GenerationService> make_engine_service(app::Engine& engine,
-                                                       const EngineServiceOptions& options = {});
+// The engine's runner keeps the prefix cache (EngineOptions::prefix_cache_entries).
+std::shared_ptr<GenerationService> make_engine_service(app::Engine& engine);
 
 }  // namespace cellm::server

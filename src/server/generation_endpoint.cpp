@@ -292,13 +292,13 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   // Registered before it can start: a stop() from here on drains this run
   // instead of finding no run and aborting it as soon as it registers.
   register_run(run);
-  Result<AdmissionQueue::Ticket> ticket = state->admission->acquire(svc.sequences_for(r.n), gone);
+  Result<AdmissionQueue::Ticket> ticket = state->admission->acquire(r.n, gone);
   if (!ticket.ok()) {
     unregister_run(run.get());
     return refuse(ticket.status(),
                   ticket.status().code() == StatusCode::kInvalidArgument ? "n" : "");
   }
-  Result<std::unique_ptr<GenerationJob>> job = svc.start(spec, run->sink(), gone);
+  Result<std::unique_ptr<GenerationJob>> job = svc.start(spec, run->sink());
   if (!job.ok()) {
     CELLM_LOG_WARN("server: could not start a generation: {}", job.status().to_string());
     unregister_run(run.get());

@@ -108,7 +108,13 @@ EventSink GenerationRun::sink() const {
 void GenerationRun::attach(std::unique_ptr<GenerationJob> job, AdmissionQueue::Ticket ticket) {
   job_ = std::move(job);
   ticket_ = std::move(ticket);
-  cached_tokens_ = job_ ? job_->cached_tokens() : 0;
+}
+
+void GenerationRun::note_cached_tokens() {
+  if (cached_read_ || !job_) return;
+  // The engine sets it when it admits the request, before the first event.
+  cached_read_ = true;
+  cached_tokens_ = job_->cached_tokens();
   if (setup_.record_prefix_lookup) metrics_.record_prefix_lookup(cached_tokens_);
 }
 
@@ -134,6 +140,7 @@ void GenerationRun::cancel_unfinished(const char* reason) {
 
 void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
   if (event.choice < 0 || event.choice >= setup_.n) return;
+  note_cached_tokens();
   ChoiceState& c = choices_[static_cast<std::size_t>(event.choice)];
   if (c.finish_reason) return;  // late output of a choice we already ended
   if (!event.tokens.empty()) {
@@ -321,7 +328,11 @@ void GenerationRun::finish() {
   const bool started = job_ != nullptr;
   if (job_) {
     cancel_unfinished("abort");
-    job_.reset();  // waits for the engine to let go, frees the sessions
+    // The ticket goes when the engine has closed the request's sessions, so
+    // the next request admitted finds them free; nothing here waits for it.
+    auto ticket = std::make_shared<AdmissionQueue::Ticket>(std::move(ticket_));
+    job_->after_release([ticket] { ticket->release(); });
+    job_.reset();
   }
   ticket_.release();
   if (!started) return;

@@ -2,8 +2,9 @@
 // The engine thread queues ChoiceEvents into it; the request's HTTP thread
 // turns them into text (ChoiceText per choice), writes SSE chunks or builds
 // the final body, cancels choices that hit a stop string, cancels everything
-// when the client goes away or the server aborts it, and finally releases the
-// job (freeing its sessions) before its admission ticket, recording metrics.
+// when the client goes away or the server aborts it, and finally drops the
+// job, handing it the admission ticket to release once the engine has freed
+// the request's sessions, and records metrics.
 //
 // Thread-safety: sink() events and abort() may come from any thread; every
 // other method belongs to the request's HTTP thread.
@@ -128,6 +129,8 @@ class GenerationRun {
   bool next(std::vector<Delta>* deltas, const std::function<bool()>& client_gone);
   void apply(ChoiceEvent& event, std::vector<Delta>* deltas);
   Usage usage() const;
+  // Reads the job's prefix-cache hit once it is known (the first event).
+  void note_cached_tokens();
 
   RunSetup setup_;
   // Decodes the tokens logprobs name; outlives every run (it serves them).
@@ -143,6 +146,7 @@ class GenerationRun {
   std::string failure_;         // first kFailed message
   std::optional<SteadyTime> first_token_at_;
   std::int64_t cached_tokens_ = 0;
+  bool cached_read_ = false;
   bool finished_ = false;
 };
 

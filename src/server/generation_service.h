@@ -56,15 +56,21 @@ struct GenerationSpec {
   std::vector<Token> stop_token_ids;
 };
 
-// A running request. Destruction cancels whatever still runs, waits until the
-// engine has let go of it (one step at most) and frees its sessions.
+// A running request. Destruction cancels whatever still runs and never
+// waits: the engine frees the sessions within one step.
 class GenerationJob {
  public:
   virtual ~GenerationJob() = default;
   // Non-blocking; the choice's terminal event follows within one step.
   virtual void cancel_choice(std::int32_t choice) = 0;
-  // Prompt tokens that were served from the prefix cache instead of prefilled.
+  // Prompt tokens that were served from the prefix cache instead of prefilled;
+  // known once the first event has arrived.
   virtual std::int64_t cached_tokens() const = 0;
+  // Runs `fn` once, when the engine has let go of the request (its sessions
+  // are closed): at once if it has, else on the engine thread. It must not
+  // block. The admission ticket is released this way, so a new request is
+  // admitted only when its sessions are really free.
+  virtual void after_release(std::function<void()> fn) = 0;
 };
 
 // Token ids in, final UTF-8 text out (see text/detokenizer.h).
@@ -91,10 +97,8 @@ class GenerationService {
   // The per-session position limit: prompt + completion must fit.
   virtual std::int32_t context_length() const = 0;
   virtual std::int32_t vocab_size() const = 0;
-  // Sequences that may generate at once, and what a request of n choices
-  // occupies of them (prefix snapshots may need one more).
+  // Sequences that may generate at once; a request of n choices takes n.
   virtual std::int32_t max_sequences() const = 0;
-  virtual std::int32_t sequences_for(std::int32_t n) const { return n; }
   // Whether start() looks prompts up in a prefix cache (GenerationJob::
   // cached_tokens() then reports the hits).
   virtual bool prefix_caching() const { return false; }
@@ -121,13 +125,11 @@ class GenerationService {
   virtual std::string token_bytes(Token token) const { return detokenize(std::span(&token, 1)); }
   virtual std::unique_ptr<TokenTextStream> text_stream() const = 0;
 
-  // Starts every choice of `spec`. May block (opening sessions, prefix
-  // lookups, waiting for the shared prefill when n > 1); `abandoned` is polled
-  // while it does and, once true, makes start() give up with kCancelled.
-  // Errors: kOutOfResources when no session is free, kUnavailable while
-  // stopping.
-  virtual Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
-                                                       const std::function<bool()>& abandoned) = 0;
+  // Starts every choice of `spec` and returns at once (the engine queues the
+  // request until its sessions are free). Errors: kInvalidArgument for a spec
+  // the engine cannot run, kUnavailable while stopping.
+  virtual Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec,
+                                                       EventSink sink) = 0;
 
   virtual ServiceStats stats() const = 0;
   // The model's sampling defaults, for settings a request leaves unset.

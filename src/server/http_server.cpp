@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sys/socket.h>
 #include <vector>
 
 #include "core/log.h"
@@ -310,7 +311,14 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(o
   s.http.set_keep_alive_timeout(2);
   s.http.set_read_timeout(30, 0);
   s.http.set_write_timeout(30, 0);
-  s.http.set_socket_options([](socket_t fd) { set_listen_socket_options(fd); });
+  // cpp-httplib closes a keep-alive connection after 5 requests; clients
+  // that keep connections (the OpenAI clients, cellm bench serve) would
+  // reconnect every 5 requests, in bursts when requests end together.
+  s.http.set_keep_alive_max_count(1 << 20);
+  s.http.set_socket_options([&s](socket_t fd) {
+    set_listen_socket_options(fd);
+    s.listen_fd = fd;
+  });
   s.install_routes();
 }
 
@@ -336,6 +344,11 @@ Status Server::bind() {
     }
     return why;
   }
+  // The packaged cpp-httplib listens with a backlog of 5: a burst of new
+  // connections (256 clients starting at once) overflows it and the dropped
+  // SYNs are retried a second later, which clients see as a 1 s TTFT. A
+  // second listen() on the bound socket only raises the backlog.
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);
   s.bound = true;
   return Status::ok();
 }

@@ -194,9 +194,7 @@ int run_serve(const ServeArgs& args) {
       return;
     }
     engine = std::move(*loaded);
-    EngineServiceOptions so;
-    so.prefix_cache_entries = eo.prefix_cache_entries;
-    service = make_engine_service(*engine, so);
+    service = make_engine_service(*engine);
     server.set_service(service);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -39,6 +39,7 @@ struct Server::Impl {
   httplib::Server http;
   ServerMetrics metrics;
   int port = -1;
+  int listen_fd = -1;  // the listening socket, once created
   bool bound = false;
 
   mutable std::mutex state_mu;

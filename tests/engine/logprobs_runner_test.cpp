@@ -48,6 +48,27 @@ TEST_F(LogprobsRunnerTest, AStopTokenCutsTheEntriesWithTheTokens) {
   expect_aligned(c);
 }
 
+TEST_F(LogprobsRunnerTest, SubmittedRequestsCarryThemToOnUpdate) {
+  exec.set_tokens_per_decode(2);
+  start();
+  Request request;
+  request.prompt = {1, 2, 3};
+  request.config = budget(5);
+  request.config.sampling.logprobs = 3;
+  request.use_prefix_cache = false;
+  Collector c;
+  RequestCallbacks callbacks;
+  const GenerationCallback forward = c.on_update();
+  callbacks.on_update = [forward](std::int32_t, const GenerationUpdate& u) { forward(u); };
+  const SettledCallback settled = c.on_settled();
+  callbacks.on_done = [settled](const RequestOutcome&) { settled(); };
+  auto handle = runner->submit(std::move(request), std::move(callbacks));
+  ASSERT_TRUE(handle.ok()) << handle.status().to_string();
+  ASSERT_TRUE(wait_until([&] { return c.settled() == 1; }));
+  EXPECT_EQ(c.tokens().size(), 5u);
+  expect_aligned(c);
+}
+
 TEST_F(LogprobsRunnerTest, NoEntriesUnlessAsked) {
   Session s = open();
   Collector c;

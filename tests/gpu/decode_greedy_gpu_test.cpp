@@ -15,13 +15,23 @@
 
 #include "backend/cuda/cuda_program.h"
 #include "backend/cuda/device_weights.h"
+#include "core/env.h"
 #include "executor/cuda_executor.h"
 #include "model/hf_config.h"
-#include "one_token_variant.h"
 #include "raw_driver.h"
 
 namespace cellm::gpu_testing {
 namespace {
+
+// 64-wide heads, 4 q heads per kv head, llama3 rope scaling.
+constexpr const char* kLlama64 = R"({"architectures": ["LlamaForCausalLM"],
+  "model_type": "llama",
+  "hidden_size": 1024, "intermediate_size": 1536, "num_hidden_layers": 3,
+  "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 2048,
+  "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+  "tie_word_embeddings": false, "hidden_act": "silu",
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 256, "rope_type": "llama3"}})";
 
 struct ChainCase {
   int rows;
@@ -48,11 +58,11 @@ TEST_P(DecodeGreedyGpuTest, ChainedStepsDrawWhatOneStepAtATimeDraws) {
   options.static_widths = {1, 2, 4, 8};
   options.max_step = 1024;
   options.kv_cells = 16384;
+  options.cuda_graphs = c.graphs;
+  options.cuda_kernels = knobs().kernels;  // the environment's, as other programs take them
+  options.cuda_kernels->head_argmax = c.head_argmax;
   auto program = cuda::make_program(*spec, std::move(weights).value(), options);
   ASSERT_TRUE(program.ok()) << program.status().to_string();
-  cuda::CudaProgramKnobs* knobs = cuda::cuda_program_knobs(**program);
-  knobs->use_graphs = c.graphs;
-  knobs->kernels.head_argmax = c.head_argmax;
   auto ex = make_test_executor(std::move(program).value(), 2 * c.rows);
   ASSERT_NE(ex, nullptr);
   ASSERT_TRUE(ex->decodes_on_device(static_cast<std::size_t>(c.rows)));

@@ -38,11 +38,11 @@ std::unique_ptr<Rig> make_rig(const std::string& fixture, bool graphs) {
   options.static_widths = {1, 2, 4, 8, 16, 32};
   options.max_step = 512;
   options.kv_cells = 16384;
+  options.cuda_graphs = graphs;
   auto program = cuda::load_program(rig->model.spec, rig->model.weights, options);
   EXPECT_TRUE(program.ok()) << program.status().to_string();
   if (!program.ok()) return nullptr;
   std::shared_ptr<program::Program> shared = std::move(program).value();
-  cuda::cuda_program_knobs(*shared)->use_graphs = graphs;
   auto ex = executor::CudaExecutor::create(shared, 8, 0);
   EXPECT_TRUE(ex.ok()) << ex.status().to_string();
   if (!ex.ok()) return nullptr;

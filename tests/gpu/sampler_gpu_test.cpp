@@ -35,12 +35,11 @@ std::shared_ptr<program::Program> fixture_program(const model::LoadedModel& m, b
   options.max_step = 128;
   options.kv_cells = 4096;
   options.device_sampling = device_sampling;
+  options.cuda_graphs = graphs;
   auto p = cuda::load_program(m.spec, m.weights, options);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
   if (!p.ok()) return nullptr;
-  std::shared_ptr<program::Program> shared = std::move(p).value();
-  cuda::cuda_program_knobs(*shared)->use_graphs = graphs;
-  return shared;
+  return std::shared_ptr<program::Program>(std::move(p).value());
 }
 
 class GpuSamplerTest : public ::testing::Test {

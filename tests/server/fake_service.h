@@ -77,8 +77,6 @@ class FakeService : public GenerationService {
   int starts_waiting() const { return starts_waiting_.load(); }
   // Every start() call, refused ones included.
   int start_calls() const { return start_calls_.load(); }
-  // sequences_for() calls: the server asks it only to take an admission ticket.
-  int admission_asks() const { return admission_asks_.load(); }
   std::vector<GenerationSpec> specs() const {
     std::lock_guard lock(mu_);
     return specs_;
@@ -105,10 +103,6 @@ class FakeService : public GenerationService {
   std::vector<Token> stop_tokens() const override { return knobs_.stop_tokens; }
   bool can_suppress_tokens() const override { return knobs_.can_suppress_tokens; }
   ToolFormat tool_format() const override { return knobs_.tool_format; }
-  std::int32_t sequences_for(std::int32_t n) const override {
-    admission_asks_ += 1;
-    return n;
-  }
 
   Result<std::vector<Token>> tokenize(std::string_view text, bool add_special) const override {
     std::vector<Token> ids;
@@ -145,8 +139,8 @@ class FakeService : public GenerationService {
     };
     return std::make_unique<Bytes>();
   }
-  Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec, EventSink sink,
-                                               const std::function<bool()>&) override {
+  Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec,
+                                               EventSink sink) override {
     start_calls_ += 1;
     if (knobs_.start_error) return *knobs_.start_error;
     {
@@ -182,7 +176,10 @@ class FakeService : public GenerationService {
       svc_->cv_.notify_all();
       thread_.join();
       svc_->live_jobs_ -= 1;
+      // The fake lets go of everything once its thread has ended.
+      if (release_) release_();
     }
+    void after_release(std::function<void()> fn) override { release_ = std::move(fn); }
     void cancel_choice(std::int32_t choice) override {
       if (choice >= 0 && static_cast<std::size_t>(choice) < cancel_.size()) {
         cancel_[static_cast<std::size_t>(choice)].store(true);
@@ -244,6 +241,7 @@ class FakeService : public GenerationService {
 
     FakeService* svc_;
     GenerationSpec spec_;
+    std::function<void()> release_;
     EventSink sink_;
     std::vector<std::atomic<bool>> cancel_;
     std::thread thread_;
@@ -256,7 +254,6 @@ class FakeService : public GenerationService {
   bool start_held_ = false;
   std::atomic<int> starts_waiting_{0};
   std::atomic<int> start_calls_{0};
-  mutable std::atomic<int> admission_asks_{0};
   std::vector<GenerationSpec> specs_;
   std::atomic<int> live_jobs_{0};
   std::atomic<int> cancelled_{0};

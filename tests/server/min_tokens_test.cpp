@@ -254,7 +254,7 @@ struct ServiceStack {
     c.vocab_size = 258;
     c.max_sessions = 16;
     c.stop_tokens = {kEos};
-    service = std::make_shared<RunnerService>(runner, nullptr, letters_text(), c);
+    service = std::make_shared<RunnerService>(runner, letters_text(), c);
   }
   ~ServiceStack() {
     service.reset();
@@ -349,7 +349,7 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   for (Token t = 200; t < 200 + static_cast<Token>(kMaxSuppressedTokens) + 1; ++t) {
     c.stop_tokens.push_back(t);
   }
-  RunnerService crowded(s.runner, nullptr, letters_text(), c);
+  RunnerService crowded(s.runner, letters_text(), c);
   EXPECT_EQ(crowded.stop_tokens(), c.stop_tokens);
   GenerationSpec spec;
   spec.prompt = {'h', 'i'};
@@ -357,7 +357,7 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   spec.min_new_tokens = 1;
   std::atomic<int> events{0};
   auto job = crowded.start(
-      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+      spec, [&](ChoiceEvent) { ++events; });
   EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(job.status().message()).find("at most 8"), std::string::npos);
   EXPECT_EQ(events.load(), 0);
@@ -366,7 +366,7 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   // ignore_eos drops the stop tokens, and with them the problem.
   spec.ignore_eos = true;
   auto fine = crowded.start(
-      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+      spec, [&](ChoiceEvent) { ++events; });
   EXPECT_TRUE(fine.ok()) << fine.status().to_string();
 }
 
@@ -379,7 +379,7 @@ TEST(MinTokensTest, ServiceOverAnExecutorThatCannotSuppressRefusesBeforeOpeningA
   spec.min_new_tokens = 2;
   std::atomic<int> events{0};
   auto job = s.service->start(
-      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+      spec, [&](ChoiceEvent) { ++events; });
   EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(job.status().message()).find("min_new_tokens 2"), std::string::npos)
       << job.status().to_string();
@@ -390,12 +390,12 @@ TEST(MinTokensTest, ServiceOverAnExecutorThatCannotSuppressRefusesBeforeOpeningA
   // Without stop tokens to hold back (ignore_eos), or without a minimum, it runs.
   spec.ignore_eos = true;
   auto ignoring = s.service->start(
-      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+      spec, [&](ChoiceEvent) { ++events; });
   EXPECT_TRUE(ignoring.ok()) << ignoring.status().to_string();
   spec.ignore_eos = false;
   spec.min_new_tokens = 0;
   auto plain = s.service->start(
-      spec, [&](ChoiceEvent) { ++events; }, [] { return false; });
+      spec, [&](ChoiceEvent) { ++events; });
   EXPECT_TRUE(plain.ok()) << plain.status().to_string();
 }
 

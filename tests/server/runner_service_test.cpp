@@ -1,5 +1,5 @@
-// RunnerService over a real Runner and PrefixCache with ToyExecutor: n
-// choices share one prefill, prefix hits skip prefill without changing the
+// RunnerService over a real Runner (with its prefix cache) and ToyExecutor:
+// n choices share one prefill, prefix hits skip prefill without changing the
 // output, seeds make choices reproducible, cancellation frees sessions; and
 // the whole stack behind the HTTP server.
 #include "server/runner_service.h"
@@ -54,31 +54,29 @@ ModelText byte_text() {
   return t;
 }
 
-// A Runner + PrefixCache + RunnerService over a ToyExecutor.
+// A Runner (keeping `cache_entries` prompt snapshots) + RunnerService over a
+// ToyExecutor.
 struct Stack {
-  explicit Stack(std::size_t cache_entries, std::uint64_t eos_every = 0,
-                 bool snapshots_have_own_sessions = false)
+  explicit Stack(std::size_t cache_entries, std::uint64_t eos_every = 0)
       : executor(32, eos_every),
-        runner(executor, DecodeFirstScheduler::create(64, 16, 16)),
-        cache(cache_entries) {
+        runner(executor, DecodeFirstScheduler::create(64, 16, 16),
+               RunnerOptions{static_cast<std::int32_t>(cache_entries)}) {
     RunnerServiceConfig c;
     c.model_name = "toy";
     c.context_length = 512;
     c.vocab_size = 258;
     c.max_sessions = 32;
-    c.prefix_cache_entries = static_cast<std::int32_t>(cache_entries);
-    c.snapshots_have_own_sessions = snapshots_have_own_sessions;
+    c.prefix_caching = cache_entries > 0;
     c.stop_tokens = {ToyExecutor::kEos};
-    service = std::make_shared<RunnerService>(runner, &cache, byte_text(), c);
+    service = std::make_shared<RunnerService>(runner, byte_text(), c);
   }
   ~Stack() {
     service.reset();
-    cache.clear();
     runner.shutdown();
   }
+  std::size_t cache_size() const { return static_cast<std::size_t>(runner.prefix_cache_size()); }
   ToyExecutor executor;
   Runner runner;
-  PrefixCache cache;
   std::shared_ptr<RunnerService> service;
 };
 
@@ -92,11 +90,10 @@ struct Collected {
 Collected run(GenerationService& svc, const GenerationSpec& spec) {
   auto channel = std::make_shared<EventChannel>();
   Result<std::unique_ptr<GenerationJob>> job =
-      svc.start(spec, [channel](ChoiceEvent e) { channel->push(std::move(e)); }, {});
+      svc.start(spec, [channel](ChoiceEvent e) { channel->push(std::move(e)); });
   Collected out;
   EXPECT_TRUE(job.ok()) << job.status().to_string();
   if (!job.ok()) return out;
-  out.cached = (*job)->cached_tokens();
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (static_cast<int>(out.finish.size()) < spec.n &&
          std::chrono::steady_clock::now() < deadline) {
@@ -109,6 +106,8 @@ Collected run(GenerationService& svc, const GenerationSpec& spec) {
     }
   }
   EXPECT_EQ(static_cast<int>(out.finish.size()), spec.n);
+  // Known since the engine admitted the request, before its first event.
+  out.cached = (*job)->cached_tokens();
   return out;
 }
 
@@ -177,32 +176,25 @@ TEST(RunnerServiceTest, PrefixHitsSkipPrefillAndMatchACacheLessRun) {
   EXPECT_EQ(r2.tokens, reference.tokens);
   // Snapshots are held by the cache, nothing else.
   EXPECT_TRUE(
-      FakeService::eventually([&] { return warm.executor.open_sessions() == warm.cache.size(); }));
-  EXPECT_GE(warm.cache.size(), 1u);
+      FakeService::eventually([&] { return warm.executor.open_sessions() == warm.cache_size(); }));
+  EXPECT_GE(warm.cache_size(), 1u);
 }
 
-// Snapshots either come out of the sessions (admission keeps room for the
-// cache and each request's prompt snapshot) or have sessions of their own
-// beyond max_sessions (the Engine's sizing): then a request costs only its
-// choices. Either way /metrics can count the snapshot sessions.
+// Snapshots have sessions of their own beyond max_sessions (the Engine's
+// sizing): a request costs only its choices, and /metrics counts the
+// snapshot sessions apart.
 TEST(RunnerServiceTest, SnapshotSessionsAreAccountedApartFromAdmission) {
-  {
-    Stack shared(4);
-    EXPECT_EQ(shared.service->max_sequences(), 32 - 4);
-    EXPECT_EQ(shared.service->sequences_for(2), 3);
-  }
-  Stack own(4, 0, /*snapshots_have_own_sessions=*/true);
+  Stack own(4);
   EXPECT_EQ(own.service->max_sequences(), 32);
-  EXPECT_EQ(own.service->sequences_for(1), 1);
-  EXPECT_EQ(own.service->sequences_for(3), 3);
   EXPECT_EQ(own.service->stats().snapshot_sessions, 0);
   GenerationSpec spec;
   spec.prompt = {1, 2, 3, 4, 5};
   spec.max_new_tokens = 3;
   run(*own.service, spec);
-  // The prompt's snapshot went into the cache when the request ended.
-  EXPECT_EQ(own.cache.size(), 1u);
-  EXPECT_EQ(own.service->stats().snapshot_sessions, static_cast<std::int64_t>(own.cache.size()));
+  // The prompt's snapshot went into the cache once the prompt was committed.
+  EXPECT_EQ(own.cache_size(), 1u);
+  EXPECT_EQ(own.service->stats().snapshot_sessions, 1);
+  EXPECT_TRUE(FakeService::eventually([&] { return own.executor.open_sessions() == 1; }));
 }
 
 TEST(RunnerServiceTest, StopTokensEndChoicesUnlessIgnored) {
@@ -225,9 +217,9 @@ TEST(RunnerServiceTest, DestroyingAJobCancelsItAndFreesItsSessions) {
   // (400 was reached on a fast run, ending choice 0 by length instead).
   GenerationSpec spec = spec_for("long one", 2, std::int64_t{1} << 40, 1);
   Result<std::unique_ptr<GenerationJob>> job =
-      s.service->start(spec, [channel](ChoiceEvent e) { channel->push(std::move(e)); }, {});
+      s.service->start(spec, [channel](ChoiceEvent e) { channel->push(std::move(e)); });
   ASSERT_TRUE(job.ok()) << job.status().to_string();
-  EXPECT_EQ(s.executor.open_sessions(), 2u);
+  EXPECT_TRUE(FakeService::eventually([&] { return s.executor.open_sessions() == 2u; }));
   job->reset();
   EXPECT_TRUE(FakeService::eventually([&] { return s.executor.open_sessions() == 0; }));
   // Both choices report their cancellation; on a loaded machine the two

@@ -203,7 +203,6 @@ TEST(ServerHttpTest, MinTokensIsRefusedUpFrontWhenTheSamplerCannotSuppressTokens
                             {"stream", true}}),
                400, "min_tokens", "min_tokens 1");
   // Refused before admission and before the service was asked to start.
-  EXPECT_EQ(ts.service().admission_asks(), 0);
   EXPECT_EQ(ts.service().start_calls(), 0);
   EXPECT_TRUE(ts.service().specs().empty());
   EXPECT_EQ(ts.service().live_jobs(), 0);
@@ -221,7 +220,7 @@ TEST(ServerHttpTest, MinTokensIsRefusedUpFrontWhenTheSamplerCannotSuppressTokens
   json ignoring = body;
   ignoring["ignore_eos"] = true;
   EXPECT_EQ(ts.post("/v1/completions", ignoring).status, 200);
-  EXPECT_EQ(ts.service().admission_asks(), 3);
+  EXPECT_EQ(ts.service().start_calls(), 3);
   ASSERT_EQ(ts.service().specs().size(), 3u);
   EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 0);
   EXPECT_EQ(ts.service().specs()[2].min_new_tokens, 2);
@@ -245,7 +244,7 @@ TEST(ServerHttpTest, MinTokensRunsWhenTheSamplerCanSuppressTokens) {
   JsonReply r =
       ts.post("/v1/completions", json{{"prompt", "abc"}, {"min_tokens", 2}, {"max_tokens", 5}});
   EXPECT_EQ(r.status, 200) << r.raw;
-  EXPECT_EQ(ts.service().admission_asks(), 1);
+  EXPECT_EQ(ts.service().start_calls(), 1);
   ASSERT_EQ(ts.service().specs().size(), 1u);
   EXPECT_EQ(ts.service().specs()[0].min_new_tokens, 2);
   EXPECT_EQ(ts.service().specs()[0].max_new_tokens, 5);

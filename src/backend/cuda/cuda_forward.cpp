@@ -45,10 +45,7 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
          attention_decode_v2_counters(static_cast<std::int64_t>(decode_width), s.num_heads,
                                       s.num_kv_heads) *
              sizeof(std::int32_t) +
-         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t) +
-         decode_stream_partials_floats(s.num_heads, s.head_dim) * sizeof(float) +
-         (static_cast<std::size_t>(s.num_kv_heads) * h) * sizeof(float) +
-         kAttentionMaxCluster * sizeof(std::int32_t);
+         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t);
 }
 
 CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm)
@@ -133,16 +130,13 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_RETURN_IF_ERROR(alloc(f->inv_freq_, freqs.size()));
   CELLM_CUDA_CHECK(cudaMemcpy(f->inv_freq_.data(), freqs.data(), freqs.size() * sizeof(float),
                               cudaMemcpyHostToDevice));
-  CELLM_RETURN_IF_ERROR(f->init_stream());
-  CELLM_RETURN_IF_ERROR(f->init_fused_o());
   return f;
 }
 
 std::size_t CudaForward::workspace_bytes() const {
   return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
          gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + attn_counters_.bytes() +
-         gemm_ws_.bytes() + step_.bytes() + stream_layers_.bytes() + stream_partials_.bytes() +
-         stream_sync_.bytes() + o_partials_.bytes() + o_counters_.bytes();
+         gemm_ws_.bytes() + step_.bytes();
 }
 
 Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
@@ -182,8 +176,9 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
   args.ldb = k;
   args.ldc = n;
   args.out_dtype = out_dtype;
-  args.autotune = active_.gemm_autotune;
-  args.autotune_candidates = active_.gemm_candidates;
+  // Time cuBLASLt's first kDefaultAutotuneCandidates heuristic results per
+  // decode GEMM shape and keep the fastest.
+  args.autotune = true;
   return gemm_.run(args, gemm_ws_.data(), stream);
 }
 
@@ -198,7 +193,7 @@ void CudaForward::norm(const bf16* x, bf16* residual, const bf16* weight, bf16* 
   p.dim = spec_.hidden_size;
   p.eps = spec_.norm_eps;
   p.weight_offset = norm_offset();
-  p.pdl = active_.pdl;
+  p.pdl = true;
   launch_rms_norm(p, stream);
 }
 
@@ -215,14 +210,14 @@ GemvParams CudaForward::gemv_params(const bf16* a, std::int64_t lda, const bf16*
   g.lda = lda;
   g.norm_eps = spec_.norm_eps;
   g.norm_weight_offset = norm_offset();
-  g.pdl = active_.pdl;
-  g.single_rows = active_.gemv_single_rows;
-  g.stage_inputs = active_.gemv_stage_inputs;
+  g.pdl = true;
+  g.single_rows = true;
+  g.stage_inputs = true;
   return g;
 }
 
 bool CudaForward::gemv_takes(const KernelChoice& kernels, std::int32_t rows) {
-  return kernels.gemv && rows <= std::min(kernels.gemv_max_rows, kGemvMaxRows);
+  return rows <= std::min(kernels.gemv_max_rows, kGemvMaxRows);
 }
 
 bool CudaForward::fused_step(const ForwardShape& shape) const {
@@ -246,11 +241,9 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
     return invalid_argument("cuda forward: split-KV attention serves at most {} rows",
                             kMaxDecodeWidth);
   }
-  if (shape.decode_rows >= 0 &&
-      (shape.decode_rows > w || shape.kernels.decode_attention != DecodeAttention::kV2)) {
-    return invalid_argument(
-        "cuda forward: {} decode rows of {} (at most all, and only with decode attention v2)",
-        shape.decode_rows, w);
+  if (shape.decode_rows > w) {
+    return invalid_argument("cuda forward: {} decode rows of {} (at most all)", shape.decode_rows,
+                            w);
   }
   if (shape.chain_slot >= chain_slots_ || (shape.chain_slot >= 0 && w > chain_width_)) {
     return invalid_argument("cuda forward: chain slot {} of width {} (reserved: {} slots of {})",
@@ -262,22 +255,14 @@ Status CudaForward::validate_shape(const ForwardShape& shape) const {
 
 DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   const model::ModelSpec& s = spec_;
-  const std::int32_t min_keys = shape.kernels.decode_split_keys;
-  const std::int32_t cluster = std::max(1, shape.kernels.decode_cluster);
-  // The fused o projection runs one cluster of splits per kv head.
-  if (o_in_attention(shape)) return {cluster, min_keys, cluster};
+  const std::int32_t min_keys = kDecodeSplitKeys;
+  const std::int32_t cluster = kDecodeCluster;
   // Rows of the split-KV kernel: all of them, or a mixed step's decode rows.
   const bool split_rows = shape.decode_rows >= 0;
   const std::int32_t rows = split_rows ? std::min(shape.decode_rows, kMaxDecodeWidth) : shape.width;
   if (!(shape.decode_attention || split_rows) || rows <= 0) return {1, min_keys, 1};
-  const std::int32_t keys = shape.key_span > 0 && shape.kernels.decode_split_by_step
-                                ? std::min(shape.key_span, table_stride_)
-                                : table_stride_;
-  if (shape.kernels.decode_attention != DecodeAttention::kV2) {
-    return {std::min(kAttentionMaxSplits,
-                     attention_decode_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_)),
-            min_keys, cluster};
-  }
+  const std::int32_t keys =
+      shape.key_span > 0 ? std::min(shape.key_span, table_stride_) : table_stride_;
   // Where up to twice the keys a split let the splits fit the SMs one block
   // each (rounded down to whole clusters), a split takes them: the launch
   // then keeps the spread, early-next and push-merge paths (H200, 1B batch 1
@@ -288,8 +273,7 @@ DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   const auto blocks =
       static_cast<std::int64_t>(attention_decode_v2_counters(rows, s.num_heads, s.num_kv_heads));
   const std::int64_t fit = sm_count_ / std::max<std::int64_t>(1, blocks) / cluster * cluster;
-  if (shape.kernels.decode_sm_fit && fit >= 1 &&
-      (static_cast<std::int64_t>(keys) + min_keys - 1) / min_keys > fit) {
+  if (fit >= 1 && (static_cast<std::int64_t>(keys) + min_keys - 1) / min_keys > fit) {
     const std::int64_t per_split = (keys + fit - 1) / fit;
     if (per_split <= 2 * std::int64_t{min_keys}) {
       split_keys = static_cast<std::int32_t>((per_split + 63) / 64 * 64);
@@ -297,17 +281,14 @@ DecodeSplit CudaForward::decode_split(const ForwardShape& shape) const {
   }
   const auto splits_in = [&](std::int32_t clusters_of) {
     return attention_decode_v2_splits(rows, s.num_heads, s.num_kv_heads, keys, sm_count_,
-                                      split_keys, shape.kernels.decode_split_target, clusters_of);
+                                      split_keys, kDecodeSplitTarget, clusters_of);
   };
   // A step that wants fewer splits than a cluster holds launches clusters of
   // the next power of two instead of padding its splits to a whole cluster
   // (batch 32 at short contexts: 2 splits, 8 launched).
-  std::int32_t launch_cluster = cluster;
-  if (shape.kernels.decode_cluster_fit) {
-    const std::int32_t wanted = splits_in(1);
-    launch_cluster = 1;
-    while (launch_cluster < wanted && launch_cluster < cluster) launch_cluster *= 2;
-  }
+  const std::int32_t wanted = splits_in(1);
+  std::int32_t launch_cluster = 1;
+  while (launch_cluster < wanted && launch_cluster < cluster) launch_cluster *= 2;
   return {std::min(kAttentionMaxSplits, splits_in(launch_cluster)), split_keys, launch_cluster};
 }
 
@@ -334,9 +315,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
   const std::int64_t hidden = s.hidden_size;
   const std::int64_t inter = s.intermediate_size;
   active_ = shape.kernels;
-  if (stream_step(shape)) return enqueue_stream(shape, in, stream);
   const bool fused = fused_step(shape);
-  const bool o_fused = o_in_attention(shape);
 
   embed(shape, in, stream);
 
@@ -349,7 +328,6 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       // their own inputs, so no norm, add or activation kernel runs.
       GemvParams qkv = gemv_params(x_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(), w);
       qkv.bias = lw.qkv_bias;
-      qkv.mma_warps = active_.gemv_mma_warps;
       qkv.prologue = GemvPrologue::kRmsNorm;
       qkv.norm_weight = lw.attn_norm;
       if (rope_in_qkv) {
@@ -367,27 +345,22 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
                                  DType::kBF16, w, lw.qkv_bias, stream));
     }
-    CELLM_RETURN_IF_ERROR(enqueue_attention(l, shape, in, split, rope_in_qkv, o_fused, stream));
+    enqueue_attention(l, shape, in, split, rope_in_qkv, stream);
     if (fused) {
-      if (!o_fused) {
-        GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
-        o.epilogue = GemvEpilogue::kResidualAdd;
-        o.mma_warps = active_.gemv_mma_warps;
-        o.tensor_cores = tensor_cores_for(o, kMmaO);
-        CELLM_RETURN_IF_ERROR(gemv(o, stream));
-      }
+      GemvParams o = gemv_params(attn_.data(), q_dim_, lw.o, hidden, q_dim_, x_.data(), w);
+      o.epilogue = GemvEpilogue::kResidualAdd;
+      o.tensor_cores = tensor_cores_for(o, kMmaO);
+      CELLM_RETURN_IF_ERROR(gemv(o, stream));
       GemvParams gate_up = gemv_params(x_.data(), hidden, lw.gate_up, inter, hidden, gu_.data(), w);
       gate_up.ldc = 2 * inter;
       gate_up.prologue = GemvPrologue::kRmsNorm;
       gate_up.norm_weight = lw.mlp_norm;
       gate_up.epilogue = s.activation == model::Activation::kGeluTanh ? GemvEpilogue::kGatedGeluTanh
                                                                       : GemvEpilogue::kGatedSilu;
-      gate_up.mma_warps = active_.gemv_mma_warps;
       gate_up.tensor_cores = tensor_cores_for(gate_up, kMmaGateUp);
       CELLM_RETURN_IF_ERROR(gemv(gate_up, stream));
       GemvParams down = gemv_params(gu_.data(), 2 * inter, lw.down, hidden, inter, x_.data(), w);
       down.epilogue = GemvEpilogue::kResidualAdd;
-      down.mma_warps = active_.gemv_mma_warps;
       down.tensor_cores = tensor_cores_for(down, kMmaDown);
       CELLM_RETURN_IF_ERROR(gemv(down, stream));
       continue;
@@ -411,7 +384,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     mlp.inter = s.intermediate_size;
     mlp.activation = s.activation == model::Activation::kGeluTanh ? GateActivation::kGeluTanh
                                                                   : GateActivation::kSilu;
-    mlp.pdl = active_.pdl;
+    mlp.pdl = true;
     launch_gated_mlp(mlp, stream);
     CELLM_RETURN_IF_ERROR(gemm(gu_.data(), 2 * inter, lw.down, hidden, inter, tmp_.data(),
                                DType::kBF16, w, nullptr, stream));
@@ -427,7 +400,7 @@ void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
   // The step's first kernel: it follows the step's upload (no pdl), or in a
   // graph of chained steps the previous step's last kernel.
   EmbeddingParams emb;
-  emb.pdl = shape.chain_slot > 0 && shape.kernels.pdl;
+  emb.pdl = shape.chain_slot > 0;
   emb.tokens = in.tokens;
   emb.table = weights_.embed;
   emb.out = x_.data();
@@ -481,7 +454,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
   gather.vocab = w;
   gather.dim = s.hidden_size;
   gather.scale = 1.0f;
-  gather.pdl = active_.pdl;
+  gather.pdl = true;
 #if CELLM_KERNEL_TRACE
   gather.trace_name = "gather";
 #endif
@@ -497,7 +470,6 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     head.out_f32 = true;
     head.prologue = GemvPrologue::kRmsNorm;
     head.norm_weight = weights_.final_norm;
-    head.mma_warps = active_.gemv_mma_warps;
     if (takes_argmax(shape)) {
       head.argmax = GemvArgmax{.partials = argmax_partials_.data(),
                                .counter = argmax_counter_.data(),
@@ -517,7 +489,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     cap.logits = logits_.data();
     cap.count = static_cast<std::int64_t>(shape.rows) * s.vocab_size;
     cap.cap = *s.final_logit_softcap;
-    cap.pdl = active_.pdl;
+    cap.pdl = true;
     launch_soft_cap(cap, stream);
   }
   return Status::ok();

@@ -20,7 +20,6 @@
 #include "backend/cuda/cuda_types.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/kernels/decode_stream.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_choice.h"
 #include "backend/cuda/resources.h"
@@ -46,8 +45,8 @@ struct ForwardShape {
   std::int32_t width = 0;        // token rows, padding included
   std::int32_t rows = 0;         // selected rows (logits rows)
   bool decode_attention = true;  // split-KV kernel; else flash-prefill tiles
-  KernelChoice kernels{};        // variants to launch (a captured graph keeps its own)
-  // A mixed step (decode v2 only): attention runs the split-KV kernel over the
+  KernelChoice kernels{};        // the open choices (a captured graph keeps its own)
+  // A mixed step: attention runs the split-KV kernel over the
   // token rows kAttentionRows[0, decode_rows) and the prefill kernel over
   // kAttentionRows[decode_rows, width). -1: one kernel (decode_attention) for
   // every row.
@@ -132,12 +131,6 @@ class CudaForward {
   std::size_t weight_bytes() const { return weights_.bytes(); }
   std::size_t workspace_bytes() const;
   const model::ModelSpec& spec() const { return spec_; }
-  // Why one-token steps cannot run on the decode stream; "" when they can.
-  const char* stream_unavailable() const { return stream_off_.c_str(); }
-  // Why one-token steps cannot fuse the o projection into the decode
-  // attention (AttentionParams::o_weight) with the default kernels; "" when
-  // they can.
-  const char* fused_o_unavailable() const { return fused_o_off_.c_str(); }
 
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
@@ -171,13 +164,8 @@ class CudaForward {
   StepInputs step_inputs(const ForwardShape& shape) const;
   // cuda_forward_attention.cpp: q/k norms, rope, the K/V scatter (unless
   // `rope_done`: the q/k/v GEMV did both) and attention of layer l.
-  // With `o_fused` the attention kernel also adds the o projection into x_.
-  Status enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                           const DecodeSplit& split, bool rope_done, bool o_fused,
-                           cudaStream_t stream);
-  // Whether this step's attention does the o projection (one-token fused
-  // steps of a model that fits it, with the knob on).
-  bool o_in_attention(const ForwardShape& shape) const;
+  void enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
+                         const DecodeSplit& split, bool rope_done, cudaStream_t stream);
   void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                             cudaStream_t stream);
   // Layer l's K and V pools: [cells, kv_heads, head_dim] each, inside kv_.
@@ -189,16 +177,6 @@ class CudaForward {
   // Whether layer l's q/k/v GEMV does the rope and the scatter itself (a fused
   // step, full rotary, no q/k norm in between).
   bool rope_in_gemv(int l, const ForwardShape& shape) const;
-  // cuda_forward_stream.cpp: whether the model can run one-token steps on
-  // the decode stream (set at create; `stream_off_` says why not), whether
-  // this step does, and the step itself (embedding, stream, logits).
-  Status init_stream();
-  // cuda_forward_attention.cpp: whether the model can fuse the o projection
-  // into one-token steps' attention (`fused_o_off_` says why not), and its
-  // buffers when it can.
-  Status init_fused_o();
-  bool stream_step(const ForwardShape& shape) const;
-  Status enqueue_stream(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream);
   // The token embeddings of the step's `width` rows into x_ (its first kernel).
   void embed(const ForwardShape& shape, const StepInputs& in, cudaStream_t stream) const;
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
@@ -206,7 +184,7 @@ class CudaForward {
                         cudaStream_t stream);
   Status gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n, std::int64_t k,
               void* out, DType out_dtype, std::int32_t m, const bf16* bias, cudaStream_t stream);
-  // A plain GEMV of the enqueue in progress (its pdl, the model's norm constants).
+  // A plain GEMV (programmatic launch, the model's norm constants).
   GemvParams gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, bf16* out, std::int32_t m) const;
   Status gemv(const GemvParams& params, cudaStream_t stream);
@@ -244,17 +222,6 @@ class CudaForward {
   DeviceBuffer<std::int32_t> argmax_counter_;   // GemvArgmax's counter, kept zero
   DeviceBuffer<std::byte> gemm_ws_;
   std::int32_t max_decode_splits_ = 1;
-  // The decode stream's per-layer weight table, partials and counters.
-  DeviceBuffer<DecodeStreamLayer> stream_layers_;
-  DeviceBuffer<float> stream_partials_;
-  DeviceBuffer<std::uint32_t> stream_sync_;
-  DecodeStreamLayout stream_layout_{};
-  std::string stream_off_;  // why the model cannot use it; empty when it can
-  // The fused o projection's partials [kv_heads, hidden] and its per-slice
-  // counters (kept zero), and why the model cannot use it.
-  DeviceBuffer<float> o_partials_;
-  DeviceBuffer<std::int32_t> o_counters_;
-  std::string fused_o_off_;
   KernelChoice active_{};  // the enqueue in progress
   bool fusable_ = false;   // no post-norms, and every width a multiple of 8
 };

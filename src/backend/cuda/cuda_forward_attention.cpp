@@ -62,20 +62,20 @@ RopeScatterParams CudaForward::rope_scatter_params(int l, const ForwardShape& sh
   rs.max_cells = kv_cells_;
   rs.max_seqs = max_seqs_;
   rs.table_stride = table_stride_;
-  rs.pdl = shape.kernels.pdl;
+  rs.pdl = true;
   return rs;
 }
 
 bool CudaForward::rope_in_gemv(int l, const ForwardShape& shape) const {
   const std::int32_t rotary_dim = rotary_dims_[static_cast<std::size_t>(l)];
-  return fused_step(shape) && shape.kernels.fused_rope && !spec_.qk_norm &&
+  return fused_step(shape) && !spec_.qk_norm &&
          rope_scatter_supported(spec_.head_dim, rotary_dim) && rotary_dim == spec_.head_dim;
 }
 
 void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                                        cudaStream_t stream) {
   const RopeScatterParams rs = rope_scatter_params(l, shape, in);
-  if (shape.kernels.fused_rope && rope_scatter_supported(rs.head_dim, rs.rotary_dim)) {
+  if (rope_scatter_supported(rs.head_dim, rs.rotary_dim)) {
     launch_rope_scatter(rs, stream);
     return;
   }
@@ -114,40 +114,8 @@ void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const S
   launch_kv_scatter(sc, stream);
 }
 
-Status CudaForward::init_fused_o() {
-  const model::ModelSpec& s = spec_;
-  if (!fusable_) {
-    fused_o_off_ = "the model has post-norms or widths the GEMV does not take";
-  } else if (compute_capability_major() < 9 || !cluster_launch_supported()) {
-    fused_o_off_ = "the device has no thread block clusters (sm_90)";
-  } else {
-    fused_o_off_ =
-        attention_fused_o_unsupported(s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim,
-                                      KernelChoice{}.decode_cluster, max_smem_per_block_optin());
-  }
-  if (!fused_o_off_.empty()) return Status::ok();
-  CELLM_ASSIGN_OR_RETURN(o_partials_,
-                         DeviceBuffer<float>::allocate(static_cast<std::size_t>(s.num_kv_heads) *
-                                                       static_cast<std::size_t>(s.hidden_size)));
-  CELLM_ASSIGN_OR_RETURN(o_counters_, DeviceBuffer<std::int32_t>::allocate(kAttentionMaxCluster));
-  // Zero once; every completed launch leaves them zero.
-  CELLM_CUDA_CHECK(cudaMemset(o_counters_.data(), 0, o_counters_.bytes()));
-  return Status::ok();
-}
-
-bool CudaForward::o_in_attention(const ForwardShape& shape) const {
-  const model::ModelSpec& s = spec_;
-  return !o_counters_.empty() && shape.kernels.decode_fused_o && shape.width == 1 &&
-         shape.decode_rows < 0 && shape.decode_attention &&
-         shape.kernels.decode_attention == DecodeAttention::kV2 && fused_step(shape) &&
-         *attention_fused_o_unsupported(s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim,
-                                        shape.kernels.decode_cluster,
-                                        max_smem_per_block_optin()) == '\0';
-}
-
-Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
-                                      const DecodeSplit& split, bool rope_done, bool o_fused,
-                                      cudaStream_t stream) {
+void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const StepInputs& in,
+                                    const DecodeSplit& split, bool rope_done, cudaStream_t stream) {
   const model::ModelSpec& s = spec_;
   const model::LayerSpec& ls = s.layers[static_cast<std::size_t>(l)];
   const DeviceLayer& lw = weights_.layers[static_cast<std::size_t>(l)];
@@ -167,7 +135,7 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
     p.head_dim = s.head_dim;
     p.eps = s.norm_eps;
     p.weight_offset = norm_offset();
-    p.pdl = shape.kernels.pdl;
+    p.pdl = true;
     launch_qk_norm(p, stream);
   }
   if (!rope_done) enqueue_rope_scatter(l, shape, in, stream);
@@ -196,21 +164,20 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
   at.workspace = attn_ws_.data();
   at.split_min_keys = split.min_keys;
   at.counters = attn_counters_.data();
-  if (shape.kernels.decode_early_keys) {
-    at.fresh_from = in.fresh_from;
-    at.cells = in.cells;
-  }
-  // decode_split() rounded the count to a multiple of its cluster for v2.
+  // A row's keys older than the step are read before the wait on the q/k/v
+  // projection.
+  at.fresh_from = in.fresh_from;
+  at.cells = in.cells;
+  // decode_split() rounded the count to a multiple of its cluster.
   at.cluster = split.splits % split.cluster == 0 ? split.cluster : 1;
-  at.spread = shape.kernels.decode_spread;
-  at.early_next = shape.kernels.decode_early_next;
-  at.push_merge = shape.kernels.decode_push_merge;
-  at.pack_wide = shape.kernels.decode_pack_wide ? PackWide::kWhereItSavesAWave : PackWide::kNever;
-  at.pdl = shape.kernels.pdl;
-  const auto prefill_attention = shape.kernels.prefill_attention == PrefillAttention::kV2
-                                     ? launch_attention_prefill_v2
-                                     : launch_attention_prefill;
-  const bool decode_v2 = shape.kernels.decode_attention == DecodeAttention::kV2;
+  // Where a launch's blocks fit the SMs one each: one block an SM, the next
+  // kernel launched when the wait returns, the splits pushed into the
+  // cluster's first block; 128-wide heads packed where that saves a wave.
+  at.spread = true;
+  at.early_next = true;
+  at.push_merge = true;
+  at.pack_wide = PackWide::kWhereItSavesAWave;
+  at.pdl = true;
   if (shape.decode_rows >= 0) {
     // Decode rows first; the prefill kernel then takes the rest, whose
     // sequences own enough rows in this step to share K/V tiles.
@@ -223,23 +190,12 @@ Status CudaForward::enqueue_attention(int l, const ForwardShape& shape, const St
     }
     at.rows = in.attention_rows + shape.decode_rows;
     at.num_tokens = w - shape.decode_rows;
-    if (at.num_tokens > 0) prefill_attention(at, stream);
-  } else if (shape.decode_attention && decode_v2) {
-    if (o_fused) {
-      at.o_weight = lw.o;
-      at.o_residual = x_.data();
-      at.o_partials = o_partials_.data();
-      at.o_counters = o_counters_.data();
-      at.o_rows = s.hidden_size;
-      CELLM_RETURN_IF_ERROR(at.validate_decode_v2());
-    }
-    launch_attention_decode_v2(at, stream);
+    if (at.num_tokens > 0) launch_attention_prefill_v2(at, stream);
   } else if (shape.decode_attention) {
-    launch_attention_decode(at, stream);
+    launch_attention_decode_v2(at, stream);
   } else {
-    prefill_attention(at, stream);
+    launch_attention_prefill_v2(at, stream);
   }
-  return Status::ok();
 }
 
 }  // namespace cellm::cuda

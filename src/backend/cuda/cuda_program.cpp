@@ -54,7 +54,13 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
   CELLM_ASSIGN_OR_RETURN(auto forward,
                          CudaForward::create(spec, std::move(weights), options.max_step,
                                              static_cast<std::int32_t>(cells)));
-  auto p = std::unique_ptr<CudaProgram>(new CudaProgram(std::move(methods), std::move(forward)));
+  const CudaProgramKnobs chosen{.use_graphs = options.cuda_graphs,
+                                .kernels = options.cuda_kernels.value_or(cellm::knobs().kernels)};
+  if (chosen.kernels != KernelChoice{}) {
+    CELLM_LOG_INFO("cuda kernel choices: {}", describe(chosen.kernels));
+  }
+  auto p =
+      std::unique_ptr<CudaProgram>(new CudaProgram(std::move(methods), std::move(forward), chosen));
   CELLM_ASSIGN_OR_RETURN(p->stream_, Stream::create());
   const auto steps = static_cast<std::size_t>(options.max_step);
   CELLM_ASSIGN_OR_RETURN(p->staging_,
@@ -160,13 +166,13 @@ void stage_padding(std::int32_t* arrays, std::size_t pitch, std::int32_t width) 
 
 ForwardShape CudaProgram::static_shape(const program::MethodEntry& method,
                                        std::int32_t keys) const {
-  ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs.kernels};
+  ForwardShape shape{method.width, method.width, uses_decode_kernel(method), knobs_.kernels};
   shape.key_span = forward_->key_span(keys);
   return shape;
 }
 
 const CudaProgram::CapturedStep* CudaProgram::replayable(const ForwardShape& shape) const {
-  if (!knobs.use_graphs || graph_kernels_ != knobs.kernels) return nullptr;
+  if (!knobs_.use_graphs) return nullptr;
   auto graph = graphs_.find({shape.width, forward_->decode_split(shape)});
   return graph == graphs_.end() ? nullptr : &graph->second;
 }
@@ -178,11 +184,6 @@ Status CudaProgram::capture(const std::string& name, const program::MethodEntry&
   stage_padding(staging_.data(), static_cast<std::size_t>(max_step()), method.width);
   upload_step(staging_.data(), static_cast<std::size_t>(max_step()), method.width,
               StepArrays::kAttentionRows);
-  if (graph_kernels_ != knobs.kernels) {
-    graphs_.clear();
-    chain_graphs_.clear();
-    graph_kernels_ = knobs.kernels;
-  }
   // One graph per decode split: the split count is baked into the
   // attention's grid, and a short session's step wants few splits
   // (ForwardShape::key_span). Wide methods take one split at every span, so
@@ -240,8 +241,7 @@ Status CudaProgram::load_method(std::string_view name) {
   // Any graph of the width: capture() takes every split at once.
   const auto first = graphs_.lower_bound({m->width, DecodeSplit{.splits = 0}});
   const bool captured = first != graphs_.end() && first->first.first == m->width;
-  if (m->kind == MethodKind::kStatic && knobs.use_graphs &&
-      (!captured || graph_kernels_ != knobs.kernels)) {
+  if (m->kind == MethodKind::kStatic && knobs_.use_graphs && !captured) {
     CELLM_RETURN_IF_ERROR(capture(std::string(name), *m));
   }
   m->loaded = true;
@@ -308,9 +308,9 @@ Result<std::vector<Tensor>> CudaProgram::run_forward(std::string_view name,
   first_step_positions({staging(StepArrays::kSlots), w}, {staging(StepArrays::kPositions), w},
                        {staging(StepArrays::kFreshFrom), w}, row_scratch_);
   const CapturedStep* graph = is_static ? replayable(static_shape(method, keys)) : nullptr;
-  ForwardShape shape{width, computed, uses_decode_kernel(method), knobs.kernels};
+  ForwardShape shape{width, computed, uses_decode_kernel(method), knobs_.kernels};
   shape.key_span = forward_->key_span(keys);
-  if (!shape.decode_attention && knobs.kernels.decode_attention == DecodeAttention::kV2) {
+  if (!shape.decode_attention) {
     shape.decode_rows =
         split_attention_rows({staging(StepArrays::kSlots), w}, width,
                              {staging(StepArrays::kAttentionRows), w}, row_scratch_);
@@ -391,9 +391,10 @@ Result<std::vector<Tensor>> CudaProgram::run_sampler(std::string_view name,
     // temperature rows in 135 us against 150 and top-p rows in 1.22 ms
     // against 1.07 (before the final candidate sets); wider steps keep one
     // block a row until that is measured again.
-    p.cluster = knobs.kernels.cluster_sampler &&
-                static_cast<std::int64_t>(rows) * kSampleClusterBlocks <= multiprocessor_count();
-    p.candidates = knobs.kernels.sample_candidates;
+    p.cluster = static_cast<std::int64_t>(rows) * kSampleClusterBlocks <= multiprocessor_count();
+    // The top-k / top-p passes over the compacted candidates (the same
+    // tokens as over the row, faster: bench/results, session 12).
+    p.candidates = true;
     if (inputs.size() == 3) {
       const Tensor& ids = inputs[2];
       CELLM_RETURN_IF_ERROR(program::check_host_input(name, "suppressed", ids, DType::kI64, 2));
@@ -528,19 +529,9 @@ Result<Tensor> copy_to_host(const Tensor& tensor) {
   return host;
 }
 
-CudaProgramKnobs* cuda_program_knobs(program::Program& program) {
+const CudaProgramKnobs* cuda_program_knobs(program::Program& program) {
   auto* p = dynamic_cast<CudaProgram*>(&program);
-  return p == nullptr ? nullptr : &p->knobs;
-}
-
-const char* decode_stream_unavailable(program::Program& program) {
-  auto* p = dynamic_cast<CudaProgram*>(&program);
-  return p == nullptr ? nullptr : p->decode_stream_unavailable();
-}
-
-const char* decode_fused_o_unavailable(program::Program& program) {
-  auto* p = dynamic_cast<CudaProgram*>(&program);
-  return p == nullptr ? nullptr : p->decode_fused_o_unavailable();
+  return p == nullptr ? nullptr : &p->knobs();
 }
 
 const CudaProgramStats* cuda_program_stats(program::Program& program) {

@@ -48,24 +48,14 @@ Result<std::unique_ptr<program::Program>> load_random_program(
 // A host copy of a device (or host) tensor; synchronises the device.
 Result<Tensor> copy_to_host(const Tensor& tensor);
 
-// Options a program can toggle after creation (tests compare both ways).
-// `kernels` starts from the environment (kernel_choice.h); a change applies
-// to the next step: graphs captured for other kernels are captured again on
-// load_method and are not replayed meanwhile (those steps run eagerly).
+// What a program was made with (ProgramOptions::cuda_graphs, and
+// cuda_kernels or the CELLM_* knobs), for benchmark labels; fixed at creation.
 struct CudaProgramKnobs {
   bool use_graphs = true;
-  KernelChoice kernels = kernel_choice_from_env();
+  KernelChoice kernels;
 };
 // The knobs of a program made by this backend; null for other programs.
-CudaProgramKnobs* cuda_program_knobs(program::Program& program);
-// Why the program's one-token steps cannot run on the decode stream
-// (kernels/decode_stream.cuh), or "" when they can (with the knob on); null
-// for other programs.
-const char* decode_stream_unavailable(program::Program& program);
-// Why the program's one-token steps cannot fuse the o projection into the
-// decode attention (KernelChoice::decode_fused_o, AttentionParams::o_weight)
-// with the default kernels, or "" when they can; null for other programs.
-const char* decode_fused_o_unavailable(program::Program& program);
+const CudaProgramKnobs* cuda_program_knobs(program::Program& program);
 
 // How the program's `sample_argmax` calls were answered: by the argmax the
 // step's lm_head GEMV wrote with the logits (KernelChoice::head_argmax), or

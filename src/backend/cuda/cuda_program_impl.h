@@ -61,14 +61,13 @@ class CudaProgram final : public program::Program {
   Result<std::vector<Tensor>> execute(std::string_view name,
                                       std::span<const Tensor> inputs) override;
 
-  CudaProgramKnobs knobs;
-  const char* decode_stream_unavailable() const { return forward_->stream_unavailable(); }
-  const char* decode_fused_o_unavailable() const { return forward_->fused_o_unavailable(); }
+  const CudaProgramKnobs& knobs() const { return knobs_; }
   const CudaProgramStats& stats() const { return stats_; }
 
  private:
-  CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward)
-      : methods_(std::move(methods)), forward_(std::move(forward)) {}
+  CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward,
+              CudaProgramKnobs knobs)
+      : methods_(std::move(methods)), forward_(std::move(forward)), knobs_(knobs) {}
   const model::ModelSpec& spec() const { return forward_->spec(); }
   std::int32_t max_step() const { return forward_->max_step(); }
   std::int32_t* staging(StepArrays::Index which) const {
@@ -98,8 +97,7 @@ class CudaProgram final : public program::Program {
   // A static method's step whose longest row attends `keys` keys.
   ForwardShape static_shape(const program::MethodEntry& method, std::int32_t keys) const;
   // The graph that replays `shape` of a static method (graphs_'s key: its
-  // width and decode split), or null: graphs off, captured for other
-  // kernels, or not captured.
+  // width and decode split), or null: graphs off, or not captured.
   const CapturedStep* replayable(const ForwardShape& shape) const;
   // Captures one graph for each decode split the method's steps can take
   // (CudaForward::key_spans).
@@ -134,6 +132,7 @@ class CudaProgram final : public program::Program {
 
   program::ForwardMethods methods_;
   std::unique_ptr<CudaForward> forward_;
+  const CudaProgramKnobs knobs_;  // from the options, fixed at creation
   std::shared_ptr<cache::CellCache> cache_;
   Stream stream_;
   PinnedBuffer<std::int32_t> staging_;  // [StepArrays::kCount, max_step], as on the device
@@ -147,7 +146,6 @@ class CudaProgram final : public program::Program {
   // decode_greedy's graphs by (width, steps (kChainGraphSizes), cut of the
   // keys); captured on first use, dropped with graphs_.
   std::map<std::tuple<std::int32_t, std::int32_t, DecodeSplit>, GraphExec> chain_graphs_;
-  KernelChoice graph_kernels_;  // what graphs_ were captured with
   // Device mirror of the cell tables: per slot, the epoch it was loaded for
   // and how many leading entries are current on the device.
   std::vector<std::uint64_t> table_epoch_;

@@ -123,10 +123,13 @@ TEST(CudaValidateTest, AttentionChecksHeadDimGroupsAndSplits) {
 }
 
 TEST(CudaValidateTest, DecodeSplitsFillTheMachineAndRespectLength) {
-  EXPECT_EQ(attention_decode_splits(256, 32, 8, 8192, 132), 1);
-  EXPECT_GT(attention_decode_splits(1, 32, 8, 8192, 132), 8);
-  EXPECT_EQ(attention_decode_splits(1, 32, 8, 64, 132), 1);
-  EXPECT_LE(attention_decode_splits(1, 1, 1, 1 << 20, 132), kAttentionMaxSplits);
+  // Wide steps already fill the SMs; one row of a long context splits, at
+  // most as often as the keys allow, rounded to whole clusters.
+  EXPECT_EQ(attention_decode_v2_splits(256, 32, 8, 8192, 132, 128), 1);
+  EXPECT_GT(attention_decode_v2_splits(1, 32, 8, 8192, 132, 128), 8);
+  EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 64, 132, 128), 1);
+  EXPECT_LE(attention_decode_v2_splits(1, 1, 1, 1 << 20, 132, 1), kAttentionMaxSplits);
+  EXPECT_EQ(attention_decode_v2_splits(1, 32, 8, 8192, 132, 128, 2, 8) % 8, 0);
   EXPECT_EQ(attention_decode_workspace_bytes(3, 4, 64, 1), 0u);
   EXPECT_EQ(attention_decode_workspace_bytes(3, 4, 64, 2), 3u * 4 * 2 * 66 * sizeof(float));
 }

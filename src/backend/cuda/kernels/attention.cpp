@@ -78,43 +78,7 @@ Status AttentionParams::validate_decode_v2() const {
         "dividing the split count)",
         cluster, num_splits, kAttentionMaxCluster);
   }
-  if (o_weight == nullptr) return Status::ok();
-  CELLM_RETURN_IF_ERROR(require_ptr(o_residual, "attention fused o", "o_residual"));
-  CELLM_RETURN_IF_ERROR(require_ptr(o_partials, "attention fused o", "o_partials"));
-  CELLM_RETURN_IF_ERROR(require_ptr(o_counters, "attention fused o", "o_counters"));
-  CELLM_RETURN_IF_ERROR(require_aligned16(o_weight, "attention fused o", "o_weight"));
-  if (num_tokens != 1 || rows != nullptr || cluster < 2 || num_splits != cluster) {
-    return invalid_argument(
-        "cuda attention fused o: {} tokens{}, {} splits on clusters of {} (it serves one token "
-        "row, without a row map, on one cluster per kv head: splits == cluster > 1)",
-        num_tokens, rows != nullptr ? " through a row map" : "", num_splits, cluster);
-  }
-  if (const char* why = attention_fused_o_unsupported(o_rows, num_heads, num_kv_heads, head_dim,
-                                                      cluster, 1 << 30);
-      *why != '\0') {
-    return invalid_argument("cuda attention fused o: {}", why);
-  }
   return Status::ok();
-}
-
-const char* attention_fused_o_unsupported(std::int32_t hidden, std::int32_t num_heads,
-                                          std::int32_t num_kv_heads, std::int32_t head_dim,
-                                          std::int32_t cluster, int smem_limit) {
-  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 ||
-      num_heads / num_kv_heads > kAttentionV2MaxGroup) {
-    return "more q heads per kv head than one block of decode v2 takes";
-  }
-  if (head_dim != 64 && head_dim != 128) return "a head dim other than 64 or 128";
-  if (!valid_attention_cluster(cluster) || cluster < 2) return "no clusters of decode v2 splits";
-  if (hidden <= 0 || hidden % (32 * cluster) != 0) {
-    return "a hidden size that is not a multiple of 32 rows per block of the cluster";
-  }
-  const std::size_t bytes =
-      attention_decode_v2_fused_o_smem_bytes(head_dim, num_heads, num_kv_heads, hidden, cluster);
-  if (bytes == 0 || bytes > static_cast<std::size_t>(smem_limit)) {
-    return "its o projection columns of a kv head do not fit one cluster's shared memory";
-  }
-  return "";
 }
 
 std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t num_heads,
@@ -153,18 +117,6 @@ std::size_t attention_decode_workspace_bytes(std::int64_t num_tokens, std::int64
   }
   return static_cast<std::size_t>(num_tokens * num_heads * num_splits * (head_dim + 2)) *
          sizeof(float);
-}
-
-std::int32_t attention_decode_splits(std::int32_t num_tokens, std::int32_t num_heads,
-                                     std::int32_t num_kv_heads, std::int32_t max_kv_len,
-                                     int sm_count) {
-  const std::int64_t group = num_heads / std::max(1, num_kv_heads);
-  const std::int64_t blocks = static_cast<std::int64_t>(std::max(1, num_tokens)) *
-                              std::max(1, num_kv_heads) * ((group + 7) / 8);
-  const std::int64_t wanted = (2LL * std::max(1, sm_count) + blocks - 1) / blocks;
-  const std::int64_t by_length = std::max<std::int64_t>(1, (max_kv_len + 63) / 64);
-  return static_cast<std::int32_t>(
-      std::clamp<std::int64_t>(std::min(wanted, by_length), 1, kAttentionMaxSplits));
 }
 
 }  // namespace cellm::cuda

@@ -9,21 +9,22 @@
 // are skipped. Everything step-dependent is read from device memory and the
 // grids depend only on num_tokens, so a captured graph replays for any mix.
 //
-// Two kernels share these params:
-// - prefill: flash-attention tiles (64 queries x 64 keys, tensor cores,
-//   online softmax). Best when a sequence's tokens are contiguous; correct
-//   for any order (a tile holding several sequences runs them one by one).
-// - decode: split-KV flash-decoding; each token's KV range is cut into
-//   num_splits chunks processed by separate blocks (all q heads of a KV group
-//   share the K/V reads), then a combine kernel merges the partials in split
-//   order. Correct for any mix; meant for few query tokens per sequence.
-// - decode v2 (attention_decode_v2.cu): the same contract with K/V tiles of
-//   64 keys staged through shared memory by cp.async (several tiles in
-//   flight), scores and P.V on tensor cores for up to 16 q heads of a KV group
-//   at once, a per-token split plan that gives every used split at least
+// Two kernels share these params (their first versions, replaced by these,
+// are in git history):
+// - prefill v2 (attention_prefill_v2.cu): flash-attention tiles (tensor
+//   cores, online softmax). Best when a sequence's tokens are contiguous;
+//   correct for any order (a tile holding several sequences runs them one by
+//   one).
+// - decode v2 (attention_decode_v2.cu): split-KV flash-decoding; each
+//   token's KV range is cut into splits processed by separate blocks (all q
+//   heads of a KV group share the K/V reads), K/V tiles of 64 keys staged
+//   through shared memory by cp.async (several tiles in flight), scores and
+//   P.V on tensor cores for up to 16 q heads of a KV group at once, a
+//   per-token split plan that gives every used split at least
 //   `split_min_keys` keys (splits past the length exit at once) and the merge
-//   of the splits done by the last block of each (token, head group) to
-//   finish, so there is no combine launch.
+//   of the splits in split order by the last block of each (token, head
+//   group) to finish, so there is no combine launch. Correct for any mix;
+//   meant for few query tokens per sequence.
 //
 // Thread-safety: launch_* are reentrant; params are plain values.
 #pragma once
@@ -67,7 +68,7 @@ struct AttentionParams {
   // Which token row each kernel row serves ([num_tokens] entries, each a row
   // of q/out/seq_slots/positions); null: kernel row i is token row i. Lets
   // one step's rows be split between the decode and the prefill kernel
-  // (prefill and decode v2; the v1 decode kernel refuses a map).
+  // (prefill and decode v2 both take one).
   const std::int32_t* rows = nullptr;
   std::int64_t q_stride = 0;
   std::int64_t out_stride = 0;
@@ -107,24 +108,6 @@ struct AttentionParams {
   const std::int32_t* fresh_from = nullptr;
   const std::int32_t* cells = nullptr;
 
-  // Decode v2, one-token steps only, optional: the o projection and its
-  // residual add fused after the merge (attention_decode_v2_out.cuh). With
-  // o_weight set, o_residual[i] = bf16(o_residual[i] + bf16(sum_j out[j] *
-  // o_weight[i, j])) as the o GEMV's kResidualAdd computes it, summed in
-  // another fixed order (out is still stored). Each kv head's cluster holds
-  // its heads' columns of o_weight in shared memory, copied once its key loop
-  // is done; block r of the cluster multiplies rows [r, r + 1) * o_rows /
-  // cluster into o_partials, and the last kv head to finish a slice of rows
-  // adds the kv heads' partials in order. Needs num_tokens == 1, no row map,
-  // num_splits == cluster > 1, at most kAttentionV2MaxGroup q heads per kv
-  // head, head_dim 64 or 128, o_rows a multiple of 32 * cluster, and the
-  // shared memory of attention_decode_v2_fused_o_smem_bytes.
-  const bf16* o_weight = nullptr;      // [o_rows, num_heads * head_dim]
-  bf16* o_residual = nullptr;          // [o_rows], updated in place
-  float* o_partials = nullptr;         // [num_kv_heads, o_rows]
-  std::int32_t* o_counters = nullptr;  // [cluster]; zero once, launches leave them zero
-  std::int32_t o_rows = 0;
-
   // Decode v2 only: when the launch's blocks fit the device's SMs one each,
   // ask for enough shared memory that no two blocks share an SM. With the
   // default packing an SM took several of a step's few blocks while others
@@ -140,8 +123,7 @@ struct AttentionParams {
   // first weights while the attention runs (the GEMV's own wait still holds
   // it until this grid is complete). Wider launches ignore it: there the
   // GEMV's blocks could take the SMs from attention blocks not yet resident
-  // (8B batch 1 once ran 4.45 -> 5.31 ms/step when every launch did this),
-  // and so does the fused o projection, which keeps its measured trigger.
+  // (8B batch 1 once ran 4.45 -> 5.31 ms/step when every launch did this).
   // H200, batch 1 ctx 512: 1B 0.915-0.932 -> 0.909-0.919 ms/step, 8B
   // 4.276-4.308 -> 4.233-4.298, Qwen3-0.6B equal to 0.5% slower.
   bool early_next = false;
@@ -206,13 +188,6 @@ __host__ __device__ inline DecodeSplitPlan decode_split_plan(std::int32_t length
 std::size_t attention_decode_workspace_bytes(std::int64_t num_tokens, std::int64_t num_heads,
                                              std::int64_t head_dim, std::int32_t num_splits);
 
-// A split count that fills `sm_count` multiprocessors for this width; depends
-// only on the captured width and the configured maximum KV length, so graphs
-// can bake it in. At least 64 keys per split.
-std::int32_t attention_decode_splits(std::int32_t num_tokens, std::int32_t num_heads,
-                                     std::int32_t num_kv_heads, std::int32_t max_kv_len,
-                                     int sm_count);
-
 // Decode v2's counter count: [num_tokens, num_kv_heads, head groups of 16].
 std::size_t attention_decode_v2_counters(std::int64_t num_tokens, std::int64_t num_heads,
                                          std::int64_t num_kv_heads);
@@ -228,9 +203,8 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
                                         std::int32_t blocks_per_sm = 2, std::int32_t cluster = 1);
 
 // Whether a decode v2 launch with these params takes the packed layout
-// (AttentionParams::pack_wide): asked for, no fused o projection, 128-wide
-// heads and, unless kAlways, fewer waves of blocks on this device's SMs at
-// three blocks an SM than at two. The launch follows it.
+// (AttentionParams::pack_wide): asked for, 128-wide heads and, unless kAlways, fewer waves of
+// blocks on this device's SMs at three blocks an SM than at two. The launch follows it.
 bool attention_decode_v2_packs(const AttentionParams& p);
 
 // Dynamic shared memory of decode v2 for this head dim (0: unsupported).
@@ -238,34 +212,18 @@ std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
 
 // Whether a decode v2 launch with these params merges its clusters by the
 // push (AttentionParams::push_merge): asked for, clusters on this device,
-// no fused o projection, every block an SM of its own, and the slots within
+// every block an SM of its own, and the slots within
 // the shared memory the launch takes without them (with the spread, the
 // SM's half). The launch follows it.
 bool attention_decode_v2_push_merges(const AttentionParams& p);
 
-// Dynamic shared memory of decode v2 with the o projection fused
-// (AttentionParams::o_weight) for this shape, 0 where head_dim is not
-// supported by it.
-std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::int32_t num_heads,
-                                                   std::int32_t num_kv_heads, std::int32_t o_rows,
-                                                   std::int32_t cluster);
-
-// Why a model's one-token steps cannot fuse the o projection into decode v2
-// with clusters of `cluster` blocks and `smem_limit` bytes of shared memory
-// per block (the device's opt-in limit); "" when they can.
-const char* attention_fused_o_unsupported(std::int32_t hidden, std::int32_t num_heads,
-                                          std::int32_t num_kv_heads, std::int32_t head_dim,
-                                          std::int32_t cluster, int smem_limit);
-
 // Dynamic shared memory of the prefill kernel for this head dim (for checks).
-std::size_t attention_prefill_smem_bytes(std::int32_t head_dim);
 std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim);
 
-void launch_attention_prefill(const AttentionParams& params, cudaStream_t stream);
-// The same contract with the scores and the output kept in registers
-// (mma.sync) and K/V tiles double-buffered by cp.async.
+// Prefill attention: flash tiles with the scores and the output kept in
+// registers (mma.sync) and K/V tiles double-buffered by cp.async.
 void launch_attention_prefill_v2(const AttentionParams& params, cudaStream_t stream);
-void launch_attention_decode(const AttentionParams& params, cudaStream_t stream);
+// Split-KV decode attention on tensor cores (attention_decode_v2.cu).
 void launch_attention_decode_v2(const AttentionParams& params, cudaStream_t stream);
 
 }  // namespace cellm::cuda

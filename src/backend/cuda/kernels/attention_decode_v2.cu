@@ -1,9 +1,10 @@
 // Decode attention v2 (see attention.cuh). One block per (token, kv head,
 // group of up to 16 q heads, split); four warps. K/V tiles of 64 keys are
 // copied into shared memory by cp.async, kStages deep, so a block keeps tens
-// of KB in flight instead of v1's few hundred bytes per warp. The cells of
-// the keys come from the sequence's table in windows of 512 staged in shared
-// memory, each read from global memory half a window before its first tile.
+// of KB in flight instead of the first decode kernel's few hundred bytes per
+// warp. The cells of the keys come from the sequence's table in windows of
+// 512 staged in shared memory, each read from global memory half a window
+// before its first tile.
 // Keys older than the step (AttentionParams::fresh_from) are staged before
 // the programmatic-launch wait, while the q/k/v projection still runs; after
 // it only Q and the step's own keys are fetched.
@@ -17,8 +18,7 @@
 // pushed into the first block, which merges alone), otherwise by the last
 // block to finish, through a float workspace and a counter. The block's
 // layout, the key staging and the merges are in
-// attention_decode_v2_{layout,stage,merge,push}.cuh; the o projection fused
-// into one-token steps (off by default) in attention_decode_v2_out.cuh.
+// attention_decode_v2_{layout,stage,merge,push}.cuh.
 #include <algorithm>
 #include <cooperative_groups.h>
 #include <string>
@@ -28,7 +28,6 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_layout.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_merge.cuh"
-#include "backend/cuda/kernels/attention_decode_v2_out.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_push.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_stage.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
@@ -45,13 +44,11 @@ CELLM_TRACE_TABLE(attention_trace);
 // Register bounds: five blocks per SM at 64-wide heads, which is what their
 // shared memory allows (at most 96 registers), and four up to 128-wide heads
 // (122 registers in session 22's sm_90 build, no spills), so a block fits beside the three blocks
-// an SM holds of the q/k/v GEMV instead of waiting for them to leave. With the o projection fused
-// (kFuseO) its weights fill most of an SM's shared memory, so one block a multiprocessor is what
-// fits anyway. kPacked: the packed K/V layout (V2Layout), three blocks an SM at 128-wide heads,
-// and the key loop requests its next tile before it waits.
-template <int kMaxHd, bool kFuseO, bool kPacked = false>
-__global__ void __launch_bounds__(kThreads,
-                                  kFuseO ? 1 : (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
+// an SM holds of the q/k/v GEMV instead of waiting for them to leave. kPacked: the packed K/V
+// layout (V2Layout), three blocks an SM at 128-wide heads, and the key loop requests its next
+// tile before it waits.
+template <int kMaxHd, bool kPacked = false>
+__global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
   // Every return below is taken by the whole block (the exit mark's barrier).
   const trace::BlockScope traced(attention_trace, trace::slot_of(p));
@@ -86,14 +83,12 @@ __global__ void __launch_bounds__(kThreads,
   const int split = blockIdx.z;
   // A token whose used splits fit in one cluster merges them there: every
   // block of its first cluster takes part, those past `used` with no keys.
-  // With the o projection fused every block of the cluster always takes part
-  // (its splits are the cluster, so `used` fits), one used split included.
-  const bool clustered = kFuseO || (p.cluster > 1 && used > 1 && used <= p.cluster);
+  const bool clustered = p.cluster > 1 && used > 1 && used <= p.cluster;
   if (split >= (clustered ? p.cluster : used)) return;
   // The push merge's barrier in block 0 counts the bytes the other used
   // splits will store (attention_decode_v2_push.cuh); every block arrives on
   // the cluster barrier that publishes it, and blocks with no keys leave.
-  const bool push = !kFuseO && clustered && p.push_merge;
+  const bool push = clustered && p.push_merge;
   auto* push_bar = reinterpret_cast<std::uint64_t*>(smem + L::kPushBar);
   if (push) {
     if (split == 0 && tid == 0) {
@@ -272,7 +267,7 @@ __global__ void __launch_bounds__(kThreads,
         cp_async_wait<L::kStages - 1>();
       }
       __syncthreads();  // the tile is visible to all
-      if (!kFuseO && tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
+      if (tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
     } else {
       // The wait first, leaving the newest kStages - 2 groups in flight.
       if (tile == 0 && early_fresh) {
@@ -281,7 +276,7 @@ __global__ void __launch_bounds__(kThreads,
         cp_async_wait<L::kStages - 2>();
       }
       __syncthreads();  // the tile is visible to all; the stage refilled below is consumed
-      if (!kFuseO && tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
+      if (tile == 0) trace::mark(attention_trace, trace::slot_of(p), kFirstTile);
       refill();
     }
 
@@ -365,8 +360,6 @@ __global__ void __launch_bounds__(kThreads,
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the tiles: reuse them for the merge
   trace::mark(attention_trace, trace::slot_of(p), kKeysDone);
-  // The o projection's weights land while the block and the cluster merge.
-  if constexpr (kFuseO) issue_o_weights<kMaxHd>(p, kv_head, split, smem);
 
   float* merge_acc = reinterpret_cast<float*>(smem + L::kMergeAcc);
   float* merge_m = reinterpret_cast<float*>(smem + L::kMergeM);  // then the warps' weights
@@ -440,8 +433,7 @@ __global__ void __launch_bounds__(kThreads,
       num = fma4(merge_m[w * kRows + h],
                  *reinterpret_cast<const float4*>(merge_acc + (w * kRows + h) * L::kLdo + d), num);
     }
-    // (With kFuseO `clustered` holds for one used split as well.)
-    if (!kFuseO && used == 1) {
+    if (used == 1) {
       store_out4(p, token, first_head + h, d, num, block_l[h]);
     } else if (push) {
       target.put(2 * kRows + h * hd + d, num);
@@ -452,7 +444,7 @@ __global__ void __launch_bounds__(kThreads,
       *reinterpret_cast<float4*>(partial_acc(p, row, first_head + h, split) + d) = num;
     }
   }
-  if constexpr (!kFuseO) trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
+  trace::mark(attention_trace, trace::slot_of(p), kBlockMerged);
   if (push) {
     // The other blocks are done once their stores are issued; block 0 waits
     // for their bytes and merges its slots.
@@ -473,11 +465,6 @@ __global__ void __launch_bounds__(kThreads,
     }
     trace::mark(attention_trace, trace::slot_of(p), kMergedStored);
     griddep_launch_dependents();  // the outputs are stored (cluster_merge's rule)
-    return;
-  }
-  if constexpr (kFuseO) {
-    cluster_merge_all<kMaxHd>(attention_trace, p, token, first_head, heads, used, split, smem);
-    o_projection<kMaxHd>(attention_trace, p, kv_head, split, smem);
     return;
   }
   if (clustered) {
@@ -558,22 +545,9 @@ bool fits_one_block_per_sm(dim3 grid) {
 
 }  // namespace
 
-std::size_t attention_decode_v2_fused_o_smem_bytes(std::int32_t head_dim, std::int32_t num_heads,
-                                                   std::int32_t num_kv_heads, std::int32_t o_rows,
-                                                   std::int32_t cluster) {
-  if (num_kv_heads <= 0 || cluster <= 0) return 0;
-  const int cols = num_heads / num_kv_heads * head_dim;
-  switch (head_dim) {
-    case 64: return fused_o_layout(V2Layout<64>::kBytes, o_rows, cluster, cols).bytes;
-    case 128: return fused_o_layout(V2Layout<128>::kBytes, o_rows, cluster, cols).bytes;
-    default: return 0;
-  }
-}
-
 bool attention_decode_v2_push_merges(const AttentionParams& p) {
-  if (!p.push_merge || p.o_weight != nullptr || p.num_splits <= 1 || p.cluster <= 1 ||
-      p.num_kv_heads <= 0 || !cluster_launch_supported() ||
-      !fits_one_block_per_sm(decode_v2_grid(p))) {
+  if (!p.push_merge || p.num_splits <= 1 || p.cluster <= 1 || p.num_kv_heads <= 0 ||
+      !cluster_launch_supported() || !fits_one_block_per_sm(decode_v2_grid(p))) {
     return false;
   }
   // Only within the shared memory the launch takes anyway (the spread's):
@@ -591,7 +565,7 @@ bool attention_decode_v2_push_merges(const AttentionParams& p) {
 }
 
 bool attention_decode_v2_packs(const AttentionParams& p) {
-  if (p.pack_wide == PackWide::kNever || p.o_weight != nullptr || p.num_kv_heads <= 0 ||
+  if (p.pack_wide == PackWide::kNever || p.num_kv_heads <= 0 ||
       head_dim_bucket(p.head_dim) != 128) {
     return false;
   }
@@ -626,47 +600,32 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
   AttentionParams params = requested;
   if (params.cluster > 1 && !cluster_launch_supported()) params.cluster = 1;
   trace::assign_slot(params, attention_trace, [&] {
-    // The fused o projection's phases differ (kernel_trace.py names both).
-    return std::string(params.o_weight != nullptr ? "attention/decode_v2+o"
-                                                  : "attention/decode_v2") +
-           " rows=" + std::to_string(params.num_tokens) + " hd=" + std::to_string(params.head_dim) +
+    return std::string("attention/decode_v2") + " rows=" + std::to_string(params.num_tokens) +
+           " hd=" + std::to_string(params.head_dim) +
            " splits=" + std::to_string(params.num_splits) +
            " cluster=" + std::to_string(params.cluster);
   });
   const dim3 grid = decode_v2_grid(params);
   const bool fits = fits_one_block_per_sm(grid);
-  params.early_next = params.early_next && fits && params.o_weight == nullptr;
+  params.early_next = params.early_next && fits;
   params.push_merge = attention_decode_v2_push_merges(params);
   const bool packs = attention_decode_v2_packs(params);
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
     const unsigned cluster = params.num_splits > 1 ? static_cast<unsigned>(params.cluster) : 1u;
-    if (params.o_weight == nullptr) {
-      if constexpr (kMaxHd == 128) {
-        if (packs) {
-          launch(attention_decode_v2_kernel<kMaxHd, false, true>,
-                 LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd, true>::kBytes, stream,
-                              params.pdl, cluster},
-                 params);
-          return;
-        }
+    if constexpr (kMaxHd == 128) {
+      if (packs) {
+        launch(attention_decode_v2_kernel<kMaxHd, true>,
+               LaunchConfig{grid, dim3(kThreads), V2Layout<kMaxHd, true>::kBytes, stream,
+                            params.pdl, cluster},
+               params);
+        return;
       }
-      std::size_t smem = V2Layout<kMaxHd>::kBytes;
-      // The push merge's slots fit in this (attention_decode_v2_push_merges).
-      if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
-      launch(attention_decode_v2_kernel<kMaxHd, false>,
-             LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
-      return;
     }
-    // Only 64- and 128-wide heads are built with the fused o projection
-    // (AttentionParams::validate_decode_v2 refuses the others).
-    if constexpr (kMaxHd == 64 || kMaxHd == 128) {
-      const std::size_t smem = attention_decode_v2_fused_o_smem_bytes(
-          params.head_dim, params.num_heads, params.num_kv_heads, params.o_rows, params.cluster);
-      launch(attention_decode_v2_kernel<kMaxHd, true>,
-             LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
-    } else {
-      cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: fused o with this head_dim");
-    }
+    std::size_t smem = V2Layout<kMaxHd>::kBytes;
+    // The push merge's slots fit in this (attention_decode_v2_push_merges).
+    if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
+    launch(attention_decode_v2_kernel<kMaxHd>,
+           LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
   });
   if (!dispatched) {
     cuda_failed(cudaErrorInvalidValue, "launch_attention_decode_v2: unvalidated head_dim");

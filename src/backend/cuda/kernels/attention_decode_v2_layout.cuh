@@ -44,14 +44,6 @@ enum Phase : int {
   kMergedStored,
 };
 static_assert(kMergedStored < trace::kExitMark);
-// With the o projection fused (attention_decode_v2_out.cuh) the marks after
-// the key loop follow its phases instead; the first tile and the block merge
-// are not marked.
-enum FusedOPhase : int {
-  kHeadsMerged = kFirstTile,         // every block holds the merged heads
-  kOWeightsLanded = kBlockMerged,    // the block's o rows are in shared memory
-  kPartialsCounted = kMergedStored,  // its partials are stored and counted
-};
 
 // kPacked (AttentionParams::pack_wide, 128-wide heads only): the K/V tiles
 // are stored unpadded, each row's 16-byte pieces XOR-swizzled by the row's

@@ -1,11 +1,11 @@
 // Prefill attention v2 (see attention.cuh). One block per (q head, 64 query
 // rows); four warps of 16 rows each. The rows of a tile are served one
-// sequence (segment) at a time, as in v1, but the scores, the probabilities
-// and the output accumulator stay in registers (mma.sync m16n8k16: S = Q K^T
-// per warp over 64 keys, P reused as the A operand of O += P V), and K/V
-// tiles are double-buffered through shared memory with cp.async. A warp
-// skips the math of a tile none of its rows can see (other sequence, past
-// every row's position, before every row's window).
+// sequence (segment) at a time, as the first prefill kernel did, but the
+// scores, the probabilities and the output accumulator stay in registers
+// (mma.sync m16n8k16: S = Q K^T per warp over 64 keys, P reused as the A
+// operand of O += P V), and K/V tiles are double-buffered through shared
+// memory with cp.async. A warp skips the math of a tile none of its rows can
+// see (other sequence, past every row's position, before every row's window).
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"

@@ -11,7 +11,7 @@
 // filled, ~7 instructions a kilobyte. Measured (H200, batch 1, ctx 512, 1B,
 // traced, us a layer): o 4.37 -> 2.34-2.78, down 11.15 -> 8.29-9.25. Long
 // walks lose: gate/up and the lm_head walk 4-31 groups a block, and 8B's
-// gate/up took 60.4 us against 56.8 (kernel_choice.h has the steps).
+// gate/up took 60.4 us against 56.8 (bench/results/README.md, sessions 20-21).
 //
 // Layout. A group is an mma tile's 16 rows: lane row g (0..7) of the tile
 // takes weight row "a" and row g + 8 takes its partner "b" (gate and up of

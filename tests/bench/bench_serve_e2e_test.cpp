@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "app/bench_serve.h"
+#include "bench/bench_serve.h"
 #include "model/loader.h"
 #include "support/testdata.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 std::filesystem::path smollm2() {
@@ -73,7 +73,7 @@ TEST_F(BenchServeE2eTest, CountsMatchTheLoadAndTheRunnersCounters) {
   EXPECT_NEAR(r->output_tokens_per_s, 64 / r->duration_s, 1e-6);
 }
 
-TEST_F(BenchServeE2eTest, SharedPrefixIsPrefilledOnceAndCloned) {
+TEST_F(BenchServeE2eTest, SharedPrefixComesFromThePrefixCache) {
   ServeBenchOptions o = small();
   o.requests = 4;
   o.input_len = 8;
@@ -87,8 +87,12 @@ TEST_F(BenchServeE2eTest, SharedPrefixIsPrefilledOnceAndCloned) {
   EXPECT_EQ(reused->completed, 4) << reused->first_error;
   EXPECT_EQ(reused->input_tokens, 4 * 20);
   EXPECT_EQ(reused->output_tokens, 4 * 4);
-  EXPECT_EQ(reused->prefilled_tokens, 4 * 8);  // only the suffixes
-  EXPECT_EQ(reused->engine.prefill_tokens_total, 4 * 8);
+  // At most the suffixes: the runner's prefix cache holds the shared prefix
+  // and the latest prompts, so a request may match beyond the prefix; each
+  // prefills at least its last token.
+  EXPECT_LE(reused->prefilled_tokens, 4 * 8);
+  EXPECT_GE(reused->prefilled_tokens, 4);
+  EXPECT_EQ(reused->engine.prefill_tokens_total, reused->prefilled_tokens);
   EXPECT_EQ(reused->engine.total_generated_tokens, 4 * 4);
 
   o.reuse_prefix = false;
@@ -181,4 +185,4 @@ TEST(BenchServeCliE2eTest, BadRateIsACommandLineError) {
 }
 
 }  // namespace
-}  // namespace cellm::app
+}  // namespace cellm::bench

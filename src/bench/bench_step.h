@@ -18,7 +18,7 @@
 
 #include "cellm/status.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 
 struct StepBenchOptions {
   std::string model = "llama-3.2-1b";  // a shape name (random weights) or a model path
@@ -35,4 +35,4 @@ struct StepBenchOptions {
 // Runs the benchmark, printing progress and a table to `out`.
 Status run_step_bench(const StepBenchOptions& options, std::FILE* out);
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

@@ -1,4 +1,4 @@
-#include "app/bench_step.h"
+#include "bench/bench_step.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +20,7 @@
 #include "backend/cuda/device_probe.h"
 #endif
 
-namespace cellm::app {
+namespace cellm::bench {
 
 #ifndef CELLM_HAVE_CUDA
 
@@ -315,4 +315,4 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
 
 #endif
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

@@ -1,7 +1,7 @@
 // The pure half of `cellm bench serve`: option checks, the synthetic load
 // (lengths, prompts, Poisson arrivals), pool sizing, statistics and the
 // printed and JSON reports. The Runner-driving half is bench_serve_run.cpp.
-#include "app/bench_serve.h"
+#include "bench/bench_serve.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
@@ -149,7 +149,9 @@ std::vector<RequestSpec> make_requests(const ServeBenchOptions& o, std::int32_t 
 
 PoolNeed pool_need(const ServeBenchOptions& o) {
   PoolNeed need;
-  need.sessions = concurrency(o) + (o.prefix_len > 0 && o.reuse_prefix ? 1 : 0);
+  // With a shared prefix the runner's cache holds two snapshots, and a third
+  // while a new one replaces the oldest.
+  need.sessions = concurrency(o) + (o.prefix_len > 0 && o.reuse_prefix ? 3 : 0);
   need.session_tokens = o.prefix_len + length_range(o.input_len, o.range_ratio).hi +
                         length_range(o.output_len, o.range_ratio).hi;
   need.cells = static_cast<std::int64_t>(need.sessions) * need.session_tokens + 1;
@@ -321,4 +323,4 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
   return j;
 }
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

@@ -18,11 +18,13 @@
 #include "cellm/status.h"
 #include "cellm/types.h"
 
-namespace cellm::app {
+namespace cellm::bench {
 
 struct ServeBenchOptions {
-  std::string model = "llama-3.1-8b";  // a shape name (random weights, CUDA) or a model path
-  std::string backend = "auto";        // for a model path: "auto", "cpu" or "cuda"
+  // A model path, or a shape name (model/shapes.h): random weights, on the GPU
+  // or, with backend "cpu", on the CPU (small shapes only, in practice).
+  std::string model = "llama-3.1-8b";
+  std::string backend = "auto";  // "auto", "cpu" or "cuda"
   int requests = 1000;
   int input_len = 512;   // random tokens after the shared prefix
   int output_len = 256;  // every request generates exactly this many
@@ -76,7 +78,7 @@ std::vector<RequestSpec> make_requests(const ServeBenchOptions& options, std::in
 // How the executor must be sized for a load: every session resident at once
 // reserves `session_tokens` cells, plus the scratch cell.
 struct PoolNeed {
-  int sessions = 0;        // concurrent requests, plus the prefix snapshot
+  int sessions = 0;        // concurrent requests, plus the prefix snapshots
   int session_tokens = 0;  // the longest prompt plus the longest output
   std::int64_t cells = 0;
 };
@@ -131,4 +133,4 @@ std::string format_report(const ServeBenchOptions& options, const ServeBenchRepo
 nlohmann::json report_json(const ServeBenchOptions& options, const ServeBenchReport& report,
                            const std::string& commit);
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

@@ -19,7 +19,8 @@
 #include <fmt/ranges.h>
 
 #include "app/backend_select.h"
-#include "app/bench_serve.h"
+#include "bench/bench_serve.h"
+#include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
 #include "cellm/runner.h"
 #include "core/env.h"
@@ -32,7 +33,7 @@
 #include "backend/cuda/device_probe.h"
 #endif
 
-namespace cellm::app {
+namespace cellm::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -84,25 +85,12 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
                                        : std::int64_t{need.sessions} + 2 * o.prefill_chunk;
   popts.max_step = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
-  if (std::filesystem::exists(o.model)) {
-    CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(o.backend));
-    a.backend = backend.name;
-    a.device = "cpu";
-#ifdef CELLM_HAVE_CUDA
-    if (backend.sizes_pool_from_memory) {
-      CELLM_ASSIGN_OR_RETURN(a.device, cuda::device_name());
-    }
-#endif
+  // A path loads its weights; a shape name gets random ones (on the GPU, or
+  // on the CPU with --backend cpu, where small shapes run in reasonable time).
+  const bool is_path = std::filesystem::exists(o.model);
+  if (is_path) {
     CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model));
     a.spec = a.model.spec;
-    CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
-    if (!backend.sizes_pool_from_memory) {
-      CELLM_RETURN_IF_ERROR(check_host_pool(a.spec, need));
-      popts.kv_cells = static_cast<std::int32_t>(need.cells);
-      // The widest forward must stay narrower than the pool.
-      popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
-    }
-    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, popts));
   } else {
     auto shape = model::named_shape(o.model);
     if (!shape.ok()) {
@@ -110,27 +98,26 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
                               o.model, fmt::join(model::shape_names(), ", "));
     }
     a.spec = *shape;
-    if (o.backend == "cpu") {
-      return invalid_argument(
-          "--model {} is a random-weight shape, which runs on the GPU only; give a model path "
-          "for --backend cpu",
-          o.model);
-    }
+  }
+  CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));
+  a.backend = backend.name;
+  a.device = "cpu";
 #ifdef CELLM_HAVE_CUDA
-    if (cuda::device_count() == 0) {
-      return unavailable("--model {} runs random weights on a GPU and no CUDA device is visible",
-                         o.model);
-    }
+  if (backend.sizes_pool_from_memory) {
     CELLM_ASSIGN_OR_RETURN(a.device, cuda::device_name());
-    a.backend = "cuda";
-    CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
-    CELLM_ASSIGN_OR_RETURN(a.program, cuda::load_random_program(a.spec, o.seed, popts));
-#else
-    return not_supported(
-        "--model {} runs random weights on the CUDA backend, which this build lacks; give a "
-        "model path to run on the CPU",
-        o.model);
+  }
 #endif
+  CELLM_RETURN_IF_ERROR(check_pool(o, need, need.cells, a.spec.max_context));
+  if (!backend.sizes_pool_from_memory) {
+    CELLM_RETURN_IF_ERROR(check_host_pool(a.spec, need));
+    popts.kv_cells = static_cast<std::int32_t>(need.cells);
+    // The widest forward must stay narrower than the pool.
+    popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
+  }
+  if (is_path) {
+    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, popts));
+  } else {
+    CELLM_ASSIGN_OR_RETURN(a.program, random_program(a.spec, o.seed, popts, backend.name));
   }
   const std::int64_t cells = a.program->constant(program::kMaxCellsConstant).value_or(0);
   CELLM_RETURN_IF_ERROR(check_pool(o, need, cells, a.spec.max_context));
@@ -140,26 +127,26 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
 }
 
 // One request as the driver and its callbacks see it. The callback fields are
-// written on the engine thread and read by the driver only after on_settled
-// has handed the index over under the driver's mutex.
+// written on the engine thread and read by the driver only after on_done has
+// handed the index over under the driver's mutex.
 struct Tracked {
   Clock::time_point sent;
+  Clock::time_point first_token;
   Clock::time_point last_delivery;
+  Clock::time_point end;
   std::int64_t delivered = 0;
+  std::int64_t prefilled = 0;
   std::vector<double> gaps_ms;
   std::optional<FinishReason> reason;
   std::string error;
-  // Driver thread only.
-  Session session;
-  GenerationHandle handle;
-  GenerationMetrics metrics;
+  RequestHandle handle;  // driver thread only
 };
 
-// Releases requests at their arrival times, never more than `cap` in flight.
+// Releases requests at their arrival times, never more than `cap` in flight,
+// through Runner::submit: the path the server's requests take.
 class LoadDriver {
  public:
-  LoadDriver(Runner& runner, const Session* prefix, int prefix_len, GenConfig base)
-      : runner_(runner), prefix_(prefix), prefix_len_(prefix_len), base_(std::move(base)) {}
+  LoadDriver(Runner& runner, GenConfig base) : runner_(runner), base_(std::move(base)) {}
 
   // Calls `tick` every `every` while a run waits (a progress report).
   void set_ticker(Clock::duration every, std::function<void()> tick) {
@@ -182,17 +169,16 @@ class LoadDriver {
     };
     Clock::time_point next_tick = start + tick_every_;
     while (finished < n) {
-      std::vector<std::size_t> batch;
       const Clock::time_point now = Clock::now();
       if (tick_ && now >= next_tick) {
         tick_();
         next_tick = now + tick_every_;
       }
       while (next < n && in_flight < static_cast<std::size_t>(cap) && due(next) <= now) {
-        batch.push_back(next++);
+        launch(next, requests[next], tracked[next]);
+        ++next;
         ++in_flight;
       }
-      if (!batch.empty()) launch(batch, requests, tracked);
       std::deque<std::size_t> done;
       {
         std::unique_lock lock(mu_);
@@ -203,13 +189,8 @@ class LoadDriver {
         cv_.wait_until(lock, until, any);
         done.swap(settled_);
       }
-      for (std::size_t i : done) {
-        Tracked& t = tracked[i];
-        if (t.handle.valid()) t.metrics = t.handle.metrics();
-        t.session = Session();  // closes it, freeing its cells for the next request
-        --in_flight;
-        ++finished;
-      }
+      in_flight -= done.size();
+      finished += done.size();
     }
     return start;
   }
@@ -223,61 +204,51 @@ class LoadDriver {
     cv_.notify_one();
   }
 
-  // Asks for every session of the batch before waiting for any, so that they
-  // all come from one pass of the engine thread.
-  void launch(const std::vector<std::size_t>& batch, const std::vector<RequestSpec>& requests,
-              std::vector<Tracked>& tracked) {
-    std::vector<std::future<std::optional<Session>>> opened;
-    opened.reserve(batch.size());
-    for (std::size_t i : batch) {
-      tracked[i].sent = Clock::now();
-      opened.push_back(prefix_ != nullptr ? prefix_->clone_async(prefix_len_)
-                                          : runner_.open_session_async());
-    }
-    for (std::size_t k = 0; k < batch.size(); ++k) {
-      const std::size_t i = batch[k];
-      Tracked& t = tracked[i];
-      std::optional<Session> s = opened[k].get();
-      if (!s) {
-        t.reason = FinishReason::kFailed;
-        t.error = prefix_ != nullptr ? "the runner refused to clone the prefix snapshot"
-                                     : "the runner refused to open a session";
-        settle(i);
-        continue;
+  void launch(std::size_t i, const RequestSpec& r, Tracked& t) {
+    t.sent = Clock::now();
+    Request request;
+    request.prompt = r.prompt;
+    request.config = base_;
+    request.config.max_new_tokens = r.output_len;
+    if (request.config.seed) request.config.seed = *request.config.seed + i;
+    RequestCallbacks cb;
+    cb.on_update = [&t](std::int32_t, const GenerationUpdate& u) {
+      const auto now = Clock::now();
+      if (!u.tokens.empty()) {
+        // A burst of k tokens is one gap and k - 1 zero gaps (the runner's
+        // own ITL convention); the first burst has no gap.
+        if (t.delivered > 0) {
+          t.gaps_ms.push_back(ms_between(t.last_delivery, now));
+        } else {
+          t.first_token = now;
+        }
+        t.gaps_ms.insert(t.gaps_ms.end(), u.tokens.size() - 1, 0.0);
+        t.delivered += static_cast<std::int64_t>(u.tokens.size());
+        t.last_delivery = now;
       }
-      t.session = std::move(*s);
-      const RequestSpec& r = requests[i];
-      const auto skip = static_cast<std::ptrdiff_t>(prefix_ != nullptr ? prefix_len_ : 0);
-      std::vector<Token> delta(r.prompt.begin() + skip, r.prompt.end());
-      GenConfig config = base_;
-      config.max_new_tokens = r.output_len;
-      if (config.seed) config.seed = *config.seed + i;
-      t.handle = t.session.generate_async(
-          std::move(delta), std::move(config),
-          [&t](const GenerationUpdate& u) {
-            const auto now = Clock::now();
-            if (!u.tokens.empty()) {
-              // A burst of k tokens is one gap and k - 1 zero gaps (the
-              // runner's own ITL convention); the first burst has no gap.
-              if (t.delivered > 0) t.gaps_ms.push_back(ms_between(t.last_delivery, now));
-              t.gaps_ms.insert(t.gaps_ms.end(), u.tokens.size() - 1, 0.0);
-              t.delivered += static_cast<std::int64_t>(u.tokens.size());
-              t.last_delivery = now;
-            }
-            if (u.finish_reason) {
-              t.reason = *u.finish_reason;
-              t.error = u.error_message;
-            }
-          },
-          [this, i] { settle(i); });
+      if (u.finish_reason) {
+        t.reason = *u.finish_reason;
+        t.error = u.error_message;
+        t.end = now;
+      }
+    };
+    cb.on_done = [this, i, &t](const RequestOutcome& o) {
+      t.prefilled = o.usage.prompt_tokens - o.usage.cached_tokens;
+      settle(i);
+    };
+    Result<RequestHandle> h = runner_.submit(std::move(request), std::move(cb));
+    if (!h.ok()) {
+      t.reason = FinishReason::kFailed;
+      t.error = std::string(h.status().message());
+      settle(i);
+      return;
     }
+    t.handle = std::move(*h);
   }
 
   Clock::duration tick_every_{};
   std::function<void()> tick_;
   Runner& runner_;
-  const Session* prefix_;
-  int prefix_len_;
   GenConfig base_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -327,15 +298,13 @@ void tally(const std::vector<RequestSpec>& requests, std::vector<Tracked>& track
   for (std::size_t i = 0; i < tracked.size(); ++i) {
     Tracked& t = tracked[i];
     const RequestSpec& req = requests[i];
-    const GenerationMetrics& m = t.metrics;
     std::string why;
     if (t.reason != FinishReason::kNewTokenLimit) {
       why = t.error.empty() ? fmt::format("ended {}", t.reason ? finish_reason_name(*t.reason)
                                                                : std::string_view("without end"))
                             : t.error;
-    } else if (t.delivered != req.output_len || m.n_generated_tokens != req.output_len) {
-      why = fmt::format("delivered {} tokens (runner counted {}), expected {}", t.delivered,
-                        m.n_generated_tokens, req.output_len);
+    } else if (t.delivered != req.output_len) {
+      why = fmt::format("delivered {} tokens, expected {}", t.delivered, req.output_len);
     }
     if (!why.empty()) {
       if (r.failed++ == 0) r.first_error = fmt::format("request {}: {}", i, why);
@@ -344,10 +313,10 @@ void tally(const std::vector<RequestSpec>& requests, std::vector<Tracked>& track
     ++r.completed;
     r.input_tokens += static_cast<std::int64_t>(req.prompt.size());
     r.output_tokens += req.output_len;
-    r.prefilled_tokens += m.n_prefilled_tokens;
-    last = std::max(last, m.t_end);
-    ttft.push_back(ms_between(t.sent, m.t_first_token));
-    e2e.push_back(ms_between(t.sent, m.t_end));
+    r.prefilled_tokens += t.prefilled;
+    last = std::max(last, t.end);
+    ttft.push_back(ms_between(t.sent, t.first_token));
+    e2e.push_back(ms_between(t.sent, t.end));
     if (req.output_len > 1) tpot.push_back((e2e.back() - ttft.back()) / (req.output_len - 1));
     itl.insert(itl.end(), t.gaps_ms.begin(), t.gaps_ms.end());
   }
@@ -363,21 +332,31 @@ void tally(const std::vector<RequestSpec>& requests, std::vector<Tracked>& track
   r.e2e_ms = summarize(std::move(e2e));
 }
 
-// Prefills the shared prefix once in its own session, which every request
-// then clones (sharing its cells, as the prefix cache does).
-Result<Session> prefill_prefix(Runner& runner, const std::vector<Token>& prefix) {
-  std::optional<Session> root = runner.open_session_async().get();
-  if (!root) return unavailable("the runner refused a session for the shared prefix");
-  GenConfig config;
-  config.max_new_tokens = 1;
-  GenerationHandle h = root->generate_async(prefix, config, {});
+// Prefix-cache entries of a run with a shared prefix: the prefix's snapshot
+// (or a request's that contains it) and room for the next.
+constexpr std::int32_t kPrefixEntries = 2;
+
+// Puts the shared prefix into the runner's prefix cache (a request of the
+// prefix alone), so that every measured request finds it there.
+Status prefill_prefix(Runner& runner, const std::vector<Token>& prefix) {
+  Request request;
+  request.prompt = prefix;
+  request.config.max_new_tokens = 1;
+  auto failure = std::make_shared<std::string>();
+  RequestCallbacks cb;
+  cb.on_update = [failure](std::int32_t, const GenerationUpdate& u) {
+    if (u.finish_reason && *u.finish_reason != FinishReason::kNewTokenLimit) {
+      *failure = u.error_message.empty() ? std::string(finish_reason_name(*u.finish_reason))
+                                         : u.error_message;
+    }
+  };
+  CELLM_ASSIGN_OR_RETURN(RequestHandle h, runner.submit(std::move(request), std::move(cb)));
   h.wait();
-  if (h.finish_reason() != FinishReason::kNewTokenLimit ||
-      root->position() != static_cast<Position>(prefix.size())) {
-    return internal_error("prefilling the {}-token prefix failed: {}", prefix.size(),
-                          h.error_message().empty() ? "no token" : h.error_message());
+  if (!failure->empty() || runner.prefix_cache_size() < 1) {
+    return internal_error("prefilling the {}-token prefix into the prefix cache failed: {}",
+                          prefix.size(), failure->empty() ? "no snapshot" : *failure);
   }
-  return std::move(*root);
+  return Status::ok();
 }
 
 }  // namespace
@@ -413,30 +392,30 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   std::fputs(header.c_str(), out);
   std::fflush(out);
 
-  Runner runner(*a.executor, std::move(scheduler));
+  // The shared prefix lives in the runner's prefix cache, as in the server;
+  // a second entry lets a new request's snapshot arrive before the oldest goes.
+  const bool share_prefix = o.prefix_len > 0 && o.reuse_prefix;
+  Runner runner(*a.executor, std::move(scheduler), RunnerOptions{share_prefix ? kPrefixEntries : 0});
   if (auto probe = runner.open_session_async().get(); !probe) {  // waits for initialize()
     runner.shutdown();
     return internal_error("the {} executor failed to initialize (see the log)", a.backend);
   }
   const std::vector<RequestSpec> requests = make_requests(o, a.spec.vocab_size);
-  std::optional<Session> prefix;
-  if (o.prefix_len > 0 && o.reuse_prefix) {
+  if (share_prefix) {
     std::vector<Token> shared(requests[0].prompt.begin(),
                               requests[0].prompt.begin() + o.prefix_len);
-    auto root = prefill_prefix(runner, shared);
-    if (!root.ok()) {
+    if (Status st = prefill_prefix(runner, shared); !st.is_ok()) {
       runner.shutdown();
-      return root.status();
+      return st;
     }
-    prefix.emplace(std::move(root).value());
   }
   GenConfig base;
   base.sampling.temperature = o.temperature;
   base.sampling.top_p = o.top_p;
   base.sampling.top_k = o.top_k;
   if (o.temperature > 0) base.seed = o.seed;
-  const int cap = need.sessions - (prefix ? 1 : 0);
-  LoadDriver driver(runner, prefix ? &*prefix : nullptr, o.prefix_len, base);
+  const int cap = need.sessions - (share_prefix ? 3 : 0);
+  LoadDriver driver(runner, base);
 
   if (o.warmup_requests > 0) {
     ServeBenchOptions w = o;
@@ -449,7 +428,6 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
     ServeBenchReport check;
     tally(warm, tracked, t0, check);
     if (check.failed > 0) {
-      prefix.reset();
       runner.shutdown();
       return internal_error("a warm-up request failed, so the run would too: {}",
                             check.first_error);
@@ -473,7 +451,6 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   const std::vector<double> arrivals = poisson_arrivals(o.requests, o.request_rate, o.seed);
   std::vector<Tracked> tracked(requests.size());
   const Clock::time_point start = driver.run(requests, arrivals, cap, tracked);
-  prefix.reset();
   runner.shutdown();
   const EngineMetrics after = runner.metrics();  // final once the runner has stopped
 
@@ -498,4 +475,4 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   return r;
 }
 
-}  // namespace cellm::app
+}  // namespace cellm::bench

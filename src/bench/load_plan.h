@@ -1,0 +1,74 @@
+// The HTTP mode of `cellm bench serve`: its options and the request bodies it
+// sends. The load itself (lengths, prompts, arrivals) is the in-process
+// mode's (bench_serve.h), drawn from the same seed, so that both modes of one
+// run serve the very same requests.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/bench_serve.h"
+#include "cellm/status.h"
+
+namespace cellm::bench {
+
+enum class PromptFormat : std::uint8_t {
+  kTokenIds,  // "prompt": [ids...] (no tokenizer needed; what vLLM and llama-server accept)
+  kText,      // "prompt": "words ..." (one random word per requested token; usage counts)
+};
+
+enum class ProgressMode : std::uint8_t { kAuto, kBar, kLines, kOff };
+
+struct HttpBenchOptions {
+  // Model, backend, lengths, rate, concurrency, warm-up, seed, sampling,
+  // scheduler limits and --json, shared with the in-process mode.
+  ServeBenchOptions load;
+  // An OpenAI-compatible base URL ("http://host:port", with or without a
+  // trailing "/v1"); empty: start cellm's own server in-process on
+  // 127.0.0.1, any free port.
+  std::string url;
+  // The "model" field of every request; empty: the first id of GET /v1/models.
+  std::string served_model;
+  std::string api_key;  // sent as "Authorization: Bearer KEY" when set
+  PromptFormat prompt_format = PromptFormat::kTokenIds;
+  // The vocabulary random token prompts are drawn from, for --url (0: ask
+  // nobody and use 32000, safe for every common model).
+  std::int32_t vocab_size = 0;
+  bool ignore_eos = true;  // every request generates exactly its output length
+  // Also run the load through the Runner in-process (the existing mode) and
+  // report HTTP over in-process throughput. Unset: on when the server runs
+  // in-process, off against --url.
+  std::optional<bool> compare_inprocess;
+  // The in-process server's prefix cache (cellm serve --prefix-cache-entries):
+  // random prompts share nothing, so by default none.
+  std::int32_t prefix_cache_entries = 0;
+  double request_timeout_s = 1800;  // one request, first byte to last
+  ProgressMode progress = ProgressMode::kAuto;
+  std::string plot_path;  // a PNG drawn by bench/plot_serve.py after the run
+};
+
+// Option checks of the HTTP mode (the shared ones through validate()).
+Status validate(const HttpBenchOptions& options);
+
+// Where --url points: "http://host:port" split, and the path prefix that
+// /completions follows ("/v1" unless the URL already ends in it).
+struct Endpoint {
+  std::string scheme_host_port;  // "http://127.0.0.1:8080"
+  std::string host;
+  int port = 80;
+  std::string v1;  // "/v1" or "/something/v1"
+};
+Result<Endpoint> parse_url(const std::string& url);
+
+// The JSON body of request `r`: a streaming /v1/completions request with
+// max_tokens = its output length (and min_tokens, ignore_eos when asked),
+// usage in the last chunk. Text prompts hold one word of a fixed list per
+// token id, so they are as random and as long (in words) as the ids.
+std::string completion_body(const HttpBenchOptions& options, const std::string& model,
+                            const RequestSpec& r, std::uint64_t request_seed);
+
+}  // namespace cellm::bench

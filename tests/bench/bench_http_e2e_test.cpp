@@ -1,0 +1,185 @@
+// `cellm bench serve` over HTTP, through the binary: against cellm's server
+// started in-process on the real SmolLM2 (with the in-process Runner figure of
+// the same load beside it), and on a random-weight shape, which has no
+// tokenizer and is served with numeric token text. The JSON line's figures
+// must agree with the load asked for and with each other.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/testdata.h"
+
+namespace cellm::bench {
+namespace {
+
+std::filesystem::path smollm2() {
+  return cellm::testing::source_dir() / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string run_command(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return "<popen failed>";
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  *rc = pclose(pipe);
+  return out;
+}
+
+// Runs the command and returns the one JSON line it appended to a fresh file.
+nlohmann::json run_json(const std::string& name, const std::string& args, std::string* out) {
+  const std::string json = ::testing::TempDir() + "/" + name + ".jsonl";
+  std::remove(json.c_str());
+  int rc = -1;
+  *out = run_command(std::string(CELLM_BINARY) + " bench serve " + args + " --json " + json +
+                         " --progress-bar off 2>&1",
+                     &rc);
+  EXPECT_EQ(rc, 0) << *out;
+  std::ifstream in(json);
+  std::string line;
+  if (!std::getline(in, line)) {
+    ADD_FAILURE() << "no JSON line in " << json << "\n" << *out;
+    return nlohmann::json::object();
+  }
+  std::string extra;
+  EXPECT_FALSE(std::getline(in, extra)) << "one run, one line";
+  return nlohmann::json::parse(line);
+}
+
+// What any successful run of `requests` x `out` tokens must satisfy.
+void check_figures(const nlohmann::json& j, int requests, int in_len, int out_len) {
+  EXPECT_EQ(j["bench"], "serve_http");
+  EXPECT_EQ(j["completed"], requests);
+  EXPECT_EQ(j["failed"], 0);
+  EXPECT_EQ(j["length_mismatches"], 0);
+  EXPECT_EQ(j["output_tokens"], requests * out_len);
+  EXPECT_EQ(j["requests"], requests);
+  EXPECT_EQ(j["input_len"], in_len);
+  EXPECT_EQ(j["output_len"], out_len);
+  EXPECT_TRUE(j.contains("commit"));
+  EXPECT_TRUE(j.contains("gpu"));
+  const double duration = j["duration_s"];
+  EXPECT_GT(duration, 0);
+  EXPECT_GT(j["output_tokens_per_s"].get<double>(), 0);
+  EXPECT_NEAR(j["output_tokens_per_s"].get<double>(), requests * out_len / duration, 1e-6);
+  EXPECT_GT(j["total_tokens_per_s"].get<double>(), j["output_tokens_per_s"].get<double>());
+  EXPECT_NEAR(j["request_throughput"].get<double>(), requests / duration, 1e-6);
+  for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+    const std::string k(m);
+    ASSERT_TRUE(j.contains(k + "_p50")) << k;
+    EXPECT_GT(j[k + "_mean"].get<double>(), 0) << k;
+    EXPECT_LE(j[k + "_p50"].get<double>(), j[k + "_p90"].get<double>()) << k;
+    EXPECT_LE(j[k + "_p90"].get<double>(), j[k + "_p99"].get<double>()) << k;
+    ASSERT_EQ(j[k + "_quantiles"].size(), 101u) << k;
+  }
+  // A request's first token comes before its end, and no request outlasts the run.
+  EXPECT_LE(j["ttft_ms_p99"].get<double>(), j["e2e_ms_quantiles"][100].get<double>());
+  EXPECT_LE(j["e2e_ms_quantiles"][100].get<double>(), duration * 1e3 + 1e-6);
+}
+
+TEST(BenchHttpE2eTest, SmolLM2OverHttpBesideTheInProcessFigure) {
+  ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
+  std::string out;
+  const nlohmann::json j =
+      run_json("bench_http_smollm2",
+               "--http --model " + smollm2().string() +
+                   " --backend cpu --num-prompts 8 --random-input-len 16 --random-output-len 8"
+                   " --max-concurrency 4 --warmup 1",
+               &out);
+  check_figures(j, 8, 16, 8);
+  EXPECT_EQ(j["target"], "in-process");
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["prompt_format"], "ids");
+  EXPECT_EQ(j["input_tokens"], 8 * 16);  // the server's usage counts the ids sent
+  // The Runner ran the same load in the same process.
+  ASSERT_TRUE(j.contains("inprocess")) << out;
+  const nlohmann::json& in = j["inprocess"];
+  EXPECT_EQ(in["bench"], "serve");
+  EXPECT_EQ(in["completed"], 8);
+  EXPECT_EQ(in["output_tokens"], 64);
+  ASSERT_TRUE(j.contains("http_over_inprocess"));
+  EXPECT_NEAR(j["http_over_inprocess"].get<double>(),
+              j["output_tokens_per_s"].get<double>() / in["output_tokens_per_s"].get<double>(),
+              1e-9);
+  EXPECT_NE(out.find("| HTTP / in-process output throughput |"), std::string::npos) << out;
+}
+
+TEST(BenchHttpE2eTest, RandomWeightShapeServesTokenIdsAndNumericText) {
+  std::string out;
+  const nlohmann::json j = run_json("bench_http_shape",
+                                    "--http --model smollm2-135m --backend cpu --num-prompts 4"
+                                    " --input-len 8 --output-len 4 --max-concurrency 2"
+                                    " --warmup 0 --no-inprocess",
+                                    &out);
+  check_figures(j, 4, 8, 4);
+  EXPECT_EQ(j["model"], "smollm2-135m");
+  EXPECT_EQ(j["input_tokens"], 4 * 8);
+  EXPECT_FALSE(j.contains("inprocess"));
+  EXPECT_FALSE(j.contains("http_over_inprocess"));
+}
+
+TEST(BenchHttpE2eTest, TextPromptsToAModelWithoutTokenizerFailAtWarmUpSayingWhy) {
+  int rc = -1;
+  const std::string out = run_command(std::string(CELLM_BINARY) +
+                                          " bench serve --http --model smollm2-135m --backend cpu"
+                                          " --num-prompts 2 --input-len 4 --output-len 2"
+                                          " --prompt-format text --progress-bar off 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("warm-up request 0 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("no tokenizer"), std::string::npos) << out;
+}
+
+TEST(BenchHttpE2eTest, UrlDrivesAnyOpenAiEndpointAndReadsItsUsage) {
+  // A fake endpoint (tests/bench/fake_stream_server.cpp) that streams " tok"
+  // chunks and reports usage: the --url path, /v1/models discovery included.
+  FILE* fake = popen((std::string(CELLM_FAKE_SERVER) + " 0 1 deep").c_str(), "r");
+  ASSERT_NE(fake, nullptr);
+  int port = 0;
+  int pid = 0;
+  ASSERT_EQ(std::fscanf(fake, "port %d pid %d", &port, &pid), 2) << "the fake server did not start";
+  std::string out;
+  const nlohmann::json j = run_json(
+      "bench_http_url",
+      "--url http://127.0.0.1:" + std::to_string(port) +
+          "/v1 --num-prompts 6 --input-len 8 --output-len 5 --max-concurrency 3 --warmup 1",
+      &out);
+  ::kill(pid, SIGTERM);
+  pclose(fake);
+  check_figures(j, 6, 8, 5);
+  EXPECT_EQ(j["model"], "fake");  // the first id of GET /v1/models
+  EXPECT_EQ(j["backend"], "remote");
+  EXPECT_EQ(j["target"], "http://127.0.0.1:" + std::to_string(port) + "/v1");
+  EXPECT_EQ(j["input_tokens"], 6 * 8);    // the fake's usage counts the ids it got
+  EXPECT_FALSE(j.contains("inprocess"));  // off by default against a URL
+}
+
+TEST(BenchHttpE2eTest, HttpOptionsWithoutHttpAreRefused) {
+  int rc = -1;
+  const std::string out = run_command(
+      std::string(CELLM_BINARY) + " bench serve --model smollm2-135m --plot x.png 2>&1", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--plot applies over HTTP only"), std::string::npos) << out;
+  const std::string both = run_command(
+      std::string(CELLM_BINARY) + " bench serve --http --url http://127.0.0.1:9 2>&1", &rc);
+  EXPECT_NE(rc, 0) << both;
+  EXPECT_NE(both.find("not both"), std::string::npos) << both;
+}
+
+TEST(BenchHttpE2eTest, AnUnreachableUrlFailsWithItsAddress) {
+  int rc = -1;
+  // Port 9 (discard) on loopback: nothing listens there on a test machine.
+  const std::string out =
+      run_command(std::string(CELLM_BINARY) + " bench serve --url http://127.0.0.1:9 2>&1", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("127.0.0.1:9"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace cellm::bench
