@@ -157,7 +157,9 @@ TEST_F(GpuLogprobsTest, KernelMatchesTheHostReference) {
           filled += want.top[j].logprob == -kInf;
         }
       }
-      if (min_p) EXPECT_GT(filled, 0) << "min_p left every row 20 live ids: -inf fill untested";
+      if (min_p) {
+        EXPECT_GT(filled, 0) << "min_p left every row 20 live ids: -inf fill untested";
+      }
       return true;
     });
     ASSERT_TRUE(ok) << (min_p ? "with min_p" : "plain");
