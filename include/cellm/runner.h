@@ -43,6 +43,9 @@ struct GenerationUpdate {
   std::vector<Token> tokens;
   std::optional<FinishReason> finish_reason;
   std::string error_message;
+  // One entry per token of `tokens` when the generation's policy asks for
+  // logprobs (SamplingParams::logprobs >= 0); empty otherwise.
+  std::vector<TokenLogprobs> logprobs;
 };
 using GenerationCallback = std::function<void(const GenerationUpdate&)>;
 using SettledCallback = std::function<void()>;

@@ -73,6 +73,29 @@ struct TokenMask {
   }
 };
 using TokenMaskPtr = std::shared_ptr<const TokenMask>;
+// Log probabilities a generation may ask for: the chosen token's and at most
+// this many of the most likely alternatives per token (OpenAI's limit).
+inline constexpr std::int32_t kMaxTopLogprobs = 20;
+
+// One candidate token and its log probability.
+struct TokenLogprob {
+  Token token = 0;
+  float logprob = 0.0f;
+  friend bool operator==(const TokenLogprob&, const TokenLogprob&) = default;
+};
+
+// The log probabilities of one generated token, from the distribution it was
+// drawn from: log-softmax of the logits after every adjustment (logit_bias,
+// penalties, suppressed ids, min_p, token masks) divided by the temperature
+// (greedy rows: not divided), before top-k/top-p truncation. `top` holds the
+// most likely ids, most likely first (ties: lower id), as many as the policy
+// asked for (SamplingParams::logprobs). An id the adjustments excluded has
+// logprob -inf.
+struct TokenLogprobs {
+  Token token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
 
 // Installed per generation (Executor::set_sampling), not carried per input.
 // temperature <= 0 means greedy; top_k <= 0 and top_p >= 1 disable truncation.
@@ -107,6 +130,11 @@ struct SamplingParams {
   TokenMaskPtr token_mask;
 
   bool masks_tokens() const { return token_mask && !token_mask->words.empty(); }
+  // Log probabilities to report with every drawn token (Output::logprobs):
+  // -1 none; 0..kMaxTopLogprobs the chosen token's and that many top
+  // alternatives. Changes nothing about which token is drawn.
+  std::int32_t logprobs = -1;
+  bool wants_logprobs() const { return logprobs >= 0; }
 
   // Whether any logit adjustment (penalty or bias) applies before sampling.
   bool adjusts_logits() const {
@@ -147,7 +175,8 @@ struct SamplingParams {
            a.suppressed == b.suppressed && a.suppressed_count == b.suppressed_count &&
            a.presence_penalty == b.presence_penalty && a.frequency_penalty == b.frequency_penalty &&
            a.repetition_penalty == b.repetition_penalty && a.min_p == b.min_p &&
-           a.token_mask == b.token_mask && std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
+           a.token_mask == b.token_mask && a.logprobs == b.logprobs &&
+           std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
   }
 };
 
@@ -168,6 +197,9 @@ struct Input {
 struct Output {
   SessionId sid = 0;
   std::vector<Token> tokens;
+  // Empty unless the session's policy asks for logprobs; then one entry per
+  // token, in order.
+  std::vector<TokenLogprobs> logprobs;
 };
 
 struct Task {

@@ -38,9 +38,10 @@ void GenerationState::publish(FinishReason r, std::string e, const GenerationMet
 }
 
 void deliver_terminal(const GenerationCallback& on_update, std::vector<Token> tokens,
-                      FinishReason& reason, std::string& error) {
+                      FinishReason& reason, std::string& error,
+                      std::vector<TokenLogprobs> logprobs) {
   if (!on_update) return;
-  GenerationUpdate update{std::move(tokens), reason, error};
+  GenerationUpdate update{std::move(tokens), reason, error, std::move(logprobs)};
   try {
     on_update(update);
   } catch (const std::exception& e) {

@@ -50,7 +50,8 @@ struct GenerationState {
 // Delivers the terminal update; a throwing callback turns the outcome into
 // kFailed with the exception's message.
 void deliver_terminal(const GenerationCallback& on_update, std::vector<Token> tokens,
-                      FinishReason& reason, std::string& error);
+                      FinishReason& reason, std::string& error,
+                      std::vector<TokenLogprobs> logprobs = {});
 // Runs on_settled, swallowing anything it throws.
 void run_settled(const SettledCallback& on_settled) noexcept;
 
@@ -224,7 +225,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // Ends `gen`: detaches it from its session (if installed), drops its queued
   // tasks, delivers the terminal update, publishes, then runs on_settled.
   void finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
-               std::vector<Token> tokens, std::string error, bool notify = true);
+               std::vector<Token> tokens, std::string error, bool notify = true,
+               std::vector<TokenLogprobs> logprobs = {});
   void count_completion_(const Generation& gen, FinishReason reason);
   void stop_path_();
   void publish_metrics_();

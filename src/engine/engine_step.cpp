@@ -314,22 +314,32 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   gen->last_delivery = now;
   m.n_generated_tokens += k;
 
+  // The logprobs of the delivered tokens (none when the policy asks for none).
+  std::vector<TokenLogprobs> logprobs;
+  if (!output->logprobs.empty()) {
+    const std::size_t n = std::min(emitted.size(), output->logprobs.size());
+    logprobs.assign(output->logprobs.begin(),
+                    output->logprobs.begin() + static_cast<std::ptrdiff_t>(n));
+  }
   if (!reason && gen->constrained) {
     switch (gen->constrained->refresh()) {
       case ConstrainedDecoding::Next::kContinue: break;
       case ConstrainedDecoding::Next::kComplete: reason = FinishReason::kStopToken; break;
       case ConstrainedDecoding::Next::kDeadEnd:
         finish_(gen, FinishReason::kFailed, std::move(emitted),
-                "constrained decoding reached a dead end: the grammar allows no next token");
+                "constrained decoding reached a dead end: the grammar allows no next token",
+                true, std::move(logprobs));
         return;
     }
   }
   if (reason) {
-    finish_(gen, *reason, std::move(emitted), "");
+    finish_(gen, *reason, std::move(emitted), "", true, std::move(logprobs));
     return;
   }
   try {
-    if (gen->on_update) gen->on_update(GenerationUpdate{std::move(emitted), std::nullopt, ""});
+    if (gen->on_update) {
+      gen->on_update(GenerationUpdate{std::move(emitted), std::nullopt, "", std::move(logprobs)});
+    }
   } catch (const std::exception& e) {
     // The callback already saw this step; it is not called a second time.
     finish_(gen, FinishReason::kFailed, {}, e.what(), /*notify=*/false);
@@ -359,14 +369,16 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
 }
 
 void EngineCore::finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
-                         std::vector<Token> tokens, std::string error, bool notify) {
+                         std::vector<Token> tokens, std::string error, bool notify,
+                         std::vector<TokenLogprobs> logprobs) {
   CELLM_CHECK(gen != nullptr);
   if (auto it = sessions_.find(gen->sid); it != sessions_.end() && it->second.active == gen) {
     it->second.active.reset();
     for (const Task& t : scheduler_->cancel(gen->sid)) task_owner_.erase(t.tid);
   }
   gen->metrics.t_end = Clock::now();
-  if (notify) deliver_terminal(gen->on_update, std::move(tokens), reason, error);
+  if (notify)
+    deliver_terminal(gen->on_update, std::move(tokens), reason, error, std::move(logprobs));
   count_completion_(*gen, reason);
   gen->state->publish(reason, std::move(error), gen->metrics);
   run_settled(gen->on_settled);

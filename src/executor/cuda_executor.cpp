@@ -45,6 +45,7 @@ CudaExecutor::CudaExecutor(std::shared_ptr<program::Program> program,
       has_argmax_(plan.has_argmax),
       has_penalizer_(plan.has_penalizer),
       has_masker_(plan.has_masker),
+      has_logprobs_(plan.has_logprobs),
       kv_cells_total_(cache_->metrics().cells_used + cache_->metrics().cells_free) {
   publish_kv_cells();
 }
@@ -71,6 +72,7 @@ bool CudaExecutor::initialize() {
   if (has_argmax_) names.push_back(program::kArgmaxMethod);
   if (has_penalizer_) names.push_back(program::kPenalizeMethod);
   if (has_masker_) names.push_back(program::kMaskMethod);
+  if (has_logprobs_) names.push_back(program::kLogprobsMethod);
   initialized_ = bind_and_load(*program_, cache_, names);
   return initialized_;
 }
@@ -280,9 +282,80 @@ Status CudaExecutor::mask_on_device(const Tensor& logits, const std::vector<Sess
   return Status::ok();
 }
 
-Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
-                                                        const std::vector<SessionId>& sessions) {
+Status CudaExecutor::logprobs_on_device(const Tensor& logits,
+                                        const std::vector<SessionId>& sessions,
+                                        const std::vector<Token>& tokens,
+                                        const std::vector<std::int64_t>& suppressed,
+                                        std::vector<std::optional<TokenLogprobs>>& logprobs) {
+  // The common case: nobody asks, nothing to build or launch.
+  if (std::none_of(sessions.begin(), sessions.end(),
+                   [this](SessionId sid) { return sessions_.logprobs_wanted(sid) >= 0; })) {
+    return Status::ok();
+  }
+  std::vector<float> params;
+  params.reserve(sessions.size() * program::kLogprobsParams);
+  std::vector<std::int64_t> ids;
+  ids.reserve(sessions.size());
+  for (std::size_t r = 0; r < sessions.size(); ++r) {
+    const std::int32_t count = sessions_.logprobs_wanted(sessions[r]);
+    const SamplingParams* policy = sessions_.policy(sessions[r]);
+    const float temperature =
+        policy != nullptr && policy->temperature > 0.0f ? policy->temperature : 0.0f;
+    params.insert(params.end(), {temperature, static_cast<float>(count)});
+    ids.push_back(static_cast<std::int64_t>(tokens[r]));
+  }
+  if (!has_logprobs_) {
+    return invalid_program(
+        "a session asks for logprobs but the program exports no {} method for its device logits; "
+        "drop logprobs from the request or serve a program that exports it",
+        program::kLogprobsMethod);
+  }
+  const auto rows = static_cast<std::int64_t>(sessions.size());
+  std::vector<Tensor> inputs = {
+      logits.slice_rows(0, rows),
+      Tensor::view(params.data(), DType::kF32, {rows, program::kLogprobsParams}),
+      Tensor::view(ids.data(), DType::kI64, {rows})};
+  if (!suppressed.empty()) {
+    inputs.push_back(Tensor::view(suppressed.data(), DType::kI64,
+                                  {rows, static_cast<std::int64_t>(kMaxSuppressedTokens)}));
+  }
+  auto out = program_->execute(program::kLogprobsMethod, inputs);
+  if (!out.ok()) return out.status().with_context("logprobs");
+  constexpr std::int64_t kTop = program::kLogprobsMaxTop;
+  if (out->size() != 2 || (*out)[0].dtype() != DType::kF32 || (*out)[1].dtype() != DType::kI64 ||
+      (*out)[0].device() != Device::kCpu || (*out)[1].device() != Device::kCpu ||
+      (*out)[0].numel() != rows * (1 + kTop) || (*out)[1].numel() != rows * kTop ||
+      (*out)[0].data() == nullptr || (*out)[1].data() == nullptr) {
+    return internal_error("{} returned {} tensors; expected host f32[{}, {}] and i64[{}, {}]",
+                          program::kLogprobsMethod, out->size(), rows, 1 + kTop, rows, kTop);
+  }
+  const std::span<const float> values = (*out)[0].span<const float>();
+  const std::span<const std::int64_t> top_ids = (*out)[1].span<const std::int64_t>();
+  for (std::size_t r = 0; r < sessions.size(); ++r) {
+    const float wanted = params[r * program::kLogprobsParams + 1];
+    if (wanted < 0.0f) continue;
+    const auto count = static_cast<std::size_t>(wanted);
+    TokenLogprobs lp;
+    lp.token = tokens[r];
+    lp.logprob = values[r * (1 + kTop)];
+    for (std::size_t j = 0; j < count && j < static_cast<std::size_t>(vocab_size_); ++j) {
+      const std::int64_t id = top_ids[r * kTop + j];
+      if (id < 0 || id >= vocab_size_) {
+        return internal_error("{} returned top id {} outside the vocabulary of {}",
+                              program::kLogprobsMethod, id, vocab_size_);
+      }
+      lp.top.push_back({static_cast<Token>(id), values[r * (1 + kTop) + 1 + j]});
+    }
+    logprobs[r] = std::move(lp);
+  }
+  return Status::ok();
+}
+
+Result<std::vector<Token>> CudaExecutor::sample_outputs(
+    const Tensor& logits, const std::vector<SessionId>& sessions,
+    std::vector<std::optional<TokenLogprobs>>& logprobs) {
   CELLM_RETURN_IF_ERROR(check_logits_home(logits));
+  logprobs.assign(sessions.size(), std::nullopt);
   if (logits.device() == Device::kCuda) {
     CELLM_RETURN_IF_ERROR(mask_on_device(logits, sessions));
     CELLM_RETURN_IF_ERROR(penalize_on_device(logits, sessions));
@@ -307,6 +380,7 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
     if (drawn.ok()) {
       for (std::size_t r = 0; r < sessions.size(); ++r)
         sessions_.note_draw(sessions[r], (*drawn)[r]);
+      CELLM_RETURN_IF_ERROR(logprobs_on_device(logits, sessions, *drawn, suppressed, logprobs));
     }
     return drawn;
   }
@@ -315,7 +389,9 @@ Result<std::vector<Token>> CudaExecutor::sample_outputs(const Tensor& logits,
   std::vector<float> row;
   for (std::size_t r = 0; r < sessions.size(); ++r) {
     const auto index = static_cast<std::int64_t>(r);
-    std::optional<Token> token = sessions_.sample(sessions[r], logits, index);
+    TokenLogprobs lp;
+    std::optional<Token> token = sessions_.sample(sessions[r], logits, index, &lp);
+    if (token && sessions_.logprobs_wanted(sessions[r]) >= 0) logprobs[r] = std::move(lp);
     if (!token && sessions_.greedy(sessions[r])) {
       sampling::row_to_f32(logits, index, row);
       token = static_cast<Token>(sampling::argmax_row(row));
@@ -344,6 +420,7 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
     return false;
   }
   const PackedStep& step = *packed;
+  std::vector<std::optional<TokenLogprobs>> logprobs;
   for (const program::StepSlice& slice :
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
@@ -359,13 +436,14 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
     std::vector<SessionId>& sessions = step_sessions_;
     sessions.clear();
     for (std::size_t input : wanted) sessions.push_back(batch.inputs[input].sid);
-    auto tokens = sample_outputs(forward->logits, sessions);
+    auto tokens = sample_outputs(forward->logits, sessions, logprobs);
     if (!tokens.ok()) {
       CELLM_LOG_ERROR("executor: sampling failed: {}", tokens.status().to_string());
       return false;
     }
     for (std::size_t r = 0; r < wanted.size(); ++r) {
       out.outputs[wanted[r]] = Output{sessions[r], {(*tokens)[r]}};
+      if (logprobs[r]) out.outputs[wanted[r]]->logprobs.push_back(std::move(*logprobs[r]));
     }
   }
   return true;

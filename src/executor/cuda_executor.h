@@ -151,6 +151,7 @@ class CudaExecutor final : public Executor {
     bool has_argmax = false;
     bool has_penalizer = false;  // `sample_penalize` (logit adjustments on the device)
     bool has_masker = false;     // `sample_mask` (constrained decoding on the device)
+    bool has_logprobs = false;   // `sample_logprobs` (logprobs of device draws)
     std::uint64_t kv_cell_bytes = 0;
   };
   CudaExecutor(std::shared_ptr<program::Program> program, std::shared_ptr<cache::CellCache> cache,
@@ -170,8 +171,18 @@ class CudaExecutor final : public Executor {
   Result<std::vector<Token>> run_device_sampler(const Tensor& logits, std::size_t rows,
                                                 const std::vector<float>& params, bool all_greedy,
                                                 const std::vector<std::int64_t>& suppressed = {});
+  // Draws one token per session's row; where a session's policy asks for
+  // logprobs, fills its entry of `logprobs` (resized to sessions.size();
+  // other entries are left empty).
   Result<std::vector<Token>> sample_outputs(const Tensor& logits,
-                                            const std::vector<SessionId>& sessions);
+                                            const std::vector<SessionId>& sessions,
+                                            std::vector<std::optional<TokenLogprobs>>& logprobs);
+  // The logprobs of device draws through the program's sample_logprobs, for
+  // the rows whose sessions ask; nothing when none does.
+  Status logprobs_on_device(const Tensor& logits, const std::vector<SessionId>& sessions,
+                            const std::vector<Token>& tokens,
+                            const std::vector<std::int64_t>& suppressed,
+                            std::vector<std::optional<TokenLogprobs>>& logprobs);
   // Adjusts the rows of device logits whose sessions' policies ask for it
   // (bias, penalties, min_p) through the program's sample_penalize, in
   // groups of at most kPenalizeMaxEntries entries; nothing when none does.
@@ -205,6 +216,7 @@ class CudaExecutor final : public Executor {
   std::vector<std::int64_t> sample_suppressed_;
   bool has_masker_;
   std::vector<std::uint32_t> mask_words_;  // mask_on_device's staging
+  bool has_logprobs_;
   // penalize_on_device's staging (reused from step to step).
   std::vector<sampling::PenaltyEntry> penalty_entries_;
   std::vector<sampling::PenaltyEntry> penalty_row_entries_;

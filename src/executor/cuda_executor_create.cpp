@@ -161,6 +161,11 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
     CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kMaskMethod));
     CELLM_RETURN_IF_ERROR(check_mask_method(meta, plan.vocab));
   }
+  plan.has_logprobs = exports(program::kLogprobsMethod);
+  if (plan.has_logprobs) {
+    CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kLogprobsMethod));
+    CELLM_RETURN_IF_ERROR(check_logprobs_method(meta, plan.vocab));
+  }
   if (plan.has_argmax) {
     CELLM_ASSIGN_OR_RETURN(program::MethodMeta meta, program.method_meta(program::kArgmaxMethod));
     CELLM_RETURN_IF_ERROR(check_argmax_method(meta, plan.vocab));

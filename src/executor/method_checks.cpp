@@ -201,6 +201,38 @@ Status check_mask_method(const program::MethodMeta& meta, std::int64_t vocab) {
   return Status::ok();
 }
 
+Status check_logprobs_method(const program::MethodMeta& meta, std::int64_t vocab) {
+  const std::string_view name = program::kLogprobsMethod;
+  if (meta.inputs.size() != 4 || meta.optional_inputs != 1 || meta.outputs.size() != 2) {
+    return invalid_program(
+        "method {}: takes {} inputs ({} optional) and returns {} outputs; expected logits [R, V], "
+        "params [R, {}], tokens [R] and optional suppressed ids [R, {}], returning logprobs "
+        "[R, {}] and ids [R, {}]",
+        name, meta.inputs.size(), meta.optional_inputs, meta.outputs.size(),
+        program::kLogprobsParams, kMaxSuppressedTokens, 1 + program::kLogprobsMaxTop,
+        program::kLogprobsMaxTop);
+  }
+  CELLM_RETURN_IF_ERROR(check_logits_output(name, meta.inputs[0], vocab));
+  const auto host = [](const program::TensorSpec& t, DType dtype, std::size_t rank,
+                       std::int64_t last) {
+    return t.dtype == dtype && t.device == Device::kCpu && t.shape.size() == rank &&
+           (rank < 2 || t.shape[1] == last);
+  };
+  if (!host(meta.inputs[1], DType::kF32, 2, program::kLogprobsParams) ||
+      !host(meta.inputs[2], DType::kI64, 1, 0) ||
+      !host(meta.inputs[3], DType::kI64, 2, static_cast<std::int64_t>(kMaxSuppressedTokens)) ||
+      !host(meta.outputs[0], DType::kF32, 2, 1 + program::kLogprobsMaxTop) ||
+      !host(meta.outputs[1], DType::kI64, 2, program::kLogprobsMaxTop)) {
+    return invalid_program(
+        "method {}: expected host f32[R, {}], i64[R], i64[R, {}] inputs and host f32[R, {}], "
+        "i64[R, {}] outputs, got {}, {}, {} and {}, {}",
+        name, program::kLogprobsParams, kMaxSuppressedTokens, 1 + program::kLogprobsMaxTop,
+        program::kLogprobsMaxTop, spec_string(meta.inputs[1]), spec_string(meta.inputs[2]),
+        spec_string(meta.inputs[3]), spec_string(meta.outputs[0]), spec_string(meta.outputs[1]));
+  }
+  return Status::ok();
+}
+
 Status check_argmax_method(const program::MethodMeta& meta, std::int64_t vocab) {
   const std::string_view name = program::kArgmaxMethod;
   if (meta.inputs.size() != 1) {

@@ -52,6 +52,11 @@ Status check_penalize_method(const program::MethodMeta& meta, std::int64_t vocab
 // [R, ceil(V / 32)].
 Status check_mask_method(const program::MethodMeta& meta, std::int64_t vocab);
 
+// `sample_logprobs` (program.h): logits [R, V] float, params host f32[R, 2],
+// tokens host i64[R], optional suppressed ids host i64[R, 8]; outputs host
+// f32[R, 1 + 20] and host i64[R, 20].
+Status check_logprobs_method(const program::MethodMeta& meta, std::int64_t vocab);
+
 // The program's cache layout: at least one layer, no negative window.
 Status check_cache_layout(const program::Program& program);
 

@@ -165,7 +165,8 @@ bool ModuleExecutor::execute(const BatchInput& batch, BatchOutput& out) {
       // Without a selector the logits hold one row per token.
       const std::int64_t logits_row =
           selects_rows_ ? static_cast<std::int64_t>(r) : rows.selector[r];
-      std::optional<Token> token = sessions_.sample(sid, logits, logits_row);
+      TokenLogprobs logprobs;
+      std::optional<Token> token = sessions_.sample(sid, logits, logits_row, &logprobs);
       if (!token && sessions_.greedy(sid)) {
         sampling::row_to_f32(logits, logits_row, row);
         token = static_cast<Token>(sampling::argmax_row(row));
@@ -176,6 +177,8 @@ bool ModuleExecutor::execute(const BatchInput& batch, BatchOutput& out) {
         return false;
       }
       out.outputs[input] = Output{sid, {*token}};
+      if (sessions_.logprobs_wanted(sid) >= 0)
+        out.outputs[input]->logprobs.push_back(std::move(logprobs));
     }
   }
   return true;

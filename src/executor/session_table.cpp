@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "sampling/token_mask.h"
+#include "sampling/logprobs.h"
 
 namespace cellm::executor {
 
@@ -248,50 +249,62 @@ Result<PackedStep> SessionTable::pack(const BatchInput& batch) {
   return step;
 }
 
-std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logits,
-                                          std::int64_t row) {
+std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logits, std::int64_t row,
+                                          TokenLogprobs* logprobs) {
   const auto it = sessions_.find(session);
   if (it == sessions_.end() || !it->second.sampler) return std::nullopt;
   if (logits.device() != Device::kCpu || logits.rank() != 2 || logits.dim(1) != vocab_size_ ||
       row < 0 || row >= logits.dim(0) || logits.data() == nullptr) {
     return std::nullopt;
   }
+  if (logits.dtype() != DType::kF32 && logits.dtype() != DType::kF16 &&
+      logits.dtype() != DType::kBF16) {
+    return std::nullopt;
+  }
   std::optional<std::int64_t> token;
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   Entry& entry = it->second;
   const SamplingParams& params = entry.sampler->params();
-  const bool adjust = sampling::needs_adjustment(params);
-  if ((adjust || params.masks_tokens()) && logits.dtype() != DType::kI32 &&
-      logits.dtype() != DType::kI64 && logits.dtype() != DType::kU8) {
+  const bool adjusted = sampling::needs_adjustment(params);
+  const bool masked = params.masks_tokens();
+  // The row the draw sees, widened to f32 where the mask, the logprobs or
+  // the adjustments need it (the plain f32 path reads the logits in place).
+  std::span<const float> seen;
+  if (adjusted || masked || logits.dtype() != DType::kF32) {
     sampling::row_to_f32(logits, row, row_);
     // The mask first, as the device does (sampling/token_mask.h).
-    if (params.masks_tokens()) sampling::apply_token_mask(row_, params.token_mask->words);
-    if (adjust) {
+    if (masked) sampling::apply_token_mask(row_, params.token_mask->words);
+    if (adjusted) {
       sampling::build_entries(params, entry.counts, vocab_size_, entries_);
       sampling::adjust_row(row_, params, entries_);
     }
-    token = entry.sampler->sample(std::span<const float>(row_));
-    if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
-    entry.last_draw.emplace(entry.history.size(), static_cast<Token>(*token));
-    return static_cast<Token>(*token);
+    seen = row_;
+  } else {
+    seen = std::span(logits.data_as<float>() + row * vocab_size_, vocab);
   }
-  switch (logits.dtype()) {
-    case DType::kF32:
-      token =
-          it->second.sampler->sample(std::span(logits.data_as<float>() + row * vocab_size_, vocab));
-      break;
-    case DType::kF16:
-    case DType::kBF16:
-      token = it->second.sampler->sample(
-          std::span(logits.data_as<std::uint16_t>() + row * vocab_size_, vocab), logits.dtype());
-      break;
-    case DType::kI32:
-    case DType::kI64:
-    case DType::kU8: return std::nullopt;
-  }
+  token = entry.sampler->sample(seen);
   if (!token || *token < 0 || *token >= vocab_size_) return std::nullopt;
+  if (logprobs != nullptr && params.wants_logprobs()) {
+    // Adjusted rows already hold the suppressed ids at -inf.
+    sampling::row_logprobs(seen, params.temperature,
+                           adjusted ? std::span<const Token>{} : params.suppressed_tokens(),
+                           static_cast<Token>(*token), params.logprobs, *logprobs);
+  }
   entry.last_draw.emplace(entry.history.size(), static_cast<Token>(*token));
   return static_cast<Token>(*token);
+}
+
+const SamplingParams* SessionTable::policy(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.sampler) return nullptr;
+  return &it->second.sampler->params();
+}
+
+std::int32_t SessionTable::logprobs_wanted(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.sampler) return -1;
+  const std::int32_t k = it->second.sampler->params().logprobs;
+  return k >= 0 ? std::min(k, kMaxTopLogprobs) : -1;
 }
 
 std::optional<DevicePenaltyRow> SessionTable::device_penalties(

@@ -121,7 +121,15 @@ class SessionTable {
   // Samples row `row` of host logits [R, V] with the session's policy
   // (advancing its host generator). nullopt for an unknown session, one
   // without a policy, a row out of range or logits that are not [R, V].
-  std::optional<Token> sample(SessionId session, const Tensor& logits, std::int64_t row);
+  // When the policy asks for logprobs and `logprobs` is not null, fills it
+  // from the row the draw used (sampling/logprobs.h); otherwise leaves it.
+  std::optional<Token> sample(SessionId session, const Tensor& logits, std::int64_t row,
+                              TokenLogprobs* logprobs = nullptr);
+  // The top-logprobs count the session's policy asks for (0..20), or -1
+  // when it asks for none, is unknown or has no policy.
+  std::int32_t logprobs_wanted(SessionId session) const;
+  // The installed policy; null for an unknown session or one without.
+  const SamplingParams* policy(SessionId session) const;
   // The params row for a device sampler; the coin comes from the session's
   // device-path generator and is drawn only when temperature > 0. nullopt for
   // an unknown session or one without a policy.

@@ -1,5 +1,6 @@
 #include "program/forward_methods.h"
 
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -68,6 +69,7 @@ Result<ForwardMethods> ForwardMethods::build(const ProgramOptions& options, std:
     m.methods_.emplace(std::string(kArgmaxMethod), MethodEntry{MethodKind::kArgmax, 0});
     m.methods_.emplace(std::string(kPenalizeMethod), MethodEntry{MethodKind::kPenalize, 0});
     m.methods_.emplace(std::string(kMaskMethod), MethodEntry{MethodKind::kMask, 0});
+    m.methods_.emplace(std::string(kLogprobsMethod), MethodEntry{MethodKind::kLogprobs, 0});
   }
   return m;
 }
@@ -151,6 +153,16 @@ Result<MethodMeta> ForwardMethods::meta(std::string_view name, std::int64_t voca
                      TensorSpec{DType::kF32, {rows, kPenalizeRowParams}},
                      TensorSpec{DType::kI32, {rows + 1}},
                      TensorSpec{DType::kI32, {kPenalizeMaxEntries, 4}}};
+      return meta;
+    case MethodKind::kLogprobs:
+      meta.dynamic = true;
+      meta.inputs = {
+          TensorSpec{DType::kF32, {rows, vocab}, logits_device},
+          TensorSpec{DType::kF32, {rows, kLogprobsParams}}, TensorSpec{DType::kI64, {rows}},
+          TensorSpec{DType::kI64, {rows, static_cast<std::int64_t>(kMaxSuppressedTokens)}}};
+      meta.optional_inputs = 1;  // the suppressed ids
+      meta.outputs = {TensorSpec{DType::kF32, {rows, 1 + kLogprobsMaxTop}},
+                      TensorSpec{DType::kI64, {rows, kLogprobsMaxTop}}};
       return meta;
     case MethodKind::kMask:
       meta.dynamic = true;
@@ -321,6 +333,64 @@ Result<PenalizeCall> ForwardMethods::check_penalize(std::span<const Tensor> inpu
     if (token < 0 || token >= vocab) {
       return invalid_argument("{}: entry {} names token {} outside the vocabulary of {}", name, e,
                               token, vocab);
+    }
+  }
+  return call;
+}
+
+Result<LogprobsCall> ForwardMethods::check_logprobs(std::span<const Tensor> inputs,
+                                                    std::int64_t vocab, Device device) const {
+  const std::string_view name = kLogprobsMethod;
+  if (inputs.size() != 3 && inputs.size() != 4) {
+    return invalid_argument(
+        "{}: takes 3 or 4 inputs (logits, params, tokens[, suppressed]), got {}", name,
+        inputs.size());
+  }
+  const Tensor& logits = inputs[0];
+  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
+      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > options_.max_step ||
+      logits.data() == nullptr) {
+    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
+                            device == Device::kCuda ? "device" : "host", options_.max_step, vocab,
+                            logits.describe());
+  }
+  const std::int64_t rows = logits.dim(0);
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "params", inputs[1], DType::kF32, 2));
+  if (inputs[1].dim(0) != rows || inputs[1].dim(1) != kLogprobsParams) {
+    return invalid_argument("{}: params must be f32 [{}, {}], got {}", name, rows, kLogprobsParams,
+                            inputs[1].describe());
+  }
+  CELLM_RETURN_IF_ERROR(check_host_input(name, "tokens", inputs[2], DType::kI64, 1));
+  if (inputs[2].dim(0) != rows) {
+    return invalid_argument("{}: tokens must be i64 [{}], got {}", name, rows,
+                            inputs[2].describe());
+  }
+  LogprobsCall call;
+  call.rows = static_cast<std::int32_t>(rows);
+  call.params = inputs[1].span<const float>();
+  call.tokens = inputs[2].span<const std::int64_t>();
+  if (inputs.size() == 4) {
+    CELLM_RETURN_IF_ERROR(check_host_input(name, "suppressed", inputs[3], DType::kI64, 2));
+    if (inputs[3].dim(0) != rows ||
+        inputs[3].dim(1) != static_cast<std::int64_t>(kMaxSuppressedTokens)) {
+      return invalid_argument("{}: suppressed ids must be i64 [{}, {}] (-1: empty), got {}", name,
+                              rows, kMaxSuppressedTokens, inputs[3].describe());
+    }
+    call.suppressed = inputs[3].span<const std::int64_t>();
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float count = call.params[static_cast<std::size_t>(r * kLogprobsParams + 1)];
+    if (count < 0.0f) continue;
+    if (!(count <= static_cast<float>(kLogprobsMaxTop)) || count != std::floor(count)) {
+      return invalid_argument(
+          "{}: row {} asks for {} top logprobs; the count must be an integer "
+          "in [-1, {}]",
+          name, r, count, kLogprobsMaxTop);
+    }
+    const std::int64_t token = call.tokens[static_cast<std::size_t>(r)];
+    if (token < 0 || token >= vocab) {
+      return invalid_argument("{}: row {} names drawn token {} outside the vocabulary of {}", name,
+                              r, token, vocab);
     }
   }
   return call;

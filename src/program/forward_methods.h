@@ -30,7 +30,8 @@ enum class MethodKind : std::uint8_t {
   kSample,
   kArgmax,
   kPenalize,
-  kMask
+  kMask,
+  kLogprobs
 };
 
 // The kinds that take (tokens, positions, selector) and need a bound cache.
@@ -42,7 +43,8 @@ constexpr bool is_forward(MethodKind kind) {
     case MethodKind::kSample:
     case MethodKind::kArgmax:
     case MethodKind::kPenalize:
-    case MethodKind::kMask: return false;
+    case MethodKind::kMask:
+    case MethodKind::kLogprobs: return false;
   }
   return false;
 }
@@ -74,6 +76,14 @@ struct MaskCall {
   std::int32_t rows = 0;
   std::int32_t words_per_row = 0;
   std::span<const std::uint32_t> words;  // [rows, words_per_row]
+};
+
+// A validated sample_logprobs call (program.h): spans into its host inputs.
+struct LogprobsCall {
+  std::int32_t rows = 0;
+  std::span<const float> params;             // [rows, kLogprobsParams]
+  std::span<const std::int64_t> tokens;      // [rows]
+  std::span<const std::int64_t> suppressed;  // [rows, kMaxSuppressedTokens] or empty
 };
 
 // A validated forward call.
@@ -120,6 +130,11 @@ class ForwardMethods {
   // f32 [1..kMaskMaxRows, vocab] and host i32 words [rows, ceil(vocab / 32)].
   Result<MaskCall> check_mask(std::span<const Tensor> inputs, std::int64_t vocab,
                               Device device) const;
+  // Checks sample_logprobs's inputs (program.h) for logits on `device`:
+  // shapes, counts in [-1, kLogprobsMaxTop], drawn ids of the rows that ask
+  // inside [0, vocab). Nothing is changed on refusal.
+  Result<LogprobsCall> check_logprobs(std::span<const Tensor> inputs, std::int64_t vocab,
+                                      Device device) const;
   // The narrowest static method of at least `rows` rows; null when none is.
   const MethodEntry* narrowest_static(std::int32_t rows) const;
   const ProgramOptions& options() const { return options_; }

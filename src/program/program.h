@@ -58,6 +58,18 @@ inline constexpr std::int64_t kPenalizeRowParams = 3;
 // some row is constrained.
 inline constexpr std::string_view kMaskMethod = "sample_mask";
 inline constexpr std::int64_t kMaskMaxRows = 256;
+// Optional: log probabilities of drawn tokens (sampling/logprobs.h is the
+// arithmetic), run after `sample` on the same logits. Inputs: logits [R, V]
+// (as the sampler saw them), params host f32[R, 2] (temperature, top count:
+// -1 skips the row, else 0..kLogprobsMaxTop), tokens host i64[R] (the drawn
+// ids) and, optionally, suppressed ids host i64[R, 8] (-1: empty). Outputs,
+// on the host: f32[R, 1 + kLogprobsMaxTop] (the drawn id's logprob, then the
+// top ones, most likely first) and i64[R, kLogprobsMaxTop] (the top ids; -1
+// past a row's count). Skipped rows' outputs are unspecified. The executor
+// calls it only for steps where some row asks for logprobs.
+inline constexpr std::string_view kLogprobsMethod = "sample_logprobs";
+inline constexpr std::int64_t kLogprobsMaxTop = 20;
+inline constexpr std::int64_t kLogprobsParams = 2;
 inline constexpr std::string_view kVocabSizeConstant = "get_vocab_size";
 inline constexpr std::string_view kMaxContextConstant = "get_max_context_len";
 inline constexpr std::string_view kMaxCellsConstant = "get_offgraph_kv_max_cells";

@@ -192,6 +192,12 @@ Status check_policy(const SamplingParams& params, std::int64_t vocab) {
                             params.suppressed_count, kMaxSuppressedTokens);
   }
   CELLM_RETURN_IF_ERROR(check_adjustments(params, vocab));
+  if (params.logprobs < -1 || params.logprobs > kMaxTopLogprobs) {
+    return invalid_argument(
+        "sampling policy asks for {} top logprobs; the range is 0 to {} (-1: "
+        "none)",
+        params.logprobs, kMaxTopLogprobs);
+  }
   std::int64_t in_vocab = 0;
   const std::span<const Token> ids = params.suppressed_tokens();
   for (std::size_t i = 0; i < ids.size(); ++i) {

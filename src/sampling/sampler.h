@@ -56,7 +56,8 @@ std::int64_t sample_row(std::span<const float> logits, float temperature, float 
 // Whether `params` can be installed for a vocabulary of `vocab` ids:
 // InvalidArgument when suppressed_count exceeds kMaxSuppressedTokens, the
 // suppressed ids cover the whole vocabulary (nothing could be drawn) or a
-// penalty, min_p or logit_bias is out of range (check_adjustments).
+// penalty, min_p or logit_bias is out of range (check_adjustments), or the
+// logprobs count lies outside [-1, kMaxTopLogprobs].
 // Suppressed ids outside the vocabulary are allowed and have no effect.
 Status check_policy(const SamplingParams& params, std::int64_t vocab);
 

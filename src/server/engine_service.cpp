@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "grammar/vocab_from_tokenizer.h"
 #include "server/runner_service.h"
+#include "text/decoder.h"
 #include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
@@ -53,6 +54,16 @@ class EngineService final : public GenerationService {
         if (to_id(id) >= 0) v.push_back(to_id(id));
       }
       return tok.decode(v, /*skip_special=*/true);
+    };
+    // A token's own bytes: its vocabulary string through the decoders as
+    // mid-text (a byte-fallback piece stays the raw byte), an added token's
+    // text as is.
+    t.token_bytes = [tok](Token id) -> std::string {
+      const std::int32_t i = to_id(id);
+      const std::string* text = i >= 0 ? tok.token_text(i) : nullptr;
+      if (text == nullptr) return {};
+      if (tok.is_added(i)) return *text;
+      return tok.decoder().decode({*text}, /*at_start=*/false);
     };
     t.text_stream = [tok] { return std::unique_ptr<TokenTextStream>(new DetokenizerStream(tok)); };
     // Built once, on the first request that constrains decoding.
@@ -104,6 +115,7 @@ class EngineService final : public GenerationService {
   std::string detokenize(std::span<const Token> tokens) const override {
     return inner_->detokenize(tokens);
   }
+  std::string token_bytes(Token token) const override { return inner_->token_bytes(token); }
   std::unique_ptr<TokenTextStream> text_stream() const override { return inner_->text_stream(); }
   Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec,
                                                EventSink sink) override {

@@ -250,6 +250,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   spec.sampling.frequency_penalty = r.frequency_penalty;
   spec.sampling.repetition_penalty = r.repetition_penalty;
   spec.sampling.min_p = r.min_p;
+  spec.sampling.logprobs = r.logprobs;
   if (!r.logit_bias.empty()) {
     std::vector<LogitBias> bias;
     bias.reserve(r.logit_bias.size());
@@ -283,6 +284,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   setup.prompt_tokens = prompt_len;
   setup.stop = r.stop;
   setup.min_tokens = r.min_tokens;
+  setup.logprobs = r.logprobs;
   setup.arrival = arrival;
   setup.record_prefix_lookup = svc.prefix_caching();
   // tool_choice "none" cleared r.tools: no tools rendered, nothing parsed.

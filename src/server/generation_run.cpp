@@ -1,6 +1,9 @@
 #include "server/generation_run.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "core/utf8.h"
 
 namespace cellm::server {
 namespace {
@@ -50,7 +53,7 @@ void EventChannel::wake() {
 Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
                                                              const GenerationService& service,
                                                              ServerMetrics& metrics) {
-  std::shared_ptr<GenerationRun> run(new GenerationRun(std::move(setup), metrics));
+  std::shared_ptr<GenerationRun> run(new GenerationRun(std::move(setup), service, metrics));
   run->choices_.resize(static_cast<std::size_t>(run->setup_.n));
   for (ChoiceState& c : run->choices_) {
     Result<ChoiceText> text =
@@ -62,8 +65,34 @@ Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
   return run;
 }
 
-GenerationRun::GenerationRun(RunSetup setup, ServerMetrics& metrics)
-    : setup_(std::move(setup)), metrics_(metrics) {}
+GenerationRun::GenerationRun(RunSetup setup, const GenerationService& service,
+                             ServerMetrics& metrics)
+    : setup_(std::move(setup)), service_(service), metrics_(metrics) {}
+
+void GenerationRun::describe_logprobs(ChoiceState& c, std::span<const TokenLogprobs> entries,
+                                      std::vector<TokenLogprobsText>* out) {
+  const auto shown = [this](Token id, float logprob) {
+    TokenText t;
+    t.bytes = service_.token_bytes(id);
+    t.token = utf8::repair(t.bytes);
+    t.logprob = logprob;
+    return t;
+  };
+  for (const TokenLogprobs& e : entries) {
+    TokenText chosen = shown(e.token, e.logprob);
+    TokenLogprobsText t;
+    t.token = std::move(chosen.token);
+    t.bytes = std::move(chosen.bytes);
+    t.logprob = e.logprob;
+    t.text_offset = c.text_offset;
+    for (const TokenLogprob& alt : e.top) t.top.push_back(shown(alt.token, alt.logprob));
+    // Code points: every byte that does not continue a UTF-8 sequence.
+    for (char ch : t.token) {
+      if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++c.text_offset;
+    }
+    out->push_back(std::move(t));
+  }
+}
 
 GenerationRun::~GenerationRun() {
   finish();
@@ -129,7 +158,15 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
   }
   Delta d;
   d.choice = event.choice;
+  const std::int64_t counted_before = c.text->tokens();
   d.text = c.text->push(event.tokens);
+  if (setup_.logprobs >= 0) {
+    // The tokens the client gets (none past a stop string) are the first
+    // ones of the event; each carries its entry.
+    const auto counted = static_cast<std::size_t>(c.text->tokens() - counted_before);
+    describe_logprobs(c, std::span(event.logprobs).first(std::min(counted, event.logprobs.size())),
+                      &d.logprobs);
+  }
   if (c.text->stopped_by_string()) {
     d.finish_reason = "stop";
     if (!event.finish && job_) job_->cancel_choice(event.choice);
@@ -153,7 +190,7 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
     d.tool_calls = std::move(parsed.calls);
   }
   if (d.finish_reason) c.finish_reason = d.finish_reason;
-  if (!d.text.empty() || d.finish_reason || !d.tool_calls.empty()) {
+  if (!d.text.empty() || d.finish_reason || !d.tool_calls.empty() || !d.logprobs.empty()) {
     deltas->push_back(std::move(d));
   }
 }
@@ -162,7 +199,7 @@ bool GenerationRun::next(std::vector<Delta>* deltas, const std::function<bool()>
   if (aborted_.load()) {
     for (std::size_t i = 0; i < choices_.size(); ++i) {
       if (choices_[i].finish_reason) continue;
-      deltas->push_back({static_cast<std::int32_t>(i), {}, "abort", {}});
+      deltas->push_back({static_cast<std::int32_t>(i), {}, "abort", {}, {}});
       abort_applied_ = true;
     }
     cancel_unfinished("abort");
@@ -201,17 +238,25 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
     for (std::int32_t i = 0; i < setup_.n; ++i) chunk(Choice{i, {}, std::nullopt, {}}, true);
   }
   std::vector<Delta> deltas;
+  // A chunk's logprobs: null unless the request asked for them.
+  const auto logprobs_of = [this](Delta& d) -> std::optional<std::vector<TokenLogprobsText>> {
+    if (setup_.logprobs < 0 || d.logprobs.empty()) return std::nullopt;
+    return std::move(d.logprobs);
+  };
   while (writable && !all_finished()) {
     deltas.clear();
     if (!next(&deltas, client_gone)) break;
     for (Delta& d : deltas) {
       if (d.tool_calls.empty()) {
-        chunk(Choice{d.choice, std::move(d.text), d.finish_reason, {}}, false);
+        chunk(Choice{d.choice, std::move(d.text), d.finish_reason, {}, logprobs_of(d)}, false);
         continue;
       }
       // Content first, then each call (its header, then its arguments), and
-      // the finish reason on a chunk of its own, as OpenAI streams them.
-      if (!d.text.empty()) chunk(Choice{d.choice, std::move(d.text), std::nullopt, {}}, false);
+      // the finish reason on a chunk of its own, as OpenAI streams them. The
+      // logprobs ride on the content chunk, or on one of their own.
+      if (!d.text.empty() || !d.logprobs.empty()) {
+        chunk(Choice{d.choice, std::move(d.text), std::nullopt, {}, logprobs_of(d)}, false);
+      }
       for (const ToolCall& t : d.tool_calls) {
         for (bool first : {true, false}) {
           nlohmann::json body = tool_call_chunk_json(setup_.ids, d.choice, t, first, t.arguments);
@@ -244,12 +289,18 @@ std::pair<int, nlohmann::json> GenerationRun::collect(const std::function<bool()
     for (Delta& d : deltas) {
       Choice& c = result[static_cast<std::size_t>(d.choice)];
       c.text += d.text;
+      if (setup_.logprobs >= 0) {
+        if (!c.logprobs) c.logprobs.emplace();
+        for (TokenLogprobsText& t : d.logprobs) c.logprobs->push_back(std::move(t));
+      }
       for (ToolCall& t : d.tool_calls) c.tool_calls.push_back(std::move(t));
       if (d.finish_reason) c.finish_reason = d.finish_reason;
     }
   }
   for (std::size_t i = 0; i < result.size(); ++i) {
     if (!result[i].finish_reason) result[i].finish_reason = choices_[i].finish_reason;
+    // Asked for: an empty list rather than null, even for a choice with no token.
+    if (setup_.logprobs >= 0 && !result[i].logprobs) result[i].logprobs.emplace();
   }
   std::pair<int, nlohmann::json> answer;
   if (client_gone_) {

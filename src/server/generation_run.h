@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,10 @@ struct RunSetup {
   bool record_prefix_lookup = false;
   // Chat with tools: each choice's text goes through a ToolCallParser.
   ToolFormat tool_format = ToolFormat::kNone;
+  // The request asked for logprobs (GenerationRequest::logprobs >= 0): every
+  // token that reaches the client carries its entry (streamed with the
+  // chunk that accounts for it, even while its text is held back).
+  std::int32_t logprobs = -1;
 };
 
 class GenerationRun {
@@ -102,16 +107,21 @@ class GenerationRun {
     std::optional<std::string> finish_reason;
     std::optional<SteadyTime> last_token_at;
     bool role_sent = false;
+    std::int64_t text_offset = 0;  // code points of the tokens shown so far
   };
   // Text that one event produced for one choice.
   struct Delta {
     std::int32_t choice = 0;
     std::string text;
     std::optional<std::string> finish_reason;
-    std::vector<ToolCall> tool_calls;  // completed by this event
+    std::vector<ToolCall> tool_calls;         // completed by this event
+    std::vector<TokenLogprobsText> logprobs;  // of the tokens this event counted
   };
 
-  GenerationRun(RunSetup setup, ServerMetrics& metrics);
+  GenerationRun(RunSetup setup, const GenerationService& service, ServerMetrics& metrics);
+  // The shown form of `count` entries of an event's logprobs.
+  void describe_logprobs(ChoiceState& c, std::span<const TokenLogprobs> entries,
+                         std::vector<TokenLogprobsText>* out);
   bool all_finished() const;
   void cancel_unfinished(const char* reason);
   // Waits for the next events and turns them into deltas; false when the
@@ -123,6 +133,8 @@ class GenerationRun {
   void note_cached_tokens();
 
   RunSetup setup_;
+  // Decodes the tokens logprobs name; outlives every run (it serves them).
+  const GenerationService& service_;
   ServerMetrics& metrics_;
   std::shared_ptr<EventChannel> channel_ = std::make_shared<EventChannel>();
   std::unique_ptr<GenerationJob> job_;

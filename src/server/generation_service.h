@@ -38,6 +38,8 @@ struct ChoiceEvent {
   std::optional<FinishReason> finish;
   std::string error;  // only with FinishReason::kFailed
   std::chrono::steady_clock::time_point at;
+  // One entry per token when the request asked for logprobs, else empty.
+  std::vector<TokenLogprobs> logprobs;
 };
 // Called on the engine thread (or inline for early rejections); must only
 // queue the event.
@@ -126,6 +128,10 @@ class GenerationService {
                                           const nlohmann::ordered_json& extra,
                                           bool add_generation_prompt) const = 0;
   virtual std::string detokenize(std::span<const Token> tokens) const = 0;
+  // The bytes one token stands for in the middle of a text (no start-of-text
+  // rules; possibly a partial UTF-8 sequence), for logprobs' `bytes`. The
+  // default decodes the token alone.
+  virtual std::string token_bytes(Token token) const { return detokenize(std::span(&token, 1)); }
   virtual std::unique_ptr<TokenTextStream> text_stream() const = 0;
 
   // Starts every choice of `spec` and returns at once (the engine queues the

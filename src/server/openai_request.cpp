@@ -95,7 +95,7 @@ class Parser {
 // value (so a client that spells out a default still works).
 bool is_neutral(const std::string& key, const json& v) {
   if (v.is_null()) return true;
-  if (key == "logprobs" || key == "echo") return v.is_boolean() && !v.get<bool>();
+  if (key == "echo") return v.is_boolean() && !v.get<bool>();
   if (key == "best_of") return v.is_number_integer() && v.get<std::int64_t>() == 1;
   if (key == "parallel_tool_calls" || key == "store") return v.is_boolean();
   return false;
@@ -108,7 +108,7 @@ const std::set<std::string>& supported_fields(RequestKind kind) {
         "n",     "ignore_eos", "min_tokens",  "stream", "stream_options", "user"};
     // The rest of the sampling set.
     s.insert({"presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias",
-              "stop_token_ids"});
+              "stop_token_ids", "logprobs"});
     // Structured outputs (constrained decoding).
     s.insert("response_format");
     return s;
@@ -121,7 +121,7 @@ const std::set<std::string>& supported_fields(RequestKind kind) {
   static const std::set<std::string> chat = [] {
     auto s = common;
     s.insert({"messages", "max_completion_tokens", "tools", "tool_choice", "chat_template_kwargs",
-              "add_generation_prompt"});
+              "add_generation_prompt", "top_logprobs"});
     return s;
   }();
   return kind == RequestKind::kChat ? chat : completion;
@@ -303,6 +303,36 @@ bool parse_stop_token_ids(Parser& p, const json& v, const RequestLimits& limits,
   return true;
 }
 
+// Completions: `logprobs` is the number of top alternatives (false: none,
+// as clients that spell out the default send). Chat: `logprobs` is a boolean
+// and `top_logprobs` the count, which needs `logprobs: true` (OpenAI's rule).
+bool parse_logprobs(Parser& p, RequestKind kind, GenerationRequest* req) {
+  const std::int64_t top = kMaxTopLogprobs;
+  std::optional<std::int64_t> count;
+  if (kind == RequestKind::kCompletion) {
+    const json* v = p.field("logprobs");
+    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) return true;
+    if (!v->is_number_integer()) {
+      return p.fail("logprobs", invalid_argument("'logprobs' must be an integer between 0 and {} "
+                                                 "(the number of top alternatives per token)",
+                                                 top));
+    }
+    if (!p.read_int("logprobs", 0, top, &count)) return false;
+    req->logprobs = static_cast<std::int32_t>(*count);
+    return true;
+  }
+  bool wanted = false;
+  if (!p.read_bool("logprobs", &wanted)) return false;
+  if (!p.read_int("top_logprobs", 0, top, &count)) return false;
+  if (count && !wanted) {
+    return p.fail("top_logprobs",
+                  invalid_argument("'top_logprobs' needs 'logprobs': true; set it or drop "
+                                   "'top_logprobs'"));
+  }
+  if (wanted) req->logprobs = count ? static_cast<std::int32_t>(*count) : 0;
+  return true;
+}
+
 }  // namespace
 
 std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_view body,
@@ -416,6 +446,7 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
     RequestError e;
     if (!parse_response_format(*rf, &req, &e)) p.fail(e.param, e.status);
   }
+  parse_logprobs(p, kind, &req);
   p.read_bool("stream", &req.stream);
   if (const json* so = p.field("stream_options")) {
     if (!so->is_object()) {

@@ -1,7 +1,7 @@
 // Parsing and validation of OpenAI-style request bodies (/v1/completions and
 // /v1/chat/completions). Every field is checked for type and range; a field
 // cellm does not implement is refused with its name, never silently ignored
-// (a few are accepted only at their neutral value, e.g. logprobs false).
+// (a few are accepted only at their neutral value, e.g. echo false).
 // Ranges that need the model (logit_bias and stop_token_ids ids inside the
 // vocabulary) are checked by the endpoint, also before anything starts.
 //
@@ -83,6 +83,10 @@ struct GenerationRequest {
   std::vector<std::pair<std::int64_t, float>> logit_bias;
   // Extra ids that end a choice like EOS does (even with ignore_eos).
   std::vector<std::int64_t> stop_token_ids;
+  // Log probabilities with every generated token: -1 none, else how many
+  // top alternatives (0..kMaxTopLogprobs). Completions: `logprobs: k`; chat:
+  // `logprobs: true` with `top_logprobs: k` (0 when absent).
+  std::int32_t logprobs = -1;
   bool stream = false;
   bool include_usage = false;
   std::string user;

@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <cmath>
+
 namespace cellm::server {
 namespace {
 
@@ -21,7 +23,62 @@ json header(RequestKind kind, const ResponseIds& ids, bool chunk) {
               {"model", ids.model}};
 }
 
+// JSON has no -inf; OpenAI reports such tokens with this value.
+constexpr double kFloorLogprob = -9999.0;
+
+double shown(float logprob) {
+  return std::isfinite(logprob) ? static_cast<double>(logprob) : kFloorLogprob;
+}
+
+json bytes_json(const std::string& text) {
+  json bytes = json::array();
+  for (char c : text) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
+}
+
 }  // namespace
+
+json logprobs_json(RequestKind kind,
+                   const std::optional<std::vector<TokenLogprobsText>>& logprobs) {
+  if (!logprobs) return nullptr;
+  if (kind == RequestKind::kChat) {
+    json content = json::array();
+    for (const TokenLogprobsText& t : *logprobs) {
+      json top = json::array();
+      for (const TokenText& alt : t.top) {
+        top.push_back({{"token", alt.token},
+                       {"logprob", shown(alt.logprob)},
+                       {"bytes", bytes_json(alt.bytes)}});
+      }
+      content.push_back({{"token", t.token},
+                         {"logprob", shown(t.logprob)},
+                         {"bytes", bytes_json(t.bytes)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array();
+  json values = json::array();
+  json tops = json::array();
+  json offsets = json::array();
+  for (const TokenLogprobsText& t : *logprobs) {
+    tokens.push_back(t.token);
+    values.push_back(shown(t.logprob));
+    // The alternatives and the chosen token (OpenAI: up to k + 1 entries);
+    // tokens of equal text share one key, the likelier one kept.
+    json top = json::object();
+    for (const TokenText& alt : t.top) {
+      if (!top.contains(alt.token)) top[alt.token] = shown(alt.logprob);
+    }
+    if (!top.contains(t.token)) top[t.token] = shown(t.logprob);
+    tops.push_back(std::move(top));
+    offsets.push_back(t.text_offset);
+  }
+  return json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(values)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
 
 json usage_json(const Usage& usage) {
   json u{{"prompt_tokens", usage.prompt_tokens},
@@ -50,12 +107,12 @@ json response_json(RequestKind kind, const ResponseIds& ids, const std::vector<C
       }
       list.push_back({{"index", c.index},
                       {"message", std::move(message)},
-                      {"logprobs", nullptr},
+                      {"logprobs", logprobs_json(kind, c.logprobs)},
                       {"finish_reason", finish_json(c.finish_reason)}});
     } else {
       list.push_back({{"index", c.index},
                       {"text", c.text},
-                      {"logprobs", nullptr},
+                      {"logprobs", logprobs_json(kind, c.logprobs)},
                       {"finish_reason", finish_json(c.finish_reason)}});
     }
   }
@@ -68,7 +125,7 @@ json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
                 bool first_of_choice) {
   json body = header(kind, ids, true);
   json choice{{"index", delta.index},
-              {"logprobs", nullptr},
+              {"logprobs", logprobs_json(kind, delta.logprobs)},
               {"finish_reason", finish_json(delta.finish_reason)}};
   if (kind == RequestKind::kChat) {
     json d = json::object();

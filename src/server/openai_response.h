@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,25 @@ struct Usage {
   std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
 };
 
+// One token as logprobs show it: its text (valid UTF-8: a token that holds
+// part of a character shows U+FFFD) and the raw bytes it stands for.
+struct TokenText {
+  std::string token;
+  std::string bytes;
+  float logprob = 0.0f;
+};
+
+// The log probabilities of one generated token as a response shows them.
+struct TokenLogprobsText {
+  std::string token;
+  std::string bytes;
+  float logprob = 0.0f;
+  std::vector<TokenText> top;  // most likely first
+  // Completions: where the token's text starts in the choice's text, in
+  // code points (OpenAI's text_offset).
+  std::int64_t text_offset = 0;
+};
+
 // "stop" (a stop token or string), "length" (the token budget) or "abort".
 struct Choice {
   std::int32_t index = 0;
@@ -31,6 +52,10 @@ struct Choice {
   // Chat only: calls parsed out of the output (text is then the rest; the
   // message's content is null when that is empty).
   std::vector<ToolCall> tool_calls;
+  // Set when the request asked for logprobs: one entry per token this
+  // choice (or chunk) carries; the body then shows them in the endpoint's
+  // form, otherwise "logprobs": null.
+  std::optional<std::vector<TokenLogprobsText>> logprobs;
 };
 
 struct ResponseIds {
@@ -53,6 +78,13 @@ nlohmann::json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice
 nlohmann::json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice,
                                     const ToolCall& call, bool first,
                                     std::string_view arguments_piece = {});
+// A choice's "logprobs" value: null without entries, else the completions
+// form (tokens, token_logprobs, top_logprobs, text_offset) or the chat form
+// ({"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}).
+// A logprob of -inf (an id the sampler could not draw) is shown as -9999.0,
+// as OpenAI does.
+nlohmann::json logprobs_json(RequestKind kind,
+                             const std::optional<std::vector<TokenLogprobsText>>& logprobs);
 // The final usage-only chunk (stream_options.include_usage).
 nlohmann::json usage_chunk_json(RequestKind kind, const ResponseIds& ids, const Usage& usage);
 // "data: <json>\n\n".

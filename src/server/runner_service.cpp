@@ -75,6 +75,10 @@ std::string RunnerService::detokenize(std::span<const Token> tokens) const {
   return text_.detokenize(tokens);
 }
 
+std::string RunnerService::token_bytes(Token token) const {
+  return text_.token_bytes ? text_.token_bytes(token) : GenerationService::token_bytes(token);
+}
+
 std::unique_ptr<TokenTextStream> RunnerService::text_stream() const {
   return text_.text_stream();
 }
@@ -106,7 +110,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   RequestCallbacks callbacks;
   callbacks.on_update = [sink = std::move(sink)](std::int32_t choice, const GenerationUpdate& u) {
     sink(ChoiceEvent{choice, u.tokens, u.finish_reason, u.error_message,
-                     std::chrono::steady_clock::now()});
+                     std::chrono::steady_clock::now(), u.logprobs});
   };
   callbacks.on_done = [hook](const RequestOutcome&) { hook->released(); };
   CELLM_ASSIGN_OR_RETURN(RequestHandle handle,

@@ -26,6 +26,7 @@ struct ModelText {
                                     bool)>
       render_chat;
   std::function<std::string(std::span<const Token>)> detokenize;
+  std::function<std::string(Token)> token_bytes;  // optional (GenerationService::token_bytes)
   std::function<std::unique_ptr<TokenTextStream>()> text_stream;
   std::function<ServiceStats()> stats;  // optional
   // optional: the token bytes for constrained decoding
@@ -67,6 +68,7 @@ class RunnerService final : public GenerationService {
                                   const nlohmann::ordered_json& extra,
                                   bool add_generation_prompt) const override;
   std::string detokenize(std::span<const Token> tokens) const override;
+  std::string token_bytes(Token token) const override;
   std::unique_ptr<TokenTextStream> text_stream() const override;
   Result<std::unique_ptr<GenerationJob>> start(const GenerationSpec& spec,
                                                EventSink sink) override;

@@ -296,6 +296,7 @@ class FakeExecutor : public Executor {
     sampling_.push_back({session, params, seed, batches_.size()});
     policy_[session] = seed ? std::mt19937_64(*seed) : std::mt19937_64(std::random_device{}());
     seeded_[session] = seed.has_value();
+    logprobs_[session] = params.logprobs;
   }
 
   bool can_suppress_tokens() const override {
@@ -362,6 +363,13 @@ class FakeExecutor : public Executor {
       if (!empty_tokens_) {
         for (std::size_t k = 0; k < n; ++k) o.tokens.push_back(next_token(r.sid));
       }
+      // A policy asking for logprobs gets one entry per token, its value
+      // derived from the token so a test can tell entries apart.
+      if (logprobs_.contains(r.sid) && logprobs_[r.sid] >= 0) {
+        for (Token t : o.tokens) {
+          o.logprobs.push_back(TokenLogprobs{t, -static_cast<float>(t % 97) / 8.0f, {{t, 0.0f}}});
+        }
+      }
       // All but the last output token are committed.
       if (!o.tokens.empty()) {
         h.insert(h.end(), o.tokens.begin(), o.tokens.end() - 1);
@@ -415,6 +423,7 @@ class FakeExecutor : public Executor {
   std::map<SessionId, std::vector<Token>> history_;
   std::map<SessionId, std::mt19937_64> policy_;
   std::map<SessionId, bool> seeded_;
+  std::map<SessionId, std::int32_t> logprobs_;  // the installed policy's count
   std::map<SessionId, int> generated_;
   std::map<SessionId, Token> last_out_;
   std::vector<std::vector<InputRecord>> batches_;

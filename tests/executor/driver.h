@@ -18,6 +18,7 @@ struct Gen {
   std::shared_ptr<const std::vector<Token>> prompt;
   Position fed = 0;  // positions committed so far
   std::vector<std::int64_t> generated;
+  std::vector<TokenLogprobs> logprobs;  // every output's entries, in order
 };
 
 inline Gen start(Executor& ex, std::vector<std::int64_t> prompt) {
@@ -65,6 +66,7 @@ inline bool run(Executor& ex, std::vector<std::pair<Gen*, Input>> work) {
       EXPECT_EQ(out.outputs[i]->sid, g.sid);
       EXPECT_EQ(out.outputs[i]->tokens.size(), 1u);
       g.generated.push_back(static_cast<std::int64_t>(out.outputs[i]->tokens.at(0)));
+      for (const TokenLogprobs& lp : out.outputs[i]->logprobs) g.logprobs.push_back(lp);
     }
   }
   return true;

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "core/log.h"
+#include "sampling/logprobs.h"
 #include "sampling/penalties.h"
 #include "sampling/sampler.h"
 #include "sampling/xorshift.h"
@@ -105,6 +106,17 @@ ToyProgram::ToyProgram(ToyConfig config) : config_(std::move(config)) {
     penalize.backends = {"toy"};
     penalize.dynamic = true;
     metas[std::string(program::kPenalizeMethod)] = penalize;
+    MethodMeta logprobs;
+    logprobs.inputs = {
+        TensorSpec{DType::kF32, {r, v}, logits_device},
+        TensorSpec{DType::kF32, {r, program::kLogprobsParams}}, TensorSpec{DType::kI64, {r}},
+        TensorSpec{DType::kI64, {r, static_cast<std::int64_t>(kMaxSuppressedTokens)}}};
+    logprobs.optional_inputs = 1;
+    logprobs.outputs = {TensorSpec{DType::kF32, {r, 1 + program::kLogprobsMaxTop}},
+                        TensorSpec{DType::kI64, {r, program::kLogprobsMaxTop}}};
+    logprobs.backends = {"toy"};
+    logprobs.dynamic = true;
+    metas[std::string(program::kLogprobsMethod)] = logprobs;
   }
   metas["get_vocab_size"] = MethodMeta{};  // constant methods are listed too, and ignored
   constants["get_vocab_size"] = v;
@@ -156,6 +168,7 @@ Result<std::vector<Tensor>> ToyProgram::execute(std::string_view method,
   if (fail_method == method) return internal_error("toy: {} fails as asked", method);
   if (method == "sample" || method == "sample_argmax") return sample(method, inputs);
   if (method == program::kPenalizeMethod) return penalize(inputs);
+  if (method == program::kLogprobsMethod) return logprobs(inputs);
   return forward(method, inputs);
 }
 
@@ -301,6 +314,49 @@ Result<std::vector<Tensor>> ToyProgram::penalize(std::span<const Tensor> inputs)
   call.entries = inputs[3].dim(0);
   calls.push_back(std::move(call));
   return std::vector<Tensor>{};
+}
+
+// The host reference (sampling/logprobs.h) on the "device" logits.
+Result<std::vector<Tensor>> ToyProgram::logprobs(std::span<const Tensor> inputs) {
+  if (inputs.size() != 3 && inputs.size() != 4) {
+    return invalid_argument("toy sample_logprobs: {} inputs", inputs.size());
+  }
+  const Tensor& logits = inputs[0];
+  const std::int64_t rows = logits.dim(0);
+  const auto v = static_cast<std::size_t>(logits.dim(1));
+  constexpr auto kTop = static_cast<std::size_t>(program::kLogprobsMaxTop);
+  const auto prm = inputs[1].span<const float>();
+  const auto ids = inputs[2].span<const std::int64_t>();
+  logprob_values_.assign(static_cast<std::size_t>(rows) * (1 + kTop), 0.0f);
+  logprob_ids_.assign(static_cast<std::size_t>(rows) * kTop, -1);
+  Call call{std::string(program::kLogprobsMethod), rows, 0, {}};
+  call.inputs = inputs.size();
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    const float count = prm[r * 2 + 1];
+    if (count < 0.0f) continue;
+    ++call.real;  // rows that asked
+    std::vector<Token> banned;
+    if (inputs.size() == 4) {
+      for (std::size_t j = 0; j < kMaxSuppressedTokens; ++j) {
+        const std::int64_t id = inputs[3].span<const std::int64_t>()[r * kMaxSuppressedTokens + j];
+        if (id >= 0) banned.push_back(static_cast<Token>(id));
+      }
+    }
+    TokenLogprobs lp;
+    sampling::row_logprobs(std::span(static_cast<const float*>(logits.data()) + r * v, v),
+                           prm[r * 2], banned, static_cast<Token>(ids[r]), static_cast<int>(count),
+                           lp);
+    logprob_values_[r * (1 + kTop)] = lp.logprob;
+    for (std::size_t j = 0; j < lp.top.size(); ++j) {
+      logprob_values_[r * (1 + kTop) + 1 + j] = lp.top[j].logprob;
+      logprob_ids_[r * kTop + j] = static_cast<std::int64_t>(lp.top[j].token);
+    }
+  }
+  calls.push_back(std::move(call));
+  return std::vector<Tensor>{
+      Tensor::view(logprob_values_.data(), DType::kF32,
+                   {rows, static_cast<std::int64_t>(1 + kTop)}),
+      Tensor::view(logprob_ids_.data(), DType::kI64, {rows, static_cast<std::int64_t>(kTop)})};
 }
 
 Result<std::int64_t> ToyProgram::next_token(cache::SeqId seq, std::int64_t p) const {

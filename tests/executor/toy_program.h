@@ -1,7 +1,8 @@
 // ToyProgram: a deterministic test double of a program, exporting forward_N
 // methods, forward_others, an optional module "forward" and optional
 // samplers (sample honours its optional suppressed ids; sample_penalize
-// applies the reference logit adjustments). Its "model" keeps
+// applies the reference logit adjustments; sample_logprobs reports the
+// reference logprobs). Its "model" keeps
 // one (token, position) record per cell and layer in its own KV pool, written
 // through the cells the executor placed; each selected row's logits peak at a
 // token hashed from every record the query attends through the cache's cell
@@ -94,6 +95,7 @@ class ToyProgram : public program::Program {
   Result<std::vector<Tensor>> forward(std::string_view method, std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> sample(std::string_view method, std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> penalize(std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> logprobs(std::span<const Tensor> inputs);
   // The toy model's next token for a query of `seq` at position `p`.
   Result<std::int64_t> next_token(cache::SeqId seq, std::int64_t p) const;
 
@@ -104,6 +106,8 @@ class ToyProgram : public program::Program {
   std::vector<float> logits_;
   std::vector<float> taps_;
   std::vector<std::int64_t> tokens_;
+  std::vector<float> logprob_values_;  // sample_logprobs's outputs
+  std::vector<std::int64_t> logprob_ids_;
 };
 
 // A CudaExecutor over `program` for four sessions, initialised; null if

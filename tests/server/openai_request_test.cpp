@@ -242,6 +242,51 @@ TEST(RequestTest, WrongTypesAndRanges) {
   }
 }
 
+TEST(RequestTest, LogprobsAreParsedPerEndpoint) {
+  EXPECT_EQ(completion(R"({"prompt":"x"})").req->logprobs, -1);
+  EXPECT_EQ(completion(R"({"prompt":"x","logprobs":false})").req->logprobs, -1);
+  EXPECT_EQ(completion(R"({"prompt":"x","logprobs":null})").req->logprobs, -1);
+  for (int k : {0, 5, 20}) {
+    Parsed p = completion(R"({"prompt":"x","logprobs":)" + std::to_string(k) + "}");
+    ASSERT_TRUE(p.req) << k << ": " << p.error.status.to_string();
+    EXPECT_EQ(p.req->logprobs, k);
+  }
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_EQ(chat("{" + msgs + "}").req->logprobs, -1);
+  EXPECT_EQ(chat("{" + msgs + R"(,"logprobs":false})").req->logprobs, -1);
+  EXPECT_EQ(chat("{" + msgs + R"(,"logprobs":true})").req->logprobs, 0);
+  EXPECT_EQ(chat("{" + msgs + R"(,"logprobs":true,"top_logprobs":20})").req->logprobs, 20);
+  EXPECT_EQ(chat("{" + msgs + R"(,"logprobs":true,"top_logprobs":0})").req->logprobs, 0);
+}
+
+TEST(RequestTest, BadLogprobsAreRefusedNamingTheField) {
+  const std::vector<std::string> bad_completion = {"21", "-1", "true", "2.5", "\"3\""};
+  for (const std::string& v : bad_completion) {
+    Parsed p = completion(R"({"prompt":"x","logprobs":)" + v + "}");
+    ASSERT_FALSE(p.req) << v;
+    EXPECT_EQ(p.error.param, "logprobs") << v;
+    EXPECT_EQ(p.error.status.code(), StatusCode::kInvalidArgument) << v;
+  }
+  const std::string msgs = R"({"messages":[{"role":"user","content":"hi"}],)";
+  const std::vector<std::pair<std::string, std::string>> bad_chat = {
+      {R"("logprobs":true,"top_logprobs":21})", "top_logprobs"},
+      {R"("logprobs":true,"top_logprobs":-1})", "top_logprobs"},
+      {R"("top_logprobs":3})", "top_logprobs"},
+      {R"("logprobs":false,"top_logprobs":3})", "top_logprobs"},
+      {R"("logprobs":3})", "logprobs"},
+      {R"("logprobs":"yes"})", "logprobs"}};
+  for (const auto& [body, param] : bad_chat) {
+    Parsed p = chat(msgs + body);
+    ASSERT_FALSE(p.req) << body;
+    EXPECT_EQ(p.error.param, param) << body;
+    EXPECT_NE(p.error.status.message().find(param), std::string_view::npos) << body;
+  }
+  // top_logprobs is a chat field only.
+  Parsed p = completion(R"({"prompt":"x","logprobs":2,"top_logprobs":2})");
+  ASSERT_FALSE(p.req);
+  EXPECT_EQ(p.error.param, "top_logprobs");
+}
+
 TEST(RequestTest, ChatMessagesAndContentParts) {
   Parsed p = chat(R"({"messages":[{"role":"system","content":"Be brief."},
       {"role":"user","content":[{"type":"text","text":"Hel"},{"type":"text","text":"lo"}]},

@@ -81,7 +81,8 @@ TEST(ServerHttpTest, MalformedAndMistypedBodiesAre400WithTheParam) {
                "max_tokens");
   expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"temperature", 9}}), 400,
                "temperature");
-  expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"logprobs", 3}}), 400, "logprobs");
+  expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"logprobs", 21}}), 400,
+               "logprobs");
   expect_error(ts.post("/v1/completions", json{{"max_tokens", 3}}), 400, "prompt");
   expect_error(ts.post("/v1/chat/completions", json{{"messages", "hi"}}), 400, "messages");
   expect_error(ts.post("/v1/completions", json{{"prompt", "a"}, {"stop", json::array({1})}}), 400,

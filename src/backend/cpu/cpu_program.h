@@ -1,6 +1,7 @@
 // CpuProgram: the float32 reference Program (DESIGN §2). It exports the same
 // method family as the CUDA program — static forward_N, dynamic
-// forward_others and forward, sample, sample_argmax, sample_penalize and sample_mask,
+// forward_others and forward, sample, sample_argmax, sample_penalize,
+// sample_mask and sample_logprobs,
 // and the constants — so every executor path runs without a GPU. It owns
 // the KV storage (per layer [cells, kv_heads, head_dim] f32 for K and V),
 // sized by the bound CellCache; the cache's current step says which cells
@@ -69,6 +70,7 @@ class CpuProgram final : public program::Program {
                                           std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_penalize(std::span<const Tensor> inputs);
   Result<std::vector<Tensor>> run_mask(std::span<const Tensor> inputs);
+  Result<std::vector<Tensor>> run_logprobs(std::span<const Tensor> inputs);
   Result<StepRows> resolve_step(std::string_view name, const program::ForwardCall& call) const;
 
   program::ForwardMethods methods_;
@@ -79,6 +81,9 @@ class CpuProgram final : public program::Program {
   std::vector<float> logits_;
   std::vector<float> taps_;
   std::vector<std::int64_t> sampled_;
+  // sample_logprobs's outputs: [R, 1 + kLogprobsMaxTop] and [R, kLogprobsMaxTop].
+  std::vector<float> logprob_values_;
+  std::vector<std::int64_t> logprob_ids_;
 };
 
 // The Program form of CpuProgram::create.

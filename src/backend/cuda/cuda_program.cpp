@@ -94,6 +94,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     CELLM_ASSIGN_OR_RETURN(p->mask_active_host_, PinnedBuffer<std::int32_t>::allocate(mask_rows));
     CELLM_ASSIGN_OR_RETURN(p->mask_active_device_, DeviceBuffer<std::int32_t>::allocate(mask_rows));
   }
+  if (options.device_sampling) CELLM_RETURN_IF_ERROR(p->allocate_logprobs(steps));
   void* mapped = nullptr;
   if (const cudaError_t e = cudaHostGetDevicePointer(&mapped, p->tokens_host_.data(), 0);
       e != cudaSuccess) {
@@ -528,6 +529,7 @@ Result<std::vector<Tensor>> CudaProgram::execute(std::string_view name,
     case MethodKind::kArgmax: return run_sampler(name, *m, inputs);
     case MethodKind::kPenalize: return run_penalize(inputs);
     case MethodKind::kMask: return run_mask(inputs);
+    case MethodKind::kLogprobs: return run_logprobs(inputs);
   }
   return internal_error("method '{}' has an unknown kind", name);
 }

@@ -98,6 +98,11 @@ class CudaProgram final : public program::Program {
   // sample_mask (program.h): the rows' mask words to the device, then the
   // kernel over the logits in place (rows of all ones are skipped).
   Result<std::vector<Tensor>> run_mask(std::span<const Tensor> inputs);
+  // sample_logprobs (program.h; cuda_program_logprobs.cpp): params, drawn
+  // ids and suppressed ids to the device, the kernel, the results back.
+  Result<std::vector<Tensor>> run_logprobs(std::span<const Tensor> inputs);
+  // Sizes logprobs_ for `steps` rows (at creation, with device sampling).
+  Status allocate_logprobs(std::size_t steps);
   // Launches the device argmax of `rows` rows of `logits` (ids into
   // tokens_mapped_).
   void launch_argmax(const float* logits, std::int32_t rows);
@@ -140,6 +145,22 @@ class CudaProgram final : public program::Program {
   PinnedBuffer<std::int32_t> mask_active_host_;
   DeviceBuffer<std::int32_t> mask_active_device_;
   bool mask_in_flight_ = false;
+  // sample_logprobs's staging and results, [max_step] rows, page-locked and
+  // on the device, sized at creation.
+  struct LogprobsBuffers {
+    PinnedBuffer<float> params_host;  // [rows, 2]
+    DeviceBuffer<float> params_device;
+    PinnedBuffer<std::int32_t> tokens_host;  // [rows]
+    DeviceBuffer<std::int32_t> tokens_device;
+    PinnedBuffer<std::int32_t> suppressed_host;  // [rows, 8]
+    DeviceBuffer<std::int32_t> suppressed_device;
+    PinnedBuffer<float> values_host;  // [rows, 1 + 20]
+    DeviceBuffer<float> values_device;
+    PinnedBuffer<std::int32_t> ids_host;  // [rows, 20]
+    DeviceBuffer<std::int32_t> ids_device;
+    std::vector<float> values;  // the method's outputs
+    std::vector<std::int64_t> ids;
+  } logprobs_;
   // The sampled ids: the sampler kernels write them straight into this
   // page-locked buffer through its device mapping (tokens_mapped_), so the
   // step's wait returns without a copy after the kernel (H200, 1B batch 1:

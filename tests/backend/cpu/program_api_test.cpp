@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_program.h"
 #include "cellm/types.h"
+#include "sampling/logprobs.h"
 #include "sampling/penalties.h"
 #include "step_driver.h"
 #include "tiny_model.h"
@@ -51,9 +52,10 @@ TEST(CpuProgramApi, MethodsMetadataAndConstants) {
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   std::vector<std::string> names = (*p)->method_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4",
-                                             "forward_8", "forward_others", "sample",
-                                             "sample_argmax", "sample_mask", "sample_penalize"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"forward", "forward_1", "forward_2", "forward_4", "forward_8",
+                                      "forward_others", "sample", "sample_argmax",
+                                      "sample_logprobs", "sample_mask", "sample_penalize"}));
   EXPECT_EQ((*p)->backend_name(), "cpu");
 
   auto f4 = (*p)->method_meta("forward_4");
@@ -493,6 +495,70 @@ TEST(CpuProgramApi, SampleMaskDropsTheIdsOutsideEachRowsMask) {
       EXPECT_EQ(got, -std::numeric_limits<float>::infinity()) << i;
     }
   }
+}
+
+TEST(CpuProgramApi, SampleLogprobsReportsTheReference) {
+  const auto m = testing::make_tiny_model(Architecture::kLlama);
+  auto p = CpuProgram::create(m.spec, m.weights, small_options());
+  ASSERT_TRUE(p.ok());
+  CpuProgram& program = **p;
+  ASSERT_TRUE(program.load_method("sample_logprobs").is_ok());
+  auto meta = program.method_meta("sample_logprobs");
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->optional_inputs, 1);
+  ASSERT_EQ(meta->outputs.size(), 2u);
+  EXPECT_EQ(meta->outputs[0].shape[1], 1 + kMaxTopLogprobs);
+  const std::int64_t v = m.spec.vocab_size;
+  Tensor logits = Tensor::empty(DType::kF32, {3, v});
+  for (std::int64_t i = 0; i < 3 * v; ++i) logits.data_as<float>()[i] = 3.0f * std::cos(0.91f * i);
+  // Row 0 greedy with 5 alternatives, row 1 skipped, row 2 at T=0.6 with 20
+  // and a suppressed id.
+  std::vector<float> params = {0.0f, 5.0f, 0.7f, -1.0f, 0.6f, 20.0f};
+  std::vector<std::int64_t> drawn = {4, 999999, 9};
+  std::vector<std::int64_t> suppressed(3 * kMaxSuppressedTokens, -1);
+  suppressed[2 * kMaxSuppressedTokens] = 3;
+  const auto call = [&] {
+    return program.execute(
+        "sample_logprobs",
+        std::vector<Tensor>{logits, Tensor::view(params.data(), DType::kF32, {3, 2}),
+                            Tensor::view(drawn.data(), DType::kI64, {3}),
+                            Tensor::view(suppressed.data(), DType::kI64,
+                                         {3, static_cast<std::int64_t>(kMaxSuppressedTokens)})});
+  };
+  auto out = call();
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->size(), 2u);
+  const float* values = (*out)[0].data_as<float>();
+  const std::int64_t* ids = (*out)[1].data_as<std::int64_t>();
+  constexpr std::int64_t kTop = kMaxTopLogprobs;
+  for (std::int64_t r : {0, 2}) {
+    const std::span<const float> row(logits.data_as<float>() + r * v, static_cast<std::size_t>(v));
+    std::vector<Token> banned;
+    if (r == 2) banned.push_back(3);
+    TokenLogprobs want;
+    sampling::row_logprobs(row, params[static_cast<std::size_t>(r) * 2], banned,
+                           static_cast<Token>(drawn[static_cast<std::size_t>(r)]),
+                           static_cast<int>(params[static_cast<std::size_t>(r) * 2 + 1]), want);
+    EXPECT_EQ(values[r * (1 + kTop)], want.logprob) << "row " << r;
+    for (std::int64_t j = 0; j < kTop; ++j) {
+      if (j < static_cast<std::int64_t>(want.top.size())) {
+        EXPECT_EQ(ids[r * kTop + j], static_cast<std::int64_t>(want.top[j].token)) << r;
+        EXPECT_EQ(values[r * (1 + kTop) + 1 + j], want.top[j].logprob) << r;
+        EXPECT_NE(ids[r * kTop + j], 3) << "a suppressed id is ranked";
+      } else {
+        EXPECT_EQ(ids[r * kTop + j], -1) << "row " << r << " slot " << j;
+      }
+    }
+  }
+  // Refused: a count past 20, a drawn id outside the vocabulary of a row that
+  // asks, a fractional count.
+  params[1] = 21.0f;
+  EXPECT_EQ(call().status().code(), StatusCode::kInvalidArgument);
+  params[1] = 2.5f;
+  EXPECT_EQ(call().status().code(), StatusCode::kInvalidArgument);
+  params[1] = 5.0f;
+  params[3] = 1.0f;  // row 1 now asks, with its out-of-vocabulary id
+  EXPECT_EQ(call().status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CpuProgramApi, SampleHonoursTheOptionalSuppressedIds) {

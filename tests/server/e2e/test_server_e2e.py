@@ -335,7 +335,10 @@ def t_errors(srv):
                                         extra_body={"min_tokens": 5}),
            "min_tokens above max_tokens")
     expect(openai.BadRequestError, 400, "logprobs",
-           lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, logprobs=2),
+           lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, logprobs=21),
+           "logprobs above 20")
+    expect(openai.BadRequestError, 400, "echo",
+           lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, echo=True),
            "an unsupported field")
     expect(openai.BadRequestError, 400, "temperature",
            lambda: c.chat.completions.create(model=MODEL_NAME, temperature=5, max_tokens=4,
