@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
 
   // The library logs its loading steps at info level; keep stdout and
   // stderr for the completion and for problems.
-  if (cellm::Status s = cellm::set_log_level("warn"); !s.ok()) return fail("log level", s);
+  if (cellm::Status s = cellm::set_log_level("warn"); !s.is_ok()) return fail("log level", s);
 
   cellm::EngineOptions options;
   options.model = std::string(args[0]);
