@@ -23,8 +23,7 @@ if(TARGET cellm_app)
 
   install(TARGETS cellm_sdk ${_cellm_installed_libraries}
           EXPORT cellmTargets
-          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-          INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/cellm
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
   set(_cellm_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/cellm)

@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
   }
   auto tokens = engine.encode(prompt, add_special);
   if (!tokens.ok()) return fail("encoding the prompt", tokens.status());
+  if (tokens->empty()) {
+    std::fprintf(stderr, "stream_completion: the prompt encodes to no tokens; give a non-empty one\n");
+    return 2;
+  }
 
   std::optional<cellm::Session> session = engine.runner().open_session_async().get();
   if (!session) {
