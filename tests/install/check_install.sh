@@ -101,4 +101,17 @@ cmp -s "$work/out.txt" "$work/cli.txt" || {
   echo "cellm run printed:" >&2; cat "$work/cli.txt" >&2
   fail "the example's text differs from cellm run --temperature 0"
 }
+
+# And through the chat template.
+question="What is the capital of France?"
+"$example/stream_completion" "$model" "$question" 8 --chat >"$work/chat.txt" 2>"$work/chat_err.txt" || {
+  cat "$work/chat_err.txt" >&2; fail "stream_completion --chat failed"; }
+"$prefix/bin/cellm" run "$model" -p "$question" --chat -n 8 --temperature 0 \
+  >"$work/cli_chat.txt" 2>"$work/cli_err.txt" || { cat "$work/cli_err.txt" >&2; fail "cellm run --chat failed"; }
+grep -q '[^[:space:]]' "$work/chat.txt" || fail "stream_completion --chat printed no text"
+cmp -s "$work/chat.txt" "$work/cli_chat.txt" || {
+  echo "stream_completion --chat printed:" >&2; cat "$work/chat.txt" >&2
+  echo "cellm run --chat printed:" >&2; cat "$work/cli_chat.txt" >&2
+  fail "the example's chat text differs from cellm run --chat --temperature 0"
+}
 echo "-- ok: the installed package builds and runs examples/stream_completion"
