@@ -7,10 +7,10 @@
 // sent as a user message through the model's chat template. Sampling follows
 // the model's defaults (greedy when it ships none). Exit status 0 when the
 // generation ended normally, 1 on any error (the reason goes to stderr).
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,43 +83,43 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::optional<cellm::Session> session = engine.runner().open_session_async().get();
-  if (!session) {
-    std::fprintf(stderr, "stream_completion: the runner opened no session\n");
-    return 1;
-  }
-
   // Callbacks run on the engine thread, one at a time and in order: the
-  // stream needs no lock. The main thread only waits.
+  // stream needs no lock. The main thread only waits for on_done.
   cellm::TextStream stream = engine.text_stream();
-  std::promise<void> settled;
-  cellm::GenerationHandle handle = session->generate_async(
-      std::move(*tokens), engine.generation_config(max_tokens),
-      [&stream](const cellm::GenerationUpdate& update) {
-        std::string text;
-        for (cellm::Token t : update.tokens) text += stream.push(t);
-        if (update.finish_reason) text += stream.finish();
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-      },
-      [&settled] { settled.set_value(); });
-  settled.get_future().wait();
+  std::string error;
+  std::promise<cellm::RequestOutcome> done;
+  cellm::Request request;
+  request.prompt = std::move(*tokens);
+  request.config = engine.generation_config(max_tokens);
+  cellm::RequestCallbacks callbacks;
+  callbacks.on_update = [&stream, &error](std::int32_t /*choice*/,
+                                          const cellm::GenerationUpdate& update) {
+    std::string text;
+    for (cellm::Token t : update.tokens) text += stream.push(t);
+    if (update.finish_reason) {
+      text += stream.finish();
+      error = update.error_message;
+    }
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  callbacks.on_done = [&done](const cellm::RequestOutcome& outcome) { done.set_value(outcome); };
+  auto submitted = engine.runner().submit(std::move(request), std::move(callbacks));
+  if (!submitted.ok()) return fail("submitting the request", submitted.status());
+  const cellm::RequestOutcome outcome = done.get_future().get();
   std::fputc('\n', stdout);
 
-  const auto reason = handle.finish_reason();
-  if (!reason || *reason == cellm::FinishReason::kFailed ||
-      *reason == cellm::FinishReason::kCancelled) {
-    const std::string why = handle.error_message();
+  const cellm::FinishReason reason = outcome.finish_reasons.at(0);
+  if (reason == cellm::FinishReason::kFailed || reason == cellm::FinishReason::kCancelled) {
     std::fprintf(stderr, "stream_completion: the generation ended %s%s%s\n",
-                 reason ? std::string(cellm::finish_reason_name(*reason)).c_str() : "without a reason",
-                 why.empty() ? "" : ": ", why.c_str());
+                 std::string(cellm::finish_reason_name(reason)).c_str(), error.empty() ? "" : ": ",
+                 error.c_str());
     return 1;
   }
-  const cellm::GenerationMetrics metrics = handle.metrics();
   std::fprintf(stderr, "[%s on %s: %lld prompt tokens, %lld generated, %s]\n",
                engine.model_name().c_str(), engine.backend_name().c_str(),
-               static_cast<long long>(metrics.n_prompt_tokens),
-               static_cast<long long>(metrics.n_generated_tokens),
-               std::string(cellm::finish_reason_name(*reason)).c_str());
+               static_cast<long long>(outcome.usage.prompt_tokens),
+               static_cast<long long>(outcome.usage.completion_tokens),
+               std::string(cellm::finish_reason_name(reason)).c_str());
   return 0;
 }

@@ -7,9 +7,9 @@
 //
 //   auto engine = cellm::Engine::open({.model = "model.gguf"});
 //   if (!engine.ok()) { /* engine.status().message() says why */ }
-//   auto session = (*engine)->runner().open_session_async().get();
-//   session->generate_async(*(*engine)->encode("Hello"),
-//                           (*engine)->generation_config(32), on_update);
+//   cellm::Request request{.prompt = *(*engine)->encode("Hello"),
+//                          .config = (*engine)->generation_config(32)};
+//   (*engine)->runner().submit(std::move(request), {.on_update = ..., .on_done = ...});
 //
 // examples/stream_completion is a whole program. This header and the ones it
 // includes are the public API: no CUDA, JSON or other third-party type
@@ -38,8 +38,6 @@
 
 namespace cellm {
 
-class PrefixCache;
-
 struct EngineOptions {
   // A single-file GGUF model or a Hugging Face folder (config.json,
   // safetensors, tokenizer.json).
@@ -52,7 +50,8 @@ struct EngineOptions {
   // Tokens a session may hold (prompt and output). 0: the model's context,
   // lowered only when memory is short.
   std::int32_t max_session_tokens = 0;
-  // Idle snapshots kept for prefix reuse (cellm/prefix_cache.h); 0: none.
+  // Prompt snapshots the runner keeps so that a request starting with a
+  // recent prompt skips prefilling it (Request::use_prefix_cache); 0: none.
   std::int32_t prefix_cache_entries = 0;
 };
 
@@ -99,9 +98,6 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   Runner& runner();
-  // Null unless EngineOptions::prefix_cache_entries > 0. Caller-thread only
-  // (see cellm/prefix_cache.h).
-  PrefixCache* prefix_cache();
 
   // Text to token ids; add_special adds BOS (and the like) the way the model
   // expects at the start of a prompt.

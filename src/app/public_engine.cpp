@@ -102,10 +102,6 @@ Runner& Engine::runner() {
   return impl_->engine->runner();
 }
 
-PrefixCache* Engine::prefix_cache() {
-  return impl_->engine->prefix_cache();
-}
-
 Result<std::vector<Token>> Engine::encode(std::string_view text, bool add_special) const {
   return impl_->engine->encode(text, add_special);
 }

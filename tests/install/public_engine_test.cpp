@@ -2,7 +2,7 @@
 // SmolLM2-135M-Instruct on the CPU: refusals of bad options, the tokenizer
 // round trip, streaming text equal to whole decoding, the two chat-template
 // entries agreeing, the generation config built from the model, and one
-// generation through the Runner. Only public headers are included, as an
+// request through the Runner. Only public headers are included, as an
 // embedder would.
 #include <cellm/engine.h>
 
@@ -149,25 +149,30 @@ TEST_F(PublicEngineTest, GenerationConfigCarriesTheModelsStopTokensAndDefaults) 
   EXPECT_EQ(config.sampling.top_k, defaults.top_k.value_or(SamplingParams{}.top_k));
 }
 
-TEST_F(PublicEngineTest, AGenerationThroughTheRunnerStreamsTextAndEnds) {
+TEST_F(PublicEngineTest, ARequestThroughTheRunnerStreamsTextAndEnds) {
   auto prompt = engine_->encode("The capital of France is");
   ASSERT_TRUE(prompt.ok());
-  std::optional<Session> session = engine_->runner().open_session_async().get();
-  ASSERT_TRUE(session.has_value());
-  std::vector<Token> tokens;
-  std::promise<void> settled;
-  GenerationHandle handle = session->generate_async(
-      *prompt, engine_->generation_config(6),
-      [&tokens](const GenerationUpdate& u) { tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.end()); },
-      [&settled] { settled.set_value(); });
-  settled.get_future().wait();
-  ASSERT_TRUE(handle.finish_reason().has_value());
-  EXPECT_TRUE(*handle.finish_reason() == FinishReason::kNewTokenLimit ||
-              *handle.finish_reason() == FinishReason::kStopToken)
-      << finish_reason_name(*handle.finish_reason()) << ": " << handle.error_message();
+  Request request;
+  request.prompt = *prompt;
+  request.config = engine_->generation_config(6);
+  std::vector<Token> tokens;  // engine thread until on_done
+  std::promise<RequestOutcome> done;
+  RequestCallbacks callbacks;
+  callbacks.on_update = [&tokens](std::int32_t, const GenerationUpdate& u) {
+    tokens.insert(tokens.end(), u.tokens.begin(), u.tokens.end());
+  };
+  callbacks.on_done = [&done](const RequestOutcome& o) { done.set_value(o); };
+  auto handle = engine_->runner().submit(std::move(request), std::move(callbacks));
+  ASSERT_TRUE(handle.ok()) << handle.status().to_string();
+  const RequestOutcome outcome = done.get_future().get();
+  ASSERT_EQ(outcome.finish_reasons.size(), 1u);
+  EXPECT_TRUE(outcome.finish_reasons[0] == FinishReason::kNewTokenLimit ||
+              outcome.finish_reasons[0] == FinishReason::kStopToken)
+      << finish_reason_name(outcome.finish_reasons[0]);
   ASSERT_FALSE(tokens.empty());
   EXPECT_LE(tokens.size(), 6u);
-  EXPECT_EQ(handle.metrics().n_generated_tokens, static_cast<std::int64_t>(tokens.size()));
+  EXPECT_EQ(outcome.usage.completion_tokens, static_cast<std::int64_t>(tokens.size()));
+  EXPECT_EQ(outcome.usage.prompt_tokens, static_cast<std::int64_t>(prompt->size()));
   EXPECT_FALSE(engine_->decode(tokens).empty());
 }
 
