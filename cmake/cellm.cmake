@@ -13,16 +13,52 @@ if(CELLM_SANITIZE)
   target_link_options(cellm_options INTERFACE -fsanitize=${_cellm_san})
 endif()
 
+# Layering (DESIGN §1): a library sees its own headers, include/ (the public
+# API) and the headers of the libraries it links, nothing else. Sources name
+# private headers by folder ("core/status.h"), so src/ itself cannot be an
+# include path: each folder of src/ gets a header root in the build tree, a
+# directory holding one link to that folder under its own name, and a library
+# puts only its folder's root on its (PUBLIC) include path. Including a header
+# of a library not among a target's dependencies then fails to compile.
+# cellm_header_root(VAR) sets VAR to the root of the calling folder; the
+# libraries of one folder (server_core and server) share it.
+function(cellm_header_root out)
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+  if(rel MATCHES "^\\.\\.")
+    message(FATAL_ERROR "cellm_header_root: ${CMAKE_CURRENT_SOURCE_DIR} is not under src/")
+  endif()
+  string(REPLACE "/" "_" key "${rel}")
+  set(root ${PROJECT_BINARY_DIR}/header_roots/${key})
+  if(NOT IS_SYMLINK ${root}/${rel})
+    get_filename_component(parent ${root}/${rel} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent})
+    file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR} ${root}/${rel} SYMBOLIC RESULT failed)
+    if(failed)
+      message(FATAL_ERROR "cellm_header_root: cannot link ${root}/${rel}: ${failed}")
+    endif()
+  endif()
+  set(${out} ${root} PARENT_SCOPE)
+endfunction()
+
 # cellm_library(NAME SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
-# Builds the static library cellm_NAME (alias cellm::NAME). Everything includes
-# from include/ (public API) and src/ ("core/status.h" style).
+# Builds the static library cellm_NAME (alias cellm::NAME, and cellm::NAME
+# once installed). DEPS are the libraries its headers need (PUBLIC),
+# PRIVATE_DEPS those only its sources need; a static library still carries
+# the latter to the final link. cellm_options (warnings, sanitizers) reaches
+# every target of this build that links a library, as before, but is left
+# out of the installed interface: an embedder's flags are its own.
 function(cellm_library name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(cellm_${name} STATIC ${A_SOURCES})
   add_library(cellm::${name} ALIAS cellm_${name})
+  set_target_properties(cellm_${name} PROPERTIES EXPORT_NAME ${name})
+  set_property(GLOBAL APPEND PROPERTY CELLM_LIBRARY_ORDER ${name})  # cmake/layering.cmake
+  cellm_header_root(root)
   target_include_directories(cellm_${name} PUBLIC
-    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(cellm_${name} PUBLIC ${A_DEPS} cellm_options PRIVATE ${A_PRIVATE_DEPS})
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<BUILD_INTERFACE:${root}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_link_libraries(cellm_${name} PUBLIC ${A_DEPS} $<BUILD_INTERFACE:cellm_options>
+                        PRIVATE ${A_PRIVATE_DEPS})
 endfunction()
 
 # cellm_test(NAME SOURCES ... DEPS ... LABEL unit|golden|text|e2e|gpu [TIMEOUT s])

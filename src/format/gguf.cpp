@@ -86,7 +86,7 @@ Status read_scalar(Cursor& c, const std::string& key, T& v) {
 // u64 values wrap into `i`, as the file's readers of either type expect.
 template <typename T>
 Status read_widened(Cursor& c, const std::string& key, std::int64_t& i, std::uint64_t& u) {
-  T v;
+  T v{};  // value-initialized: GCC 12 cannot see that a failed read returns first
   CELLM_RETURN_IF_ERROR(read_scalar(c, key, v));
   i = static_cast<std::int64_t>(v);
   u = static_cast<std::uint64_t>(v);
