@@ -355,18 +355,19 @@ TEST(MinTokensTest, ServiceRefusesTooManyStopTokensBeforeOpeningASession) {
   spec.prompt = {'h', 'i'};
   spec.max_new_tokens = 4;
   spec.min_new_tokens = 1;
-  std::atomic<int> events{0};
+  // Shared: a queued request may call back after the job is gone (at shutdown).
+  auto events = std::make_shared<std::atomic<int>>(0);
   auto job = crowded.start(
-      spec, [&](ChoiceEvent) { ++events; });
+      spec, [events](ChoiceEvent) { ++*events; });
   EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(job.status().message()).find("at most 8"), std::string::npos);
-  EXPECT_EQ(events.load(), 0);
+  EXPECT_EQ(events->load(), 0);
   EXPECT_TRUE(s.executor.executed().empty());
   EXPECT_TRUE(s.executor.policies().empty());
   // ignore_eos drops the stop tokens, and with them the problem.
   spec.ignore_eos = true;
   auto fine = crowded.start(
-      spec, [&](ChoiceEvent) { ++events; });
+      spec, [events](ChoiceEvent) { ++*events; });
   EXPECT_TRUE(fine.ok()) << fine.status().to_string();
 }
 
@@ -377,25 +378,26 @@ TEST(MinTokensTest, ServiceOverAnExecutorThatCannotSuppressRefusesBeforeOpeningA
   spec.prompt = {'h', 'i'};
   spec.max_new_tokens = 4;
   spec.min_new_tokens = 2;
-  std::atomic<int> events{0};
+  // Shared: a queued request may call back after the job is gone (at shutdown).
+  auto events = std::make_shared<std::atomic<int>>(0);
   auto job = s.service->start(
-      spec, [&](ChoiceEvent) { ++events; });
+      spec, [events](ChoiceEvent) { ++*events; });
   EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(job.status().message()).find("min_new_tokens 2"), std::string::npos)
       << job.status().to_string();
-  EXPECT_EQ(events.load(), 0);
+  EXPECT_EQ(events->load(), 0);
   EXPECT_EQ(s.executor.open_sessions(), 0u);
   EXPECT_TRUE(s.executor.executed().empty());
   EXPECT_TRUE(s.executor.policies().empty());
   // Without stop tokens to hold back (ignore_eos), or without a minimum, it runs.
   spec.ignore_eos = true;
   auto ignoring = s.service->start(
-      spec, [&](ChoiceEvent) { ++events; });
+      spec, [events](ChoiceEvent) { ++*events; });
   EXPECT_TRUE(ignoring.ok()) << ignoring.status().to_string();
   spec.ignore_eos = false;
   spec.min_new_tokens = 0;
   auto plain = s.service->start(
-      spec, [&](ChoiceEvent) { ++events; });
+      spec, [events](ChoiceEvent) { ++*events; });
   EXPECT_TRUE(plain.ok()) << plain.status().to_string();
 }
 
