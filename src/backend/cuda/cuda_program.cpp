@@ -428,10 +428,9 @@ void CudaProgram::launch_argmax(const float* logits, std::int32_t rows) {
   p.logits_stride = spec().vocab_size;
   p.rows = rows;
   p.vocab = static_cast<std::int32_t>(spec().vocab_size);
-  if (knobs.kernels.split_argmax) {
-    p.argmax_partials = argmax_partials_.data();
-    p.argmax_counters = argmax_counters_.data();
-  }
+  // The split argmax is the settled choice (kernel_choice.h).
+  p.argmax_partials = argmax_partials_.data();
+  p.argmax_counters = argmax_counters_.data();
   launch_sample_argmax(p, stream_.get());
 }
 
