@@ -185,6 +185,12 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[lo] + (rank - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
 }
 
+std::string latency_row(std::string_view name, const LatencySummary& s) {
+  if (s.count == 0) return fmt::format("| {} | -- | -- | -- | -- |\n", name);
+  return fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", name, s.mean, s.p50, s.p90,
+                     s.p99);
+}
+
 LatencySummary summarize(std::vector<double> values) {
   LatencySummary s;
   s.count = values.size();
@@ -239,14 +245,9 @@ std::string format_report(const ServeBenchOptions& o, const ServeBenchReport& r)
   row("output throughput", fmt::format("{:.1f} tok/s", r.output_tokens_per_s));
   row("total throughput", fmt::format("{:.1f} tok/s", r.total_tokens_per_s));
 
-  t += "\n| latency (ms) | mean | p50 | p90 | p99 |\n|---|---|---|---|---|\n";
+  t += kLatencyTableHeader;
   auto lat = [&t](std::string_view name, const LatencySummary& s) {
-    if (s.count == 0) {
-      t += fmt::format("| {} | -- | -- | -- | -- |\n", name);
-    } else {
-      t += fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", name, s.mean, s.p50, s.p90,
-                       s.p99);
-    }
+    t += latency_row(name, s);
   };
   lat("TTFT", r.ttft_ms);
   lat("TPOT", r.tpot_ms);

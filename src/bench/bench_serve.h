@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,11 @@ struct LatencySummary {
   double mean = 0, p50 = 0, p90 = 0, p99 = 0;
 };
 LatencySummary summarize(std::vector<double> values);
+// The Markdown latency table of both serve reports: its header, and one row
+// (`--` where nothing was measured).
+inline constexpr std::string_view kLatencyTableHeader =
+    "\n| latency (ms) | mean | p50 | p90 | p99 |\n|---|---|---|---|---|\n";
+std::string latency_row(std::string_view name, const LatencySummary& s);
 
 struct ServeBenchReport {
   std::string model;

@@ -131,14 +131,9 @@ std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport&
           fmt::format("{:.3f}", r.output_tokens_per_s / in.output_tokens_per_s));
     }
   }
-  t += "\n| latency (ms) | mean | p50 | p90 | p99 |\n|---|---|---|---|---|\n";
+  t += kLatencyTableHeader;
   auto lat = [&t](std::string_view name, const LatencySummary& s) {
-    if (s.count == 0) {
-      t += fmt::format("| {} | -- | -- | -- | -- |\n", name);
-    } else {
-      t += fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", name, s.mean, s.p50, s.p90,
-                       s.p99);
-    }
+    t += latency_row(name, s);
   };
   lat("TTFT", r.ttft_ms);
   lat("TPOT", r.tpot_ms);
