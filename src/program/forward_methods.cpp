@@ -251,6 +251,24 @@ Result<ForwardCall> ForwardMethods::check_forward(std::string_view name, const M
   return call;
 }
 
+namespace {
+
+// The logits every sampler-side method takes: f32 [1..max_rows, vocab] where
+// the program keeps them (`device`).
+Status check_sampler_logits(std::string_view name, const Tensor& logits, std::int64_t vocab,
+                            std::int64_t max_rows, Device device) {
+  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
+      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > max_rows ||
+      logits.data() == nullptr) {
+    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
+                            device == Device::kCuda ? "device" : "host", max_rows, vocab,
+                            logits.describe());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<MaskCall> ForwardMethods::check_mask(std::span<const Tensor> inputs, std::int64_t vocab,
                                             Device device) const {
   const std::string_view name = kMaskMethod;
@@ -258,13 +276,7 @@ Result<MaskCall> ForwardMethods::check_mask(std::span<const Tensor> inputs, std:
     return invalid_argument("{}: takes 2 inputs (logits, words), got {}", name, inputs.size());
   }
   const Tensor& logits = inputs[0];
-  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
-      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > kMaskMaxRows ||
-      logits.data() == nullptr) {
-    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
-                            device == Device::kCuda ? "device" : "host", kMaskMaxRows, vocab,
-                            logits.describe());
-  }
+  CELLM_RETURN_IF_ERROR(check_sampler_logits(name, logits, vocab, kMaskMaxRows, device));
   const std::int64_t rows = logits.dim(0);
   const std::int64_t per_row = (vocab + 31) / 32;
   CELLM_RETURN_IF_ERROR(check_host_input(name, "words", inputs[1], DType::kI32, 2));
@@ -288,13 +300,7 @@ Result<PenalizeCall> ForwardMethods::check_penalize(std::span<const Tensor> inpu
                             inputs.size());
   }
   const Tensor& logits = inputs[0];
-  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
-      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > options_.max_step ||
-      logits.data() == nullptr) {
-    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
-                            device == Device::kCuda ? "device" : "host", options_.max_step, vocab,
-                            logits.describe());
-  }
+  CELLM_RETURN_IF_ERROR(check_sampler_logits(name, logits, vocab, options_.max_step, device));
   const std::int64_t rows = logits.dim(0);
   CELLM_RETURN_IF_ERROR(check_host_input(name, "rows", inputs[1], DType::kF32, 2));
   if (inputs[1].dim(0) != rows || inputs[1].dim(1) != kPenalizeRowParams) {
@@ -347,13 +353,7 @@ Result<LogprobsCall> ForwardMethods::check_logprobs(std::span<const Tensor> inpu
         inputs.size());
   }
   const Tensor& logits = inputs[0];
-  if (logits.device() != device || logits.dtype() != DType::kF32 || logits.rank() != 2 ||
-      logits.dim(1) != vocab || logits.dim(0) < 1 || logits.dim(0) > options_.max_step ||
-      logits.data() == nullptr) {
-    return invalid_argument("{}: logits must be {} f32 [1..{}, {}], got {}", name,
-                            device == Device::kCuda ? "device" : "host", options_.max_step, vocab,
-                            logits.describe());
-  }
+  CELLM_RETURN_IF_ERROR(check_sampler_logits(name, logits, vocab, options_.max_step, device));
   const std::int64_t rows = logits.dim(0);
   CELLM_RETURN_IF_ERROR(check_host_input(name, "params", inputs[1], DType::kF32, 2));
   if (inputs[1].dim(0) != rows || inputs[1].dim(1) != kLogprobsParams) {
