@@ -20,7 +20,8 @@ namespace cellm::cuda {
 void check_launch(cudaStream_t stream, const char* kernel_name,
                   std::source_location where = std::source_location::current());
 
-// Set once by the config layer (CELLM_CUDA_DEBUG_SYNC); off by default.
+// A debugging aid: off, and nothing in the product turns it on since the
+// CELLM_CUDA_DEBUG_SYNC variable went (kept for a debugger or a local test).
 void set_debug_sync(bool on);
 bool debug_sync();
 
