@@ -84,6 +84,10 @@ TEST_F(GpuLogprobsTest, KernelMatchesTheHostReference) {
   const float temperatures[8] = {0.0f, 1.0f, 0.7f, 1.3f, 0.0f, 0.5f, 2.0f, 1.0f};
   const float counts[8] = {5.0f, 20.0f, 0.0f, 1.0f, -1.0f, 20.0f, 7.0f, 20.0f};
   for (bool min_p : {false, true}) {
+    // The second pass feeds position 0 again: rewind what the first one placed.
+    for (const cache::SeqId seq : step.seq_ids) {
+      ASSERT_TRUE(ex->cache_control().rewind(seq, 0));
+    }
     const bool ok = ex->execute_raw(step, [&](const executor::RawTargetOutput& out) {
       const std::size_t rows = out.selected_indices.size();
       if (min_p) {
