@@ -68,6 +68,18 @@ def completion_logprobs(c, k, stream, **kw):
     return text, got, usage
 
 
+def same_prompt_tolerance(srv):
+    """How far two requests of the same prompt may differ in logprob.
+
+    On the CPU the forward is float32 and a repeat differs only in the last
+    bits. On CUDA the forward is bf16 and a repeat that hits the prefix cache
+    runs the last prompt token through the decode kernels instead of the
+    prefill GEMM: logits near 20 have a bf16 step of 0.125, so log-softmax
+    values move by a few hundredths (the parity group bounds CUDA against the
+    CPU program)."""
+    return 0.15 if srv.on_cuda() else 1e-5
+
+
 def t_completions(srv):
     c = srv.client()
     k = 5
@@ -94,18 +106,19 @@ def t_completions(srv):
     s_text, s_lp, s_n = completion_logprobs(c, k, stream=True)
     check(s_text == text and s_lp["tokens"] == lp["tokens"] and s_n == n,
           "completions stream: the same tokens as without streaming")
-    check(all(abs(a - b) < 1e-5 for a, b in zip(s_lp["token_logprobs"], lp["token_logprobs"])) and
+    tol = same_prompt_tolerance(srv)
+    check(all(abs(a - b) < tol for a, b in zip(s_lp["token_logprobs"], lp["token_logprobs"])) and
           s_lp["text_offset"] == lp["text_offset"],
           "completions stream: the same logprobs and offsets")
 
     # logprobs 0: only the chosen token's entry; none unless asked.
     _, zero, _ = completion_logprobs(c, 0, stream=False)
-    # (A prefix-cache hit may reorder the forward's float sums: last-bit
-    # differences only.)
+    # (A prefix-cache hit may reorder the forward's float sums.)
     check(zero["tokens"] == lp["tokens"] and
           all(len(top) == 1 and list(top) == [tok]
               for top, tok in zip(zero["top_logprobs"], zero["tokens"])) and
-          all(abs(a - b) < 1e-4 for a, b in zip(zero["token_logprobs"], lp["token_logprobs"])),
+          all(abs(a - b) < max(tol, 1e-4)
+              for a, b in zip(zero["token_logprobs"], lp["token_logprobs"])),
           f"completions logprobs=0: just the chosen token, same values "
           f"({zero['token_logprobs']} vs {lp['token_logprobs']})")
     plain = c.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=3, temperature=0)
@@ -154,7 +167,8 @@ def t_chat(srv):
     s_text, s_content, s_n = chat_logprobs(c, True, top_logprobs=k)
     check(s_text == text and s_n == n and [e.token for e in s_content] == [e.token for e in content],
           "chat stream: the same tokens as without streaming")
-    check(all(abs(a.logprob - b.logprob) < 1e-5 and len(a.top_logprobs) == k
+    tol = same_prompt_tolerance(srv)
+    check(all(abs(a.logprob - b.logprob) < tol and len(a.top_logprobs) == k
               for a, b in zip(s_content, content)),
           "chat stream: the same logprobs, each with its top list")
 

@@ -105,6 +105,10 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError("the server did not become ready")
 
+    def on_cuda(self):
+        """True when the server runs the CUDA backend (its executor says so in the log)."""
+        return any("forwards on cuda" in line for line in self.log)
+
     def client(self, **kw):
         return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0,
                              timeout=600, **kw)
