@@ -2,12 +2,15 @@
 // rooflines (see bench/bench_step.h). `cellm bench serve`: a synthetic serving
 // load through the Runner in-process (bench/bench_serve.h) or, with --http or
 // --url, as streaming HTTP requests to cellm's server started in-process or to
-// any OpenAI-compatible endpoint (bench/http_serve.h).
+// any OpenAI-compatible endpoint (bench/http_serve.h). `cellm bench mask`:
+// constrained decoding's mask cost per token and per served step
+// (bench/bench_mask.h).
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
 
+#include "bench/bench_mask.h"
 #include "bench/bench_serve.h"
 #include "bench/bench_step.h"
 #include "cli/commands.h"
@@ -246,8 +249,38 @@ Command add_bench(CLI::App& app) {
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts, *http);
-  return [opts, serve_opts, http, quick, no_prefill, serve] {
+  auto mask_opts = std::make_shared<bench::MaskBenchOptions>();
+  CLI::App* mask = bench->add_subcommand(
+      "mask", "constrained decoding: the token mask's host cost per token (median, p99) over a "
+              "schema set, and the served step time with N constrained sessions over a fake "
+              "executor whose forward sleeps");
+  mask->add_option("--model", mask_opts->models, "GGUF models whose tokenizers to use")
+      ->delimiter(',')
+      ->capture_default_str();
+  mask->add_option("--schemas", mask_opts->schemas,
+                   "folder of {\"schema\", \"example\"} JSON files")
+      ->capture_default_str();
+  mask->add_option("--json", mask_opts->json_path, "append JSON lines to this file");
+  mask->add_option("--machine", mask_opts->machine, "machine name recorded in the JSON lines");
+  mask->add_option("--sessions", mask_opts->sessions,
+                   "constrained sessions of the served-step part (0: skip it)")
+      ->capture_default_str();
+  mask->add_option("--forward-ms", mask_opts->forward_ms, "the fake forward's sleep")
+      ->capture_default_str();
+  mask->add_option("--mask-threads", mask_opts->mask_threads,
+                   "mask worker counts to compare with 0 (the engine thread)")
+      ->delimiter(',')
+      ->capture_default_str();
+  return [opts, serve_opts, http, quick, no_prefill, serve, mask, mask_opts] {
     if (serve->parsed()) return run_serve(*serve_opts, *http, serve);
+    if (mask->parsed()) {
+      const Status s = bench::run_mask_bench(*mask_opts, stdout);
+      if (!s.is_ok()) {
+        std::fprintf(stderr, "cellm bench mask: %s\n", s.to_string().c_str());
+        return 1;
+      }
+      return 0;
+    }
     if (*quick) {
       opts->batches = {1, 16, 64};
       opts->contexts = {512, 2048};
