@@ -61,6 +61,7 @@ struct HttpFlags {
   bool ignore_eos = true;
   bool inprocess = false;  // read only when --inprocess or --no-inprocess was given
   std::int32_t prefix_cache_entries = 0;
+  std::string json_schema;
   double request_timeout_s = 1800;
   std::string progress_bar = "auto";
   std::string plot;
@@ -148,6 +149,9 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
       ->add_option("--prefix-cache-entries", h.prefix_cache_entries,
                    "--http: the server's prefix cache (random prompts share nothing)")
       ->capture_default_str();
+  serve->add_option("--json-schema", h.json_schema,
+                    "HTTP: send every request with response_format json_schema of this file (a "
+                    "JSON Schema, or a bench/schemas file); needs a model with a tokenizer");
   serve->add_option("--request-timeout", h.request_timeout_s, "HTTP: seconds per request")
       ->capture_default_str();
   serve
@@ -166,7 +170,7 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
   if (!over_http) {
     for (const char* name : {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size",
                              "--no-ignore-eos", "--inprocess", "--prefix-cache-entries",
-                             "--request-timeout", "--progress-bar", "--plot"}) {
+                             "--request-timeout", "--progress-bar", "--plot", "--json-schema"}) {
       if (serve->count(name) > 0) {
         std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
                      name);
@@ -205,6 +209,15 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
                 : h.progress_bar == "off" ? bench::ProgressMode::kLines
                                           : bench::ProgressMode::kAuto;
   ho.plot_path = h.plot;
+  if (!h.json_schema.empty()) {
+    auto schema = bench::read_json_schema(h.json_schema);
+    if (!schema.ok()) {
+      std::fprintf(stderr, "cellm bench serve: %s\n", schema.status().to_string().c_str());
+      return 1;
+    }
+    ho.json_schema_file = h.json_schema;
+    ho.json_schema = std::move(*schema);
+  }
   auto report = bench::run_http_serve_bench(ho, stdout);
   if (!report.ok()) {
     std::fprintf(stderr, "cellm bench serve: %s\n", report.status().to_string().c_str());
