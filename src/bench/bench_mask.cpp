@@ -60,9 +60,10 @@ struct Schema {
 Result<std::vector<Schema>> load_schemas(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return invalid_argument("--schemas: {} is not a folder (run from the repository root or "
-                            "pass --schemas DIR)",
-                            dir.string());
+    return invalid_argument(
+        "--schemas: {} is not a folder (run from the repository root or "
+        "pass --schemas DIR)",
+        dir.string());
   }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -269,8 +270,10 @@ ServedRun served(const MaskBenchOptions& o, const std::vector<Schema>& schemas, 
     c.max_new_tokens = static_cast<std::int64_t>(scripts[si].size()) + 1;
     if (v.eos) c.stop_tokens = {*v.eos};
     // One grammar per request, as the server compiles one per request.
-    if (constrained) c.constraint = TokenGrammar::create(schemas[si].grammar, v.vocab);
-    else c.max_new_tokens = static_cast<std::int64_t>(scripts[si].size());
+    if (constrained)
+      c.constraint = TokenGrammar::create(schemas[si].grammar, v.vocab);
+    else
+      c.max_new_tokens = static_cast<std::int64_t>(scripts[si].size());
     handles.push_back(sessions[i].generate_async(std::vector<Token>{1, 2, 3, 4}, std::move(c),
                                                  [](const GenerationUpdate&) {}));
   }
@@ -345,8 +348,8 @@ Status run_mask_bench(const MaskBenchOptions& o, std::FILE* out) {
     runs.push_back(served(o, schemas, v, scripts, true, 0));
     for (std::int32_t t : o.mask_threads) runs.push_back(served(o, schemas, v, scripts, true, t));
     const double base = runs[0].ms_per_step;
-    std::fprintf(out, "  served steps, %d sessions, forward %.1f ms (fake executor):\n",
-                 o.sessions, o.forward_ms);
+    std::fprintf(out, "  served steps, %d sessions, forward %.1f ms (fake executor):\n", o.sessions,
+                 o.forward_ms);
     for (const ServedRun& r : runs) {
       std::fprintf(out,
                    "    %-13s mask threads %d: %lld steps, %.2f ms/step (%.0f%% of unconstrained "

@@ -4,7 +4,6 @@
 #include <array>
 #include <charconv>
 #include <cmath>
-
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +42,10 @@ Status validate(const HttpBenchOptions& o) {
   if (!(o.request_timeout_s > 0) || std::isinf(o.request_timeout_s)) {
     return invalid_argument("--request-timeout must be a positive number of seconds, got {}",
                             o.request_timeout_s);
+  }
+  if (o.mask_threads < -1) {
+    return invalid_argument("--mask-threads must be -1 (automatic), 0 or positive, got {}",
+                            o.mask_threads);
   }
   if (!o.json_schema.empty() && o.compare_inprocess.value_or(false)) {
     return invalid_argument(

@@ -54,6 +54,9 @@ struct HttpBenchOptions {
   // with an unconstrained one. Empty: no response_format.
   std::string json_schema_file;
   std::string json_schema;  // the schema as JSON text
+  // The in-process server's RunnerOptions::mask_threads (-1: automatic; 0:
+  // masks on the engine thread, the engine before the overlap).
+  std::int32_t mask_threads = -1;
 };
 
 // The schema of --json-schema FILE as JSON text: the file is a JSON Schema,
@@ -76,8 +79,8 @@ Result<Endpoint> parse_url(const std::string& url);
 
 // The JSON body of request `r`: a streaming /v1/completions request with
 // max_tokens = its output length (and min_tokens, ignore_eos when asked,
-// response_format json_schema with --json-schema), usage in the last chunk. Text prompts hold one word of a fixed list per
-// token id, so they are as random and as long (in words) as the ids.
+// response_format json_schema with --json-schema), usage in the last chunk. Text prompts hold one
+// word of a fixed list per token id, so they are as random and as long (in words) as the ids.
 std::string completion_body(const HttpBenchOptions& options, const std::string& model,
                             const RequestSpec& r, std::uint64_t request_seed);
 

@@ -62,6 +62,7 @@ struct HttpFlags {
   bool inprocess = false;  // read only when --inprocess or --no-inprocess was given
   std::int32_t prefix_cache_entries = 0;
   std::string json_schema;
+  std::int32_t mask_threads = -1;
   double request_timeout_s = 1800;
   std::string progress_bar = "auto";
   std::string plot;
@@ -152,6 +153,11 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
   serve->add_option("--json-schema", h.json_schema,
                     "HTTP: send every request with response_format json_schema of this file (a "
                     "JSON Schema, or a bench/schemas file); needs a model with a tokenizer");
+  serve
+      ->add_option("--mask-threads", h.mask_threads,
+                   "--http: the server's mask worker threads (-1: automatic; 0: masks on the "
+                   "engine thread)")
+      ->capture_default_str();
   serve->add_option("--request-timeout", h.request_timeout_s, "HTTP: seconds per request")
       ->capture_default_str();
   serve
@@ -168,9 +174,10 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
 int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* serve) {
   const bool over_http = h.http || !h.url.empty();
   if (!over_http) {
-    for (const char* name : {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size",
-                             "--no-ignore-eos", "--inprocess", "--prefix-cache-entries",
-                             "--request-timeout", "--progress-bar", "--plot", "--json-schema"}) {
+    for (const char* name :
+         {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size", "--no-ignore-eos",
+          "--inprocess", "--prefix-cache-entries", "--request-timeout", "--progress-bar", "--plot",
+          "--json-schema", "--mask-threads"}) {
       if (serve->count(name) > 0) {
         std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
                      name);
@@ -209,6 +216,7 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
                 : h.progress_bar == "off" ? bench::ProgressMode::kLines
                                           : bench::ProgressMode::kAuto;
   ho.plot_path = h.plot;
+  ho.mask_threads = h.mask_threads;
   if (!h.json_schema.empty()) {
     auto schema = bench::read_json_schema(h.json_schema);
     if (!schema.ok()) {
@@ -264,9 +272,10 @@ Command add_bench(CLI::App& app) {
   CLI::App* serve = add_serve(bench, *serve_opts, *http);
   auto mask_opts = std::make_shared<bench::MaskBenchOptions>();
   CLI::App* mask = bench->add_subcommand(
-      "mask", "constrained decoding: the token mask's host cost per token (median, p99) over a "
-              "schema set, and the served step time with N constrained sessions over a fake "
-              "executor whose forward sleeps");
+      "mask",
+      "constrained decoding: the token mask's host cost per token (median, p99) over a "
+      "schema set, and the served step time with N constrained sessions over a fake "
+      "executor whose forward sleeps");
   mask->add_option("--model", mask_opts->models, "GGUF models whose tokenizers to use")
       ->delimiter(',')
       ->capture_default_str();

@@ -82,7 +82,9 @@ ConstrainedDecoding::ConstrainedDecoding(const TokenConstraint& constraint,
 
 // The mask may outlive this (in a policy the executor still holds): nothing
 // pending may reach the grammar state after it is gone.
-ConstrainedDecoding::~ConstrainedDecoding() { fill_->cancel(); }
+ConstrainedDecoding::~ConstrainedDecoding() {
+  fill_->cancel();
+}
 
 ConstrainedDecoding::Next ConstrainedDecoding::refresh() {
   fill_->settle();

@@ -262,7 +262,8 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   // it allowed nothing, the grammar ended at the previous token and this
   // draw is void, as if that step had found the dead end itself.
   if (gen->constrained) {
-    if (const auto next = gen->constrained->settle(); next != ConstrainedDecoding::Next::kContinue) {
+    if (const auto next = gen->constrained->settle();
+        next != ConstrainedDecoding::Next::kContinue) {
       if (next == ConstrainedDecoding::Next::kComplete) {
         finish_(gen, FinishReason::kStopToken, {}, "");
       } else {

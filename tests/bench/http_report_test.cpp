@@ -91,8 +91,8 @@ TEST(BenchJsonSchemaTest, ReadsASchemaOrABenchSchemaFileAndRefusesWhatTheServerW
   auto plain = read_json_schema(temp_file("plain.json", R"({"type":"object"})"));
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(nlohmann::json::parse(*plain), nlohmann::json::parse(R"({"type":"object"})"));
-  auto wrapped = read_json_schema(temp_file(
-      "wrapped.json", R"({"schema": {"type": "array", "items": {"type": "integer"}},
+  auto wrapped = read_json_schema(
+      temp_file("wrapped.json", R"({"schema": {"type": "array", "items": {"type": "integer"}},
                           "example": [1, 2]})"));
   ASSERT_TRUE(wrapped.ok()) << wrapped.status().to_string();
   EXPECT_EQ(nlohmann::json::parse(*wrapped)["type"], "array");

@@ -7,15 +7,15 @@
 // on mask workers while the step runs (RunnerOptions::mask_threads): every
 // outcome is the same with 0 (on the engine thread), 1 or 3 workers, and a
 // deferred mask settles to what the synchronous refresh writes.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "cellm/token_constraint.h"
 #include "engine/constrained_decoding.h"
-#include "engine/mask_workers.h"
 #include "engine/fake_executor.h"
+#include "engine/mask_workers.h"
 #include "engine/runner_fixture.h"
 
 namespace cellm::testing {
@@ -166,8 +166,8 @@ TEST_P(MaskThreadsTest, ConcurrentConstrainedGenerationsFollowTheirGrammars) {
     config.stop_tokens = {4095};
     config.constraint = std::make_shared<ListConstraint>(want.back());
     Collector& c = collectors[i];
-    handles.push_back(
-        sessions[i].generate_async(std::vector<Token>{1, 2}, std::move(config), c.on_update(), c.on_settled()));
+    handles.push_back(sessions[i].generate_async(std::vector<Token>{1, 2}, std::move(config),
+                                                 c.on_update(), c.on_settled()));
   }
   for (std::size_t i = 0; i < handles.size(); ++i) {
     handles[i].wait();
