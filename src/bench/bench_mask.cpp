@@ -269,7 +269,8 @@ ServedRun served(const MaskBenchOptions& o, const std::vector<Schema>& schemas, 
     GenConfig c;
     c.max_new_tokens = static_cast<std::int64_t>(scripts[si].size()) + 1;
     if (v.eos) c.stop_tokens = {*v.eos};
-    // One grammar per request, as the server compiles one per request.
+    // A fresh grammar per request: a cold mask cache, the worst case (the
+    // server shares one grammar, and its cache, among requests of a schema).
     if (constrained)
       c.constraint = TokenGrammar::create(schemas[si].grammar, v.vocab);
     else

@@ -11,6 +11,7 @@
 // Part 2 (served steps): N sessions generate their schema's example through
 // the Runner over a fake executor whose forward sleeps --forward-ms and whose
 // sampler settles the mask and draws the example's token (or an allowed one).
+// Each request gets a fresh grammar (a cold mask cache: the worst case).
 // The wall time per step unconstrained, constrained with the masks computed
 // on the engine thread (mask threads 0: the engine before the overlap), and
 // with each --mask-threads count.
