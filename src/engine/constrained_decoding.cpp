@@ -14,7 +14,8 @@ class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
 
   // Engine thread, with nothing pending: publishes the grammar state (the
   // release pairs with the claim's acquire).
-  void queue() {
+  void queue(MaskWorkers& pool) {
+    pool_ = &pool;
     outcome_ = Next::kContinue;
     state_.store(kQueued, std::memory_order_release);
   }
@@ -36,7 +37,9 @@ class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
         }
         continue;  // s was reloaded
       }
-      state_.wait(kRunning, std::memory_order_acquire);
+      // Another thread runs this one: run queued ones meanwhile, and wait
+      // only when none is left.
+      if (pool_ == nullptr || !pool_->help_one()) state_.wait(kRunning, std::memory_order_acquire);
       s = state_.load(std::memory_order_acquire);
     }
   }
@@ -65,6 +68,9 @@ class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
   // Used only while a computation is pending; the owner settles it before it
   // goes, so a mask that outlives its generation never reaches the owner.
   ConstrainedDecoding& owner_;
+  // The pool it was queued on; only settle() of a pending computation uses it
+  // (the engine, which owns the pool, is running then).
+  MaskWorkers* pool_ = nullptr;
   std::atomic<int> state_{kIdle};
   Next outcome_ = Next::kContinue;
 };
@@ -96,7 +102,7 @@ ConstrainedDecoding::Next ConstrainedDecoding::refresh_async(MaskWorkers& worker
   // A complete match may allow nothing more: know it now, so the generation
   // ends without another step (and the stop tokens join the mask).
   if (state_->accepting()) return compute_();
-  fill_->queue();
+  fill_->queue(workers);
   deferred_ = true;
   workers.submit(fill_);
   return Next::kContinue;

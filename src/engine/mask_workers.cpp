@@ -30,6 +30,18 @@ void MaskWorkers::submit(std::shared_ptr<MaskJob> job) {
   cv_.notify_one();
 }
 
+bool MaskWorkers::help_one() {
+  std::shared_ptr<MaskJob> job;
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.empty()) return false;
+    job = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  job->try_run();
+  return true;
+}
+
 std::int32_t MaskWorkers::auto_threads() {
   const auto hw = static_cast<std::int32_t>(std::thread::hardware_concurrency());
   return std::clamp(hw / 4, 1, 4);

@@ -37,6 +37,10 @@ class MaskWorkers {
   MaskWorkers& operator=(const MaskWorkers&) = delete;
 
   void submit(std::shared_ptr<MaskJob> job);
+  // Takes the oldest queued job, if any, and runs it here unless it was
+  // claimed already: what a reader does instead of waiting for a worker that
+  // is busy with the mask it needs. False when the queue was empty.
+  bool help_one();
   std::int32_t threads() const { return static_cast<std::int32_t>(threads_.size()); }
 
   // The thread count RunnerOptions::kMaskThreadsAuto stands for here.
