@@ -237,6 +237,13 @@ Result<std::unique_ptr<InProcessServer>> InProcessServer::start(const HttpBenchO
       return invalid_argument("--model {}: no such file or folder, and not a shape name ({})",
                               l.model, fmt::join(model::shape_names(), ", "));
     }
+    if (!o.json_schema.empty()) {
+      return invalid_argument(
+          "--json-schema needs a model with a tokenizer to build the grammar's masks; the shape "
+          "{} has random weights and none: pass a model file, e.g. --model "
+          "models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt-format text",
+          l.model);
+    }
     CELLM_RETURN_IF_ERROR(load_shape(o, *shape, need, *impl));
   }
 #ifdef CELLM_HAVE_CUDA

@@ -132,6 +132,19 @@ TEST(BenchHttpE2eTest, AJsonSchemaLoadIsServedConstrainedAndSaysSo) {
   EXPECT_NE(out.find("json_schema"), std::string::npos) << out;
 }
 
+TEST(BenchHttpE2eTest, AJsonSchemaLoadOnARandomWeightShapeIsRefusedSayingWhy) {
+  int rc = -1;
+  const std::string schema =
+      (cellm::testing::source_dir() / "bench" / "schemas" / "person.json").string();
+  const std::string out = run_command(std::string(CELLM_BINARY) +
+                                          " bench serve --http --model smollm2-135m --backend cpu"
+                                          " --num-prompts 1 --json-schema " +
+                                          schema + " 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("needs a model with a tokenizer"), std::string::npos) << out;
+}
+
 TEST(BenchHttpE2eTest, RandomWeightShapeServesTokenIdsAndNumericText) {
   std::string out;
   const nlohmann::json j = run_json("bench_http_shape",
