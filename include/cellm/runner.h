@@ -223,6 +223,13 @@ struct RunnerOptions {
   // Snapshots of recent prompts the engine keeps (each holds one executor
   // session and its cells); 0: no prefix cache.
   std::int32_t prefix_cache_entries = 0;
+  // Threads that compute constrained generations' next token masks while the
+  // step's forward runs (the sampler settles each mask just before it draws,
+  // running a not-yet-started one itself). kMaskThreadsAuto: a quarter of the
+  // hardware threads, 1 to 4. 0: every mask is computed on the engine thread
+  // right after its token, before the next step (no overlap).
+  static constexpr std::int32_t kMaskThreadsAuto = -1;
+  std::int32_t mask_threads = kMaskThreadsAuto;
 };
 
 enum class InitializationState { kPending, kReady, kFailed };

@@ -60,13 +60,34 @@ inline constexpr std::size_t kMaxLogitBias = 300;
 // copies the list. Sorted by token, one entry per token.
 using LogitBiasList = std::shared_ptr<const std::vector<LogitBias>>;
 
+// Completes a TokenMask whose words are still being computed. The engine
+// computes the next mask of a constrained generation on a worker thread while
+// the step's forward runs; the sampler needs it only at the end of that
+// forward. settle() returns once the words are final: it runs the computation
+// on the calling thread when no worker has started it, else waits for the
+// worker. Safe from any thread; a no-op when nothing is pending.
+class TokenMaskFill {
+ public:
+  virtual ~TokenMaskFill() = default;
+  virtual void settle() = 0;
+};
+
 // Constrained decoding's per-step vocabulary mask: bit t % 32 of words[t / 32]
-// set = token t may be drawn. The engine owns it and rewrites it on its own
-// thread before each step of a constrained generation; the executor reads it
-// (same thread) when it samples that generation's row, so one installed
-// policy follows the grammar step by step. Empty words: no mask.
+// set = token t may be drawn. The engine owns it and rewrites it before each
+// step of a constrained generation (on its own thread, or on a mask worker
+// while the step runs); the executor calls settle() and then reads it when it
+// samples that generation's row, so one installed policy follows the grammar
+// step by step. The size of `words` never changes once installed. Empty
+// words: no mask.
 struct TokenMask {
   std::vector<std::uint32_t> words;
+  // Set when the words may be written off the reading thread (see
+  // TokenMaskFill); null: they are always final.
+  std::shared_ptr<TokenMaskFill> fill;
+  // Makes `words` final for the coming draw; call before reading them.
+  void settle() const {
+    if (fill) fill->settle();
+  }
   bool allows(Token id) const {
     const std::size_t w = static_cast<std::size_t>(id / 32);
     return w < words.size() && ((words[w] >> (id % 32)) & 1u) != 0;

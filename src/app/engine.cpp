@@ -137,8 +137,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   impl->prefill_chunk = static_cast<std::int32_t>(chunk);
   impl->max_batch_tokens = static_cast<std::int32_t>(batch);
   report(progress, "initializing", 0.9);
-  impl->runner = std::make_unique<Runner>(*impl->executor, std::move(scheduler),
-                                          RunnerOptions{options.prefix_cache_entries});
+  impl->runner =
+      std::make_unique<Runner>(*impl->executor, std::move(scheduler),
+                               RunnerOptions{options.prefix_cache_entries, options.mask_threads});
   auto ready = impl->runner->open_session_async().get();  // waits for initialize()
   if (impl->runner->initialization_state() != InitializationState::kReady) {
     return internal_error("the {} backend failed to initialize (see the log above)",

@@ -49,6 +49,8 @@ struct EngineOptions {
   std::int32_t prefill_chunk = 0;
   std::int32_t max_decode_sequences = 0;   // 0: max_sessions
   program::ProgramOptions program;
+  // RunnerOptions::mask_threads (-1: automatic; 0: masks on the engine thread).
+  std::int32_t mask_threads = RunnerOptions::kMaskThreadsAuto;
 };
 
 struct LoadProgress {

@@ -113,6 +113,9 @@ std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport&
           "{} / {}{}{}", o.load.input_len, o.load.output_len,
           o.load.range_ratio > 0 ? fmt::format(" (range ratio {:g})", o.load.range_ratio) : "",
           o.prompt_format == PromptFormat::kText ? ", text prompts" : ", token-id prompts"));
+  if (!o.json_schema.empty()) {
+    row("response_format", fmt::format("json_schema ({})", o.json_schema_file));
+  }
   row("request rate / max concurrency",
       fmt::format(
           "{} req/s / {}", rate_text(o.load.request_rate),
@@ -180,10 +183,14 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
                    {"request_throughput", r.request_throughput},
                    {"output_tokens_per_s", r.output_tokens_per_s},
                    {"total_tokens_per_s", r.total_tokens_per_s}};
+  // Whether the load was constrained, so that two lines compare at a glance.
+  j["response_format"] = o.json_schema.empty() ? "text" : "json_schema";
+  if (!o.json_schema.empty()) j["json_schema_file"] = o.json_schema_file;
   if (r.target == "in-process") {
     j["prefill_chunk"] = l.prefill_chunk;
     j["max_batch_tokens"] = l.max_batch_tokens;
     j["prefix_cache_entries"] = o.prefix_cache_entries;
+    j["mask_threads"] = o.mask_threads;
   }
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
   auto put = [&j](const std::string& name, const LatencySummary& s, const std::vector<double>& q) {

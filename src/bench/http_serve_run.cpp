@@ -231,7 +231,8 @@ Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& o, std::FIL
   tally_http(requests, records, r);
   server.reset();  // frees the device for the in-process run
 
-  if (o.compare_inprocess.value_or(o.url.empty())) {
+  // The in-process load sends no response_format: no ratio for a constrained load.
+  if (o.compare_inprocess.value_or(o.url.empty() && o.json_schema.empty())) {
     std::fprintf(out, "\nthe same load through the Runner in-process:\n");
     ServeBenchOptions in = o.load;
     in.json_path.clear();

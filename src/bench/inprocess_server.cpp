@@ -127,6 +127,7 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.max_sessions = concurrency_of(l);
   eo.max_session_tokens = need.session_tokens;
   eo.prefix_cache_entries = o.prefix_cache_entries;
+  eo.mask_threads = o.mask_threads;
   eo.prefill_chunk = l.prefill_chunk;
   eo.max_batch_tokens = l.max_batch_tokens;
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
@@ -202,7 +203,8 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
     return invalid_argument("--max-batch-tokens {} cannot hold {} decodes beside a chunk of {}",
                             batch, decodes, chunk);
   }
-  s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler), RunnerOptions{entries});
+  s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler),
+                                      RunnerOptions{entries, o.mask_threads});
   if (!s.runner->open_session_async().get()) {  // waits for initialize()
     return internal_error("the {} executor failed to initialize (see the log)", s.backend);
   }
@@ -234,6 +236,13 @@ Result<std::unique_ptr<InProcessServer>> InProcessServer::start(const HttpBenchO
     if (!shape.ok()) {
       return invalid_argument("--model {}: no such file or folder, and not a shape name ({})",
                               l.model, fmt::join(model::shape_names(), ", "));
+    }
+    if (!o.json_schema.empty()) {
+      return invalid_argument(
+          "--json-schema needs a model with a tokenizer to build the grammar's masks; the shape "
+          "{} has random weights and none: pass a model file, e.g. --model "
+          "models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt-format text",
+          l.model);
     }
     CELLM_RETURN_IF_ERROR(load_shape(o, *shape, need, *impl));
   }

@@ -4,8 +4,11 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
+
+#include "grammar/json_schema.h"
 
 namespace cellm::bench {
 namespace {
@@ -39,6 +42,15 @@ Status validate(const HttpBenchOptions& o) {
   if (!(o.request_timeout_s > 0) || std::isinf(o.request_timeout_s)) {
     return invalid_argument("--request-timeout must be a positive number of seconds, got {}",
                             o.request_timeout_s);
+  }
+  if (o.mask_threads < -1) {
+    return invalid_argument("--mask-threads must be -1 (automatic), 0 or positive, got {}",
+                            o.mask_threads);
+  }
+  if (!o.json_schema.empty() && o.compare_inprocess.value_or(false)) {
+    return invalid_argument(
+        "--inprocess with --json-schema: the in-process load sends no response_format, so the "
+        "ratio would compare a constrained load with an unconstrained one; drop --inprocess");
   }
   if (o.compare_inprocess.value_or(false) && !o.url.empty() && o.load.model.empty()) {
     return invalid_argument("--inprocess with --url needs --model to load in this process");
@@ -111,7 +123,31 @@ std::string completion_body(const HttpBenchOptions& o, const std::string& model,
     body["seed"] = request_seed;
   }
   if (o.ignore_eos) body["ignore_eos"] = true;
+  if (!o.json_schema.empty()) {
+    body["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "bench"}, {"schema", nlohmann::json::parse(o.json_schema)}}}};
+  }
   return body.dump();
+}
+
+Result<std::string> read_json_schema(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("--json-schema {}: cannot read the file", path);
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (doc.is_discarded()) return invalid_argument("--json-schema {}: not valid JSON", path);
+  if (doc.is_object() && doc.contains("schema") && doc.contains("example")) doc = doc["schema"];
+  if (!doc.is_object()) {
+    return invalid_argument("--json-schema {}: a JSON Schema is an object, got {}", path,
+                            doc.type_name());
+  }
+  // Refused here rather than by the server, once per request.
+  auto g = grammar::compile_json_schema(doc);
+  if (!g.ok()) {
+    return invalid_argument("--json-schema {}: the server would refuse it: {}", path,
+                            g.status().message());
+  }
+  return doc.dump();
 }
 
 }  // namespace cellm::bench

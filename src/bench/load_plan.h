@@ -49,7 +49,20 @@ struct HttpBenchOptions {
   double request_timeout_s = 1800;  // one request, first byte to last
   ProgressMode progress = ProgressMode::kAuto;
   std::string plot_path;  // a PNG drawn by bench/plot_serve.py after the run
+  // --json-schema FILE: every request asks for response_format json_schema
+  // with this schema (read_json_schema), so that a constrained load compares
+  // with an unconstrained one. Empty: no response_format.
+  std::string json_schema_file;
+  std::string json_schema;  // the schema as JSON text
+  // The in-process server's RunnerOptions::mask_threads (-1: automatic; 0:
+  // masks on the engine thread, the engine before the overlap).
+  std::int32_t mask_threads = -1;
 };
+
+// The schema of --json-schema FILE as JSON text: the file is a JSON Schema,
+// or a bench/schemas file ({"schema": ..., "example": ...}), whose "schema"
+// is taken. Refused when it cannot be read, parsed or compiled.
+Result<std::string> read_json_schema(const std::string& path);
 
 // Option checks of the HTTP mode (the shared ones through validate()).
 Status validate(const HttpBenchOptions& options);
@@ -65,9 +78,9 @@ struct Endpoint {
 Result<Endpoint> parse_url(const std::string& url);
 
 // The JSON body of request `r`: a streaming /v1/completions request with
-// max_tokens = its output length (and min_tokens, ignore_eos when asked),
-// usage in the last chunk. Text prompts hold one word of a fixed list per
-// token id, so they are as random and as long (in words) as the ids.
+// max_tokens = its output length (and min_tokens, ignore_eos when asked,
+// response_format json_schema with --json-schema), usage in the last chunk. Text prompts hold one
+// word of a fixed list per token id, so they are as random and as long (in words) as the ids.
 std::string completion_body(const HttpBenchOptions& options, const std::string& model,
                             const RequestSpec& r, std::uint64_t request_seed);
 

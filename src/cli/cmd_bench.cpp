@@ -2,12 +2,15 @@
 // rooflines (see bench/bench_step.h). `cellm bench serve`: a synthetic serving
 // load through the Runner in-process (bench/bench_serve.h) or, with --http or
 // --url, as streaming HTTP requests to cellm's server started in-process or to
-// any OpenAI-compatible endpoint (bench/http_serve.h).
+// any OpenAI-compatible endpoint (bench/http_serve.h). `cellm bench mask`:
+// constrained decoding's mask cost per token and per served step
+// (bench/bench_mask.h).
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
 
+#include "bench/bench_mask.h"
 #include "bench/bench_serve.h"
 #include "bench/bench_step.h"
 #include "cli/commands.h"
@@ -58,6 +61,8 @@ struct HttpFlags {
   bool ignore_eos = true;
   bool inprocess = false;  // read only when --inprocess or --no-inprocess was given
   std::int32_t prefix_cache_entries = 0;
+  std::string json_schema;
+  std::int32_t mask_threads = -1;
   double request_timeout_s = 1800;
   std::string progress_bar = "auto";
   std::string plot;
@@ -145,6 +150,14 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
       ->add_option("--prefix-cache-entries", h.prefix_cache_entries,
                    "--http: the server's prefix cache (random prompts share nothing)")
       ->capture_default_str();
+  serve->add_option("--json-schema", h.json_schema,
+                    "HTTP: send every request with response_format json_schema of this file (a "
+                    "JSON Schema, or a bench/schemas file); needs a model with a tokenizer");
+  serve
+      ->add_option("--mask-threads", h.mask_threads,
+                   "--http: the server's mask worker threads (-1: automatic; 0: masks on the "
+                   "engine thread)")
+      ->capture_default_str();
   serve->add_option("--request-timeout", h.request_timeout_s, "HTTP: seconds per request")
       ->capture_default_str();
   serve
@@ -161,9 +174,10 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
 int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* serve) {
   const bool over_http = h.http || !h.url.empty();
   if (!over_http) {
-    for (const char* name : {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size",
-                             "--no-ignore-eos", "--inprocess", "--prefix-cache-entries",
-                             "--request-timeout", "--progress-bar", "--plot"}) {
+    for (const char* name :
+         {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size", "--no-ignore-eos",
+          "--inprocess", "--prefix-cache-entries", "--request-timeout", "--progress-bar", "--plot",
+          "--json-schema", "--mask-threads"}) {
       if (serve->count(name) > 0) {
         std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
                      name);
@@ -202,6 +216,16 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
                 : h.progress_bar == "off" ? bench::ProgressMode::kLines
                                           : bench::ProgressMode::kAuto;
   ho.plot_path = h.plot;
+  ho.mask_threads = h.mask_threads;
+  if (!h.json_schema.empty()) {
+    auto schema = bench::read_json_schema(h.json_schema);
+    if (!schema.ok()) {
+      std::fprintf(stderr, "cellm bench serve: %s\n", schema.status().to_string().c_str());
+      return 1;
+    }
+    ho.json_schema_file = h.json_schema;
+    ho.json_schema = std::move(*schema);
+  }
   auto report = bench::run_http_serve_bench(ho, stdout);
   if (!report.ok()) {
     std::fprintf(stderr, "cellm bench serve: %s\n", report.status().to_string().c_str());
@@ -246,8 +270,39 @@ Command add_bench(CLI::App& app) {
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts, *http);
-  return [opts, serve_opts, http, quick, no_prefill, serve] {
+  auto mask_opts = std::make_shared<bench::MaskBenchOptions>();
+  CLI::App* mask = bench->add_subcommand(
+      "mask",
+      "constrained decoding: the token mask's host cost per token (median, p99) over a "
+      "schema set, and the served step time with N constrained sessions over a fake "
+      "executor whose forward sleeps");
+  mask->add_option("--model", mask_opts->models, "GGUF models whose tokenizers to use")
+      ->delimiter(',')
+      ->capture_default_str();
+  mask->add_option("--schemas", mask_opts->schemas,
+                   "folder of {\"schema\", \"example\"} JSON files")
+      ->capture_default_str();
+  mask->add_option("--json", mask_opts->json_path, "append JSON lines to this file");
+  mask->add_option("--machine", mask_opts->machine, "machine name recorded in the JSON lines");
+  mask->add_option("--sessions", mask_opts->sessions,
+                   "constrained sessions of the served-step part (0: skip it)")
+      ->capture_default_str();
+  mask->add_option("--forward-ms", mask_opts->forward_ms, "the fake forward's sleep")
+      ->capture_default_str();
+  mask->add_option("--mask-threads", mask_opts->mask_threads,
+                   "mask worker counts to compare with 0 (the engine thread)")
+      ->delimiter(',')
+      ->capture_default_str();
+  return [opts, serve_opts, http, quick, no_prefill, serve, mask, mask_opts] {
     if (serve->parsed()) return run_serve(*serve_opts, *http, serve);
+    if (mask->parsed()) {
+      const Status s = bench::run_mask_bench(*mask_opts, stdout);
+      if (!s.is_ok()) {
+        std::fprintf(stderr, "cellm bench mask: %s\n", s.to_string().c_str());
+        return 1;
+      }
+      return 0;
+    }
     if (*quick) {
       opts->batches = {1, 16, 64};
       opts->contexts = {512, 2048};

@@ -66,6 +66,13 @@ EngineCore::EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler,
                        RunnerOptions options)
     : executor_(executor), scheduler_(std::move(scheduler)), options_(options) {
   CELLM_CHECK(scheduler_ != nullptr, "the runner needs a scheduler");
+  CELLM_CHECK(options_.mask_threads >= RunnerOptions::kMaskThreadsAuto,
+              "RunnerOptions::mask_threads must be >= 0 or kMaskThreadsAuto, got {}",
+              options_.mask_threads);
+  const std::int32_t mask_threads = options_.mask_threads == RunnerOptions::kMaskThreadsAuto
+                                        ? MaskWorkers::auto_threads()
+                                        : options_.mask_threads;
+  if (mask_threads > 0) mask_workers_ = std::make_unique<MaskWorkers>(mask_threads);
 }
 
 EngineCore::~EngineCore() {

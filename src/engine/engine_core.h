@@ -23,6 +23,7 @@
 
 #include "cellm/runner.h"
 #include "engine/constrained_decoding.h"
+#include "engine/mask_workers.h"
 
 namespace cellm::detail {
 
@@ -252,6 +253,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   // Engine-thread state.
   const RunnerOptions options_;
+  // Compute constrained generations' next masks during the step that needs
+  // them (RunnerOptions::mask_threads); null: on the engine thread.
+  std::unique_ptr<MaskWorkers> mask_workers_;
   std::deque<std::shared_ptr<RequestRun>> waiting_requests_;
   std::vector<std::shared_ptr<RequestRun>> active_requests_;
   std::list<Snapshot> snapshots_;  // front = most recently used

@@ -258,6 +258,21 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
       static_cast<std::int64_t>(produced.size()) - 1 > kMaxPosition - slot.end) {
     return invalid();
   }
+  // The mask this draw used was computed during the step (refresh_async): if
+  // it allowed nothing, the grammar ended at the previous token and this
+  // draw is void, as if that step had found the dead end itself.
+  if (gen->constrained) {
+    if (const auto next = gen->constrained->settle();
+        next != ConstrainedDecoding::Next::kContinue) {
+      if (next == ConstrainedDecoding::Next::kComplete) {
+        finish_(gen, FinishReason::kStopToken, {}, "");
+      } else {
+        finish_(gen, FinishReason::kFailed, {},
+                "constrained decoding reached a dead end: the grammar allows no next token");
+      }
+      return;
+    }
+  }
 
   std::vector<Token> emitted;
   std::optional<FinishReason> reason;
@@ -322,7 +337,8 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
                     output->logprobs.begin() + static_cast<std::ptrdiff_t>(n));
   }
   if (!reason && gen->constrained) {
-    switch (gen->constrained->refresh()) {
+    switch (mask_workers_ ? gen->constrained->refresh_async(*mask_workers_)
+                          : gen->constrained->refresh()) {
       case ConstrainedDecoding::Next::kContinue: break;
       case ConstrainedDecoding::Next::kComplete: reason = FinishReason::kStopToken; break;
       case ConstrainedDecoding::Next::kDeadEnd:

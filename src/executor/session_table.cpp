@@ -272,8 +272,12 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
   std::span<const float> seen;
   if (adjusted || masked || logits.dtype() != DType::kF32) {
     sampling::row_to_f32(logits, row, row_);
-    // The mask first, as the device does (sampling/token_mask.h).
-    if (masked) sampling::apply_token_mask(row_, params.token_mask->words);
+    // The mask first, as the device does (sampling/token_mask.h), once the
+    // engine's worker has finished it.
+    if (masked) {
+      params.token_mask->settle();
+      sampling::apply_token_mask(row_, params.token_mask->words);
+    }
     if (adjusted) {
       sampling::build_entries(params, entry.counts, vocab_size_, entries_);
       sampling::adjust_row(row_, params, entries_);
@@ -326,7 +330,10 @@ TokenMaskPtr SessionTable::token_mask(SessionId session) const {
   const auto it = sessions_.find(session);
   if (it == sessions_.end() || !it->second.sampler) return nullptr;
   const SamplingParams& p = it->second.sampler->params();
-  return p.masks_tokens() ? p.token_mask : nullptr;
+  if (!p.masks_tokens()) return nullptr;
+  // The caller reads the words next: they must be final.
+  p.token_mask->settle();
+  return p.token_mask;
 }
 
 bool SessionTable::adjusts_logits(SessionId session) const {

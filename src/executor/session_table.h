@@ -136,6 +136,7 @@ class SessionTable {
   std::optional<DeviceSamplingRow> device_sampling(SessionId session);
   // The session's constrained-decoding mask (SamplingParams::token_mask);
   // null for an unknown session, one without a policy or an unconstrained one.
+  // Settled (TokenMask::settle): its words are final for this draw.
   TokenMaskPtr token_mask(SessionId session) const;
   // Whether the session's policy adjusts logits (sampling::needs_adjustment).
   bool adjusts_logits(SessionId session) const;

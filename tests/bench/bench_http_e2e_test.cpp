@@ -110,6 +110,41 @@ TEST(BenchHttpE2eTest, SmolLM2OverHttpBesideTheInProcessFigure) {
   EXPECT_NE(out.find("| HTTP / in-process output throughput |"), std::string::npos) << out;
 }
 
+TEST(BenchHttpE2eTest, AJsonSchemaLoadIsServedConstrainedAndSaysSo) {
+  ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
+  const std::filesystem::path schema =
+      cellm::testing::source_dir() / "bench" / "schemas" / "tool_weather.json";
+  std::string out;
+  const nlohmann::json j =
+      run_json("bench_http_schema",
+               "--http --model " + smollm2().string() + " --prompt-format text --json-schema " +
+                   schema.string() +
+                   " --backend cpu --num-prompts 2 --random-input-len 8 --random-output-len 6"
+                   " --max-concurrency 2 --warmup 0",
+               &out);
+  EXPECT_EQ(j["response_format"], "json_schema") << out;
+  EXPECT_EQ(j["json_schema_file"], schema.string());
+  EXPECT_EQ(j["completed"], 2) << out;
+  EXPECT_EQ(j["failed"], 0) << out;
+  EXPECT_GT(j["output_tokens"].get<int>(), 0);
+  // Constrained and unconstrained loads are not compared in-process.
+  EXPECT_FALSE(j.contains("inprocess"));
+  EXPECT_NE(out.find("json_schema"), std::string::npos) << out;
+}
+
+TEST(BenchHttpE2eTest, AJsonSchemaLoadOnARandomWeightShapeIsRefusedSayingWhy) {
+  int rc = -1;
+  const std::string schema =
+      (cellm::testing::source_dir() / "bench" / "schemas" / "person.json").string();
+  const std::string out = run_command(std::string(CELLM_BINARY) +
+                                          " bench serve --http --model smollm2-135m --backend cpu"
+                                          " --num-prompts 1 --json-schema " +
+                                          schema + " 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("needs a model with a tokenizer"), std::string::npos) << out;
+}
+
 TEST(BenchHttpE2eTest, RandomWeightShapeServesTokenIdsAndNumericText) {
   std::string out;
   const nlohmann::json j = run_json("bench_http_shape",

@@ -3,7 +3,9 @@
 #include "bench/http_report.h"
 
 #include <cmath>
+#include <fstream>
 #include <numeric>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -63,6 +65,58 @@ TEST(BenchBodyTest, StreamsTokenIdsWithExactLengthsAndUsage) {
   EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 2);  // three words
   EXPECT_FALSE(t.contains("ignore_eos"));
   EXPECT_EQ(t["seed"], 9);
+}
+
+TEST(BenchBodyTest, AJsonSchemaLoadAsksEveryRequestForIt) {
+  HttpBenchOptions o;
+  RequestSpec r;
+  r.prompt = {5};
+  r.output_len = 3;
+  EXPECT_FALSE(nlohmann::json::parse(completion_body(o, "m", r, 1)).contains("response_format"));
+  o.json_schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  const nlohmann::json j = nlohmann::json::parse(completion_body(o, "m", r, 1));
+  ASSERT_TRUE(j.contains("response_format")) << j.dump();
+  EXPECT_EQ(j["response_format"]["type"], "json_schema");
+  EXPECT_EQ(j["response_format"]["json_schema"]["schema"], nlohmann::json::parse(o.json_schema));
+  EXPECT_TRUE(j["response_format"]["json_schema"]["name"].is_string());
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(BenchJsonSchemaTest, ReadsASchemaOrABenchSchemaFileAndRefusesWhatTheServerWould) {
+  auto plain = read_json_schema(temp_file("plain.json", R"({"type":"object"})"));
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(nlohmann::json::parse(*plain), nlohmann::json::parse(R"({"type":"object"})"));
+  auto wrapped = read_json_schema(
+      temp_file("wrapped.json", R"({"schema": {"type": "array", "items": {"type": "integer"}},
+                          "example": [1, 2]})"));
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status().to_string();
+  EXPECT_EQ(nlohmann::json::parse(*wrapped)["type"], "array");
+  for (const auto& [name, text, says] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"notjson.json", "{type", "not valid JSON"},
+           {"array.json", "[1]", "is an object"},
+           {"pattern.json", R"({"type":"string","pattern":"a+"})", "pattern"}}) {
+    auto bad = read_json_schema(temp_file(name, text));
+    ASSERT_FALSE(bad.ok()) << name;
+    EXPECT_NE(std::string(bad.status().message()).find(says), std::string::npos)
+        << bad.status().to_string();
+  }
+  EXPECT_FALSE(read_json_schema(::testing::TempDir() + "/no-such-file.json").ok());
+}
+
+TEST(BenchJsonSchemaTest, TheInProcessRatioIsRefusedForAConstrainedLoad) {
+  HttpBenchOptions o;
+  o.json_schema = R"({"type":"object"})";
+  EXPECT_TRUE(validate(o).is_ok());
+  o.compare_inprocess = true;
+  const Status s = validate(o);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(std::string(s.message()).find("--json-schema"), std::string::npos) << s.to_string();
 }
 
 RequestRecord record(double sent_s, double ttft, std::vector<float> gaps, std::int64_t tokens) {
@@ -167,6 +221,13 @@ TEST(BenchHttpJsonTest, CarriesOptionsFiguresQuantilesAndTheRatio) {
   EXPECT_FALSE(j.contains("itl_ms_p50"));  // nothing measured, nothing made up
   r.inprocess.reset();
   EXPECT_FALSE(http_report_json(o, r, "x").contains("http_over_inprocess"));
+  EXPECT_EQ(j["response_format"], "text");
+  EXPECT_FALSE(j.contains("json_schema_file"));
+  o.json_schema = R"({"type":"object"})";
+  o.json_schema_file = "bench/schemas/person.json";
+  const nlohmann::json c = http_report_json(o, r, "x");
+  EXPECT_EQ(c["response_format"], "json_schema");
+  EXPECT_EQ(c["json_schema_file"], "bench/schemas/person.json");
 }
 
 TEST(BenchHttpOptionsTest, RefusalsNameTheOption) {

@@ -3,11 +3,19 @@
 // expects an exact token list: the installed policy carries the mask of the
 // first token; a grammar that is complete ends the generation with a stop and
 // no stop token; a drawn token outside the grammar and a grammar that allows
-// nothing at the start end it with a clear failure.
+// nothing at the start end it with a clear failure. The masks may be computed
+// on mask workers while the step runs (RunnerOptions::mask_threads): every
+// outcome is the same with 0 (on the engine thread), 1 or 3 workers, and a
+// deferred mask settles to what the synchronous refresh writes.
+#include <atomic>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "cellm/token_constraint.h"
+#include "engine/constrained_decoding.h"
 #include "engine/fake_executor.h"
+#include "engine/mask_workers.h"
 #include "engine/runner_fixture.h"
 
 namespace cellm::testing {
@@ -47,6 +55,30 @@ class ListConstraint final : public TokenConstraint {
     std::size_t next_ = 0;
   };
   std::vector<Token> expected_;
+};
+
+// Allows exactly `expected`, in order, and then nothing, without being a
+// complete match: a dead end after the last expected token.
+class DeadEndConstraint final : public TokenConstraint {
+ public:
+  explicit DeadEndConstraint(std::vector<Token> expected) : list_(std::move(expected)) {}
+  std::unique_ptr<TokenConstraintState> start() const override {
+    return std::make_unique<State>(list_.start());
+  }
+  std::int64_t vocab_size() const override { return kVocab; }
+
+ private:
+  class State final : public TokenConstraintState {
+   public:
+    explicit State(std::unique_ptr<TokenConstraintState> inner) : inner_(std::move(inner)) {}
+    void fill_mask(std::span<std::uint32_t> words) override { inner_->fill_mask(words); }
+    bool accepting() const override { return false; }
+    bool advance(Token token) override { return inner_->advance(token); }
+
+   private:
+    std::unique_ptr<TokenConstraintState> inner_;
+  };
+  ListConstraint list_;
 };
 
 class ConstrainedRunnerTest : public RunnerFixture {};
@@ -106,6 +138,135 @@ TEST_F(ConstrainedRunnerTest, TheTokenBudgetStillEndsAConstrainedGeneration) {
   GenerationHandle h = run(s, {1}, config, c);
   EXPECT_EQ(h.finish_reason(), FinishReason::kNewTokenLimit);
   EXPECT_EQ(c.tokens().size(), 2u);
+}
+
+// The same generations with the masks computed on the engine thread (0) or on
+// 1 or 3 mask workers during the step.
+class MaskThreadsTest : public RunnerFixture, public ::testing::WithParamInterface<int> {
+ protected:
+  Session open_with_workers() {
+    runner = std::make_unique<Runner>(exec, DecodeFirstScheduler::create(20, 4, 8),
+                                      RunnerOptions{0, GetParam()});
+    return open();
+  }
+};
+
+TEST_P(MaskThreadsTest, ConcurrentConstrainedGenerationsFollowTheirGrammars) {
+  Session first = open_with_workers();
+  std::vector<Session> sessions;
+  sessions.push_back(std::move(first));
+  for (int i = 0; i < 3; ++i) sessions.push_back(open());
+  std::vector<Collector> collectors(sessions.size());
+  std::vector<GenerationHandle> handles;
+  std::vector<std::vector<Token>> want;
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    const Token base = static_cast<Token>(sessions[i].id() * 1000);
+    want.push_back({base + 1, base + 2, base + 3, base + 4, base + 5});
+    GenConfig config = budget(20);
+    config.stop_tokens = {4095};
+    config.constraint = std::make_shared<ListConstraint>(want.back());
+    Collector& c = collectors[i];
+    handles.push_back(sessions[i].generate_async(std::vector<Token>{1, 2}, std::move(config),
+                                                 c.on_update(), c.on_settled()));
+  }
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    handles[i].wait();
+    EXPECT_EQ(handles[i].finish_reason(), FinishReason::kStopToken) << handles[i].error_message();
+    EXPECT_TRUE(wait_until([&] { return collectors[i].settled() > 0; }));
+    EXPECT_EQ(collectors[i].tokens(), want[i]);
+  }
+}
+
+TEST_P(MaskThreadsTest, ADeadEndFailsAfterTheLastAllowedToken) {
+  Session s = open_with_workers();
+  const Token base = static_cast<Token>(s.id() * 1000);
+  GenConfig config = budget(10);
+  config.constraint = std::make_shared<DeadEndConstraint>(std::vector<Token>{base + 1, base + 2});
+  Collector c;
+  GenerationHandle h = run(s, {1, 2, 3}, config, c);
+  EXPECT_EQ(h.finish_reason(), FinishReason::kFailed);
+  EXPECT_NE(h.error_message().find("dead end"), std::string::npos) << h.error_message();
+  EXPECT_EQ(c.tokens(), (std::vector<Token>{base + 1, base + 2}));
+  // The session stays usable.
+  Collector after;
+  EXPECT_EQ(run(s, {4}, budget(2), after).finish_reason(), FinishReason::kNewTokenLimit);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, MaskThreadsTest, ::testing::Values(0, 1, 3));
+
+// A state whose mask is one token, `t + 1` after token `t`, counting its
+// fills; fill_mask yields to let a reader race the worker.
+class CountingConstraint final : public TokenConstraint {
+ public:
+  std::unique_ptr<TokenConstraintState> start() const override {
+    return std::make_unique<State>(fills_);
+  }
+  std::int64_t vocab_size() const override { return kVocab; }
+  int fills() const { return fills_->load(); }
+
+ private:
+  class State final : public TokenConstraintState {
+   public:
+    explicit State(std::shared_ptr<std::atomic<int>> fills) : fills_(std::move(fills)) {}
+    void fill_mask(std::span<std::uint32_t> words) override {
+      fills_->fetch_add(1);
+      std::this_thread::yield();
+      std::fill(words.begin(), words.end(), 0u);
+      words[static_cast<std::size_t>(next_ / 32)] |= 1u << (next_ % 32);
+    }
+    bool accepting() const override { return false; }
+    bool advance(Token token) override {
+      if (token != next_) return false;
+      ++next_;
+      return true;
+    }
+
+   private:
+    std::shared_ptr<std::atomic<int>> fills_;
+    Token next_ = 1;
+  };
+  std::shared_ptr<std::atomic<int>> fills_ = std::make_shared<std::atomic<int>>(0);
+};
+
+std::vector<std::uint32_t> only(Token t) {
+  std::vector<std::uint32_t> w(kVocab / 32, 0u);
+  w[static_cast<std::size_t>(t / 32)] |= 1u << (t % 32);
+  return w;
+}
+
+TEST(ConstrainedDecodingAsync, ASettledMaskIsTheSynchronousOne) {
+  CountingConstraint grammar;
+  detail::MaskWorkers workers(3);
+  detail::ConstrainedDecoding cd(grammar, {}, kVocab);
+  ASSERT_EQ(cd.refresh(), detail::ConstrainedDecoding::Next::kContinue);
+  EXPECT_EQ(cd.mask()->words, only(1));
+  for (Token t = 1; t < 200; ++t) {
+    ASSERT_TRUE(cd.advance(t));
+    ASSERT_EQ(cd.refresh_async(workers), detail::ConstrainedDecoding::Next::kContinue);
+    // The sampler's view: settle, then read.
+    cd.mask()->settle();
+    ASSERT_EQ(cd.mask()->words, only(t + 1)) << "after token " << t;
+    EXPECT_EQ(cd.settle(), detail::ConstrainedDecoding::Next::kContinue);
+  }
+  // Each refresh computed its mask exactly once, whoever ran it.
+  EXPECT_EQ(grammar.fills(), 200);
+}
+
+TEST(ConstrainedDecodingAsync, APendingMaskNeverOutlivesItsGeneration) {
+  CountingConstraint grammar;
+  TokenMaskPtr mask;
+  {
+    detail::MaskWorkers workers(1);
+    for (int i = 0; i < 50; ++i) {
+      detail::ConstrainedDecoding cd(grammar, {}, kVocab);
+      ASSERT_EQ(cd.refresh_async(workers), detail::ConstrainedDecoding::Next::kContinue);
+      mask = cd.mask();  // an executor's policy may keep it
+    }
+  }
+  // Dropped or finished before each generation went: settling the survivor
+  // reaches no grammar state.
+  mask->settle();
+  EXPECT_LE(grammar.fills(), 50);
 }
 
 }  // namespace
