@@ -99,6 +99,13 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   config.model_path = options.model.string();
   config.backend = options.backend;
   config.program = options.program;
+  if (options.speculate != "off") {
+    if (options.speculate_tokens < 1 || options.speculate_tokens > 16) {
+      return invalid_argument("speculate_tokens is {}; use 1 to 16 drafts", options.speculate_tokens);
+    }
+    CELLM_ASSIGN_OR_RETURN(config.speculation.proposer, executor::make_proposer(options.speculate));
+    config.speculation.max_drafts = static_cast<std::size_t>(options.speculate_tokens);
+  }
   SizingRequest sizing;
   sizing.sessions = options.max_sessions;
   sizing.session_tokens = options.max_session_tokens;

@@ -48,6 +48,10 @@ struct EngineOptions {
   // cost of inter-token latency for the sessions decoding beside them.
   std::int32_t prefill_chunk = 0;
   std::int32_t max_decode_sequences = 0;   // 0: max_sessions
+  // Speculative decoding for small decode batches: "off" or a proposer
+  // ("ngram": prompt lookup), with up to speculate_tokens drafts (1..16).
+  std::string speculate = "off";
+  std::int32_t speculate_tokens = 4;
   program::ProgramOptions program;
 };
 

@@ -82,6 +82,7 @@ std::optional<SessionId> CudaExecutor::open_session() {
 }
 void CudaExecutor::close_session(SessionId session) {
   sessions_.close(session);
+  if (speculation_) speculation_->forget(session);
   publish_kv_cells();
 }
 std::optional<SessionId> CudaExecutor::clone(SessionId source, Position upto) {
@@ -419,18 +420,39 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
     CELLM_LOG_WARN("executor: batch refused: {}", packed.status().to_string());
     return false;
   }
-  const PackedStep& step = *packed;
+  PackedStep& step = *packed;
+  drafted_.clear();
+  if (speculation_) plan_drafts(batch, step);
   std::vector<std::optional<TokenLogprobs>> logprobs;
   for (const program::StepSlice& slice :
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
     const std::vector<std::size_t>& wanted = rows.inputs;
+    if (!drafted_.empty()) {
+      // One slice (plan_drafts made sure): the drafted rows follow the plain
+      // ones, in drafted_ order, each input's real token first.
+      if (wanted.empty()) rows.selector.clear();  // no placeholder row needed
+      for (const DraftedInput& d : drafted_) {
+        for (std::size_t i = 0; i <= d.drafts.size(); ++i) {
+          const std::int64_t row =
+              i == 0 ? d.token_row : d.first_draft_row + static_cast<std::int64_t>(i) - 1;
+          rows.selector.push_back(row - slice.offset);
+        }
+      }
+    }
     auto forward =
         run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(rows.selector));
     if (!forward.ok()) {
       CELLM_LOG_ERROR("executor: forward at token {} failed: {}", slice.offset,
                       forward.status().to_string());
       return false;
+    }
+    if (!drafted_.empty()) {
+      const Status resolved = resolve_drafts(forward->logits, wanted.size(), out);
+      if (!resolved.is_ok()) {
+        CELLM_LOG_ERROR("executor: speculative sampling failed: {}", resolved.to_string());
+        return false;
+      }
     }
     if (wanted.empty()) continue;
     std::vector<SessionId>& sessions = step_sessions_;
