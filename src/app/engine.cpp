@@ -238,6 +238,12 @@ std::int32_t Engine::prefill_chunk() const {
 std::int32_t Engine::max_batch_tokens() const {
   return impl_->max_batch_tokens;
 }
+std::optional<Engine::SpeculationTotals> Engine::speculation() const {
+  const std::optional<executor::SpeculationCounters> c = impl_->executor->speculation_counters();
+  if (!c) return std::nullopt;
+  return SpeculationTotals{static_cast<std::int64_t>(c->proposed),
+                           static_cast<std::int64_t>(c->accepted)};
+}
 Engine::KvCells Engine::kv_cells() const {
   const executor::CudaExecutor::KvCells cells = impl_->executor->published_kv_cells();
   return {cells.used, cells.total};

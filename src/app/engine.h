@@ -114,6 +114,13 @@ class Engine {
     std::int64_t total = 0;
   };
   KvCells kv_cells() const;
+  // Speculative decoding's totals since load (drafts verified and kept);
+  // nullopt when it is off. Any thread.
+  struct SpeculationTotals {
+    std::int64_t drafted = 0;
+    std::int64_t accepted = 0;
+  };
+  std::optional<SpeculationTotals> speculation() const;
 
   struct Impl;
 

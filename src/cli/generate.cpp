@@ -189,6 +189,10 @@ std::string metrics_json(const StreamResult& result, const app::Engine& engine) 
                    {"itl_mean_ms", m.itl_mean_us() / 1000.0},
                    {"decode_tokens_per_s", m.decode_tokens_per_sec()},
                    {"prefill_tokens_per_s", m.prefill_tokens_per_sec()}};
+  if (m.n_draft_tokens > 0) {
+    j["draft_tokens"] = m.n_draft_tokens;
+    j["accepted_draft_tokens"] = m.n_accepted_draft_tokens;
+  }
   if (!result.error.empty()) j["error"] = result.error;
   return j.dump();
 }

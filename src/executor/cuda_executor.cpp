@@ -62,7 +62,16 @@ void CudaExecutor::publish_kv_cells() {
   kv_cells_used_.store(cache_->metrics().cells_used, std::memory_order_relaxed);
 }
 
-CudaExecutor::~CudaExecutor() = default;
+CudaExecutor::~CudaExecutor() {
+  if (speculation_) {
+    const SpeculationCounters c = speculation_->counters();
+    CELLM_LOG_INFO("executor: speculation verified {} rounds, accepted {} of {} drafts ({:.0f}%)",
+                   c.rounds, c.accepted, c.proposed,
+                   c.proposed > 0 ? 100.0 * static_cast<double>(c.accepted) /
+                                        static_cast<double>(c.proposed)
+                                  : 0.0);
+  }
+}
 
 bool CudaExecutor::initialize() {
   if (initialized_) return true;

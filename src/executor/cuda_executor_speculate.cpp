@@ -132,6 +132,8 @@ Status CudaExecutor::resolve_drafts(const Tensor& logits, std::size_t first_row,
     }
     row += 1 + d.drafts.size();
     end_round(d, accepted);
+    output.drafted = static_cast<std::int32_t>(d.drafts.size());
+    output.accepted = static_cast<std::int32_t>(accepted);
     out.outputs[d.input] = std::move(output);
   }
   return Status::ok();
@@ -186,6 +188,8 @@ Status CudaExecutor::resolve_drafts_on_device(const Tensor& logits, std::size_t 
     }
     row += 1 + d.drafts.size();
     end_round(d, accepted);
+    output.drafted = static_cast<std::int32_t>(d.drafts.size());
+    output.accepted = static_cast<std::int32_t>(accepted);
     out.outputs[d.input] = std::move(output);
   }
   return Status::ok();
