@@ -30,6 +30,9 @@ struct GenerationMetrics {
   std::int64_t n_generated_tokens = 0;
   std::int64_t n_prefill_steps = 0;  // steps, not chunks
   std::int64_t n_decode_steps = 0;
+  // Speculative decoding: draft tokens verified and kept (0 when it is off).
+  std::int64_t n_draft_tokens = 0;
+  std::int64_t n_accepted_draft_tokens = 0;
 
   // Inter-token latency summary. A burst of k tokens counts k samples: within
   // the first burst they are zero-latency; a later burst's samples share the

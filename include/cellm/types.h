@@ -221,6 +221,10 @@ struct Output {
   // Empty unless the session's policy asks for logprobs; then one entry per
   // token, in order.
   std::vector<TokenLogprobs> logprobs;
+  // Speculative decoding: draft tokens verified for this output and how many
+  // of them the model kept (tokens.size() - 1 of them when all were kept).
+  std::int32_t drafted = 0;
+  std::int32_t accepted = 0;
 };
 
 struct Task {

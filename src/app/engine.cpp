@@ -99,6 +99,13 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   config.model_path = options.model.string();
   config.backend = options.backend;
   config.program = options.program;
+  if (options.speculate != "off") {
+    if (options.speculate_tokens < 1 || options.speculate_tokens > 16) {
+      return invalid_argument("speculate_tokens is {}; use 1 to 16 drafts", options.speculate_tokens);
+    }
+    CELLM_ASSIGN_OR_RETURN(config.speculation.proposer, executor::make_proposer(options.speculate));
+    config.speculation.max_drafts = static_cast<std::size_t>(options.speculate_tokens);
+  }
   SizingRequest sizing;
   sizing.sessions = options.max_sessions;
   sizing.session_tokens = options.max_session_tokens;
@@ -231,6 +238,12 @@ std::int32_t Engine::prefill_chunk() const {
 }
 std::int32_t Engine::max_batch_tokens() const {
   return impl_->max_batch_tokens;
+}
+std::optional<Engine::SpeculationTotals> Engine::speculation() const {
+  const std::optional<executor::SpeculationCounters> c = impl_->executor->speculation_counters();
+  if (!c) return std::nullopt;
+  return SpeculationTotals{static_cast<std::int64_t>(c->proposed),
+                           static_cast<std::int64_t>(c->accepted)};
 }
 Engine::KvCells Engine::kv_cells() const {
   const executor::CudaExecutor::KvCells cells = impl_->executor->published_kv_cells();

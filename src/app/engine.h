@@ -48,6 +48,10 @@ struct EngineOptions {
   // cost of inter-token latency for the sessions decoding beside them.
   std::int32_t prefill_chunk = 0;
   std::int32_t max_decode_sequences = 0;   // 0: max_sessions
+  // Speculative decoding for small decode batches: "off" or a proposer
+  // ("ngram": prompt lookup), with up to speculate_tokens drafts (1..16).
+  std::string speculate = "off";
+  std::int32_t speculate_tokens = 4;
   program::ProgramOptions program;
   // RunnerOptions::mask_threads (-1: automatic; 0: masks on the engine thread).
   std::int32_t mask_threads = RunnerOptions::kMaskThreadsAuto;
@@ -112,6 +116,13 @@ class Engine {
     std::int64_t total = 0;
   };
   KvCells kv_cells() const;
+  // Speculative decoding's totals since load (drafts verified and kept);
+  // nullopt when it is off. Any thread.
+  struct SpeculationTotals {
+    std::int64_t drafted = 0;
+    std::int64_t accepted = 0;
+  };
+  std::optional<SpeculationTotals> speculation() const;
 
   struct Impl;
 

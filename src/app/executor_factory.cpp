@@ -53,7 +53,8 @@ Result<LoadedExecutor> finish(LoadedExecutor out, const BackendChoice& backend,
     CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
   }
   CELLM_ASSIGN_OR_RETURN(out.executor,
-                         executor::CudaExecutor::create(out.program, sessions, session_tokens));
+                         executor::CudaExecutor::create(out.program, sessions, session_tokens,
+                                                                       config.speculation));
   return out;
 }
 

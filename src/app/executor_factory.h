@@ -41,6 +41,7 @@ struct CudaExecutorConfig {
   std::string backend = "auto";  // "auto", "cpu" or "cuda"
   program::ProgramOptions program;
   CudaExecutorOptions options;
+  executor::SpeculationOptions speculation;  // no proposer: off
 };
 
 struct LoadedExecutor {

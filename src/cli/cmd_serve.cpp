@@ -37,6 +37,15 @@ Command add_serve(CLI::App& app) {
                   "tokens per engine step (0: the decoding sessions plus two prefill chunks)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--speculate", args->speculate,
+                  "speculative decoding for small batches: off, or ngram (prompt lookup: drafts "
+                  "copied from the prompt and output, verified in one step)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "ngram"}));
+  cmd->add_option("--speculate-tokens", args->speculate_tokens,
+                  "most drafts verified per step and session (the number adapts to acceptance)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--prefix-cache", args->prefix_cache_entries, "prefix-cache entries (0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

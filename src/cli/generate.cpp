@@ -44,6 +44,13 @@ void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("--max-session-tokens", args.max_session_tokens,
                  "per-session token limit (0: the model's context, as memory allows)")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--speculate", args.speculate,
+                 "speculative decoding: off, or ngram (drafts copied from the prompt and output)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "ngram"}));
+  cmd.add_option("--speculate-tokens", args.speculate_tokens, "most drafts verified per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingArgs& args) {
@@ -82,6 +89,8 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   options.backend = args.backend;
   options.max_sessions = args.max_sessions;
   options.max_session_tokens = args.max_session_tokens;
+  options.speculate = args.speculate;
+  options.speculate_tokens = args.speculate_tokens;
   options.prefix_cache_entries = prefix_cache_entries;
   app::ProgressCallback progress;
   if (show_progress) {
@@ -180,6 +189,10 @@ std::string metrics_json(const StreamResult& result, const app::Engine& engine) 
                    {"itl_mean_ms", m.itl_mean_us() / 1000.0},
                    {"decode_tokens_per_s", m.decode_tokens_per_sec()},
                    {"prefill_tokens_per_s", m.prefill_tokens_per_sec()}};
+  if (m.n_draft_tokens > 0) {
+    j["draft_tokens"] = m.n_draft_tokens;
+    j["accepted_draft_tokens"] = m.n_accepted_draft_tokens;
+  }
   if (!result.error.empty()) j["error"] = result.error;
   return j.dump();
 }

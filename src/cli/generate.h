@@ -27,6 +27,8 @@ struct ModelArgs {
   std::string backend = "auto";
   int max_sessions = 4;
   int max_session_tokens = 0;  // 0: the model's context
+  std::string speculate = "off";  // app::EngineOptions::speculate
+  int speculate_tokens = 4;
 };
 
 // Settings left unset on the command line take the model's own defaults

@@ -328,6 +328,8 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   }
   gen->last_delivery = now;
   m.n_generated_tokens += k;
+  m.n_draft_tokens += output->drafted;
+  m.n_accepted_draft_tokens += output->accepted;
 
   // The logprobs of the delivered tokens (none when the policy asks for none).
   std::vector<TokenLogprobs> logprobs;

@@ -155,6 +155,12 @@ std::string format_report(const GenerationMetrics& m) {
   out += fmt::format("  tokens: prompt {}, prefilled {}, generated {}\n", m.n_prompt_tokens,
                      m.n_prefilled_tokens, m.n_generated_tokens);
   out += fmt::format("  steps: prefill {}, decode {}\n", m.n_prefill_steps, m.n_decode_steps);
+  if (m.n_draft_tokens > 0) {
+    out += fmt::format("  speculation: {} of {} drafts accepted ({:.0f}%)\n",
+                       m.n_accepted_draft_tokens, m.n_draft_tokens,
+                       100.0 * static_cast<double>(m.n_accepted_draft_tokens) /
+                           static_cast<double>(m.n_draft_tokens));
+  }
   out += fmt::format("  ttft: {}  queue wait: {}  prefill span: {}\n",
                      show_ms(first_token, static_cast<double>(m.ttft_us())),
                      show_ms(first_step, static_cast<double>(m.queue_wait_us())),

@@ -62,7 +62,16 @@ void CudaExecutor::publish_kv_cells() {
   kv_cells_used_.store(cache_->metrics().cells_used, std::memory_order_relaxed);
 }
 
-CudaExecutor::~CudaExecutor() = default;
+CudaExecutor::~CudaExecutor() {
+  if (speculation_) {
+    const SpeculationCounters c = speculation_->counters();
+    CELLM_LOG_INFO("executor: speculation verified {} rounds, accepted {} of {} drafts ({:.0f}%)",
+                   c.rounds, c.accepted, c.proposed,
+                   c.proposed > 0 ? 100.0 * static_cast<double>(c.accepted) /
+                                        static_cast<double>(c.proposed)
+                                  : 0.0);
+  }
+}
 
 bool CudaExecutor::initialize() {
   if (initialized_) return true;
@@ -82,6 +91,7 @@ std::optional<SessionId> CudaExecutor::open_session() {
 }
 void CudaExecutor::close_session(SessionId session) {
   sessions_.close(session);
+  if (speculation_) speculation_->forget(session);
   publish_kv_cells();
 }
 std::optional<SessionId> CudaExecutor::clone(SessionId source, Position upto) {
@@ -419,18 +429,39 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
     CELLM_LOG_WARN("executor: batch refused: {}", packed.status().to_string());
     return false;
   }
-  const PackedStep& step = *packed;
+  PackedStep& step = *packed;
+  drafted_.clear();
+  if (speculation_) plan_drafts(batch, step);
   std::vector<std::optional<TokenLogprobs>> logprobs;
   for (const program::StepSlice& slice :
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
     const std::vector<std::size_t>& wanted = rows.inputs;
+    if (!drafted_.empty()) {
+      // One slice (plan_drafts made sure): the drafted rows follow the plain
+      // ones, in drafted_ order, each input's real token first.
+      if (wanted.empty()) rows.selector.clear();  // no placeholder row needed
+      for (const DraftedInput& d : drafted_) {
+        for (std::size_t i = 0; i <= d.drafts.size(); ++i) {
+          const std::int64_t row =
+              i == 0 ? d.token_row : d.first_draft_row + static_cast<std::int64_t>(i) - 1;
+          rows.selector.push_back(row - slice.offset);
+        }
+      }
+    }
     auto forward =
         run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(rows.selector));
     if (!forward.ok()) {
       CELLM_LOG_ERROR("executor: forward at token {} failed: {}", slice.offset,
                       forward.status().to_string());
       return false;
+    }
+    if (!drafted_.empty()) {
+      const Status resolved = resolve_drafts(forward->logits, wanted.size(), out);
+      if (!resolved.is_ok()) {
+        CELLM_LOG_ERROR("executor: speculative sampling failed: {}", resolved.to_string());
+        return false;
+      }
     }
     if (wanted.empty()) continue;
     std::vector<SessionId>& sessions = step_sessions_;

@@ -30,6 +30,7 @@
 #include "executor/forward_pass.h"
 #include "executor/kv_metrics.h"
 #include "executor/session_table.h"
+#include "executor/speculation.h"
 #include "program/program.h"
 #include "program/step_plan.h"
 
@@ -75,8 +76,11 @@ class CudaExecutor final : public Executor {
   // (InvalidArgument otherwise). `max_session_tokens = 0` divides the pool
   // evenly across sessions, capped by the context length. Methods load in
   // initialize().
+  // `speculation` with a proposer turns on speculative decoding for small
+  // decode batches (speculation.h).
   static Result<std::unique_ptr<CudaExecutor>> create(std::shared_ptr<program::Program> program,
-                                                      int max_sessions, int max_session_tokens);
+                                                      int max_sessions, int max_session_tokens,
+                                                      SpeculationOptions speculation = {});
 
   int max_session_tokens() const { return max_session_tokens_; }
   std::int64_t vocab_size() const { return vocab_size_; }
@@ -123,6 +127,11 @@ class CudaExecutor final : public Executor {
   };
   KvCells published_kv_cells() const {
     return {kv_cells_used_.load(std::memory_order_relaxed), kv_cells_total_};
+  }
+  // Speculative decoding's totals; nullopt when it is off. Any thread.
+  std::optional<SpeculationCounters> speculation_counters() const {
+    if (!speculation_) return std::nullopt;
+    return speculation_->counters();
   }
   // Every forward method, narrowest first (dynamic last), with its calls.
   std::vector<ForwardMethodCalls> method_calls() const;
@@ -192,6 +201,18 @@ class CudaExecutor final : public Executor {
   // in groups of at most kMaskMaxRows rows; nothing when no row has one.
   Status mask_on_device(const Tensor& logits, const std::vector<SessionId>& sessions);
   Status check_logits_home(const Tensor& logits);
+  // Speculation (cuda_executor_speculate.cpp). plan_drafts picks the inputs
+  // to draft for (drafted_), appends their drafts to the packed step and
+  // takes their rows out of its logit indices; it leaves drafted_ empty when
+  // the step is not one to speculate in. resolve_drafts samples the drafted
+  // rows, which follow the plain rows from `first_row` on, keeps the agreed
+  // prefix, rewinds the rest and fills the drafted inputs' outputs.
+  bool speculates(SessionId sid) const;
+  void plan_drafts(const BatchInput& batch, PackedStep& step);
+  Status resolve_drafts(const Tensor& logits, std::size_t first_row, BatchOutput& out);
+  Status resolve_drafts_on_device(const Tensor& logits, std::size_t first_row, BatchOutput& out);
+  // Ends a drafted input's round: rewinds what was not accepted, counts it.
+  void end_round(const DraftedInput& drafted, std::size_t accepted);
   void publish_kv_cells();
 
   std::shared_ptr<program::Program> program_;
@@ -225,6 +246,9 @@ class CudaExecutor final : public Executor {
   // Where the first sampled logits lived. Host and device sampling advance
   // separate generators, so every later forward must agree.
   std::optional<bool> device_logits_;
+  std::unique_ptr<Speculation> speculation_;  // null: off
+  std::vector<DraftedInput> drafted_;          // this step's drafted inputs
+  std::vector<SessionId> draft_sessions_;      // resolve's row -> session
   bool initialized_ = false;
   bool raw_executing_ = false;
   std::atomic<std::int64_t> kv_cells_used_{0};

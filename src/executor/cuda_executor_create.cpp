@@ -203,7 +203,8 @@ Result<CudaExecutor::Plan> CudaExecutor::inspect(const program::Program& program
 }
 
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(
-    std::shared_ptr<program::Program> program, int max_sessions, int max_session_tokens) {
+    std::shared_ptr<program::Program> program, int max_sessions, int max_session_tokens,
+    SpeculationOptions speculation) {
   if (!program) return invalid_argument("CudaExecutor needs a program, got null");
   CELLM_ASSIGN_OR_RETURN(Plan plan, inspect(*program, max_sessions, max_session_tokens));
   cache::CellCacheConfig config;
@@ -216,8 +217,13 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(
   CELLM_LOG_INFO("executor: {} forwards on {}, {} sessions x {} tokens over {} cells",
                  plan.methods.size(), program->backend_name(), plan.max_sessions,
                  plan.max_session_tokens, plan.max_cells);
-  return std::unique_ptr<CudaExecutor>(
-      new CudaExecutor(std::move(program), std::move(shared), plan));
+  std::unique_ptr<CudaExecutor> made(new CudaExecutor(std::move(program), std::move(shared), plan));
+  if (speculation.proposer) {
+    CELLM_LOG_INFO("executor: speculative decoding, up to {} drafts for steps of at most {} outputs",
+                   speculation.max_drafts, speculation.max_batch);
+    made->speculation_ = std::make_unique<Speculation>(std::move(speculation));
+  }
+  return made;
 }
 
 }  // namespace cellm::executor

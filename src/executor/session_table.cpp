@@ -348,6 +348,25 @@ void SessionTable::note_draw(SessionId session, Token token) {
   it->second.last_draw.emplace(it->second.history.size(), token);
 }
 
+void SessionTable::commit_last_draw(SessionId session) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.last_draw) return;
+  const auto [at, token] = *it->second.last_draw;
+  feed(it->second, at, std::span<const Token>(&token, 1));
+}
+
+std::optional<sampling::Xorshift64Star> SessionTable::device_rng(SessionId session) const {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.device_rng) return std::nullopt;
+  return *it->second.device_rng;
+}
+
+void SessionTable::set_device_rng(SessionId session, const sampling::Xorshift64Star& rng) {
+  const auto it = sessions_.find(session);
+  if (it == sessions_.end() || !it->second.device_rng) return;
+  it->second.device_rng = rng;
+}
+
 std::optional<std::span<const Token>> SessionTable::history(SessionId session) const {
   const auto it = sessions_.find(session);
   if (it == sessions_.end()) return std::nullopt;

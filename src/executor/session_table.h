@@ -149,6 +149,14 @@ class SessionTable {
   // session, as sample() does for its own draws: the next input holding
   // exactly it is output. Unknown sessions are ignored.
   void note_draw(SessionId session, Token token);
+  // Speculation: the last draw equalled the draft already fed after it, so it
+  // joins the history as output now (as feeding it would) and the next draw
+  // goes one position further. Unknown sessions or no draw: nothing.
+  void commit_last_draw(SessionId session);
+  // The device-path generator, to give back the coins of rejected draft rows.
+  // nullopt for an unknown session or one without a sampling policy.
+  std::optional<sampling::Xorshift64Star> device_rng(SessionId session) const;
+  void set_device_rng(SessionId session, const sampling::Xorshift64Star& rng);
   // The session's token history (every position it holds) and how many of
   // its leading tokens are prompt; nullopt for an unknown session.
   std::optional<std::span<const Token>> history(SessionId session) const;

@@ -77,7 +77,12 @@ class EngineService final : public GenerationService {
     // Published by the engine thread; reading it never waits for a step.
     t.stats = [&engine] {
       const app::Engine::KvCells cells = engine.kv_cells();
-      return ServiceStats{cells.used, cells.total};
+      ServiceStats s{cells.used, cells.total};
+      if (const auto spec = engine.speculation()) {
+        s.spec_draft_tokens = spec->drafted;
+        s.spec_accepted_tokens = spec->accepted;
+      }
+      return s;
     };
     RunnerServiceConfig c;
     c.model_name = engine.model_name();

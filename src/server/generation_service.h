@@ -91,6 +91,9 @@ struct ServiceStats {
   // Sessions held by prefix-cache snapshots (cache entries and running
   // requests' prompt snapshots); -1: unknown.
   std::int64_t snapshot_sessions = -1;
+  // Speculative decoding's draft tokens verified and kept; -1: off.
+  std::int64_t spec_draft_tokens = -1;
+  std::int64_t spec_accepted_tokens = -1;
 };
 
 class GenerationService {

@@ -232,6 +232,8 @@ void Server::Impl::install_routes() {
       g.kv_cells_used = stats.kv_cells_used;
       g.kv_cells_total = stats.kv_cells_total;
       g.snapshot_sessions = stats.snapshot_sessions;
+      g.spec_draft_tokens = stats.spec_draft_tokens;
+      g.spec_accepted_tokens = stats.spec_accepted_tokens;
     }
     res.set_content(metrics.render(g), "text/plain; version=0.0.4; charset=utf-8");
   };

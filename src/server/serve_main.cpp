@@ -179,6 +179,8 @@ int run_serve(const ServeArgs& args) {
     eo.max_session_tokens = args.max_session_tokens;
     eo.prefill_chunk = args.prefill_chunk;
     eo.max_batch_tokens = args.max_batch_tokens;
+    eo.speculate = args.speculate;
+    eo.speculate_tokens = args.speculate_tokens;
     // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
     eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();

@@ -157,6 +157,13 @@ std::string ServerMetrics::render(const Gauges& g) const {
            "Sessions held by prefix-cache snapshots (not counted as running sequences).",
            static_cast<double>(g.snapshot_sessions));
   }
+  if (g.spec_draft_tokens >= 0) {
+    scalar(&out, "cellm:spec_decode_num_draft_tokens_total", "counter",
+           "Draft tokens speculative decoding verified.", static_cast<double>(g.spec_draft_tokens));
+    scalar(&out, "cellm:spec_decode_num_accepted_tokens_total", "counter",
+           "Draft tokens the model agreed with and kept.",
+           static_cast<double>(g.spec_accepted_tokens));
+  }
   scalar(&out, "cellm:model_ready", "gauge", "1 once the model is loaded.", g.ready ? 1.0 : 0.0);
   return out;
 }

@@ -46,6 +46,8 @@ struct Gauges {
   std::int64_t kv_cells_used = -1;  // -1: not reported
   std::int64_t kv_cells_total = -1;
   std::int64_t snapshot_sessions = -1;  // -1: not reported
+  std::int64_t spec_draft_tokens = -1;     // -1: speculation off
+  std::int64_t spec_accepted_tokens = -1;
   bool ready = false;
 };
 

@@ -51,8 +51,10 @@ inline Input decode(const Gen& g) {
   return in;
 }
 
-// Runs one batch of (generation, input) and advances the generations.
-inline bool run(Executor& ex, std::vector<std::pair<Gen*, Input>> work) {
+// Runs one batch of (generation, input) and advances the generations. With
+// `multi` an output may carry several tokens (speculative decoding): all but
+// the last are committed, as the executor contract says.
+inline bool run(Executor& ex, std::vector<std::pair<Gen*, Input>> work, bool multi = false) {
   BatchInput batch;
   for (auto& [g, in] : work) batch.inputs.push_back(in);
   BatchOutput out;
@@ -64,8 +66,13 @@ inline bool run(Executor& ex, std::vector<std::pair<Gen*, Input>> work) {
     EXPECT_EQ(out.outputs[i].has_value(), work[i].second.produce_output) << "input " << i;
     if (out.outputs[i]) {
       EXPECT_EQ(out.outputs[i]->sid, g.sid);
-      EXPECT_EQ(out.outputs[i]->tokens.size(), 1u);
-      g.generated.push_back(static_cast<std::int64_t>(out.outputs[i]->tokens.at(0)));
+      const std::vector<Token>& tokens = out.outputs[i]->tokens;
+      if (!multi) {
+        EXPECT_EQ(tokens.size(), 1u);
+      }
+      EXPECT_FALSE(tokens.empty());
+      for (Token t : tokens) g.generated.push_back(static_cast<std::int64_t>(t));
+      if (!tokens.empty()) g.fed += static_cast<Position>(tokens.size()) - 1;
       for (const TokenLogprobs& lp : out.outputs[i]->logprobs) g.logprobs.push_back(lp);
     }
   }
@@ -73,14 +80,16 @@ inline bool run(Executor& ex, std::vector<std::pair<Gen*, Input>> work) {
 }
 
 // Decodes every generation together until each has `tokens` outputs.
-inline bool decode_all(Executor& ex, std::vector<Gen*> gens, std::size_t tokens) {
+// With `multi` a generation may overshoot `tokens` by its last output.
+inline bool decode_all(Executor& ex, std::vector<Gen*> gens, std::size_t tokens,
+                       bool multi = false) {
   while (true) {
     std::vector<std::pair<Gen*, Input>> work;
     for (Gen* g : gens) {
       if (g->generated.size() < tokens) work.emplace_back(g, decode(*g));
     }
     if (work.empty()) return true;
-    if (!run(ex, work)) return false;
+    if (!run(ex, work, multi)) return false;
   }
 }
 
