@@ -60,7 +60,7 @@ struct Stack {
   explicit Stack(std::size_t cache_entries, std::uint64_t eos_every = 0)
       : executor(32, eos_every),
         runner(executor, DecodeFirstScheduler::create(64, 16, 16),
-               RunnerOptions{static_cast<std::int32_t>(cache_entries)}) {
+               toy_runner_options(static_cast<std::int32_t>(cache_entries))) {
     RunnerServiceConfig c;
     c.model_name = "toy";
     c.context_length = 512;

@@ -17,9 +17,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cellm/executor.h"
+#include "cellm/runner.h"
 
 namespace cellm::server::testing {
 
@@ -150,5 +152,22 @@ class ToyExecutor final : public Executor {
   std::vector<Executed> executed_;
   std::vector<PolicyChange> policies_;
 };
+
+// The runner's byte table for the toy's tokens (RunnerOptions::token_bytes):
+// ids 0..255 are one byte each; BOS (256) and EOS (257) have no text.
+inline TokenBytesTable toy_token_bytes() {
+  auto t = std::make_shared<std::vector<std::string>>(258);
+  for (int b = 0; b < 256; ++b)
+    (*t)[static_cast<std::size_t>(b)] = std::string(1, static_cast<char>(b));
+  return t;
+}
+
+// RunnerOptions over the toy's byte table.
+inline RunnerOptions toy_runner_options(std::int32_t prefix_cache_entries = 0) {
+  RunnerOptions o;
+  o.prefix_cache_entries = prefix_cache_entries;
+  o.token_bytes = toy_token_bytes();
+  return o;
+}
 
 }  // namespace cellm::server::testing
