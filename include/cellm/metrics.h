@@ -83,6 +83,7 @@ struct EngineMetrics {
   std::int64_t generations_started = 0;  // on arrival at the engine
   std::int64_t generations_completed = 0;
   std::int64_t finished_stop_token = 0;
+  std::int64_t finished_stop_string = 0;
   std::int64_t finished_token_limit = 0;
   std::int64_t finished_cancelled = 0;
   std::int64_t finished_failed = 0;

@@ -33,8 +33,20 @@ struct GenerationState;
 struct SessionState;
 }  // namespace detail
 
-enum class FinishReason { kStopToken, kNewTokenLimit, kCancelled, kFailed };
+// kStopString: one of GenConfig::stop_strings appeared in the generated text
+// (GenerationUpdate::stop_string says which and where).
+enum class FinishReason { kStopToken, kNewTokenLimit, kCancelled, kFailed, kStopString };
 std::string_view finish_reason_name(FinishReason reason);
+
+// Where a stop string matched, in the generated text: the concatenation of
+// the delivered tokens' bytes (RunnerOptions::token_bytes). The token that
+// completed the match is delivered; the text from `offset` on is not part of
+// the answer, so a text layer cuts there, inside a token if need be.
+struct StopStringMatch {
+  std::int32_t index = 0;      // into GenConfig::stop_strings
+  std::int64_t offset = 0;     // byte where the match begins
+  std::int64_t text_bytes = 0;  // the generated text's length, up to the last delivered token
+};
 
 // No finish_reason: more updates follow. With one: the last update (its token
 // list may be empty after a failure or cancellation). error_message is set
@@ -46,6 +58,8 @@ struct GenerationUpdate {
   // One entry per token of `tokens` when the generation's policy asks for
   // logprobs (SamplingParams::logprobs >= 0); empty otherwise.
   std::vector<TokenLogprobs> logprobs;
+  // Set exactly on a kStopString terminal update.
+  std::optional<StopStringMatch> stop_string;
 };
 using GenerationCallback = std::function<void(const GenerationUpdate&)>;
 using SettledCallback = std::function<void()>;
@@ -64,6 +78,14 @@ struct GenConfig {
   // engine refuses the generation otherwise).
   std::int64_t min_new_tokens = 0;
   std::optional<std::uint64_t> seed;  // nullopt: nondeterministic
+  // The generation ends (kStopString) in the step whose token completes one
+  // of these in the generated text, even across token boundaries or inside
+  // one token; the earliest match wins (ties: the one listed first). As with
+  // stop tokens, nothing within the first min_new_tokens tokens' text stops
+  // it: a match must end past those bytes (it may begin within them). Needs
+  // the runner's byte table (RunnerOptions::token_bytes). Each is 1 to
+  // kMaxStopStringBytes bytes of valid UTF-8, at most kMaxStopStrings.
+  std::vector<std::string> stop_strings;
   // Constrained decoding: every draw is limited to the tokens the grammar
   // allows next (stop tokens only where the text is a complete match); a
   // generation whose grammar is complete ends kStopToken without a stop
@@ -71,8 +93,12 @@ struct GenConfig {
   TokenConstraintPtr constraint;
 };
 
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopStringBytes = 256;
+
 // Whether `config` can run at all: InvalidArgument naming the field when
-// max_new_tokens <= 0, min_new_tokens lies outside [0, max_new_tokens], or a
+// a stop string is empty, too long or not UTF-8, there are more than
+// kMaxStopStrings, max_new_tokens <= 0, min_new_tokens lies outside [0, max_new_tokens], or a
 // minimum would need stop tokens suppressed and either they are more than
 // kMaxSuppressedTokens distinct ids or the executor cannot suppress any
 // (`can_suppress_tokens`, see Runner::can_suppress_tokens). generate_async
@@ -219,6 +245,11 @@ class RequestHandle {
 // prompt is non-empty, n >= 1, and its config passes check_gen_config.
 Status check_request(const Request& request, bool can_suppress_tokens = true);
 
+// token_bytes[id]: the bytes token `id` adds to generated text in the middle
+// of a stream (empty for special tokens and ids without text), the same table
+// constrained decoding masks by. Immutable once shared.
+using TokenBytesTable = std::shared_ptr<const std::vector<std::string>>;
+
 struct RunnerOptions {
   // Snapshots of recent prompts the engine keeps (each holds one executor
   // session and its cells); 0: no prefix cache.
@@ -230,6 +261,9 @@ struct RunnerOptions {
   // right after its token, before the next step (no overlap).
   static constexpr std::int32_t kMaskThreadsAuto = -1;
   std::int32_t mask_threads = kMaskThreadsAuto;
+  // What stop strings are matched on; null: a generation with stop strings
+  // is refused (submit: InvalidArgument; generate_async: kFailed).
+  TokenBytesTable token_bytes;
 };
 
 enum class InitializationState { kPending, kReady, kFailed };
@@ -251,6 +285,7 @@ class Runner {
   // check_request fails and Unavailable when the engine has stopped or
   // failed to start. A request waits in the engine, in arrival order, until
   // its sessions are free; cancelling it there ends it without running.
+  // A request with stop strings needs RunnerOptions::token_bytes.
   Result<RequestHandle> submit(Request request, RequestCallbacks callbacks);
   // Entries in the prefix cache, as of the last engine step.
   std::int64_t prefix_cache_size() const;

@@ -8,6 +8,7 @@
 #include "chat/chat_template.h"
 #include "core/log.h"
 #include "executor/cuda_executor.h"
+#include "grammar/vocab_from_tokenizer.h"
 #include "model/loader.h"
 #include "text/tokenizer.h"
 
@@ -22,6 +23,7 @@ struct Engine::Impl {
   std::vector<Token> stop_tokens;
   std::shared_ptr<program::Program> program;
   std::unique_ptr<executor::CudaExecutor> executor;
+  TokenBytesTable token_bytes;
   std::unique_ptr<Runner> runner;
   // Snapshots are sessions of the runner: released before it shuts down.
   std::string model_name;
@@ -111,7 +113,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   sizing.session_tokens = options.max_session_tokens;
   // Each cache entry is a session, plus the new snapshot a request takes
   // before the oldest entry is evicted for it.
-  sizing.fixed_snapshots = options.prefix_cache_entries + (options.prefix_cache_entries > 0 ? 1 : 0);
+  sizing.fixed_snapshots =
+      options.prefix_cache_entries + (options.prefix_cache_entries > 0 ? 1 : 0);
   sizing.per_request_snapshots = 0;
   CELLM_ASSIGN_OR_RETURN(SizedExecutor sized,
                          create_sized_executor(std::move(impl->model), config, sizing));
@@ -144,9 +147,16 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   impl->prefill_chunk = static_cast<std::int32_t>(chunk);
   impl->max_batch_tokens = static_cast<std::int32_t>(batch);
   report(progress, "initializing", 0.9);
+  RunnerOptions runner_options;
+  runner_options.prefix_cache_entries = options.prefix_cache_entries;
+  runner_options.mask_threads = options.mask_threads;
+  // What stop strings are matched on: the same bytes constrained decoding
+  // masks by.
+  impl->token_bytes = std::make_shared<const std::vector<std::string>>(
+      grammar::token_bytes_from_tokenizer(*impl->tokenizer, impl->model.spec.vocab_size));
+  runner_options.token_bytes = impl->token_bytes;
   impl->runner =
-      std::make_unique<Runner>(*impl->executor, std::move(scheduler),
-                               RunnerOptions{options.prefix_cache_entries, options.mask_threads});
+      std::make_unique<Runner>(*impl->executor, std::move(scheduler), std::move(runner_options));
   auto ready = impl->runner->open_session_async().get();  // waits for initialize()
   if (impl->runner->initialization_state() != InitializationState::kReady) {
     return internal_error("the {} backend failed to initialize (see the log above)",
@@ -170,6 +180,10 @@ Runner& Engine::runner() {
 }
 const text::Tokenizer& Engine::tokenizer() const {
   return *impl_->tokenizer;
+}
+
+const TokenBytesTable& Engine::token_bytes() const {
+  return impl_->token_bytes;
 }
 
 const std::string& Engine::chat_template_source() const {

@@ -73,6 +73,8 @@ class Engine {
 
   Runner& runner();
   const text::Tokenizer& tokenizer() const;
+  // Each token's bytes in generated text (RunnerOptions::token_bytes).
+  const TokenBytesTable& token_bytes() const;
 
   // Renders `messages` (OpenAI-style list) through the model's chat template.
   // `extra` holds template variables (tools, enable_thinking, ...). NotFound

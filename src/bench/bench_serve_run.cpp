@@ -279,6 +279,7 @@ EngineMetrics since(const EngineMetrics& after, const EngineMetrics& before,
   d.generations_started -= before.generations_started;
   d.generations_completed -= before.generations_completed;
   d.finished_stop_token -= before.finished_stop_token;
+  d.finished_stop_string -= before.finished_stop_string;
   d.finished_token_limit -= before.finished_token_limit;
   d.finished_cancelled -= before.finished_cancelled;
   d.finished_failed -= before.finished_failed;

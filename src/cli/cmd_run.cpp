@@ -1,6 +1,8 @@
 // `cellm run [MODEL] -p PROMPT`: one prompt, its continuation streamed to
 // stdout as it is generated; --chat wraps the prompt in the model's chat
-// template; --json prints the metrics as one JSON line on stderr.
+// template; --stop STR (repeatable) ends it where STR appears (the engine
+// matches it; STR itself is not printed); --json prints the metrics as one
+// JSON line on stderr.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +23,14 @@ struct RunArgs {
 };
 
 int run(const RunArgs& args) {
+  // The engine's own check, before the model loads: a bad --stop is an
+  // error at start-up, not a failed generation.
+  GenConfig probe;
+  probe.stop_strings = args.sampling.stop;
+  if (Status s = check_gen_config(probe); !s.is_ok()) {
+    std::fprintf(stderr, "cellm: --stop: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   auto engine = load_engine(args.model, /*show_progress=*/!args.json);
   if (!engine) return 1;
   std::string text = args.prompt;
@@ -53,11 +63,11 @@ int run(const RunArgs& args) {
                  delta->size(), engine->max_session_tokens());
     return 1;
   }
-  StreamResult result = stream_generation(*engine, std::move(*delta), args.sampling,
-                                          [](std::string_view piece) {
-                                            std::fwrite(piece.data(), 1, piece.size(), stdout);
-                                            std::fflush(stdout);
-                                          });
+  StreamResult result =
+      stream_generation(*engine, std::move(*delta), args.sampling, [](std::string_view piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      });
   std::fputc('\n', stdout);
   if (args.json) std::fprintf(stderr, "%s\n", metrics_json(result, *engine).c_str());
   if (result.reason == FinishReason::kFailed) {
@@ -75,6 +85,10 @@ Command add_run(CLI::App& app) {
   add_model_options(*cmd, args->model);
   add_sampling_options(*cmd, args->sampling);
   cmd->add_option("-p,--prompt", args->prompt, "the prompt")->required();
+  cmd->add_option("--stop", args->sampling.stop,
+                  "end the generation where this text appears (not printed); repeatable, at "
+                  "most 16, 1 to 256 bytes each")
+      ->allow_extra_args(false);
   cmd->add_flag("--chat", args->chat, "format the prompt with the model's chat template");
   cmd->add_option("--system", args->system, "system message (with --chat)");
   cmd->add_flag("--json", args->json, "print the metrics as JSON on stderr");

@@ -1,23 +1,23 @@
 #include "cli/generate.h"
 
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <future>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "app/model_path.h"
 #include "cli/commands.h"
 #include "text/detokenizer.h"
+#include "text/stop_cut.h"
 #include "text/tokenizer.h"
 
 namespace cellm::cli {
 
 std::optional<std::filesystem::path> find_model_or_report(const std::string& model) {
-  Result<std::filesystem::path> found =
-      app::resolve_model(model, app::ModelSearch::from_process());
+  Result<std::filesystem::path> found = app::resolve_model(model, app::ModelSearch::from_process());
   if (!found.ok()) {
     std::fprintf(stderr, "cellm: %s\n", std::string(found.status().message()).c_str());
     return std::nullopt;
@@ -125,22 +125,32 @@ StreamResult stream_generation(app::Engine& engine, std::vector<Token> prompt,
   apply_sampling_defaults(engine.generation_defaults(), sampling.given(), config.sampling);
   config.seed = sampling.seed;
   config.stop_tokens = engine.stop_tokens();
+  config.stop_strings = sampling.stop;
 
   text::StreamingDetokenizer detok(engine.tokenizer(), /*skip_special=*/true);
+  // Holds back text that may begin a stop string; cuts at the engine's match.
+  text::StopCut cut(sampling.stop);
   RequestCallbacks callbacks;
   // Both run on the engine thread; this thread reads `result` only after
   // the handle reports done.
   callbacks.on_update = [&](std::int32_t, const GenerationUpdate& update) {
+    std::string text;
     for (Token t : update.tokens) {
       result.tokens.push_back(t);
-      std::string piece = detok.push(static_cast<std::int32_t>(t));
+      text += detok.push(static_cast<std::int32_t>(t));
+    }
+    if (!update.finish_reason) {
+      std::string piece = cut.push(text);
       if (!piece.empty()) {
         result.text += piece;
         sink(piece);
       }
-    }
-    if (update.finish_reason) {
-      std::string rest = detok.finish();
+    } else {
+      text += detok.finish();
+      std::optional<std::int64_t> from_match;
+      if (update.stop_string)
+        from_match = update.stop_string->text_bytes - update.stop_string->offset;
+      std::string rest = cut.finish(text, from_match);
       if (!rest.empty()) {
         result.text += rest;
         sink(rest);

@@ -40,6 +40,9 @@ struct SamplingArgs {
   int top_k = 0;
   float repetition_penalty = 1.0f;
   std::optional<std::uint64_t> seed;
+  // Stop strings (`cellm run --stop`): the engine ends the generation where
+  // one appears; the text is cut there and the stop string is not printed.
+  std::vector<std::string> stop;
   // Set by add_sampling_options: which settings the command line gave.
   const CLI::Option* temperature_option = nullptr;
   const CLI::Option* top_p_option = nullptr;

@@ -39,9 +39,10 @@ void GenerationState::publish(FinishReason r, std::string e, const GenerationMet
 
 void deliver_terminal(const GenerationCallback& on_update, std::vector<Token> tokens,
                       FinishReason& reason, std::string& error,
-                      std::vector<TokenLogprobs> logprobs) {
+                      std::vector<TokenLogprobs> logprobs,
+                      std::optional<StopStringMatch> stop_match) {
   if (!on_update) return;
-  GenerationUpdate update{std::move(tokens), reason, error, std::move(logprobs)};
+  GenerationUpdate update{std::move(tokens), reason, error, std::move(logprobs), stop_match};
   try {
     on_update(update);
   } catch (const std::exception& e) {
@@ -312,6 +313,17 @@ void EngineCore::handle_(StartCommand& c, bool running) {
   }
   if (Status valid = check_gen_config(gen->config, can_suppress); !valid.is_ok()) {
     return reject(FinishReason::kFailed, std::string(valid.message()));
+  }
+  if (!gen->config.stop_strings.empty()) {
+    if (!options_.token_bytes) {
+      return reject(FinishReason::kFailed,
+                    "the generation has stop strings but this runner has no token byte table to "
+                    "match them on; construct it with RunnerOptions::token_bytes");
+    }
+    // check_gen_config vetted every string, which is all create() checks.
+    Result<StopMatcher> matcher = StopMatcher::create(gen->config.stop_strings);
+    CELLM_CHECK(matcher.ok());
+    gen->stop_strings.emplace(std::move(matcher).value());
   }
   if (gen->config.constraint) {
     gen->constrained = std::make_unique<ConstrainedDecoding>(

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cellm/runner.h"
+#include "core/stop_matcher.h"
 #include "engine/constrained_decoding.h"
 #include "engine/mask_workers.h"
 
@@ -52,7 +53,8 @@ struct GenerationState {
 // kFailed with the exception's message.
 void deliver_terminal(const GenerationCallback& on_update, std::vector<Token> tokens,
                       FinishReason& reason, std::string& error,
-                      std::vector<TokenLogprobs> logprobs = {});
+                      std::vector<TokenLogprobs> logprobs = {},
+                      std::optional<StopStringMatch> stop_match = std::nullopt);
 // Runs on_settled, swallowing anything it throws.
 void run_settled(const SettledCallback& on_settled) noexcept;
 
@@ -122,6 +124,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   InitializationState initialization_state() const { return init_state_.load(); }
   EngineMetrics metrics() const;
   std::int64_t prefix_cache_size() const { return cache_size_.load(); }
+  // Immutable after construction: readable from any thread.
+  const TokenBytesTable& token_bytes() const { return options_.token_bytes; }
 
  private:
   // One live generation, engine side.
@@ -138,6 +142,9 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
     bool suppressing_stops = false;
     // Set for a generation with a GenConfig::constraint.
     std::unique_ptr<ConstrainedDecoding> constrained;
+    // Set for a generation with GenConfig::stop_strings: fed every delivered
+    // token's bytes (RunnerOptions::token_bytes).
+    std::optional<StopMatcher> stop_strings;
     GenerationMetrics metrics;
     bool first_token = false;
     MetricsClock::time_point last_delivery;
@@ -227,7 +234,8 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // tasks, delivers the terminal update, publishes, then runs on_settled.
   void finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
                std::vector<Token> tokens, std::string error, bool notify = true,
-               std::vector<TokenLogprobs> logprobs = {});
+               std::vector<TokenLogprobs> logprobs = {},
+               std::optional<StopStringMatch> stop_match = std::nullopt);
   void count_completion_(const Generation& gen, FinishReason reason);
   void stop_path_();
   void publish_metrics_();

@@ -276,6 +276,7 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
 
   std::vector<Token> emitted;
   std::optional<FinishReason> reason;
+  std::optional<StopStringMatch> stop_match;
   const auto& stops = gen->config.stop_tokens;
   for (Token t : produced) {
     emitted.push_back(t);
@@ -286,6 +287,24 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
         std::find(stops.begin(), stops.end(), t) != stops.end()) {
       reason = FinishReason::kStopToken;
       break;
+    }
+    if (gen->stop_strings) {
+      StopMatcher& m = *gen->stop_strings;
+      const std::vector<std::string>& table = *options_.token_bytes;
+      const std::string_view bytes =
+          static_cast<std::size_t>(t) < table.size() ? std::string_view(table[t])
+                                                                : std::string_view();
+      // As with stop tokens: the first min_new_tokens tokens' text cannot
+      // end a match (one may begin there and end later).
+      if (delivered <= gen->config.min_new_tokens) {
+        m.ignore_matches_ending_by(m.bytes_pushed() + bytes.size());
+      }
+      if (m.push(bytes).stopped) {
+        reason = FinishReason::kStopString;
+        stop_match = StopStringMatch{m.stop_index(), static_cast<std::int64_t>(m.match_offset()),
+                                     static_cast<std::int64_t>(m.bytes_pushed())};
+        break;
+      }
     }
     if (gen->constrained && !gen->constrained->advance(t)) {
       finish_(gen, FinishReason::kFailed, {},
@@ -351,7 +370,7 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
     }
   }
   if (reason) {
-    finish_(gen, *reason, std::move(emitted), "", true, std::move(logprobs));
+    finish_(gen, *reason, std::move(emitted), "", true, std::move(logprobs), stop_match);
     return;
   }
   try {
@@ -388,7 +407,8 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
 
 void EngineCore::finish_(const std::shared_ptr<Generation>& gen, FinishReason reason,
                          std::vector<Token> tokens, std::string error, bool notify,
-                         std::vector<TokenLogprobs> logprobs) {
+                         std::vector<TokenLogprobs> logprobs,
+                         std::optional<StopStringMatch> stop_match) {
   CELLM_CHECK(gen != nullptr);
   if (auto it = sessions_.find(gen->sid); it != sessions_.end() && it->second.active == gen) {
     it->second.active.reset();
@@ -396,7 +416,8 @@ void EngineCore::finish_(const std::shared_ptr<Generation>& gen, FinishReason re
   }
   gen->metrics.t_end = Clock::now();
   if (notify)
-    deliver_terminal(gen->on_update, std::move(tokens), reason, error, std::move(logprobs));
+    deliver_terminal(gen->on_update, std::move(tokens), reason, error, std::move(logprobs),
+                     stop_match);
   count_completion_(*gen, reason);
   gen->state->publish(reason, std::move(error), gen->metrics);
   run_settled(gen->on_settled);
@@ -411,6 +432,7 @@ void EngineCore::count_completion_(const Generation& gen, FinishReason reason) {
   ++em_.generations_completed;
   switch (reason) {
     case FinishReason::kStopToken: ++em_.finished_stop_token; break;
+    case FinishReason::kStopString: ++em_.finished_stop_string; break;
     case FinishReason::kNewTokenLimit: ++em_.finished_token_limit; break;
     case FinishReason::kCancelled: ++em_.finished_cancelled; break;
     case FinishReason::kFailed: ++em_.finished_failed; break;

@@ -190,9 +190,10 @@ std::string format_report(const EngineMetrics& m) {
                      show_ms(true, static_cast<double>(m.init_us)),
                      show(any && m.wall_us() > 0, 100.0 * m.idle_fraction(), "%"));
   out += fmt::format(
-      "  generations: started {}, completed {} (stop {}, limit {}, cancelled {}, "
-      "failed {}), peak concurrent {}, sessions refused {}\n",
-      m.generations_started, m.generations_completed, m.finished_stop_token, m.finished_token_limit,
+      "  generations: started {}, completed {} (stop {}, stop string {}, limit {}, "
+      "cancelled {}, failed {}), peak concurrent {}, sessions refused {}\n",
+      m.generations_started, m.generations_completed, m.finished_stop_token,
+      m.finished_stop_string, m.finished_token_limit,
       m.finished_cancelled, m.finished_failed, m.peak_concurrent_generations, m.sessions_refused);
   out += fmt::format("  tokens: prompt {}, generated {}, model input {} (decode {}, prefill {})\n",
                      m.total_prompt_tokens, m.total_generated_tokens, m.model_input_tokens(),

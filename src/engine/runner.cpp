@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/utf8.h"
 #include "engine/engine_core.h"
 
 namespace cellm {
@@ -32,6 +33,20 @@ void settle_inline(detail::GenerationState& state, GenerationMetrics metrics, Fi
 }  // namespace
 
 Status check_gen_config(const GenConfig& config, bool can_suppress_tokens) {
+  if (config.stop_strings.size() > kMaxStopStrings) {
+    return invalid_argument("stop_strings holds {} strings; at most {} are allowed",
+                            config.stop_strings.size(), kMaxStopStrings);
+  }
+  for (std::size_t i = 0; i < config.stop_strings.size(); ++i) {
+    const std::string& s = config.stop_strings[i];
+    if (s.empty() || s.size() > kMaxStopStringBytes) {
+      return invalid_argument("stop_strings[{}] holds {} bytes; a stop string must hold 1 to {}",
+                              i, s.size(), kMaxStopStringBytes);
+    }
+    if (!utf8::is_valid(s)) {
+      return invalid_argument("stop_strings[{}] is not valid UTF-8", i);
+    }
+  }
   if (config.max_new_tokens <= 0) {
     return invalid_argument("max_new_tokens must be greater than zero");
   }
@@ -78,6 +93,7 @@ std::string_view finish_reason_name(FinishReason reason) {
     case FinishReason::kNewTokenLimit: return "new_token_limit";
     case FinishReason::kCancelled: return "cancelled";
     case FinishReason::kFailed: return "failed";
+    case FinishReason::kStopString: return "stop_string";
   }
   return "unknown";
 }
@@ -265,6 +281,11 @@ InitializationState Runner::initialization_state() const {
 
 Result<RequestHandle> Runner::submit(Request request, RequestCallbacks callbacks) {
   CELLM_RETURN_IF_ERROR(check_request(request, can_suppress_tokens_));
+  if (!request.config.stop_strings.empty() && !core_->token_bytes()) {
+    return invalid_argument(
+        "the request has stop strings but this runner has no token byte table to match them "
+        "on; construct it with RunnerOptions::token_bytes");
+  }
   if (initialization_state() == InitializationState::kFailed) {
     return unavailable("the engine failed to start");
   }

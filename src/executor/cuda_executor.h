@@ -7,7 +7,8 @@
 // the narrowest method that holds it, static ones padded with token 0 at
 // position 0 (the scratch cell). Tokens are sampled on the host, or by the
 // program's `sample`/`sample_argmax` methods when logits stay on the device.
-// Nothing here depends on a backend: the CPU program drives it in CI.
+// Nothing here depends on a backend: the CPU program drives it in CI. Its raw
+// step surface is the public contract of include/cellm/raw_step.h.
 //
 // Thread-safety: not thread-safe; every call happens on the engine thread,
 // except published_kv_cells(), which any thread may call.
@@ -21,10 +22,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cache/cell_cache.h"
 #include "cellm/executor.h"
+#include "cellm/raw_step.h"
 #include "cellm/status.h"
 #include "core/tensor.h"
 #include "executor/forward_pass.h"
@@ -42,29 +45,14 @@ struct ForwardMethodCalls {
   std::uint64_t calls = 0;
 };
 
-// A packed step whose sequences the caller owns (created through
-// cache_control(), rewound by the caller). Do not mix these sequences with
-// sessions.
-struct RawTargetStep {
-  std::vector<std::int64_t> tokens;
-  std::vector<std::int64_t> positions;
-  std::vector<cache::SeqId> seq_ids;
-  // Global token rows whose logits are wanted; -1 discards. Repeats and any
-  // order are allowed: RawTargetOutput::selected_indices maps each returned
-  // row back to its entry here.
-  std::vector<std::int64_t> logit_indices;
-};
+// The raw step types are the public contract's (include/cellm/raw_step.h);
+// a raw step's sequences are created through cache_control().
+using ::cellm::RawTargetOutput;
+using ::cellm::RawTargetStep;
+static_assert(std::is_same_v<cache::SeqId, std::int32_t>,
+              "RawTargetStep::seq_ids holds cache sequence ids");
 
-// One forward's results, borrowed until the callback returns.
-struct RawTargetOutput {
-  std::int64_t offset = 0;  // first token of the step in this forward
-  std::int64_t length = 0;  // real tokens in this forward
-  const Tensor& logits;     // [rows, V]; rows beyond selected_indices.size() are padding
-  const Tensor* taps;       // [width, D] for every row, padding included; null if none
-  const std::vector<std::size_t>& selected_indices;  // logits row i answers logit_indices[it]
-};
-
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public RawStepExecutor {
  public:
   ~CudaExecutor() override;
 
@@ -82,8 +70,8 @@ class CudaExecutor final : public Executor {
                                                       int max_sessions, int max_session_tokens,
                                                       SpeculationOptions speculation = {});
 
-  int max_session_tokens() const { return max_session_tokens_; }
-  std::int64_t vocab_size() const { return vocab_size_; }
+  int max_session_tokens() const override { return max_session_tokens_; }
+  std::int64_t vocab_size() const override { return vocab_size_; }
   // The widest method's step; a wider batch runs as several forwards.
   std::size_t preferred_batch_tokens() const override {
     return static_cast<std::size_t>(methods_.back().max_tokens);
@@ -101,19 +89,14 @@ class CudaExecutor final : public Executor {
   // A session without a policy samples greedily.
   bool execute(const BatchInput& batch, BatchOutput& out) override;
 
-  // Raw access for model adapters. The callback must not call execute_raw()
-  // again and must copy what it needs before returning. A failed step or
-  // callback may have written KV; the sequences' owners must not continue.
+  // The raw surface for model adapters (RawStepExecutor, raw_step.h). For
+  // sample_rows, all-greedy rows of device logits take sample_argmax when
+  // the program has it.
   bool execute_raw(const RawTargetStep& step,
-                   const std::function<bool(const RawTargetOutput&)>& consume);
-  // Argmax of the first `rows` rows; no policy, no generator. Device logits
-  // need the program's sample_argmax.
-  std::optional<std::vector<Token>> argmax_rows(const Tensor& logits, std::size_t rows);
-  // Samples the first `rows` rows with params [rows, 4] (temperature, top_p,
-  // top_k, coin). Device logits need the program's sample method (all-greedy
-  // rows take sample_argmax when it exists).
+                   const std::function<bool(const RawTargetOutput&)>& consume) override;
+  std::optional<std::vector<Token>> argmax_rows(const Tensor& logits, std::size_t rows) override;
   std::optional<std::vector<Token>> sample_rows(const Tensor& logits, std::size_t rows,
-                                                const std::vector<float>& params);
+                                                const std::vector<float>& params) override;
 
   program::Program& program() { return *program_; }
   cache::CellCache& cache_control() { return *cache_; }

@@ -6,8 +6,8 @@
 
 namespace cellm::grammar {
 
-std::shared_ptr<const TokenVocabulary> vocabulary_from_tokenizer(const text::Tokenizer& tokenizer,
-                                                                 std::int64_t vocab_size) {
+std::vector<std::string> token_bytes_from_tokenizer(const text::Tokenizer& tokenizer,
+                                                    std::int64_t vocab_size) {
   const std::int64_t n = std::max<std::int64_t>(vocab_size, tokenizer.vocab_size());
   std::vector<std::string> bytes(static_cast<std::size_t>(n));
   const text::DecoderChain& decoder = tokenizer.decoder();
@@ -23,7 +23,12 @@ std::shared_ptr<const TokenVocabulary> vocabulary_from_tokenizer(const text::Tok
     }
     bytes[static_cast<std::size_t>(id)] = decoder.decode({*text}, /*at_start=*/false);
   }
-  return TokenVocabulary::create(std::move(bytes));
+  return bytes;
+}
+
+std::shared_ptr<const TokenVocabulary> vocabulary_from_tokenizer(const text::Tokenizer& tokenizer,
+                                                                 std::int64_t vocab_size) {
+  return TokenVocabulary::create(token_bytes_from_tokenizer(tokenizer, vocab_size));
 }
 
 }  // namespace cellm::grammar

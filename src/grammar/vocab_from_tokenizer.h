@@ -10,14 +10,22 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "grammar/token_vocab.h"
 #include "text/tokenizer.h"
 
 namespace cellm::grammar {
 
-// `vocab_size` >= tokenizer.vocab_size() (the model's logits may be wider;
-// the extra ids get no bytes).
+// The bytes of every id, as above: token_bytes[id] (the table the engine
+// matches stop strings on, RunnerOptions::token_bytes). Its size is the
+// larger of `vocab_size` and tokenizer.vocab_size() (the model's logits may
+// be wider; the extra ids get no bytes).
+std::vector<std::string> token_bytes_from_tokenizer(const text::Tokenizer& tokenizer,
+                                                    std::int64_t vocab_size);
+
+// The same bytes arranged for masking.
 std::shared_ptr<const TokenVocabulary> vocabulary_from_tokenizer(const text::Tokenizer& tokenizer,
                                                                  std::int64_t vocab_size);
 

@@ -1,12 +1,12 @@
 // ChoiceText: the token → text path of one choice. Tokens go through the
-// model's streaming detokenizer, the text through the stop-string matcher, so
-// a stop string split across tokens is still found and nothing from the stop
-// string onwards is ever released. Counts the tokens that reached the client.
-// With min_tokens (vLLM's rule): no stop string can end a choice before
-// min_tokens tokens, but once they are out a match counts if it ends in later
-// text, even when it began inside the first min_tokens tokens' text. The
-// matcher is told where that early text ends, so it both passes over matches
-// lying wholly inside it and holds back its tail that could begin a later one.
+// model's streaming detokenizer and the text through a StopCut: stop strings
+// are matched by the engine (GenConfig::stop_strings), which ends the choice
+// in the step whose token completes one and says where the match began; the
+// text side only holds back a streamed tail that could still begin a stop
+// string and, at the end, cuts the text at the engine's match (inside a
+// token if need be), so nothing from the stop string onwards is released.
+// min_tokens needs nothing here: the engine does not report a match that
+// ends within the first min_tokens tokens' text.
 //
 // Thread-safety: one ChoiceText per choice, used by one thread.
 #pragma once
@@ -14,48 +14,44 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "cellm/status.h"
+#include "cellm/runner.h"
 #include "cellm/types.h"
 #include "server/generation_service.h"
-#include "text/stop_matcher.h"
+#include "text/stop_cut.h"
 
 namespace cellm::server {
 
 class ChoiceText {
  public:
-  // InvalidArgument for an empty or malformed stop string (see StopMatcher).
-  static Result<ChoiceText> create(std::unique_ptr<TokenTextStream> stream,
-                                   std::vector<std::string> stops, std::int64_t min_tokens = 0);
+  // `stops` are the request's stop strings (vetted by check_request).
+  ChoiceText(std::unique_ptr<TokenTextStream> stream, std::vector<std::string> stops)
+      : stream_(std::move(stream)), cut_(std::move(stops)) {}
 
-  // Text that became final with `tokens`. Once a stop string matched, the
-  // remaining tokens (of this call and later ones) are neither shown nor
-  // counted: the client never sees them.
+  // Text that became final with `tokens`, from an update that is not the
+  // last; a tail that could begin a stop string is held back.
   std::string push(std::span<const Token> tokens);
-  // The generation ended: whatever was held is released (nothing after a
-  // stop string).
-  std::string finish();
+  // The last update: its tokens, and the engine's match when it ended on a
+  // stop string (FinishReason::kStopString). Returns the rest of the text,
+  // cut at the match. Later calls return "".
+  std::string finish(std::span<const Token> tokens,
+                     const std::optional<StopStringMatch>& stop = std::nullopt);
 
-  bool stopped_by_string() const { return stops_.stopped(); }
+  bool stopped_by_string() const { return stop_index_ >= 0; }
   // The matched stop string's position in the list, -1 when none matched.
-  int stop_index() const { return stops_.stop_index(); }
+  int stop_index() const { return stop_index_; }
+  // Tokens delivered (the one that completed a stop string included).
   std::int64_t tokens() const { return tokens_; }
 
  private:
-  ChoiceText(std::unique_ptr<TokenTextStream> stream, text::StopMatcher matcher,
-             std::int64_t min_tokens)
-      : stream_(std::move(stream)), stops_(std::move(matcher)), min_tokens_(min_tokens) {}
-  // Text that the detokenizer released after the tokens_-th token.
-  std::string feed(std::string_view piece);
-
   std::unique_ptr<TokenTextStream> stream_;
-  text::StopMatcher stops_;
-  std::int64_t min_tokens_;
+  text::StopCut cut_;
   std::int64_t tokens_ = 0;
+  int stop_index_ = -1;
   bool finished_ = false;
 };
 

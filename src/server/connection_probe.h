@@ -1,8 +1,10 @@
 // ConnectionProbe: tells whether the client of an HTTP request has hung up,
 // without writing to it. cpp-httplib does not expose the connection's socket,
 // so the probe finds it once by its address pair (local and remote address and
-// port are unique among open TCP connections) and then polls it for a peer
-// shutdown. This lets a disconnect cancel a generation even while nothing is
+// port are unique among open TCP connections): the kernel's socket table
+// (/proc/net/tcp, tcp6) gives the socket's inode and /proc/self/fd the
+// descriptor linking to it, so no other thread's socket is ever touched.
+// It then polls it for a peer shutdown. This lets a disconnect cancel a generation even while nothing is
 // being written (prefill, queueing, non-streaming requests).
 //
 // Thread-safety: closed() may be called from any thread while the request's

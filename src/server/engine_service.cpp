@@ -66,12 +66,12 @@ class EngineService final : public GenerationService {
       return tok.decoder().decode({*text}, /*at_start=*/false);
     };
     t.text_stream = [tok] { return std::unique_ptr<TokenTextStream>(new DetokenizerStream(tok)); };
-    // Built once, on the first request that constrains decoding.
+    // Built once, on the first request that constrains decoding, from the
+    // byte table the runner matches stop strings on.
     t.vocabulary = [&engine, once = std::make_shared<std::once_flag>(),
                     vocab = std::make_shared<std::shared_ptr<const grammar::TokenVocabulary>>()] {
-      std::call_once(*once, [&] {
-        *vocab = grammar::vocabulary_from_tokenizer(engine.tokenizer(), engine.spec().vocab_size);
-      });
+      std::call_once(*once,
+                     [&] { *vocab = grammar::TokenVocabulary::create(*engine.token_bytes()); });
       return *vocab;
     };
     // Published by the engine thread; reading it never waits for a step.

@@ -270,6 +270,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
     spec.sampling.logit_bias = std::make_shared<const std::vector<LogitBias>>(std::move(unique));
   }
   spec.stop_token_ids.assign(r.stop_token_ids.begin(), r.stop_token_ids.end());
+  spec.stop_strings = r.stop;
   apply_sampling_defaults(svc.sampling_defaults(), r.given, spec.sampling);
   spec.seed = r.seed;
   spec.ignore_eos = r.ignore_eos;
@@ -283,7 +284,6 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   setup.include_usage = r.include_usage;
   setup.prompt_tokens = prompt_len;
   setup.stop = r.stop;
-  setup.min_tokens = r.min_tokens;
   setup.logprobs = r.logprobs;
   setup.arrival = arrival;
   setup.record_prefix_lookup = svc.prefix_caching();

@@ -17,6 +17,7 @@ double seconds(std::chrono::steady_clock::duration d) {
 const char* finish_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStopToken: return "stop";
+    case FinishReason::kStopString: return "stop";
     case FinishReason::kNewTokenLimit: return "length";
     case FinishReason::kCancelled: return "abort";
     case FinishReason::kFailed: return "abort";
@@ -56,10 +57,7 @@ Result<std::shared_ptr<GenerationRun>> GenerationRun::create(RunSetup setup,
   std::shared_ptr<GenerationRun> run(new GenerationRun(std::move(setup), service, metrics));
   run->choices_.resize(static_cast<std::size_t>(run->setup_.n));
   for (ChoiceState& c : run->choices_) {
-    Result<ChoiceText> text =
-        ChoiceText::create(service.text_stream(), run->setup_.stop, run->setup_.min_tokens);
-    if (!text.ok()) return text.status();
-    c.text.emplace(std::move(*text));
+    c.text.emplace(service.text_stream(), run->setup_.stop);
     if (run->setup_.tool_format != ToolFormat::kNone) c.tools.emplace(run->setup_.tool_format);
   }
   return run;
@@ -158,20 +156,16 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
   }
   Delta d;
   d.choice = event.choice;
-  const std::int64_t counted_before = c.text->tokens();
-  d.text = c.text->push(event.tokens);
   if (setup_.logprobs >= 0) {
-    // The tokens the client gets (none past a stop string) are the first
-    // ones of the event; each carries its entry.
-    const auto counted = static_cast<std::size_t>(c.text->tokens() - counted_before);
-    describe_logprobs(c, std::span(event.logprobs).first(std::min(counted, event.logprobs.size())),
-                      &d.logprobs);
+    // Every delivered token reaches the client (the engine ends a choice on
+    // the token that completes a stop string); each carries its entry.
+    describe_logprobs(c, event.logprobs, &d.logprobs);
   }
-  if (c.text->stopped_by_string()) {
-    d.finish_reason = "stop";
-    if (!event.finish && job_) job_->cancel_choice(event.choice);
-  } else if (event.finish) {
-    d.text += c.text->finish();
+  if (!event.finish) {
+    d.text = c.text->push(event.tokens);
+  } else {
+    // A stop string's match (the engine's) is cut away here.
+    d.text = c.text->finish(event.tokens, event.stop_string);
     d.finish_reason = finish_name(*event.finish);
     if (*event.finish == FinishReason::kFailed && failure_.empty()) {
       failure_ = event.error.empty() ? std::string("the generation failed") : event.error;

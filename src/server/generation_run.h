@@ -1,7 +1,7 @@
 // GenerationRun: one admitted generation request from start to last byte.
 // The engine thread queues ChoiceEvents into it; the request's HTTP thread
 // turns them into text (ChoiceText per choice), writes SSE chunks or builds
-// the final body, cancels choices that hit a stop string, cancels everything
+// the final body (the engine ends choices on their stop strings), cancels everything
 // when the client goes away or the server aborts it, and finally drops the
 // job, handing it the admission ticket to release once the engine has freed
 // the request's sessions, and records metrics.
@@ -57,8 +57,7 @@ struct RunSetup {
   std::int32_t n = 1;
   bool include_usage = false;
   std::int64_t prompt_tokens = 0;
-  std::vector<std::string> stop;
-  std::int64_t min_tokens = 0;  // no stop string may end a choice before (ChoiceText)
+  std::vector<std::string> stop;  // the engine matches them; ChoiceText holds and cuts
   SteadyTime arrival;
   bool record_prefix_lookup = false;
   // Chat with tools: each choice's text goes through a ToolCallParser.
@@ -71,7 +70,7 @@ struct RunSetup {
 
 class GenerationRun {
  public:
-  // Fails only when a stop string is invalid (InvalidArgument).
+  // Does not fail today; stop strings are vetted by the engine's check_request.
   static Result<std::shared_ptr<GenerationRun>> create(RunSetup setup,
                                                        const GenerationService& service,
                                                        ServerMetrics& metrics);

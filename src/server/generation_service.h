@@ -40,6 +40,8 @@ struct ChoiceEvent {
   std::chrono::steady_clock::time_point at;
   // One entry per token when the request asked for logprobs, else empty.
   std::vector<TokenLogprobs> logprobs;
+  // With finish kStopString: the engine's match, where ChoiceText cuts.
+  std::optional<StopStringMatch> stop_string;
 };
 // Called on the engine thread (or inline for early rejections); must only
 // queue the event.
@@ -56,6 +58,9 @@ struct GenerationSpec {
   bool ignore_eos = false;
   // Extra ids that end a choice (finish "stop"), honoured with ignore_eos too.
   std::vector<Token> stop_token_ids;
+  // End a choice (finish "stop") where one appears in its text; the engine
+  // matches them over the tokens' bytes (GenConfig::stop_strings).
+  std::vector<std::string> stop_strings;
   // Constrained decoding (structured outputs, forced tool calls); null: none.
   TokenConstraintPtr constraint;
 };

@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cellm/runner.h"
 #include "cellm/sampling_defaults.h"
-
 #include "cellm/status.h"
 
 namespace cellm::server {
@@ -101,8 +101,10 @@ struct RequestError {
 
 struct RequestLimits {
   std::int32_t max_n = 16;
-  std::int32_t max_stop_strings = 16;
-  std::size_t max_stop_length = 256;
+  // The engine's own limits (check_gen_config refuses more), so that a
+  // request is refused here with the field named rather than at submit.
+  std::int32_t max_stop_strings = static_cast<std::int32_t>(kMaxStopStrings);
+  std::size_t max_stop_length = kMaxStopStringBytes;
   // max_tokens of a request that sends none, capped by what the context
   // leaves (0: what the context leaves).
   std::int32_t default_max_tokens = 0;

@@ -100,6 +100,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   c.sampling = spec.sampling;
   c.seed = spec.seed;
   c.constraint = spec.constraint;
+  c.stop_strings = spec.stop_strings;
   if (!spec.ignore_eos) c.stop_tokens = config_.stop_tokens;
   for (Token t : spec.stop_token_ids) {
     if (std::find(c.stop_tokens.begin(), c.stop_tokens.end(), t) == c.stop_tokens.end()) {
@@ -110,7 +111,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   RequestCallbacks callbacks;
   callbacks.on_update = [sink = std::move(sink)](std::int32_t choice, const GenerationUpdate& u) {
     sink(ChoiceEvent{choice, u.tokens, u.finish_reason, u.error_message,
-                     std::chrono::steady_clock::now(), u.logprobs});
+                     std::chrono::steady_clock::now(), u.logprobs, u.stop_string});
   };
   callbacks.on_done = [hook](const RequestOutcome&) { hook->released(); };
   CELLM_ASSIGN_OR_RETURN(RequestHandle handle,

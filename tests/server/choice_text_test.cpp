@@ -1,175 +1,144 @@
-// ChoiceText with min_tokens and stop strings, one byte per token: no stop
-// string ends a choice before min_tokens, a match that begins in the first
-// min_tokens tokens' text and ends after it does (vLLM's rule), and text a
-// later match could still claim is never released early.
+// ChoiceText, the text side of stop strings: while a choice streams, a tail
+// that could still begin a stop string is held back (and released once it
+// cannot); at the end the text is cut where the engine's match began, inside
+// a token if need be, even when the detokenizer dropped a leading space the
+// engine's bytes have. The matching itself (min_tokens included) is the
+// engine's and is tested in tests/engine/stop_strings_test.cpp. Expected cuts
+// are worked out with std::string::find on the same text the engine sees.
 #include "server/choice_text.h"
 
-#include <gtest/gtest.h>
-
+#include <map>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace cellm::server {
 namespace {
 
 constexpr Token kSilent = 300;  // a token with no text (EOS-like)
 
-class Bytes final : public TokenTextStream {
+// Token t < 256 is the byte t; tokens 1000 + i are pieces[i]. With
+// `strip_first_space`, the stream drops a leading space of its first piece,
+// as a SentencePiece detokenizer does at the start of text.
+class Pieces final : public TokenTextStream {
  public:
-  std::string push(Token id) override { return id < 256 ? std::string(1, char(id)) : ""; }
+  explicit Pieces(std::vector<std::string> pieces = {}, bool strip_first_space = false)
+      : pieces_(std::move(pieces)), strip_(strip_first_space) {}
+  static std::string bytes_of(const std::vector<std::string>& pieces, Token t) {
+    if (t < 256) return std::string(1, static_cast<char>(t));
+    if (t >= 1000 && t - 1000 < pieces.size()) return pieces[t - 1000];
+    return "";
+  }
+  std::string push(Token t) override {
+    std::string s = bytes_of(pieces_, t);
+    if (strip_ && first_ && !s.empty() && s[0] == ' ') s.erase(0, 1);
+    if (!s.empty()) first_ = false;
+    return s;
+  }
   std::string finish() override { return {}; }
-};
 
-ChoiceText make(std::vector<std::string> stops, std::int64_t min_tokens) {
-  Result<ChoiceText> t =
-      ChoiceText::create(std::make_unique<Bytes>(), std::move(stops), min_tokens);
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  return std::move(t).value();
-}
+ private:
+  std::vector<std::string> pieces_;
+  bool strip_;
+  bool first_ = true;
+};
 
 std::vector<Token> tokens_of(std::string_view s) {
   return std::vector<Token>(s.begin(), s.end());
 }
 
-// Feeds `s` one token at a time and returns what each push released.
+// Feeds `s` one byte token at a time and returns what each push released.
 std::vector<std::string> drip(ChoiceText& t, std::string_view s) {
   std::vector<std::string> out;
   for (char ch : s) out.push_back(t.push(std::vector<Token>{Token(ch)}));
   return out;
 }
 
-TEST(ChoiceTextTest, AMatchStartingBeforeTheMinimumAndEndingAfterItStops) {
-  ChoiceText t = make({"cd"}, 3);
-  EXPECT_EQ(t.push(tokens_of("abcdef")), "ab");
-  EXPECT_TRUE(t.stopped_by_string());
-  EXPECT_EQ(t.tokens(), 4);  // up to the token that completed the match
-  EXPECT_EQ(t.finish(), "");
-  EXPECT_EQ(t.push(tokens_of("gh")), "");
-  EXPECT_EQ(t.tokens(), 4);
+// The engine's report for stop `stop` (index `index`) first found in the
+// raw bytes `text` of every delivered token.
+StopStringMatch match(const std::string& text, const std::string& stop, std::int32_t index) {
+  const std::size_t at = text.find(stop);
+  EXPECT_NE(at, std::string::npos);
+  return StopStringMatch{index, static_cast<std::int64_t>(at),
+                         static_cast<std::int64_t>(text.size())};
 }
 
-TEST(ChoiceTextTest, EarlyTextThatMayBeginAStopIsHeldNotReleased) {
-  ChoiceText t = make({"cd"}, 3);
-  // 'c' arrives within the minimum; it is held because 'd' could follow.
-  EXPECT_EQ(drip(t, "abcd"), (std::vector<std::string>{"a", "b", "", ""}));
-  EXPECT_TRUE(t.stopped_by_string());
-
-  // When the next letter does not complete it, the held letter goes out with it.
-  ChoiceText u = make({"cd"}, 3);
-  EXPECT_EQ(drip(u, "abcxcd"), (std::vector<std::string>{"a", "b", "", "cx", "", ""}));
-  EXPECT_TRUE(u.stopped_by_string());
-}
-
-TEST(ChoiceTextTest, AMatchWhollyInsideTheMinimumDoesNotCount) {
-  ChoiceText t = make({"bc"}, 3);
-  EXPECT_EQ(t.push(tokens_of("abcdbcx")), "abcd");
-  EXPECT_TRUE(t.stopped_by_string());
-  // Nothing after it either: the whole text passes.
-  ChoiceText u = make({"bc"}, 3);
-  EXPECT_EQ(u.push(tokens_of("abcdef")), "abcdef");
+TEST(ChoiceTextTest, ATailThatMayBeginAStopIsHeldUntilItCannot) {
+  ChoiceText t(std::make_unique<Pieces>(), {"cd"});
+  EXPECT_EQ(drip(t, "abcx"), (std::vector<std::string>{"a", "b", "", "cx"}));
+  // A longer stop holds more, and the longest prefix of any stop counts.
+  ChoiceText u(std::make_unique<Pieces>(), {"xyz", "yq"});
+  EXPECT_EQ(drip(u, "axy"), (std::vector<std::string>{"a", "", ""}));
+  EXPECT_EQ(u.push(tokens_of("w")), "xyw");
   EXPECT_FALSE(u.stopped_by_string());
-  EXPECT_EQ(u.finish(), "");
-  EXPECT_EQ(u.tokens(), 6);
+  // Without stop strings nothing is held.
+  ChoiceText v(std::make_unique<Pieces>(), {});
+  EXPECT_EQ(v.push(tokens_of("abc")), "abc");
 }
 
-TEST(ChoiceTextTest, AStraddlingMatchMayCompleteSeveralTokensLater) {
-  ChoiceText t = make({"wxyz"}, 2);
-  EXPECT_EQ(drip(t, "wxyz"), (std::vector<std::string>{"", "", "", ""}));
-  EXPECT_TRUE(t.stopped_by_string());
-
-  ChoiceText u = make({"wxyz"}, 2);
-  EXPECT_EQ(drip(u, "wxyq"), (std::vector<std::string>{"", "", "", "wxyq"}));
-  EXPECT_FALSE(u.stopped_by_string());
-  EXPECT_EQ(u.finish(), "");
-}
-
-TEST(ChoiceTextTest, ALongerStopIsFoundAroundAShorterOneInTheEarlyText) {
-  // "ab" lies wholly in the first three tokens' text and does not count;
-  // "xaby" begins there and ends after it, so it does.
-  ChoiceText t = make({"ab", "xaby"}, 3);
-  EXPECT_EQ(t.push(tokens_of("xaby")), "");
-  EXPECT_TRUE(t.stopped_by_string());
-  // After the minimum the earliest match wins as usual.
-  ChoiceText u = make({"ab", "xaby"}, 3);
-  EXPECT_EQ(u.push(tokens_of("xabqab")), "xabq");
-}
-
-TEST(ChoiceTextTest, TokensWithoutTextStillCountTowardsTheMinimum) {
-  // 'c' and a silent token fill the minimum of 2; 'd' completes "cd".
-  ChoiceText t = make({"cd"}, 2);
-  EXPECT_EQ(t.push(std::vector<Token>{'c', kSilent}), "");
-  EXPECT_EQ(t.push(std::vector<Token>{'d'}), "");
-  EXPECT_TRUE(t.stopped_by_string());
-}
-
-TEST(ChoiceTextTest, HeldEarlyTextIsReleasedWhenTheGenerationEnds) {
-  // Ended before the minimum was reached.
-  ChoiceText t = make({"cd"}, 5);
+TEST(ChoiceTextTest, TheEndReleasesWhatWasHeldWhenNoStopMatched) {
+  ChoiceText t(std::make_unique<Pieces>(), {"cd"});
   EXPECT_EQ(t.push(tokens_of("abc")), "ab");
-  EXPECT_EQ(t.finish(), "c");
+  EXPECT_EQ(t.finish(std::vector<Token>{kSilent}), "c");
   EXPECT_FALSE(t.stopped_by_string());
-  // Ended right after it, with the early tail still held.
-  ChoiceText u = make({"cd"}, 3);
-  EXPECT_EQ(u.push(tokens_of("abc")), "ab");
-  EXPECT_EQ(u.push(std::vector<Token>{kSilent}), "");
-  EXPECT_EQ(u.finish(), "c");
-  EXPECT_EQ(u.tokens(), 4);
+  EXPECT_EQ(t.stop_index(), -1);
+  EXPECT_EQ(t.tokens(), 4);
+  EXPECT_EQ(t.finish({}), "");  // once
 }
 
-TEST(ChoiceTextTest, AfterTheBoundaryThePlainMatcherTakesOver) {
-  ChoiceText t = make({"cd", "yz"}, 3);
-  EXPECT_EQ(drip(t, "abcxy"), (std::vector<std::string>{"a", "b", "", "cx", ""}));
-  EXPECT_EQ(t.push(tokens_of("q")), "yq");
-  EXPECT_EQ(t.push(tokens_of("cyz")), "c");
+TEST(ChoiceTextTest, TheTextIsCutAtTheEnginesMatchAcrossTokens) {
+  // "wor" spans three byte tokens and completes on the last one.
+  const std::string said = "Hello wor";
+  ChoiceText t(std::make_unique<Pieces>(), {"zz", "wor"});
+  std::string shown = t.push(tokens_of("Hello wo"));
+  shown += t.finish(tokens_of("r"), match(said, "wor", 1));
+  EXPECT_EQ(shown, said.substr(0, said.find("wor")));
   EXPECT_TRUE(t.stopped_by_string());
+  EXPECT_EQ(t.stop_index(), 1);
+  EXPECT_EQ(t.tokens(), static_cast<std::int64_t>(said.size()));
 }
 
-TEST(ChoiceTextTest, WithoutAMinimumStopsAreLookedForFromTheFirstToken) {
-  ChoiceText t = make({"ab"}, 0);
-  EXPECT_EQ(t.push(tokens_of("xaby")), "x");
-  EXPECT_TRUE(t.stopped_by_string());
-  // A minimum without stop strings passes everything.
-  ChoiceText u = make({}, 4);
-  EXPECT_EQ(u.push(tokens_of("abcdef")), "abcdef");
-  EXPECT_EQ(u.finish(), "");
+TEST(ChoiceTextTest, AStopInsideOneTokenCutsThatToken) {
+  const std::vector<std::string> pieces = {"He", "llo", " world!", " more"};
+  // The match begins inside " world!" and the bytes after it in that token
+  // go too.
+  std::string said = pieces[0] + pieces[1] + pieces[2];
+  ChoiceText t(std::make_unique<Pieces>(pieces), {"orl"});
+  std::string shown = t.push(std::vector<Token>{1000, 1001});
+  shown += t.finish(std::vector<Token>{1002}, match(said, "orl", 0));
+  EXPECT_EQ(shown, said.substr(0, said.find("orl")));
+  // A whole stop in the last update of several tokens.
+  ChoiceText u(std::make_unique<Pieces>(pieces), {"lo w"});
+  EXPECT_EQ(u.finish(std::vector<Token>{1000, 1001, 1002}, match(said, "lo w", 0)),
+            said.substr(0, said.find("lo w")));
 }
 
-// A stream whose detokenizer releases its text only at the end.
-class TailOnly final : public TokenTextStream {
- public:
-  explicit TailOnly(std::string tail) : tail_(std::move(tail)) {}
-  std::string push(Token) override { return {}; }
-  std::string finish() override { return tail_; }
-
- private:
-  std::string tail_;
-};
-
-TEST(ChoiceTextTest, TheFinalTailIsEarlyTextOnlyWithinAMinimum) {
-  // Without a minimum the tail is searched even when no token came before it.
-  Result<ChoiceText> t = ChoiceText::create(std::make_unique<TailOnly>("xab"), {"ab"}, 0);
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->finish(), "x");
-  EXPECT_TRUE(t->stopped_by_string());
-  // Within the minimum it is early text: a match wholly inside it is shown.
-  Result<ChoiceText> u = ChoiceText::create(std::make_unique<TailOnly>("xab"), {"ab"}, 2);
-  ASSERT_TRUE(u.ok());
-  EXPECT_EQ(u->push(std::vector<Token>{kSilent}), "");
-  EXPECT_EQ(u->finish(), "xab");
-  EXPECT_FALSE(u->stopped_by_string());
-  // Past the minimum it is later text again.
-  Result<ChoiceText> w = ChoiceText::create(std::make_unique<TailOnly>("xab"), {"ab"}, 1);
-  ASSERT_TRUE(w.ok());
-  EXPECT_EQ(w->push(std::vector<Token>{kSilent, kSilent}), "");
-  EXPECT_EQ(w->finish(), "x");
-  EXPECT_TRUE(w->stopped_by_string());
+TEST(ChoiceTextTest, TheCutIsRightWhenTheDetokenizerDroppedALeadingSpace) {
+  const std::vector<std::string> pieces = {" Hi", " there", ". Bye"};
+  const std::string said = pieces[0] + pieces[1] + pieces[2];  // the engine's bytes
+  ChoiceText t(std::make_unique<Pieces>(pieces, /*strip_first_space=*/true), {"."});
+  std::string shown = t.push(std::vector<Token>{1000, 1001});
+  shown += t.finish(std::vector<Token>{1002}, match(said, ".", 0));
+  EXPECT_EQ(shown, "Hi there");
+  // A match at the very start, in the dropped space: nothing is shown.
+  ChoiceText u(std::make_unique<Pieces>(pieces, true), {" Hi"});
+  EXPECT_EQ(u.finish(std::vector<Token>{1000}, match(pieces[0], " Hi", 0)), "");
 }
 
-TEST(ChoiceTextTest, MalformedStopStringsAreRefused) {
-  EXPECT_EQ(ChoiceText::create(std::make_unique<Bytes>(), {""}, 2).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(ChoiceText::create(std::make_unique<Bytes>(), {"\xff"}, 0).status().code(),
-            StatusCode::kInvalidArgument);
+TEST(ChoiceTextTest, TextAfterAStopIsNeverShownAndNothingShownIsTakenBack) {
+  // An earlier occurrence the engine passed over (min_tokens) was released
+  // with the stream; the cut removes only the engine's match.
+  const std::string said = "abcdbc";
+  ChoiceText t(std::make_unique<Pieces>(), {"bc"});
+  std::string shown;
+  for (std::string piece : drip(t, "abcdb")) shown += piece;
+  EXPECT_EQ(shown, "abcd");  // "b" held: it may begin "bc"
+  StopStringMatch m{0, static_cast<std::int64_t>(said.rfind("bc")),
+                    static_cast<std::int64_t>(said.size())};
+  shown += t.finish(tokens_of("c"), m);
+  EXPECT_EQ(shown, "abcd");
+  EXPECT_EQ(t.push(tokens_of("zz")), "");  // after the end, nothing
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // HTTP layer without a runner. Token ids 0..255 are bytes, 256 is BOS, 257 is
 // EOS. Each choice of a job replies with a scripted text, one token per step
 // on its own thread, then EOS (or, with ignore_eos, the filler 'x' forever)
-// until max_new_tokens; knobs hold the first token or start() itself, fail a
+// until max_new_tokens, ending early on a stop string as the engine would; knobs hold the first token or start() itself, fail a
 // choice, slow the steps, refuse start() and set what it reports (stop
 // tokens, whether it can suppress them). Records what it was asked (start()
 // calls, admission requests) and cancellations.
@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/stop_matcher.h"
 #include "server/generation_service.h"
 
 namespace cellm::server::testing {
@@ -189,9 +190,9 @@ class FakeService : public GenerationService {
 
    private:
     void emit(std::int32_t choice, std::vector<Token> tokens, std::optional<FinishReason> finish,
-              std::string error = {}) {
+              std::string error = {}, std::optional<StopStringMatch> stop = std::nullopt) {
       sink_(ChoiceEvent{choice, std::move(tokens), finish, std::move(error),
-                        std::chrono::steady_clock::now()});
+                        std::chrono::steady_clock::now(), {}, stop});
     }
     void run() {
       {
@@ -202,6 +203,14 @@ class FakeService : public GenerationService {
       for (std::int32_t i = 0; i < spec_.n; ++i) replies.push_back(svc_->reply_for(spec_, i));
       std::vector<std::int64_t> produced(replies.size(), 0);
       std::vector<bool> done(replies.size(), false);
+      // Stop strings as the engine matches them (GenConfig::stop_strings):
+      // over the bytes, with the min_tokens rule.
+      std::vector<StopMatcher> stops;
+      for (std::size_t i = 0; i < replies.size(); ++i) {
+        Result<StopMatcher> m = StopMatcher::create(spec_.stop_strings);
+        if (!m.ok()) m = StopMatcher::create({});
+        stops.push_back(std::move(m).value());
+      }
       std::size_t live = replies.size();
       while (live > 0) {
         std::this_thread::sleep_for(svc_->knobs_.step);
@@ -219,12 +228,22 @@ class FakeService : public GenerationService {
                                             : (spec_.ignore_eos ? Token('x') : kEos);
             produced[i] += 1;
             std::optional<FinishReason> finish;
+            std::optional<StopStringMatch> stop;
+            const std::string bytes = t < 256 ? std::string(1, static_cast<char>(t)) : "";
+            StopMatcher& m = stops[i];
+            if (produced[i] <= spec_.min_new_tokens) {
+              m.ignore_matches_ending_by(m.bytes_pushed() + bytes.size());
+            }
             if (t == kEos) {
               finish = FinishReason::kStopToken;
+            } else if (m.push(bytes).stopped) {
+              finish = FinishReason::kStopString;
+              stop = StopStringMatch{m.stop_index(), static_cast<std::int64_t>(m.match_offset()),
+                                     static_cast<std::int64_t>(m.bytes_pushed())};
             } else if (produced[i] >= spec_.max_new_tokens) {
               finish = FinishReason::kNewTokenLimit;
             }
-            emit(c, {t}, finish);
+            emit(c, {t}, finish, {}, stop);
             if (!finish) continue;
           }
           done[i] = true;

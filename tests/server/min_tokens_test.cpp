@@ -247,7 +247,7 @@ ModelText letters_text() {
 struct ServiceStack {
   explicit ServiceStack(std::uint64_t eos_every, bool can_suppress = true)
       : executor(16, eos_every, can_suppress),
-        runner(executor, DecodeFirstScheduler::create(64, 16, 16)) {
+        runner(executor, DecodeFirstScheduler::create(64, 16, 16), toy_runner_options()) {
     RunnerServiceConfig c;
     c.model_name = "toy";
     c.context_length = 256;

@@ -7,19 +7,26 @@
 // sampler would: a suppressed EOS becomes a letter. Built with can_suppress
 // false it reports what a device sampler without suppressed ids would, so
 // the runner never installs such a policy. Records every executed input and
-// every installed policy.
+// every installed policy. hold() parks every execute() at a gate until
+// release() or allow() (the test sees a step in flight); fail_outputs_of(t) makes every
+// output of a session whose history begins with t invalid (no token), so
+// that one generation fails inside the engine while the batch goes on.
 //
-// Thread-safety: Executor methods run on the engine thread; the records are
-// read by the test thread under the mutex.
+// Thread-safety: Executor methods run on the engine thread; the records and
+// knobs are used by the test thread under the mutexes.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cellm/executor.h"
+#include "cellm/runner.h"
 
 namespace cellm::server::testing {
 
@@ -83,6 +90,13 @@ class ToyExecutor final : public Executor {
     policies_.push_back({sid, params, seed, it->second.outputs});
   }
   bool execute(const BatchInput& batch, BatchOutput& out) override {
+    {
+      std::unique_lock gate(gate_mu_);
+      ++arrivals_;
+      gate_cv_.notify_all();
+      gate_cv_.wait(gate, [&] { return !held_ || permits_ > 0; });
+      if (held_) --permits_;
+    }
     std::lock_guard lock(mu_);
     out.outputs.assign(batch.inputs.size(), std::nullopt);
     for (std::size_t i = 0; i < batch.inputs.size(); ++i) {
@@ -96,12 +110,50 @@ class ToyExecutor final : public Executor {
       s.history.resize(start);                     // a lower start rewinds
       for (std::size_t k = 0; k < in.size; ++k) s.history.push_back((**tokens)[in.offset + k]);
       executed_.push_back({in.sid, static_cast<Position>(start), in.size});
-      if (in.produce_output) {
+      if (in.produce_output && fail_first_ && !s.history.empty() &&
+          s.history.front() == *fail_first_) {
+        out.outputs[i] = Output{in.sid, {}};  // invalid: an output holds a token
+      } else if (in.produce_output) {
         out.outputs[i] = Output{in.sid, {next_token(s)}};
         ++s.outputs;
       }
     }
     return true;
+  }
+
+  // ---- knobs ----
+  void hold() {
+    std::lock_guard gate(gate_mu_);
+    held_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard gate(gate_mu_);
+      held_ = false;
+    }
+    gate_cv_.notify_all();
+  }
+  // While held, lets `n` more execute() calls through the gate.
+  void allow(int n) {
+    {
+      std::lock_guard gate(gate_mu_);
+      permits_ += n;
+    }
+    gate_cv_.notify_all();
+  }
+  std::size_t arrivals() const {
+    std::lock_guard gate(gate_mu_);
+    return arrivals_;
+  }
+  // Waits (bounded) until `n` execute() calls in all have reached the gate;
+  // while held and without permits, the n-th is then parked there.
+  bool wait_arrivals(std::size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock gate(gate_mu_);
+    return gate_cv_.wait_for(gate, timeout, [&] { return arrivals_ >= n; });
+  }
+  void fail_outputs_of(Token first) {
+    std::lock_guard lock(mu_);
+    fail_first_ = first;
   }
 
   std::vector<PolicyChange> policies() const {
@@ -149,6 +201,29 @@ class ToyExecutor final : public Executor {
   std::map<SessionId, State> sessions_;
   std::vector<Executed> executed_;
   std::vector<PolicyChange> policies_;
+  std::optional<Token> fail_first_;
+  mutable std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool held_ = false;
+  int permits_ = 0;
+  std::size_t arrivals_ = 0;
 };
+
+// The runner's byte table for the toy's tokens (RunnerOptions::token_bytes):
+// ids 0..255 are one byte each; BOS (256) and EOS (257) have no text.
+inline TokenBytesTable toy_token_bytes() {
+  auto t = std::make_shared<std::vector<std::string>>(258);
+  for (int b = 0; b < 256; ++b)
+    (*t)[static_cast<std::size_t>(b)] = std::string(1, static_cast<char>(b));
+  return t;
+}
+
+// RunnerOptions over the toy's byte table.
+inline RunnerOptions toy_runner_options(std::int32_t prefix_cache_entries = 0) {
+  RunnerOptions o;
+  o.prefix_cache_entries = prefix_cache_entries;
+  o.token_bytes = toy_token_bytes();
+  return o;
+}
 
 }  // namespace cellm::server::testing

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "text/stop_matcher.h"
+#include "core/stop_matcher.h"
 
 namespace cellm::text {
 namespace {

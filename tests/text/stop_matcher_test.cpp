@@ -3,7 +3,7 @@
 
 #include "text/fixtures.h"
 #include "text/detokenizer.h"
-#include "text/stop_matcher.h"
+#include "core/stop_matcher.h"
 
 namespace cellm::text {
 namespace {

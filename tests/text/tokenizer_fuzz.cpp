@@ -15,7 +15,7 @@
 
 #include "core/utf8.h"
 #include "text/detokenizer.h"
-#include "text/stop_matcher.h"
+#include "core/stop_matcher.h"
 #include "text/tokenizer.h"
 
 namespace {
@@ -121,7 +121,7 @@ void exercise_ids(const Tokenizer& tok, const std::vector<std::int32_t>& ids) {
     const std::string text = tok.decode(ids, skip);
     check(cellm::utf8::is_valid(text), "decode is valid UTF-8");
     cellm::text::StreamingDetokenizer detok(tok, skip);
-    auto stop = cellm::text::StopMatcher::create({"the", "\xE2\x96\x81\xE2\x96\x81"});
+    auto stop = cellm::StopMatcher::create({"the", "\xE2\x96\x81\xE2\x96\x81"});
     check(stop.ok(), "stop matcher builds");
     std::string streamed, shown;
     bool stopped = false;

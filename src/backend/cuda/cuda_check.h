@@ -3,7 +3,7 @@
 // location. A CUDA runtime error here means the device or the program is in
 // an unknown state, so it aborts rather than returning a Status.
 //
-// Thread-safety: safe from any thread; the debug-sync switch is an atomic.
+// Thread-safety: safe from any thread (no state).
 #pragma once
 
 #include <source_location>
@@ -15,15 +15,10 @@ namespace cellm::cuda {
 [[noreturn]] void cuda_failed(cudaError_t error, const char* expr,
                               std::source_location where = std::source_location::current());
 
-// Checks the last launch error; with debug sync on (and the stream not
-// capturing) also synchronises `stream` so a fault is blamed on its kernel.
-void check_launch(cudaStream_t stream, const char* kernel_name,
+// Checks the last launch error (a bad configuration, not a fault in the
+// kernel: that surfaces at the stream's next synchronisation).
+void check_launch(const char* kernel_name,
                   std::source_location where = std::source_location::current());
-
-// A debugging aid: off, and nothing in the product turns it on since the
-// CELLM_CUDA_DEBUG_SYNC variable went (kept for a debugger or a local test).
-void set_debug_sync(bool on);
-bool debug_sync();
 
 }  // namespace cellm::cuda
 

@@ -86,7 +86,7 @@ void launch(void (*kernel)(KernelArgs...), const LaunchConfig& config, Args&&...
     cluster.val.clusterDim.z = config.cluster_z;
   }
   CELLM_CUDA_CHECK(cudaLaunchKernelEx(&raw, kernel, std::forward<Args>(args)...));
-  check_launch(config.stream, "cudaLaunchKernelEx");
+  check_launch("cudaLaunchKernelEx");
 }
 
 inline unsigned ceil_div(long long a, long long b) {

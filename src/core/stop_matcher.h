@@ -4,6 +4,10 @@
 // the rest (the stop string and anything after) is dropped. Optionally, matches
 // that end within the first B bytes of the stream do not count (min_tokens).
 //
+// The engine runs one per generation over the bytes of its tokens (stop
+// strings end a choice in the step that completes them); it lives in core so
+// that the engine needs no text library.
+//
 // Thread-safety: one StopMatcher per stream; not for concurrent use.
 #pragma once
 
@@ -14,7 +18,7 @@
 
 #include "cellm/status.h"
 
-namespace cellm::text {
+namespace cellm {
 
 class StopMatcher {
  public:
@@ -42,6 +46,9 @@ class StopMatcher {
   std::size_t bytes_pushed() const { return held_at_ + held_.size(); }
 
   bool stopped() const { return stop_index_ >= 0; }
+  // Where the match begins: its byte offset in the stream (0 = the first
+  // pushed byte). Meaningful only once stopped().
+  std::size_t match_offset() const { return match_offset_; }
   // Which stop string matched (its position in the list), -1 before a match.
   int stop_index() const { return stop_index_; }
   std::size_t held_bytes() const { return held_.size(); }
@@ -60,6 +67,12 @@ class StopMatcher {
   std::size_t held_at_ = 0;     // stream offset of held_[0]
   std::size_t ignore_end_ = 0;  // matches ending at or before this offset do not count
   int stop_index_ = -1;
+  std::size_t match_offset_ = 0;
 };
 
-}  // namespace cellm::text
+// Length of the longest tail of `text` that is a proper prefix of one of
+// `stops`: bytes that a later piece could still turn into a stop string, so
+// a text layer holds them back until the engine has judged them.
+std::size_t stop_prefix_tail(std::string_view text, const std::vector<std::string>& stops);
+
+}  // namespace cellm

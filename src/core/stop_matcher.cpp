@@ -1,11 +1,11 @@
-#include "text/stop_matcher.h"
+#include "core/stop_matcher.h"
 
 #include <algorithm>
 
 #include "core/check.h"
 #include "core/utf8.h"
 
-namespace cellm::text {
+namespace cellm {
 
 Result<StopMatcher> StopMatcher::create(std::vector<std::string> stops) {
   for (std::size_t i = 0; i < stops.size(); ++i) {
@@ -68,6 +68,7 @@ StopMatcher::Output StopMatcher::push(std::string_view text) {
   const std::size_t at = find_stop();
   if (at != std::string::npos) {
     out.text = held_.substr(0, at);
+    match_offset_ = held_at_ + at;
     out.stopped = true;
     out.stop_index = stop_index_;
     held_at_ += held_.size();
@@ -89,4 +90,18 @@ std::string StopMatcher::finish() {
   return out;
 }
 
-}  // namespace cellm::text
+std::size_t stop_prefix_tail(std::string_view text, const std::vector<std::string>& stops) {
+  std::size_t hold = 0;
+  for (const std::string& stop : stops) {
+    if (stop.empty()) continue;
+    for (std::size_t k = std::min(stop.size() - 1, text.size()); k > hold; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+}  // namespace cellm
