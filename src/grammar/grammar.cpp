@@ -94,8 +94,8 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) const 
   for (std::size_t i = 0; i < order.size(); ++i) {
     if (order.size() > kMaxNodes) {
       return invalid_argument(
-          "the grammar needs more than {} automaton nodes; simplify the schema (fewer "
-          "properties, alternatives or length bounds)",
+          "the grammar needs more than {} automaton nodes; simplify the schema or grammar "
+          "(fewer properties, alternatives, repetition or length bounds)",
           kMaxNodes);
     }
     const Node& node = closed[order[i]];
