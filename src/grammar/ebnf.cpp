@@ -234,12 +234,11 @@ class EbnfParser {
       case '{':
         if (!s_.bound(&min, &max)) return false;
         break;
-      default:
-        return true;
+      default: return true;
     }
     space();
-    if (!s_.at_end() && (s_.peek() == '*' || s_.peek() == '+' || s_.peek() == '?' ||
-                         s_.peek() == '{')) {
+    if (!s_.at_end() &&
+        (s_.peek() == '*' || s_.peek() == '+' || s_.peek() == '?' || s_.peek() == '{')) {
       return s_.fail(s_.pos(), "a quantifier cannot follow another; group first, e.g. (x*)+");
     }
     Pattern body = std::move(*p);
@@ -260,11 +259,10 @@ class EbnfParser {
 };
 
 // The rules `p` may call before it has matched any text.
-void first_calls(const Pattern& p, const std::vector<bool>& nullable, std::vector<std::uint32_t>* out) {
+void first_calls(const Pattern& p, const std::vector<bool>& nullable,
+                 std::vector<std::uint32_t>* out) {
   switch (p.kind) {
-    case Pattern::Kind::kRef:
-      out->push_back(p.rule);
-      return;
+    case Pattern::Kind::kRef: out->push_back(p.rule); return;
     case Pattern::Kind::kSeq:
       for (const Pattern& c : p.children) {
         first_calls(c, nullable, out);
@@ -277,8 +275,7 @@ void first_calls(const Pattern& p, const std::vector<bool>& nullable, std::vecto
     case Pattern::Kind::kRepeat:
       if (p.max > 0) first_calls(p.children[0], nullable, out);
       return;
-    default:
-      return;
+    default: return;
   }
 }
 

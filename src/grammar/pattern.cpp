@@ -96,14 +96,10 @@ bool decode_utf8(std::string_view s, std::size_t* pos, char32_t* cp) {
 
 bool pattern_nullable(const Pattern& p, const std::vector<bool>& rule_nullable) {
   switch (p.kind) {
-    case Pattern::Kind::kEmpty:
-      return true;
-    case Pattern::Kind::kLiteral:
-      return p.text.empty();
-    case Pattern::Kind::kClass:
-      return false;
-    case Pattern::Kind::kRef:
-      return rule_nullable[p.rule];
+    case Pattern::Kind::kEmpty: return true;
+    case Pattern::Kind::kLiteral: return p.text.empty();
+    case Pattern::Kind::kClass: return false;
+    case Pattern::Kind::kRef: return rule_nullable[p.rule];
     case Pattern::Kind::kSeq:
       return std::all_of(p.children.begin(), p.children.end(),
                          [&](const Pattern& c) { return pattern_nullable(c, rule_nullable); });
@@ -173,18 +169,12 @@ Status PatternEmitter::budget(const Pattern& p) const {
 Status PatternEmitter::emit(const Pattern& p, NodeId from, NodeId to) {
   CELLM_RETURN_IF_ERROR(budget(p));
   switch (p.kind) {
-    case Pattern::Kind::kEmpty:
-      b_.epsilon(from, to);
-      return Status::ok();
-    case Pattern::Kind::kLiteral:
-      b_.literal(from, p.text, to);
-      return Status::ok();
+    case Pattern::Kind::kEmpty: b_.epsilon(from, to); return Status::ok();
+    case Pattern::Kind::kLiteral: b_.literal(from, p.text, to); return Status::ok();
     case Pattern::Kind::kClass:
       for (const CodeRange& r : p.ranges) code_points(from, to, r.first, r.second);
       return Status::ok();
-    case Pattern::Kind::kRef:
-      b_.call(from, rules_[p.rule], to);
-      return Status::ok();
+    case Pattern::Kind::kRef: b_.call(from, rules_[p.rule], to); return Status::ok();
     case Pattern::Kind::kSeq: {
       if (p.children.empty()) {
         b_.epsilon(from, to);

@@ -26,14 +26,15 @@ bool PatternScanner::hex(int digits, std::size_t at, char32_t* cp) {
     if (!std::isxdigit(static_cast<unsigned char>(c))) {
       return fail(at, fmt::format("the escape needs {} hexadecimal digits", digits));
     }
-    v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(c))
-                                           ? c - '0'
-                                           : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+    v = v * 16 +
+        static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(c))
+                                  ? c - '0'
+                                  : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
     skip();
   }
   if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) {
     return fail(at, fmt::format("the escape names U+{:X}, which is not a character",
-                                     static_cast<std::uint32_t>(v)));
+                                static_cast<std::uint32_t>(v)));
   }
   *cp = v;
   return true;
@@ -117,10 +118,10 @@ bool PatternScanner::char_class(std::vector<CodeRange>* ranges) {
       if (!member(&is_set, &hi, &members)) return false;
       if (is_set) return fail(at, "a range in a character class cannot end in a class escape");
       if (hi < lo) {
-        return fail(at, fmt::format("the range U+{:04X}-U+{:04X} in a character class runs "
-                                    "backwards",
-                                    static_cast<std::uint32_t>(lo),
-                                    static_cast<std::uint32_t>(hi)));
+        return fail(at,
+                    fmt::format("the range U+{:04X}-U+{:04X} in a character class runs "
+                                "backwards",
+                                static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(hi)));
       }
       set.emplace_back(lo, hi);
     } else {
@@ -141,8 +142,8 @@ bool PatternScanner::number(std::uint32_t* out) {
   while (std::isdigit(static_cast<unsigned char>(peek()))) {
     v = v * 10 + static_cast<std::uint64_t>(peek() - '0');
     if (v > kMaxRepeatBound) {
-      return fail(start, fmt::format("a repetition bound above {} is not supported",
-                                     kMaxRepeatBound));
+      return fail(start,
+                  fmt::format("a repetition bound above {} is not supported", kMaxRepeatBound));
     }
     skip();
   }

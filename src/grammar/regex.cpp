@@ -13,8 +13,8 @@ class RegexParser {
 
   Result<Pattern> parse() {
     if (s_.source().size() > kMaxPatternSourceBytes) {
-      return invalid_argument("the regex is {} bytes; at most {} are supported",
-                              s_.source().size(), kMaxPatternSourceBytes);
+      return invalid_argument("the regex is {} bytes; at most {} are supported", s_.source().size(),
+                              kMaxPatternSourceBytes);
     }
     Pattern p;
     if (!alternation(0, &p)) return s_.error();
@@ -89,9 +89,7 @@ class RegexParser {
         out->offset = at;
         return true;
       }
-      case '[':
-        out->kind = Pattern::Kind::kClass;
-        return s_.char_class(&out->ranges);
+      case '[': out->kind = Pattern::Kind::kClass; return s_.char_class(&out->ranges);
       case '.':
         s_.skip();
         out->kind = Pattern::Kind::kClass;
@@ -111,10 +109,8 @@ class RegexParser {
       }
       case '*':
       case '+':
-      case '?':
-        return s_.fail(at, fmt::format("'{}' has nothing to repeat", c));
-      case '{':
-        return s_.fail(at, "'{' has nothing to repeat; write \\{ for the character");
+      case '?': return s_.fail(at, fmt::format("'{}' has nothing to repeat", c));
+      case '{': return s_.fail(at, "'{' has nothing to repeat; write \\{ for the character");
       case '\\': {
         bool is_set = false;
         char32_t cp = 0;
@@ -150,12 +146,11 @@ class RegexParser {
       case '{':
         if (!s_.bound(&min, &max)) return false;
         break;
-      default:
-        return true;
+      default: return true;
     }
     if (s_.peek() == '?') s_.skip();  // lazy: the same language
-    if (!s_.at_end() && (s_.peek() == '*' || s_.peek() == '+' || s_.peek() == '?' ||
-                         s_.peek() == '{')) {
+    if (!s_.at_end() &&
+        (s_.peek() == '*' || s_.peek() == '+' || s_.peek() == '?' || s_.peek() == '{')) {
       return s_.fail(s_.pos(), "a quantifier cannot follow another; group first, e.g. (a*)+");
     }
     Pattern body = std::move(*p);

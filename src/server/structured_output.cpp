@@ -143,9 +143,9 @@ StructuredOutput user_grammar_constraint(
   }
   auto g = regex ? grammar::compile_regex(r.grammar_text) : grammar::compile_ebnf(r.grammar_text);
   if (!g.ok()) {
-    out.status = invalid_argument("the {} in '{}' does not compile: {}",
-                                  regex ? "regex" : "grammar", r.grammar_param,
-                                  g.status().message());
+    out.status =
+        invalid_argument("the {} in '{}' does not compile: {}", regex ? "regex" : "grammar",
+                         r.grammar_param, g.status().message());
     return out;
   }
   auto tg = grammar::TokenGrammar::create(std::move(*g), vocab);

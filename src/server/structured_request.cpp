@@ -112,7 +112,8 @@ bool parse_grammar(const json* grammar, const json* guided_grammar, const json* 
       }
     }
     auto type = grammar->find("type");
-    const std::string t = type != grammar->end() && type->is_string() ? type->get<std::string>() : "";
+    const std::string t =
+        type != grammar->end() && type->is_string() ? type->get<std::string>() : "";
     if (t != "ebnf" && t != "regex") {
       return fail(error, "grammar.type",
                   invalid_argument("'grammar.type' must be \"ebnf\" or \"regex\""));

@@ -9,7 +9,6 @@
 #include <regex>
 
 #include <fmt/format.h>
-
 #include <gtest/gtest.h>
 
 #include "grammar/ebnf.h"
@@ -98,8 +97,7 @@ class ExpressionGenerator {
         const std::string c = classes[pick(rng_, 4)];
         return {c, c};
       }
-      case 3:
-        return {".", "."};
+      case 3: return {".", "."};
       default: {
         Generated inner = alternation(depth + 1);
         if (pick(rng_, 2) == 0) return {"(" + inner.regex + ")", "(" + inner.ebnf + ")"};
@@ -150,8 +148,8 @@ TEST(UserGrammarProperty, RegexAndEbnfAgreeWithStdRegex) {
       const bool want = std::regex_match(t, oracle);
       (want ? accepted : rejected)++;
       ASSERT_EQ(Matcher::matches(*regex, t), want) << "regex " << e.regex << " on \"" << t << "\"";
-      ASSERT_EQ(Matcher::matches(*ebnf, t), want) << "grammar\n" << ebnf_text << "on \"" << t
-                                                  << "\"";
+      ASSERT_EQ(Matcher::matches(*ebnf, t), want) << "grammar\n"
+                                                  << ebnf_text << "on \"" << t << "\"";
     }
   }
   // Both sides of the property were exercised.
@@ -201,8 +199,8 @@ TEST(UserGrammarProperty, ClassesAcceptExactlyTheUtf8OfTheirCodePoints) {
   Rng rng(7);
   auto random_cp = [&]() -> char32_t {
     // Bias toward the encoding boundaries.
-    static const char32_t edges[] = {0x0,    0x7F,    0x80,    0x7FF,   0x800,    0xD7FF,
-                                     0xE000, 0xFFFF,  0x10000, 0x3FFFF, 0x10FFFF, 0xFFF};
+    static const char32_t edges[] = {0x0,    0x7F,   0x80,    0x7FF,   0x800,    0xD7FF,
+                                     0xE000, 0xFFFF, 0x10000, 0x3FFFF, 0x10FFFF, 0xFFF};
     char32_t cp = pick(rng, 2) == 0 ? edges[pick(rng, 12)] + static_cast<char32_t>(pick(rng, 3))
                                     : static_cast<char32_t>(rng() % (kMaxCodePoint + 1));
     if (cp > kMaxCodePoint) cp = kMaxCodePoint;
@@ -213,9 +211,9 @@ TEST(UserGrammarProperty, ClassesAcceptExactlyTheUtf8OfTheirCodePoints) {
     char32_t lo = random_cp(), hi = random_cp();
     if (lo > hi) std::swap(lo, hi);
     const bool negate = pick(rng, 3) == 0;
-    const std::string source = fmt::format("[{}\\U{:08X}-\\U{:08X}]", negate ? "^" : "",
-                                           static_cast<std::uint32_t>(lo),
-                                           static_cast<std::uint32_t>(hi));
+    const std::string source =
+        fmt::format("[{}\\U{:08X}-\\U{:08X}]", negate ? "^" : "", static_cast<std::uint32_t>(lo),
+                    static_cast<std::uint32_t>(hi));
     auto g = compile_regex(source);
     if (!g.ok()) {
       // Only a class of nothing (all but surrogates negated) may fail.
@@ -228,12 +226,14 @@ TEST(UserGrammarProperty, ClassesAcceptExactlyTheUtf8OfTheirCodePoints) {
       if (cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
       std::string text;
       append_utf8(text, cp);
-      ASSERT_EQ(Matcher::matches(*g, text), inside(cp)) << source << " U+" << std::hex << static_cast<std::uint32_t>(cp);
+      ASSERT_EQ(Matcher::matches(*g, text), inside(cp))
+          << source << " U+" << std::hex << static_cast<std::uint32_t>(cp);
     }
     // Random bytes: accepted only as one well-formed character of the class.
     for (int i = 0; i < 300; ++i) {
       std::string text(1 + pick(rng, 4), '\0');
-      for (char& c : text) c = static_cast<char>(pick(rng, 2) ? 0x80 + pick(rng, 0x80) : pick(rng, 256));
+      for (char& c : text)
+        c = static_cast<char>(pick(rng, 2) ? 0x80 + pick(rng, 0x80) : pick(rng, 256));
       std::size_t pos = 0;
       char32_t cp = 0;
       const bool one = decode_utf8(text, &pos, &cp) && pos == text.size();

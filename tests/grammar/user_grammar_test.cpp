@@ -28,8 +28,7 @@ void check(const Result<std::shared_ptr<const Grammar>>& g, const Case& c) {
 }
 
 // The error's message holds every fragment.
-void expect_error(const Status& s, const std::vector<const char*>& fragments,
-                  const char* source) {
+void expect_error(const Status& s, const std::vector<const char*>& fragments, const char* source) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << source;
   for (const char* f : fragments) {
     EXPECT_NE(s.message().find(f), std::string::npos)
@@ -103,9 +102,10 @@ TEST(RegexGrammar, SizeAndNestingAreBounded) {
   ASSERT_FALSE(big.ok());
   expect_error(big.status(), {"too large"}, "(a{1000}){1000}");
   // Past the post-build node limit but under the builder's budget.
-  auto wide = compile_regex("[a-z]{1000}[0-9]{1000}[A-Z]{1000}(x|y){1000}(abc){1000}(d|e){1000}"
-                            "(fg){1000}(hi){1000}(jk){1000}(lm){1000}(no){1000}(pq){1000}"
-                            "(rs){1000}(tu){1000}(vw){1000}");
+  auto wide = compile_regex(
+      "[a-z]{1000}[0-9]{1000}[A-Z]{1000}(x|y){1000}(abc){1000}(d|e){1000}"
+      "(fg){1000}(hi){1000}(jk){1000}(lm){1000}(no){1000}(pq){1000}"
+      "(rs){1000}(tu){1000}(vw){1000}");
   ASSERT_FALSE(wide.ok());
   expect_error(wide.status(), {"automaton nodes"}, "wide");
   const std::string deep = std::string(300, '(') + "a" + std::string(300, ')');
@@ -122,7 +122,9 @@ TEST(EbnfGrammar, ConstructsAcceptTheirLanguage) {
       {"# comment\nroot ::= item (\",\" ws item)*  # trailing\nitem ::= [0-9]+\nws ::= \" \"?",
        {"1", "1,2", "10, 20,3"},
        {"", "1,", ",1", "1,  2", "a"}},
-      {"root ::=\n  \"a\"\n  | \"b\" c\nc ::= 'c'{2,3}", {"a", "bcc", "bccc"}, {"b", "bc", "bcccc"}},
+      {"root ::=\n  \"a\"\n  | \"b\" c\nc ::= 'c'{2,3}",
+       {"a", "bcc", "bccc"},
+       {"b", "bc", "bcccc"}},
       {R"(root ::= [^"\\]* "!")", {"!", "ab c!", "\xc3\xa9!"}, {"\"!", "\\!", "ab"}},
       {R"(root ::= . .)", {"ab", "\n\n", "\xc3\xa9x"}, {"a", "abc"}},
       {R"(root ::= "\x41\u00e9\n\t\"\\" '\'')", {"A\xc3\xa9\n\t\"\\'"}, {"A"}},
@@ -178,7 +180,8 @@ TEST(EbnfGrammar, RefusalsNameThePositionAndTheRule) {
 
 TEST(EbnfGrammar, LeftRecursionIsRefusedNamingTheCycle) {
   const std::pair<const char*, std::vector<const char*>> cases[] = {
-      {R"(root ::= root "a" | "b")", {"line 1, column 1", "'root' is left-recursive", "root -> root"}},
+      {R"(root ::= root "a" | "b")",
+       {"line 1, column 1", "'root' is left-recursive", "root -> root"}},
       {"root ::= expr\nexpr ::= term | expr \"+\" term\nterm ::= [0-9]",
        {"line 2, column 1", "'expr'", "expr -> expr"}},
       {"root ::= a\na ::= b \"x\"\nb ::= root | \"y\"", {"root -> a -> b -> root"}},

@@ -46,8 +46,7 @@ TEST(GrammarRequestTest, ShapesAndAliasesAreParsedOnBothEndpoints) {
   const Shape shapes[] = {
       {R"(,"grammar":{"type":"ebnf","value":"root ::= \"a\""})", GrammarSyntax::kEbnf,
        "root ::= \"a\"", "grammar.value"},
-      {R"(,"grammar":{"type":"regex","value":"a+"})", GrammarSyntax::kRegex, "a+",
-       "grammar.value"},
+      {R"(,"grammar":{"type":"regex","value":"a+"})", GrammarSyntax::kRegex, "a+", "grammar.value"},
       {R"(,"grammar":"root ::= \"b\"")", GrammarSyntax::kEbnf, "root ::= \"b\"", "grammar"},
       {R"(,"guided_grammar":"root ::= \"c\"")", GrammarSyntax::kEbnf, "root ::= \"c\"",
        "guided_grammar"},
@@ -130,8 +129,9 @@ TEST(GrammarRequestTest, GrammarsCompileOrAreRefusedNamingFieldAndPosition) {
   StructuredOutput again = structured_constraint(*r, ToolFormat::kNone, vocab);
   EXPECT_EQ(again.constraint, out.constraint);
   // The same text as EBNF is another grammar (the syntax is part of the key).
-  r = chat(R"(,"grammar":{"type":"ebnf","value":"root ::= item+\nitem ::= [a-c] | \"(\" item \")\""})",
-           &e);
+  r = chat(
+      R"(,"grammar":{"type":"ebnf","value":"root ::= item+\nitem ::= [a-c] | \"(\" item \")\""})",
+      &e);
   ASSERT_TRUE(r) << e.status.to_string();
   out = structured_constraint(*r, ToolFormat::kNone, vocab);
   ASSERT_TRUE(out.status.is_ok()) << out.status.to_string();
