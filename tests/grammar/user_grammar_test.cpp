@@ -108,6 +108,10 @@ TEST(RegexGrammar, SizeAndNestingAreBounded) {
       "(rs){1000}(tu){1000}(vw){1000}");
   ASSERT_FALSE(wide.ok());
   expect_error(wide.status(), {"automaton nodes"}, "wide");
+  // Optional pieces chained: epsilon removal would be quadratic.
+  auto chained = compile_regex("(a?b?c?){1000}");
+  ASSERT_FALSE(chained.ok());
+  expect_error(chained.status(), {"automaton edges", "x{0,n}"}, "chained");
   const std::string deep = std::string(300, '(') + "a" + std::string(300, ')');
   auto nested = compile_regex(deep);
   ASSERT_FALSE(nested.ok());
