@@ -226,7 +226,8 @@ class EbnfParser {
   }
 
   bool quantifier(Pattern* p) {
-    std::uint32_t min = 0, max = 0;
+    std::uint32_t min = 0;
+    std::uint32_t max = 0;
     switch (s_.peek()) {
       case '*': min = 0, max = kUnbounded, s_.skip(); break;
       case '+': min = 1, max = kUnbounded, s_.skip(); break;

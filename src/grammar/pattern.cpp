@@ -8,7 +8,8 @@ namespace cellm::grammar {
 
 std::string source_position(std::string_view source, std::size_t offset) {
   offset = std::min(offset, source.size());
-  std::size_t line = 1, column = 1;
+  std::size_t line = 1;
+  std::size_t column = 1;
   for (std::size_t i = 0; i < offset; ++i) {
     if (source[i] == '\n') {
       ++line;
@@ -67,12 +68,14 @@ bool decode_utf8(std::string_view s, std::size_t* pos, char32_t* cp) {
   if (at >= s.size()) return false;
   const auto b0 = static_cast<std::uint8_t>(s[at]);
   int len = 0;
-  char32_t value = 0, min = 0;
+  char32_t value = 0;
+  char32_t min = 0;
   if (b0 < 0x80) {
     *cp = b0;
     *pos = at + 1;
     return true;
-  } else if ((b0 & 0xE0) == 0xC0) {
+  }
+  if ((b0 & 0xE0) == 0xC0) {
     len = 2, value = b0 & 0x1F, min = 0x80;
   } else if ((b0 & 0xF0) == 0xE0) {
     len = 3, value = b0 & 0x0F, min = 0x800;
@@ -147,7 +150,8 @@ void PatternEmitter::code_points(NodeId from, NodeId to, char32_t lo, char32_t h
       }
     }
   }
-  std::string a, z;
+  std::string a;
+  std::string z;
   append_utf8(a, lo);
   append_utf8(z, hi);
   NodeId at = from;

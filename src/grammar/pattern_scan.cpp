@@ -73,7 +73,7 @@ bool PatternScanner::escape(bool* is_set, char32_t* cp, std::vector<CodeRange>* 
   if (std::isalnum(static_cast<unsigned char>(c))) {
     return fail(at, fmt::format("unsupported escape '\\{}' (supported: \\n \\t \\r \\f \\v "
                                 "\\xHH \\uHHHH \\UHHHHHHHH{}, and a backslash before punctuation)",
-                                c, shorthands_ ? " \\d \\D \\w \\W \\s \\S" : ""));
+                                c, shorthands_ ? R"( \d \D \w \W \s \S)" : ""));
   }
   if (static_cast<unsigned char>(c) >= 0x80) {
     return fail(at, "a backslash before a non-ASCII character; write the character itself");

@@ -116,7 +116,7 @@ bool parse_grammar(const json* grammar, const json* guided_grammar, const json* 
         type != grammar->end() && type->is_string() ? type->get<std::string>() : "";
     if (t != "ebnf" && t != "regex") {
       return fail(error, "grammar.type",
-                  invalid_argument("'grammar.type' must be \"ebnf\" or \"regex\""));
+                  invalid_argument(R"('grammar.type' must be "ebnf" or "regex")"));
     }
     syntax = t == "regex" ? GrammarSyntax::kRegex : GrammarSyntax::kEbnf;
     auto value = grammar->find("value");

@@ -134,7 +134,8 @@ std::vector<std::string> all_strings(int max_len) {
 TEST(UserGrammarProperty, RegexAndEbnfAgreeWithStdRegex) {
   Rng rng(20261207);
   const std::vector<std::string> texts = all_strings(5);
-  int accepted = 0, rejected = 0;
+  int accepted = 0;
+  int rejected = 0;
   for (int round = 0; round < 400; ++round) {
     ExpressionGenerator gen(rng);
     const Generated e = gen.alternation(0);
@@ -208,7 +209,8 @@ TEST(UserGrammarProperty, ClassesAcceptExactlyTheUtf8OfTheirCodePoints) {
     return cp;
   };
   for (int round = 0; round < 60; ++round) {
-    char32_t lo = random_cp(), hi = random_cp();
+    char32_t lo = random_cp();
+    char32_t hi = random_cp();
     if (lo > hi) std::swap(lo, hi);
     const bool negate = pick(rng, 3) == 0;
     const std::string source =

@@ -27,12 +27,13 @@ std::optional<GenerationRequest> completion(const std::string& extra, RequestErr
 
 std::shared_ptr<const grammar::TokenVocabulary> byte_vocab() {
   std::vector<std::string> bytes;
+  bytes.reserve(256);
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
   return grammar::TokenVocabulary::create(bytes);
 }
 
 bool accepts(const StructuredOutput& out, std::string_view text) {
-  auto* g = dynamic_cast<const grammar::TokenGrammar*>(out.constraint.get());
+  const auto* g = dynamic_cast<const grammar::TokenGrammar*>(out.constraint.get());
   return g != nullptr && grammar::Matcher::matches(g->grammar_ptr(), text);
 }
 
@@ -75,7 +76,7 @@ TEST(GrammarRequestTest, ShapesAndAliasesAreParsedOnBothEndpoints) {
 TEST(GrammarRequestTest, MalformedAndConflictingFieldsNameTheirField) {
   const std::vector<std::pair<std::string, std::vector<const char*>>> cases = {
       {R"(,"grammar":5)", {"grammar", "'grammar' must be an object"}},
-      {R"(,"grammar":{"type":"yaml","value":"a"})", {"grammar.type", "\"ebnf\" or \"regex\""}},
+      {R"(,"grammar":{"type":"yaml","value":"a"})", {"grammar.type", R"("ebnf" or "regex")"}},
       {R"(,"grammar":{"value":"a"})", {"grammar.type"}},
       {R"(,"grammar":{"type":"regex"})", {"grammar.value", "non-empty string"}},
       {R"(,"grammar":{"type":"regex","value":""})", {"grammar.value"}},
