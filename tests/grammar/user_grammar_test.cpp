@@ -228,6 +228,23 @@ TEST(EbnfGrammar, SizeAndNestingAreBounded) {
   expect_error(looped.status(), {"left-recursive"}, "chain");
 }
 
+TEST(EbnfGrammar, AmbiguityIsBoundedByTheMatcher) {
+  // Every odd run of x parses in exponentially many ways (stacks of two
+  // return nodes): the matcher keeps at most kMaxItems and refuses past them.
+  auto g = compile_ebnf(R"(root ::= a
+a ::= "x" | "x" a a)");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_TRUE(Matcher::matches(*g, "xxx"));
+  EXPECT_FALSE(Matcher::matches(*g, "xx"));
+  Matcher m(*g);
+  bool refused = false;
+  for (int i = 0; i < 64 && !refused; ++i) {
+    refused = !m.advance(static_cast<std::uint8_t>('x'));
+    EXPECT_LE(m.items().size(), Matcher::kMaxItems);
+  }
+  EXPECT_TRUE(refused);
+}
+
 TEST(PatternUtf8, ParseTreesKeepPositions) {
   auto p = parse_regex("ab|c*");
   ASSERT_TRUE(p.ok());
