@@ -54,6 +54,7 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) const 
   std::vector<std::uint32_t> seen(n, 0);
   std::uint32_t mark = 0;
   std::vector<NodeId> todo;
+  std::size_t closed_edges = 0;
   for (NodeId a = 0; a < n; ++a) {
     ++mark;
     todo.assign(1, a);
@@ -66,6 +67,14 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) const 
       out.final = out.final || raw.final;
       out.bytes.insert(out.bytes.end(), raw.bytes.begin(), raw.bytes.end());
       out.calls.insert(out.calls.end(), raw.calls.begin(), raw.calls.end());
+      closed_edges += raw.bytes.size() + raw.calls.size();
+      if (closed_edges > kMaxClosedEdges) {
+        return invalid_argument(
+            "the grammar needs more than {} automaton edges (long runs of optional or "
+            "repeated pieces that may match nothing multiply them); simplify the schema or "
+            "grammar, e.g. write x{{0,n}} rather than (x?){{n}}",
+            kMaxClosedEdges);
+      }
       for (NodeId c : raw.eps) {
         if (seen[c] != mark) {
           seen[c] = mark;
@@ -94,8 +103,8 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(RuleId root) const 
   for (std::size_t i = 0; i < order.size(); ++i) {
     if (order.size() > kMaxNodes) {
       return invalid_argument(
-          "the grammar needs more than {} automaton nodes; simplify the schema (fewer "
-          "properties, alternatives or length bounds)",
+          "the grammar needs more than {} automaton nodes; simplify the schema or grammar "
+          "(fewer properties, alternatives, repetition or length bounds)",
           kMaxNodes);
     }
     const Node& node = closed[order[i]];

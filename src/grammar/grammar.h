@@ -103,9 +103,13 @@ class GrammarBuilder {
   // At most this many nodes after epsilon removal (each costs a 1 KiB
   // next-node table, so 20 MiB at most); a schema too large is refused.
   static constexpr std::size_t kMaxNodes = 20000;
+  // At most this many edges after epsilon removal, counted as it runs (a
+  // long chain of optional pieces gives each node the edges of the rest:
+  // quadratic), so such a grammar is refused quickly.
+  static constexpr std::size_t kMaxClosedEdges = 2000000;
 
   // InvalidArgument for left recursion (naming the rule) or a grammar past
-  // kMaxNodes.
+  // kMaxNodes or kMaxClosedEdges.
   Result<std::shared_ptr<const Grammar>> build(RuleId root) const;
 
  private:

@@ -15,27 +15,35 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(gr
   items_.push_back(Item{grammar_->rule_start(grammar_->root()), 0});
 }
 
-namespace {
-
-void push_unique(std::vector<Item>& out, Item item) {
-  if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+bool ItemIndex::add(std::vector<Item>& items, Item item) {
+  const auto key = (static_cast<std::uint64_t>(item.node) << 32) | item.frame;
+  if (items.size() < kLinear) {
+    if (std::find(items.begin(), items.end(), item) != items.end()) return false;
+    items.push_back(item);
+    if (items.size() == kLinear) {
+      index_.clear();
+      for (const Item& it : items)
+        index_.insert((static_cast<std::uint64_t>(it.node) << 32) | it.frame);
+    }
+    return true;
+  }
+  if (!index_.insert(key).second) return false;
+  items.push_back(item);
+  return true;
 }
-
-}  // namespace
 
 void Matcher::step_item(NodeId n, FrameId frame, std::uint8_t byte, std::vector<Item>& out) {
   // An expansion that comes back to an item it is already expanding (a call
   // of a rule that can end empty, returning where it started) adds nothing.
-  if (std::find(scratch_.begin(), scratch_.end(), Item{n, frame}) != scratch_.end()) return;
-  scratch_.push_back(Item{n, frame});
+  if (!scratch_index_.add(scratch_, Item{n, frame})) return;
   const Grammar& g = *grammar_;
   const Node& node = g.node(n);
   const std::int32_t t = g.next(n, byte);
   if (t >= 0) {
-    push_unique(out, Item{static_cast<NodeId>(t), frame});
+    out_index_.add(out, Item{static_cast<NodeId>(t), frame});
   } else if (t == kManyBytes) {
     for (const ByteEdge& e : node.bytes) {
-      if (e.lo <= byte && byte <= e.hi) push_unique(out, Item{e.target, frame});
+      if (e.lo <= byte && byte <= e.hi) out_index_.add(out, Item{e.target, frame});
     }
   }
   for (const CallEdge& c : node.calls) {
@@ -61,6 +69,10 @@ void Matcher::step(std::span<const Item> from, std::uint8_t byte, std::vector<It
   for (const Item& it : from) {
     scratch_.clear();
     step_item(it.node, it.frame, byte, to);
+    if (to.size() > kMaxItems) {
+      to.clear();
+      return;
+    }
   }
 }
 

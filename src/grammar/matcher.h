@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -52,11 +53,30 @@ class FrameTable {
   std::unordered_map<std::uint64_t, FrameId> index_;
 };
 
+// Appends items to a list unless already there: a linear scan while the list
+// is short (the common case, and the cheapest), a hash index once it is long
+// (an ambiguous grammar can keep thousands of items, and a scan per item
+// would make each step quadratic).
+class ItemIndex {
+ public:
+  // Whether `item` was new (then appended). `items` may only grow through
+  // add() between clears.
+  bool add(std::vector<Item>& items, Item item);
+
+ private:
+  static constexpr std::size_t kLinear = 16;
+  std::unordered_set<std::uint64_t> index_;
+};
+
 class Matcher {
  public:
   // Deeper stacks are refused (a dead path): bounds the memory a model can
   // make the matcher use by nesting.
   static constexpr std::size_t kMaxDepth = 4096;
+  // A byte that would leave more items than this is refused too: a very
+  // ambiguous grammar (user EBNF with alternatives that recurse alike) could
+  // otherwise multiply its items, and every step and mask costs their count.
+  static constexpr std::size_t kMaxItems = 1024;
 
   explicit Matcher(std::shared_ptr<const Grammar> grammar);
 
@@ -90,6 +110,7 @@ class Matcher {
   FrameTable frames_;
   std::vector<Item> items_;
   std::vector<Item> scratch_;
+  ItemIndex scratch_index_, out_index_;
 };
 
 }  // namespace cellm::grammar

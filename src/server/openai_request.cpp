@@ -111,6 +111,8 @@ const std::set<std::string>& supported_fields(RequestKind kind) {
               "stop_token_ids", "logprobs"});
     // Structured outputs (constrained decoding).
     s.insert("response_format");
+    // The grammar extension and its vLLM spellings.
+    s.insert({"grammar", "guided_grammar", "guided_regex"});
     return s;
   }();
   static const std::set<std::string> completion = [] {
@@ -445,6 +447,11 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   if (const json* rf = p.field("response_format")) {
     RequestError e;
     if (!parse_response_format(*rf, &req, &e)) p.fail(e.param, e.status);
+  }
+  // After response_format and tool_choice: a grammar excludes both.
+  if (RequestError e; !p.failed() && !parse_grammar(p.field("grammar"), p.field("guided_grammar"),
+                                                    p.field("guided_regex"), &req, &e)) {
+    p.fail(e.param, e.status);
   }
   parse_logprobs(p, kind, &req);
   p.read_bool("stream", &req.stream);

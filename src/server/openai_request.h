@@ -28,6 +28,10 @@ enum class RequestKind : std::uint8_t { kCompletion, kChat };
 // response_format: free text, any JSON object, or JSON matching a schema
 // (decoding is constrained by a grammar; see structured_output.h).
 enum class ResponseFormat : std::uint8_t { kText, kJsonObject, kJsonSchema };
+// The "grammar" extension (aliases "guided_grammar", "guided_regex"): output
+// constrained to a user-written EBNF grammar or regex (grammar/ebnf.h,
+// grammar/regex.h; see structured_request.h for the request shapes).
+enum class GrammarSyntax : std::uint8_t { kNone, kEbnf, kRegex };
 // tool_choice: "auto" (the model decides), "none" (tools cleared),
 // "required" (one call of any tool, constrained) or a named function.
 enum class ToolChoice : std::uint8_t { kAuto, kNone, kRequired, kNamed };
@@ -60,6 +64,12 @@ struct GenerationRequest {
   ResponseFormat response_format = ResponseFormat::kText;
   // kJsonSchema: json_schema.schema as sent (checked when compiled).
   nlohmann::ordered_json response_schema;
+  // The grammar extension: its syntax, text (compiled with the schemas,
+  // before anything starts) and the field that carried it, which errors name
+  // ("grammar.value", "grammar", "guided_grammar" or "guided_regex").
+  GrammarSyntax grammar_syntax = GrammarSyntax::kNone;
+  std::string grammar_text;
+  std::string grammar_param;
 
   std::optional<std::int32_t> max_tokens;  // max_tokens or max_completion_tokens
   float temperature = 1.0f;

@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
+#include "grammar/regex.h"
 #include "grammar/token_grammar.h"
 
 namespace cellm::server {
@@ -121,6 +123,38 @@ Result<std::shared_ptr<const grammar::Grammar>> tool_call_grammar(const json& to
   return b.build(root);
 }
 
+// The grammar extension (parse_grammar has refused it beside JSON or a
+// forced call).
+StructuredOutput user_grammar_constraint(
+    const GenerationRequest& r, const std::shared_ptr<const grammar::TokenVocabulary>& vocab) {
+  StructuredOutput out;
+  out.param = r.grammar_param;
+  if (vocab == nullptr) {
+    out.status = invalid_argument(
+        "this server cannot constrain decoding (its model service offers no token vocabulary)");
+    return out;
+  }
+  const bool regex = r.grammar_syntax == GrammarSyntax::kRegex;
+  const std::string key = (regex ? "regex|" : "ebnf|") + r.grammar_text;
+  if (auto hit = cache().find(vocab.get(), key)) {
+    out.constraint = std::move(hit);
+    out.param.clear();
+    return out;
+  }
+  auto g = regex ? grammar::compile_regex(r.grammar_text) : grammar::compile_ebnf(r.grammar_text);
+  if (!g.ok()) {
+    out.status =
+        invalid_argument("the {} in '{}' does not compile: {}", regex ? "regex" : "grammar",
+                         r.grammar_param, g.status().message());
+    return out;
+  }
+  auto tg = grammar::TokenGrammar::create(std::move(*g), vocab);
+  cache().put(vocab.get(), key, tg);
+  out.constraint = std::move(tg);
+  out.param.clear();
+  return out;
+}
+
 }  // namespace
 
 StructuredOutput structured_constraint(
@@ -128,6 +162,7 @@ StructuredOutput structured_constraint(
     const std::shared_ptr<const grammar::TokenVocabulary>& vocab) {
   StructuredOutput out;
   const bool forced = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  if (r.grammar_syntax != GrammarSyntax::kNone) return user_grammar_constraint(r, vocab);
   if (!forced && r.response_format == ResponseFormat::kText) return out;
   if (forced && r.response_format != ResponseFormat::kText) {
     out.status = invalid_argument(

@@ -1,7 +1,8 @@
 // Structured outputs for a request: the grammar that response_format
-// (json_object / json_schema) or a forced tool_choice ("required" or a named
-// function) asks for, bound to the model's vocabulary as the TokenConstraint
-// the engine decodes under.
+// (json_object / json_schema), a forced tool_choice ("required" or a named
+// function) or the grammar extension (a user's EBNF or regex) asks for,
+// bound to the model's vocabulary as the TokenConstraint the engine decodes
+// under.
 //
 // Forced tool calls are written in the model's own tool-call convention so
 // that its parser (tool_calls.h) reads them back: Hermes/Qwen
@@ -11,7 +12,7 @@
 // Python-style one) a bare {"name", "arguments"} object, parsed as Llama 3's
 // JSON form. Each tool's arguments follow its "parameters" schema.
 //
-// Compiled grammars are cached (schema text and tools as the key), so a
+// Compiled grammars are cached (schema text, tools or grammar text as the key), so a
 // repeated schema costs a lookup and its masks stay cached across requests.
 //
 // Thread-safety: structured_constraint may be called from any thread.

@@ -83,4 +83,72 @@ bool parse_response_format(const json& value, GenerationRequest* req, RequestErr
   return true;
 }
 
+bool parse_grammar(const json* grammar, const json* guided_grammar, const json* guided_regex,
+                   GenerationRequest* req, RequestError* error) {
+  std::vector<const char*> given;
+  if (grammar != nullptr) given.push_back("grammar");
+  if (guided_grammar != nullptr) given.push_back("guided_grammar");
+  if (guided_regex != nullptr) given.push_back("guided_regex");
+  if (given.empty()) return true;
+  if (given.size() > 1) {
+    return fail(error, given[1],
+                invalid_argument("'{}' and '{}' both constrain the output; send one of them",
+                                 given[0], given[1]));
+  }
+  const std::string field = given[0];
+  std::string param = field;
+  GrammarSyntax syntax = GrammarSyntax::kEbnf;
+  const json* text = grammar != nullptr ? grammar : guided_grammar;
+  if (guided_regex != nullptr) {
+    syntax = GrammarSyntax::kRegex;
+    text = guided_regex;
+  } else if (grammar != nullptr && grammar->is_object()) {
+    for (auto it = grammar->begin(); it != grammar->end(); ++it) {
+      if (it.key() != "type" && it.key() != "value") {
+        return fail(error, "grammar." + it.key(),
+                    invalid_argument("unsupported field 'grammar.{}' (use \"type\" and "
+                                     "\"value\")",
+                                     it.key()));
+      }
+    }
+    auto type = grammar->find("type");
+    const std::string t =
+        type != grammar->end() && type->is_string() ? type->get<std::string>() : "";
+    if (t != "ebnf" && t != "regex") {
+      return fail(error, "grammar.type",
+                  invalid_argument(R"('grammar.type' must be "ebnf" or "regex")"));
+    }
+    syntax = t == "regex" ? GrammarSyntax::kRegex : GrammarSyntax::kEbnf;
+    auto value = grammar->find("value");
+    text = value == grammar->end() ? nullptr : &*value;
+    param = "grammar.value";
+  } else if (grammar != nullptr && !grammar->is_string()) {
+    return fail(error, "grammar",
+                invalid_argument("'grammar' must be an object {{\"type\": \"ebnf\" or "
+                                 "\"regex\", \"value\": \"...\"}} or a string of EBNF"));
+  }
+  if (text == nullptr || !text->is_string() || text->get<std::string>().empty()) {
+    return fail(error, param,
+                invalid_argument("'{}' must be a non-empty string holding the {}", param,
+                                 syntax == GrammarSyntax::kRegex ? "regex" : "EBNF grammar"));
+  }
+  // One constraint at a time: the grammar cannot also be JSON or a tool call.
+  if (req->response_format != ResponseFormat::kText) {
+    return fail(error, field,
+                invalid_argument("'{}' cannot be combined with a JSON 'response_format': both "
+                                 "constrain the output; send one of them",
+                                 field));
+  }
+  if (req->tool_choice == ToolChoice::kRequired || req->tool_choice == ToolChoice::kNamed) {
+    return fail(error, field,
+                invalid_argument("'{}' cannot be combined with 'tool_choice' \"required\" or a "
+                                 "named function: a forced tool call has its own grammar",
+                                 field));
+  }
+  req->grammar_syntax = syntax;
+  req->grammar_text = text->get<std::string>();
+  req->grammar_param = param;
+  return true;
+}
+
 }  // namespace cellm::server
