@@ -46,6 +46,11 @@ struct GenerationUpdate {
   // One entry per token of `tokens` when the generation's policy asks for
   // logprobs (SamplingParams::logprobs >= 0); empty otherwise.
   std::vector<TokenLogprobs> logprobs;
+  // SamplingParams::prompt_logprobs: the prompt's scored tokens (every one
+  // but the first, whose predecessor is unknown), delivered once, in an
+  // update of their own (no tokens, no finish_reason) just before the
+  // generation's first token.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 using GenerationCallback = std::function<void(const GenerationUpdate&)>;
 using SettledCallback = std::function<void()>;

@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/cell_cache.h"
@@ -183,6 +184,27 @@ class CudaExecutor final : public Executor {
                             const std::vector<Token>& tokens,
                             const std::vector<std::int64_t>& suppressed,
                             std::vector<std::optional<TokenLogprobs>>& logprobs);
+  // Runs the program's sample_logprobs over the first ids.size() rows of
+  // `logits` (params and suppressed as that method takes them); fills
+  // `logprobs` (resized to the rows) for every row whose count is >= 0.
+  Status run_logprobs_method(const Tensor& logits, const std::vector<float>& params,
+                             const std::vector<std::int64_t>& ids,
+                             const std::vector<std::int64_t>& suppressed,
+                             std::vector<std::optional<TokenLogprobs>>& logprobs);
+  // The prompt rows of a slice (SamplingParams::prompt_logprobs): rows
+  // relative to the slice whose next token the input's payload holds.
+  struct PromptRows {
+    std::vector<std::int64_t> rows;
+    std::vector<SessionId> sessions;
+    std::vector<Token> next;            // the token each row scores
+    std::vector<std::int32_t> counts;   // top alternatives per row
+  };
+  PromptRows prompt_rows(const BatchInput& batch, std::int64_t offset, std::int64_t length) const;
+  // Scores the prompt rows, which sit at logits rows first.., on the device
+  // through sample_logprobs at temperature 0, on the host through
+  // sampling::row_logprobs; queues them in pending_prompt_ until the
+  // session's output carries them.
+  Status score_prompt(const Tensor& logits, std::size_t first, const PromptRows& prompt);
   // Adjusts the rows of device logits whose sessions' policies ask for it
   // (bias, penalties, min_p) through the program's sample_penalize, in
   // groups of at most kPenalizeMaxEntries entries; nothing when none does.
@@ -225,6 +247,9 @@ class CudaExecutor final : public Executor {
   // Where the first sampled logits lived. Host and device sampling advance
   // separate generators, so every later forward must agree.
   std::optional<bool> device_logits_;
+  // Prompt scores waiting for their session's next output (a chunked
+  // prompt's rows come over several steps); dropped when it closes.
+  std::unordered_map<SessionId, std::vector<TokenLogprobs>> pending_prompt_;
   bool initialized_ = false;
   bool raw_executing_ = false;
   std::atomic<std::int64_t> kv_cells_used_{0};

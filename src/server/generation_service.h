@@ -40,6 +40,9 @@ struct ChoiceEvent {
   std::chrono::steady_clock::time_point at;
   // One entry per token when the request asked for logprobs, else empty.
   std::vector<TokenLogprobs> logprobs;
+  // SamplingParams::prompt_logprobs: the prompt's scores, in an event of
+  // their own (no tokens, no finish) ahead of choice 0's first token.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 // Called on the engine thread (or inline for early rejections); must only
 // queue the event.
@@ -58,6 +61,9 @@ struct GenerationSpec {
   std::vector<Token> stop_token_ids;
   // Constrained decoding (structured outputs, forced tool calls); null: none.
   TokenConstraintPtr constraint;
+  // Whether the prompt may come from (and go into) the prefix cache; off
+  // when its every token must be fed (prompt logprobs).
+  bool use_prefix_cache = true;
 };
 
 // A running request. Destruction cancels whatever still runs and never
