@@ -60,6 +60,11 @@ struct GenerationUpdate {
   std::vector<TokenLogprobs> logprobs;
   // Set exactly on a kStopString terminal update.
   std::optional<StopStringMatch> stop_string;
+  // SamplingParams::prompt_logprobs: the prompt's scored tokens (every one
+  // but the first, whose predecessor is unknown), delivered once, in an
+  // update of their own (no tokens, no finish_reason) just before the
+  // generation's first token.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 using GenerationCallback = std::function<void(const GenerationUpdate&)>;
 using SettledCallback = std::function<void()>;

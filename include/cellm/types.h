@@ -156,6 +156,13 @@ struct SamplingParams {
   // alternatives. Changes nothing about which token is drawn.
   std::int32_t logprobs = -1;
   bool wants_logprobs() const { return logprobs >= 0; }
+  // Also score the prompt (OpenAI's `echo` with logprobs): every input row
+  // whose next token is known (the payload's following token) reports that
+  // token's log-softmax under the raw logits (no adjustment, no temperature)
+  // with max(logprobs, 0) top alternatives, in Output::prompt_logprobs of the
+  // session's next output. Prompt rows are only those an input feeds, so a
+  // prompt served from a prefix cache is not scored: skip the cache.
+  bool prompt_logprobs = false;
 
   // Whether any logit adjustment (penalty or bias) applies before sampling.
   bool adjusts_logits() const {
@@ -197,6 +204,7 @@ struct SamplingParams {
            a.presence_penalty == b.presence_penalty && a.frequency_penalty == b.frequency_penalty &&
            a.repetition_penalty == b.repetition_penalty && a.min_p == b.min_p &&
            a.token_mask == b.token_mask && a.logprobs == b.logprobs &&
+           a.prompt_logprobs == b.prompt_logprobs &&
            std::equal(ab.begin(), ab.end(), bb.begin(), bb.end());
   }
 };
@@ -225,6 +233,11 @@ struct Output {
   // of them the model kept (tokens.size() - 1 of them when all were kept).
   std::int32_t drafted = 0;
   std::int32_t accepted = 0;
+  // Policies with prompt_logprobs: the entries of the prompt rows fed since
+  // the session's last output (several inputs' worth when a prompt was
+  // chunked), in position order; entry i scores the token at position p + 1
+  // given the tokens up to p. Empty otherwise.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 struct Task {

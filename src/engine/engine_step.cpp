@@ -350,6 +350,18 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
   m.n_draft_tokens += output->drafted;
   m.n_accepted_draft_tokens += output->accepted;
 
+  // The prompt's scores (SamplingParams::prompt_logprobs) go out in an
+  // update of their own, ahead of the tokens they precede.
+  if (!output->prompt_logprobs.empty() && gen->on_update) {
+    GenerationUpdate head;
+    head.prompt_logprobs = output->prompt_logprobs;
+    try {
+      gen->on_update(head);
+    } catch (const std::exception& e) {
+      finish_(gen, FinishReason::kFailed, {}, e.what(), /*notify=*/false);
+      return;
+    }
+  }
   // The logprobs of the delivered tokens (none when the policy asks for none).
   std::vector<TokenLogprobs> logprobs;
   if (!output->logprobs.empty()) {

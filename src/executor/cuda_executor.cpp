@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <limits>
 #include <utility>
+#include <variant>
 
 #include "core/log.h"
 #include "executor/program_loading.h"
+#include "sampling/logprobs.h"
 #include "sampling/sampler.h"
 
 namespace cellm::executor {
@@ -92,6 +94,7 @@ std::optional<SessionId> CudaExecutor::open_session() {
 void CudaExecutor::close_session(SessionId session) {
   sessions_.close(session);
   if (speculation_) speculation_->forget(session);
+  pending_prompt_.erase(session);
   publish_kv_cells();
 }
 std::optional<SessionId> CudaExecutor::clone(SessionId source, Position upto) {
@@ -217,7 +220,7 @@ Status CudaExecutor::penalize_on_device(const Tensor& logits,
     const auto n = static_cast<std::int64_t>(end - first);
     const auto count = static_cast<std::int64_t>(entries.size());
     const std::vector<Tensor> inputs = {
-        logits.slice_rows(static_cast<std::int64_t>(first), n),
+        logits.slice_rows(static_cast<std::int64_t>(first), static_cast<std::int64_t>(end)),
         Tensor::view(rows.data(), DType::kF32, {n, program::kPenalizeRowParams}),
         Tensor::view(offsets.data(), DType::kI32, {n + 1}),
         Tensor::view(entries.data(), DType::kI32, {count, 4})};
@@ -283,7 +286,7 @@ Status CudaExecutor::mask_on_device(const Tensor& logits, const std::vector<Sess
     }
     if (!group_any) continue;
     const std::vector<Tensor> inputs = {
-        logits.slice_rows(static_cast<std::int64_t>(first), static_cast<std::int64_t>(n)),
+        logits.slice_rows(static_cast<std::int64_t>(first), static_cast<std::int64_t>(first + n)),
         Tensor::view(mask_words_.data(), DType::kI32,
                      {static_cast<std::int64_t>(n), static_cast<std::int64_t>(per_row)})};
     auto out = program_->execute(program::kMaskMethod, inputs);
@@ -314,13 +317,26 @@ Status CudaExecutor::logprobs_on_device(const Tensor& logits,
     params.insert(params.end(), {temperature, static_cast<float>(count)});
     ids.push_back(static_cast<std::int64_t>(tokens[r]));
   }
+  std::vector<std::optional<TokenLogprobs>> entries;
+  CELLM_RETURN_IF_ERROR(run_logprobs_method(logits, params, ids, suppressed, entries));
+  for (std::size_t r = 0; r < sessions.size(); ++r) {
+    if (entries[r]) logprobs[r] = std::move(entries[r]);
+  }
+  return Status::ok();
+}
+
+Status CudaExecutor::run_logprobs_method(const Tensor& logits, const std::vector<float>& params,
+                                         const std::vector<std::int64_t>& ids,
+                                         const std::vector<std::int64_t>& suppressed,
+                                         std::vector<std::optional<TokenLogprobs>>& logprobs) {
   if (!has_logprobs_) {
     return invalid_program(
         "a session asks for logprobs but the program exports no {} method for its device logits; "
         "drop logprobs from the request or serve a program that exports it",
         program::kLogprobsMethod);
   }
-  const auto rows = static_cast<std::int64_t>(sessions.size());
+  const auto rows = static_cast<std::int64_t>(ids.size());
+  logprobs.assign(ids.size(), std::nullopt);
   std::vector<Tensor> inputs = {
       logits.slice_rows(0, rows),
       Tensor::view(params.data(), DType::kF32, {rows, program::kLogprobsParams}),
@@ -341,12 +357,12 @@ Status CudaExecutor::logprobs_on_device(const Tensor& logits,
   }
   const std::span<const float> values = (*out)[0].span<const float>();
   const std::span<const std::int64_t> top_ids = (*out)[1].span<const std::int64_t>();
-  for (std::size_t r = 0; r < sessions.size(); ++r) {
+  for (std::size_t r = 0; r < ids.size(); ++r) {
     const float wanted = params[r * program::kLogprobsParams + 1];
     if (wanted < 0.0f) continue;
     const auto count = static_cast<std::size_t>(wanted);
     TokenLogprobs lp;
-    lp.token = tokens[r];
+    lp.token = static_cast<Token>(ids[r]);
     lp.logprob = values[r * (1 + kTop)];
     for (std::size_t j = 0; j < count && j < static_cast<std::size_t>(vocab_size_); ++j) {
       const std::int64_t id = top_ids[r * kTop + j];
@@ -357,6 +373,68 @@ Status CudaExecutor::logprobs_on_device(const Tensor& logits,
       lp.top.push_back({static_cast<Token>(id), values[r * (1 + kTop) + 1 + j]});
     }
     logprobs[r] = std::move(lp);
+  }
+  return Status::ok();
+}
+
+CudaExecutor::PromptRows CudaExecutor::prompt_rows(const BatchInput& batch, std::int64_t offset,
+                                                   std::int64_t length) const {
+  PromptRows p;
+  std::int64_t start = 0;  // the input's first token on the step's axis
+  for (const Input& in : batch.inputs) {
+    const auto size = static_cast<std::int64_t>(in.size);
+    const std::int64_t begin = start;
+    start += size;
+    if (begin >= offset + length || begin + size <= offset) continue;
+    const SamplingParams* policy = sessions_.policy(in.sid);
+    const auto* tokens = std::get_if<TokenInputPtr>(&in.payload);
+    if (policy == nullptr || !policy->prompt_logprobs || tokens == nullptr || !*tokens) continue;
+    const std::vector<Token>& payload = **tokens;
+    const std::int32_t count =
+        std::clamp<std::int32_t>(policy->logprobs, 0, static_cast<std::int32_t>(kMaxTopLogprobs));
+    for (std::int64_t j = 0; j < size; ++j) {
+      const std::int64_t row = begin + j;
+      if (row < offset || row >= offset + length) continue;
+      // The output row is sampled, not scored; a row whose next token the
+      // payload does not hold has nothing to score.
+      if (in.produce_output && j == size - 1) continue;
+      const std::size_t next = in.offset + static_cast<std::size_t>(j) + 1;
+      if (next >= payload.size()) continue;
+      p.rows.push_back(row - offset);
+      p.sessions.push_back(in.sid);
+      p.next.push_back(payload[next]);
+      p.counts.push_back(count);
+    }
+  }
+  return p;
+}
+
+Status CudaExecutor::score_prompt(const Tensor& logits, std::size_t first, const PromptRows& p) {
+  const std::size_t n = p.rows.size();
+  std::vector<std::optional<TokenLogprobs>> scored(n);
+  const Tensor rows = logits.slice_rows(static_cast<std::int64_t>(first),
+                                        static_cast<std::int64_t>(first + n));
+  if (rows.device() == Device::kCuda) {
+    // The same method as the draws' logprobs, at temperature 0 (the raw row).
+    std::vector<float> params;
+    std::vector<std::int64_t> ids;
+    for (std::size_t k = 0; k < n; ++k) {
+      params.insert(params.end(), {0.0f, static_cast<float>(p.counts[k])});
+      ids.push_back(static_cast<std::int64_t>(p.next[k]));
+    }
+    CELLM_RETURN_IF_ERROR(run_logprobs_method(rows, params, ids, {}, scored));
+  } else {
+    std::vector<float> row;
+    for (std::size_t k = 0; k < n; ++k) {
+      sampling::row_to_f32(rows, static_cast<std::int64_t>(k), row);
+      TokenLogprobs lp;
+      sampling::row_logprobs(row, 0.0f, {}, p.next[k], p.counts[k], lp);
+      scored[k] = std::move(lp);
+    }
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!scored[k]) return internal_error("prompt row {} was not scored", p.rows[k]);
+    pending_prompt_[p.sessions[k]].push_back(std::move(*scored[k]));
   }
   return Status::ok();
 }
@@ -437,18 +515,21 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
        program::plan_slices(static_cast<std::int64_t>(step.tokens.size()), methods_)) {
     SliceRows rows = select_rows(step, slice.offset, slice.length);
     const std::vector<std::size_t>& wanted = rows.inputs;
-    if (!drafted_.empty()) {
-      // One slice (plan_drafts made sure): the drafted rows follow the plain
-      // ones, in drafted_ order, each input's real token first.
-      if (wanted.empty()) rows.selector.clear();  // no placeholder row needed
-      for (const DraftedInput& d : drafted_) {
-        for (std::size_t i = 0; i <= d.drafts.size(); ++i) {
-          const std::int64_t row =
-              i == 0 ? d.token_row : d.first_draft_row + static_cast<std::int64_t>(i) - 1;
-          rows.selector.push_back(row - slice.offset);
-        }
+    // Rows beyond the sampled ones: drafted rows (one slice, plan_drafts
+    // made sure), each input's real token first, then prompt rows to score.
+    // A slice nobody samples from loses its placeholder row.
+    const PromptRows prompt = prompt_rows(batch, slice.offset, slice.length);
+    if ((!drafted_.empty() || !prompt.rows.empty()) && wanted.empty()) rows.selector.clear();
+    std::size_t draft_rows = 0;
+    for (const DraftedInput& d : drafted_) {
+      for (std::size_t i = 0; i <= d.drafts.size(); ++i) {
+        const std::int64_t row =
+            i == 0 ? d.token_row : d.first_draft_row + static_cast<std::int64_t>(i) - 1;
+        rows.selector.push_back(row - slice.offset);
       }
+      draft_rows += 1 + d.drafts.size();
     }
+    rows.selector.insert(rows.selector.end(), prompt.rows.begin(), prompt.rows.end());
     auto forward =
         run_slice(slice, step.tokens, step.positions, step.seq_ids, std::move(rows.selector));
     if (!forward.ok()) {
@@ -460,6 +541,13 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
       const Status resolved = resolve_drafts(forward->logits, wanted.size(), out);
       if (!resolved.is_ok()) {
         CELLM_LOG_ERROR("executor: speculative sampling failed: {}", resolved.to_string());
+        return false;
+      }
+    }
+    if (!prompt.rows.empty()) {
+      if (const Status scored = score_prompt(forward->logits, wanted.size() + draft_rows, prompt);
+          !scored.is_ok()) {
+        CELLM_LOG_ERROR("executor: prompt logprobs failed: {}", scored.to_string());
         return false;
       }
     }
@@ -475,6 +563,10 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
     for (std::size_t r = 0; r < wanted.size(); ++r) {
       out.outputs[wanted[r]] = Output{sessions[r], {(*tokens)[r]}};
       if (logprobs[r]) out.outputs[wanted[r]]->logprobs.push_back(std::move(*logprobs[r]));
+      if (auto it = pending_prompt_.find(sessions[r]); it != pending_prompt_.end()) {
+        out.outputs[wanted[r]]->prompt_logprobs = std::move(it->second);
+        pending_prompt_.erase(it);
+      }
     }
   }
   return true;

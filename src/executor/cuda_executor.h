@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/cell_cache.h"
@@ -175,6 +176,27 @@ class CudaExecutor final : public RawStepExecutor {
                             const std::vector<Token>& tokens,
                             const std::vector<std::int64_t>& suppressed,
                             std::vector<std::optional<TokenLogprobs>>& logprobs);
+  // Runs the program's sample_logprobs over the first ids.size() rows of
+  // `logits` (params and suppressed as that method takes them); fills
+  // `logprobs` (resized to the rows) for every row whose count is >= 0.
+  Status run_logprobs_method(const Tensor& logits, const std::vector<float>& params,
+                             const std::vector<std::int64_t>& ids,
+                             const std::vector<std::int64_t>& suppressed,
+                             std::vector<std::optional<TokenLogprobs>>& logprobs);
+  // The prompt rows of a slice (SamplingParams::prompt_logprobs): rows
+  // relative to the slice whose next token the input's payload holds.
+  struct PromptRows {
+    std::vector<std::int64_t> rows;
+    std::vector<SessionId> sessions;
+    std::vector<Token> next;            // the token each row scores
+    std::vector<std::int32_t> counts;   // top alternatives per row
+  };
+  PromptRows prompt_rows(const BatchInput& batch, std::int64_t offset, std::int64_t length) const;
+  // Scores the prompt rows, which sit at logits rows first.., on the device
+  // through sample_logprobs at temperature 0, on the host through
+  // sampling::row_logprobs; queues them in pending_prompt_ until the
+  // session's output carries them.
+  Status score_prompt(const Tensor& logits, std::size_t first, const PromptRows& prompt);
   // Adjusts the rows of device logits whose sessions' policies ask for it
   // (bias, penalties, min_p) through the program's sample_penalize, in
   // groups of at most kPenalizeMaxEntries entries; nothing when none does.
@@ -232,6 +254,9 @@ class CudaExecutor final : public RawStepExecutor {
   std::unique_ptr<Speculation> speculation_;  // null: off
   std::vector<DraftedInput> drafted_;          // this step's drafted inputs
   std::vector<SessionId> draft_sessions_;      // resolve's row -> session
+  // Prompt scores waiting for their session's next output (a chunked
+  // prompt's rows come over several steps); dropped when it closes.
+  std::unordered_map<SessionId, std::vector<TokenLogprobs>> pending_prompt_;
   bool initialized_ = false;
   bool raw_executing_ = false;
   std::atomic<std::int64_t> kv_cells_used_{0};

@@ -14,8 +14,9 @@ bool CudaExecutor::speculates(SessionId sid) const {
   const SamplingParams* policy = sessions_.policy(sid);
   // No policy samples greedily. Adjusted, masked or suppressing policies
   // change a row's logits by state that would have to advance row by row.
+  // Prompt scoring keeps per-session rows pending for its next output.
   return policy == nullptr || (!sampling::needs_adjustment(*policy) && !policy->masks_tokens() &&
-                               policy->suppressed_tokens().empty());
+                               policy->suppressed_tokens().empty() && !policy->prompt_logprobs);
 }
 
 void CudaExecutor::plan_drafts(const BatchInput& batch, PackedStep& step) {

@@ -185,17 +185,29 @@ Status JsonGrammarBuilder::Impl::formatted_string(NodeId from, NodeId to, const 
     return end;
   };
   // 1..max characters of letters, digits and `extra`, returning the end.
-  auto atom = [&](NodeId a, int max, std::string_view extra) {
+  // 1..max bytes of letters, digits and `extra`, where a byte of `inner`
+  // may stand only between two of those (never first, last or doubled): an
+  // RFC 5321 dot-atom with inner ".", an RFC 1035 label with inner "-".
+  auto word = [&](NodeId a, int max, std::string_view extra, std::string_view inner) {
     const NodeId end = n();
-    NodeId at = a;
+    NodeId after_inner = a;  // the next byte may not be an inner one (the start too)
+    NodeId after_plain = 0;  // the next byte may be anything; the word may end here
     for (int i = 0; i < max; ++i) {
-      const NodeId next = n();
-      b_.bytes(at, 'a', 'z', next);
-      b_.bytes(at, 'A', 'Z', next);
-      b_.bytes(at, '0', '9', next);
-      for (char c : extra) b_.byte(at, c, next);
-      b_.epsilon(next, end);
-      at = next;
+      const NodeId plain = n(), sep = n();
+      for (NodeId at : {after_inner, after_plain}) {
+        if (at == 0) continue;
+        b_.bytes(at, 'a', 'z', plain);
+        b_.bytes(at, 'A', 'Z', plain);
+        b_.bytes(at, '0', '9', plain);
+        for (char c : extra) b_.byte(at, c, plain);
+      }
+      // None at the last place: it would need a byte past `max`.
+      if (after_plain != 0 && i + 1 < max) {
+        for (char c : inner) b_.byte(after_plain, c, sep);
+      }
+      b_.epsilon(plain, end);
+      after_inner = sep;
+      after_plain = plain;
     }
     return end;
   };
@@ -229,19 +241,19 @@ Status JsonGrammarBuilder::Impl::formatted_string(NodeId from, NodeId to, const 
     end = at;
   } else if (format == "email") {
     // local@label.label[.label], each part bounded: 1-32 characters of
-    // letters, digits and "._+-" before the @, labels of 1-24 letters, digits
-    // or hyphens.
-    NodeId at = atom(open, 32, "._+-");
+    // letters, digits and "_+-" with single dots between them before the @,
+    // labels of 1-24 letters, digits or inner hyphens.
+    NodeId at = word(open, 32, "_+-", ".");
     const NodeId sign = n();
     b_.byte(at, '@', sign);
-    at = atom(sign, 24, "-");
+    at = word(sign, 24, "", "-");
     NodeId dot = n();
     b_.byte(at, '.', dot);
-    at = atom(dot, 24, "-");
+    at = word(dot, 24, "", "-");
     dot = n();
     const NodeId third = n();
     b_.byte(at, '.', dot);
-    b_.epsilon(atom(dot, 24, "-"), third);
+    b_.epsilon(word(dot, 24, "", "-"), third);
     b_.epsilon(at, third);
     end = third;
   } else {

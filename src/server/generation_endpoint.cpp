@@ -166,11 +166,15 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   }
   // Without max_tokens: the server's default cap, within what the context leaves.
   const std::int64_t room = context - prompt_len;
+  // echo with max_tokens 0 shows the prompt alone: the engine still runs the
+  // prompt (its logprobs need the forward) and draws one token, dropped.
+  const bool prompt_only = r.echo && r.max_tokens && *r.max_tokens == 0;
   const std::int64_t max_new =
-      r.max_tokens ? *r.max_tokens
-                   : (options.limits.default_max_tokens > 0
-                          ? std::min<std::int64_t>(options.limits.default_max_tokens, room)
-                          : room);
+      prompt_only    ? 1
+      : r.max_tokens ? *r.max_tokens
+                     : (options.limits.default_max_tokens > 0
+                            ? std::min<std::int64_t>(options.limits.default_max_tokens, room)
+                            : room);
   if (prompt_len + max_new > context) {
     return refuse(
         invalid_argument("max_tokens {} plus the prompt's {} tokens exceed the context of "
@@ -239,6 +243,16 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
 
   GenerationSpec spec;
   spec.constraint = std::move(structured.constraint);
+  RunSetup setup;
+  if (r.echo) {
+    setup.echo = true;
+    setup.prompt_only = prompt_only;
+    setup.echo_tokens = prompt.tokens;
+    setup.echo_text = r.prompt_text ? *r.prompt_text : svc.detokenize(prompt.tokens);
+    // Every prompt token is fed and scored: a cached prefix would be skipped.
+    spec.sampling.prompt_logprobs = r.logprobs >= 0;
+    spec.use_prefix_cache = !spec.sampling.prompt_logprobs;
+  }
   spec.prompt = std::move(prompt.tokens);
   spec.n = r.n;
   spec.max_new_tokens = max_new;
@@ -275,7 +289,6 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   spec.seed = r.seed;
   spec.ignore_eos = r.ignore_eos;
 
-  RunSetup setup;
   setup.kind = kind;
   setup.ids.id = random_id(anthropic ? "msg_" : kind == RequestKind::kChat ? "chatcmpl-" : "cmpl-");
   setup.ids.created = static_cast<std::int64_t>(std::time(nullptr));
@@ -286,7 +299,7 @@ void Server::Impl::handle_generation(RequestKind kind, const httplib::Request& r
   setup.stop = r.stop;
   setup.logprobs = r.logprobs;
   setup.arrival = arrival;
-  setup.record_prefix_lookup = svc.prefix_caching();
+  setup.record_prefix_lookup = svc.prefix_caching() && spec.use_prefix_cache;
   // tool_choice "none" cleared r.tools: no tools rendered, nothing parsed.
   if (kind == RequestKind::kChat && !r.tools.is_null()) setup.tool_format = svc.tool_format();
   if (structured.tool_format) setup.tool_format = *structured.tool_format;

@@ -92,6 +92,29 @@ void GenerationRun::describe_logprobs(ChoiceState& c, std::span<const TokenLogpr
   }
 }
 
+void GenerationRun::echo_prompt(ChoiceState& c, Delta& d) {
+  c.echoed = true;
+  d.text = setup_.echo_text;
+  if (setup_.logprobs >= 0 && !setup_.echo_tokens.empty()) {
+    // The first token: nothing before it to predict it.
+    TokenLogprobsText first;
+    first.bytes = service_.token_bytes(setup_.echo_tokens.front());
+    first.token = utf8::repair(first.bytes);
+    first.scored = false;
+    first.text_offset = 0;
+    for (char ch : first.token) {
+      if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++c.text_offset;
+    }
+    d.logprobs.push_back(std::move(first));
+    describe_logprobs(c, prompt_scores_, &d.logprobs);
+  }
+  // The generated text starts after the echoed one.
+  c.text_offset = 0;
+  for (char ch : setup_.echo_text) {
+    if ((static_cast<unsigned char>(ch) & 0xC0) != 0x80) ++c.text_offset;
+  }
+}
+
 GenerationRun::~GenerationRun() {
   finish();
 }
@@ -140,7 +163,16 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
   if (event.choice < 0 || event.choice >= setup_.n) return;
   note_cached_tokens();
   ChoiceState& c = choices_[static_cast<std::size_t>(event.choice)];
+  if (!event.prompt_logprobs.empty()) prompt_scores_ = std::move(event.prompt_logprobs);
   if (c.finish_reason) return;  // late output of a choice we already ended
+  // echo with max_tokens 0: the drawn token is not shown or counted.
+  if (setup_.prompt_only) {
+    event.tokens.clear();
+    event.logprobs.clear();
+    if (event.finish && *event.finish != FinishReason::kFailed) {
+      event.finish = FinishReason::kNewTokenLimit;
+    }
+  }
   if (!event.tokens.empty()) {
     if (!first_token_at_) {
       first_token_at_ = event.at;
@@ -156,16 +188,19 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
   }
   Delta d;
   d.choice = event.choice;
+  // Choice 0's first event is its prompt scores when it has any, so every
+  // choice's echo (its first event) comes after them.
+  if (setup_.echo && !c.echoed) echo_prompt(c, d);
   if (setup_.logprobs >= 0) {
     // Every delivered token reaches the client (the engine ends a choice on
     // the token that completes a stop string); each carries its entry.
     describe_logprobs(c, event.logprobs, &d.logprobs);
   }
   if (!event.finish) {
-    d.text = c.text->push(event.tokens);
+    d.text += c.text->push(event.tokens);
   } else {
     // A stop string's match (the engine's) is cut away here.
-    d.text = c.text->finish(event.tokens, event.stop_string);
+    d.text += c.text->finish(event.tokens, event.stop_string);
     d.finish_reason = finish_name(*event.finish);
     if (*event.finish == FinishReason::kFailed && failure_.empty()) {
       failure_ = event.error.empty() ? std::string("the generation failed") : event.error;

@@ -66,6 +66,15 @@ struct RunSetup {
   // token that reaches the client carries its entry (streamed with the
   // chunk that accounts for it, even while its text is held back).
   std::int32_t logprobs = -1;
+  // Completions' echo: every choice's text starts with echo_text (outside
+  // stop-string matching); with logprobs its entries start with the prompt's
+  // tokens, the first unscored, the rest scored by the event that carries
+  // ChoiceEvent::prompt_logprobs. prompt_only (max_tokens 0): generated
+  // tokens are dropped and the finish reason is "length".
+  bool echo = false;
+  bool prompt_only = false;
+  std::string echo_text;
+  std::vector<Token> echo_tokens;
 };
 
 class GenerationRun {
@@ -107,6 +116,7 @@ class GenerationRun {
     std::optional<SteadyTime> last_token_at;
     bool role_sent = false;
     std::int64_t text_offset = 0;  // code points of the tokens shown so far
+    bool echoed = false;           // RunSetup::echo: the prompt went out
   };
   // Text that one event produced for one choice.
   struct Delta {
@@ -121,6 +131,8 @@ class GenerationRun {
   // The shown form of `count` entries of an event's logprobs.
   void describe_logprobs(ChoiceState& c, std::span<const TokenLogprobs> entries,
                          std::vector<TokenLogprobsText>* out);
+  // RunSetup::echo: the prompt's text and (with logprobs) entries, once per choice.
+  void echo_prompt(ChoiceState& c, Delta& d);
   bool all_finished() const;
   void cancel_unfinished(const char* reason);
   // Waits for the next events and turns them into deltas; false when the
@@ -132,6 +144,8 @@ class GenerationRun {
   void note_cached_tokens();
 
   RunSetup setup_;
+  // Choice 0's prompt scores (RunSetup::echo with logprobs), shared by every choice.
+  std::vector<TokenLogprobs> prompt_scores_;
   // Decodes the tokens logprobs name; outlives every run (it serves them).
   const GenerationService& service_;
   ServerMetrics& metrics_;

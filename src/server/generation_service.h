@@ -42,6 +42,9 @@ struct ChoiceEvent {
   std::vector<TokenLogprobs> logprobs;
   // With finish kStopString: the engine's match, where ChoiceText cuts.
   std::optional<StopStringMatch> stop_string;
+  // SamplingParams::prompt_logprobs: the prompt's scores, in an event of
+  // their own (no tokens, no finish) ahead of choice 0's first token.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 // Called on the engine thread (or inline for early rejections); must only
 // queue the event.
@@ -63,6 +66,9 @@ struct GenerationSpec {
   std::vector<std::string> stop_strings;
   // Constrained decoding (structured outputs, forced tool calls); null: none.
   TokenConstraintPtr constraint;
+  // Whether the prompt may come from (and go into) the prefix cache; off
+  // when its every token must be fed (prompt logprobs).
+  bool use_prefix_cache = true;
 };
 
 // A running request. Destruction cancels whatever still runs and never

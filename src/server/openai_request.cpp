@@ -117,7 +117,7 @@ const std::set<std::string>& supported_fields(RequestKind kind) {
   }();
   static const std::set<std::string> completion = [] {
     auto s = common;
-    s.insert("prompt");
+    s.insert({"prompt", "echo"});
     return s;
   }();
   static const std::set<std::string> chat = [] {
@@ -403,7 +403,9 @@ std::optional<GenerationRequest> parse_request(RequestKind kind, std::string_vie
   }
   const std::int64_t int32_max = std::numeric_limits<std::int32_t>::max();
   i.reset();
-  p.read_int("max_tokens", 1, int32_max, &i);
+  if (kind == RequestKind::kCompletion) p.read_bool("echo", &req.echo);
+  // 0 is the prompt alone, which only echo shows.
+  p.read_int("max_tokens", req.echo ? 0 : 1, int32_max, &i);
   if (kind == RequestKind::kChat) p.read_int("max_completion_tokens", 1, int32_max, &i);
   if (i) req.max_tokens = static_cast<std::int32_t>(*i);
   p.read_float("temperature", 0.0, 2.0, &req.temperature);

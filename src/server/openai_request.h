@@ -50,6 +50,10 @@ struct GenerationRequest {
   // Completions: either text or token ids.
   std::optional<std::string> prompt_text;
   std::optional<std::vector<std::int64_t>> prompt_tokens;
+  // Completions: the choice text starts with the prompt (OpenAI's legacy
+  // `echo`); with logprobs the prompt's tokens come first in them (the first
+  // one unscored). max_tokens may then be 0: the prompt alone.
+  bool echo = false;
   // Chat: the conversation; tools and template variables go to the template.
   std::vector<ChatMessage> messages;
   // Ordered: templates that print JSON (tool schemas) keep the client's key order.

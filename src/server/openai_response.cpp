@@ -63,6 +63,12 @@ json logprobs_json(RequestKind kind,
   json offsets = json::array();
   for (const TokenLogprobsText& t : *logprobs) {
     tokens.push_back(t.token);
+    offsets.push_back(t.text_offset);
+    if (!t.scored) {
+      values.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
     values.push_back(shown(t.logprob));
     // The alternatives and the chosen token (OpenAI: up to k + 1 entries);
     // tokens of equal text share one key, the likelier one kept.
@@ -72,7 +78,6 @@ json logprobs_json(RequestKind kind,
     }
     if (!top.contains(t.token)) top[t.token] = shown(t.logprob);
     tops.push_back(std::move(top));
-    offsets.push_back(t.text_offset);
   }
   return json{{"tokens", std::move(tokens)},
               {"token_logprobs", std::move(values)},

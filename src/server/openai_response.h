@@ -42,6 +42,9 @@ struct TokenLogprobsText {
   // Completions: where the token's text starts in the choice's text, in
   // code points (OpenAI's text_offset).
   std::int64_t text_offset = 0;
+  // False for an echoed prompt's first token, which nothing predicts: its
+  // logprob and top list show as null.
+  bool scored = true;
 };
 
 // "stop" (a stop token or string), "length" (the token budget) or "abort".

@@ -94,6 +94,7 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   Request request;
   request.prompt = spec.prompt;
   request.n = spec.n;
+  request.use_prefix_cache = spec.use_prefix_cache;
   GenConfig& c = request.config;
   c.max_new_tokens = spec.max_new_tokens;
   c.min_new_tokens = spec.min_new_tokens;
@@ -111,7 +112,8 @@ Result<std::unique_ptr<GenerationJob>> RunnerService::start(const GenerationSpec
   RequestCallbacks callbacks;
   callbacks.on_update = [sink = std::move(sink)](std::int32_t choice, const GenerationUpdate& u) {
     sink(ChoiceEvent{choice, u.tokens, u.finish_reason, u.error_message,
-                     std::chrono::steady_clock::now(), u.logprobs, u.stop_string});
+                     std::chrono::steady_clock::now(), u.logprobs, u.stop_string,
+                     u.prompt_logprobs});
   };
   callbacks.on_done = [hook](const RequestOutcome&) { hook->released(); };
   CELLM_ASSIGN_OR_RETURN(RequestHandle handle,

@@ -2,6 +2,8 @@
 // keyword accepts and refuses, and the refusals of unsupported schemas.
 #include "grammar/json_schema.h"
 
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "grammar/matcher.h"
@@ -152,6 +154,18 @@ TEST(JsonSchemaGrammar, StringLengthsAndFormats) {
   expect_accepts(email, R"("a@b.io")");
   expect_rejects(email, R"("jane.example.com")");
   expect_rejects(email, R"("a@b")");
+  // RFC 5321 dot-atoms and RFC 1035 labels: a dot only between two
+  // characters of the local part, a hyphen only inside a label.
+  expect_accepts(email, R"("_x-1@my-host.example.org")");
+  expect_rejects(email, R"("m.@example.com")");
+  expect_rejects(email, R"(".m@example.com")");
+  expect_rejects(email, R"("a..b@example.com")");
+  expect_rejects(email, R"("a@-example.com")");
+  expect_rejects(email, R"("a@example-.com")");
+  expect_rejects(email, R"("a@example.c-")");
+  // The local part's bound: 32 characters, dots included.
+  expect_accepts(email, "\"" + std::string(15, 'a') + "." + std::string(16, 'b') + "@x.io\"");
+  expect_rejects(email, "\"" + std::string(16, 'a') + "." + std::string(16, 'b') + "@x.io\"");
 }
 
 TEST(JsonSchemaGrammar, NumbersAreBounded) {

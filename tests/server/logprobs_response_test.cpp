@@ -1,12 +1,15 @@
 // The logprobs parts of response bodies (openai_response.h): OpenAI's
 // completions and chat shapes, -inf shown as -9999, the chosen token added
-// to a completions top list, bytes as the token's UTF-8.
+// to a completions top list, bytes as the token's UTF-8, an echoed prompt's
+// unscored first token as nulls; and the request side of echo (completions
+// only, max_tokens 0 only with it).
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "server/openai_request.h"
 #include "server/openai_response.h"
 
 namespace cellm::server {
@@ -84,6 +87,57 @@ TEST(LogprobsResponseTest, BodiesAndChunksCarryThem) {
   c.logprobs.reset();
   EXPECT_TRUE(response_json(RequestKind::kCompletion, ids, {c}, Usage{})["choices"][0]["logprobs"]
                   .is_null());
+}
+
+TEST(LogprobsResponseTest, AnEchoedPromptsFirstTokenShowsNulls) {
+  std::vector<TokenLogprobsText> list = entries();
+  TokenLogprobsText head;
+  head.token = "The";
+  head.bytes = "The";
+  head.logprob = -1.0f;  // ignored: unscored
+  head.scored = false;
+  head.text_offset = 0;
+  for (TokenLogprobsText& t : list) t.text_offset += 3;
+  list.insert(list.begin(), head);
+  const nlohmann::json j = logprobs_json(RequestKind::kCompletion, list);
+  EXPECT_EQ(j["tokens"], (std::vector<std::string>{"The", " h\xC3\xA9", "!"}));
+  ASSERT_EQ(j["token_logprobs"].size(), 3u);
+  EXPECT_TRUE(j["token_logprobs"][0].is_null());
+  EXPECT_DOUBLE_EQ(j["token_logprobs"][1].get<double>(), -0.25);
+  ASSERT_EQ(j["top_logprobs"].size(), 3u);
+  EXPECT_TRUE(j["top_logprobs"][0].is_null());
+  EXPECT_EQ(j["top_logprobs"][1].size(), 2u);
+  EXPECT_EQ(j["text_offset"], (std::vector<int>{0, 3, 6}));
+}
+
+std::optional<GenerationRequest> parse(RequestKind kind, const std::string& body,
+                                       RequestError* error) {
+  return parse_request(kind, body, RequestLimits{}, error);
+}
+
+TEST(LogprobsResponseTest, EchoIsACompletionsFieldAndAllowsMaxTokensZero) {
+  RequestError error;
+  auto echoed = parse(RequestKind::kCompletion,
+                      R"({"prompt": "hi", "echo": true, "max_tokens": 0, "logprobs": 2})", &error);
+  ASSERT_TRUE(echoed) << error.status.to_string();
+  EXPECT_TRUE(echoed->echo);
+  EXPECT_EQ(echoed->max_tokens, 0);
+  EXPECT_EQ(echoed->logprobs, 2);
+  auto plain = parse(RequestKind::kCompletion, R"({"prompt": "hi", "echo": false})", &error);
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->echo);
+
+  // max_tokens 0 means the prompt alone, which only echo shows.
+  EXPECT_FALSE(parse(RequestKind::kCompletion, R"({"prompt": "hi", "max_tokens": 0})", &error));
+  EXPECT_EQ(error.param, "max_tokens");
+  EXPECT_FALSE(
+      parse(RequestKind::kCompletion, R"({"prompt": "hi", "echo": "yes"})", &error));
+  EXPECT_EQ(error.param, "echo");
+  // Chat has no echo (OpenAI's neither): refused, naming it.
+  EXPECT_FALSE(parse(RequestKind::kChat,
+                     R"({"messages": [{"role": "user", "content": "hi"}], "echo": true})",
+                     &error));
+  EXPECT_EQ(error.param, "echo");
 }
 
 }  // namespace

@@ -10,6 +10,12 @@ Groups (one ctest each):
             equal to the first of its top list, streamed values equal to the
             non-streamed ones, chat `bytes` what the token's text shows, no logprobs
             unless asked; bad counts are 400s naming the field.
+            `echo: true`: the prompt starts the choice text, streamed and not;
+            with logprobs the prompt's tokens lead the entries (the first
+            null), each prompt entry equal to the generated-token logprobs of
+            a greedy request whose prompt is the tokens before it (computed
+            independently, by another forward); a prompt the prefix cache
+            holds is still scored in full; `max_tokens: 0` is the prompt alone.
 
 A missing virtual environment, package or model is a failure that says what
 to run, never a skip.
@@ -204,6 +210,117 @@ def t_sampled(srv):
     check(total == r.usage.completion_tokens, f"n=2: every token of both choices has an entry")
 
 
+def tokenize(srv, text):
+    r = requests.post(srv.url + "/tokenize", json={"prompt": text}, timeout=60)
+    check(r.status_code == 200, f"/tokenize answers 200 (got {r.status_code})")
+    return r.json()["tokens"]
+
+
+def echo_entries(lp):
+    return {"tokens": lp.tokens, "token_logprobs": lp.token_logprobs,
+            "top_logprobs": lp.top_logprobs, "text_offset": lp.text_offset}
+
+
+def t_echo(srv):
+    c = srv.client()
+    # The widest top lists: most prompt tokens are then among their
+    # prefix's, so their values are compared directly.
+    k = 20
+    ids = tokenize(srv, PROMPT)
+    p = len(ids)
+    check(p >= 3, f"the prompt has several tokens ({p})")
+    # Fill the prefix cache with this prompt first: the echo must still score
+    # every prompt token.
+    plain = c.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=4, temperature=0)
+    plain_text = plain.choices[0].text
+    r = c.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=4, temperature=0,
+                             echo=True, logprobs=k)
+    ch = r.choices[0]
+    print(f"    echo text {ch.text!r}")
+    check(ch.text == PROMPT + plain_text,
+          f"echo: the prompt then the same completion ({ch.text!r} vs {PROMPT + plain_text!r})")
+    check(r.usage.prompt_tokens == p and r.usage.completion_tokens == plain.usage.completion_tokens,
+          f"echo: usage counts the prompt ({r.usage.prompt_tokens}) and the generated tokens")
+    check(r.usage.prompt_tokens_details is None or
+          not r.usage.prompt_tokens_details.cached_tokens,
+          "echo with logprobs: the prompt is prefilled, not taken from the prefix cache")
+    lp = echo_entries(ch.logprobs)
+    n = r.usage.completion_tokens
+    check(len(lp["tokens"]) == p + n and len(lp["token_logprobs"]) == p + n and
+          len(lp["top_logprobs"]) == p + n and len(lp["text_offset"]) == p + n,
+          f"echo: {p} prompt entries then {n} generated ones ({len(lp['tokens'])})")
+    check("".join(lp["tokens"]) == ch.text, "echo: the tokens spell the echoed text")
+    check(lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None,
+          "echo: the first prompt token has no logprob (nothing predicts it)")
+    check(lp["text_offset"][0] == 0 and all(
+        lp["text_offset"][i + 1] == lp["text_offset"][i] + len(lp["tokens"][i])
+        for i in range(p + n - 1)), "echo: text_offset is where each token starts")
+    check(lp["text_offset"][p] == len(PROMPT), "echo: the generated text starts after the prompt")
+
+    # The generated part equals what a request without echo reports.
+    _, gen_lp, _ = completion_logprobs(c, k, stream=False, max_tokens=4)
+    check(lp["tokens"][p:] == gen_lp["tokens"] and
+          all(abs(a - b) < 1e-4 for a, b in zip(lp["token_logprobs"][p:], gen_lp["token_logprobs"])),
+          "echo: the generated tokens' logprobs are those without echo")
+
+    # Each prompt entry, independently: greedy requests whose prompt is the
+    # tokens before it report the same distribution for their next token.
+    present = 0
+    for i in range(1, p):
+        prefix = c.completions.create(model=MODEL_NAME, prompt=ids[:i], max_tokens=1,
+                                      temperature=0, logprobs=k)
+        top = prefix.choices[0].logprobs.top_logprobs[0]
+        mine = lp["top_logprobs"][i]
+        value = lp["token_logprobs"][i]
+        check(value <= 0.0, f"prompt token {i} {lp['tokens'][i]!r}: logprob {value} <= 0")
+        # Its k alternatives are the prefix request's (which adds its own draw,
+        # the first of them when greedy).
+        best = sorted(top.items(), key=lambda kv: -kv[1])[:k]
+        mine_best = sorted(((t, v) for t, v in mine.items()), key=lambda kv: -kv[1])[:k]
+        check([t for t, _ in best] == [t for t, _ in mine_best] and
+              all(abs(a[1] - b[1]) < 1e-4 for a, b in zip(best, mine_best)),
+              f"prompt token {i}: top {k} {mine_best} equal the prefix request's {best}")
+        if lp["tokens"][i] in top:
+            present += 1
+            check(abs(top[lp["tokens"][i]] - value) < 1e-4,
+                  f"prompt token {i}: logprob {value} equals the prefix request's "
+                  f"{top[lp['tokens'][i]]}")
+        else:
+            check(value <= min(top.values()) + 1e-4,
+                  f"prompt token {i}: outside the prefix request's top {k}, so no likelier "
+                  f"than its least ({value} vs {min(top.values())})")
+    print(f"    {present} of {p - 1} prompt tokens among their prefix's top {k}")
+
+    # Streamed: the same text and entries, the prompt in the first chunk.
+    text, s_lp, _ = completion_logprobs(c, k, stream=True, max_tokens=4, echo=True)
+    check(text == ch.text, f"echo stream: the same text ({text!r})")
+    check(s_lp["tokens"] == lp["tokens"] and s_lp["text_offset"] == lp["text_offset"] and
+          s_lp["token_logprobs"][0] is None and
+          all(abs(a - b) < 1e-4 for a, b in zip(s_lp["token_logprobs"][1:], lp["token_logprobs"][1:])),
+          "echo stream: the same entries")
+    chunks = [ch2.text for chunk in c.completions.create(model=MODEL_NAME, prompt=PROMPT,
+                                                          max_tokens=3, temperature=0, echo=True,
+                                                          stream=True)
+              for ch2 in chunk.choices]
+    check(bool(chunks) and chunks[0].startswith(PROMPT),
+          f"echo stream without logprobs: the first chunk carries the prompt ({chunks[:2]})")
+
+    # max_tokens 0: the prompt alone, scored.
+    zero = c.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=0, echo=True,
+                                logprobs=1)
+    z = zero.choices[0]
+    check(z.text == PROMPT and zero.usage.completion_tokens == 0 and z.finish_reason == "length",
+          f"max_tokens 0 with echo: the prompt alone ({z.text!r}, {zero.usage.completion_tokens} "
+          f"tokens, {z.finish_reason})")
+    check(z.logprobs.tokens == lp["tokens"][:p] and
+          all(abs(a - b) < 1e-4 for a, b in zip(z.logprobs.token_logprobs[1:],
+                                                lp["token_logprobs"][1:p])),
+          "max_tokens 0: the prompt's entries")
+    bare = c.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=0, echo=True)
+    check(bare.choices[0].text == PROMPT and bare.choices[0].logprobs is None,
+          "max_tokens 0 without logprobs: the prompt, logprobs null")
+
+
 def t_errors(srv):
     c = srv.client()
 
@@ -220,6 +337,9 @@ def t_errors(srv):
     def comp(**kw):
         return lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2, **kw)
 
+    def comp_zero():
+        return lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=0)
+
     def chat(**kw):
         return lambda: c.chat.completions.create(model=MODEL_NAME, messages=MESSAGES,
                                                  max_tokens=2, **kw)
@@ -230,6 +350,8 @@ def t_errors(srv):
     expect("top_logprobs", "chat top_logprobs 21", chat(logprobs=True, top_logprobs=21))
     expect("top_logprobs", "chat top_logprobs without logprobs", chat(top_logprobs=2))
     expect("logprobs", "chat logprobs 'yes'", chat(extra_body={"logprobs": "yes"}))
+    expect("max_tokens", "completions max_tokens 0 without echo", comp_zero())
+    expect("echo", "chat echo", chat(extra_body={"echo": True}))
     check(requests.get(srv.url + "/health", timeout=30).status_code == 200,
           "the server is healthy after the refusals")
 
@@ -238,7 +360,7 @@ def group_logprobs(binary, model):
     srv = Server(binary, model, "--max-sessions", "8", "--max-session-tokens", "512")
     try:
         srv.wait_ready()
-        for t in (t_completions, t_chat, t_sampled, t_errors):
+        for t in (t_completions, t_chat, t_sampled, t_echo, t_errors):
             run_test(t, srv)
     finally:
         srv.kill()
