@@ -98,6 +98,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   CudaExecutorConfig config;
   config.model_path = options.model.string();
   config.backend = options.backend;
+  config.cpu_program = options.cpu_program;
+  config.cpu_threads = options.threads;
   config.program = options.program;
   SizingRequest sizing;
   sizing.sessions = options.max_sessions;

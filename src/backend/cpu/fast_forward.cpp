@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <cblas.h>
+#include <omp.h>
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_weights.h"
@@ -50,7 +51,10 @@ int available_cores() {
 
 FastForward::FastForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype,
                          FastOptions options)
-    : spec_(std::move(spec)), weights_(std::move(weights)), options_(options) {
+    : spec_(std::move(spec)),
+      weights_(std::move(weights)),
+      options_(options),
+      pool_(std::make_unique<ThreadPool>(options.threads)) {
   for (const model::LayerSpec& layer : spec_.layers) {
     inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, rope_table_dtype));
   }
@@ -155,10 +159,10 @@ void FastForward::linear(const FastLinear& w, const Tensor& bias, float* y) {
     const ActKind kind = act_kind(w.q.type);
     const auto k = static_cast<std::size_t>(kind);
     if (!input_.ready[k]) {
-      quantize_rows(kind, input_.x, t, input_.cols, options_.threads, acts_[k]);
+      quantize_rows(kind, input_.x, t, input_.cols, *pool_, acts_[k]);
       input_.ready[k] = true;
     }
-    qmatmul(w.q, acts_[k], w.dot, options_.threads, y, out);
+    qmatmul(w.q, acts_[k], w.dot, *pool_, y, out);
   } else {
     const std::int64_t in = w.f32.dim(1);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t),
@@ -215,7 +219,17 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   params.head_dim = spec_.head_dim;
   params.scale = attention_scale_;
   params.softcap = spec_.attn_logit_softcap;
-  attend_cells(q_.data(), k_pool, v_pool, row_cells_, params, attn_.data());
+  // Rows spread over the pool; each thread's attention runs alone (its
+  // OpenMP team is one thread: see ThreadPool::worker and run()).
+  const std::int64_t q_row = spec_.num_heads * hd;
+  pool_->run([&](int id, int n) {
+    for (std::int64_t r = id; r < t; r += n) {
+      attend_cells(q_.data() + r * q_row, k_pool, v_pool,
+                   std::span<const std::span<const std::int32_t>>(row_cells_).subspan(
+                       static_cast<std::size_t>(r), 1),
+                   params, attn_.data() + r * q_row);
+    }
+  });
 
   begin_input(attn_.data(), t, spec_.num_heads * hd);
   linear(lin.o, Tensor(), o_.data());
@@ -249,6 +263,16 @@ void FastForward::add_block_output(const Tensor& post_norm, std::int64_t t) {
 
 void FastForward::run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
                       float* logits, float* taps) {
+  // The calling thread is the pool's thread 0: its OpenMP regions (the
+  // reference's attention) stay one thread for this call, as the workers'.
+  const int omp_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  run_layers(rows, selector, kv, logits, taps);
+  omp_set_num_threads(omp_threads);
+}
+
+void FastForward::run_layers(const StepRows& rows, std::span<const std::int64_t> selector,
+                             KvStore& kv, float* logits, float* taps) {
   const auto t = static_cast<std::int64_t>(rows.tokens.size());
   const std::int64_t d = spec_.hidden_size;
   const std::int64_t hd = spec_.head_dim;

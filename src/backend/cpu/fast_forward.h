@@ -8,7 +8,7 @@
 // cell cache are the reference's own ops (ops.h) on the reference's KvStore.
 //
 // Thread-safety: not thread-safe (scratch buffers); one caller at a time.
-// run() uses up to `threads` OpenMP threads inside.
+// run() spreads its work over the forward's own ThreadPool of `threads`.
 #pragma once
 
 #include <array>
@@ -20,6 +20,7 @@
 
 #include "backend/cpu/cpu_forward.h"
 #include "backend/cpu/qmatrix.h"
+#include "backend/cpu/thread_pool.h"
 #include "cellm/status.h"
 #include "format/gguf.h"
 #include "model/model_spec.h"
@@ -81,6 +82,8 @@ class FastForward final : public ForwardPass {
   void begin_input(const float* x, std::int64_t t, std::int64_t cols);
   void linear(const FastLinear& w, const Tensor& bias, float* y);
 
+  void run_layers(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
+                  float* logits, float* taps);
   void attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv);
   void mlp_block(std::int32_t layer, std::int64_t t);
   void add_block_output(const Tensor& post_norm, std::int64_t t);
@@ -93,6 +96,7 @@ class FastForward final : public ForwardPass {
   std::vector<std::vector<float>> inv_freq_;
   float attention_scale_;
 
+  std::unique_ptr<ThreadPool> pool_;
   Input input_;
   std::array<QuantActs, 2> acts_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <omp.h>
-
 namespace cellm::cpu {
 
 Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::GgufTensorInfo& info,
@@ -59,8 +57,8 @@ Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::Gg
   return m;
 }
 
-void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t cols, int threads,
-                   QuantActs& out) {
+void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t cols,
+                   ThreadPool& pool, QuantActs& out) {
   out.kind = kind;
   out.t = t;
   out.cols = cols;
@@ -73,29 +71,24 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
     quantize_act(kind, x, cols, base);
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t r = 0; r < t; ++r) {
-    quantize_act(kind, x + r * cols, cols, base + static_cast<std::size_t>(r) * rb);
-  }
+  pool.run([&](int id, int n) {
+    for (std::int64_t r = id; r < t; r += n) {
+      quantize_act(kind, x + r * cols, cols, base + static_cast<std::size_t>(r) * rb);
+    }
+  });
 }
 
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, int threads, float* y,
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, ThreadPool& pool, float* y,
              std::int64_t y_stride) {
   const std::int64_t rows = w.rows;
   const std::int64_t t = act.t;
   const std::int64_t cols = w.cols;
   // Contiguous row ranges, one per thread: each streams its own slice of
-  // the weights once and reuses each row over every activation row.
-  const int nt = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, rows / 16)));
-#pragma omp parallel num_threads(nt)
-  {
-    const int id = omp_get_thread_num();
-    const int n = omp_get_num_threads();
+  // the weights once and reuses each row tile over every activation row.
+  auto task = [&](int id, int n) {
     const std::int64_t per = (rows + n - 1) / n;
     const std::int64_t r0 = std::min(rows, per * id);
     const std::int64_t r1 = std::min(rows, r0 + per);
-    // Blocks of rows x tokens sized so the weight rows stay in L1/L2 while
-    // every token passes over them.
     constexpr std::int64_t kRowTile = 8;
     for (std::int64_t rb = r0; rb < r1; rb += kRowTile) {
       const std::int64_t re = std::min(r1, rb + kRowTile);
@@ -105,6 +98,12 @@ void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, int threads, flo
         for (std::int64_t r = rb; r < re; ++r) yi[r] = dot(w.row(r), a, cols);
       }
     }
+  };
+  // Small products are not worth waking the other threads for.
+  if (rows * t * cols < 64 * 1024) {
+    task(0, 1);
+  } else {
+    pool.run(task);
   }
 }
 

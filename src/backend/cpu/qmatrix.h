@@ -1,8 +1,7 @@
 // QMatrix: a weight matrix [rows, cols] kept in its GGUF blocks, and the
 // threaded products of such a matrix with activation rows quantized for its
-// type (quant_dot.h). Rows are split across the fast program's threads
-// (OpenMP, one parallel region per product: the barrier at its end is the
-// only wait).
+// type (quant_dot.h). Rows are split across the fast program's ThreadPool
+// (one run per product: the barrier at its end is the only wait).
 //
 // Thread-safety: a QMatrix is immutable after construction; qmatmul may run
 // concurrently on distinct outputs.
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/thread_pool.h"
 #include "cellm/status.h"
 #include "format/gguf.h"
 
@@ -55,12 +55,12 @@ struct QuantActs {
 
 // Quantizes x [t, cols] into `out` (reusing its storage), rows split across
 // `threads` when there are several.
-void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t cols, int threads,
-                   QuantActs& out);
+void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t cols,
+                   ThreadPool& pool, QuantActs& out);
 
 // y[i, r] = dot(w.row(r), act.row(i)) for i < act.t, r < w.rows; y's rows
 // are `y_stride` floats apart. `act` must be quantized for w's type.
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, int threads, float* y,
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, ThreadPool& pool, float* y,
              std::int64_t y_stride);
 
 }  // namespace cellm::cpu

@@ -136,7 +136,7 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   const Case c = GetParam();
   std::mt19937 rng(99 + static_cast<unsigned>(c.type));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const std::int64_t cols = 512, rows = 37, t = 5;
+  const std::int64_t cols = 512, rows = 301, t = 5;
   std::vector<std::uint8_t> all;
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto row = random_row(c.type, cols, rng);
@@ -151,10 +151,11 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   std::vector<float> x(static_cast<std::size_t>(t * cols));
   for (auto& v : x) v = normal(rng);
   QuantActs acts;
-  quantize_rows(act_kind(c.type), x.data(), t, cols, 2, acts);
+  ThreadPool pool(3);
+  quantize_rows(act_kind(c.type), x.data(), t, cols, pool, acts);
   const DotFn dot = dot_kernel(c.type, best_isa());
   std::vector<float> y(static_cast<std::size_t>(t * rows), -1.0f);
-  qmatmul(m, acts, dot, 2, y.data(), rows);
+  qmatmul(m, acts, dot, pool, y.data(), rows);
   for (std::int64_t i = 0; i < t; ++i) {
     std::vector<std::uint8_t> a(act_row_bytes(act_kind(c.type), cols));
     quantize_act(act_kind(c.type), x.data() + i * cols, cols, a.data());
