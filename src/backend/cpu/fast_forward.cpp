@@ -114,7 +114,8 @@ Status FastForward::attach_gguf(const format::GgufFile& gguf) {
                               shape_string(lin.f32.shape()));
     }
     lin.q = std::move(q);
-    lin.dot = dot_kernel(lin.q.type, options_.isa);
+    lin.dot = dot_row_kernel(lin.q.type, options_.isa);
+    lin.tile = dot_tile_kernel(lin.q.type, options_.isa);
     return Status::ok();
   };
   for (std::size_t i = 0; i < layers_.size(); ++i) {
@@ -162,7 +163,7 @@ void FastForward::linear(const FastLinear& w, const Tensor& bias, float* y) {
       quantize_rows(kind, input_.x, t, input_.cols, *pool_, acts_[k]);
       input_.ready[k] = true;
     }
-    qmatmul(w.q, acts_[k], w.dot, *pool_, y, out);
+    qmatmul(w.q, acts_[k], w.dot, w.tile, *pool_, y, out);
   } else {
     const std::int64_t in = w.f32.dim(1);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t),

@@ -41,6 +41,7 @@ int available_cores();
 struct FastLinear {
   QMatrix q;
   DotFn dot = nullptr;
+  DotTileFn tile = nullptr;
   Tensor f32;
 };
 

@@ -78,8 +78,8 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
   });
 }
 
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, ThreadPool& pool, float* y,
-             std::int64_t y_stride) {
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
+             float* y, std::int64_t y_stride) {
   const std::int64_t rows = w.rows;
   const std::int64_t t = act.t;
   const std::int64_t cols = w.cols;
@@ -92,7 +92,19 @@ void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, ThreadPool& pool
     constexpr std::int64_t kRowTile = 8;
     for (std::int64_t rb = r0; rb < r1; rb += kRowTile) {
       const std::int64_t re = std::min(r1, rb + kRowTile);
-      for (std::int64_t i = 0; i < t; ++i) {
+      std::int64_t i = 0;
+      if (tile != nullptr) {
+        for (; i + kTile <= t; i += kTile) {
+          const std::uint8_t* rows4[kTile];
+          for (int k = 0; k < kTile; ++k) rows4[k] = act.row(i + k);
+          for (std::int64_t r = rb; r < re; ++r) {
+            float o[kTile];
+            tile(w.row(r), rows4, cols, o);
+            for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r] = o[k];
+          }
+        }
+      }
+      for (; i < t; ++i) {
         const std::uint8_t* a = act.row(i);
         float* yi = y + i * y_stride;
         for (std::int64_t r = rb; r < re; ++r) yi[r] = dot(w.row(r), a, cols);

@@ -60,7 +60,8 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
 
 // y[i, r] = dot(w.row(r), act.row(i)) for i < act.t, r < w.rows; y's rows
 // are `y_stride` floats apart. `act` must be quantized for w's type.
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, ThreadPool& pool, float* y,
-             std::int64_t y_stride);
+// `tile` (may be null) takes kTile activation rows at a time.
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
+             float* y, std::int64_t y_stride);
 
 }  // namespace cellm::cpu

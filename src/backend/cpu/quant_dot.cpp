@@ -94,6 +94,30 @@ DotFn dot_kernel(GgmlType type, Isa isa) {
   }
 }
 
+DotTileFn dot_tile_kernel(GgmlType type, Isa isa) {
+  if (isa != Isa::kAvx2 || !avx2::compiled()) return nullptr;
+  switch (type) {
+    case GgmlType::kQ4_0: return avx2::tile_q4_0;
+    case GgmlType::kQ4_1: return avx2::tile_q4_1;
+    case GgmlType::kQ5_0: return avx2::tile_q5_0;
+    case GgmlType::kQ8_0: return avx2::tile_q8_0;
+    default: return nullptr;
+  }
+}
+
+DotFn dot_row_kernel(GgmlType type, Isa isa) {
+  if (isa == Isa::kAvx2 && avx2::compiled()) {
+    switch (type) {
+      case GgmlType::kQ4_0: return avx2::row_q4_0;
+      case GgmlType::kQ4_1: return avx2::row_q4_1;
+      case GgmlType::kQ5_0: return avx2::row_q5_0;
+      case GgmlType::kQ8_0: return avx2::row_q8_0;
+      default: break;
+    }
+  }
+  return dot_kernel(type, isa);
+}
+
 void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out) {
   const std::int64_t bs = act_block_elems(kind);
   CELLM_CHECK(cols % bs == 0, "quantize_act: {} columns are not whole blocks of {}", cols, bs);

@@ -70,6 +70,20 @@ std::int64_t act_block_elems(ActKind kind);
 // The kernel for `type` in `isa` (nullptr for types without one).
 DotFn dot_kernel(format::GgmlType type, Isa isa);
 
+// Prefill form: one weight row against kTile activation rows at once
+// (out[i] = dot(w, acts[i])), unpacking each weight block once. It keeps
+// float vector accumulators, so it agrees with DotFn within float rounding
+// (not bit for bit); nullptr where a type has none (32-element types on AVX2
+// have one).
+inline constexpr int kTile = 4;
+using DotTileFn = void (*)(const void* weight_row, const std::uint8_t* const* act_rows,
+                           std::int64_t cols, float* out);
+DotTileFn dot_tile_kernel(format::GgmlType type, Isa isa);
+// The one-row form of the tile kernel where there is one (the same float
+// accumulation as the tiles, faster than the bit-exact DotFn), else the
+// DotFn: what the fast program's decode uses.
+DotFn dot_row_kernel(format::GgmlType type, Isa isa);
+
 // Quantizes `cols` floats into activation blocks of `kind` (round to
 // nearest, ties to even; scale = max|x| / 127). `cols` must be a multiple of
 // the block size. One implementation serves every ISA.
@@ -89,6 +103,15 @@ float dot_q6_k(const void* w, const void* a, std::int64_t cols);
 namespace avx2 {
 // nullptr-free only when built for x86-64; callers go through dot_kernel.
 bool compiled();
+void tile_q4_0(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
+void tile_q4_1(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
+void tile_q5_0(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
+void tile_q8_0(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
+// One-row forms of the tiles (float vector accumulation, like the tiles).
+float row_q4_0(const void* w, const void* a, std::int64_t cols);
+float row_q4_1(const void* w, const void* a, std::int64_t cols);
+float row_q5_0(const void* w, const void* a, std::int64_t cols);
+float row_q8_0(const void* w, const void* a, std::int64_t cols);
 float dot_q4_0(const void* w, const void* a, std::int64_t cols);
 float dot_q4_1(const void* w, const void* a, std::int64_t cols);
 float dot_q5_0(const void* w, const void* a, std::int64_t cols);

@@ -232,6 +232,142 @@ CELLM_AVX2 float dot_q6_k(const void* w, const void* a, std::int64_t cols) {
   return acc;
 }
 
+namespace {
+
+CELLM_AVX2 inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The shared tile loop: `weights(b, &dw, &offset)` gives block b's 32
+// unsigned quants (or, with `sign`, signed ones moved onto the activations),
+// its scale, and the per-unit offset applied to the activation sum
+// (value = dw * q + offset: -8 dw, -16 dw or Q4_1's min).
+template <bool kSign, int kN = kTile, typename Weights>
+CELLM_AVX2 inline void tile_loop(const std::uint8_t* const* a, std::int64_t cols, float* out,
+                                 Weights weights) {
+  const ActQ8* act[kN];
+  for (int i = 0; i < kN; ++i) act[i] = reinterpret_cast<const ActQ8*>(a[i]);
+  __m256 acc[kN];
+  float off[kN] = {};
+  for (int i = 0; i < kN; ++i) acc[i] = _mm256_setzero_ps();
+  for (std::int64_t b = 0; b < cols / 32; ++b) {
+    float dw, offset;
+    const __m256i q = weights(b, &dw, &offset);
+    const __m256i uq = kSign ? _mm256_sign_epi8(q, q) : q;
+    for (int i = 0; i < kN; ++i) {
+      __m256i x = load32(act[i][b].qs);
+      if (kSign) x = _mm256_sign_epi8(x, q);
+      const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(uq, x));
+      acc[i] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * act[i][b].d), acc[i]);
+      off[i] += offset * act[i][b].d * static_cast<float>(act[i][b].sum);
+    }
+  }
+  for (int i = 0; i < kN; ++i) out[i] = hsum_ps(acc[i]) + off[i];
+}
+
+}  // namespace
+
+CELLM_AVX2 void tile_q4_0(const void* w, const std::uint8_t* const* a, std::int64_t cols,
+                          float* out) {
+  const auto* wb = static_cast<const BlockQ4_0*>(w);
+  tile_loop<false>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    *dw = h2f(wb[b].d);
+    *offset = -8.0f * *dw;
+    return unpack_nibbles(wb[b].qs);
+  });
+}
+
+CELLM_AVX2 float row_q4_0(const void* w, const void* a1, std::int64_t cols) {
+  const auto* a0 = static_cast<const std::uint8_t*>(a1);
+  const std::uint8_t* const a[1] = {a0};
+  float out[1];
+  const auto* wb = static_cast<const BlockQ4_0*>(w);
+  tile_loop<false, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    *dw = h2f(wb[b].d);
+    *offset = -8.0f * *dw;
+    return unpack_nibbles(wb[b].qs);
+  });
+  return out[0];
+}
+
+CELLM_AVX2 void tile_q4_1(const void* w, const std::uint8_t* const* a, std::int64_t cols,
+                          float* out) {
+  const auto* wb = static_cast<const BlockQ4_1*>(w);
+  tile_loop<false>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    *dw = h2f(wb[b].d);
+    *offset = h2f(wb[b].m);
+    return unpack_nibbles(wb[b].qs);
+  });
+}
+
+CELLM_AVX2 float row_q4_1(const void* w, const void* a1, std::int64_t cols) {
+  const auto* a0 = static_cast<const std::uint8_t*>(a1);
+  const std::uint8_t* const a[1] = {a0};
+  float out[1];
+  const auto* wb = static_cast<const BlockQ4_1*>(w);
+  tile_loop<false, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    *dw = h2f(wb[b].d);
+    *offset = h2f(wb[b].m);
+    return unpack_nibbles(wb[b].qs);
+  });
+  return out[0];
+}
+
+CELLM_AVX2 void tile_q5_0(const void* w, const std::uint8_t* const* a, std::int64_t cols,
+                          float* out) {
+  const auto* wb = static_cast<const BlockQ5_0*>(w);
+  tile_loop<false>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    std::uint32_t qh;
+    std::memcpy(&qh, wb[b].qh, 4);
+    *dw = h2f(wb[b].d);
+    *offset = -16.0f * *dw;
+    const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(unpack_nibbles(wb[b].qs), hi);
+  });
+}
+
+CELLM_AVX2 float row_q5_0(const void* w, const void* a1, std::int64_t cols) {
+  const auto* a0 = static_cast<const std::uint8_t*>(a1);
+  const std::uint8_t* const a[1] = {a0};
+  float out[1];
+  const auto* wb = static_cast<const BlockQ5_0*>(w);
+  tile_loop<false, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    std::uint32_t qh;
+    std::memcpy(&qh, wb[b].qh, 4);
+    *dw = h2f(wb[b].d);
+    *offset = -16.0f * *dw;
+    const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(unpack_nibbles(wb[b].qs), hi);
+  });
+  return out[0];
+}
+
+CELLM_AVX2 void tile_q8_0(const void* w, const std::uint8_t* const* a, std::int64_t cols,
+                          float* out) {
+  const auto* wb = static_cast<const BlockQ8_0*>(w);
+  tile_loop<true>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    *dw = h2f(wb[b].d);
+    *offset = 0.0f;
+    return load32(wb[b].qs);
+  });
+}
+
+CELLM_AVX2 float row_q8_0(const void* w, const void* a1, std::int64_t cols) {
+  const auto* a0 = static_cast<const std::uint8_t*>(a1);
+  const std::uint8_t* const a[1] = {a0};
+  float out[1];
+  const auto* wb = static_cast<const BlockQ8_0*>(w);
+  tile_loop<true, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
+    *dw = h2f(wb[b].d);
+    *offset = 0.0f;
+    return load32(wb[b].qs);
+  });
+  return out[0];
+}
+
 }  // namespace cellm::cpu::avx2
 
 #else  // not x86: the scalar kernels serve; dot_kernel never picks these.
@@ -245,6 +381,14 @@ float dot_q8_0(const void* w, const void* a, std::int64_t c) { return scalar::do
 float dot_q4_k(const void* w, const void* a, std::int64_t c) { return scalar::dot_q4_k(w, a, c); }
 float dot_q5_k(const void* w, const void* a, std::int64_t c) { return scalar::dot_q5_k(w, a, c); }
 float dot_q6_k(const void* w, const void* a, std::int64_t c) { return scalar::dot_q6_k(w, a, c); }
+void tile_q4_0(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
+void tile_q4_1(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
+void tile_q5_0(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
+void tile_q8_0(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
+float row_q4_0(const void* w, const void* a, std::int64_t c) { return scalar::dot_q4_0(w, a, c); }
+float row_q4_1(const void* w, const void* a, std::int64_t c) { return scalar::dot_q4_1(w, a, c); }
+float row_q5_0(const void* w, const void* a, std::int64_t c) { return scalar::dot_q5_0(w, a, c); }
+float row_q8_0(const void* w, const void* a, std::int64_t c) { return scalar::dot_q8_0(w, a, c); }
 }  // namespace cellm::cpu::avx2
 
 #endif

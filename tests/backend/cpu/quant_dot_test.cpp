@@ -123,6 +123,10 @@ TEST_P(QuantDot, MatchesDequantizedFloatDot) {
       // Float32 accumulation over blocks: a few ulps of the summed magnitude.
       EXPECT_NEAR(s, exact, 1e-5 * magnitude + 1e-6)
           << c.name << " cols " << cols << " trial " << trial;
+      // The decode kernel (float vector accumulation where it has one).
+      const float r = dot_row_kernel(c.type, best_isa())(w.data(), a.data(), cols);
+      EXPECT_NEAR(r, exact, 1e-5 * magnitude + 1e-6)
+          << c.name << " row kernel, cols " << cols << " trial " << trial;
       if (best_isa() == Isa::kAvx2) {
         const float v = dot_kernel(c.type, Isa::kAvx2)(w.data(), a.data(), cols);
         EXPECT_EQ(std::memcmp(&s, &v, sizeof(float)), 0)
@@ -153,15 +157,26 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   QuantActs acts;
   ThreadPool pool(3);
   quantize_rows(act_kind(c.type), x.data(), t, cols, pool, acts);
-  const DotFn dot = dot_kernel(c.type, best_isa());
+  const DotFn dot = dot_row_kernel(c.type, best_isa());
   std::vector<float> y(static_cast<std::size_t>(t * rows), -1.0f);
-  qmatmul(m, acts, dot, pool, y.data(), rows);
-  for (std::int64_t i = 0; i < t; ++i) {
-    std::vector<std::uint8_t> a(act_row_bytes(act_kind(c.type), cols));
-    quantize_act(act_kind(c.type), x.data() + i * cols, cols, a.data());
-    for (std::int64_t r = 0; r < rows; ++r) {
-      EXPECT_EQ(y[static_cast<std::size_t>(i * rows + r)], dot(m.row(r), a.data(), cols))
-          << "token " << i << " row " << r;
+  // Without tiles every entry is exactly the row kernel's; with them (the
+  // first 4 tokens) the same within float rounding of the summed magnitude.
+  for (const bool tiled : {false, true}) {
+    const DotTileFn tile = tiled ? dot_tile_kernel(c.type, best_isa()) : nullptr;
+    if (tiled && tile == nullptr) continue;
+    qmatmul(m, acts, dot, tile, pool, y.data(), rows);
+    for (std::int64_t i = 0; i < t; ++i) {
+      std::vector<std::uint8_t> a(act_row_bytes(act_kind(c.type), cols));
+      quantize_act(act_kind(c.type), x.data() + i * cols, cols, a.data());
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float want = dot(m.row(r), a.data(), cols);
+        const float got = y[static_cast<std::size_t>(i * rows + r)];
+        if (tiled && i < kTile) {
+          EXPECT_NEAR(got, want, 1e-5 * (std::fabs(want) + 1.0)) << "tiled token " << i << " row " << r;
+        } else {
+          EXPECT_EQ(got, want) << "token " << i << " row " << r;
+        }
+      }
     }
   }
 }
