@@ -21,6 +21,7 @@
 #include "backend/cpu/fast_program.h"
 #include "model/loader.h"
 #include "step_driver.h"
+#include "support/golden.h"
 #include "support/testdata.h"
 
 namespace cellm::cpu {
@@ -186,6 +187,43 @@ INSTANTIATE_TEST_SUITE_P(Models, FastAccuracy, ::testing::ValuesIn(kModels),
                                       ? std::string("Gemma3_270M_Q4_K_M")
                                       : std::string("SmolLM2_135M_Q4_1");
                          });
+
+// The shared Hugging Face fixtures (bf16/f16/f32 safetensors): no GGUF
+// blocks, so every projection goes through BLAS on the float32 copies as in
+// the reference, with the fast program's threads for attention. Logits
+// must agree to float32 rounding (relative RMS 1e-5) at every position.
+TEST(FastAccuracyHf, FixturesMatchReference) {
+  const auto names = cellm::testing::golden_fixture_names();
+  ASSERT_FALSE(names.empty()) << "no fixtures under " << cellm::testing::golden_root();
+  for (const std::string& name : names) {
+    const auto dir = cellm::testing::golden_root() / name;
+    auto loaded = model::load_model(dir);
+    ASSERT_TRUE(loaded.ok()) << name << ": " << loaded.status().to_string();
+    program::ProgramOptions o;
+    o.static_widths = {1, 2, 4, 8};
+    o.max_step = 64;
+    o.kv_cells = 2 * 64 + 1;
+    o.rope_table_dtype = loaded->weights.embed_tokens.dtype();
+    std::vector<std::vector<std::vector<float>>> out;
+    for (const bool fast : {false, true}) {
+      auto p = fast ? create_fast_program(loaded->spec, loaded->weights, nullptr, o, FastOptions{})
+                    : CpuProgram::create(loaded->spec, loaded->weights, o);
+      ASSERT_TRUE(p.ok()) << name << ": " << p.status().to_string();
+      auto d = StepDriver::create(std::move(p).value(), {2 * 64 + 1, 2, 64});
+      ASSERT_TRUE(d.ok()) << d.status().to_string();
+      ASSERT_TRUE(d.value()->cache().seq_new());
+      std::vector<std::int64_t> tokens;
+      for (std::int64_t i = 0; i < 12; ++i) tokens.push_back((i * 7919 + 13) % loaded->spec.vocab_size);
+      auto logits = d.value()->feed(0, tokens, 5);
+      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+      out.push_back(std::move(logits).value());
+    }
+    ASSERT_EQ(out[0].size(), out[1].size());
+    for (std::size_t pos = 0; pos < out[0].size(); ++pos) {
+      EXPECT_LE(rel_rms(out[1][pos], out[0][pos]), 1e-5) << name << " position " << pos;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace cellm::cpu
