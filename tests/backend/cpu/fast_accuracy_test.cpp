@@ -37,12 +37,16 @@ struct ModelCase {
   double top_margin;  // logits units
 };
 
-// SmolLM2 measured about 0.033 when written, Gemma 3 about 0.30 (its
+// SmolLM2 measured 0.033-0.048 when written, Gemma 3 0.30-0.34 (its
 // normalized activations carry outliers that int8 blocks round coarsely:
-// the same scheme llama.cpp uses); the bounds leave 1.5x headroom and still
-// catch a wrong block layout, scale or row order (errors of order 1).
+// the same scheme llama.cpp uses). The worst position moves that much with
+// the float summation order alone (the bit-exact block kernels give the
+// lower figures, the vector-accumulating decode/prefill kernels the higher:
+// a rounding flip of one int8 activation propagates), so the bounds leave
+// about 1.5x headroom over the higher and still catch a wrong block layout,
+// scale or row order (errors of order 1).
 const ModelCase kModels[] = {
-    {"SmolLM2-135M-Instruct.Q4_1.gguf", 0.05, 0.5},
+    {"SmolLM2-135M-Instruct.Q4_1.gguf", 0.075, 0.5},
     {"gemma-3-270m-q4_k_m.gguf", 0.45, 1.0},
 };
 
