@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <thread>
 #include <utility>
@@ -173,6 +174,35 @@ void FastForward::linear(const FastLinear& w, const Tensor& bias, float* y) {
   add_bias(y, t, out, bias);
 }
 
+void FastForward::linear_group(std::initializer_list<std::pair<const FastLinear*, float*>> group,
+                               std::initializer_list<const Tensor*> biases) {
+  bool fused = true;
+  const FastLinear* first = group.begin()->first;
+  for (const auto& [w, y] : group) {
+    fused = fused && w->q.defined() && first->q.defined() &&
+            act_kind(w->q.type) == act_kind(first->q.type);
+  }
+  if (!fused) {
+    auto b = biases.begin();
+    for (const auto& [w, y] : group) linear(*w, **b++, y);
+    return;
+  }
+  const ActKind kind = act_kind(first->q.type);
+  const auto k = static_cast<std::size_t>(kind);
+  if (!input_.ready[k]) {
+    quantize_rows(kind, input_.x, input_.t, input_.cols, *pool_, acts_[k]);
+    input_.ready[k] = true;
+  }
+  const QuantActs& acts = acts_[k];
+  pool_->run([&](int id, int n) {
+    for (const auto& [w, y] : group) {
+      qmatmul_slice(w->q, acts, w->dot, w->tile, y, w->f32.dim(0), id, n);
+    }
+  });
+  auto b = biases.begin();
+  for (const auto& [w, y] : group) add_bias(y, input_.t, w->f32.dim(0), **b++);
+}
+
 void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv) {
   const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const LayerLinears& lin = layers_[static_cast<std::size_t>(layer)];
@@ -184,9 +214,8 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
 
   rms_norm(x_.data(), f32(w.attn_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
   begin_input(h_.data(), t, d);
-  linear(lin.q, w.q_bias, q_.data());
-  linear(lin.k, w.k_bias, k_.data());
-  linear(lin.v, w.v_bias, v_.data());
+  linear_group({{&lin.q, q_.data()}, {&lin.k, k_.data()}, {&lin.v, v_.data()}},
+               {&w.q_bias, &w.k_bias, &w.v_bias});
   if (spec_.qk_norm) {
     rms_norm(q_.data(), f32(w.q_norm), t * spec_.num_heads, hd, spec_.norm_eps,
              spec_.norm_weight_offset, q_.data());
@@ -223,14 +252,20 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   // Rows spread over the pool; each thread's attention runs alone (its
   // OpenMP team is one thread: see ThreadPool::worker and run()).
   const std::int64_t q_row = spec_.num_heads * hd;
-  pool_->run([&](int id, int n) {
+  auto attend = [&](int id, int n) {
     for (std::int64_t r = id; r < t; r += n) {
       attend_cells(q_.data() + r * q_row, k_pool, v_pool,
                    std::span<const std::span<const std::int32_t>>(row_cells_).subspan(
                        static_cast<std::size_t>(r), 1),
                    params, attn_.data() + r * q_row);
     }
-  });
+  };
+  // One row (decode) runs here: waking a thread would cost more than it saves.
+  if (t == 1) {
+    attend(0, 1);
+  } else {
+    pool_->run(attend);
+  }
 
   begin_input(attn_.data(), t, spec_.num_heads * hd);
   linear(lin.o, Tensor(), o_.data());
@@ -244,8 +279,8 @@ void FastForward::mlp_block(std::int32_t layer, std::int64_t t) {
   const std::int64_t ff = spec_.intermediate_size;
   rms_norm(x_.data(), f32(w.mlp_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
   begin_input(h_.data(), t, d);
-  linear(lin.gate, Tensor(), gate_.data());
-  linear(lin.up, Tensor(), up_.data());
+  const Tensor none;
+  linear_group({{&lin.gate, gate_.data()}, {&lin.up, up_.data()}}, {&none, &none});
   gated_activation(gate_.data(), up_.data(), t * ff, spec_.activation);
   begin_input(gate_.data(), t, ff);
   linear(lin.down, Tensor(), o_.data());

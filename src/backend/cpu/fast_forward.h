@@ -13,6 +13,8 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <memory>
 #include <span>
 #include <string>
@@ -82,6 +84,11 @@ class FastForward final : public ForwardPass {
   };
   void begin_input(const float* x, std::int64_t t, std::int64_t cols);
   void linear(const FastLinear& w, const Tensor& bias, float* y);
+  // Several projections of the current input (q/k/v, gate/up): one pool run
+  // (one barrier) when all are in blocks of one activation kind, else one
+  // linear() each.
+  void linear_group(std::initializer_list<std::pair<const FastLinear*, float*>> group,
+                    std::initializer_list<const Tensor*> biases);
 
   void run_layers(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
                   float* logits, float* taps);

@@ -78,44 +78,45 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
   });
 }
 
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
-             float* y, std::int64_t y_stride) {
+void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, float* y,
+                   std::int64_t y_stride, int part, int parts) {
   const std::int64_t rows = w.rows;
   const std::int64_t t = act.t;
   const std::int64_t cols = w.cols;
-  // Contiguous row ranges, one per thread: each streams its own slice of
-  // the weights once and reuses each row tile over every activation row.
-  auto task = [&](int id, int n) {
-    const std::int64_t per = (rows + n - 1) / n;
-    const std::int64_t r0 = std::min(rows, per * id);
-    const std::int64_t r1 = std::min(rows, r0 + per);
-    constexpr std::int64_t kRowTile = 8;
-    for (std::int64_t rb = r0; rb < r1; rb += kRowTile) {
-      const std::int64_t re = std::min(r1, rb + kRowTile);
-      std::int64_t i = 0;
-      if (tile != nullptr) {
-        for (; i + kTile <= t; i += kTile) {
-          const std::uint8_t* rows4[kTile];
-          for (int k = 0; k < kTile; ++k) rows4[k] = act.row(i + k);
-          for (std::int64_t r = rb; r < re; ++r) {
-            float o[kTile];
-            tile(w.row(r), rows4, cols, o);
-            for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r] = o[k];
-          }
+  const std::int64_t per = (rows + parts - 1) / parts;
+  const std::int64_t r0 = std::min(rows, per * part);
+  const std::int64_t r1 = std::min(rows, r0 + per);
+  // Row tiles reused over every activation row (kTile at a time).
+  constexpr std::int64_t kRowTile = 8;
+  for (std::int64_t rb = r0; rb < r1; rb += kRowTile) {
+    const std::int64_t re = std::min(r1, rb + kRowTile);
+    std::int64_t i = 0;
+    if (tile != nullptr) {
+      for (; i + kTile <= t; i += kTile) {
+        const std::uint8_t* rows4[kTile];
+        for (int k = 0; k < kTile; ++k) rows4[k] = act.row(i + k);
+        for (std::int64_t r = rb; r < re; ++r) {
+          float o[kTile];
+          tile(w.row(r), rows4, cols, o);
+          for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r] = o[k];
         }
       }
-      for (; i < t; ++i) {
-        const std::uint8_t* a = act.row(i);
-        float* yi = y + i * y_stride;
-        for (std::int64_t r = rb; r < re; ++r) yi[r] = dot(w.row(r), a, cols);
-      }
     }
-  };
+    for (; i < t; ++i) {
+      const std::uint8_t* a = act.row(i);
+      float* yi = y + i * y_stride;
+      for (std::int64_t r = rb; r < re; ++r) yi[r] = dot(w.row(r), a, cols);
+    }
+  }
+}
+
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
+             float* y, std::int64_t y_stride) {
   // Small products are not worth waking the other threads for.
-  if (rows * t * cols < 64 * 1024) {
-    task(0, 1);
+  if (w.rows * act.t * w.cols < 64 * 1024) {
+    qmatmul_slice(w, act, dot, tile, y, y_stride, 0, 1);
   } else {
-    pool.run(task);
+    pool.run([&](int id, int n) { qmatmul_slice(w, act, dot, tile, y, y_stride, id, n); });
   }
 }
 

@@ -237,7 +237,9 @@ TEST_P(FastAccuracy, RowAndTileKernelsMatchExactOnRealWeights) {
         const float want = exact(q->row(r), a[k].data(), q->cols);
         ASSERT_NEAR(row(q->row(r), a[k].data(), q->cols), want, 2e-6 * magnitude)
             << info.name << " row " << r;
-        if (tile != nullptr) ASSERT_NEAR(tiled[k], want, 2e-6 * magnitude) << info.name << " row " << r;
+        if (tile != nullptr) {
+          ASSERT_NEAR(tiled[k], want, 2e-6 * magnitude) << info.name << " row " << r;
+        }
       }
     }
     ++checked;
