@@ -45,6 +45,10 @@ struct StepBenchOptions {
   std::string backend = "auto";
   std::string cpu_program;  // "fast" / "reference"; empty: $CELLM_CPU_PROGRAM, else fast
   int threads = 0;          // CPU threads; 0: every core
+  // Which of batches / contexts / prompts the command line gave: the CPU
+  // replaces the others' GPU sweep with llama-bench's tg64 / pp128 points
+  // (batch 1, a one-token context, a 128-token prompt).
+  bool batches_given = false, contexts_given = false, prompts_given = false;
 };
 
 // Decode points as `cellm serve` runs them (see above), on any runner: one

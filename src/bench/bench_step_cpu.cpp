@@ -111,7 +111,11 @@ Status step(executor::CudaExecutor& ex, const executor::RawTargetStep& s, std::v
 
 }  // namespace
 
-Status run_cpu_step_bench(const StepBenchOptions& o, std::FILE* out) {
+Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
+  StepBenchOptions o = given;
+  if (!o.batches_given) o.batches = {1};
+  if (!o.contexts_given) o.contexts = {1};
+  if (!o.prompts_given) o.prompts = {128};
   if (!std::filesystem::exists(o.model)) {
     return invalid_argument(
         "--model {}: on the CPU, bench step measures a model file or folder (random-weight "

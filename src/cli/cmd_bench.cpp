@@ -243,10 +243,9 @@ Command add_bench(CLI::App& app) {
                    "decode lines: greedy, sampled (temperature 1, seeded) or both")
       ->check(CLI::IsMember({"greedy", "sampled", "both"}))
       ->capture_default_str();
-  CLI::Option* step_backend =
-      step->add_option("--backend", opts->backend, "auto, cpu or cuda")
-          ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-          ->capture_default_str();
+  step->add_option("--backend", opts->backend, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
   step->add_option("--cpu-program", opts->cpu_program,
                    "CPU program: fast (default) or reference (float32)")
       ->check(CLI::IsMember({"fast", "reference"}));
@@ -258,17 +257,12 @@ Command add_bench(CLI::App& app) {
   CLI::Option* step_batch = step->get_option("--batch");
   CLI::Option* step_context = step->get_option("--context");
   CLI::Option* step_prompt = step->get_option("--prompt");
-  return [opts, serve_opts, http, quick, no_prefill, serve, step_backend, step_batch, step_context,
-          step_prompt] {
+  return [opts, serve_opts, http, quick, no_prefill, serve, step_batch, step_context, step_prompt] {
     if (serve->parsed()) return run_serve(*serve_opts, *http, serve);
-    // On the CPU the GPU's sweep would take hours: llama-bench's tg64 and
-    // pp128 (one session from a one-token context, a 128-token prompt)
-    // unless given.
-    if (step_backend->count() > 0 && opts->backend == "cpu") {
-      if (step_batch->count() == 0) opts->batches = {1};
-      if (step_context->count() == 0) opts->contexts = {1};
-      if (step_prompt->count() == 0) opts->prompts = {128};
-    }
+    // The CPU bench keeps only what was given of the GPU sweep.
+    opts->batches_given = step_batch->count() > 0 || *quick;
+    opts->contexts_given = step_context->count() > 0 || *quick;
+    opts->prompts_given = step_prompt->count() > 0 || *quick || *no_prefill;
     if (*quick) {
       opts->batches = {1, 16, 64};
       opts->contexts = {512, 2048};
