@@ -100,6 +100,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   CudaExecutorConfig config;
   config.model_path = options.model.string();
   config.backend = options.backend;
+  config.cpu_program = options.cpu_program;
+  config.cpu_threads = options.threads;
   config.program = options.program;
   if (options.speculate != "off") {
     if (options.speculate_tokens < 1 || options.speculate_tokens > 16) {

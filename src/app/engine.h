@@ -36,6 +36,8 @@ namespace cellm::app {
 struct EngineOptions {
   std::filesystem::path model;             // Hugging Face folder or .gguf file
   std::string backend = "auto";            // "auto", "cpu" or "cuda"
+  std::string cpu_program;                 // "fast", "reference"; empty: see CudaExecutorConfig
+  std::int32_t threads = 0;                // the fast CPU program's threads; 0: every core
   // Sessions generating at once (requests and their extra choices); 0: 64,
   // or as many as the KV memory holds at the context. Prefix-cache snapshots
   // get sessions of their own beyond these (see app/sizing.h).

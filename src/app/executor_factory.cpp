@@ -1,8 +1,11 @@
 #include "app/executor_factory.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "app/backend_select.h"
+#include "backend/cpu/fast_program.h"
+#include "core/env.h"
 
 namespace cellm::app {
 
@@ -31,6 +34,59 @@ Status check_config(const CudaExecutorConfig& config) {
   return Status::ok();
 }
 
+// The CPU program the config asks for ("fast" or "reference"), its
+// environment fallbacks resolved; unknown values are errors.
+struct CpuChoice {
+  bool fast = true;
+  int threads = 0;
+};
+
+Result<CpuChoice> cpu_choice(const CudaExecutorConfig& config) {
+  CpuChoice c;
+  std::string name = config.cpu_program;
+  if (name.empty()) name = env_string("CELLM_CPU_PROGRAM").value_or(std::string(cpu::kFastProgram));
+  if (name != cpu::kFastProgram && name != cpu::kReferenceProgram) {
+    return invalid_argument("CPU program '{}': use fast or reference (--cpu-program, "
+                            "CELLM_CPU_PROGRAM)",
+                            name);
+  }
+  c.fast = name == cpu::kFastProgram;
+  c.threads = config.cpu_threads;
+  if (c.threads < 0) {
+    return invalid_argument("threads {}: give a positive count (0: every core)", c.threads);
+  }
+  if (c.threads == 0) {
+    if (const auto env = env_string("CELLM_THREADS"); env && !env->empty()) {
+      char* end = nullptr;
+      const long v = std::strtol(env->c_str(), &end, 10);
+      if (end == nullptr || *end != '\0' || v < 1 || v > 4096) {
+        return invalid_argument("CELLM_THREADS='{}': give a count from 1 to 4096", *env);
+      }
+      c.threads = static_cast<int>(v);
+    }
+  }
+  return c;
+}
+
+// Builds the program on `backend`; on CPU the fast program unless the
+// reference is asked for (it reads the GGUF blocks through model.gguf).
+Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& backend,
+                                                        const model::LoadedModel& model,
+                                                        const CudaExecutorConfig& config,
+                                                        const program::ProgramOptions& options) {
+  if (backend.name == "cpu") {
+    CELLM_ASSIGN_OR_RETURN(CpuChoice choice, cpu_choice(config));
+    if (choice.fast) {
+      cpu::FastOptions fast;
+      fast.threads = choice.threads;
+      CELLM_ASSIGN_OR_RETURN(auto p, cpu::create_fast_program(model.spec, model.weights,
+                                                              model.gguf.get(), options, fast));
+      return std::shared_ptr<program::Program>(std::move(p));
+    }
+  }
+  return backend.load(model.spec, model.weights, options);
+}
+
 // The program's options: the config's, with the engine options that the
 // program takes at creation.
 program::ProgramOptions program_options(const CudaExecutorConfig& config) {
@@ -50,7 +106,7 @@ Result<LoadedExecutor> finish(LoadedExecutor out, const BackendChoice& backend,
                             config.initial_capacity, options.kv_cells);
   }
   if (!out.program) {
-    CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
+    CELLM_ASSIGN_OR_RETURN(out.program, build_program(backend, out.model, config, options));
   }
   CELLM_ASSIGN_OR_RETURN(out.executor,
                          executor::CudaExecutor::create(out.program, sessions, session_tokens,
@@ -82,6 +138,7 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
                             config.max_session_tokens);
   }
   CELLM_RETURN_IF_ERROR(check_config(config));
+  CELLM_RETURN_IF_ERROR(cpu_choice(config));
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
   out.backend = backend.name;
@@ -109,6 +166,7 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
                                             const CudaExecutorConfig& config,
                                             SizingRequest request) {
   CELLM_RETURN_IF_ERROR(check_config(config));
+  CELLM_RETURN_IF_ERROR(cpu_choice(config));
   SizedExecutor sized;
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
@@ -127,7 +185,7 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
   } else {
     // The backend sized its pool (device memory, or an explicit cell count):
     // build the program first and divide what it holds.
-    CELLM_ASSIGN_OR_RETURN(out.program, backend.load(out.model.spec, out.model.weights, options));
+    CELLM_ASSIGN_OR_RETURN(out.program, build_program(backend, out.model, config, options));
     const std::int64_t max_cells =
         out.program->constant(program::kMaxCellsConstant).value_or(0);
     if (max_cells < 2) {

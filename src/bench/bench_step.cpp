@@ -210,7 +210,8 @@ Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int
 
 #ifndef CELLM_HAVE_CUDA
 
-Status run_step_bench(const StepBenchOptions&, std::FILE*) {
+Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
+  if (o.backend == "cpu" || o.backend == "auto") return run_cpu_step_bench(o, out);
   return not_supported(
       "cellm bench step measures the CUDA backend; this build has none "
       "(build the cuda-release preset on a machine with a GPU)");
@@ -405,6 +406,9 @@ Result<std::vector<Point> > prefill_points(const StepBenchOptions& o, const mode
 }  // namespace
 
 Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
+  if (o.backend == "cpu" || (o.backend == "auto" && cuda::device_count() == 0)) {
+    return run_cpu_step_bench(o, out);
+  }
   if (o.batches.empty() || o.contexts.empty() || o.steps <= 0 || o.warmup_steps < 0) {
     return invalid_argument("bench step needs at least one batch, one context and steps > 0");
   }

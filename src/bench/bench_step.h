@@ -40,6 +40,15 @@ struct StepBenchOptions {
   int prefill_reps = 5;
   std::string json_path;  // JSON lines appended here when set
   std::uint64_t seed = 1;
+  // "auto" (CUDA when built and a device is visible, else the CPU), "cpu" or
+  // "cuda". The CPU path is bench_step_cpu.cpp.
+  std::string backend = "auto";
+  std::string cpu_program;  // "fast" / "reference"; empty: $CELLM_CPU_PROGRAM, else fast
+  int threads = 0;          // CPU threads; 0: every core
+  // Which of batches / contexts / prompts the command line gave: the CPU
+  // replaces the others' GPU sweep with llama-bench's tg64 / pp128 points
+  // (batch 1, a one-token context, a 128-token prompt).
+  bool batches_given = false, contexts_given = false, prompts_given = false;
 };
 
 // Decode points as `cellm serve` runs them (see above), on any runner: one
@@ -83,5 +92,7 @@ class ServedDecodeBench {
 
 // Runs the benchmark, printing progress and a table to `out`.
 Status run_step_bench(const StepBenchOptions& options, std::FILE* out);
+// The CPU form (options.backend "cpu"): tokens/s and the copy-bandwidth fraction.
+Status run_cpu_step_bench(const StepBenchOptions& options, std::FILE* out);
 
 }  // namespace cellm::bench

@@ -267,6 +267,14 @@ Command add_bench(CLI::App& app) {
                    "decode lines: greedy, sampled (temperature 1, seeded) or both")
       ->check(CLI::IsMember({"greedy", "sampled", "both"}))
       ->capture_default_str();
+  step->add_option("--backend", opts->backend, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  step->add_option("--cpu-program", opts->cpu_program,
+                   "CPU program: fast (default) or reference (float32)")
+      ->check(CLI::IsMember({"fast", "reference"}));
+  step->add_option("--threads", opts->threads, "CPU threads (0: every core)")
+      ->check(CLI::NonNegativeNumber);
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts, *http);
@@ -293,7 +301,11 @@ Command add_bench(CLI::App& app) {
                    "mask worker counts to compare with 0 (the engine thread)")
       ->delimiter(',')
       ->capture_default_str();
-  return [opts, serve_opts, http, quick, no_prefill, serve, mask, mask_opts] {
+  CLI::Option* step_batch = step->get_option("--batch");
+  CLI::Option* step_context = step->get_option("--context");
+  CLI::Option* step_prompt = step->get_option("--prompt");
+  return [opts, serve_opts, http, quick, no_prefill, serve, mask, mask_opts, step_batch,
+          step_context, step_prompt] {
     if (serve->parsed()) return run_serve(*serve_opts, *http, serve);
     if (mask->parsed()) {
       const Status s = bench::run_mask_bench(*mask_opts, stdout);
@@ -303,6 +315,10 @@ Command add_bench(CLI::App& app) {
       }
       return 0;
     }
+    // The CPU bench keeps only what was given of the GPU sweep.
+    opts->batches_given = step_batch->count() > 0 || *quick;
+    opts->contexts_given = step_context->count() > 0 || *quick;
+    opts->prompts_given = step_prompt->count() > 0 || *quick || *no_prefill;
     if (*quick) {
       opts->batches = {1, 16, 64};
       opts->contexts = {512, 2048};

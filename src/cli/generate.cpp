@@ -38,6 +38,11 @@ SamplingGiven SamplingArgs::given() const {
 void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("model", args.model, app::model_search_help());
   cmd.add_option("--backend", args.backend, "auto, cpu or cuda")->capture_default_str();
+  cmd.add_option("--cpu-program", args.cpu_program,
+                 "CPU program: fast (quantized SIMD kernels, default) or reference (float32)")
+      ->check(CLI::IsMember({"fast", "reference"}));
+  cmd.add_option("--threads", args.threads, "CPU threads (0: every core)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--max-sessions", args.max_sessions, "sessions the KV pool is sized for")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -87,6 +92,8 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   if (!model) return nullptr;
   options.model = *model;
   options.backend = args.backend;
+  options.cpu_program = args.cpu_program;
+  options.threads = args.threads;
   options.max_sessions = args.max_sessions;
   options.max_session_tokens = args.max_session_tokens;
   options.speculate = args.speculate;

@@ -55,6 +55,9 @@ class SmolLm2GoldenTest : public ::testing::Test {
     CudaExecutorConfig config;
     config.model_path = model_path().string();
     config.backend = "cpu";
+    // The float32 reference is what these bounds describe (the fast CPU
+    // program has its own accuracy test in tests/backend/cpu).
+    config.cpu_program = "reference";
     config.max_sessions = 8;
     config.max_session_tokens = 128;
     config.program.max_step = 128;  // narrower than the 8 x 128 + 1 cell pool

@@ -62,21 +62,32 @@ struct StepRows {
   std::vector<std::span<const std::int32_t>> history;
 };
 
-class CpuForward {
+// What CpuProgram runs a step through: the float32 reference (CpuForward)
+// or the fast program's forward (fast_forward.h). Same contract as
+// CpuForward::run below.
+class ForwardPass {
+ public:
+  virtual ~ForwardPass() = default;
+  virtual const model::ModelSpec& spec() const = 0;
+  virtual void run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
+                   float* logits, float* taps) = 0;
+};
+
+class CpuForward final : public ForwardPass {
  public:
   // `weights` must come from to_f32_weights(spec, ...); `spec` must pass
   // check_spec. RoPE frequencies are rounded to `rope_table_dtype` (see
   // rope_inv_freq and ProgramOptions::rope_table_dtype).
   CpuForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype = DType::kF32);
 
-  const model::ModelSpec& spec() const { return spec_; }
+  const model::ModelSpec& spec() const override { return spec_; }
 
   // Runs every row through the model, writing K/V into `kv` first in each
   // layer, then logits [selector.size(), vocab] for the selected rows and, if
   // `taps` is non-null, taps [rows, hidden]: the final-norm output of every
   // row (the LM head's input). The caller validated tokens, cells and selector.
   void run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv, float* logits,
-           float* taps);
+           float* taps) override;
 
  private:
   void attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv);

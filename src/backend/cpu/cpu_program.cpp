@@ -16,6 +16,16 @@ constexpr std::int32_t kScratchRow[1] = {cache::kScratchCell};
 Result<std::unique_ptr<CpuProgram>> CpuProgram::create(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
                                                        const program::ProgramOptions& options) {
+  return create_with(spec, options, [&]() -> Result<std::unique_ptr<ForwardPass>> {
+    CELLM_ASSIGN_OR_RETURN(model::Weights f32, to_f32_weights(spec, weights));
+    return std::unique_ptr<ForwardPass>(
+        std::make_unique<CpuForward>(spec, std::move(f32), options.rope_table_dtype));
+  });
+}
+
+Result<std::unique_ptr<CpuProgram>> CpuProgram::create_with(
+    const model::ModelSpec& spec, const program::ProgramOptions& options,
+    const std::function<Result<std::unique_ptr<ForwardPass>>()>& make_forward) {
   CELLM_RETURN_IF_ERROR(check_spec(spec));
   CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
                          program::ForwardMethods::build(options, std::string(kBackendName)));
@@ -32,14 +42,13 @@ Result<std::unique_ptr<CpuProgram>> CpuProgram::create(const model::ModelSpec& s
     return invalid_argument("program options: kv_cells {} must be at least 2 (scratch + one)",
                             options.kv_cells);
   }
-  CELLM_ASSIGN_OR_RETURN(model::Weights f32, to_f32_weights(spec, weights));
-  auto forward = std::make_unique<CpuForward>(spec, std::move(f32), options.rope_table_dtype);
+  CELLM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardPass> forward, make_forward());
   return std::unique_ptr<CpuProgram>(
       new CpuProgram(std::move(methods), kv_cells, std::move(forward)));
 }
 
 CpuProgram::CpuProgram(program::ForwardMethods methods, std::int32_t kv_cells,
-                       std::unique_ptr<CpuForward> forward)
+                       std::unique_ptr<ForwardPass> forward)
     : methods_(std::move(methods)), kv_cells_(kv_cells), forward_(std::move(forward)) {}
 
 std::vector<std::string> CpuProgram::method_names() const {

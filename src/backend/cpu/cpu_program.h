@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -54,6 +55,12 @@ class CpuProgram final : public program::Program {
   Result<std::vector<Tensor>> execute(std::string_view name,
                                       std::span<const Tensor> inputs) override;
 
+  // The same program over another forward pass (the fast CPU program's):
+  // the spec and options are checked as in create; `make_forward` runs after.
+  static Result<std::unique_ptr<CpuProgram>> create_with(
+      const model::ModelSpec& spec, const program::ProgramOptions& options,
+      const std::function<Result<std::unique_ptr<ForwardPass>>()>& make_forward);
+
   const model::ModelSpec& spec() const { return forward_->spec(); }
   std::int32_t kv_cells() const { return kv_cells_; }
   // Bytes of K/V storage currently allocated (0 before bind_cache).
@@ -61,7 +68,7 @@ class CpuProgram final : public program::Program {
 
  private:
   CpuProgram(program::ForwardMethods methods, std::int32_t kv_cells,
-             std::unique_ptr<CpuForward> forward);
+             std::unique_ptr<ForwardPass> forward);
 
   const program::ProgramOptions& options() const { return methods_.options(); }
   Result<std::vector<Tensor>> run_forward(std::string_view name, const program::MethodEntry& method,
@@ -75,7 +82,7 @@ class CpuProgram final : public program::Program {
 
   program::ForwardMethods methods_;
   std::int32_t kv_cells_;
-  std::unique_ptr<CpuForward> forward_;
+  std::unique_ptr<ForwardPass> forward_;
   std::shared_ptr<cache::CellCache> cache_;
   std::unique_ptr<KvStore> kv_;
   std::vector<float> logits_;

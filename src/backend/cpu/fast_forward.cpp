@@ -1,0 +1,366 @@
+#include "backend/cpu/fast_forward.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include <cblas.h>
+#include <omp.h>
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/ops.h"
+#include "core/check.h"
+#include "model/gguf_model.h"
+
+namespace cellm::cpu {
+namespace {
+
+void grow(std::vector<float>& buffer, std::int64_t n) {
+  if (static_cast<std::int64_t>(buffer.size()) < n) buffer.resize(static_cast<std::size_t>(n));
+}
+
+const float* f32(const Tensor& t) {
+  return t.data_as<float>();
+}
+
+void add_bias(float* y, std::int64_t rows, std::int64_t out, const Tensor& bias) {
+  if (bias.data() == nullptr) return;
+  const auto* b = bias.data_as<float>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t i = 0; i < out; ++i) y[r * out + i] += b[i];
+  }
+}
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+FastForward::FastForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype,
+                         FastOptions options)
+    : spec_(std::move(spec)),
+      weights_(std::move(weights)),
+      options_(options),
+      pool_(std::make_unique<ThreadPool>(options.threads)) {
+  for (const model::LayerSpec& layer : spec_.layers) {
+    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, rope_table_dtype));
+  }
+  attention_scale_ = spec_.attention_scale > 0.0f
+                         ? spec_.attention_scale
+                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.head_dim)));
+  layers_.resize(weights_.layers.size());
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const model::LayerWeights& w = weights_.layers[i];
+    LayerLinears& l = layers_[i];
+    l.q.f32 = w.q_proj;
+    l.k.f32 = w.k_proj;
+    l.v.f32 = w.v_proj;
+    l.o.f32 = w.o_proj;
+    l.gate.f32 = w.gate_proj;
+    l.up.f32 = w.up_proj;
+    l.down.f32 = w.down_proj;
+  }
+  lm_head_.f32 = weights_.lm_head;
+}
+
+Result<std::unique_ptr<FastForward>> FastForward::create(const model::ModelSpec& spec,
+                                                         const model::Weights& weights,
+                                                         const format::GgufFile* gguf,
+                                                         DType rope_table_dtype,
+                                                         FastOptions options) {
+  CELLM_RETURN_IF_ERROR(check_spec(spec));
+  if (options.threads < 0) {
+    return invalid_argument("threads {}: give a positive count, or 0 for every core",
+                            options.threads);
+  }
+  if (options.threads == 0) options.threads = available_cores();
+  if (!options.force_isa) options.isa = active_isa();
+  if (options.isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) {
+    return invalid_argument("the fast CPU program cannot use AVX2 on this processor");
+  }
+  CELLM_ASSIGN_OR_RETURN(model::Weights f32w, to_f32_weights(spec, weights));
+  std::unique_ptr<FastForward> f(
+      new FastForward(spec, std::move(f32w), rope_table_dtype, options));
+  if (gguf != nullptr) CELLM_RETURN_IF_ERROR(f->attach_gguf(*gguf));
+  return f;
+}
+
+Status FastForward::attach_gguf(const format::GgufFile& gguf) {
+  std::map<std::string, const format::GgufTensorInfo*, std::less<>> by_name;
+  for (const auto& t : gguf.tensors()) {
+    by_name.emplace(model::canonical_tensor_name(spec_.arch, t.name), &t);
+  }
+  const bool llama = spec_.arch == model::Architecture::kLlama;
+  auto bind = [&](FastLinear& lin, const std::string& name, std::int32_t rotary) -> Status {
+    const auto it = by_name.find(name);
+    if (it == by_name.end() || !has_quant_kernel(it->second->type)) return Status::ok();
+    CELLM_ASSIGN_OR_RETURN(QMatrix q, qmatrix_from_gguf(gguf, *it->second, rotary));
+    if (q.rows != lin.f32.dim(0) || q.cols != lin.f32.dim(1)) {
+      return invalid_argument("GGUF tensor '{}' is [{}, {}]; the model's '{}' is {}",
+                              it->second->name, q.rows, q.cols, name,
+                              shape_string(lin.f32.shape()));
+    }
+    lin.q = std::move(q);
+    lin.dot = dot_row_kernel(lin.q.type, options_.isa);
+    lin.tile = dot_tile_kernel(lin.q.type, options_.isa);
+    return Status::ok();
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerLinears& l = layers_[i];
+    CELLM_RETURN_IF_ERROR(bind(l.q, p + "self_attn.q_proj.weight", llama ? spec_.num_heads : 0));
+    CELLM_RETURN_IF_ERROR(bind(l.k, p + "self_attn.k_proj.weight", llama ? spec_.num_kv_heads : 0));
+    CELLM_RETURN_IF_ERROR(bind(l.v, p + "self_attn.v_proj.weight", 0));
+    CELLM_RETURN_IF_ERROR(bind(l.o, p + "self_attn.o_proj.weight", 0));
+    CELLM_RETURN_IF_ERROR(bind(l.gate, p + "mlp.gate_proj.weight", 0));
+    CELLM_RETURN_IF_ERROR(bind(l.up, p + "mlp.up_proj.weight", 0));
+    CELLM_RETURN_IF_ERROR(bind(l.down, p + "mlp.down_proj.weight", 0));
+  }
+  const bool own_head = by_name.count("lm_head.weight") != 0;
+  CELLM_RETURN_IF_ERROR(
+      bind(lm_head_, own_head ? "lm_head.weight" : "model.embed_tokens.weight", 0));
+  return Status::ok();
+}
+
+std::string FastForward::describe() const {
+  std::map<std::string, int> count;
+  auto add = [&](const FastLinear& l) {
+    ++count[l.q.defined() ? std::string(format::ggml_type_name(l.q.type)) : "f32 (BLAS)"];
+  };
+  for (const LayerLinears& l : layers_) {
+    for (const FastLinear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) add(*x);
+  }
+  add(lm_head_);
+  std::string out = fmt::format("{} threads, {} kernels:", options_.threads, isa_name(options_.isa));
+  for (const auto& [k, n] : count) out += fmt::format(" {} x{}", k, n);
+  return out;
+}
+
+void FastForward::begin_input(const float* x, std::int64_t t, std::int64_t cols) {
+  input_ = Input{x, t, cols, {false, false}};
+}
+
+void FastForward::linear(const FastLinear& w, const Tensor& bias, float* y) {
+  const std::int64_t t = input_.t;
+  const std::int64_t out = w.f32.dim(0);
+  if (w.q.defined()) {
+    const ActKind kind = act_kind(w.q.type);
+    const auto k = static_cast<std::size_t>(kind);
+    if (!input_.ready[k]) {
+      quantize_rows(kind, input_.x, t, input_.cols, *pool_, acts_[k]);
+      input_.ready[k] = true;
+    }
+    qmatmul(w.q, acts_[k], w.dot, w.tile, *pool_, y, out);
+  } else {
+    const std::int64_t in = w.f32.dim(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t),
+                static_cast<int>(out), static_cast<int>(in), 1.0f, input_.x, static_cast<int>(in),
+                w.f32.data_as<float>(), static_cast<int>(in), 0.0f, y, static_cast<int>(out));
+  }
+  add_bias(y, t, out, bias);
+}
+
+void FastForward::linear_group(std::initializer_list<std::pair<const FastLinear*, float*>> group,
+                               std::initializer_list<const Tensor*> biases) {
+  bool fused = true;
+  const FastLinear* first = group.begin()->first;
+  for (const auto& [w, y] : group) {
+    fused = fused && w->q.defined() && first->q.defined() &&
+            act_kind(w->q.type) == act_kind(first->q.type);
+  }
+  if (!fused) {
+    auto b = biases.begin();
+    for (const auto& [w, y] : group) linear(*w, **b++, y);
+    return;
+  }
+  const ActKind kind = act_kind(first->q.type);
+  const auto k = static_cast<std::size_t>(kind);
+  if (!input_.ready[k]) {
+    quantize_rows(kind, input_.x, input_.t, input_.cols, *pool_, acts_[k]);
+    input_.ready[k] = true;
+  }
+  const QuantActs& acts = acts_[k];
+  pool_->run([&](int id, int n) {
+    for (const auto& [w, y] : group) {
+      qmatmul_slice(w->q, acts, w->dot, w->tile, y, w->f32.dim(0), id, n);
+    }
+  });
+  auto b = biases.begin();
+  for (const auto& [w, y] : group) add_bias(y, input_.t, w->f32.dim(0), **b++);
+}
+
+void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv) {
+  const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
+  const LayerLinears& lin = layers_[static_cast<std::size_t>(layer)];
+  const model::LayerSpec& ls = spec_.layers[static_cast<std::size_t>(layer)];
+  const auto t = static_cast<std::int64_t>(rows.tokens.size());
+  const std::int64_t d = spec_.hidden_size;
+  const std::int64_t hd = spec_.head_dim;
+  const std::int64_t kv_dim = spec_.num_kv_heads * hd;
+
+  rms_norm(x_.data(), f32(w.attn_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
+  begin_input(h_.data(), t, d);
+  linear_group({{&lin.q, q_.data()}, {&lin.k, k_.data()}, {&lin.v, v_.data()}},
+               {&w.q_bias, &w.k_bias, &w.v_bias});
+  if (spec_.qk_norm) {
+    rms_norm(q_.data(), f32(w.q_norm), t * spec_.num_heads, hd, spec_.norm_eps,
+             spec_.norm_weight_offset, q_.data());
+    rms_norm(k_.data(), f32(w.k_norm), t * spec_.num_kv_heads, hd, spec_.norm_eps,
+             spec_.norm_weight_offset, k_.data());
+  }
+  const std::vector<float>& inv = inv_freq_[static_cast<std::size_t>(layer)];
+  apply_rope(q_.data(), t, spec_.num_heads, hd, inv, rows.positions.data());
+  apply_rope(k_.data(), t, spec_.num_kv_heads, hd, inv, rows.positions.data());
+
+  // As in the reference: this step's K/V land in their cells before anyone
+  // attends, so a row sees the earlier rows of its own sequence.
+  float* k_pool = kv.k(layer);
+  float* v_pool = kv.v(layer);
+  for (std::int64_t r = 0; r < t; ++r) {
+    const std::int64_t cell = rows.write_cells[static_cast<std::size_t>(r)];
+    std::memcpy(k_pool + cell * kv_dim, k_.data() + r * kv_dim, sizeof(float) * kv_dim);
+    std::memcpy(v_pool + cell * kv_dim, v_.data() + r * kv_dim, sizeof(float) * kv_dim);
+  }
+  row_cells_.resize(static_cast<std::size_t>(t));
+  for (std::int64_t r = 0; r < t; ++r) {
+    std::span<const std::int32_t> all = rows.history[static_cast<std::size_t>(r)];
+    if (ls.window > 0 && all.size() > static_cast<std::size_t>(ls.window)) {
+      all = all.last(static_cast<std::size_t>(ls.window));
+    }
+    row_cells_[static_cast<std::size_t>(r)] = all;
+  }
+  AttentionParams params;
+  params.heads = spec_.num_heads;
+  params.kv_heads = spec_.num_kv_heads;
+  params.head_dim = spec_.head_dim;
+  params.scale = attention_scale_;
+  params.softcap = spec_.attn_logit_softcap;
+  // Rows spread over the pool; each thread's attention runs alone (its
+  // OpenMP team is one thread: see ThreadPool::worker and run()).
+  const std::int64_t q_row = spec_.num_heads * hd;
+  auto attend = [&](int id, int n) {
+    for (std::int64_t r = id; r < t; r += n) {
+      attend_cells(q_.data() + r * q_row, k_pool, v_pool,
+                   std::span<const std::span<const std::int32_t>>(row_cells_).subspan(
+                       static_cast<std::size_t>(r), 1),
+                   params, attn_.data() + r * q_row);
+    }
+  };
+  // One row (decode) runs here: waking a thread would cost more than it saves.
+  if (t == 1) {
+    attend(0, 1);
+  } else {
+    pool_->run(attend);
+  }
+
+  begin_input(attn_.data(), t, spec_.num_heads * hd);
+  linear(lin.o, Tensor(), o_.data());
+  add_block_output(w.post_attn_norm, t);
+}
+
+void FastForward::mlp_block(std::int32_t layer, std::int64_t t) {
+  const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
+  const LayerLinears& lin = layers_[static_cast<std::size_t>(layer)];
+  const std::int64_t d = spec_.hidden_size;
+  const std::int64_t ff = spec_.intermediate_size;
+  rms_norm(x_.data(), f32(w.mlp_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
+  begin_input(h_.data(), t, d);
+  const Tensor none;
+  linear_group({{&lin.gate, gate_.data()}, {&lin.up, up_.data()}}, {&none, &none});
+  gated_activation(gate_.data(), up_.data(), t * ff, spec_.activation);
+  begin_input(gate_.data(), t, ff);
+  linear(lin.down, Tensor(), o_.data());
+  add_block_output(w.post_mlp_norm, t);
+}
+
+void FastForward::add_block_output(const Tensor& post_norm, std::int64_t t) {
+  const std::int64_t d = spec_.hidden_size;
+  if (spec_.sandwich_norms) {
+    rms_norm(o_.data(), f32(post_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, o_.data());
+  }
+  for (std::int64_t i = 0; i < t * d; ++i) {
+    x_[static_cast<std::size_t>(i)] += o_[static_cast<std::size_t>(i)];
+  }
+}
+
+void FastForward::run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
+                      float* logits, float* taps) {
+  // The calling thread is the pool's thread 0: its OpenMP regions (the
+  // reference's attention) stay one thread for this call, as the workers'.
+  const int omp_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  run_layers(rows, selector, kv, logits, taps);
+  omp_set_num_threads(omp_threads);
+}
+
+void FastForward::run_layers(const StepRows& rows, std::span<const std::int64_t> selector,
+                             KvStore& kv, float* logits, float* taps) {
+  const auto t = static_cast<std::int64_t>(rows.tokens.size());
+  const std::int64_t d = spec_.hidden_size;
+  const std::int64_t hd = spec_.head_dim;
+  CELLM_CHECK(t > 0 && rows.positions.size() == rows.tokens.size() &&
+                  rows.write_cells.size() == rows.tokens.size() &&
+                  rows.history.size() == rows.tokens.size(),
+              "step rows disagree in length");
+  grow(x_, t * d);
+  grow(h_, t * d);
+  grow(o_, t * d);
+  grow(q_, t * spec_.num_heads * hd);
+  grow(attn_, t * spec_.num_heads * hd);
+  grow(k_, t * spec_.num_kv_heads * hd);
+  grow(v_, t * spec_.num_kv_heads * hd);
+  grow(gate_, t * spec_.intermediate_size);
+  grow(up_, t * spec_.intermediate_size);
+
+  const float* embed = f32(weights_.embed_tokens);
+  for (std::int64_t r = 0; r < t; ++r) {
+    const float* src = embed + rows.tokens[static_cast<std::size_t>(r)] * d;
+    float* dst = x_.data() + r * d;
+    for (std::int64_t i = 0; i < d; ++i) dst[i] = src[i] * spec_.embedding_scale;
+  }
+  for (std::int32_t layer = 0; layer < spec_.num_layers; ++layer) {
+    attention_block(layer, rows, kv);
+    mlp_block(layer, t);
+  }
+
+  const auto r_count = static_cast<std::int64_t>(selector.size());
+  grow(h_, std::max(t, r_count) * d);
+  if (taps != nullptr) {
+    rms_norm(x_.data(), f32(weights_.final_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset,
+             taps);
+    for (std::int64_t i = 0; i < r_count; ++i) {
+      std::memcpy(h_.data() + i * d, taps + selector[static_cast<std::size_t>(i)] * d,
+                  sizeof(float) * d);
+    }
+  } else {
+    for (std::int64_t i = 0; i < r_count; ++i) {
+      std::memcpy(h_.data() + i * d, x_.data() + selector[static_cast<std::size_t>(i)] * d,
+                  sizeof(float) * d);
+    }
+    rms_norm(h_.data(), f32(weights_.final_norm), r_count, d, spec_.norm_eps,
+             spec_.norm_weight_offset, h_.data());
+  }
+  if (r_count > 0) {
+    begin_input(h_.data(), r_count, d);
+    linear(lm_head_, Tensor(), logits);
+    if (spec_.final_logit_softcap) {
+      soft_cap(logits, r_count * spec_.vocab_size, *spec_.final_logit_softcap);
+    }
+  }
+}
+
+}  // namespace cellm::cpu

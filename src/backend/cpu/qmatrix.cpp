@@ -1,0 +1,123 @@
+#include "backend/cpu/qmatrix.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace cellm::cpu {
+
+Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::GgufTensorInfo& info,
+                                  std::int32_t rotary_heads) {
+  if (!has_quant_kernel(info.type)) {
+    return invalid_argument("tensor '{}' is {}: the fast CPU program has no kernel for it",
+                            info.name, format::ggml_type_name(info.type));
+  }
+  const auto type_info = format::ggml_type_info(static_cast<std::uint32_t>(info.type));
+  if (info.ne.size() != 2 || !type_info || info.ne[0] % type_info->block_elems != 0) {
+    return invalid_argument("tensor '{}' is not a 2-D matrix of whole {} blocks", info.name,
+                            format::ggml_type_name(info.type));
+  }
+  QMatrix m;
+  m.type = info.type;
+  m.cols = static_cast<std::int64_t>(info.ne[0]);
+  m.rows = static_cast<std::int64_t>(info.ne[1]);
+  m.row_bytes = static_cast<std::size_t>(info.ne[0] / type_info->block_elems) *
+                type_info->block_bytes;
+  const std::span<const std::uint8_t> bytes = file.tensor_bytes(info);
+  if (bytes.size() != m.row_bytes * static_cast<std::size_t>(m.rows)) {
+    return invalid_argument("tensor '{}' holds {} bytes; {} rows of {} bytes expected", info.name,
+                            bytes.size(), m.rows, m.row_bytes);
+  }
+  if (rotary_heads <= 0) {
+    m.data = bytes.data();
+    m.storage = file.file();
+    return m;
+  }
+  if (m.rows % (2 * rotary_heads) != 0) {
+    return invalid_argument("tensor '{}': {} rows do not split into {} rotary heads", info.name,
+                            m.rows, rotary_heads);
+  }
+  // The same permutation the loader undoes on float rows (model/gguf_model.cpp),
+  // applied to whole block rows: pair i of a head, element j, moves from
+  // row 2i + j to row j * half + i.
+  auto owned = std::make_shared<std::vector<std::uint8_t>>(bytes.size());
+  const std::int64_t head_dim = m.rows / rotary_heads;
+  const std::int64_t half = head_dim / 2;
+  for (std::int64_t h = 0; h < rotary_heads; ++h) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      for (std::int64_t j = 0; j < 2; ++j) {
+        const std::int64_t from = h * head_dim + 2 * i + j;
+        const std::int64_t to = h * head_dim + j * half + i;
+        std::memcpy(owned->data() + static_cast<std::size_t>(to) * m.row_bytes,
+                    bytes.data() + static_cast<std::size_t>(from) * m.row_bytes, m.row_bytes);
+      }
+    }
+  }
+  m.data = owned->data();
+  m.storage = owned;
+  return m;
+}
+
+void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t cols,
+                   ThreadPool& pool, QuantActs& out) {
+  out.kind = kind;
+  out.t = t;
+  out.cols = cols;
+  out.row_bytes = act_row_bytes(kind, cols);
+  const std::size_t need = out.row_bytes * static_cast<std::size_t>(t);
+  if (out.data.size() < need) out.data.resize(need);
+  std::uint8_t* base = out.data.data();
+  const std::size_t rb = out.row_bytes;
+  if (t == 1) {
+    quantize_act(kind, x, cols, base);
+    return;
+  }
+  pool.run([&](int id, int n) {
+    for (std::int64_t r = id; r < t; r += n) {
+      quantize_act(kind, x + r * cols, cols, base + static_cast<std::size_t>(r) * rb);
+    }
+  });
+}
+
+void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, float* y,
+                   std::int64_t y_stride, int part, int parts) {
+  const std::int64_t rows = w.rows;
+  const std::int64_t t = act.t;
+  const std::int64_t cols = w.cols;
+  const std::int64_t per = (rows + parts - 1) / parts;
+  const std::int64_t r0 = std::min(rows, per * part);
+  const std::int64_t r1 = std::min(rows, r0 + per);
+  // Row tiles reused over every activation row (kTile at a time).
+  constexpr std::int64_t kRowTile = 8;
+  for (std::int64_t rb = r0; rb < r1; rb += kRowTile) {
+    const std::int64_t re = std::min(r1, rb + kRowTile);
+    std::int64_t i = 0;
+    if (tile != nullptr) {
+      for (; i + kTile <= t; i += kTile) {
+        const std::uint8_t* rows4[kTile];
+        for (int k = 0; k < kTile; ++k) rows4[k] = act.row(i + k);
+        for (std::int64_t r = rb; r < re; ++r) {
+          float o[kTile];
+          tile(w.row(r), rows4, cols, o);
+          for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r] = o[k];
+        }
+      }
+    }
+    for (; i < t; ++i) {
+      const std::uint8_t* a = act.row(i);
+      float* yi = y + i * y_stride;
+      for (std::int64_t r = rb; r < re; ++r) yi[r] = dot(w.row(r), a, cols);
+    }
+  }
+}
+
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
+             float* y, std::int64_t y_stride) {
+  // Small products are not worth waking the other threads for.
+  if (w.rows * act.t * w.cols < 64 * 1024) {
+    qmatmul_slice(w, act, dot, tile, y, y_stride, 0, 1);
+  } else {
+    pool.run([&](int id, int n) { qmatmul_slice(w, act, dot, tile, y, y_stride, id, n); });
+  }
+}
+
+}  // namespace cellm::cpu
