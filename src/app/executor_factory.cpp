@@ -44,11 +44,9 @@ struct CpuChoice {
 Result<CpuChoice> cpu_choice(const CudaExecutorConfig& config) {
   CpuChoice c;
   std::string name = config.cpu_program;
-  if (name.empty()) name = env_string("CELLM_CPU_PROGRAM").value_or(std::string(cpu::kFastProgram));
+  if (name.empty()) name = std::string(cpu::kFastProgram);
   if (name != cpu::kFastProgram && name != cpu::kReferenceProgram) {
-    return invalid_argument("CPU program '{}': use fast or reference (--cpu-program, "
-                            "CELLM_CPU_PROGRAM)",
-                            name);
+    return invalid_argument("CPU program '{}': use fast or reference (--cpu-program)", name);
   }
   c.fast = name == cpu::kFastProgram;
   c.threads = config.cpu_threads;

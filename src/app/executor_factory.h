@@ -40,8 +40,7 @@ struct CudaExecutorConfig {
   int initial_capacity = -1;     // the pool is sized at load; must be -1 or fit it
   std::string backend = "auto";  // "auto", "cpu" or "cuda"
   // The CPU program: "fast" (GGUF blocks, int8 SIMD kernels, threads) or
-  // "reference" (the float32 golden oracle); empty: $CELLM_CPU_PROGRAM, else
-  // fast. Ignored on CUDA.
+  // "reference" (the float32 golden oracle); empty: fast. Ignored on CUDA.
   std::string cpu_program;
   // Threads of the fast CPU program; 0: $CELLM_THREADS, else every core
   // this process may use.

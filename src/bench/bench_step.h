@@ -43,7 +43,7 @@ struct StepBenchOptions {
   // "auto" (CUDA when built and a device is visible, else the CPU), "cpu" or
   // "cuda". The CPU path is bench_step_cpu.cpp.
   std::string backend = "auto";
-  std::string cpu_program;  // "fast" / "reference"; empty: $CELLM_CPU_PROGRAM, else fast
+  std::string cpu_program;  // "fast" / "reference"; empty: fast
   int threads = 0;          // CPU threads; 0: every core
   // Which of batches / contexts / prompts the command line gave: the CPU
   // replaces the others' GPU sweep with llama-bench's tg64 / pp128 points

@@ -145,8 +145,7 @@ Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
   cfg.max_session_tokens = per_session;
   cfg.kv_dtype = DType::kF32;
   cfg.program.max_step = std::max(2048, longest_prompt);
-  const bool fast = o.cpu_program != "reference" &&
-                    env_string("CELLM_CPU_PROGRAM").value_or("fast") != "reference";
+  const bool fast = o.cpu_program != "reference";
   const double wbytes = weight_bytes(m, fast);
   CELLM_ASSIGN_OR_RETURN(app::LoadedExecutor le, app::create_executor(std::move(m), cfg));
   executor::CudaExecutor& ex = *le.executor;

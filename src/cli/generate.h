@@ -25,7 +25,7 @@ namespace cellm::cli {
 struct ModelArgs {
   std::string model;  // empty: $CELLM_MODEL, else smollm2 (see app/model_path.h)
   std::string backend = "auto";
-  std::string cpu_program;  // empty: $CELLM_CPU_PROGRAM, else fast
+  std::string cpu_program;  // empty: fast
   int threads = 0;          // 0: $CELLM_THREADS, else every core
   int max_sessions = 4;
   int max_session_tokens = 0;  // 0: the model's context

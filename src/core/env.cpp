@@ -26,9 +26,6 @@ constexpr KnobInfo kKnobs[] = {
     {"CELLM_HEAD_ARGMAX", "0 or 1", "1",
      "CUDA: a greedy one-row captured step takes its argmax in the lm_head GEMV; 0 launches "
      "the argmax kernel (scripts/gpu-trace shows its gap)"},
-    {"CELLM_CPU_PROGRAM", "fast or reference", "fast",
-     "CPU: the program a command builds when --cpu-program is not given (reference: the "
-     "float32 golden oracle)"},
     {"CELLM_THREADS", "an integer from 1 to 4096", "every core",
      "CPU: the fast program's threads when --threads is not given"},
 };
