@@ -86,6 +86,18 @@ def same_prompt_tolerance(srv):
     return 0.15 if srv.on_cuda() else 1e-5
 
 
+def same_tops(best, mine_best, top, tol):
+    """Two top-k lists of one position agree: exactly (ids in order, values
+    within tol) on the CPU; on CUDA, where bf16 rounding can swap near-equal
+    entries, every entry of ours is the other's within tol, or below its
+    least entry (it fell out of the other's list)."""
+    if tol < 1e-3:
+        return [t for t, _ in best] == [t for t, _ in mine_best] and all(
+            abs(a[1] - b[1]) < tol for a, b in zip(best, mine_best))
+    return all(abs(top[t] - v) < tol if t in top else v <= min(top.values()) + tol
+               for t, v in mine_best)
+
+
 def t_completions(srv):
     c = srv.client()
     k = 5
@@ -258,9 +270,10 @@ def t_echo(srv):
     check(lp["text_offset"][p] == len(PROMPT), "echo: the generated text starts after the prompt")
 
     # The generated part equals what a request without echo reports.
+    tol = max(same_prompt_tolerance(srv), 1e-4)
     _, gen_lp, _ = completion_logprobs(c, k, stream=False, max_tokens=4)
     check(lp["tokens"][p:] == gen_lp["tokens"] and
-          all(abs(a - b) < 1e-4 for a, b in zip(lp["token_logprobs"][p:], gen_lp["token_logprobs"])),
+          all(abs(a - b) < tol for a, b in zip(lp["token_logprobs"][p:], gen_lp["token_logprobs"])),
           "echo: the generated tokens' logprobs are those without echo")
 
     # Each prompt entry, independently: greedy requests whose prompt is the
@@ -277,16 +290,15 @@ def t_echo(srv):
         # the first of them when greedy).
         best = sorted(top.items(), key=lambda kv: -kv[1])[:k]
         mine_best = sorted(((t, v) for t, v in mine.items()), key=lambda kv: -kv[1])[:k]
-        check([t for t, _ in best] == [t for t, _ in mine_best] and
-              all(abs(a[1] - b[1]) < 1e-4 for a, b in zip(best, mine_best)),
+        check(same_tops(best, mine_best, top, tol),
               f"prompt token {i}: top {k} {mine_best} equal the prefix request's {best}")
         if lp["tokens"][i] in top:
             present += 1
-            check(abs(top[lp["tokens"][i]] - value) < 1e-4,
+            check(abs(top[lp["tokens"][i]] - value) < tol,
                   f"prompt token {i}: logprob {value} equals the prefix request's "
                   f"{top[lp['tokens'][i]]}")
         else:
-            check(value <= min(top.values()) + 1e-4,
+            check(value <= min(top.values()) + tol,
                   f"prompt token {i}: outside the prefix request's top {k}, so no likelier "
                   f"than its least ({value} vs {min(top.values())})")
     print(f"    {present} of {p - 1} prompt tokens among their prefix's top {k}")
@@ -296,7 +308,7 @@ def t_echo(srv):
     check(text == ch.text, f"echo stream: the same text ({text!r})")
     check(s_lp["tokens"] == lp["tokens"] and s_lp["text_offset"] == lp["text_offset"] and
           s_lp["token_logprobs"][0] is None and
-          all(abs(a - b) < 1e-4 for a, b in zip(s_lp["token_logprobs"][1:], lp["token_logprobs"][1:])),
+          all(abs(a - b) < tol for a, b in zip(s_lp["token_logprobs"][1:], lp["token_logprobs"][1:])),
           "echo stream: the same entries")
     chunks = [ch2.text for chunk in c.completions.create(model=MODEL_NAME, prompt=PROMPT,
                                                           max_tokens=3, temperature=0, echo=True,
@@ -313,7 +325,7 @@ def t_echo(srv):
           f"max_tokens 0 with echo: the prompt alone ({z.text!r}, {zero.usage.completion_tokens} "
           f"tokens, {z.finish_reason})")
     check(z.logprobs.tokens == lp["tokens"][:p] and
-          all(abs(a - b) < 1e-4 for a, b in zip(z.logprobs.token_logprobs[1:],
+          all(abs(a - b) < tol for a, b in zip(z.logprobs.token_logprobs[1:],
                                                 lp["token_logprobs"][1:p])),
           "max_tokens 0: the prompt's entries")
     bare = c.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=0, echo=True)

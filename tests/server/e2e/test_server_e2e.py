@@ -64,7 +64,8 @@ class Server:
     def __init__(self, binary, model, *extra, cmd=None):
         # cmd: a whole command line instead (global options before `serve`, other hosts).
         if cmd is None:
-            cmd = [binary, "serve", model, "--host", "127.0.0.1", "--port", "0",
+            # Info logs: the executor's line says which backend runs (on_cuda).
+            cmd = [binary, "--log-level", "info", "serve", model, "--host", "127.0.0.1", "--port", "0",
                    "--served-model-name", MODEL_NAME, *extra]
         print("starting:", " ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
