@@ -369,7 +369,11 @@ def t_errors(srv):
 
 
 def group_logprobs(binary, model):
-    srv = Server(binary, model, "--max-sessions", "8", "--max-session-tokens", "512")
+    # Info logs: the executor's line tells a CUDA server (same_prompt_tolerance).
+    srv = Server(binary, model,
+                 cmd=[binary, "--log-level", "info", "serve", model, "--host", "127.0.0.1",
+                      "--port", "0", "--served-model-name", MODEL_NAME, "--max-sessions", "8",
+                      "--max-session-tokens", "512"])
     try:
         srv.wait_ready()
         for t in (t_completions, t_chat, t_sampled, t_echo, t_errors):

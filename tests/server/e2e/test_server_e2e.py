@@ -64,8 +64,7 @@ class Server:
     def __init__(self, binary, model, *extra, cmd=None):
         # cmd: a whole command line instead (global options before `serve`, other hosts).
         if cmd is None:
-            # Info logs: the executor's line says which backend runs (on_cuda).
-            cmd = [binary, "--log-level", "info", "serve", model, "--host", "127.0.0.1", "--port", "0",
+            cmd = [binary, "serve", model, "--host", "127.0.0.1", "--port", "0",
                    "--served-model-name", MODEL_NAME, *extra]
         print("starting:", " ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -107,7 +106,8 @@ class Server:
         raise RuntimeError("the server did not become ready")
 
     def on_cuda(self):
-        """True when the server runs the CUDA backend (its executor says so in the log)."""
+        """True when the server runs the CUDA backend (its executor says so in the
+        log at --log-level info, which the server must have been started with)."""
         return any("forwards on cuda" in line for line in self.log)
 
     def client(self, **kw):
