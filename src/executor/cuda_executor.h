@@ -216,8 +216,10 @@ class CudaExecutor final : public RawStepExecutor {
   void plan_drafts(const BatchInput& batch, PackedStep& step);
   Status resolve_drafts(const Tensor& logits, std::size_t first_row, BatchOutput& out);
   Status resolve_drafts_on_device(const Tensor& logits, std::size_t first_row, BatchOutput& out);
-  // Ends a drafted input's round: rewinds what was not accepted, counts it.
-  void end_round(const DraftedInput& drafted, std::size_t accepted);
+  // Ends a drafted input's round: rewinds what was not accepted, counts it
+  // and gives the input its output.
+  void end_round(const DraftedInput& drafted, std::size_t accepted, Output output,
+                 BatchOutput& out);
   void publish_kv_cells();
 
   std::shared_ptr<program::Program> program_;

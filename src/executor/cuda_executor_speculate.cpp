@@ -86,7 +86,8 @@ void CudaExecutor::plan_drafts(const BatchInput& batch, PackedStep& step) {
   }
 }
 
-void CudaExecutor::end_round(const DraftedInput& drafted, std::size_t accepted) {
+void CudaExecutor::end_round(const DraftedInput& drafted, std::size_t accepted, Output output,
+                             BatchOutput& out) {
   if (accepted < drafted.drafts.size()) {
     // The real token and the accepted drafts stay; the rest go.
     const std::optional<cache::SeqId> seq = sessions_.sequence(drafted.sid);
@@ -97,6 +98,9 @@ void CudaExecutor::end_round(const DraftedInput& drafted, std::size_t accepted) 
     }
   }
   speculation_->record(drafted.sid, drafted.drafts.size(), accepted);
+  output.drafted = static_cast<std::int32_t>(drafted.drafts.size());
+  output.accepted = static_cast<std::int32_t>(accepted);
+  out.outputs[drafted.input] = std::move(output);
 }
 
 Status CudaExecutor::resolve_drafts(const Tensor& logits, std::size_t first_row,
@@ -132,10 +136,7 @@ Status CudaExecutor::resolve_drafts(const Tensor& logits, std::size_t first_row,
       ++accepted;
     }
     row += 1 + d.drafts.size();
-    end_round(d, accepted);
-    output.drafted = static_cast<std::int32_t>(d.drafts.size());
-    output.accepted = static_cast<std::int32_t>(accepted);
-    out.outputs[d.input] = std::move(output);
+    end_round(d, accepted, std::move(output), out);
   }
   return Status::ok();
 }
@@ -188,10 +189,7 @@ Status CudaExecutor::resolve_drafts_on_device(const Tensor& logits, std::size_t 
       if (i < accepted) sessions_.commit_last_draw(d.sid);
     }
     row += 1 + d.drafts.size();
-    end_round(d, accepted);
-    output.drafted = static_cast<std::int32_t>(d.drafts.size());
-    output.accepted = static_cast<std::int32_t>(accepted);
-    out.outputs[d.input] = std::move(output);
+    end_round(d, accepted, std::move(output), out);
   }
   return Status::ok();
 }

@@ -342,8 +342,8 @@ def t_errors(srv):
     expect(openai.BadRequestError, 400, "logprobs",
            lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, logprobs=21),
            "logprobs above 20")
-    expect(openai.BadRequestError, 400, "echo",
-           lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, echo=True),
+    expect(openai.BadRequestError, 400, "best_of",
+           lambda: c.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=4, best_of=3),
            "an unsupported field")
     expect(openai.BadRequestError, 400, "temperature",
            lambda: c.chat.completions.create(model=MODEL_NAME, temperature=5, max_tokens=4,
