@@ -134,13 +134,14 @@ def t_answer_history_commands(ctx):
     check(answered(first, messages, 1) and answered(second, messages, 3),
           "both answers were shown and kept")
 
-    # Typing while an answer streams: the text must neither run the next turn
-    # nor wait at the next prompt.
+    # Typing while an answer is being made: the text must neither run the
+    # next turn nor wait at the next prompt. It is typed as soon as the
+    # question is sent, not after the first words: on a GPU a 40-token answer
+    # can be over before a test sees its first words.
     story = "Write a long story about a dragon and a knight."
     chat.line("/reset")
     chat.child.send(story + "\r")
     chat.child.expect_exact(story)
-    chat.child.expect(r"\w\w")  # the answer has begun
     chat.child.send("LEAKED TEXT\r")
     chat.child.expect_exact(PROMPT)
     streamed = clean(chat.child.before)
