@@ -8,15 +8,15 @@ Group `structured` (one ctest, server_e2e_structured):
   - response_format json_schema: 60 schemas over the whole subset the
     compiler accepts (grammar/json_schema.h): every root type, type lists
     and nullable, properties / required / additionalProperties (false and
-    true; open maps whose values follow a schema are left to the unit tests
-    of the compiler, since greedy SmolLM2 adds keys to them until
-    max_tokens), items / prefixItems, minItems / maxItems, enum / const
+    true), items / prefixItems, minItems / maxItems, enum / const
     (scalars, null, objects), anyOf / oneOf, $ref to $defs, definitions,
     recursion and chains, minLength / maxLength, formats date, time,
     date-time, uuid and email, integer minimum / maximum / exclusive bounds,
     annotations; on chat and completions, greedy and sampled, streamed and
     not: each reply parses, validates with jsonschema's FormatChecker and
     ends with finish_reason "stop"
+  - open maps (additionalProperties a schema): greedy SmolLM2 may add keys
+    until max_tokens, so a cut reply is checked entry by entry up to the cut
   - tool_choice "required" with two tools and a named function: the reply
     carries tool_calls (finish_reason "tool_calls") whose arguments parse and
     validate against the chosen tool's parameters
@@ -255,6 +255,40 @@ def t_json_object(srv):
     check(isinstance(v, dict), "json_object: the reply is an object")
 
 
+# Open maps: nothing bounds their keys, and greedy SmolLM2 may add keys until
+# max_tokens. A reply cut by max_tokens is still checked: every complete
+# entry before the cut must follow the value schema.
+MAPS = [
+    ("map_of_integers", {"type": "object", "additionalProperties":
+                         {"type": "integer", "minimum": 0, "maximum": 9}}),
+    ("map_of_enums", {"type": "object", "additionalProperties": {"enum": ["yes", "no"]}}),
+]
+
+
+def complete_entries(text):
+    """The entries of a map cut short: everything up to its last comma, closed."""
+    cut = text.rfind(",")
+    return text[:cut] + "}" if cut > 0 else "{}"
+
+
+def t_open_maps(srv):
+    c = srv.client()
+    for name, schema in MAPS:
+        r = c.chat.completions.create(
+            model=MODEL_NAME, max_tokens=120, temperature=0,
+            response_format=schema_format(name, schema),
+            messages=[{"role": "user", "content": "Reply with a JSON object that maps the words "
+                       "cat and dog to values."}])
+        text = r.choices[0].message.content
+        finish = r.choices[0].finish_reason
+        print(f"    {name} ({finish}): {text!r}")
+        check(finish in ("stop", "length"), f"{name}: finish_reason stop or length ({finish})")
+        v = parse(text if finish == "stop" else complete_entries(text), name)
+        if v is not BAD:
+            check(isinstance(v, dict), f"{name}: an object")
+            validate(v, schema, name)
+
+
 def t_json_schemas(srv):
     c = srv.client()
     for i, (name, schema) in enumerate(SCHEMAS):
@@ -394,8 +428,8 @@ def group_structured(binary, model):
     srv = Server(binary, model, "--max-sessions", "4", "--max-session-tokens", "1024")
     try:
         srv.wait_ready()
-        for t in (t_json_object, t_json_schemas, t_streamed_and_completions, t_tool_choice,
-                  t_refusals):
+        for t in (t_json_object, t_json_schemas, t_open_maps, t_streamed_and_completions,
+                  t_tool_choice, t_refusals):
             run_test(t, srv)
     finally:
         srv.kill()
