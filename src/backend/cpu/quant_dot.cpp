@@ -4,6 +4,9 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -33,12 +36,21 @@ std::string_view isa_name(Isa isa) {
   return isa == Isa::kAvx2 ? "avx2" : "scalar";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (ECX bit 29): Clang 14's __builtin_cpu_supports
+// does not know the "f16c" name that GCC accepts.
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 Isa best_isa() {
 #if defined(__x86_64__) || defined(__i386__)
   static const Isa best = [] {
     __builtin_cpu_init();
     return avx2::compiled() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c")
+                   has_f16c()
                ? Isa::kAvx2
                : Isa::kScalar;
   }();
