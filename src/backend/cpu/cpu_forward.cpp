@@ -134,6 +134,30 @@ CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType rope
                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.head_dim)));
 }
 
+void store_step_kv(KvStore& kv, std::int32_t layer, const StepRows& rows, const float* k,
+                   const float* v, std::int64_t kv_dim) {
+  float* k_pool = kv.k(layer);
+  float* v_pool = kv.v(layer);
+  for (std::size_t r = 0; r < rows.write_cells.size(); ++r) {
+    const std::int64_t cell = rows.write_cells[r];
+    const auto row = static_cast<std::int64_t>(r);
+    std::memcpy(k_pool + cell * kv_dim, k + row * kv_dim, sizeof(float) * kv_dim);
+    std::memcpy(v_pool + cell * kv_dim, v + row * kv_dim, sizeof(float) * kv_dim);
+  }
+}
+
+void visible_cells(const StepRows& rows, std::int32_t window,
+                   std::vector<std::span<const std::int32_t>>& cells) {
+  cells.resize(rows.history.size());
+  for (std::size_t r = 0; r < rows.history.size(); ++r) {
+    std::span<const std::int32_t> all = rows.history[r];
+    if (window > 0 && all.size() > static_cast<std::size_t>(window)) {
+      all = all.last(static_cast<std::size_t>(window));
+    }
+    cells[r] = all;
+  }
+}
+
 void CpuForward::attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv) {
   const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const model::LayerSpec& ls = spec_.layers[static_cast<std::size_t>(layer)];
@@ -156,24 +180,10 @@ void CpuForward::attention_block(std::int32_t layer, const StepRows& rows, KvSto
   apply_rope(q_.data(), t, spec_.num_heads, hd, inv, rows.positions.data());
   apply_rope(k_.data(), t, spec_.num_kv_heads, hd, inv, rows.positions.data());
 
-  // This step's K/V go into their cells before anyone attends, so a row sees
-  // the earlier rows of its own sequence in the same step.
-  float* k_pool = kv.k(layer);
-  float* v_pool = kv.v(layer);
-  for (std::int64_t r = 0; r < t; ++r) {
-    const std::int64_t cell = rows.write_cells[static_cast<std::size_t>(r)];
-    std::memcpy(k_pool + cell * kv_dim, k_.data() + r * kv_dim, sizeof(float) * kv_dim);
-    std::memcpy(v_pool + cell * kv_dim, v_.data() + r * kv_dim, sizeof(float) * kv_dim);
-  }
-
-  row_cells_.resize(static_cast<std::size_t>(t));
-  for (std::int64_t r = 0; r < t; ++r) {
-    std::span<const std::int32_t> all = rows.history[static_cast<std::size_t>(r)];
-    if (ls.window > 0 && all.size() > static_cast<std::size_t>(ls.window)) {
-      all = all.last(static_cast<std::size_t>(ls.window));
-    }
-    row_cells_[static_cast<std::size_t>(r)] = all;
-  }
+  store_step_kv(kv, layer, rows, k_.data(), v_.data(), kv_dim);
+  const float* k_pool = kv.k(layer);
+  const float* v_pool = kv.v(layer);
+  visible_cells(rows, ls.window, row_cells_);
   AttentionParams params;
   params.heads = spec_.num_heads;
   params.kv_heads = spec_.num_kv_heads;

@@ -62,6 +62,16 @@ struct StepRows {
   std::vector<std::span<const std::int32_t>> history;
 };
 
+// The attention steps both forwards share. store_step_kv writes the step's
+// K/V rows into their cells of `layer` before anyone attends, so a row sees
+// the earlier rows of its own sequence in the same step. visible_cells gives
+// each row the cells it attends: its history, cut to the layer's window
+// (0: all of it).
+void store_step_kv(KvStore& kv, std::int32_t layer, const StepRows& rows, const float* k,
+                   const float* v, std::int64_t kv_dim);
+void visible_cells(const StepRows& rows, std::int32_t window,
+                   std::vector<std::span<const std::int32_t>>& cells);
+
 // What CpuProgram runs a step through: the float32 reference (CpuForward)
 // or the fast program's forward (fast_forward.h). Same contract as
 // CpuForward::run below.

@@ -226,23 +226,10 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   apply_rope(q_.data(), t, spec_.num_heads, hd, inv, rows.positions.data());
   apply_rope(k_.data(), t, spec_.num_kv_heads, hd, inv, rows.positions.data());
 
-  // As in the reference: this step's K/V land in their cells before anyone
-  // attends, so a row sees the earlier rows of its own sequence.
-  float* k_pool = kv.k(layer);
-  float* v_pool = kv.v(layer);
-  for (std::int64_t r = 0; r < t; ++r) {
-    const std::int64_t cell = rows.write_cells[static_cast<std::size_t>(r)];
-    std::memcpy(k_pool + cell * kv_dim, k_.data() + r * kv_dim, sizeof(float) * kv_dim);
-    std::memcpy(v_pool + cell * kv_dim, v_.data() + r * kv_dim, sizeof(float) * kv_dim);
-  }
-  row_cells_.resize(static_cast<std::size_t>(t));
-  for (std::int64_t r = 0; r < t; ++r) {
-    std::span<const std::int32_t> all = rows.history[static_cast<std::size_t>(r)];
-    if (ls.window > 0 && all.size() > static_cast<std::size_t>(ls.window)) {
-      all = all.last(static_cast<std::size_t>(ls.window));
-    }
-    row_cells_[static_cast<std::size_t>(r)] = all;
-  }
+  store_step_kv(kv, layer, rows, k_.data(), v_.data(), kv_dim);
+  const float* k_pool = kv.k(layer);
+  const float* v_pool = kv.v(layer);
+  visible_cells(rows, ls.window, row_cells_);
   AttentionParams params;
   params.heads = spec_.num_heads;
   params.kv_heads = spec_.num_kv_heads;
