@@ -73,14 +73,21 @@ Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& bac
                                                         const CudaExecutorConfig& config,
                                                         const program::ProgramOptions& options) {
   if (backend.name == "cpu") {
+    // A CPU forward costs what its rows cost, and a static width would pad
+    // both the step's tokens and its logit rows (a 100-token prompt run as
+    // 128 rows, each given the LM head: most of a large-vocabulary prefill).
+    // Width 1 only: every wider step takes the dynamic method at its size.
+    program::ProgramOptions cpu_options = options;
+    cpu_options.static_widths = {1};
     CELLM_ASSIGN_OR_RETURN(CpuChoice choice, cpu_choice(config));
     if (choice.fast) {
       cpu::FastOptions fast;
       fast.threads = choice.threads;
       CELLM_ASSIGN_OR_RETURN(auto p, cpu::create_fast_program(model.spec, model.weights,
-                                                              model.gguf.get(), options, fast));
+                                                              model.gguf.get(), cpu_options, fast));
       return std::shared_ptr<program::Program>(std::move(p));
     }
+    return backend.load(model.spec, model.weights, cpu_options);
   }
   return backend.load(model.spec, model.weights, options);
 }

@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/fast_attention.h"
+#include "backend/cpu/fast_math.h"
 #include "backend/cpu/ops.h"
 #include "core/check.h"
 #include "model/gguf_model.h"
@@ -55,7 +57,8 @@ FastForward::FastForward(model::ModelSpec spec, model::Weights weights, DType ro
     : spec_(std::move(spec)),
       weights_(std::move(weights)),
       options_(options),
-      pool_(std::make_unique<ThreadPool>(options.threads)) {
+      pool_(std::make_unique<ThreadPool>(options.threads)),
+      attn_scratch_(static_cast<std::size_t>(std::max(1, options.threads))) {
   for (const model::LayerSpec& layer : spec_.layers) {
     inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, rope_table_dtype));
   }
@@ -240,11 +243,11 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   // OpenMP team is one thread: see ThreadPool::worker and run()).
   const std::int64_t q_row = spec_.num_heads * hd;
   auto attend = [&](int id, int n) {
+    std::vector<float>& scratch = attn_scratch_[static_cast<std::size_t>(id)];
     for (std::int64_t r = id; r < t; r += n) {
-      attend_cells(q_.data() + r * q_row, k_pool, v_pool,
-                   std::span<const std::span<const std::int32_t>>(row_cells_).subspan(
-                       static_cast<std::size_t>(r), 1),
-                   params, attn_.data() + r * q_row);
+      attend_row_fast(q_.data() + r * q_row, k_pool, v_pool,
+                      row_cells_[static_cast<std::size_t>(r)], params, options_.isa,
+                      attn_.data() + r * q_row, scratch);
     }
   };
   // One row (decode) runs here: waking a thread would cost more than it saves.
@@ -268,7 +271,18 @@ void FastForward::mlp_block(std::int32_t layer, std::int64_t t) {
   begin_input(h_.data(), t, d);
   const Tensor none;
   linear_group({{&lin.gate, gate_.data()}, {&lin.up, up_.data()}}, {&none, &none});
-  gated_activation(gate_.data(), up_.data(), t * ff, spec_.activation);
+  // Whole rows to each thread (one row of a decode runs here).
+  auto activate = [&](int id, int n) {
+    for (std::int64_t r = id; r < t; r += n) {
+      gated_activation_fast(gate_.data() + r * ff, up_.data() + r * ff, ff, spec_.activation,
+                            options_.isa);
+    }
+  };
+  if (t == 1) {
+    activate(0, 1);
+  } else {
+    pool_->run(activate);
+  }
   begin_input(gate_.data(), t, ff);
   linear(lin.down, Tensor(), o_.data());
   add_block_output(w.post_mlp_norm, t);

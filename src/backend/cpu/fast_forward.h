@@ -5,7 +5,8 @@
 // kernels of quant_dot.h, rows split over `threads`; any other weight (f32,
 // f16, bf16, or a type without a kernel) goes through BLAS on its float32
 // copy, as in the reference. Norms, RoPE, activations and attention over the
-// cell cache are the reference's own ops (ops.h) on the reference's KvStore.
+// cell cache are the reference's ops (ops.h) on the reference's KvStore, except
+// attention, which runs in float32 vectors (fast_attention.h).
 //
 // Thread-safety: not thread-safe (scratch buffers); one caller at a time.
 // run() spreads its work over the forward's own ThreadPool of `threads`.
@@ -43,7 +44,7 @@ int available_cores();
 struct FastLinear {
   QMatrix q;
   DotFn dot = nullptr;
-  DotTileFn tile = nullptr;
+  TileKernel tile;
   Tensor f32;
 };
 
@@ -109,6 +110,7 @@ class FastForward final : public ForwardPass {
   std::array<QuantActs, 2> acts_;
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
   std::vector<std::span<const std::int32_t>> row_cells_;
+  std::vector<std::vector<float>> attn_scratch_;  // one per pool thread
 };
 
 }  // namespace cellm::cpu

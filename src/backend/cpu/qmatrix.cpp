@@ -78,27 +78,36 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
   });
 }
 
-void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, float* y,
+void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, TileKernel tile, float* y,
                    std::int64_t y_stride, int part, int parts) {
   const std::int64_t rows = w.rows;
   const std::int64_t t = act.t;
   const std::int64_t cols = w.cols;
-  const std::int64_t per = (rows + parts - 1) / parts;
+  // Whole row tiles to each part, so tiles never straddle two threads.
+  const std::int64_t unit = tile.fn != nullptr ? tile.rows : 1;
+  const std::int64_t units = (rows + unit - 1) / unit;
+  const std::int64_t per = (units + parts - 1) / parts * unit;
   const std::int64_t r0 = std::min(rows, per * part);
   const std::int64_t r1 = std::min(rows, r0 + per);
-  // Row tiles reused over every activation row (kTile at a time).
-  constexpr std::int64_t kRowTile = 8;
-  for (std::int64_t rb = r0; rb < r1; rb += kRowTile) {
-    const std::int64_t re = std::min(r1, rb + kRowTile);
+  // Weight rows kept in cache while every activation tile passes over them.
+  const std::int64_t row_block = std::max<std::int64_t>(8, unit * 4);
+  for (std::int64_t rb = r0; rb < r1; rb += row_block) {
+    const std::int64_t re = std::min(r1, rb + row_block);
     std::int64_t i = 0;
-    if (tile != nullptr) {
+    if (tile.fn != nullptr) {
       for (; i + kTile <= t; i += kTile) {
-        const std::uint8_t* rows4[kTile];
-        for (int k = 0; k < kTile; ++k) rows4[k] = act.row(i + k);
-        for (std::int64_t r = rb; r < re; ++r) {
-          float o[kTile];
-          tile(w.row(r), rows4, cols, o);
-          for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r] = o[k];
+        const std::uint8_t* acts[kTile];
+        for (int k = 0; k < kTile; ++k) acts[k] = act.row(i + k);
+        std::int64_t r = rb;
+        for (; r + unit <= re; r += unit) {
+          float o[kTile * kMaxTileRows];
+          tile.fn(w.row(r), w.row_bytes, acts, cols, o);
+          for (std::int64_t u = 0; u < unit; ++u) {
+            for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r + u] = o[u * kTile + k];
+          }
+        }
+        for (; r < re; ++r) {
+          for (int k = 0; k < kTile; ++k) y[(i + k) * y_stride + r] = dot(w.row(r), acts[k], cols);
         }
       }
     }
@@ -110,7 +119,7 @@ void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn 
   }
 }
 
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, TileKernel tile, ThreadPool& pool,
              float* y, std::int64_t y_stride) {
   // Small products are not worth waking the other threads for.
   if (w.rows * act.t * w.cols < 64 * 1024) {

@@ -62,11 +62,12 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
 // are `y_stride` floats apart. `act` must be quantized for w's type.
 // Thread `part` of `parts`'s share of qmatmul: a contiguous range of w's
 // rows (for callers that put several products in one pool run).
-void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, float* y,
+void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, TileKernel tile, float* y,
                    std::int64_t y_stride, int part, int parts);
 
-// `tile` (may be null) takes kTile activation rows at a time.
-void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, DotTileFn tile, ThreadPool& pool,
+// `tile` (its fn may be null) takes kTile activation rows and tile.rows
+// weight rows at a time; the rest go through `dot`.
+void qmatmul(const QMatrix& w, const QuantActs& act, DotFn dot, TileKernel tile, ThreadPool& pool,
              float* y, std::int64_t y_stride);
 
 }  // namespace cellm::cpu

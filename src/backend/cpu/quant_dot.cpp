@@ -106,14 +106,39 @@ DotFn dot_kernel(GgmlType type, Isa isa) {
   }
 }
 
-DotTileFn dot_tile_kernel(GgmlType type, Isa isa) {
-  if (isa != Isa::kAvx2 || !avx2::compiled()) return nullptr;
+bool has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return avx2::compiled() && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+TileKernel dot_tile_kernel(GgmlType type, Isa isa, bool allow_vnni) {
+  if (isa != Isa::kAvx2 || !avx2::compiled()) return {};
+  if (allow_vnni && has_avx512_vnni()) {
+    switch (type) {
+      case GgmlType::kQ4_0: return {avx2::vnni_q4_0, avx2::kVnniTileRows};
+      case GgmlType::kQ4_1: return {avx2::vnni_q4_1, avx2::kVnniTileRows};
+      case GgmlType::kQ5_0: return {avx2::vnni_q5_0, avx2::kVnniTileRows};
+      case GgmlType::kQ8_0: return {avx2::vnni_q8_0, avx2::kVnniTileRows};
+      default: break;
+    }
+  }
   switch (type) {
-    case GgmlType::kQ4_0: return avx2::tile_q4_0;
-    case GgmlType::kQ4_1: return avx2::tile_q4_1;
-    case GgmlType::kQ5_0: return avx2::tile_q5_0;
-    case GgmlType::kQ8_0: return avx2::tile_q8_0;
-    default: return nullptr;
+    case GgmlType::kQ4_0: return {avx2::tile_q4_0, 1};
+    case GgmlType::kQ4_1: return {avx2::tile_q4_1, 1};
+    case GgmlType::kQ5_0: return {avx2::tile_q5_0, 1};
+    case GgmlType::kQ8_0: return {avx2::tile_q8_0, 1};
+    case GgmlType::kQ4_K: return {avx2::tile_q4_k, 1};
+    case GgmlType::kQ5_K: return {avx2::tile_q5_k, 1};
+    case GgmlType::kQ6_K: return {avx2::tile_q6_k, 1};
+    default: return {};
   }
 }
 

@@ -70,15 +70,28 @@ std::int64_t act_block_elems(ActKind kind);
 // The kernel for `type` in `isa` (nullptr for types without one).
 DotFn dot_kernel(format::GgmlType type, Isa isa);
 
-// Prefill form: one weight row against kTile activation rows at once
-// (out[i] = dot(w, acts[i])), unpacking each weight block once. It keeps
-// float vector accumulators, so it agrees with DotFn within float rounding
-// (not bit for bit); nullptr where a type has none (32-element types on AVX2
-// have one).
+// Prefill form: `rows` weight rows (row_bytes apart) against kTile
+// activation rows at once, out[r * kTile + i] = dot(w row r, acts[i]), so
+// each weight block is unpacked once for kTile tokens and each activation
+// block loaded once for `rows` weight rows. It keeps float vector
+// accumulators, so it agrees with DotFn within float rounding (not bit for
+// bit). Every block type has an AVX2 tile of one weight row; the 32-element
+// types also have four-row tiles on AVX-512 VNNI processors (the integer
+// products then take one instruction, and the 32 vector registers hold the
+// 4 x 4 accumulators).
 inline constexpr int kTile = 4;
-using DotTileFn = void (*)(const void* weight_row, const std::uint8_t* const* act_rows,
-                           std::int64_t cols, float* out);
-DotTileFn dot_tile_kernel(format::GgmlType type, Isa isa);
+inline constexpr int kMaxTileRows = 4;  // the most weight rows a tile takes
+using DotTileFn = void (*)(const void* weight_rows, std::size_t row_bytes,
+                           const std::uint8_t* const* act_rows, std::int64_t cols, float* out);
+struct TileKernel {
+  DotTileFn fn = nullptr;  // null: no tile for this type and ISA
+  int rows = 0;            // weight rows per call
+};
+// The fastest tile this processor runs for `type` on `isa`; `allow_vnni`
+// false gives the AVX2 one (for tests that compare both).
+TileKernel dot_tile_kernel(format::GgmlType type, Isa isa, bool allow_vnni = true);
+// Whether the processor has AVX-512 VNNI with 256-bit vectors (AVX512VL).
+bool has_avx512_vnni();
 // The one-row form of the tile kernel where there is one (the same float
 // accumulation as the tiles, faster than the bit-exact DotFn), else the
 // DotFn: what the fast program's decode uses.
@@ -103,10 +116,30 @@ float dot_q6_k(const void* w, const void* a, std::int64_t cols);
 namespace avx2 {
 // nullptr-free only when built for x86-64; callers go through dot_kernel.
 bool compiled();
-void tile_q4_0(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
-void tile_q4_1(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
-void tile_q5_0(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
-void tile_q8_0(const void* w, const std::uint8_t* const* a, std::int64_t cols, float* out);
+// Tiles of one weight row (AVX2) and of four (AVX-512 VNNI, `vnni_*`).
+void tile_q4_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void tile_q4_1(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void tile_q5_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void tile_q8_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void tile_q4_k(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void tile_q5_k(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void tile_q6_k(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+inline constexpr int kVnniTileRows = kMaxTileRows;
+void vnni_q4_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void vnni_q4_1(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void vnni_q5_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
+void vnni_q8_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
+               float* out);
 // One-row forms of the tiles (float vector accumulation, like the tiles).
 float row_q4_0(const void* w, const void* a, std::int64_t cols);
 float row_q4_1(const void* w, const void* a, std::int64_t cols);

@@ -8,50 +8,10 @@
 #include "backend/cpu/quant_dot.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-#define CELLM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "backend/cpu/quant_avx2_inl.h"
 
 namespace cellm::cpu::avx2 {
-namespace {
-
-CELLM_AVX2 inline float h2f(std::uint16_t h) {
-  return _cvtsh_ss(h);
-}
-
-CELLM_AVX2 inline std::int32_t hsum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-
-// 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) then high.
-CELLM_AVX2 inline __m256i unpack_nibbles(const std::uint8_t* p) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-// Sum of u8 * s8 over 32 lanes, as 8 int32 lanes.
-CELLM_AVX2 inline __m256i dot_u8s8(__m256i u, __m256i s) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-// Bit i of the 32-bit word -> byte i of 0xFF or 0x00.
-CELLM_AVX2 inline __m256i bits_to_bytes(std::uint32_t bits) {
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                         0x0101010101010101LL, 0x0000000000000000LL);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
-  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
-  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-}
-
-CELLM_AVX2 inline __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-}  // namespace
+using namespace detail;
 
 bool compiled() {
   return true;
@@ -232,142 +192,6 @@ CELLM_AVX2 float dot_q6_k(const void* w, const void* a, std::int64_t cols) {
   return acc;
 }
 
-namespace {
-
-CELLM_AVX2 inline float hsum_ps(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// The shared tile loop: `weights(b, &dw, &offset)` gives block b's 32
-// unsigned quants (or, with `sign`, signed ones moved onto the activations),
-// its scale, and the per-unit offset applied to the activation sum
-// (value = dw * q + offset: -8 dw, -16 dw or Q4_1's min).
-template <bool kSign, int kN = kTile, typename Weights>
-CELLM_AVX2 inline void tile_loop(const std::uint8_t* const* a, std::int64_t cols, float* out,
-                                 Weights weights) {
-  const ActQ8* act[kN];
-  for (int i = 0; i < kN; ++i) act[i] = reinterpret_cast<const ActQ8*>(a[i]);
-  __m256 acc[kN];
-  float off[kN] = {};
-  for (int i = 0; i < kN; ++i) acc[i] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < cols / 32; ++b) {
-    float dw, offset;
-    const __m256i q = weights(b, &dw, &offset);
-    const __m256i uq = kSign ? _mm256_sign_epi8(q, q) : q;
-    for (int i = 0; i < kN; ++i) {
-      __m256i x = load32(act[i][b].qs);
-      if (kSign) x = _mm256_sign_epi8(x, q);
-      const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(uq, x));
-      acc[i] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * act[i][b].d), acc[i]);
-      off[i] += offset * act[i][b].d * static_cast<float>(act[i][b].sum);
-    }
-  }
-  for (int i = 0; i < kN; ++i) out[i] = hsum_ps(acc[i]) + off[i];
-}
-
-}  // namespace
-
-CELLM_AVX2 void tile_q4_0(const void* w, const std::uint8_t* const* a, std::int64_t cols,
-                          float* out) {
-  const auto* wb = static_cast<const BlockQ4_0*>(w);
-  tile_loop<false>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    *dw = h2f(wb[b].d);
-    *offset = -8.0f * *dw;
-    return unpack_nibbles(wb[b].qs);
-  });
-}
-
-CELLM_AVX2 float row_q4_0(const void* w, const void* a1, std::int64_t cols) {
-  const auto* a0 = static_cast<const std::uint8_t*>(a1);
-  const std::uint8_t* const a[1] = {a0};
-  float out[1];
-  const auto* wb = static_cast<const BlockQ4_0*>(w);
-  tile_loop<false, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    *dw = h2f(wb[b].d);
-    *offset = -8.0f * *dw;
-    return unpack_nibbles(wb[b].qs);
-  });
-  return out[0];
-}
-
-CELLM_AVX2 void tile_q4_1(const void* w, const std::uint8_t* const* a, std::int64_t cols,
-                          float* out) {
-  const auto* wb = static_cast<const BlockQ4_1*>(w);
-  tile_loop<false>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    *dw = h2f(wb[b].d);
-    *offset = h2f(wb[b].m);
-    return unpack_nibbles(wb[b].qs);
-  });
-}
-
-CELLM_AVX2 float row_q4_1(const void* w, const void* a1, std::int64_t cols) {
-  const auto* a0 = static_cast<const std::uint8_t*>(a1);
-  const std::uint8_t* const a[1] = {a0};
-  float out[1];
-  const auto* wb = static_cast<const BlockQ4_1*>(w);
-  tile_loop<false, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    *dw = h2f(wb[b].d);
-    *offset = h2f(wb[b].m);
-    return unpack_nibbles(wb[b].qs);
-  });
-  return out[0];
-}
-
-CELLM_AVX2 void tile_q5_0(const void* w, const std::uint8_t* const* a, std::int64_t cols,
-                          float* out) {
-  const auto* wb = static_cast<const BlockQ5_0*>(w);
-  tile_loop<false>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    std::uint32_t qh;
-    std::memcpy(&qh, wb[b].qh, 4);
-    *dw = h2f(wb[b].d);
-    *offset = -16.0f * *dw;
-    const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-    return _mm256_or_si256(unpack_nibbles(wb[b].qs), hi);
-  });
-}
-
-CELLM_AVX2 float row_q5_0(const void* w, const void* a1, std::int64_t cols) {
-  const auto* a0 = static_cast<const std::uint8_t*>(a1);
-  const std::uint8_t* const a[1] = {a0};
-  float out[1];
-  const auto* wb = static_cast<const BlockQ5_0*>(w);
-  tile_loop<false, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    std::uint32_t qh;
-    std::memcpy(&qh, wb[b].qh, 4);
-    *dw = h2f(wb[b].d);
-    *offset = -16.0f * *dw;
-    const __m256i hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-    return _mm256_or_si256(unpack_nibbles(wb[b].qs), hi);
-  });
-  return out[0];
-}
-
-CELLM_AVX2 void tile_q8_0(const void* w, const std::uint8_t* const* a, std::int64_t cols,
-                          float* out) {
-  const auto* wb = static_cast<const BlockQ8_0*>(w);
-  tile_loop<true>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    *dw = h2f(wb[b].d);
-    *offset = 0.0f;
-    return load32(wb[b].qs);
-  });
-}
-
-CELLM_AVX2 float row_q8_0(const void* w, const void* a1, std::int64_t cols) {
-  const auto* a0 = static_cast<const std::uint8_t*>(a1);
-  const std::uint8_t* const a[1] = {a0};
-  float out[1];
-  const auto* wb = static_cast<const BlockQ8_0*>(w);
-  tile_loop<true, 1>(a, cols, out, [&](std::int64_t b, float* dw, float* offset) CELLM_AVX2 {
-    *dw = h2f(wb[b].d);
-    *offset = 0.0f;
-    return load32(wb[b].qs);
-  });
-  return out[0];
-}
-
 }  // namespace cellm::cpu::avx2
 
 #else  // not x86: the scalar kernels serve; dot_kernel never picks these.
@@ -381,14 +205,6 @@ float dot_q8_0(const void* w, const void* a, std::int64_t c) { return scalar::do
 float dot_q4_k(const void* w, const void* a, std::int64_t c) { return scalar::dot_q4_k(w, a, c); }
 float dot_q5_k(const void* w, const void* a, std::int64_t c) { return scalar::dot_q5_k(w, a, c); }
 float dot_q6_k(const void* w, const void* a, std::int64_t c) { return scalar::dot_q6_k(w, a, c); }
-void tile_q4_0(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
-void tile_q4_1(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
-void tile_q5_0(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
-void tile_q8_0(const void*, const std::uint8_t* const*, std::int64_t, float*) {}
-float row_q4_0(const void* w, const void* a, std::int64_t c) { return scalar::dot_q4_0(w, a, c); }
-float row_q4_1(const void* w, const void* a, std::int64_t c) { return scalar::dot_q4_1(w, a, c); }
-float row_q5_0(const void* w, const void* a, std::int64_t c) { return scalar::dot_q5_0(w, a, c); }
-float row_q8_0(const void* w, const void* a, std::int64_t c) { return scalar::dot_q8_0(w, a, c); }
 }  // namespace cellm::cpu::avx2
 
 #endif

@@ -222,13 +222,17 @@ TEST_P(FastAccuracy, RowAndTileKernelsMatchExactOnRealWeights) {
     }
     const DotFn exact = dot_kernel(info.type, Isa::kScalar);
     const DotFn row = dot_row_kernel(info.type, best_isa());
-    const DotTileFn tile = dot_tile_kernel(info.type, best_isa());
+    const TileKernel tile = dot_tile_kernel(info.type, best_isa());
     const std::uint8_t* rows4[kTile];
     for (int k = 0; k < kTile; ++k) rows4[k] = a[k].data();
-    const std::int64_t step = std::max<std::int64_t>(1, q->rows / 512);
-    for (std::int64_t r = 0; r < q->rows; r += step) {
-      float tiled[kTile];
-      if (tile != nullptr) tile(q->row(r), rows4, q->cols, tiled);
+    const std::int64_t unit = std::max(1, tile.rows);
+    const std::int64_t step = std::max<std::int64_t>(1, q->rows / 512) * unit;
+    for (std::int64_t r0 = 0; r0 + unit <= q->rows; r0 += step) {
+      float tiles[kTile * kMaxTileRows];
+      if (tile.fn != nullptr) tile.fn(q->row(r0), q->row_bytes, rows4, q->cols, tiles);
+      for (std::int64_t u = 0; u < unit; ++u) {
+      const std::int64_t r = r0 + u;
+      const float* tiled = tiles + u * kTile;
       for (int k = 0; k < kTile; ++k) {
         double magnitude = 0;
         for (std::int64_t c = 0; c < q->cols; ++c) {
@@ -237,9 +241,10 @@ TEST_P(FastAccuracy, RowAndTileKernelsMatchExactOnRealWeights) {
         const float want = exact(q->row(r), a[k].data(), q->cols);
         ASSERT_NEAR(row(q->row(r), a[k].data(), q->cols), want, 2e-6 * magnitude)
             << info.name << " row " << r;
-        if (tile != nullptr) {
+        if (tile.fn != nullptr) {
           ASSERT_NEAR(tiled[k], want, 2e-6 * magnitude) << info.name << " row " << r;
         }
+      }
       }
     }
     ++checked;

@@ -159,12 +159,35 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   quantize_rows(act_kind(c.type), x.data(), t, cols, pool, acts);
   const DotFn dot = dot_row_kernel(c.type, best_isa());
   std::vector<float> y(static_cast<std::size_t>(t * rows), -1.0f);
+  // The summed magnitude of each product, sum |w| |x|: the scale of the
+  // float rounding a tile may add.
+  std::vector<float> wf(static_cast<std::size_t>(rows * cols));
+  ASSERT_TRUE(format::dequantize_f32(c.type, all, wf).is_ok());
+  auto magnitude = [&](std::int64_t i, std::int64_t r) {
+    double sum = 0;
+    for (std::int64_t k = 0; k < cols; ++k) {
+      sum += std::fabs(wf[static_cast<std::size_t>(r * cols + k)] *
+                       x[static_cast<std::size_t>(i * cols + k)]);
+    }
+    return sum;
+  };
   // Without tiles every entry is exactly the row kernel's; with them (the
   // first 4 tokens) the same within float rounding of the summed magnitude.
-  for (const bool tiled : {false, true}) {
-    const DotTileFn tile = tiled ? dot_tile_kernel(c.type, best_isa()) : nullptr;
-    if (tiled && tile == nullptr) continue;
+  // Tiles of both widths where the processor has them: AVX2's one weight
+  // row, AVX-512 VNNI's four (301 rows leave a remainder to the row kernel).
+  std::vector<float> y_one_row;
+  for (const int variant : {0, 1, 2}) {
+    const bool tiled = variant > 0;
+    const TileKernel tile = tiled ? dot_tile_kernel(c.type, best_isa(), variant == 2) : TileKernel{};
+    if (tiled && tile.fn == nullptr) continue;
+    if (variant == 2 && tile.rows == dot_tile_kernel(c.type, best_isa(), false).rows) continue;
+    std::fill(y.begin(), y.end(), -1.0f);
     qmatmul(m, acts, dot, tile, pool, y.data(), rows);
+    // The four-row tile does each pair's arithmetic as the one-row tile.
+    if (variant == 1) y_one_row = y;
+    if (variant == 2) {
+      for (std::size_t k = 0; k < y.size(); ++k) ASSERT_EQ(y[k], y_one_row[k]) << "entry " << k;
+    }
     for (std::int64_t i = 0; i < t; ++i) {
       std::vector<std::uint8_t> a(act_row_bytes(act_kind(c.type), cols));
       quantize_act(act_kind(c.type), x.data() + i * cols, cols, a.data());
@@ -172,7 +195,8 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
         const float want = dot(m.row(r), a.data(), cols);
         const float got = y[static_cast<std::size_t>(i * rows + r)];
         if (tiled && i < kTile) {
-          EXPECT_NEAR(got, want, 1e-5 * (std::fabs(want) + 1.0)) << "tiled token " << i << " row " << r;
+          EXPECT_NEAR(got, want, 1e-6 * (std::fabs(want) + 1.0) + 2e-6 * magnitude(i, r))
+              << "tiled token " << i << " row " << r;
         } else {
           EXPECT_EQ(got, want) << "token " << i << " row " << r;
         }

@@ -1,0 +1,28 @@
+// The fast CPU program's attention over the cell cache: the reference's
+// semantics (attend_cells in ops.h: per head, softmax over the row's
+// visible cells of scale * q.k with the optional tanh softcap, then the
+// weighted sum of the values; grouped-query heads share a KV head) computed
+// in float32 with vector dot products, the heads of one KV group visiting
+// each cell once. The reference accumulates in double, so the two agree
+// within float rounding, not bit for bit.
+//
+// Thread-safety: a pure function over caller-owned memory; `scratch` belongs
+// to the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant_dot.h"
+
+namespace cellm::cpu {
+
+// One row: q and out are [heads, head_dim]; k and v are [cells, kv_heads,
+// head_dim]; `cells` are the row's visible cells (none: out is zeros).
+void attend_row_fast(const float* q, const float* k, const float* v,
+                     std::span<const std::int32_t> cells, const AttentionParams& params, Isa isa,
+                     float* out, std::vector<float>& scratch);
+
+}  // namespace cellm::cpu
