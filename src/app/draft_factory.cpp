@@ -80,6 +80,8 @@ Result<std::shared_ptr<executor::DraftModelProposer>> load_draft_proposer(
   config.program.taps = false;
   // An explicit pool: the draft never sizes itself from free memory.
   config.program.kv_cells = options.sessions * tokens + 1;
+  // A step never holds more than a session (and must be narrower than the pool).
+  config.program.max_step = std::min(config.program.max_step, tokens);
   CELLM_ASSIGN_OR_RETURN(LoadedExecutor loaded, create_executor(std::move(model), config));
   CELLM_LOG_INFO("speculation: draft model {} on {}, {} sessions of {} tokens", label,
                  loaded.backend, options.sessions, tokens);
