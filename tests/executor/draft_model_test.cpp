@@ -28,6 +28,21 @@ namespace {
 
 constexpr std::size_t kTokens = 24;
 
+// The same model drafting for itself: on the CPU program a row's logits do
+// not depend on the step's width, so every draft is kept. The CUDA program's
+// bf16 kernels may round a row differently at another width, which can flip
+// a near tie in the draft's argmax (the output stays the target's): there,
+// nearly every draft.
+void expect_all_kept(const SpeculationCounters& c, const char* what) {
+  EXPECT_GT(c.proposed, 0u) << what;
+  if (kBackend == "cuda") {
+    EXPECT_GE(c.accepted * 10, c.proposed * 9) << what << ": accepted " << c.accepted << " of "
+                                                << c.proposed;
+  } else {
+    EXPECT_EQ(c.accepted, c.proposed) << what;
+  }
+}
+
 class DraftModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,9 +68,7 @@ TEST_F(DraftModelTest, TheModelAsItsOwnDraftHasEveryDraftAcceptedAndChangesNothi
                                        recording.get());
   EXPECT_EQ(spec.generated, plain_.generated);
   ASSERT_TRUE(spec.counters.has_value());
-  EXPECT_GT(spec.counters->proposed, 0u);
-  EXPECT_EQ(spec.counters->accepted, spec.counters->proposed)
-      << "the target's own greedy tokens were drafted, so each should be kept";
+  expect_all_kept(*spec.counters, "own draft, together");
   EXPECT_LT(spec.steps, plain_.steps / 2) << "accepted drafts save decode steps";
   // Batch 1 (the bench's case): each prompt alone.
   for (std::size_t i = 0; i < kDraftPrompts.size(); ++i) {
@@ -63,8 +76,7 @@ TEST_F(DraftModelTest, TheModelAsItsOwnDraftHasEveryDraftAcceptedAndChangesNothi
         run_generation(*target->executor, {kDraftPrompts[i]}, kTokens, draft.get(), recording.get());
     EXPECT_EQ(alone.generated.at(0), plain_.generated[i]) << "prompt " << i << " alone";
   }
-  const SpeculationCounters totals = *target->executor->speculation_counters();
-  EXPECT_EQ(totals.accepted, totals.proposed);
+  expect_all_kept(*target->executor->speculation_counters(), "own draft, every run");
   // Closed target sessions closed their draft sessions.
   EXPECT_EQ(draft->open_sessions(), 0u);
   EXPECT_EQ(dynamic_cast<CudaExecutor&>(draft->draft()).published_kv_cells().used, 0);
@@ -111,8 +123,18 @@ TEST_F(DraftModelTest, ADisturbedDraftRewindsToTheSharedPrefixAndDraftsRightAgai
   EXPECT_GT(disturbed, 2u);
   EXPECT_EQ(spec.generated, plain_.generated);
   ASSERT_TRUE(spec.counters.has_value());
+  expect_all_kept(*spec.counters, "disturbed own draft");
+}
+
+TEST_F(DraftModelTest, NgramDraftsChangeNothingEither) {
+  // Patterns from one token up: the fixtures' random text repeats single
+  // tokens but seldom pairs, and a guess is what is under test here.
+  auto target = make_target("llama", std::make_shared<NgramProposer>(1, 4));
+  ASSERT_TRUE(target);
+  const DraftRun spec = run_generation(*target->executor, kDraftPrompts, kTokens);
+  EXPECT_EQ(spec.generated, plain_.generated);
+  ASSERT_TRUE(spec.counters.has_value());
   EXPECT_GT(spec.counters->proposed, 0u);
-  EXPECT_EQ(spec.counters->accepted, spec.counters->proposed);
 }
 
 // A draft executor that fails its initialize, or every execute after the
