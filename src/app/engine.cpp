@@ -98,7 +98,6 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   CELLM_LOG_INFO("engine: the model's sampling defaults: {}",
                  describe_sampling_defaults(impl->generation_defaults));
 
-  report(progress, "building program", 0.5);
   CudaExecutorConfig config;
   config.model_path = options.model.string();
   config.backend = options.backend;
@@ -130,6 +129,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
     }
     config.speculation.max_drafts = static_cast<std::size_t>(options.speculate_tokens);
   }
+  report(progress, "building program", 0.5);
   SizingRequest sizing;
   sizing.sessions = options.max_sessions;
   sizing.session_tokens = options.max_session_tokens;
