@@ -110,14 +110,6 @@ struct DraftRun {
   std::optional<SpeculationCounters> counters;
 };
 
-// The tokens a generation committed (positions below g.fed).
-inline std::vector<Token> committed(const Gen& g) {
-  std::vector<Token> all(g.prompt->begin(), g.prompt->end());
-  for (std::int64_t t : g.generated) all.push_back(static_cast<Token>(t));
-  all.resize(static_cast<std::size_t>(g.fed));
-  return all;
-}
-
 // Prefills `prompts` together, then decodes them together until each has
 // `tokens` outputs. After every step: the target's cells are exactly the
 // committed tokens; with `draft`, its cells are exactly what its sessions
