@@ -21,6 +21,10 @@
 
 #ifdef CELLM_DRAFT_TEST_GPU
 #include "backend/cuda/cuda_program.h"
+// ctest names tests by suite and test; a CUDA build holds both binaries, so
+// the GPU suites get names of their own (ctest -R GpuDraftModel).
+#define DraftModelTest GpuDraftModelTest
+#define DraftModelSetUp GpuDraftModelSetUp
 #endif
 
 namespace cellm::executor::testing {
