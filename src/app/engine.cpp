@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "app/draft_factory.h"
 #include "app/executor_factory.h"
 #include "app/model_text.h"
 #include "cellm/decode_first_scheduler.h"
@@ -67,6 +68,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
         "(0 picks the default)",
         options.prefill_chunk, options.max_batch_tokens, options.max_decode_sequences);
   }
+  CELLM_RETURN_IF_ERROR(check_speculation_options(options.speculate, options.draft_model));
   auto impl = std::make_unique<Impl>();
   impl->model_name = name_of(options.model);
 
@@ -96,7 +98,6 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   CELLM_LOG_INFO("engine: the model's sampling defaults: {}",
                  describe_sampling_defaults(impl->generation_defaults));
 
-  report(progress, "building program", 0.5);
   CudaExecutorConfig config;
   config.model_path = options.model.string();
   config.backend = options.backend;
@@ -107,9 +108,28 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
     if (options.speculate_tokens < 1 || options.speculate_tokens > 16) {
       return invalid_argument("speculate_tokens is {}; use 1 to 16 drafts", options.speculate_tokens);
     }
-    CELLM_ASSIGN_OR_RETURN(config.speculation.proposer, executor::make_proposer(options.speculate));
+    if (options.speculate == "draft") {
+      // Before the target's executor: on CUDA the target's pool takes a
+      // share of the memory left, so the draft's pool comes first.
+      report(progress, fmt::format("loading draft model {}", options.draft_model.string()), 0.45);
+      DraftModelOptions draft;
+      draft.model = options.draft_model;
+      draft.backend = options.backend;
+      draft.cpu_program = options.cpu_program;
+      draft.threads = options.threads;
+      draft.program = options.program;
+      draft.sessions = static_cast<std::int32_t>(config.speculation.max_batch);
+      draft.session_tokens = std::min(
+          options.max_session_tokens > 0 ? options.max_session_tokens : impl->model.spec.max_context,
+          kDraftContextCap);
+      CELLM_ASSIGN_OR_RETURN(config.speculation.proposer,
+                             load_draft_proposer(draft, impl->model.spec.vocab_size));
+    } else {
+      CELLM_ASSIGN_OR_RETURN(config.speculation.proposer, executor::make_proposer(options.speculate));
+    }
     config.speculation.max_drafts = static_cast<std::size_t>(options.speculate_tokens);
   }
+  report(progress, "building program", 0.5);
   SizingRequest sizing;
   sizing.sessions = options.max_sessions;
   sizing.session_tokens = options.max_session_tokens;

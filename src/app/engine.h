@@ -51,9 +51,11 @@ struct EngineOptions {
   std::int32_t prefill_chunk = 0;
   std::int32_t max_decode_sequences = 0;   // 0: max_sessions
   // Speculative decoding for small decode batches: "off" or a proposer
-  // ("ngram": prompt lookup), with up to speculate_tokens drafts (1..16).
+  // ("ngram": prompt lookup; "draft": the model at draft_model, which must
+  // share the target's vocabulary), with up to speculate_tokens drafts (1..16).
   std::string speculate = "off";
   std::int32_t speculate_tokens = 4;
+  std::filesystem::path draft_model;  // only with speculate "draft"
   program::ProgramOptions program;
   // RunnerOptions::mask_threads (-1: automatic; 0: masks on the engine thread).
   std::int32_t mask_threads = RunnerOptions::kMaskThreadsAuto;

@@ -1,4 +1,8 @@
 // `cellm serve [MODEL]`: the OpenAI-compatible HTTP server (src/server).
+#include <cstdio>
+#include <string>
+
+#include "app/draft_factory.h"
 #include "app/model_path.h"
 #include "cli/commands.h"
 #include "server/serve_main.h"
@@ -38,10 +42,14 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--speculate", args->speculate,
-                  "speculative decoding for small batches: off, or ngram (prompt lookup: drafts "
-                  "copied from the prompt and output, verified in one step)")
+                  "speculative decoding for small batches: off, ngram (prompt lookup: drafts "
+                  "copied from the prompt and output, verified in one step) or draft (drafts "
+                  "from --draft-model)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"off", "ngram"}));
+      ->check(CLI::IsMember({"off", "ngram", "draft"}));
+  cmd->add_option("--draft-model", args->draft_model,
+                  "with --speculate draft: a smaller model sharing the target's tokenizer "
+                  "(Hugging Face folder or .gguf file), run beside it on the same backend");
   cmd->add_option("--speculate-tokens", args->speculate_tokens,
                   "most drafts verified per step and session (the number adapts to acceptance)")
       ->capture_default_str()
@@ -76,6 +84,12 @@ Command add_serve(CLI::App& app) {
                   "repeatable; without it no CORS headers are sent")
       ->allow_extra_args(false);
   return [args, model] {
+    // A usage error, refused before the server listens.
+    if (const Status s = app::check_speculation_options(args->speculate, args->draft_model);
+        !s.is_ok()) {
+      std::fprintf(stderr, "cellm: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
     // Resolved by run_serve after it listens, so a miss shows in /health too.
     args->model = *model;
     return server::run_serve(*args);

@@ -50,9 +50,12 @@ void add_model_options(CLI::App& cmd, ModelArgs& args) {
                  "per-session token limit (0: the model's context, as memory allows)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_option("--speculate", args.speculate,
-                 "speculative decoding: off, or ngram (drafts copied from the prompt and output)")
+                 "speculative decoding: off, ngram (drafts copied from the prompt and output) "
+                 "or draft (drafts from --draft-model)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"off", "ngram"}));
+      ->check(CLI::IsMember({"off", "ngram", "draft"}));
+  cmd.add_option("--draft-model", args.draft_model,
+                 "with --speculate draft: a smaller model sharing the tokenizer (folder or .gguf)");
   cmd.add_option("--speculate-tokens", args.speculate_tokens, "most drafts verified per step")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
@@ -98,6 +101,7 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   options.max_session_tokens = args.max_session_tokens;
   options.speculate = args.speculate;
   options.speculate_tokens = args.speculate_tokens;
+  options.draft_model = args.draft_model;
   options.prefix_cache_entries = prefix_cache_entries;
   app::ProgressCallback progress;
   if (show_progress) {

@@ -31,6 +31,7 @@ struct ModelArgs {
   int max_session_tokens = 0;  // 0: the model's context
   std::string speculate = "off";  // app::EngineOptions::speculate
   int speculate_tokens = 4;
+  std::string draft_model;  // app::EngineOptions::draft_model
 };
 
 // Settings left unset on the command line take the model's own defaults

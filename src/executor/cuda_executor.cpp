@@ -85,6 +85,8 @@ bool CudaExecutor::initialize() {
   if (has_masker_) names.push_back(program::kMaskMethod);
   if (has_logprobs_) names.push_back(program::kLogprobsMethod);
   initialized_ = bind_and_load(*program_, cache_, names);
+  // A proposer with forwards of its own loads them on this thread too.
+  if (initialized_ && speculation_) speculation_->options().proposer->initialize();
   return initialized_;
 }
 
@@ -543,6 +545,7 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
         CELLM_LOG_ERROR("executor: speculative sampling failed: {}", resolved.to_string());
         return false;
       }
+      if (forward->taps) hand_taps(*forward->taps, slice.offset, {}, step, out);
     }
     if (!prompt.rows.empty()) {
       if (const Status scored = score_prompt(forward->logits, wanted.size() + draft_rows, prompt);
@@ -568,6 +571,7 @@ bool CudaExecutor::execute(const BatchInput& batch, BatchOutput& out) {
         pending_prompt_.erase(it);
       }
     }
+    if (forward->taps) hand_taps(*forward->taps, slice.offset, wanted, step, out);
   }
   return true;
 }

@@ -220,6 +220,12 @@ class CudaExecutor final : public RawStepExecutor {
   // and gives the input its output.
   void end_round(const DraftedInput& drafted, std::size_t accepted, Output output,
                  BatchOutput& out);
+  // Hands a proposer that wants taps (DraftProposer::wants_taps) the tap of
+  // each output's last kept row in this slice: the drafted inputs' (after
+  // resolve_drafts, `plain` empty) or the plain `plain` inputs'. Host taps
+  // [width, D] of the slice starting at `offset` only.
+  void hand_taps(const Tensor& taps, std::int64_t offset, const std::vector<std::size_t>& plain,
+                 const PackedStep& step, const BatchOutput& out);
   void publish_kv_cells();
 
   std::shared_ptr<program::Program> program_;
@@ -256,6 +262,7 @@ class CudaExecutor final : public RawStepExecutor {
   std::unique_ptr<Speculation> speculation_;  // null: off
   std::vector<DraftedInput> drafted_;          // this step's drafted inputs
   std::vector<SessionId> draft_sessions_;      // resolve's row -> session
+  std::vector<float> tap_scratch_;             // hand_taps' row
   // Prompt scores waiting for their session's next output (a chunked
   // prompt's rows come over several steps); dropped when it closes.
   std::unordered_map<SessionId, std::vector<TokenLogprobs>> pending_prompt_;

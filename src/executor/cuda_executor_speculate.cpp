@@ -194,4 +194,34 @@ Status CudaExecutor::resolve_drafts_on_device(const Tensor& logits, std::size_t 
   return Status::ok();
 }
 
+void CudaExecutor::hand_taps(const Tensor& taps, std::int64_t offset,
+                             const std::vector<std::size_t>& plain, const PackedStep& step,
+                             const BatchOutput& out) {
+  if (!speculation_ || !speculation_->options().proposer->wants_taps() ||
+      taps.device() != Device::kCpu || taps.rank() != 2) {
+    return;
+  }
+  DraftProposer& proposer = *speculation_->options().proposer;
+  std::vector<float>& tap = tap_scratch_;
+  const auto give = [&](SessionId sid, std::int64_t row) {
+    if (row < offset || row - offset >= taps.dim(0)) return;
+    sampling::row_to_f32(taps, row - offset, tap);
+    proposer.observe_taps(sid, step.positions[static_cast<std::size_t>(row)], tap);
+  };
+  if (plain.empty()) {
+    for (const DraftedInput& d : drafted_) {
+      const std::optional<Output>& o = out.outputs[d.input];
+      const std::int64_t accepted = o ? o->accepted : 0;
+      // The row whose draw was the last token kept: the real token's when
+      // no draft was, else the last accepted draft's.
+      give(d.sid, accepted == 0 ? d.token_row : d.first_draft_row + accepted - 1);
+    }
+    return;
+  }
+  for (std::size_t input : plain) {
+    const std::optional<Output>& o = out.outputs[input];
+    give(o ? o->sid : 0, step.logit_indices[input]);
+  }
+}
+
 }  // namespace cellm::executor

@@ -34,7 +34,10 @@ void NgramProposer::propose(SessionId /*session*/, std::span<const Token> histor
 
 Result<std::shared_ptr<DraftProposer>> make_proposer(const std::string& name) {
   if (name == "ngram") return std::shared_ptr<DraftProposer>(std::make_shared<NgramProposer>(2, 4));
-  return invalid_argument("unknown speculation method '{}'; use ngram (or off)", name);
+  if (name == "draft") {
+    return invalid_argument("speculation method 'draft' needs a draft model: give --draft-model PATH");
+  }
+  return invalid_argument("unknown speculation method '{}'; use ngram or draft (or off)", name);
 }
 
 }  // namespace cellm::executor

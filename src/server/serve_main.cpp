@@ -181,6 +181,7 @@ int run_serve(const ServeArgs& args) {
     eo.max_batch_tokens = args.max_batch_tokens;
     eo.speculate = args.speculate;
     eo.speculate_tokens = args.speculate_tokens;
+    eo.draft_model = args.draft_model;
     // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
     eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();

@@ -33,8 +33,9 @@ struct ServeArgs {
   std::int32_t drain_timeout_s = 30;
   std::int32_t prefill_chunk = 0;     // 0: the engine's default (256)
   std::int32_t max_batch_tokens = 0;  // 0: decodes plus two prefill chunks
-  std::string speculate = "off";      // or "ngram" (app::EngineOptions::speculate)
+  std::string speculate = "off";      // "ngram" or "draft" (app::EngineOptions::speculate)
   std::int32_t speculate_tokens = 4;
+  std::string draft_model;            // with speculate "draft" (app::EngineOptions::draft_model)
   // Access: with any key (--api-key, or --api-key-file with one key per
   // line) every route but /, /health and, with metrics_open, /metrics needs
   // "Authorization: Bearer KEY".
