@@ -3,10 +3,30 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/qmatrix_x8.h"
+
 namespace cellm::cpu {
 
+namespace {
+
+// The x8 layout where it pays (see qmatrix_from_gguf).
+void maybe_x8(QMatrix& m, QLayout layout) {
+  if (layout != QLayout::kAuto || !has_avx512_vnni() || !x8_type(m.type) ||
+      m.rows % kX8Rows != 0) {
+    return;
+  }
+  auto owned = std::make_shared<std::vector<std::uint8_t>>(
+      repack_x8(m.type, m.data, m.rows, m.cols, m.row_bytes));
+  m.x8 = true;
+  m.group_bytes = owned->size() / static_cast<std::size_t>(m.rows / kX8Rows);
+  m.data = owned->data();
+  m.storage = owned;
+}
+
+}  // namespace
+
 Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::GgufTensorInfo& info,
-                                  std::int32_t rotary_heads) {
+                                  std::int32_t rotary_heads, QLayout layout) {
   if (!has_quant_kernel(info.type)) {
     return invalid_argument("tensor '{}' is {}: the fast CPU program has no kernel for it",
                             info.name, format::ggml_type_name(info.type));
@@ -30,6 +50,7 @@ Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::Gg
   if (rotary_heads <= 0) {
     m.data = bytes.data();
     m.storage = file.file();
+    maybe_x8(m, layout);
     return m;
   }
   if (m.rows % (2 * rotary_heads) != 0) {
@@ -54,6 +75,7 @@ Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::Gg
   }
   m.data = owned->data();
   m.storage = owned;
+  maybe_x8(m, layout);
   return m;
 }
 
@@ -80,6 +102,10 @@ void quantize_rows(ActKind kind, const float* x, std::int64_t t, std::int64_t co
 
 void qmatmul_slice(const QMatrix& w, const QuantActs& act, DotFn dot, TileKernel tile, float* y,
                    std::int64_t y_stride, int part, int parts) {
+  if (w.x8) {
+    qgemm_x8_slice(w, act, y, y_stride, part, parts);
+    return;
+  }
   const std::int64_t rows = w.rows;
   const std::int64_t t = act.t;
   const std::int64_t cols = w.cols;

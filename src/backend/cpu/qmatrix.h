@@ -26,6 +26,10 @@ struct QMatrix {
   std::size_t row_bytes = 0;
   const std::uint8_t* data = nullptr;   // rows * row_bytes
   std::shared_ptr<const void> storage;  // keeps `data` alive (mapping or own copy)
+  // The x8 layout (qmatrix_x8.h): `data` holds rows / 8 groups of
+  // group_bytes each, and row() means nothing.
+  bool x8 = false;
+  std::size_t group_bytes = 0;
 
   bool defined() const { return data != nullptr; }
   const std::uint8_t* row(std::int64_t r) const {
@@ -37,9 +41,12 @@ struct QMatrix {
 // `rotary_heads` > 0 the rows are reordered from GGUF's interleaved rotary
 // layout to the half-split one (llama Q/K), into an owned copy.
 // InvalidArgument when the type has no kernel or the shape is not 2-D with
-// whole blocks per row.
+// whole blocks per row. kAuto repacks into the x8 layout where the
+// processor has AVX-512 VNNI and the type and row count allow; kRows keeps
+// the file's row layout.
+enum class QLayout : std::uint8_t { kAuto, kRows };
 Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::GgufTensorInfo& info,
-                                  std::int32_t rotary_heads);
+                                  std::int32_t rotary_heads, QLayout layout = QLayout::kAuto);
 
 // A quantized activation batch: `t` rows of `cols` values in blocks of `kind`.
 struct QuantActs {

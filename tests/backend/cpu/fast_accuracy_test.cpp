@@ -194,62 +194,73 @@ INSTANTIATE_TEST_SUITE_P(Models, FastAccuracy, ::testing::ValuesIn(kModels),
                                       : std::string("SmolLM2_135M_Q4_1");
                          });
 
-// The decode (row) and prefill (tile) kernels against the bit-exact block
-// kernel on the model's own quantized matrices, every row, with activations
-// that carry outliers: they may differ only by float32 rounding of the
-// summed magnitude of the products.
+// The decode (row) and prefill (tile) kernels, and the threaded product in
+// the layout the program uses (x8 on VNNI processors), against the
+// bit-exact block kernel on the model's own quantized matrices, with
+// activations that carry outliers: they may differ only by float32
+// rounding of the summed magnitude of the products.
 TEST_P(FastAccuracy, RowAndTileKernelsMatchExactOnRealWeights) {
   const format::GgufFile& f = *model_->gguf;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  int checked = 0;
+  ThreadPool pool(2);
+  int checked = 0, x8 = 0;
+  // kTile + 1 tokens: one whole tile and a lone row.
+  constexpr int kTokens = kTile + 1;
   for (const auto& info : f.tensors()) {
     if (!has_quant_kernel(info.type) || info.ne.size() != 2) continue;
     if (info.name.find("blk.0.") != 0 && info.name != "token_embd.weight") continue;
-    auto q = qmatrix_from_gguf(f, info, 0);
+    auto q = qmatrix_from_gguf(f, info, 0, QLayout::kRows);
     ASSERT_TRUE(q.ok()) << q.status().to_string();
+    auto used = qmatrix_from_gguf(f, info, 0);
+    ASSERT_TRUE(used.ok()) << used.status().to_string();
+    x8 += used->x8 ? 1 : 0;
     auto deq = f.dequantize(info, DType::kF32);
     ASSERT_TRUE(deq.ok());
     const float* wf = deq->data_as<float>();
     const ActKind kind = act_kind(info.type);
-    std::vector<float> x(static_cast<std::size_t>(q->cols * kTile));
+    std::vector<float> x(static_cast<std::size_t>(q->cols * kTokens));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 97 == 0 ? 50.0f : 1.0f);
-    std::vector<std::vector<std::uint8_t>> a(kTile);
-    std::vector<std::vector<float>> xq(kTile);
-    for (int k = 0; k < kTile; ++k) {
-      a[k].resize(act_row_bytes(kind, q->cols));
-      quantize_act(kind, x.data() + k * q->cols, q->cols, a[k].data());
-    }
+    QuantActs acts;
+    quantize_rows(kind, x.data(), kTokens, q->cols, pool, acts);
     const DotFn exact = dot_kernel(info.type, Isa::kScalar);
     const DotFn row = dot_row_kernel(info.type, best_isa());
     const TileKernel tile = dot_tile_kernel(info.type, best_isa());
+    std::vector<float> y(static_cast<std::size_t>(kTokens * q->rows));
+    qmatmul(*used, acts, row, tile, pool, y.data(), q->rows);
     const std::uint8_t* rows4[kTile];
-    for (int k = 0; k < kTile; ++k) rows4[k] = a[k].data();
+    for (int k = 0; k < kTile; ++k) rows4[k] = acts.row(k);
     const std::int64_t unit = std::max(1, tile.rows);
     const std::int64_t step = std::max<std::int64_t>(1, q->rows / 512) * unit;
     for (std::int64_t r0 = 0; r0 + unit <= q->rows; r0 += step) {
       float tiles[kTile * kMaxTileRows];
       if (tile.fn != nullptr) tile.fn(q->row(r0), q->row_bytes, rows4, q->cols, tiles);
       for (std::int64_t u = 0; u < unit; ++u) {
-      const std::int64_t r = r0 + u;
-      const float* tiled = tiles + u * kTile;
-      for (int k = 0; k < kTile; ++k) {
-        double magnitude = 0;
-        for (std::int64_t c = 0; c < q->cols; ++c) {
-          magnitude += std::fabs(wf[r * q->cols + c] * x[static_cast<std::size_t>(k * q->cols + c)]);
+        const std::int64_t r = r0 + u;
+        for (int k = 0; k < kTokens; ++k) {
+          double magnitude = 0;
+          for (std::int64_t c = 0; c < q->cols; ++c) {
+            magnitude +=
+                std::fabs(wf[r * q->cols + c] * x[static_cast<std::size_t>(k * q->cols + c)]);
+          }
+          const float want = exact(q->row(r), acts.row(k), q->cols);
+          ASSERT_NEAR(row(q->row(r), acts.row(k), q->cols), want, 2e-6 * magnitude)
+              << info.name << " row " << r;
+          ASSERT_NEAR(y[static_cast<std::size_t>(k * q->rows + r)], want, 2e-6 * magnitude)
+              << info.name << " row " << r << " token " << k << (used->x8 ? " (x8)" : "");
+          if (tile.fn != nullptr && k < kTile) {
+            ASSERT_NEAR(tiles[u * kTile + k], want, 2e-6 * magnitude) << info.name << " row " << r;
+          }
         }
-        const float want = exact(q->row(r), a[k].data(), q->cols);
-        ASSERT_NEAR(row(q->row(r), a[k].data(), q->cols), want, 2e-6 * magnitude)
-            << info.name << " row " << r;
-        if (tile.fn != nullptr) {
-          ASSERT_NEAR(tiled[k], want, 2e-6 * magnitude) << info.name << " row " << r;
-        }
-      }
       }
     }
     ++checked;
   }
   EXPECT_GT(checked, 0);
+  // The layout the program runs was the one tested.
+  if (has_avx512_vnni()) {
+    EXPECT_GT(x8, 0);
+  }
 }
 
 // The shared Hugging Face fixtures (bf16/f16/f32 safetensors): no GGUF

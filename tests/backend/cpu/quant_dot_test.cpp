@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/qmatrix.h"
+#include "backend/cpu/qmatrix_x8.h"
 #include "backend/cpu/quant_dot.h"
 #include "core/dtype.h"
 #include "format/ggml_types.h"
@@ -205,7 +206,66 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   }
 }
 
+// The x8 layout (qmatrix_x8.h) on random blocks: the threaded product in
+// groups of eight rows equals the exact row dots within float rounding of
+// the summed magnitude, for a lone token and a whole tile.
+class QuantDotX8 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
+  const Case c = GetParam();
+  ASSERT_TRUE(x8_type(c.type));
+  if (!has_avx512_vnni()) GTEST_SKIP() << "this processor has no AVX-512 VNNI: the x8 layout is not used";
+  std::mt19937 rng(7 + static_cast<unsigned>(c.type));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::int64_t cols = 256, rows = 40, t = kTile + 1;
+  std::vector<std::uint8_t> all;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto row = random_row(c.type, cols, rng);
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  QMatrix m;
+  m.type = c.type;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = all.size() / rows;
+  m.data = all.data();
+  std::vector<std::uint8_t> packed = repack_x8(c.type, all.data(), rows, cols, m.row_bytes);
+  QMatrix x8 = m;
+  x8.x8 = true;
+  x8.group_bytes = packed.size() / (rows / kX8Rows);
+  x8.data = packed.data();
+  std::vector<float> x(static_cast<std::size_t>(t * cols));
+  for (auto& v : x) v = normal(rng);
+  std::vector<float> wf(static_cast<std::size_t>(rows * cols));
+  ASSERT_TRUE(format::dequantize_f32(c.type, all, wf).is_ok());
+  QuantActs acts;
+  ThreadPool pool(3);
+  quantize_rows(ActKind::kQ8, x.data(), t, cols, pool, acts);
+  std::vector<float> y(static_cast<std::size_t>(t * rows), -1.0f);
+  qmatmul(x8, acts, nullptr, TileKernel{}, pool, y.data(), rows);
+  const DotFn exact = dot_kernel(c.type, Isa::kScalar);
+  for (std::int64_t i = 0; i < t; ++i) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double magnitude = 0;
+      for (std::int64_t k = 0; k < cols; ++k) {
+        magnitude += std::fabs(wf[static_cast<std::size_t>(r * cols + k)] *
+                               x[static_cast<std::size_t>(i * cols + k)]);
+      }
+      const float want = exact(m.row(r), acts.row(i), cols);
+      EXPECT_NEAR(y[static_cast<std::size_t>(i * rows + r)], want, 2e-6 * magnitude + 1e-6)
+          << "token " << i << " row " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, QuantDot, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+const Case kX8Cases[] = {{GgmlType::kQ4_0, "Q4_0"},
+                         {GgmlType::kQ4_1, "Q4_1"},
+                         {GgmlType::kQ5_0, "Q5_0"},
+                         {GgmlType::kQ8_0, "Q8_0"}};
+INSTANTIATE_TEST_SUITE_P(Types, QuantDotX8, ::testing::ValuesIn(kX8Cases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(QuantDotIsa, ThisMachineUsesAvx2WhenItHasIt) {
