@@ -29,6 +29,7 @@ JsonPrefixScanner::Step JsonPrefixScanner::push(char c) {
     case Mode::kDone:
     case Mode::kFailed: return fail();
     case Mode::kString: {
+      if (need_low_ && c != '\\') return fail();  // a high surrogate needs its low half
       if (c == '"') {
         Step s;
         s.ends = true;
@@ -49,6 +50,9 @@ JsonPrefixScanner::Step JsonPrefixScanner::push(char c) {
       if (c == 'u') {
         mode_ = Mode::kHex;
         hex_left_ = 4;
+        code_ = 0;
+      } else if (need_low_) {
+        return fail();
       } else if (kSimple.find(c) != std::string_view::npos) {
         mode_ = Mode::kString;
       } else {
@@ -56,10 +60,20 @@ JsonPrefixScanner::Step JsonPrefixScanner::push(char c) {
       }
       return {};
     }
-    case Mode::kHex:
+    case Mode::kHex: {
       if (!is_hex(c)) return fail();
-      if (--hex_left_ == 0) mode_ = Mode::kString;
+      const int digit = is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
+      code_ = code_ * 16 + digit;
+      if (--hex_left_ > 0) return {};
+      mode_ = Mode::kString;
+      // UTF-16 surrogates come in pairs (\uD83D\uDE00); a lone half is not
+      // a character, and parsers (nlohmann's) refuse it.
+      const bool high = code_ >= 0xD800 && code_ <= 0xDBFF;
+      const bool low = code_ >= 0xDC00 && code_ <= 0xDFFF;
+      if (need_low_ != low) return fail();
+      need_low_ = high;
       return {};
+    }
     case Mode::kLiteral: {
       if (c != literal_rest_.front()) return fail();
       literal_rest_.remove_prefix(1);

@@ -1,6 +1,7 @@
 // JsonPrefixScanner: checks, byte by byte, that text is a prefix of one JSON
 // value (RFC 8259: objects, arrays, strings with their escapes and no raw
-// control characters, numbers, true/false/null) and says where the values
+// control characters, numbers, true/false/null; \u escapes of UTF-16
+// surrogates must pair, as nlohmann's parser requires) and says where the values
 // and object keys in it begin and end. The tool-call streamer uses it to
 // release a call's arguments while they are still being generated: every
 // piece it releases keeps the arguments a valid JSON prefix, and it knows the
@@ -73,6 +74,8 @@ class JsonPrefixScanner {
   Num num_ = Num::kInt;
   bool string_is_key_ = false;
   int hex_left_ = 0;
+  int code_ = 0;           // the \u escape's value so far
+  bool need_low_ = false;  // after a high surrogate's escape: its low half must follow
   std::string_view literal_rest_;  // the letters a literal still needs
 };
 
