@@ -29,6 +29,15 @@ JsonPrefixScanner::Step JsonPrefixScanner::push(char c) {
     case Mode::kDone:
     case Mode::kFailed: return fail();
     case Mode::kString: {
+      const auto b = static_cast<unsigned char>(c);
+      if (utf8_left_ > 0) {
+        if (b < utf8_lo_ || b > utf8_hi_) return fail();
+        --utf8_left_;
+        utf8_lo_ = 0x80;
+        utf8_hi_ = 0xBF;
+        return {};
+      }
+      if (b >= 0x80) return utf8_lead(b) ? Step{} : fail();
       if (need_low_ && c != '\\') return fail();  // a high surrogate needs its low half
       if (c == '"') {
         Step s;
@@ -168,6 +177,26 @@ JsonPrefixScanner::Step JsonPrefixScanner::close_container() {
   s.level = depth();
   mode_ = after_value();
   return s;
+}
+
+bool JsonPrefixScanner::utf8_lead(unsigned char b) {
+  // RFC 3629: no overlong forms, no encoded surrogates, nothing past U+10FFFF.
+  utf8_lo_ = 0x80;
+  utf8_hi_ = 0xBF;
+  if (b >= 0xC2 && b <= 0xDF) {
+    utf8_left_ = 1;
+  } else if (b >= 0xE0 && b <= 0xEF) {
+    utf8_left_ = 2;
+    if (b == 0xE0) utf8_lo_ = 0xA0;
+    if (b == 0xED) utf8_hi_ = 0x9F;
+  } else if (b >= 0xF0 && b <= 0xF4) {
+    utf8_left_ = 3;
+    if (b == 0xF0) utf8_lo_ = 0x90;
+    if (b == 0xF4) utf8_hi_ = 0x8F;
+  } else {
+    return false;
+  }
+  return !need_low_;  // a high surrogate's escape must be followed by its low half
 }
 
 bool JsonPrefixScanner::number_continues(char c) {

@@ -9,7 +9,8 @@
 //
 // Numbers are the one thing whose end is not reported: a number ends at the
 // byte after it, which the scanner reports as what it is (a ',', a closing
-// bracket, ...). UTF-8 inside strings is passed through, not validated.
+// bracket, ...). Strings must be valid UTF-8 (RFC 3629), as JSON parsers
+// such as nlohmann's require.
 //
 // Thread-safety: a scanner is a plain value, used by one thread.
 #pragma once
@@ -66,6 +67,8 @@ class JsonPrefixScanner {
   // Whether `c` continues the number; false leaves it to end there (or fail).
   bool number_continues(char c);
   bool number_can_end() const;
+  // A UTF-8 lead byte in a string: sets up its continuation bytes.
+  bool utf8_lead(unsigned char b);
   Mode after_value() const { return stack_.empty() ? Mode::kDone : Mode::kAfterValue; }
   Step fail();
 
@@ -76,6 +79,9 @@ class JsonPrefixScanner {
   int hex_left_ = 0;
   int code_ = 0;           // the \u escape's value so far
   bool need_low_ = false;  // after a high surrogate's escape: its low half must follow
+  int utf8_left_ = 0;      // continuation bytes the current character still needs
+  unsigned char utf8_lo_ = 0x80;  // the range of the next continuation byte
+  unsigned char utf8_hi_ = 0xBF;
   std::string_view literal_rest_;  // the letters a literal still needs
 };
 

@@ -130,6 +130,17 @@ std::optional<std::vector<ParsedCall>> parse_mistral(std::string_view body) {
   return calls;
 }
 
+std::optional<std::vector<ParsedCall>> parse_body(ToolFormat format, std::string_view body) {
+  switch (format) {
+    case ToolFormat::kLlama3: return parse_llama3(body);
+    case ToolFormat::kHermes: return parse_hermes(body);
+    case ToolFormat::kMistral: return parse_mistral(body);
+    case ToolFormat::kGemma: return parse_python_calls(body);
+    case ToolFormat::kNone: break;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view tool_format_name(ToolFormat format) {
@@ -172,14 +183,13 @@ ToolFormat detect_tool_format(std::string_view source, std::string_view arch) {
 }
 
 std::optional<std::vector<ParsedCall>> parse_tool_body(ToolFormat format, std::string_view body) {
-  switch (format) {
-    case ToolFormat::kLlama3: return parse_llama3(body);
-    case ToolFormat::kHermes: return parse_hermes(body);
-    case ToolFormat::kMistral: return parse_mistral(body);
-    case ToolFormat::kGemma: return parse_python_calls(body);
-    case ToolFormat::kNone: break;
+  // Serializing text that is not valid UTF-8 throws: such a body is no call.
+  try {
+    return parse_body(format, body);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
   }
-  return std::nullopt;
 }
+
 
 }  // namespace cellm::server
