@@ -278,8 +278,9 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
     deltas.clear();
     if (!next(&deltas, client_gone)) break;
     for (Delta& d : deltas) {
-      const bool calls = std::any_of(d.tool_events.begin(), d.tool_events.end(),
-                                     [](const ToolEvent& e) { return e.kind != ToolEvent::Kind::kContent; });
+      const bool calls = std::any_of(d.tool_events.begin(), d.tool_events.end(), [](auto& e) {
+        return e.kind != ToolEvent::Kind::kContent;
+      });
       if (!calls) {
         for (ToolEvent& e : d.tool_events) d.text += e.text;
         chunk(Choice{d.choice, std::move(d.text), d.finish_reason, {}, logprobs_of(d)}, false);
@@ -300,12 +301,7 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
                 false);
           continue;
         }
-        ToolCall call;
-        call.index = e.index;
-        call.id = std::move(e.id);
-        call.name = std::move(e.name);
-        nlohmann::json body = tool_call_chunk_json(
-            setup_.ids, d.choice, call, e.kind == ToolEvent::Kind::kCallStart, e.text);
+        nlohmann::json body = tool_event_chunk_json(setup_.ids, d.choice, e);
         if (setup_.include_usage) body["usage"] = nullptr;
         send(body);
       }
@@ -334,21 +330,8 @@ std::pair<int, nlohmann::json> GenerationRun::collect(const std::function<bool()
     for (Delta& d : deltas) {
       Choice& c = result[static_cast<std::size_t>(d.choice)];
       c.text += d.text;
-      // Tool calls as the stream shows them: a call's arguments are the
-      // concatenation of its pieces (an unfinished call keeps what it got).
-      for (ToolEvent& e : d.tool_events) {
-        if (e.kind == ToolEvent::Kind::kContent) {
-          c.text += e.text;
-        } else if (e.kind == ToolEvent::Kind::kCallStart) {
-          ToolCall call;
-          call.index = e.index;
-          call.id = std::move(e.id);
-          call.name = std::move(e.name);
-          c.tool_calls.push_back(std::move(call));
-        } else if (e.index >= 0 && static_cast<std::size_t>(e.index) < c.tool_calls.size()) {
-          c.tool_calls[static_cast<std::size_t>(e.index)].arguments += e.text;
-        }
-      }
+      // Tool calls as the stream shows them (an unfinished call keeps what it got).
+      add_tool_events(&c, &d.tool_events);
       if (setup_.logprobs >= 0) {
         if (!c.logprobs) c.logprobs.emplace();
         for (TokenLogprobsText& t : d.logprobs) c.logprobs->push_back(std::move(t));
