@@ -278,9 +278,8 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
     deltas.clear();
     if (!next(&deltas, client_gone)) break;
     for (Delta& d : deltas) {
-      const bool calls = std::any_of(d.tool_events.begin(), d.tool_events.end(), [](auto& e) {
-        return e.kind != ToolEvent::Kind::kContent;
-      });
+      const bool calls = std::any_of(d.tool_events.begin(), d.tool_events.end(),
+                                     [](auto& e) { return e.kind != ToolEvent::Kind::kContent; });
       if (!calls) {
         for (ToolEvent& e : d.tool_events) d.text += e.text;
         chunk(Choice{d.choice, std::move(d.text), d.finish_reason, {}, logprobs_of(d)}, false);
@@ -296,7 +295,10 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
       }
       for (ToolEvent& e : d.tool_events) {
         if (e.kind == ToolEvent::Kind::kContent) {
-          chunk(Choice{d.choice, std::move(e.text), std::nullopt, {},
+          chunk(Choice{d.choice,
+                       std::move(e.text),
+                       std::nullopt,
+                       {},
                        std::exchange(logprobs, std::nullopt)},
                 false);
           continue;

@@ -210,9 +210,12 @@ bool JsonPrefixScanner::number_continues(char c) {
     case Num::kZero:
     case Num::kInt:
       if (digit && num_ == Num::kInt) return true;
-      if (c == '.') num_ = Num::kDot;
-      else if (exp) num_ = Num::kExp;
-      else return false;
+      if (c == '.')
+        num_ = Num::kDot;
+      else if (exp)
+        num_ = Num::kExp;
+      else
+        return false;
       return true;
     case Num::kDot:
       if (!digit) return false;
@@ -224,9 +227,12 @@ bool JsonPrefixScanner::number_continues(char c) {
       num_ = Num::kExp;
       return true;
     case Num::kExp:
-      if (c == '+' || c == '-') num_ = Num::kExpSign;
-      else if (digit) num_ = Num::kExpDigits;
-      else return false;
+      if (c == '+' || c == '-')
+        num_ = Num::kExpSign;
+      else if (digit)
+        num_ = Num::kExpDigits;
+      else
+        return false;
       return true;
     case Num::kExpSign:
       if (!digit) return false;

@@ -77,9 +77,9 @@ class JsonPrefixScanner {
   Num num_ = Num::kInt;
   bool string_is_key_ = false;
   int hex_left_ = 0;
-  int code_ = 0;           // the \u escape's value so far
-  bool need_low_ = false;  // after a high surrogate's escape: its low half must follow
-  int utf8_left_ = 0;      // continuation bytes the current character still needs
+  int code_ = 0;                  // the \u escape's value so far
+  bool need_low_ = false;         // after a high surrogate's escape: its low half must follow
+  int utf8_left_ = 0;             // continuation bytes the current character still needs
   unsigned char utf8_lo_ = 0x80;  // the range of the next continuation byte
   unsigned char utf8_hi_ = 0xBF;
   std::string_view literal_rest_;  // the letters a literal still needs

@@ -191,5 +191,4 @@ std::optional<std::vector<ParsedCall>> parse_tool_body(ToolFormat format, std::s
   }
 }
 
-
 }  // namespace cellm::server

@@ -40,7 +40,9 @@
 // string, or the end of the output before the name closed. Whitespace and
 // separators around calls (';', ',', brackets, the closing tag) are layout and
 // dropped; text after a block's calls is content again (a kLlama3 reply may
-// go on in prose after its calls).
+// go on in prose after its calls; a kHermes call object followed by anything
+// but </tool_call> ends its block there; a kMistral list or a <tool_call>
+// left unclosed at the end of the output still counts its whole calls).
 //
 // Malformed or unfinished calls. A started call never becomes content. If its
 // text stops being JSON, its arguments turn out invalid (not an object), or
@@ -49,6 +51,8 @@
 // after that point is released at all (neither calls nor content: the model
 // left the format mid-call), and all_calls_complete() is false, so the run
 // finishes with its own reason ("length" or "stop") instead of "tool_calls".
+// The non-streamed reply shows the same call with the same partial
+// arguments (GenerationRun builds both from these events).
 //
 // Thread-safety: detect_tool_format and parse_tool_body are pure functions;
 // a ToolCallParser belongs to one thread (one choice of one request).
@@ -146,14 +150,14 @@ class ToolCallParser {
 
   ToolFormat format_;
   Phase phase_ = Phase::kText;
-  std::string buf_;           // undecided text; in a block, from hold_ on
-  std::size_t scan_ = 0;      // in a block: the next byte of buf_ to read
-  std::size_t hold_ = 0;      // in a block: where the text to give back as content starts
-  bool list_ = false;         // kMistral: the block is a '[' list
-  int block_calls_ = 0;       // calls started in the current block
+  std::string buf_;       // undecided text; in a block, from hold_ on
+  std::size_t scan_ = 0;  // in a block: the next byte of buf_ to read
+  std::size_t hold_ = 0;  // in a block: where the text to give back as content starts
+  bool list_ = false;     // kMistral: the block is a '[' list
+  int block_calls_ = 0;   // calls started in the current block
   std::optional<CallReader> reader_;
-  bool started_ = false;        // reader_'s call has started (calls_.back())
-  std::size_t released_ = 0;    // bytes of reader_'s arguments released
+  bool started_ = false;      // reader_'s call has started (calls_.back())
+  std::size_t released_ = 0;  // bytes of reader_'s arguments released
   std::string pending_ws_;    // trailing whitespace of the content, dropped next to a call
   bool any_content_ = false;  // non-whitespace content released
   std::vector<ToolCall> calls_;

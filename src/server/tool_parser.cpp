@@ -48,7 +48,7 @@ std::size_t whole_utf8_prefix(std::string_view s) {
   for (std::size_t back = 1; back <= 4 && back <= n; ++back) {
     const auto b = static_cast<unsigned char>(s[n - back]);
     if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const std::size_t len = b < 0x80           ? 1
+    const std::size_t len = b < 0x80             ? 1
                             : (b & 0xE0) == 0xC0 ? 2
                             : (b & 0xF0) == 0xE0 ? 3
                             : (b & 0xF8) == 0xF0 ? 4

@@ -50,9 +50,9 @@ class CallReader {
 
   JsonPrefixScanner scanner_;
   State state_ = State::kReading;
-  Role role_ = Role::kNone;   // what the top-level member being read is
-  std::string raw_;           // the key, name or quoted arguments being read (JSON text)
-  std::string key_;           // the decoded key of the member being read
+  Role role_ = Role::kNone;  // what the top-level member being read is
+  std::string raw_;          // the key, name or quoted arguments being read (JSON text)
+  std::string key_;          // the decoded key of the member being read
   std::string name_;
   std::string arguments_;
   bool args_seen_ = false;  // an arguments/parameters member began

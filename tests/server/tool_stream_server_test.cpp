@@ -22,9 +22,10 @@ using nlohmann::json;
 const std::string kArgs =
     "{\"city\": \"Paris\", \"note\": \"say \\\"hi\\\" {not a brace}\", \"days\": [1, 2, "
     "{\"x\": null}],  \"unit\" : \"celsius\"}";
-const std::string kReply = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " +
-                           kArgs + "}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", " +
-                           "\"arguments\": {\"tz\": \"CET\"}}\n</tool_call>";
+const std::string kReply =
+    "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + kArgs +
+    "}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", " +
+    "\"arguments\": {\"tz\": \"CET\"}}\n</tool_call>";
 
 FakeService::Knobs hermes_knobs(std::string reply) {
   FakeService::Knobs k;
@@ -35,9 +36,11 @@ FakeService::Knobs hermes_knobs(std::string reply) {
 }
 
 json chat_body(bool stream, int max_tokens) {
-  const json tools = json::array(
-      {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}},
-       {{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", json::object()}}}}});
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function", {{"name", "get_weather"}, {"parameters", json::object()}}}},
+                   {{"type", "function"},
+                    {"function", {{"name", "get_time"}, {"parameters", json::object()}}}}});
   return json{{"messages", json::array({{{"role", "user"}, {"content", "Weather?"}}})},
               {"max_tokens", max_tokens},
               {"stream", stream},
@@ -47,8 +50,8 @@ json chat_body(bool stream, int max_tokens) {
 struct StreamedReply {
   std::string content;
   std::string finish;
-  std::map<int, json> calls;       // by index: id, name, arguments
-  std::map<int, int> pieces;       // by index: chunks carrying arguments
+  std::map<int, json> calls;  // by index: id, name, arguments
+  std::map<int, int> pieces;  // by index: chunks carrying arguments
 };
 
 StreamedReply stream_chat(const TestServer& ts, const json& body) {

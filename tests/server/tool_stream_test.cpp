@@ -78,17 +78,32 @@ TEST(JsonPrefixScannerTest, ValidDocumentsAndAllTheirPrefixes) {
 TEST(JsonPrefixScannerTest, InvalidTextIsRefusedAtTheFirstBadByte) {
   // The text, and how many bytes of it are a valid prefix.
   const std::vector<std::pair<std::string, std::size_t>> cases = {
-      {R"({"a": tru})", 9},  {R"({"a" 1})", 5},     {R"({"a": "x\q"})", 9},
-      {R"([1,])", 3},        {R"({"a": 01})", 7},   {R"({"a": -})", 7},
-      {R"({"a": 1.})", 8},   {R"({"a": 1e})", 8},   {R"({"a": 1,})", 8},
-      {R"({a: 1})", 1},      {R"({"a": 1]})", 7},   {R"({"a": "\u12g4"})", 11},
-      {"{\"a\": \"x\ny\"}", 8}, {R"({"a": +1})", 6}, {R"(})", 0},
-      {R"({"a": "\ud83d"})", 13}, {R"({"a": "\ud83dx"})", 13}, {R"({"a": "\ude00"})", 12},
+      {R"({"a": tru})", 9},
+      {R"({"a" 1})", 5},
+      {R"({"a": "x\q"})", 9},
+      {R"([1,])", 3},
+      {R"({"a": 01})", 7},
+      {R"({"a": -})", 7},
+      {R"({"a": 1.})", 8},
+      {R"({"a": 1e})", 8},
+      {R"({"a": 1,})", 8},
+      {R"({a: 1})", 1},
+      {R"({"a": 1]})", 7},
+      {R"({"a": "\u12g4"})", 11},
+      {"{\"a\": \"x\ny\"}", 8},
+      {R"({"a": +1})", 6},
+      {R"(})", 0},
+      {R"({"a": "\ud83d"})", 13},
+      {R"({"a": "\ud83dx"})", 13},
+      {R"({"a": "\ude00"})", 12},
       {R"({"a": "\ud83d\u0041"})", 18},
       // Invalid UTF-8: a cut sequence, a stray continuation byte, an overlong
       // form, an encoded surrogate, a code point past U+10FFFF.
-      {"{\"a\": \"\xC3\"}", 8}, {"{\"a\": \"\x80\"}", 7}, {"{\"a\": \"\xC0\xAF\"}", 7},
-      {"{\"a\": \"\xED\xA0\x80\"}", 8}, {"{\"a\": \"\xF4\x90\x80\x80\"}", 8},
+      {"{\"a\": \"\xC3\"}", 8},
+      {"{\"a\": \"\x80\"}", 7},
+      {"{\"a\": \"\xC0\xAF\"}", 7},
+      {"{\"a\": \"\xED\xA0\x80\"}", 8},
+      {"{\"a\": \"\xF4\x90\x80\x80\"}", 8},
   };
   for (const auto& [text, good] : cases) {
     EXPECT_FALSE(json::accept(text)) << text;
@@ -401,8 +416,10 @@ TEST(ToolStreamTest, ArgumentsArriveWhileTheyAreWritten) {
 
 TEST(ToolStreamTest, CallStartsWhenItsNameCloses) {
   const std::string output =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-  const std::size_t name_end = output.find("\"get_weather\"") + std::string("\"get_weather\"").size();
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  const std::size_t name_end =
+      output.find("\"get_weather\"") + std::string("\"get_weather\"").size();
   ToolCallParser parser(ToolFormat::kHermes);
   for (std::size_t i = 0; i < output.size(); ++i) {
     const ToolParse p = parser.push(output.substr(i, 1));
@@ -443,10 +460,16 @@ TEST(ToolStreamTest, StartedCallsThatBreakStayAsStreamedAndEndTheReply) {
       // Cut right after the name: the call started with nothing yet.
       {ToolFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"argu", "", {"f"}, ""},
       // Arguments that are not an object, or a string that holds none.
-      {ToolFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "",
-       {"f"}, ""},
-      {ToolFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": \"[1]\"}</tool_call>",
-       "", {"f"}, ""},
+      {ToolFormat::kHermes,
+       "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",
+       "",
+       {"f"},
+       ""},
+      {ToolFormat::kHermes,
+       "<tool_call>{\"name\": \"f\", \"arguments\": \"[1]\"}</tool_call>",
+       "",
+       {"f"},
+       ""},
       // A whole call, then one cut: the reply is not a finished set of calls.
       {ToolFormat::kLlama3,
        "{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": {\"y\": "
