@@ -12,7 +12,8 @@ json usage(std::int64_t input, std::int64_t output) {
 }
 
 // A tool call's arguments as the input object; text that is not a JSON
-// object (which the tool-call parser never releases) is kept under "_raw".
+// object (the arguments of a call cut short by max_tokens, as far as the
+// model got) is kept under "_raw".
 json tool_input(const json& arguments) {
   if (arguments.is_object()) return arguments;
   if (arguments.is_string()) {

@@ -2,7 +2,10 @@
 // the chat path produces: the chat.completion body of a finished run becomes
 // a "message" object, and the chat.completion.chunk stream is rewritten event
 // by event into Anthropic's named server-sent events (message_start, ping,
-// content_block_start/delta/stop, message_delta, message_stop, error).
+// content_block_start/delta/stop, message_delta, message_stop, error). A
+// streamed tool call becomes a tool_use content_block_start (at the call's
+// header chunk) and one input_json_delta per arguments piece, so tool input
+// streams as incrementally as the chat path's function.arguments.
 // Errors take Anthropic's {"type": "error", "error": {type, message}} shape.
 //
 // Thread-safety: the free functions are pure; an AnthropicStream belongs to

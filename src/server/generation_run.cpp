@@ -210,16 +210,18 @@ void GenerationRun::apply(ChoiceEvent& event, std::vector<Delta>* deltas) {
     ToolParse parsed = c.tools->push(d.text);
     if (d.finish_reason) {
       ToolParse rest = c.tools->finish();
-      parsed.content += rest.content;
-      for (ToolCall& t : rest.calls) parsed.calls.push_back(std::move(t));
-      // OpenAI's reason when the model ended its turn to have tools run.
-      if (*d.finish_reason == "stop" && !c.tools->calls().empty()) d.finish_reason = "tool_calls";
+      for (ToolEvent& e : rest.events) parsed.events.push_back(std::move(e));
+      // OpenAI's reason when the model ended its turn to have tools run; a
+      // call left unfinished or malformed keeps the run's own reason.
+      if (*d.finish_reason == "stop" && c.tools->all_calls_complete()) {
+        d.finish_reason = "tool_calls";
+      }
     }
-    d.text = std::move(parsed.content);
-    d.tool_calls = std::move(parsed.calls);
+    d.text.clear();
+    d.tool_events = std::move(parsed.events);
   }
   if (d.finish_reason) c.finish_reason = d.finish_reason;
-  if (!d.text.empty() || d.finish_reason || !d.tool_calls.empty() || !d.logprobs.empty()) {
+  if (!d.text.empty() || d.finish_reason || !d.tool_events.empty() || !d.logprobs.empty()) {
     deltas->push_back(std::move(d));
   }
 }
@@ -276,22 +278,34 @@ void GenerationRun::stream(const Writer& write, const std::function<bool()>& cli
     deltas.clear();
     if (!next(&deltas, client_gone)) break;
     for (Delta& d : deltas) {
-      if (d.tool_calls.empty()) {
+      const bool calls = std::any_of(d.tool_events.begin(), d.tool_events.end(),
+                                     [](auto& e) { return e.kind != ToolEvent::Kind::kContent; });
+      if (!calls) {
+        for (ToolEvent& e : d.tool_events) d.text += e.text;
         chunk(Choice{d.choice, std::move(d.text), d.finish_reason, {}, logprobs_of(d)}, false);
         continue;
       }
-      // Content first, then each call (its header, then its arguments), and
-      // the finish reason on a chunk of its own, as OpenAI streams them. The
-      // logprobs ride on the content chunk, or on one of their own.
-      if (!d.text.empty() || !d.logprobs.empty()) {
-        chunk(Choice{d.choice, std::move(d.text), std::nullopt, {}, logprobs_of(d)}, false);
+      // In the parser's order: content, each call's header, then its
+      // argument pieces as they were written; the finish reason on a chunk
+      // of its own, as OpenAI streams them. The logprobs ride on the first
+      // content chunk, or on one of their own before a call.
+      std::optional<std::vector<TokenLogprobsText>> logprobs = logprobs_of(d);
+      if (logprobs && d.tool_events.front().kind != ToolEvent::Kind::kContent) {
+        chunk(Choice{d.choice, {}, std::nullopt, {}, std::exchange(logprobs, std::nullopt)}, false);
       }
-      for (const ToolCall& t : d.tool_calls) {
-        for (bool first : {true, false}) {
-          nlohmann::json body = tool_call_chunk_json(setup_.ids, d.choice, t, first, t.arguments);
-          if (setup_.include_usage) body["usage"] = nullptr;
-          send(body);
+      for (ToolEvent& e : d.tool_events) {
+        if (e.kind == ToolEvent::Kind::kContent) {
+          chunk(Choice{d.choice,
+                       std::move(e.text),
+                       std::nullopt,
+                       {},
+                       std::exchange(logprobs, std::nullopt)},
+                false);
+          continue;
         }
+        nlohmann::json body = tool_event_chunk_json(setup_.ids, d.choice, e);
+        if (setup_.include_usage) body["usage"] = nullptr;
+        send(body);
       }
       if (d.finish_reason) chunk(Choice{d.choice, {}, d.finish_reason, {}}, false);
     }
@@ -318,11 +332,12 @@ std::pair<int, nlohmann::json> GenerationRun::collect(const std::function<bool()
     for (Delta& d : deltas) {
       Choice& c = result[static_cast<std::size_t>(d.choice)];
       c.text += d.text;
+      // Tool calls as the stream shows them (an unfinished call keeps what it got).
+      add_tool_events(&c, &d.tool_events);
       if (setup_.logprobs >= 0) {
         if (!c.logprobs) c.logprobs.emplace();
         for (TokenLogprobsText& t : d.logprobs) c.logprobs->push_back(std::move(t));
       }
-      for (ToolCall& t : d.tool_calls) c.tool_calls.push_back(std::move(t));
       if (d.finish_reason) c.finish_reason = d.finish_reason;
     }
   }

@@ -123,7 +123,9 @@ class GenerationRun {
     std::int32_t choice = 0;
     std::string text;
     std::optional<std::string> finish_reason;
-    std::vector<ToolCall> tool_calls;         // completed by this event
+    // Chat with tools: what the parser released, in order (content, call
+    // starts, argument pieces); `text` is then unused.
+    std::vector<ToolEvent> tool_events;
     std::vector<TokenLogprobsText> logprobs;  // of the tokens this event counted
   };
 

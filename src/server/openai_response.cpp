@@ -144,16 +144,15 @@ json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
   return body;
 }
 
-json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice, const ToolCall& call,
-                          bool first, std::string_view arguments_piece) {
+json tool_event_chunk_json(const ResponseIds& ids, std::int32_t choice, const ToolEvent& event) {
   json body = header(RequestKind::kChat, ids, true);
-  json entry{{"index", call.index}};
-  if (first) {
-    entry["id"] = call.id;
+  json entry{{"index", event.index}};
+  if (event.kind == ToolEvent::Kind::kCallStart) {
+    entry["id"] = event.id;
     entry["type"] = "function";
-    entry["function"] = {{"name", call.name}, {"arguments", ""}};
+    entry["function"] = {{"name", event.name}, {"arguments", ""}};
   } else {
-    entry["function"] = {{"arguments", std::string(arguments_piece)}};
+    entry["function"] = {{"arguments", event.text}};
   }
   json delta{{"tool_calls", json::array({std::move(entry)})}};
   body["choices"] = json::array({{{"index", choice},
@@ -161,6 +160,22 @@ json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice, const Too
                                   {"logprobs", nullptr},
                                   {"finish_reason", nullptr}}});
   return body;
+}
+
+void add_tool_events(Choice* choice, std::vector<ToolEvent>* events) {
+  for (ToolEvent& e : *events) {
+    if (e.kind == ToolEvent::Kind::kContent) {
+      choice->text += e.text;
+    } else if (e.kind == ToolEvent::Kind::kCallStart) {
+      ToolCall call;
+      call.index = e.index;
+      call.id = std::move(e.id);
+      call.name = std::move(e.name);
+      choice->tool_calls.push_back(std::move(call));
+    } else if (e.index >= 0 && static_cast<std::size_t>(e.index) < choice->tool_calls.size()) {
+      choice->tool_calls[static_cast<std::size_t>(e.index)].arguments += e.text;
+    }
+  }
 }
 
 json usage_chunk_json(RequestKind kind, const ResponseIds& ids, const Usage& usage) {

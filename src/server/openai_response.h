@@ -75,12 +75,16 @@ nlohmann::json response_json(RequestKind kind, const ResponseIds& ids,
 // first chat chunk of a choice carries the assistant role.
 nlohmann::json chunk_json(RequestKind kind, const ResponseIds& ids, const Choice& delta,
                           bool first_of_choice);
-// A chat chunk for one tool call: its first (`index`, `id`, `type`,
-// `function.name`, empty arguments) or, with first false, a piece of
-// `function.arguments`.
-nlohmann::json tool_call_chunk_json(const ResponseIds& ids, std::int32_t choice,
-                                    const ToolCall& call, bool first,
-                                    std::string_view arguments_piece = {});
+// A chat chunk for one tool-call event of ToolCallParser: a call's header
+// (kCallStart: `index`, `id`, `type`, `function.name` and empty
+// `function.arguments`, as vLLM and SGLang send it) or a piece of its
+// `function.arguments` (kArguments: `index` and the piece only).
+nlohmann::json tool_event_chunk_json(const ResponseIds& ids, std::int32_t choice,
+                                     const ToolEvent& event);
+// Adds a choice's ToolCallParser events to its non-streamed form, in order:
+// content to its text, a call from its header, each piece to that call's
+// arguments (so they are the concatenation the stream shows).
+void add_tool_events(Choice* choice, std::vector<ToolEvent>* events);
 // A choice's "logprobs" value: null without entries, else the completions
 // form (tokens, token_logprobs, top_logprobs, text_offset) or the chat form
 // ({"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}).

@@ -1,7 +1,6 @@
 #include "server/tool_calls.h"
 
 #include <array>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -24,33 +23,6 @@ std::string_view trim(std::string_view s) {
 
 bool contains(std::string_view haystack, std::string_view needle) {
   return haystack.find(needle) != std::string_view::npos;
-}
-
-std::string random_call_id() {
-  static constexpr std::string_view kAlphabet =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % kAlphabet.size()];
-  return id;
-}
-
-// Where each format's calls begin and end in the output.
-struct Markers {
-  std::string_view start;  // found anywhere in the text
-  std::string_view end;    // empty: the block runs to the end of the output
-  char bare_start = 0;     // a reply whose first non-space byte is this is a block too
-};
-
-Markers markers_of(ToolFormat format) {
-  switch (format) {
-    case ToolFormat::kLlama3: return {"<|python_tag|>", "", '{'};
-    case ToolFormat::kHermes: return {"<tool_call>", "</tool_call>", 0};
-    case ToolFormat::kMistral: return {"[TOOL_CALLS]", "", '['};
-    case ToolFormat::kGemma: return {"```tool_code", "```", 0};
-    case ToolFormat::kNone: break;
-  }
-  return {};
 }
 
 // The end (one past) of the JSON object or array starting at s[pos], found by
@@ -158,6 +130,17 @@ std::optional<std::vector<ParsedCall>> parse_mistral(std::string_view body) {
   return calls;
 }
 
+std::optional<std::vector<ParsedCall>> parse_body(ToolFormat format, std::string_view body) {
+  switch (format) {
+    case ToolFormat::kLlama3: return parse_llama3(body);
+    case ToolFormat::kHermes: return parse_hermes(body);
+    case ToolFormat::kMistral: return parse_mistral(body);
+    case ToolFormat::kGemma: return parse_python_calls(body);
+    case ToolFormat::kNone: break;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view tool_format_name(ToolFormat format) {
@@ -200,130 +183,11 @@ ToolFormat detect_tool_format(std::string_view source, std::string_view arch) {
 }
 
 std::optional<std::vector<ParsedCall>> parse_tool_body(ToolFormat format, std::string_view body) {
-  switch (format) {
-    case ToolFormat::kLlama3: return parse_llama3(body);
-    case ToolFormat::kHermes: return parse_hermes(body);
-    case ToolFormat::kMistral: return parse_mistral(body);
-    case ToolFormat::kGemma: return parse_python_calls(body);
-    case ToolFormat::kNone: break;
-  }
-  return std::nullopt;
-}
-
-ToolCallParser::ToolCallParser(ToolFormat format) : format_(format) {}
-
-ToolParse ToolCallParser::push(std::string_view text) {
-  ToolParse out;
-  buf_.append(text);
-  process(/*final=*/false, &out);
-  return out;
-}
-
-ToolParse ToolCallParser::finish() {
-  ToolParse out;
-  process(/*final=*/true, &out);
-  // Whitespace around calls is layout, not content; without calls the reply
-  // keeps every byte.
-  if (calls_.empty()) out.content += pending_ws_;
-  pending_ws_.clear();
-  return out;
-}
-
-void ToolCallParser::release(std::string text, ToolParse* out) {
-  std::string all = std::move(pending_ws_);
-  all += text;
-  pending_ws_.clear();
-  std::size_t end = all.size();
-  while (end > 0 && is_space(all[end - 1])) --end;
-  std::size_t begin = 0;
-  // Text after a call keeps its separation from earlier text; with nothing
-  // before, the reply does not start with the whitespace after a call.
-  if (!calls_.empty() && !any_content_) {
-    while (begin < end && is_space(all[begin])) ++begin;
-  }
-  if (end > begin) {
-    out->content.append(all, begin, end - begin);
-    any_content_ = true;
-  }
-  pending_ws_ = all.substr(std::max(end, begin));
-}
-
-bool ToolCallParser::take_calls(std::string_view body, ToolParse* out) {
-  std::optional<std::vector<ParsedCall>> parsed = parse_tool_body(format_, body);
-  if (!parsed) return false;
-  for (ParsedCall& p : *parsed) {
-    ToolCall call;
-    call.index = static_cast<std::int32_t>(calls_.size());
-    call.id = random_call_id();
-    call.name = std::move(p.name);
-    call.arguments = std::move(p.arguments);
-    calls_.push_back(call);
-    out->calls.push_back(std::move(call));
-  }
-  pending_ws_.clear();
-  return true;
-}
-
-void ToolCallParser::process(bool final, ToolParse* out) {
-  const Markers m = markers_of(format_);
-  while (true) {
-    if (state_ == State::kText) {
-      if (m.bare_start != 0 && !any_content_ && calls_.empty()) {
-        std::size_t first = 0;
-        while (first < buf_.size() && is_space(buf_[first])) ++first;
-        if (first == buf_.size()) {
-          if (final) release(std::exchange(buf_, {}), out);
-          return;
-        }
-        if (buf_[first] == m.bare_start) {
-          pending_ws_ += buf_.substr(0, first);
-          buf_.erase(0, first);
-          state_ = State::kBlock;
-          continue;
-        }
-      }
-      const std::size_t at = buf_.find(m.start);
-      if (at != std::string::npos) {
-        release(buf_.substr(0, at), out);
-        buf_.erase(0, at);
-        state_ = State::kBlock;
-        continue;
-      }
-      if (final) {
-        release(std::exchange(buf_, {}), out);
-        return;
-      }
-      // Hold back a tail that may be the start of the marker.
-      std::size_t keep = std::min(buf_.size(), m.start.size() - 1);
-      while (keep > 0 && !m.start.starts_with(std::string_view(buf_).substr(buf_.size() - keep))) {
-        --keep;
-      }
-      release(buf_.substr(0, buf_.size() - keep), out);
-      buf_.erase(0, buf_.size() - keep);
-      return;
-    }
-    // kBlock: buf_ starts with the block (its marker, or a bare start).
-    const std::size_t body_at =
-        std::string_view(buf_).starts_with(m.start) ? m.start.size() : std::size_t{0};
-    if (!m.end.empty()) {
-      const std::size_t end = buf_.find(m.end, body_at);
-      if (end != std::string::npos) {
-        const std::size_t after = end + m.end.size();
-        if (!take_calls(std::string_view(buf_).substr(body_at, end - body_at), out)) {
-          release(buf_.substr(0, after), out);
-        }
-        buf_.erase(0, after);
-        state_ = State::kText;
-        continue;
-      }
-    }
-    if (!final) return;
-    // The output ended inside the block: an unterminated call still counts
-    // when its body is complete.
-    if (!take_calls(std::string_view(buf_).substr(body_at), out)) release(buf_, out);
-    buf_.clear();
-    state_ = State::kText;
-    return;
+  // Serializing text that is not valid UTF-8 throws: such a body is no call.
+  try {
+    return parse_body(format, body);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
   }
 }
 

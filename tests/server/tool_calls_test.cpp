@@ -1,8 +1,10 @@
 // Tool-call parsing per format on hand-written outputs of each family (Llama
 // 3.x JSON, Qwen/Hermes <tool_call>, Mistral [TOOL_CALLS], Gemma tool_code):
-// single and parallel calls, calls with text around them, malformed calls
-// that must stay content, and every output fed whole, byte by byte and split
-// at every boundary, which must all give the same content and calls.
+// single and parallel calls, calls with text around them, text that never
+// became a call and must stay content, and every output fed whole, byte by
+// byte and split at every boundary, which must all give the same content and
+// calls. The streaming side (argument pieces, started calls that break) is in
+// tool_stream_test.cpp.
 #include "server/tool_calls.h"
 
 #include <string>
@@ -21,23 +23,42 @@ struct Outcome {
   std::vector<ToolCall> calls;
 };
 
-// Feeds `pieces` and finish(); checks that what push/finish released agrees
-// with calls() (indices in order, ids unique and "call_"-prefixed).
+// Feeds `pieces` and finish(); assembles what push/finish released (content,
+// and each call from its start event and argument pieces) and checks that it
+// agrees with calls() (indices in order, ids unique and "call_"-prefixed).
 Outcome run(ToolFormat format, const std::vector<std::string>& pieces) {
   ToolCallParser parser(format);
   Outcome o;
-  auto take = [&](ToolParse p) {
-    o.content += p.content;
-    for (ToolCall& c : p.calls) o.calls.push_back(std::move(c));
+  auto take = [&](const ToolParse& p) {
+    for (const ToolEvent& e : p.events) {
+      if (e.kind == ToolEvent::Kind::kContent) {
+        o.content += e.text;
+      } else if (e.kind == ToolEvent::Kind::kCallStart) {
+        EXPECT_EQ(e.index, static_cast<std::int32_t>(o.calls.size()));
+        EXPECT_TRUE(e.text.empty());
+        ToolCall call;
+        call.index = e.index;
+        call.id = e.id;
+        call.name = e.name;
+        o.calls.push_back(call);
+      } else {
+        ASSERT_FALSE(o.calls.empty());
+        EXPECT_EQ(e.index, o.calls.back().index) << "pieces of an earlier call";
+        o.calls.back().arguments += e.text;
+      }
+    }
   };
   for (const std::string& piece : pieces) take(parser.push(piece));
   take(parser.finish());
   EXPECT_EQ(o.calls.size(), parser.calls().size());
-  for (std::size_t i = 0; i < o.calls.size(); ++i) {
+  for (std::size_t i = 0; i < o.calls.size() && i < parser.calls().size(); ++i) {
     EXPECT_EQ(o.calls[i].index, static_cast<std::int32_t>(i));
     EXPECT_TRUE(o.calls[i].id.starts_with("call_")) << o.calls[i].id;
     EXPECT_GT(o.calls[i].id.size(), 5u + 16u);
     for (std::size_t j = 0; j < i; ++j) EXPECT_NE(o.calls[i].id, o.calls[j].id);
+    EXPECT_EQ(o.calls[i].id, parser.calls()[i].id);
+    EXPECT_EQ(o.calls[i].arguments, parser.calls()[i].arguments);
+    o.calls[i].complete = parser.calls()[i].complete;
   }
   return o;
 }
@@ -64,6 +85,7 @@ void check(ToolFormat format, const std::string& output, const Expected& want) {
     EXPECT_EQ(o.content, want.content);
     ASSERT_EQ(o.calls.size(), want.calls.size());
     for (std::size_t i = 0; i < o.calls.size(); ++i) {
+      EXPECT_TRUE(o.calls[i].complete);
       EXPECT_EQ(o.calls[i].name, want.calls[i].first);
       const json args = json::parse(o.calls[i].arguments, nullptr, false);
       EXPECT_EQ(args, want.calls[i].second) << o.calls[i].arguments;
@@ -128,27 +150,27 @@ TEST(HermesToolCallsTest, ArgumentsAsJsonStringAndNoArguments) {
         {"", {{"set", {{"x", {1, 2}}}}, {"now", json::object()}}});
 }
 
-TEST(HermesToolCallsTest, MalformedCallsStayContent) {
-  // Broken JSON, a missing name, and arguments that are not an object.
-  const std::string broken =
-      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>";
-  check(ToolFormat::kHermes, broken, {broken, {}});
+TEST(HermesToolCallsTest, BlocksThatNeverNameACallStayContent) {
+  // Not JSON, a missing name, a name that is not a string (a call whose name
+  // was read and then broke is tool_stream_test's).
+  const std::string prose = "<tool_call>\nI will call it now.\n</tool_call>";
+  check(ToolFormat::kHermes, prose, {prose, {}});
   const std::string no_name = "<tool_call>{\"arguments\": {}}</tool_call>";
   check(ToolFormat::kHermes, no_name, {no_name, {}});
-  const std::string bad_args = "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>";
-  check(ToolFormat::kHermes, bad_args, {bad_args, {}});
+  const std::string number_name = "<tool_call>{\"name\": 5, \"arguments\": {}}</tool_call>";
+  check(ToolFormat::kHermes, number_name, {number_name, {}});
   // A good call next to a bad one: the good one is a call.
   check(ToolFormat::kHermes,
         "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n<tool_call>oops</tool_call>",
         {"<tool_call>oops</tool_call>", {{"f", json::object()}}});
 }
 
-TEST(HermesToolCallsTest, UnterminatedCallCountsOnlyWhenComplete) {
+TEST(HermesToolCallsTest, UnterminatedCallCountsWhenComplete) {
   // Stopped (EOS) right after the JSON, before the closing tag.
   check(ToolFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n",
         {"", {{"f", {{"a", 1}}}}});
-  // Cut by the token limit mid-JSON.
-  const std::string cut = "Sure. <tool_call>\n{\"name\": \"f\", \"argu";
+  // Cut by the token limit before the name was whole: content.
+  const std::string cut = "Sure. <tool_call>\n{\"name\": \"get_wea";
   check(ToolFormat::kHermes, cut, {cut, {}});
 }
 
@@ -186,10 +208,16 @@ TEST(Llama3ToolCallsTest, TextFirstMeansNoCall) {
 TEST(Llama3ToolCallsTest, JsonThatIsNotACallStaysContent) {
   const std::string data = "{\"city\": \"Paris\", \"temp\": 21}";
   check(ToolFormat::kLlama3, data, {data, {}});
-  const std::string trailing = "{\"name\": \"a\", \"parameters\": {}} and then some text";
-  check(ToolFormat::kLlama3, trailing, {trailing, {}});
-  const std::string cut = "{\"name\": \"a\", \"parameters\": {\"x\":";
+  const std::string cut = "{\"name\": \"a";
   check(ToolFormat::kLlama3, cut, {cut, {}});
+}
+
+TEST(Llama3ToolCallsTest, ProseAfterTheCallsIsContent) {
+  check(ToolFormat::kLlama3, "{\"name\": \"a\", \"parameters\": {}} and then some text",
+        {"and then some text", {{"a", json::object()}}});
+  // JSON after a call that is not one: content too.
+  check(ToolFormat::kLlama3, "{\"name\": \"a\", \"parameters\": {}}; {\"x\": 1}",
+        {"{\"x\": 1}", {{"a", json::object()}}});
 }
 
 // ---- Mistral ---------------------------------------------------------------------
@@ -212,11 +240,14 @@ TEST(MistralToolCallsTest, TextThenMarker) {
         {"I will check.", {{"f", json::object()}}});
 }
 
-TEST(MistralToolCallsTest, MalformedStaysContent) {
-  const std::string bad = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}";
-  check(ToolFormat::kMistral, bad, {bad, {}});
+TEST(MistralToolCallsTest, ListsThatAreNotCallsStayContent) {
   const std::string list = "[1, 2, 3]";
   check(ToolFormat::kMistral, list, {list, {}});
+  const std::string empty = "[TOOL_CALLS][]";
+  check(ToolFormat::kMistral, empty, {empty, {}});
+  // An unclosed list whose calls are whole (EOS before ']') still counts.
+  check(ToolFormat::kMistral, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}",
+        {"", {{"f", json::object()}}});
 }
 
 // ---- Gemma 3 (```tool_code) ------------------------------------------------------
