@@ -155,9 +155,13 @@ DotFn dot_row_kernel(GgmlType type, Isa isa) {
   return dot_kernel(type, isa);
 }
 
-void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out) {
+void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out, Isa isa) {
   const std::int64_t bs = act_block_elems(kind);
   CELLM_CHECK(cols % bs == 0, "quantize_act: {} columns are not whole blocks of {}", cols, bs);
+  if (isa == Isa::kAvx2 && avx2::compiled()) {
+    avx2::quantize_act(kind, x, cols, out);
+    return;
+  }
   for (std::int64_t b = 0; b < cols / bs; ++b) {
     const float* xb = x + b * bs;
     float amax = 0.0f;

@@ -99,8 +99,12 @@ DotFn dot_row_kernel(format::GgmlType type, Isa isa);
 
 // Quantizes `cols` floats into activation blocks of `kind` (round to
 // nearest, ties to even; scale = max|x| / 127). `cols` must be a multiple of
-// the block size. One implementation serves every ISA.
-void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out);
+// the block size. Every ISA writes the same bytes (the AVX2 form does the
+// portable loop's operations lane by lane; tested).
+void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out, Isa isa);
+inline void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out) {
+  quantize_act(kind, x, cols, out, active_isa());
+}
 
 // Scalar kernels, also the reference the AVX2 ones must equal exactly.
 namespace scalar {
@@ -116,6 +120,7 @@ float dot_q6_k(const void* w, const void* a, std::int64_t cols);
 namespace avx2 {
 // nullptr-free only when built for x86-64; callers go through dot_kernel.
 bool compiled();
+void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out);
 // Tiles of one weight row (AVX2) and of four (AVX-512 VNNI, `vnni_*`).
 void tile_q4_0(const void* w, std::size_t rb, const std::uint8_t* const* a, std::int64_t cols,
                float* out);

@@ -209,6 +209,24 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
 // The x8 layout (qmatrix_x8.h) on random blocks: the threaded product in
 // groups of eight rows equals the exact row dots within float rounding of
 // the summed magnitude, for a lone token and a whole tile.
+// Activation quantization writes the same bytes on every ISA: random rows
+// with outliers, an all-zero block and exact ties at .5.
+TEST(QuantAct, EveryIsaWritesTheSameBytes) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const std::int64_t cols = 1024;
+  std::vector<float> x(static_cast<std::size_t>(cols));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 61 == 0 ? 40.0f : 1.0f);
+  for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(64 + i)] = 0.0f;
+  for (int i = 0; i < 32; ++i) x[static_cast<std::size_t>(128 + i)] = (i % 2 ? 0.5f : 1.5f) * (i < 31 ? 1.0f : 127.0f / 1.5f);
+  for (const ActKind kind : {ActKind::kQ8, ActKind::kQ8K}) {
+    std::vector<std::uint8_t> want(act_row_bytes(kind, cols)), got(want.size(), 0xAB);
+    quantize_act(kind, x.data(), cols, want.data(), Isa::kScalar);
+    quantize_act(kind, x.data(), cols, got.data(), best_isa());
+    EXPECT_EQ(got, want) << (kind == ActKind::kQ8 ? "Q8" : "Q8K");
+  }
+}
+
 class QuantDotX8 : public ::testing::TestWithParam<Case> {};
 
 TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
