@@ -1,6 +1,7 @@
 #include "backend/cpu/qmatrix_x8.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "backend/cpu/qmatrix.h"
@@ -44,6 +45,8 @@ std::size_t source_block_bytes(GgmlType type) {
     case GgmlType::kQ4_0: return sizeof(BlockQ4_0);
     case GgmlType::kQ4_1: return sizeof(BlockQ4_1);
     case GgmlType::kQ5_0: return sizeof(BlockQ5_0);
+    case GgmlType::kQ4_K: return sizeof(BlockQ4_K);
+    case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
     default: return sizeof(BlockQ8_0);
   }
 }
@@ -88,11 +91,93 @@ void pack_group_block(GgmlType type, const std::uint8_t* const* src, std::uint8_
   }
 }
 
+// Element e (0..255) of a K block as its unsigned quant: Q4_K's nibble,
+// Q6_K's six bits (value = d * scale * (q - 32)).
+int k_quant(GgmlType type, const std::uint8_t* block, int e) {
+  if (type == GgmlType::kQ4_K) {
+    const auto& b = *reinterpret_cast<const BlockQ4_K*>(block);
+    const int within = e % 64;
+    const std::uint8_t byte = b.qs[32 * (e / 64) + within % 32];
+    return within < 32 ? byte & 0xF : byte >> 4;
+  }
+  const auto& b = *reinterpret_cast<const BlockQ6_K*>(block);
+  const int l = e % 128, quarter = l / 32, p = l % 32;
+  const std::uint8_t* ql = b.ql + 64 * (e / 128);
+  const std::uint8_t* qh = b.qh + 32 * (e / 128);
+  // Quarters 0 and 2 share ql[p], 1 and 3 share ql[p + 32] (low, high nibble).
+  const std::uint8_t byte = quarter % 2 == 0 ? ql[p] : ql[p + 32];
+  const int nib = quarter < 2 ? byte & 0xF : byte >> 4;
+  return nib | (((qh[p] >> (2 * quarter)) & 3) << 4);
+}
+
+// One K group block (layouts in qgemm_x8k_vnni.cpp): `src[r]` is row r's block.
+void pack_k_group_block(GgmlType type, const std::uint8_t* const* src, std::uint8_t* out) {
+  std::uint8_t* p = out;
+  const bool q4k = type == GgmlType::kQ4_K;
+  // d (both) and dmin (Q4_K) lead their blocks in Q4_K; Q6_K keeps d last.
+  for (int r = 0; r < kX8Rows; ++r) {
+    std::memcpy(p + 2 * r, q4k ? src[r] : src[r] + offsetof(BlockQ6_K, d), 2);
+  }
+  p += 16;
+  if (q4k) {
+    for (int r = 0; r < kX8Rows; ++r) std::memcpy(p + 2 * r, src[r] + 2, 2);
+    p += 16;
+    for (int s = 0; s < 8; ++s) {
+      for (int r = 0; r < kX8Rows; ++r) {
+        std::int32_t sc, m;
+        k_scale_min(s, reinterpret_cast<const BlockQ4_K*>(src[r])->scales, &sc, &m);
+        p[8 * s + r] = static_cast<std::uint8_t>(sc);
+        p[64 + 8 * s + r] = static_cast<std::uint8_t>(m);
+      }
+    }
+    p += 128;
+  } else {
+    for (int s = 0; s < 16; ++s) {
+      for (int r = 0; r < kX8Rows; ++r) {
+        p[8 * s + r] = static_cast<std::uint8_t>(reinterpret_cast<const BlockQ6_K*>(src[r])->scales[s]);
+      }
+    }
+    p += 128;
+  }
+  // Nibbles: chunk j, vector g, byte 4r + k: element 64j + 4g + k low,
+  // element 64j + 32 + 4g + k high.
+  for (int j = 0; j < 4; ++j) {
+    for (int g = 0; g < 8; ++g) {
+      for (int r = 0; r < kX8Rows; ++r) {
+        for (int k = 0; k < 4; ++k) {
+          const int lo = k_quant(type, src[r], 64 * j + 4 * g + k) & 0xF;
+          const int hi = k_quant(type, src[r], 64 * j + 32 + 4 * g + k) & 0xF;
+          p[32 * (8 * j + g) + 4 * r + k] = static_cast<std::uint8_t>(lo | (hi << 4));
+        }
+      }
+    }
+  }
+  if (q4k) return;
+  p += 1024;
+  // Q6_K's high two bits: chunk j, vector h, byte 4r + k, bits 2t..2t+1:
+  // element 64j + 4(4h + t) + k.
+  for (int j = 0; j < 4; ++j) {
+    for (int h = 0; h < 4; ++h) {
+      for (int r = 0; r < kX8Rows; ++r) {
+        for (int k = 0; k < 4; ++k) {
+          int bits = 0;
+          for (int t = 0; t < 4; ++t) bits |= (k_quant(type, src[r], 64 * j + 4 * (4 * h + t) + k) >> 4) << (2 * t);
+          p[32 * (4 * j + h) + 4 * r + k] = static_cast<std::uint8_t>(bits);
+        }
+      }
+    }
+  }
+}
+
+bool k_type(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+}
+
 }  // namespace
 
 bool x8_type(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 ||
-         type == GgmlType::kQ8_0;
+         type == GgmlType::kQ8_0 || k_type(type);
 }
 
 std::size_t x8_group_block_bytes(GgmlType type) {
@@ -101,15 +186,18 @@ std::size_t x8_group_block_bytes(GgmlType type) {
     case GgmlType::kQ4_1: return 32 + 128;
     case GgmlType::kQ5_0: return 16 + 128 + 32;
     case GgmlType::kQ8_0: return 16 + 256;
+    case GgmlType::kQ4_K: return 32 + 128 + 1024;
+    case GgmlType::kQ6_K: return 16 + 128 + 1024 + 512;
     default: return 0;
   }
 }
 
 std::vector<std::uint8_t> repack_x8(GgmlType type, const std::uint8_t* data, std::int64_t rows,
                                     std::int64_t cols, std::size_t row_bytes) {
-  CELLM_CHECK(x8_type(type) && rows % kX8Rows == 0 && cols % 32 == 0,
+  const std::int64_t elems = k_type(type) ? 256 : 32;
+  CELLM_CHECK(x8_type(type) && rows % kX8Rows == 0 && cols % elems == 0,
               "repack_x8: {} rows of {} {} columns", rows, cols, format::ggml_type_name(type));
-  const std::int64_t blocks = cols / 32;
+  const std::int64_t blocks = cols / elems;
   const std::size_t gb = x8_group_block_bytes(type);
   const std::size_t sb = source_block_bytes(type);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(rows / kX8Rows * blocks) * gb);
@@ -120,7 +208,12 @@ std::vector<std::uint8_t> repack_x8(GgmlType type, const std::uint8_t* data, std
         src[r] = data + static_cast<std::size_t>(g * kX8Rows + r) * row_bytes +
                  static_cast<std::size_t>(b) * sb;
       }
-      pack_group_block(type, src, out.data() + static_cast<std::size_t>(g * blocks + b) * gb);
+      std::uint8_t* dst = out.data() + static_cast<std::size_t>(g * blocks + b) * gb;
+      if (k_type(type)) {
+        pack_k_group_block(type, src, dst);
+      } else {
+        pack_group_block(type, src, dst);
+      }
     }
   }
   return out;
@@ -136,10 +229,12 @@ void qgemm_x8_slice(const QMatrix& w, const QuantActs& act, float* y, std::int64
     case GgmlType::kQ4_1: kernel = avx2::x8_q4_1; break;
     case GgmlType::kQ5_0: kernel = avx2::x8_q5_0; break;
     case GgmlType::kQ8_0: kernel = avx2::x8_q8_0; break;
+    case GgmlType::kQ4_K: kernel = avx2::x8_q4_k; break;
+    case GgmlType::kQ6_K: kernel = avx2::x8_q6_k; break;
     default: CELLM_CHECK(false, "qgemm_x8: {}", format::ggml_type_name(w.type));
   }
   const std::int64_t groups = w.rows / kX8Rows;
-  const std::int64_t blocks = w.cols / 32;
+  const std::int64_t blocks = w.cols / (k_type(w.type) ? 256 : 32);
   const std::int64_t per = (groups + parts - 1) / parts;
   const std::int64_t g0 = std::min(groups, per * part);
   const std::int64_t g1 = std::min(groups, g0 + per);

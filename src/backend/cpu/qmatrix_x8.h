@@ -16,6 +16,13 @@
 //               byte 4r + k is the fifth bit of element 4g + k of row r;
 //   Q8_0        256 bytes: byte 4r + k of vector g is element 4g + k of
 //               row r plus 128 (unsigned, as vpdpbusd wants).
+// The K types (Q4_K, Q6_K) group whole 256-element super-blocks: the rows'
+// f16 scales, their sub-block scales (and Q4_K's mins) unpacked to one byte
+// per row and sub-block, nibbles in 64-element chunks (vector g of chunk j:
+// element 64j + 4g + k low, 64j + 32 + 4g + k high) and Q6_K's top two bits
+// in four vectors a chunk (bits 2t..2t+1: element 64j + 4(4h + t) + k);
+// layouts in qgemm_x8k_vnni.cpp. Q4_K grows by 4 bytes a row block, Q6_K
+// not at all.
 // Used where the processor has AVX-512 VNNI (quant_dot.h has_avx512_vnni)
 // and the row count is a multiple of eight.
 //
@@ -61,6 +68,11 @@ void x8_q4_1(const std::uint8_t* group, std::int64_t blocks, const std::uint8_t*
 void x8_q5_0(const std::uint8_t* group, std::int64_t blocks, const std::uint8_t* const* acts,
              int n, float* out);
 void x8_q8_0(const std::uint8_t* group, std::int64_t blocks, const std::uint8_t* const* acts,
+             int n, float* out);
+// K types: blocks of 256, activations in ActQ8K blocks.
+void x8_q4_k(const std::uint8_t* group, std::int64_t blocks, const std::uint8_t* const* acts,
+             int n, float* out);
+void x8_q6_k(const std::uint8_t* group, std::int64_t blocks, const std::uint8_t* const* acts,
              int n, float* out);
 }  // namespace avx2
 

@@ -235,7 +235,7 @@ TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
   if (!has_avx512_vnni()) GTEST_SKIP() << "this processor has no AVX-512 VNNI: the x8 layout is not used";
   std::mt19937 rng(7 + static_cast<unsigned>(c.type));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const std::int64_t cols = 256, rows = 40, t = kTile + 1;
+  const std::int64_t cols = 512, rows = 40, t = kTile + 1;
   std::vector<std::uint8_t> all;
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto row = random_row(c.type, cols, rng);
@@ -258,7 +258,7 @@ TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
   ASSERT_TRUE(format::dequantize_f32(c.type, all, wf).is_ok());
   QuantActs acts;
   ThreadPool pool(3);
-  quantize_rows(ActKind::kQ8, x.data(), t, cols, pool, acts);
+  quantize_rows(act_kind(c.type), x.data(), t, cols, pool, acts);
   std::vector<float> y(static_cast<std::size_t>(t * rows), -1.0f);
   qmatmul(x8, acts, nullptr, TileKernel{}, pool, y.data(), rows);
   const DotFn exact = dot_kernel(c.type, Isa::kScalar);
@@ -282,7 +282,9 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantDot, ::testing::ValuesIn(kCases),
 const Case kX8Cases[] = {{GgmlType::kQ4_0, "Q4_0"},
                          {GgmlType::kQ4_1, "Q4_1"},
                          {GgmlType::kQ5_0, "Q5_0"},
-                         {GgmlType::kQ8_0, "Q8_0"}};
+                         {GgmlType::kQ8_0, "Q8_0"},
+                         {GgmlType::kQ4_K, "Q4_K"},
+                         {GgmlType::kQ6_K, "Q6_K"}};
 INSTANTIATE_TEST_SUITE_P(Types, QuantDotX8, ::testing::ValuesIn(kX8Cases),
                          [](const auto& info) { return std::string(info.param.name); });
 
