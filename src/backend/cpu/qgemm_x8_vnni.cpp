@@ -11,20 +11,14 @@
 #include "backend/cpu/qmatrix_x8.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-#define CELLM_X8 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#include "backend/cpu/x8_vnni_inl.h"
 
 namespace cellm::cpu::avx2 {
 namespace {
 
-CELLM_X8 inline __m256i load32(const std::uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-CELLM_X8 inline __m256 scales8(const std::uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+using x8::bcast4;
+using x8::load32;
+using x8::scales8;
 
 // Fills v[0..7] with block's quants and returns the offsets per row.
 struct Q4_0 {
@@ -98,11 +92,7 @@ CELLM_X8 inline void group_rows(const std::uint8_t* group, std::int64_t blocks,
     for (int i = 0; i < N; ++i) {
       const ActQ8& x = a[i][b];
       __m256i s = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        std::int32_t four;
-        std::memcpy(&four, x.qs + 4 * g, 4);
-        s = _mm256_dpbusd_epi32(s, v[g], _mm256_set1_epi32(four));
-      }
+      for (int g = 0; g < 8; ++g) s = _mm256_dpbusd_epi32(s, v[g], bcast4(x.qs + 4 * g));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(x.d)),
                                acc[i]);
       acc[i] = _mm256_fmadd_ps(offset, _mm256_set1_ps(x.d * static_cast<float>(x.sum)), acc[i]);

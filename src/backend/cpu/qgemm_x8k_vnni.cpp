@@ -10,35 +10,26 @@
 #include "backend/cpu/qmatrix_x8.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "backend/cpu/x8_vnni_inl.h"
 
-#define CELLM_X8K __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 
 namespace cellm::cpu::avx2 {
 namespace {
 
-CELLM_X8K inline __m256i load32(const std::uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-CELLM_X8K inline __m256 scales8(const std::uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-CELLM_X8K inline __m256i bcast4(const std::int8_t* p) {
-  std::int32_t four;
-  std::memcpy(&four, p, 4);
-  return _mm256_set1_epi32(four);
-}
-CELLM_X8K inline __m256i u8x8(const std::uint8_t* p) {
+using x8::bcast4;
+using x8::load32;
+using x8::scales8;
+CELLM_X8 inline __m256i u8x8(const std::uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-CELLM_X8K inline __m256i s8x8(const std::uint8_t* p) {
+CELLM_X8 inline __m256i s8x8(const std::uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
 // Q4_K group block: d[8], dmin[8] (f16), scales[8 sub][8 rows], mins[8][8]
 // (u8), then 4 chunks x 8 vectors of nibbles.
 template <int N>
-CELLM_X8K void q4k_rows(const std::uint8_t* group, std::int64_t blocks,
+CELLM_X8 void q4k_rows(const std::uint8_t* group, std::int64_t blocks,
                         const std::uint8_t* const* acts, float* out) {
   constexpr std::size_t kBytes = 32 + 64 + 64 + 1024;
   const ActQ8K* a[N];
@@ -96,7 +87,7 @@ CELLM_X8K void q4k_rows(const std::uint8_t* group, std::int64_t blocks,
 // Q6_K group block: d[8] (f16), scales[16 sub][8 rows] (s8), 4 chunks x 8
 // vectors of low nibbles, then 4 chunks x 4 vectors of 2-bit high parts.
 template <int N>
-CELLM_X8K void q6k_rows(const std::uint8_t* group, std::int64_t blocks,
+CELLM_X8 void q6k_rows(const std::uint8_t* group, std::int64_t blocks,
                         const std::uint8_t* const* acts, float* out) {
   constexpr std::size_t kBytes = 16 + 128 + 1024 + 512;
   const ActQ8K* a[N];
@@ -155,7 +146,7 @@ CELLM_X8K void q6k_rows(const std::uint8_t* group, std::int64_t blocks,
 
 }  // namespace
 
-CELLM_X8K void x8_q4_k(const std::uint8_t* g, std::int64_t blocks, const std::uint8_t* const* a,
+CELLM_X8 void x8_q4_k(const std::uint8_t* g, std::int64_t blocks, const std::uint8_t* const* a,
                        int n, float* out) {
   switch (n) {
     case 4: q4k_rows<4>(g, blocks, a, out); return;
@@ -165,7 +156,7 @@ CELLM_X8K void x8_q4_k(const std::uint8_t* g, std::int64_t blocks, const std::ui
   }
 }
 
-CELLM_X8K void x8_q6_k(const std::uint8_t* g, std::int64_t blocks, const std::uint8_t* const* a,
+CELLM_X8 void x8_q6_k(const std::uint8_t* g, std::int64_t blocks, const std::uint8_t* const* a,
                        int n, float* out) {
   switch (n) {
     case 4: q6k_rows<4>(g, blocks, a, out); return;

@@ -7,21 +7,14 @@
 #include "backend/cpu/quant_dot.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-#define CELLM_ACT_AVX2 __attribute__((target("avx2,fma")))
+#include "backend/cpu/quant_avx2_inl.h"
 
 namespace cellm::cpu::avx2 {
 namespace {
 
-CELLM_ACT_AVX2 inline std::int32_t hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
+using detail::hsum;
 
-CELLM_ACT_AVX2 inline float hmax(__m256 v) {
+CELLM_AVX2 inline float hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
@@ -30,7 +23,7 @@ CELLM_ACT_AVX2 inline float hmax(__m256 v) {
 
 // Quantizes 32 floats with inverse scale `id` into qs; q[k] gets the int32
 // quants of elements 8k..8k+7 (for the sums).
-CELLM_ACT_AVX2 inline void quant32(const float* x, float id, std::int8_t* qs, __m256i* q) {
+CELLM_AVX2 inline void quant32(const float* x, float id, std::int8_t* qs, __m256i* q) {
   const __m256 vid = _mm256_set1_ps(id);
   const __m256 lo = _mm256_set1_ps(-127.0f);
   const __m256 hi = _mm256_set1_ps(127.0f);
@@ -48,7 +41,7 @@ CELLM_ACT_AVX2 inline void quant32(const float* x, float id, std::int8_t* qs, __
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), bytes);
 }
 
-CELLM_ACT_AVX2 inline float amax_of(const float* x, int n) {
+CELLM_AVX2 inline float amax_of(const float* x, int n) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   __m256 m = _mm256_setzero_ps();
   for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
@@ -57,7 +50,7 @@ CELLM_ACT_AVX2 inline float amax_of(const float* x, int n) {
 
 }  // namespace
 
-CELLM_ACT_AVX2 void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out) {
+CELLM_AVX2 void quantize_act(ActKind kind, const float* x, std::int64_t cols, void* out) {
   const int bs = kind == ActKind::kQ8K ? 256 : 32;
   for (std::int64_t b = 0; b < cols / bs; ++b) {
     const float* xb = x + b * bs;
@@ -68,7 +61,7 @@ CELLM_ACT_AVX2 void quantize_act(ActKind kind, const float* x, std::int64_t cols
       blk->d = d;
       __m256i q[4];
       quant32(xb, id, blk->qs, q);
-      blk->sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+      blk->sum = hsum(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
                                            _mm256_add_epi32(q[2], q[3])));
     } else {
       auto* blk = static_cast<ActQ8K*>(out) + b;
@@ -76,8 +69,8 @@ CELLM_ACT_AVX2 void quantize_act(ActKind kind, const float* x, std::int64_t cols
       for (int s = 0; s < 8; ++s) {
         __m256i q[4];
         quant32(xb + 32 * s, id, blk->qs + 32 * s, q);
-        blk->bsums[2 * s] = static_cast<std::int16_t>(hsum_i32(_mm256_add_epi32(q[0], q[1])));
-        blk->bsums[2 * s + 1] = static_cast<std::int16_t>(hsum_i32(_mm256_add_epi32(q[2], q[3])));
+        blk->bsums[2 * s] = static_cast<std::int16_t>(hsum(_mm256_add_epi32(q[0], q[1])));
+        blk->bsums[2 * s + 1] = static_cast<std::int16_t>(hsum(_mm256_add_epi32(q[2], q[3])));
       }
     }
   }

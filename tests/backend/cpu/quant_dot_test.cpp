@@ -137,22 +137,30 @@ TEST_P(QuantDot, MatchesDequantizedFloatDot) {
   }
 }
 
+// A matrix of `rows` random rows of `type` (bytes owned by `all`).
+QMatrix random_matrix(GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng,
+                      std::vector<std::uint8_t>& all) {
+  all.clear();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto row = random_row(type, cols, rng);
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  QMatrix m;
+  m.type = type;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = all.size() / static_cast<std::size_t>(rows);
+  m.data = all.data();
+  return m;
+}
+
 TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   const Case c = GetParam();
   std::mt19937 rng(99 + static_cast<unsigned>(c.type));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::int64_t cols = 512, rows = 301, t = 5;
   std::vector<std::uint8_t> all;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const auto row = random_row(c.type, cols, rng);
-    all.insert(all.end(), row.begin(), row.end());
-  }
-  QMatrix m;
-  m.type = c.type;
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = all.size() / rows;
-  m.data = all.data();
+  const QMatrix m = random_matrix(c.type, rows, cols, rng, all);
   std::vector<float> x(static_cast<std::size_t>(t * cols));
   for (auto& v : x) v = normal(rng);
   QuantActs acts;
@@ -237,16 +245,7 @@ TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::int64_t cols = 512, rows = 40, t = kTile + 1;
   std::vector<std::uint8_t> all;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const auto row = random_row(c.type, cols, rng);
-    all.insert(all.end(), row.begin(), row.end());
-  }
-  QMatrix m;
-  m.type = c.type;
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = all.size() / rows;
-  m.data = all.data();
+  const QMatrix m = random_matrix(c.type, rows, cols, rng, all);
   std::vector<std::uint8_t> packed = repack_x8(c.type, all.data(), rows, cols, m.row_bytes);
   QMatrix x8 = m;
   x8.x8 = true;
