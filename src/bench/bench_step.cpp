@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_verify.h"
 #include "cellm/decode_first_scheduler.h"
 #include "cellm/runner.h"
 #include "core/env.h"
@@ -211,6 +212,9 @@ Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int
 #ifndef CELLM_HAVE_CUDA
 
 Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
+  if (!o.verify_drafts.empty()) {
+    return not_supported("--verify-drafts times the CUDA backend; this build has none");
+  }
   if (o.backend == "cpu" || o.backend == "auto") return run_cpu_step_bench(o, out);
   return not_supported(
       "cellm bench step measures the CUDA backend; this build has none "
@@ -407,6 +411,9 @@ Result<std::vector<Point> > prefill_points(const StepBenchOptions& o, const mode
 
 Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (o.backend == "cpu" || (o.backend == "auto" && cuda::device_count() == 0)) {
+    if (!o.verify_drafts.empty()) {
+      return not_supported("--verify-drafts times the CUDA backend (no GPU is in use here)");
+    }
     return run_cpu_step_bench(o, out);
   }
   if (o.batches.empty() || o.contexts.empty() || o.steps <= 0 || o.warmup_steps < 0) {
@@ -448,6 +455,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   }
   std::vector<Point> all = decode;
   all.insert(all.end(), prefill.begin(), prefill.end());
+  if (!o.verify_drafts.empty()) {
+    CELLM_RETURN_IF_ERROR(run_verify_points(o, spec, program, dev.name, out));
+  }
 
   const std::string commit = env_string("CELLM_COMMIT").value_or("unknown");
   const cuda::CudaProgramKnobs* knobs = cuda::cuda_program_knobs(*program);

@@ -49,6 +49,8 @@ struct StepBenchOptions {
   // replaces the others' GPU sweep with llama-bench's tg64 / pp128 points
   // (batch 1, a one-token context, a 128-token prompt).
   bool batches_given = false, contexts_given = false, prompts_given = false;
+  // Speculative verification points (bench_verify.h): drafts per session, 1..16.
+  std::vector<int> verify_drafts;
 };
 
 // Decode points as `cellm serve` runs them (see above), on any runner: one

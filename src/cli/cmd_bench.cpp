@@ -275,6 +275,10 @@ Command add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"fast", "reference"}));
   step->add_option("--threads", opts->threads, "CPU threads (0: every core)")
       ->check(CLI::NonNegativeNumber);
+  step->add_option("--verify-drafts", opts->verify_drafts,
+                   "also time speculative verification steps: each session feeds 1 + K rows "
+                   "(K drafts, 1..16), against the plain step (CUDA)")
+      ->delimiter(',');
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts, *http);
