@@ -19,6 +19,7 @@
 #include "cellm/runner.h"
 #include "core/env.h"
 #include "executor/cuda_executor.h"
+#include "executor/draft_proposer.h"
 #include "model/loader.h"
 #include "model/shapes.h"
 #ifdef CELLM_HAVE_CUDA
@@ -212,8 +213,8 @@ Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int
 #ifndef CELLM_HAVE_CUDA
 
 Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
-  if (!o.verify_drafts.empty()) {
-    return not_supported("--verify-drafts times the CUDA backend; this build has none");
+  if (!o.verify_drafts.empty() || !o.speculate.empty()) {
+    return not_supported("--verify-drafts and --speculate time the CUDA backend; this build has none");
   }
   if (o.backend == "cpu" || o.backend == "auto") return run_cpu_step_bench(o, out);
   return not_supported(
@@ -312,8 +313,13 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
     std::optional<ServedDecodeBench> bench;
     if (per_session > per_point + 2) {
       // Not initialized here: the runner's engine thread does it, as in serve.
-      CELLM_ASSIGN_OR_RETURN(
-          ex, executor::CudaExecutor::create(program, batch, static_cast<int>(per_session)));
+      executor::SpeculationOptions speculation;
+      if (!o.speculate.empty()) {
+        CELLM_ASSIGN_OR_RETURN(speculation.proposer, executor::make_proposer(o.speculate));
+      }
+      CELLM_ASSIGN_OR_RETURN(ex, executor::CudaExecutor::create(program, batch,
+                                                                static_cast<int>(per_session),
+                                                                std::move(speculation)));
       // As `cellm serve` builds it: every session may decode in one step,
       // prompts go in chunks beside them (long ones, as `bench serve`'s).
       const std::size_t chunk = std::min<std::size_t>(2048, ex->preferred_batch_tokens());
@@ -411,8 +417,9 @@ Result<std::vector<Point> > prefill_points(const StepBenchOptions& o, const mode
 
 Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (o.backend == "cpu" || (o.backend == "auto" && cuda::device_count() == 0)) {
-    if (!o.verify_drafts.empty()) {
-      return not_supported("--verify-drafts times the CUDA backend (no GPU is in use here)");
+    if (!o.verify_drafts.empty() || !o.speculate.empty()) {
+      return not_supported(
+          "--verify-drafts and --speculate time the CUDA backend (no GPU is in use here)");
     }
     return run_cpu_step_bench(o, out);
   }
@@ -477,7 +484,10 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
                        {p.kind == "decode" ? "context" : "prompt", p.context},
                        {"copy_bytes_per_s", dev.copy_bytes_per_s},
                        {"gemm_flops_per_s", dev.gemm_flops_per_s}};
-      if (p.kind == "decode") j["sampling"] = p.sampling;
+      if (p.kind == "decode") {
+        j["sampling"] = p.sampling;
+        j["speculate"] = o.speculate.empty() ? "off" : o.speculate;
+      }
       if (!p.skipped.empty()) {
         j["skipped"] = p.skipped;
       } else {

@@ -51,6 +51,10 @@ struct StepBenchOptions {
   bool batches_given = false, contexts_given = false, prompts_given = false;
   // Speculative verification points (bench_verify.h): drafts per session, 1..16.
   std::vector<int> verify_drafts;
+  // Decode points with speculative decoding on ("ngram"; empty: off), as
+  // `cellm serve --speculate ngram` runs it: the guard that speculation costs
+  // nothing where it cannot help (CUDA).
+  std::string speculate;
 };
 
 // Decode points as `cellm serve` runs them (see above), on any runner: one

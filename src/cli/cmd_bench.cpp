@@ -279,6 +279,9 @@ Command add_bench(CLI::App& app) {
                    "also time speculative verification steps: each session feeds 1 + K rows "
                    "(K drafts, 1..16), against the plain step (CUDA)")
       ->delimiter(',');
+  step->add_option("--speculate", opts->speculate,
+                   "decode points with speculative decoding on, as serve runs it (CUDA)")
+      ->check(CLI::IsMember({"ngram"}));
   auto no_prefill = std::make_shared<bool>(false);
   step->add_flag("--no-prefill", *no_prefill, "decode points only (e.g. under a profiler)");
   CLI::App* serve = add_serve(bench, *serve_opts, *http);
