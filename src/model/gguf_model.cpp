@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "format/ggml_types.h"
+
 namespace cellm::model {
 namespace {
 
@@ -63,7 +65,43 @@ std::optional<std::int64_t> find_token(const format::GgufFile& f, std::string_vi
   return std::nullopt;
 }
 
+// The architectures whose Q/K rows llama.cpp's converter interleaved for its
+// rotary kernels (LlamaModel.undo_permute); qwen2, qwen3, phi3 and gemma3
+// are written in Hugging Face's half-split layout and load as they are.
+bool rotary_rows_permuted(Architecture arch) {
+  return arch == Architecture::kLlama || arch == Architecture::kMistral;
+}
+
+Result<Architecture> gguf_architecture(const format::GgufFile& f, std::string_view name) {
+  if (name == "llama") return Architecture::kLlama;  // also Mistral, as llama.cpp writes it
+  if (name == "mistral") return Architecture::kMistral;
+  if (name == "qwen2") return Architecture::kQwen2;
+  if (name == "qwen3") return Architecture::kQwen3;
+  if (name == "phi3") return Architecture::kPhi3;
+  if (name == "gemma3") return Architecture::kGemma3;
+  return not_supported(
+      "{}: GGUF architecture '{}' (general.architecture) is not supported; supported are "
+      "llama, mistral, qwen2, qwen3, phi3 and gemma3",
+      f.path(), name);
+}
+
 }  // namespace
+
+Status check_gguf_tensor_types(const format::GgufFile& f) {
+  for (const auto& t : f.tensors()) {
+    const auto info = format::ggml_type_info(static_cast<std::uint32_t>(t.type));
+    if (!info || !info->dequantizable) {
+      return not_supported(
+          "{}: tensor '{}' is stored as {}, which cellm cannot load (F32, F16, BF16, Q4_0, "
+          "Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K are supported); convert the model with one of "
+          "those types",
+          f.path(), t.name,
+          info ? std::string(info->name)
+               : fmt::format("unknown type {}", static_cast<std::uint32_t>(t.type)));
+    }
+  }
+  return Status::ok();
+}
 
 Result<ModelSpec> spec_from_gguf(const format::GgufFile& f) {
   CELLM_ASSIGN_OR_RETURN(auto arch_name, f.get_string("general.architecture"));
@@ -71,15 +109,9 @@ Result<ModelSpec> spec_from_gguf(const format::GgufFile& f) {
     return invalid_argument("{}: metadata 'general.architecture' is missing (required)", f.path());
   }
   ModelSpec spec;
-  if (*arch_name == "llama") {
-    spec.arch = Architecture::kLlama;
-  } else if (*arch_name == "gemma3") {
-    spec.arch = Architecture::kGemma3;
-  } else {
-    return not_supported("{}: GGUF architecture '{}' is not supported (llama and gemma3 are)",
-                         f.path(), *arch_name);
-  }
+  CELLM_ASSIGN_OR_RETURN(spec.arch, gguf_architecture(f, *arch_name));
   const bool gemma = spec.arch == Architecture::kGemma3;
+  const bool phi3 = spec.arch == Architecture::kPhi3;
   spec.arch_name = std::string(architecture_name(spec.arch));
   const Meta m(f, *arch_name);
 
@@ -115,6 +147,13 @@ Result<ModelSpec> spec_from_gguf(const format::GgufFile& f) {
   CELLM_ASSIGN_OR_RETURN(spec.vocab_size,
                          m.size_or("vocab_size", static_cast<std::int64_t>(embed->ne[1])));
   spec.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+  if (phi3 && (f.find_tensor("rope_factors_long.weight") != nullptr ||
+               f.find_tensor("rope_factors_short.weight") != nullptr)) {
+    return not_supported(
+        "{}: Phi-3 LongRoPE factors (rope_factors_long/short.weight) are not supported from "
+        "GGUF; use a model without long-context scaling",
+        f.path());
+  }
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
     return not_supported(
         "{}: per-dimension RoPE frequency factors (rope_freqs.weight, Llama 3.1 "
@@ -142,7 +181,6 @@ Result<ModelSpec> spec_from_gguf(const format::GgufFile& f) {
   spec.attention_scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
   if (gemma) {
     spec.activation = Activation::kGeluTanh;
-    spec.qk_norm = true;
     spec.sandwich_norms = true;
     spec.norm_weight_offset = false;  // the converter stored 1 + w
     spec.embedding_scale = std::sqrt(static_cast<float>(spec.hidden_size));
@@ -163,8 +201,19 @@ Result<ModelSpec> spec_from_gguf(const format::GgufFile& f) {
       spec.layers.push_back(LayerSpec{sliding ? window : 0, sliding ? local : rope});
     }
   } else {
-    spec.layers.assign(static_cast<std::size_t>(spec.num_layers), LayerSpec{0, rope});
+    // qwen2 and qwen3 attend all history; llama.cpp's llama converter drops
+    // Mistral's window, so a window is honoured only where a file states one
+    // (phi3 writes 0 for "none"; a "mistral" file may carry one).
+    CELLM_ASSIGN_OR_RETURN(auto window, f.get_uint(m.key("attention.sliding_window")));
+    if (window && *window > static_cast<std::uint64_t>(INT32_MAX)) {
+      return invalid_argument("{}: metadata '{}' is {}, expected a 32-bit size", f.path(),
+                              m.key("attention.sliding_window"), *window);
+    }
+    const auto w = static_cast<std::int32_t>(window.value_or(0));
+    spec.layers.assign(static_cast<std::size_t>(spec.num_layers), LayerSpec{w, rope});
   }
+  spec.attention_bias = spec.arch == Architecture::kQwen2;  // Qwen2 biases q/k/v, never o
+  spec.qk_norm = gemma || spec.arch == Architecture::kQwen3;
 
   if (auto bos = token_id(f, "tokenizer.ggml.bos_token_id")) spec.bos_token_id = *bos;
   const auto add_eos = [&](std::optional<std::int64_t> id) {
@@ -196,6 +245,14 @@ std::string canonical_tensor_name(Architecture arch, std::string_view name) {
   }
   const std::string_view rest = name.substr(dot + 1);
   const bool gemma = arch == Architecture::kGemma3;
+  // Phi-3 keeps its fused projections: attn_qkv holds q, k, v stacked and
+  // ffn_up holds gate then up, as in the Hugging Face checkpoint.
+  if (arch == Architecture::kPhi3) {
+    if (rest == "attn_qkv.weight") {
+      return fmt::format("model.layers.{}.self_attn.qkv_proj.weight", layer);
+    }
+    if (rest == "ffn_up.weight") return fmt::format("model.layers.{}.mlp.gate_up_proj.weight", layer);
+  }
   struct Entry {
     std::string_view gguf;
     std::string_view hf;
@@ -292,12 +349,13 @@ Result<Tensor> GgufTensorSource::load(std::string_view name) const {
     CELLM_ASSIGN_OR_RETURN(t, file_->dequantize(*i, dequant_dtype_));
   }
   // GGUF's llama converter interleaves each head's rotary halves in Q and K.
-  if (spec_.arch == Architecture::kLlama && spec_.head_dim % 2 != 0 &&
+  const bool permuted = rotary_rows_permuted(spec_.arch);
+  if (permuted && spec_.head_dim % 2 != 0 &&
       (name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.k_proj.weight"))) {
     return invalid_argument("{}: head_dim {} is odd, so '{}' cannot hold rotary pairs",
                             file_->path(), spec_.head_dim, name);
   }
-  if (spec_.arch == Architecture::kLlama) {
+  if (permuted) {
     if (name.ends_with("self_attn.q_proj.weight")) return unpermute_rotary_rows(t, spec_.num_heads);
     if (name.ends_with("self_attn.k_proj.weight"))
       return unpermute_rotary_rows(t, spec_.num_kv_heads);

@@ -1,7 +1,9 @@
-// GGUF models: ModelSpec from GGUF metadata (architectures "llama" and
-// "gemma3") and a TensorSource that maps GGUF tensor names onto the canonical
+// GGUF models: ModelSpec from GGUF metadata (architectures "llama",
+// "mistral", "qwen2", "qwen3", "phi3" and "gemma3", with the keys and tensor
+// names llama.cpp's convert_hf_to_gguf.py writes) and a TensorSource that maps GGUF tensor names onto the canonical
 // Hugging Face ones, dequantizes block-quantized tensors, and undoes the
-// Q/K row interleaving GGUF's converter applies to llama-family attention.
+// Q/K row interleaving GGUF's converter applies to llama-family attention
+// (llama, mistral; not qwen2, qwen3, phi3 or gemma3).
 //
 // Gemma 3 GGUFs store RMSNorm weights with the +1 already added, so their spec
 // has norm_weight_offset = false (adding it again would double it).
@@ -21,6 +23,10 @@
 namespace cellm::model {
 
 Result<ModelSpec> spec_from_gguf(const format::GgufFile& file);
+
+// Refuses a file holding a tensor of a type cellm cannot read, naming the
+// tensor and its type, before any weight is loaded.
+Status check_gguf_tensor_types(const format::GgufFile& file);
 
 // The canonical name of GGUF tensor `gguf_name` for `arch`; the name itself
 // when it has no mapping (it then shows up as an unexpected tensor).

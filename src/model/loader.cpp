@@ -59,6 +59,7 @@ Result<LoadedModel> load_gguf(const std::filesystem::path& file, const LoadOptio
   CELLM_ASSIGN_OR_RETURN(format::GgufFile parsed, format::GgufFile::open(file));
   auto gguf = std::make_shared<const format::GgufFile>(std::move(parsed));
   CELLM_ASSIGN_OR_RETURN(ModelSpec spec, spec_from_gguf(*gguf));
+  CELLM_RETURN_IF_ERROR(check_gguf_tensor_types(*gguf));
   const GgufTensorSource source(gguf, spec, options.dequant_dtype);
   CELLM_ASSIGN_OR_RETURN(Weights weights,
                          build_weights(spec, source, {options.allow_extra_tensors}));

@@ -69,7 +69,8 @@ Bytes q8_matrix(std::int64_t rows, std::int64_t cols) {
   return b;
 }
 
-GgufBuilder tiny(const std::string& arch) {
+// `gate_type` 8 is Q8_0 (known values); 7 is Q5_1, which cellm cannot read.
+GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
   GgufBuilder g;
   g.kv_str("general.architecture", arch)
       .kv_u32(arch + ".block_count", 1)
@@ -97,7 +98,12 @@ GgufBuilder tiny(const std::string& arch) {
            f32(perm(matrix(kv, kHidden, 0.75f), kKvHeads)));
   g.tensor("blk.0.attn_v.weight", ne(kv, kHidden), 0, f32(matrix(kv, kHidden, 0.125f)));
   g.tensor("blk.0.attn_output.weight", ne(kHidden, q), 0, f32(matrix(kHidden, q, 0.375f)));
-  g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
+  if (gate_type == 8) {
+    g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
+  } else {
+    g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), gate_type,
+             Bytes(static_cast<std::size_t>(kInter * kHidden / 32 * 24), 0));
+  }
   g.tensor("blk.0.ffn_up.weight", ne(kInter, kHidden), 0, f32(matrix(kInter, kHidden, 0.625f)));
   g.tensor("blk.0.ffn_down.weight", ne(kHidden, kInter), 0, f32(matrix(kHidden, kInter, 0.875f)));
   if (arch == "gemma3") {
@@ -223,7 +229,30 @@ TEST_F(GgufTiny, ErrorsNameTheKeyOrTensor) {
       << r.status().to_string();
 }
 
+TEST_F(GgufTiny, UnsupportedArchitectureOrTensorTypeIsRefusedByName) {
+  auto g = tiny("gpt2");
+  auto r = load(g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(r.status().message().find("'gpt2'"), std::string::npos) << r.status().to_string();
+
+  r = load(tiny("llama", 7));  // Q5_1
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotSupported);
+  EXPECT_NE(r.status().message().find("blk.0.ffn_gate.weight"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_NE(r.status().message().find("Q5_1"), std::string::npos) << r.status().to_string();
+}
+
 TEST(GgufNames, MapToHuggingFace) {
+  EXPECT_EQ(canonical_tensor_name(Architecture::kPhi3, "blk.1.attn_qkv.weight"),
+            "model.layers.1.self_attn.qkv_proj.weight");
+  EXPECT_EQ(canonical_tensor_name(Architecture::kPhi3, "blk.1.ffn_up.weight"),
+            "model.layers.1.mlp.gate_up_proj.weight");
+  EXPECT_EQ(canonical_tensor_name(Architecture::kQwen2, "blk.1.ffn_up.weight"),
+            "model.layers.1.mlp.up_proj.weight");
+  EXPECT_EQ(canonical_tensor_name(Architecture::kQwen3, "blk.0.attn_k_norm.weight"),
+            "model.layers.0.self_attn.k_norm.weight");
   EXPECT_EQ(canonical_tensor_name(Architecture::kLlama, "blk.12.ffn_norm.weight"),
             "model.layers.12.post_attention_layernorm.weight");
   EXPECT_EQ(canonical_tensor_name(Architecture::kGemma3, "blk.3.ffn_norm.weight"),
