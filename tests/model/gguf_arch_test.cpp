@@ -13,7 +13,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "app/model_text.h"
 #include "backend/cpu/cpu_program.h"
 #include "model/loader.h"
 #include "step_driver.h"
@@ -83,8 +87,8 @@ TEST_P(GgufArch, LogitsMatchTheHuggingFaceFolder) {
   auto hf = load_model(dir);
   ASSERT_TRUE(hf.ok()) << hf.status().to_string();
   auto gg = load_model(out);
-  ASSERT_TRUE(gg.ok()) << gg.status().to_string();
   fs::remove(out);
+  ASSERT_TRUE(gg.ok()) << gg.status().to_string();
   EXPECT_EQ(gg->spec.arch, c.want_arch);
   EXPECT_EQ(gg->spec.attention_bias, hf->spec.attention_bias);
   EXPECT_EQ(gg->spec.qk_norm, hf->spec.qk_norm);
@@ -120,6 +124,59 @@ TEST_P(GgufArch, LogitsMatchTheHuggingFaceFolder) {
     const double rel = std::sqrt(diff / norm);
     EXPECT_LE(rel, c.max_rel) << "position " << pos;
   }
+}
+
+// The tokenizer and chat template of a Qwen GGUF come from the file: its
+// gpt2/qwen2 vocabulary (written as the converter writes Qwen's) must encode
+// and decode every golden text as Hugging Face did, and its template must be
+// the tokenizer_config.json one.
+TEST(GgufArchText, Qwen3TokenizerAndChatTemplateComeFromTheFile) {
+  const fs::path data = cellm::testing::testdata_dir();
+  const fs::path tok_dir = data / "tokenizers" / "qwen3";
+  ASSERT_TRUE(fs::exists(venv_python()))
+      << "no Python virtual environment at " << venv_python() << "; run scripts/setup";
+  const fs::path out = fs::path(::testing::TempDir()) / "cellm_gguf_arch_qwen3_vocab.gguf";
+  const std::string cmd =
+      venv_python().string() + " " +
+      (cellm::testing::source_dir() / "tests" / "model" / "hf_to_gguf.py").string() + " " +
+      (data / "hf_models" / "qwen3").string() + " " + out.string() + " --type f32 --vocab " +
+      tok_dir.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the converter failed: " << cmd;
+  auto m = load_model(out);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto tok = app::load_tokenizer(*m);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto tmpl = app::load_chat_template_source(*m);
+  fs::remove(out);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+
+  std::ifstream cfg_in(tok_dir / "tokenizer_config.json");
+  const auto cfg = nlohmann::json::parse(cfg_in);
+  ASSERT_TRUE(tmpl->has_value());
+  EXPECT_EQ(**tmpl, cfg.at("chat_template").get<std::string>());
+  const auto im_end = tok->token_to_id("<|im_end|>");
+  ASSERT_TRUE(im_end.has_value());
+  EXPECT_EQ(m->spec.eos_token_ids, std::vector<std::int64_t>{*im_end});
+
+  std::ifstream golden(data / "tokenizer_goldens" / "qwen3.encode.jsonl");
+  std::string line;
+  int checked = 0, mismatches = 0;
+  while (std::getline(golden, line)) {
+    if (line.empty()) continue;
+    const auto g = nlohmann::json::parse(line);
+    const auto text = g.at("text").get<std::string>();
+    const auto ids = tok->encode(text, false);
+    std::vector<std::int64_t> got(ids.begin(), ids.end());
+    const auto want = g.at("ids").get<std::vector<std::int64_t>>();
+    if (got != want && ++mismatches <= 5) {
+      ADD_FAILURE() << "encode(" << nlohmann::json(text).dump() << ") = "
+                    << nlohmann::json(got).dump() << ", Hugging Face: " << nlohmann::json(want).dump();
+    }
+    EXPECT_EQ(tok->decode(ids, false), g.at("decoded").get<std::string>()) << line;
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_EQ(mismatches, 0);
 }
 
 // f32: the same numbers in another layout, so round-off only. f16: weights

@@ -6,9 +6,19 @@ name map), its Q/K row interleaving for llama-family models only, and its
 rule that 1-D tensors stay f32. Used by tests/model/gguf_arch_test.cpp.
 
 usage: hf_to_gguf.py FIXTURE_DIR OUT.gguf --type f32|f16|q8_0 [--arch llama|mistral]
+                     [--vocab TOKENIZER_DIR]
+
+--vocab adds a byte-level BPE vocabulary and chat template the way the
+converter's _set_vocab_gpt2 does for Qwen (tokenizer.ggml.model "gpt2", pre
+"qwen2", token types from added_tokens, merges, special ids and the template
+through gguf.SpecialVocab) from a folder holding tokenizer.json(.gz) and
+tokenizer_config.json. Unlike the converter it keeps the tokenizer's full
+vocabulary even where the tiny fixture model has fewer embedding rows.
 """
 import argparse
+import gzip
 import json
+import tempfile
 import struct
 import sys
 from pathlib import Path
@@ -56,6 +66,39 @@ def interleave_rotary(w, heads):
     return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def add_gpt2_vocab(w, folder):
+    folder = Path(folder)
+    tok_path = folder / "tokenizer.json"
+    raw = tok_path.read_bytes() if tok_path.exists() else gzip.decompress(
+        (folder / "tokenizer.json.gz").read_bytes())
+    tok = json.loads(raw)
+    by_id = {i: t for t, i in tok["model"]["vocab"].items()}
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    for i, a in added.items():
+        by_id[i] = a["content"]
+    tokens, types = [], []
+    for i in range(max(by_id) + 1):
+        if i not in by_id:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        elif i in added:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.CONTROL if added[i].get("special")
+                         else gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.NORMAL)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    # SpecialVocab reads merges, special ids and the chat template from files.
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "tokenizer.json").write_bytes(raw)
+        Path(tmp, "tokenizer_config.json").write_bytes((folder / "tokenizer_config.json").read_bytes())
+        gguf.SpecialVocab(tmp, load_merges=True, n_vocab=len(tokens)).add_to_gguf(w)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("fixture")
@@ -63,6 +106,7 @@ def main():
     ap.add_argument("--type", choices=["f32", "f16", "q8_0"], required=True)
     ap.add_argument("--arch", choices=["llama", "mistral"],
                     help="override general.architecture of a llama-family model")
+    ap.add_argument("--vocab", help="folder with tokenizer.json(.gz) and tokenizer_config.json")
     args = ap.parse_args()
 
     fixture = Path(args.fixture)
@@ -104,8 +148,11 @@ def main():
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
              "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[args.type]
     w.add_file_type(ftype)
-    w.add_bos_token_id(cfg["bos_token_id"])
-    w.add_eos_token_id(cfg["eos_token_id"])
+    if args.vocab:
+        add_gpt2_vocab(w, args.vocab)
+    else:
+        w.add_bos_token_id(cfg["bos_token_id"])
+        w.add_eos_token_id(cfg["eos_token_id"])
 
     names = gguf.get_tensor_name_map(arch, layers)
     permute = arch == gguf.MODEL_ARCH.LLAMA
