@@ -65,13 +65,6 @@ std::optional<std::int64_t> find_token(const format::GgufFile& f, std::string_vi
   return std::nullopt;
 }
 
-// The architectures whose Q/K rows llama.cpp's converter interleaved for its
-// rotary kernels (LlamaModel.undo_permute); qwen2, qwen3, phi3 and gemma3
-// are written in Hugging Face's half-split layout and load as they are.
-bool rotary_rows_permuted(Architecture arch) {
-  return arch == Architecture::kLlama || arch == Architecture::kMistral;
-}
-
 Result<Architecture> gguf_architecture(const format::GgufFile& f, std::string_view name) {
   if (name == "llama") return Architecture::kLlama;  // also Mistral, as llama.cpp writes it
   if (name == "mistral") return Architecture::kMistral;
@@ -86,6 +79,10 @@ Result<Architecture> gguf_architecture(const format::GgufFile& f, std::string_vi
 }
 
 }  // namespace
+
+bool gguf_rotary_rows_permuted(Architecture arch) {
+  return arch == Architecture::kLlama || arch == Architecture::kMistral;
+}
 
 Status check_gguf_tensor_types(const format::GgufFile& f) {
   for (const auto& t : f.tensors()) {
@@ -349,7 +346,7 @@ Result<Tensor> GgufTensorSource::load(std::string_view name) const {
     CELLM_ASSIGN_OR_RETURN(t, file_->dequantize(*i, dequant_dtype_));
   }
   // GGUF's llama converter interleaves each head's rotary halves in Q and K.
-  const bool permuted = rotary_rows_permuted(spec_.arch);
+  const bool permuted = gguf_rotary_rows_permuted(spec_.arch);
   if (permuted && spec_.head_dim % 2 != 0 &&
       (name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.k_proj.weight"))) {
     return invalid_argument("{}: head_dim {} is odd, so '{}' cannot hold rotary pairs",

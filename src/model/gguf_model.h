@@ -32,6 +32,12 @@ Status check_gguf_tensor_types(const format::GgufFile& file);
 // when it has no mapping (it then shows up as an unexpected tensor).
 std::string canonical_tensor_name(Architecture arch, std::string_view gguf_name);
 
+// Whether GGUF files of `arch` hold Q/K rows in the interleaved rotary layout
+// llama.cpp's converter writes for llama-family models (LlamaModel's
+// undo_permute): llama and mistral; qwen2, qwen3, phi3 and gemma3 keep
+// Hugging Face's half-split layout.
+bool gguf_rotary_rows_permuted(Architecture arch);
+
 // Reorders the rows of a [heads*head_dim, in] projection from GGUF's
 // interleaved rotary layout back to Hugging Face's half-split layout.
 Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads);

@@ -107,7 +107,7 @@ Status FastForward::attach_gguf(const format::GgufFile& gguf) {
   for (const auto& t : gguf.tensors()) {
     by_name.emplace(model::canonical_tensor_name(spec_.arch, t.name), &t);
   }
-  const bool llama = spec_.arch == model::Architecture::kLlama;
+  const bool llama = model::gguf_rotary_rows_permuted(spec_.arch);
   auto bind = [&](FastLinear& lin, const std::string& name, std::int32_t rotary) -> Status {
     const auto it = by_name.find(name);
     if (it == by_name.end() || !has_quant_kernel(it->second->type)) return Status::ok();
