@@ -248,7 +248,9 @@ std::string canonical_tensor_name(Architecture arch, std::string_view name) {
     if (rest == "attn_qkv.weight") {
       return fmt::format("model.layers.{}.self_attn.qkv_proj.weight", layer);
     }
-    if (rest == "ffn_up.weight") return fmt::format("model.layers.{}.mlp.gate_up_proj.weight", layer);
+    if (rest == "ffn_up.weight") {
+      return fmt::format("model.layers.{}.mlp.gate_up_proj.weight", layer);
+    }
   }
   struct Entry {
     std::string_view gguf;

@@ -1,9 +1,9 @@
 // GGUF models: ModelSpec from GGUF metadata (architectures "llama",
 // "mistral", "qwen2", "qwen3", "phi3" and "gemma3", with the keys and tensor
-// names llama.cpp's convert_hf_to_gguf.py writes) and a TensorSource that maps GGUF tensor names onto the canonical
-// Hugging Face ones, dequantizes block-quantized tensors, and undoes the
-// Q/K row interleaving GGUF's converter applies to llama-family attention
-// (llama, mistral; not qwen2, qwen3, phi3 or gemma3).
+// names llama.cpp's convert_hf_to_gguf.py writes) and a TensorSource that maps GGUF tensor names
+// onto the canonical Hugging Face ones, dequantizes block-quantized tensors, and undoes the Q/K row
+// interleaving GGUF's converter applies to llama-family attention (llama, mistral; not qwen2,
+// qwen3, phi3 or gemma3).
 //
 // Gemma 3 GGUFs store RMSNorm weights with the +1 already added, so their spec
 // has norm_weight_offset = false (adding it again would double it).

@@ -7,14 +7,13 @@
 // round-off for f32 files, within f16/Q8_0 weight rounding otherwise. A wrong
 // name map, a missing or extra Q/K un-permutation, a lost bias, norm or
 // sliding window moves the logits by far more than these bounds.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "app/model_text.h"
@@ -43,8 +42,12 @@ struct ArchCase {
 std::string tag(const ArchCase& c) {
   return c.fixture + "_" + c.type + (c.arch.empty() ? "" : "_as_" + c.arch);
 }
-void PrintTo(const ArchCase& c, std::ostream* os) { *os << tag(c); }
-std::string case_name(const ::testing::TestParamInfo<ArchCase>& info) { return tag(info.param); }
+void PrintTo(const ArchCase& c, std::ostream* os) {
+  *os << tag(c);
+}
+std::string case_name(const ::testing::TestParamInfo<ArchCase>& info) {
+  return tag(info.param);
+}
 
 fs::path venv_python() {
   return cellm::testing::source_dir() / ".venv" / "bin" / "python";
@@ -98,16 +101,15 @@ TEST_P(GgufArch, LogitsMatchTheHuggingFaceFolder) {
   const ArchCase& c = GetParam();
   const fs::path dir = cellm::testing::testdata_dir() / "hf_models" / c.fixture;
   ASSERT_TRUE(fs::exists(dir / "config.json")) << "fixture missing: " << dir;
-  ASSERT_TRUE(fs::exists(venv_python()))
-      << "no Python virtual environment at " << venv_python()
-      << "; run scripts/setup (it installs the gguf package)";
+  ASSERT_TRUE(fs::exists(venv_python())) << "no Python virtual environment at " << venv_python()
+                                         << "; run scripts/setup (it installs the gguf package)";
   const fs::path out = fs::path(::testing::TempDir()) / ("cellm_gguf_arch_" + tag(c) + ".gguf");
   std::string cmd = venv_python().string() + " " +
                     (cellm::testing::source_dir() / "tests" / "model" / "hf_to_gguf.py").string() +
                     " " + dir.string() + " " + out.string() + " --type " + c.type;
   if (!c.arch.empty()) cmd += " --arch " + c.arch;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the converter failed: " << cmd
-                                         << "\nIf the gguf package is missing, run scripts/setup.";
+  ASSERT_EQ(std::system(cmd.c_str()), 0)
+      << "the converter failed: " << cmd << "\nIf the gguf package is missing, run scripts/setup.";
 
   auto hf = load_model(dir);
   ASSERT_TRUE(hf.ok()) << hf.status().to_string();
@@ -128,9 +130,8 @@ TEST_P(GgufArch, LogitsMatchTheHuggingFaceFolder) {
       cases->begin(), cases->end(),
       [](const auto& a, const auto& b) { return a.inputs.size() < b.inputs.size(); });
   ASSERT_GE(longest->inputs.size(), c.tokens);
-  const std::vector<std::int64_t> tokens(longest->inputs.begin(),
-                                         longest->inputs.begin() +
-                                             static_cast<std::ptrdiff_t>(c.tokens));
+  const std::vector<std::int64_t> tokens(
+      longest->inputs.begin(), longest->inputs.begin() + static_cast<std::ptrdiff_t>(c.tokens));
 
   auto want = run(*hf, tokens);
   ASSERT_TRUE(want.ok()) << want.status().to_string();
@@ -190,8 +191,9 @@ TEST(GgufArchText, Qwen3TokenizerAndChatTemplateComeFromTheFile) {
     std::vector<std::int64_t> got(ids.begin(), ids.end());
     const auto want = g.at("ids").get<std::vector<std::int64_t>>();
     if (got != want && ++mismatches <= 5) {
-      ADD_FAILURE() << "encode(" << nlohmann::json(text).dump() << ") = "
-                    << nlohmann::json(got).dump() << ", Hugging Face: " << nlohmann::json(want).dump();
+      ADD_FAILURE() << "encode(" << nlohmann::json(text).dump()
+                    << ") = " << nlohmann::json(got).dump()
+                    << ", Hugging Face: " << nlohmann::json(want).dump();
     }
     EXPECT_EQ(tok->decode(ids, false), g.at("decoded").get<std::string>()) << line;
     ++checked;
