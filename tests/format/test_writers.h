@@ -21,8 +21,11 @@ using Bytes = std::vector<std::uint8_t>;
 
 template <typename T>
 void put(Bytes& b, T v) {
-  const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
-  b.insert(b.end(), p, p + sizeof(T));
+  // resize + memcpy rather than insert(end, p, p + n): GCC 12's -Wstringop-overflow
+  // misreads the inlined insert of a small fixed-size range as an overflow.
+  const std::size_t at = b.size();
+  b.resize(at + sizeof(T));
+  std::memcpy(b.data() + at, &v, sizeof(T));
 }
 inline void put_str(Bytes& b, const std::string& s) {
   put<std::uint64_t>(b, s.size());
