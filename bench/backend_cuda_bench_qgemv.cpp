@@ -1,0 +1,75 @@
+// The quantized decode GEMV (kernels/qgemv.cuh) in the projection shapes of
+// Llama-3.2-1B and Llama-3.1-8B, for each block type a Q4_K_M or Q8_0 file
+// holds, at 1, 2, 4 and 8 rows. `bytes` is the quantized weights a launch
+// reads, so `bytes_per_second` sets it against the copy roofline; the bf16
+// GEMV of the same shape (BM_DecodeGemm, gemv:2) is the time to beat.
+// Run: backend_cuda_bench --benchmark_filter=QGemv --benchmark_counters_tabular=true
+#include <cstdint>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "backend/cuda/kernels/qgemv.cuh"
+#include "backend_cuda_bench_util.h"
+#include "cellm/status.h"
+#include "core/check.h"
+
+namespace cellm::cuda::bench {
+namespace {
+
+void BM_QGemv(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const auto type = static_cast<QuantType>(state.range(0));
+  const auto m = static_cast<std::int32_t>(state.range(1));
+  const auto n = static_cast<std::int32_t>(state.range(2));
+  const auto k = static_cast<std::int32_t>(state.range(3));
+  const std::int64_t row_bytes =
+      static_cast<std::int64_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
+  const std::size_t weight_bytes = static_cast<std::size_t>(n) * row_bytes;
+  const int copies = copies_for(weight_bytes);
+  // 0x3c bytes: every f16 scale is ~1.06 and every quant a valid code.
+  std::vector<DeviceBuffer<std::uint8_t>> weights;
+  for (int i = 0; i < copies; ++i) weights.push_back(filled<std::uint8_t>(weight_bytes, 0x3c));
+  auto a = filled<bf16>(static_cast<std::size_t>(m) * k, 0x3c);
+  auto out = filled<bf16>(static_cast<std::size_t>(m) * n, 0);
+  QGemvParams p;
+  p.a = a.data();
+  p.w = weights[0].data();
+  p.type = type;
+  p.out = out.data();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.lda = k;
+  p.ldw_bytes = row_bytes;
+  p.ldc = n;
+  p.pdl = true;
+  const Status valid = p.validate();
+  if (!valid.is_ok()) {
+    state.SkipWithError(valid.to_string().c_str());
+    return;
+  }
+  time_launches(state, static_cast<double>(weight_bytes), [&](int i) {
+    p.w = weights[static_cast<std::size_t>(i % copies)].data();
+    launch_qgemv(p, nullptr);
+  });
+}
+
+void qgemv_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "m", "n", "k"});
+  struct Shape {
+    int n, k;
+  };
+  // Llama-3.2-1B then Llama-3.1-8B: qkv, o, gate_up, down.
+  const Shape shapes[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},
+                          {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  for (const int type : {2, 8, 12, 14}) {
+    for (const Shape& s : shapes) {
+      for (const int m : {1, 2, 4, 8}) b->Args({type, m, s.n, s.k});
+    }
+  }
+}
+BENCHMARK(BM_QGemv)->Apply(qgemv_args)->UseManualTime();
+
+}  // namespace
+}  // namespace cellm::cuda::bench

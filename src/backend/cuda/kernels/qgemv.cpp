@@ -1,0 +1,60 @@
+#include "backend/cuda/kernels/qgemv.cuh"
+
+#include "backend/cuda/kernels/validate_util.h"
+
+namespace cellm::cuda {
+
+bool quant_type_supported(std::uint32_t raw) {
+  switch (static_cast<QuantType>(raw)) {
+    case QuantType::kQ4_0:
+    case QuantType::kQ8_0:
+    case QuantType::kQ4_K:
+    case QuantType::kQ6_K: return true;
+  }
+  return false;
+}
+
+Status QGemvParams::validate() const {
+  CELLM_RETURN_IF_ERROR(require_ptr(a, "qgemv", "a"));
+  CELLM_RETURN_IF_ERROR(require_ptr(w, "qgemv", "w"));
+  CELLM_RETURN_IF_ERROR(require_ptr(out, "qgemv", "out"));
+  if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
+    return invalid_argument("cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q8_0, "
+                            "Q4_K, Q6_K)",
+                            static_cast<std::int32_t>(type));
+  }
+  const int elems = quant_block_elems(type);
+  if (m < 1 || m > kQGemvMaxRows || n <= 0 || k <= 0 || k % elems != 0) {
+    return invalid_argument(
+        "cuda qgemv: m={} n={} k={} (need 1 <= m <= {}, n > 0, k a positive multiple of the "
+        "block's {} elements)",
+        m, n, k, kQGemvMaxRows, elems);
+  }
+  const std::int64_t row_bytes = static_cast<std::int64_t>(k / elems) * quant_block_bytes(type);
+  // Q4_K reads its blocks in 4-byte words; the others in 2-byte ones.
+  const std::int64_t word = type == QuantType::kQ4_K ? 4 : 2;
+  if (ldw_bytes < row_bytes || ldw_bytes % word != 0 ||
+      reinterpret_cast<std::uintptr_t>(w) % static_cast<std::uintptr_t>(word) != 0) {
+    return invalid_argument(
+        "cuda qgemv: weight rows of {} bytes {} apart at {} (need a stride of at least the row "
+        "and rows aligned to {} bytes)",
+        row_bytes, ldw_bytes, w, word);
+  }
+  if (lda < k || lda % 8 != 0 || ldc < n) {
+    return invalid_argument(
+        "cuda qgemv: lda={} ldc={} for k={} n={} (need lda >= k and a multiple of 8, ldc >= n)",
+        lda, ldc, k, n);
+  }
+  CELLM_RETURN_IF_ERROR(require_aligned16(a, "qgemv", "a"));
+  const auto* a_begin = reinterpret_cast<const char*>(a);
+  const auto* a_end = a_begin + ((m - 1) * lda + k) * static_cast<std::int64_t>(sizeof(bf16));
+  const auto* o_begin = static_cast<const char*>(out);
+  const auto* o_end = o_begin + ((m - 1) * ldc + n) * static_cast<std::int64_t>(
+                                                        out_f32 ? sizeof(float) : sizeof(bf16));
+  if (a_begin < o_end && o_begin < a_end) {
+    return invalid_argument("cuda qgemv: `a` and `out` overlap; give the product its own buffer");
+  }
+  return Status::ok();
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,66 @@
+// Decode-width GEMV over GGUF block-quantized weights:
+// out[m, n] = a[m, k] @ dequant(w)[n, k]^T, m <= kQGemvMaxRows, bf16
+// activations, float accumulation, bf16 or float output.
+//
+// The weights stay in the blocks a GGUF file stores (each of the n rows is
+// k / block_elems blocks, rows ldw_bytes apart) and are dequantized in
+// registers as they stream in, so a decode step reads 4.5 (Q4_K) to 8.5
+// (Q8_0) bits per weight instead of the 16 of the bf16 copy that loading
+// inflates them to today. This is the first piece of the quantized GPU path
+// (issue 38): the kernel and its tests; the forward still runs bf16.
+//
+// Each warp owns two output rows and walks them in groups of 256 weights (a
+// K-quant super-block, or eight 32-weight blocks): a lane decodes 8 weights
+// of each row per group and multiplies them with the activations at the same
+// positions, so one weight load serves every activation row. Four groups are
+// loaded before any is multiplied, to keep enough bytes in flight.
+// Sums are reduced in a fixed order: the same inputs give the same bits.
+//
+// Thread-safety: launch_qgemv is reentrant; params are plain values.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_types.h"
+
+namespace cellm {
+class Status;
+}  // namespace cellm
+
+namespace cellm::cuda {
+
+inline constexpr int kQGemvMaxRows = 8;
+
+// The block types the kernel decodes, numbered as GGUF numbers them.
+enum class QuantType : std::int32_t { kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
+
+// Elements and bytes of one block of `type` (32 or 256 elements).
+int quant_block_elems(QuantType type);
+int quant_block_bytes(QuantType type);
+// Whether the GGUF type id `raw` is one QuantType covers.
+bool quant_type_supported(std::uint32_t raw);
+
+struct QGemvParams {
+  const bf16* a = nullptr;  // [m, lda], first k columns; 16-byte aligned
+  const void* w = nullptr;  // n rows of k / block_elems blocks, ldw_bytes apart
+  QuantType type = QuantType::kQ8_0;
+  void* out = nullptr;  // [m, ldc]: bf16, or float when out_f32
+  bool out_f32 = false;
+  std::int32_t m = 0;  // 1..kQGemvMaxRows
+  std::int32_t n = 0;
+  std::int32_t k = 0;  // a multiple of the block's elements
+  std::int64_t lda = 0;
+  std::int64_t ldw_bytes = 0;  // at least k / block_elems * block_bytes; even
+  std::int64_t ldc = 0;
+  // Programmatic dependent launch (launch.h): the kernel waits before it
+  // reads `a`.
+  bool pdl = false;
+
+  Status validate() const;
+};
+
+void launch_qgemv(const QGemvParams& params, cudaStream_t stream);
+
+}  // namespace cellm::cuda

@@ -1,0 +1,225 @@
+// The quantized decode GEMV against a float64 product of the weights as the
+// CPU's reference dequantizer (format::dequantize_f32) decodes the same
+// blocks: every block type, rows 1..8, n not a multiple of a warp's rows,
+// k tails that end inside a 256-weight group (the 32-weight types), padded
+// weight rows, column-slice activations, bf16 and float output, stores that
+// stay inside [m, n] of a wider output, and the same bits on every run.
+// Refusals run without a GPU.
+#include "backend/cuda/kernels/qgemv.cuh"
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "backend/cuda/resources.h"
+#include "cellm/status.h"
+#include "format/ggml_types.h"
+#include "gpu_test_util.h"
+
+namespace cellm::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::kBf16Nmse;
+using testing::nmse;
+using testing::random_bf16;
+using testing::to_float;
+
+// Where a block keeps its f16 scales (the rest is quants: any bytes are valid).
+std::vector<int> half_fields(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_K: return {0, 2};  // d, dmin
+    case QuantType::kQ6_K: return {208};   // d after ql, qh and the scales
+    default: return {0};                   // d first
+  }
+}
+
+// n rows of random blocks, ldw_bytes apart, with f16 scales of 2^-7..2^-3
+// (either sign, except Q4_K's d and dmin, which its quantizer keeps >= 0).
+std::vector<std::uint8_t> random_rows(QuantType type, int n, int k, std::int64_t ldw_bytes,
+                                      std::mt19937& rng) {
+  const int block_bytes = quant_block_bytes(type);
+  const int blocks = k / quant_block_elems(type);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n * ldw_bytes));
+  std::uniform_int_distribution<int> byte(0, 255), exponent(8, 12), mantissa(0, 1023), sign(0, 1);
+  for (auto& b : out) b = static_cast<std::uint8_t>(byte(rng));
+  for (int r = 0; r < n; ++r) {
+    for (int b = 0; b < blocks; ++b) {
+      std::uint8_t* block = out.data() + r * ldw_bytes + static_cast<std::int64_t>(b) * block_bytes;
+      for (int at : half_fields(type)) {
+        const bool negative = type != QuantType::kQ4_K && sign(rng) == 1;
+        const auto bits = static_cast<std::uint16_t>((negative ? 0x8000 : 0) |
+                                                     (exponent(rng) << 10) | mantissa(rng));
+        std::memcpy(block + at, &bits, 2);
+      }
+    }
+  }
+  return out;
+}
+
+// Row r of the weights as the CPU's reference dequantizer reads it.
+std::vector<float> dequantized_row(QuantType type, const std::vector<std::uint8_t>& rows, int r,
+                                   int k, std::int64_t ldw_bytes) {
+  const std::size_t bytes =
+      static_cast<std::size_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
+  std::vector<float> out(static_cast<std::size_t>(k));
+  const Status s = format::dequantize_f32(
+      static_cast<format::GgmlType>(type),
+      std::span<const std::uint8_t>(rows.data() + r * ldw_bytes, bytes), out);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return out;
+}
+
+struct Case {
+  QuantType type;
+  int m, n, k;
+  bool f32_out;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return fmt::format("{}_m{}_n{}_k{}_{}",
+                     format::ggml_type_name(static_cast<format::GgmlType>(c.type)), c.m, c.n, c.k,
+                     c.f32_out ? "f32" : "bf16");
+}
+
+class QGemvTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
+  CELLM_REQUIRE_GPU();
+  const Case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.m * 131 + c.n * 7 + c.k + static_cast<int>(c.type)));
+  const std::int64_t row_bytes =
+      static_cast<std::int64_t>(c.k / quant_block_elems(c.type)) * quant_block_bytes(c.type);
+  const std::int64_t ldw_bytes = row_bytes + 4;  // padded rows
+  const int lda = c.k + 8;                       // a column slice of a wider buffer
+  const int ldc = c.n + 3;                       // the columns past n must stay untouched
+  const auto w = random_rows(c.type, c.n, c.k, ldw_bytes, rng);
+  const auto a = random_bf16(static_cast<std::size_t>(c.m) * lda, rng);
+  DeviceArray<std::uint8_t> dw(w);
+  DeviceArray<bf16> da(a);
+  DeviceArray<bf16> out16(static_cast<std::size_t>(c.m) * ldc);
+  DeviceArray<float> out32(static_cast<std::size_t>(c.m) * ldc);
+  out16.poison();
+  out32.poison();
+
+  QGemvParams p;
+  p.a = da.data();
+  p.w = dw.data();
+  p.type = c.type;
+  p.out = c.f32_out ? static_cast<void*>(out32.data()) : out16.data();
+  p.out_f32 = c.f32_out;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.lda = lda;
+  p.ldw_bytes = ldw_bytes;
+  p.ldc = ldc;
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  launch_qgemv(p, nullptr);
+  CELLM_CUDA_CHECK(cudaGetLastError());
+  const std::vector<float> got = c.f32_out ? out32.download() : to_float(out16.download());
+
+  const std::vector<float> af = to_float(a);
+  std::vector<double> ref(static_cast<std::size_t>(c.m) * c.n);
+  for (int col = 0; col < c.n; ++col) {
+    const std::vector<float> wr = dequantized_row(c.type, w, col, c.k, ldw_bytes);
+    for (int row = 0; row < c.m; ++row) {
+      double sum = 0.0;
+      for (int i = 0; i < c.k; ++i) {
+        sum += static_cast<double>(wr[static_cast<std::size_t>(i)]) *
+               af[static_cast<std::size_t>(row) * lda + i];
+      }
+      ref[static_cast<std::size_t>(row) * c.n + col] = sum;
+    }
+  }
+  std::vector<float> inside(ref.size());
+  for (int row = 0; row < c.m; ++row) {
+    for (int col = 0; col < ldc; ++col) {
+      const float v = got[static_cast<std::size_t>(row) * ldc + col];
+      if (col < c.n) {
+        inside[static_cast<std::size_t>(row) * c.n + col] = v;
+      } else {
+        EXPECT_TRUE(std::isnan(v)) << "store outside [m, n] at row " << row << " col " << col;
+      }
+    }
+  }
+  // Float sums in another order than the float64 reference (and the scale
+  // products fused): far below bf16's rounding when the output is float.
+  EXPECT_LT(nmse(inside, ref), c.f32_out ? 1e-9 : kBf16Nmse);
+
+  // Same inputs, same bits.
+  launch_qgemv(p, nullptr);
+  const std::vector<float> again = c.f32_out ? out32.download() : to_float(out16.download());
+  EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * sizeof(float)));
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+    const bool small_blocks = quant_block_elems(t) == 32;
+    for (int m : {1, 2, 3, 4, 5, 8}) {
+      out.push_back({t, m, 37, 512, m % 2 == 1});
+      // SmolLM2's hidden size (576) ends inside a 256-weight group.
+      out.push_back({t, m, 64, small_blocks ? 576 : 768, m % 2 == 0});
+    }
+    // Projection shapes of Llama 3: 8B's o/q (4096 x 4096) and 1B's down (2048 x 8192).
+    out.push_back({t, 1, 4096, 4096, false});
+    out.push_back({t, 8, 2048, 8192, true});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QGemvTest, ::testing::ValuesIn(cases()), case_name);
+
+TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
+  alignas(16) static bf16 a[4096];
+  alignas(16) static std::uint8_t w[8192];
+  alignas(16) static float out[64];
+  QGemvParams p;
+  p.a = a;
+  p.w = w;
+  p.out = out;
+  p.out_f32 = true;
+  p.type = QuantType::kQ4_K;
+  p.m = 1;
+  p.n = 4;
+  p.k = 256;
+  p.lda = 256;
+  p.ldw_bytes = 144;
+  p.ldc = 4;
+  EXPECT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+
+  QGemvParams bad = p;
+  bad.k = 320;  // not whole super-blocks
+  EXPECT_NE(bad.validate().to_string().find("multiple of the block's 256"), std::string::npos)
+      << bad.validate().to_string();
+  bad = p;
+  bad.m = kQGemvMaxRows + 1;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad = p;
+  bad.ldw_bytes = 143;  // shorter than a row
+  EXPECT_NE(bad.validate().to_string().find("144 bytes"), std::string::npos)
+      << bad.validate().to_string();
+  bad = p;
+  bad.ldw_bytes = 146;  // Q4_K rows are read in 4-byte words
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad = p;
+  bad.type = static_cast<QuantType>(13);  // Q5_K
+  EXPECT_NE(bad.validate().to_string().find("not one the kernel decodes"), std::string::npos);
+  bad = p;
+  bad.out = a;  // the product over its own input
+  bad.out_f32 = false;
+  EXPECT_NE(bad.validate().to_string().find("overlap"), std::string::npos);
+  EXPECT_TRUE(quant_type_supported(14));
+  EXPECT_FALSE(quant_type_supported(3));
+}
+
+}  // namespace
+}  // namespace cellm::cuda
