@@ -11,7 +11,9 @@ namespace {
 BackendChoice cpu_backend() {
   BackendChoice c;
   c.name = "cpu";
+  // The reference program reads floats; the fast one (executor_factory) the blocks.
   c.load = [](const model::ModelSpec& spec, const model::Weights& weights,
+              const format::GgufFile* /*gguf*/,
               const program::ProgramOptions& options) -> Result<std::shared_ptr<program::Program>> {
     CELLM_ASSIGN_OR_RETURN(auto p, cpu::CpuProgram::create(spec, weights, options));
     return std::shared_ptr<program::Program>(std::move(p));
@@ -25,8 +27,9 @@ BackendChoice cuda_backend() {
   c.name = "cuda";
   c.sizes_pool_from_memory = true;
   c.load = [](const model::ModelSpec& spec, const model::Weights& weights,
+              const format::GgufFile* gguf,
               const program::ProgramOptions& options) -> Result<std::shared_ptr<program::Program>> {
-    CELLM_ASSIGN_OR_RETURN(auto p, cuda::load_program(spec, weights, options));
+    CELLM_ASSIGN_OR_RETURN(auto p, cuda::load_program(spec, weights, options, gguf));
     return std::shared_ptr<program::Program>(std::move(p));
   };
   return c;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cellm/status.h"
+#include "format/gguf.h"
 #include "model/model_spec.h"
 #include "model/weights.h"
 #include "program/program.h"
@@ -21,8 +22,11 @@ struct BackendChoice {
   // The CUDA program sizes its KV pool from free device memory; the CPU one
   // needs an explicit cell count.
   bool sizes_pool_from_memory = false;
+  // The GgufFile, when the weights came from one (or null): the CUDA program
+  // keeps the projections its kernels decode in the file's blocks.
   std::function<Result<std::shared_ptr<program::Program>>(
-      const model::ModelSpec&, const model::Weights&, const program::ProgramOptions&)>
+      const model::ModelSpec&, const model::Weights&, const format::GgufFile*,
+      const program::ProgramOptions&)>
       load;
 };
 

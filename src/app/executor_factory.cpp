@@ -87,9 +87,9 @@ Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& bac
                                                               model.gguf.get(), cpu_options, fast));
       return std::shared_ptr<program::Program>(std::move(p));
     }
-    return backend.load(model.spec, model.weights, cpu_options);
+    return backend.load(model.spec, model.weights, model.gguf.get(), cpu_options);
   }
-  return backend.load(model.spec, model.weights, options);
+  return backend.load(model.spec, model.weights, model.gguf.get(), options);
 }
 
 // The program's options: the config's, with the engine options that the

@@ -115,7 +115,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
   }
   if (is_path) {
-    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, popts));
+    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, a.model.gguf.get(), popts));
   } else {
     CELLM_ASSIGN_OR_RETURN(a.program, random_program(a.spec, o.seed, popts, backend.name));
   }

@@ -354,7 +354,11 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
         // The KV the timed steps read, on average, and every weight.
         const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
                           served.mean_keys;
-        p.floor_ms = (weight_bytes_read(spec) + kv) / dev.copy_bytes_per_s * 1e3;
+        // Weights kept in GGUF blocks: the bytes resident, not bf16's.
+        const double weights = cuda::cuda_weight_blocks(*program).empty()
+                                   ? weight_bytes_read(spec)
+                                   : static_cast<double>(cuda::cuda_weight_bytes_read(*program));
+        p.floor_ms = (weights + kv) / dev.copy_bytes_per_s * 1e3;
         std::fprintf(out,
                      "decode batch %4d context %5d %-22s %8.3f ms/step  %9.0f tok/s  (%.0f%% of "
                      "roofline, %d steps at %.0f keys)\n",
@@ -450,7 +454,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (std::filesystem::exists(o.model)) {
     CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model));
     spec = m.spec;
-    CELLM_ASSIGN_OR_RETURN(program, cuda::load_program(m.spec, m.weights, popts));
+    CELLM_ASSIGN_OR_RETURN(program, cuda::load_program(m.spec, m.weights, popts, m.gguf.get()));
   } else {
     CELLM_ASSIGN_OR_RETURN(spec, model::named_shape(o.model));
     CELLM_ASSIGN_OR_RETURN(program, cuda::load_random_program(spec, o.seed, popts));
@@ -472,6 +476,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   std::fprintf(out, "kernels: %s\n", kernels.c_str());
   if (!o.json_path.empty()) {
     std::ofstream json(o.json_path, std::ios::app);
+    // "bf16", or the projections kept in GGUF blocks ("Q4_K x144, Q6_K x33").
+    const std::string blocks = cuda::cuda_weight_blocks(*program);
+    const std::string weights_form = blocks.empty() ? "bf16" : blocks;
     for (const Point& p : all) {
       nlohmann::json j{{"bench", "step"},
                        {"kind", p.kind},
@@ -480,6 +487,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
                        {"commit", commit},
                        {"kernels", kernels},
                        {"model", o.model},
+                       {"weights", weights_form},
                        {"batch", p.batch},
                        {p.kind == "decode" ? "context" : "prompt", p.context},
                        {"copy_bytes_per_s", dev.copy_bytes_per_s},

@@ -284,25 +284,35 @@ std::string canonical_tensor_name(Architecture arch, std::string_view name) {
   return fmt::format("model.layers.{}.{}", layer, hf);
 }
 
-Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads) {
-  CELLM_CHECK(t.rank() == 2 && heads > 0 && t.dim(0) % (2 * heads) == 0,
-              "cannot un-permute {} over {} heads", t.describe(), heads);
-  const std::int64_t head_dim = t.dim(0) / heads;
+void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std::uint8_t> dst,
+                                std::int64_t rows, std::size_t row_bytes, std::int32_t heads) {
+  CELLM_CHECK(heads > 0 && rows % (2 * heads) == 0 &&
+                  src.size() == static_cast<std::size_t>(rows) * row_bytes &&
+                  dst.size() == src.size(),
+              "cannot un-permute {} rows of {} bytes over {} heads", rows, row_bytes, heads);
+  const std::int64_t head_dim = rows / heads;
   const std::int64_t half = head_dim / 2;
-  const std::size_t row_bytes = static_cast<std::size_t>(t.dim(1)) * dtype_size(t.dtype());
-  Tensor out = Tensor::empty(t.dtype(), t.shape());
-  const auto* src = static_cast<const std::uint8_t*>(t.data());
-  auto* dst = static_cast<std::uint8_t*>(out.data());
   for (std::int64_t h = 0; h < heads; ++h) {
     for (std::int64_t i = 0; i < half; ++i) {
       for (std::int64_t j = 0; j < 2; ++j) {
         const std::int64_t from = h * head_dim + 2 * i + j;   // interleaved pairs
         const std::int64_t to = h * head_dim + j * half + i;  // first halves, then second halves
-        std::memcpy(dst + static_cast<std::size_t>(to) * row_bytes,
-                    src + static_cast<std::size_t>(from) * row_bytes, row_bytes);
+        std::memcpy(dst.data() + static_cast<std::size_t>(to) * row_bytes,
+                    src.data() + static_cast<std::size_t>(from) * row_bytes, row_bytes);
       }
     }
   }
+}
+
+Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads) {
+  CELLM_CHECK(t.rank() == 2 && heads > 0 && t.dim(0) % (2 * heads) == 0,
+              "cannot un-permute {} over {} heads", t.describe(), heads);
+  const std::size_t row_bytes = static_cast<std::size_t>(t.dim(1)) * dtype_size(t.dtype());
+  Tensor out = Tensor::empty(t.dtype(), t.shape());
+  const std::size_t bytes = row_bytes * static_cast<std::size_t>(t.dim(0));
+  unpermute_rotary_row_bytes({static_cast<const std::uint8_t*>(t.data()), bytes},
+                             {static_cast<std::uint8_t*>(out.data()), bytes}, t.dim(0), row_bytes,
+                             heads);
   return out;
 }
 

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <map>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/dtype.h"
@@ -41,6 +43,11 @@ bool gguf_rotary_rows_permuted(Architecture arch);
 // Reorders the rows of a [heads*head_dim, in] projection from GGUF's
 // interleaved rotary layout back to Hugging Face's half-split layout.
 Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads);
+// The same reordering of `rows` rows of `row_bytes` bytes each (float rows,
+// or rows of quantized blocks, which backends that keep the blocks move
+// whole), from `src` into `dst` (same size, not overlapping).
+void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std::uint8_t> dst,
+                                std::int64_t rows, std::size_t row_bytes, std::int32_t heads);
 
 class GgufTensorSource final : public TensorSource {
  public:

@@ -93,9 +93,5 @@ class CpuProgram final : public program::Program {
   std::vector<std::int64_t> logprob_ids_;
 };
 
-// The Program form of CpuProgram::create.
-Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
-                                                       const model::Weights& weights,
-                                                       const program::ProgramOptions& options);
 
 }  // namespace cellm::cpu

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/qmatrix_x8.h"
+#include "model/gguf_model.h"
 
 namespace cellm::cpu {
 
@@ -57,22 +58,9 @@ Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::Gg
     return invalid_argument("tensor '{}': {} rows do not split into {} rotary heads", info.name,
                             m.rows, rotary_heads);
   }
-  // The same permutation the loader undoes on float rows (model/gguf_model.cpp),
-  // applied to whole block rows: pair i of a head, element j, moves from
-  // row 2i + j to row j * half + i.
+  // The permutation the loader undoes on float rows, applied to whole block rows.
   auto owned = std::make_shared<std::vector<std::uint8_t>>(bytes.size());
-  const std::int64_t head_dim = m.rows / rotary_heads;
-  const std::int64_t half = head_dim / 2;
-  for (std::int64_t h = 0; h < rotary_heads; ++h) {
-    for (std::int64_t i = 0; i < half; ++i) {
-      for (std::int64_t j = 0; j < 2; ++j) {
-        const std::int64_t from = h * head_dim + 2 * i + j;
-        const std::int64_t to = h * head_dim + j * half + i;
-        std::memcpy(owned->data() + static_cast<std::size_t>(to) * m.row_bytes,
-                    bytes.data() + static_cast<std::size_t>(from) * m.row_bytes, m.row_bytes);
-      }
-    }
-  }
+  model::unpermute_rotary_row_bytes(bytes, *owned, m.rows, m.row_bytes, rotary_heads);
   m.data = owned->data();
   m.storage = owned;
   maybe_x8(m, layout);

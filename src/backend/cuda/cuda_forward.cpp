@@ -9,6 +9,7 @@
 #include "backend/cuda/kernels/gated_mlp.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/gemv_mma.cuh"
+#include "backend/cuda/kernels/qgemv.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
 #include "backend/cuda/launch.h"
@@ -31,7 +32,8 @@ std::size_t CudaForward::kv_bytes_per_cell(const model::ModelSpec& spec) {
          sizeof(bf16);
 }
 
-std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_t max_step) {
+std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_t max_step,
+                                          bool quantized) {
   const auto t = static_cast<std::size_t>(max_step);
   const std::size_t q = static_cast<std::size_t>(s.num_heads) * s.head_dim;
   const std::size_t kv = static_cast<std::size_t>(s.num_kv_heads) * s.head_dim;
@@ -45,7 +47,8 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
          attention_decode_v2_counters(static_cast<std::int64_t>(decode_width), s.num_heads,
                                       s.num_kv_heads) *
              sizeof(std::int32_t) +
-         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t);
+         GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t) +
+         (quantized ? kQuantScratchBytes : 0);
 }
 
 CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm)
@@ -72,6 +75,9 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   for (const DeviceLayer& layer : f->weights_.layers) {
     if (layer.post_attn_norm != nullptr || layer.post_mlp_norm != nullptr) f->fusable_ = false;
   }
+  // The fused GEMVs read bf16 rows; projections in blocks take the unfused
+  // path, whose project() has a quantized GEMV.
+  if (f->weights_.quantized()) f->fusable_ = false;
   f->attention_scale_ = spec.attention_scale > 0.0f
                             ? spec.attention_scale
                             : 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
@@ -94,6 +100,9 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
                                  sizeof(float) +
                              1));
   CELLM_RETURN_IF_ERROR(alloc(f->gemm_ws_, f->gemm_.workspace_bytes()));
+  if (f->weights_.quantized()) {
+    CELLM_RETURN_IF_ERROR(alloc(f->quant_scratch_, kQuantScratchBytes / sizeof(bf16)));
+  }
   // Decode v2's counters must start at zero; every completed launch leaves them so.
   CELLM_RETURN_IF_ERROR(
       alloc(f->attn_counters_,
@@ -134,7 +143,7 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
 std::size_t CudaForward::workspace_bytes() const {
   return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
          gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + attn_counters_.bytes() +
-         gemm_ws_.bytes() + step_.bytes();
+         gemm_ws_.bytes() + step_.bytes() + quant_scratch_.bytes();
 }
 
 Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
@@ -178,6 +187,68 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
   // decode GEMM shape and keep the fastest.
   args.autotune = true;
   return gemm_.run(args, gemm_ws_.data(), stream);
+}
+
+Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, const DeviceQuant& q,
+                            std::int64_t n, std::int64_t k, void* out, DType out_dtype,
+                            std::int32_t m, const bf16* bias, cudaStream_t stream) {
+  if (q.empty()) return gemm(a, lda, w, n, k, out, out_dtype, m, bias, stream);
+  const bool f32 = out_dtype == DType::kF32;
+  const std::int64_t elem = f32 ? sizeof(float) : sizeof(bf16);
+  auto* out_bytes = static_cast<std::byte*>(out);
+  if (m <= kQGemvMaxRows) {
+    for (const DeviceQuantPart& part : q.parts) {
+      QGemvParams p;
+      p.a = a;
+      p.lda = lda;
+      p.w = part.blocks;
+      p.type = part.type;
+      p.bias = bias != nullptr ? bias + part.row0 : nullptr;
+      p.out = out_bytes + part.row0 * elem;
+      p.out_f32 = f32;
+      p.m = m;
+      p.n = static_cast<std::int32_t>(part.rows);
+      p.k = static_cast<std::int32_t>(k);
+      p.ldw_bytes = part.row_bytes;
+      p.ldc = n;
+      p.pdl = true;
+      CELLM_RETURN_IF_ERROR(p.validate());
+      launch_qgemv(p, stream);
+    }
+    return Status::ok();
+  }
+  // Whole multiples of 64 rows a chunk, so every chunk's output starts aligned.
+  const std::int64_t chunk_rows = std::max<std::int64_t>(
+      64, static_cast<std::int64_t>(kQuantScratchBytes / sizeof(bf16)) / k / 64 * 64);
+  for (const DeviceQuantPart& part : q.parts) {
+    for (std::int64_t r0 = 0; r0 < part.rows; r0 += chunk_rows) {
+      const std::int64_t rows = std::min(chunk_rows, part.rows - r0);
+      DequantParams d;
+      d.w = part.blocks + r0 * part.row_bytes;
+      d.type = part.type;
+      d.rows = rows;
+      d.cols = static_cast<std::int32_t>(k);
+      d.ldw_bytes = part.row_bytes;
+      d.out = quant_scratch_.data();
+      d.ldo = k;
+      CELLM_RETURN_IF_ERROR(d.validate());
+      launch_dequantize(d, stream);
+      GemmArgs args;
+      args.a = a;
+      args.b = quant_scratch_.data();
+      args.out = out_bytes + (part.row0 + r0) * elem;
+      args.bias = bias != nullptr ? bias + part.row0 + r0 : nullptr;
+      args.m = m;
+      args.n = rows;
+      args.k = k;
+      args.lda = lda;
+      args.ldb = k;
+      args.ldc = n;
+      args.out_dtype = out_dtype;
+      CELLM_RETURN_IF_ERROR(gemm_.run(args, gemm_ws_.data(), stream));
+    }
+  }
+  return Status::ok();
 }
 
 void CudaForward::norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out,
@@ -336,8 +407,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       } else {
         norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data(), w, stream);
       }
-      CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.qkv, qkv_dim_, hidden, qkv_.data(),
-                                 DType::kBF16, w, lw.qkv_bias, stream));
+      CELLM_RETURN_IF_ERROR(project(h_.data(), hidden, lw.qkv, lw.qkv_q, qkv_dim_, hidden,
+                                    qkv_.data(), DType::kBF16, w, lw.qkv_bias, stream));
     }
     enqueue_attention(l, shape, in, split, rope_in_qkv, stream);
     if (fused) {
@@ -359,14 +430,14 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       CELLM_RETURN_IF_ERROR(gemv(down, stream));
       continue;
     }
-    CELLM_RETURN_IF_ERROR(gemm(attn_.data(), q_dim_, lw.o, hidden, q_dim_, tmp_.data(),
-                               DType::kBF16, w, nullptr, stream));
+    CELLM_RETURN_IF_ERROR(project(attn_.data(), q_dim_, lw.o, lw.o_q, hidden, q_dim_, tmp_.data(),
+                                  DType::kBF16, w, nullptr, stream));
     if (lw.post_attn_norm != nullptr) {
       norm(tmp_.data(), nullptr, lw.post_attn_norm, tmp_.data(), w, stream);
     }
     norm(tmp_.data(), x_.data(), lw.mlp_norm, h_.data(), w, stream);
-    CELLM_RETURN_IF_ERROR(gemm(h_.data(), hidden, lw.gate_up, 2 * inter, hidden, gu_.data(),
-                               DType::kBF16, w, nullptr, stream));
+    CELLM_RETURN_IF_ERROR(project(h_.data(), hidden, lw.gate_up, lw.gate_up_q, 2 * inter, hidden,
+                                  gu_.data(), DType::kBF16, w, nullptr, stream));
     GatedMlpParams mlp;
     mlp.gate = gu_.data();
     mlp.up = gu_.data() + inter;
@@ -380,8 +451,8 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
                                                                   : GateActivation::kSilu;
     mlp.pdl = true;
     launch_gated_mlp(mlp, stream);
-    CELLM_RETURN_IF_ERROR(gemm(gu_.data(), 2 * inter, lw.down, hidden, inter, tmp_.data(),
-                               DType::kBF16, w, nullptr, stream));
+    CELLM_RETURN_IF_ERROR(project(gu_.data(), 2 * inter, lw.down, lw.down_q, hidden, inter,
+                                  tmp_.data(), DType::kBF16, w, nullptr, stream));
     if (lw.post_mlp_norm != nullptr) {
       norm(tmp_.data(), nullptr, lw.post_mlp_norm, tmp_.data(), w, stream);
     }
@@ -447,8 +518,9 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
   } else {
     norm(tmp_.data(), x_.data(), weights_.final_norm, h_.data(), w, stream);
     launch_embedding(gather, stream);
-    CELLM_RETURN_IF_ERROR(gemm(sel_.data(), hidden, weights_.lm_head, s.vocab_size, hidden,
-                               logits_.data(), DType::kF32, shape.rows, nullptr, stream));
+    CELLM_RETURN_IF_ERROR(project(sel_.data(), hidden, weights_.lm_head, weights_.lm_head_q,
+                                  s.vocab_size, hidden, logits_.data(), DType::kF32, shape.rows,
+                                  nullptr, stream));
   }
   if (s.final_logit_softcap) {
     SoftCapParams cap;

@@ -110,13 +110,27 @@ class CudaForward {
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
+  const std::string& weight_blocks() const { return weights_.quant.summary; }
+  // Resident weight bytes a decode step reads: all but an embedding table
+  // that is not the head.
+  std::size_t weight_bytes_read() const {
+    const bool embed_is_head = weights_.lm_head == weights_.embed && weights_.lm_head_q.empty();
+    const std::size_t embed = static_cast<std::size_t>(spec_.vocab_size) *
+                              static_cast<std::size_t>(spec_.hidden_size) * sizeof(bf16);
+    return weights_.bytes() - (embed_is_head ? 0 : embed);
+  }
   std::size_t workspace_bytes() const;
   const model::ModelSpec& spec() const { return spec_; }
 
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
-  // Activation and workspace bytes for max_step rows.
-  static std::size_t activation_bytes(const model::ModelSpec& spec, std::int32_t max_step);
+  // Activation and workspace bytes for max_step rows (and, for weights kept
+  // in blocks, the scratch their wide steps dequantize into).
+  static std::size_t activation_bytes(const model::ModelSpec& spec, std::int32_t max_step,
+                                      bool quantized = false);
+  // The bf16 rows a wide step dequantizes a projection's blocks into, a
+  // chunk of rows at a time (chunks that fit are each one cuBLASLt GEMM).
+  static constexpr std::size_t kQuantScratchBytes = std::size_t{64} << 20;
 
  private:
   // Device pointers to the step's input arrays (StepArrays).
@@ -165,6 +179,13 @@ class CudaForward {
                         cudaStream_t stream);
   Status gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n, std::int64_t k,
               void* out, DType out_dtype, std::int32_t m, const bf16* bias, cudaStream_t stream);
+  // One projection of the unfused path: gemm() over the bf16 matrix `w`, or,
+  // where it is kept in blocks (`q`), the quantized GEMV for up to
+  // kQGemvMaxRows rows and, wider, its blocks dequantized into
+  // quant_scratch_ chunk by chunk, each chunk one cuBLASLt GEMM.
+  Status project(const bf16* a, std::int64_t lda, const bf16* w, const DeviceQuant& q,
+                 std::int64_t n, std::int64_t k, void* out, DType out_dtype, std::int32_t m,
+                 const bf16* bias, cudaStream_t stream);
   // A plain GEMV (programmatic launch, the model's norm constants).
   GemvParams gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, bf16* out, std::int32_t m) const;
@@ -197,6 +218,7 @@ class CudaForward {
   DeviceBuffer<std::int64_t> argmax_partials_;  // GemvArgmax: one per GEMV block
   DeviceBuffer<std::int32_t> argmax_counter_;   // GemvArgmax's counter, kept zero
   DeviceBuffer<std::byte> gemm_ws_;
+  DeviceBuffer<bf16> quant_scratch_;  // kQuantScratchBytes, only for weights in blocks
   std::int32_t max_decode_splits_ = 1;
   KernelChoice active_{};  // the enqueue in progress
   bool fusable_ = false;   // no post-norms, and every width a multiple of 8

@@ -39,7 +39,8 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     const double keep = (1.0 - options.kv_memory_fraction) * static_cast<double>(total_bytes);
     const double budget =
         static_cast<double>(free_bytes) - keep -
-        static_cast<double>(CudaForward::activation_bytes(spec, options.max_step)) -
+        static_cast<double>(
+            CudaForward::activation_bytes(spec, options.max_step, weights.quantized())) -
         static_cast<double>(kReserveBytes);
     cells = static_cast<std::int64_t>(budget /
                                       static_cast<double>(CudaForward::kv_bytes_per_cell(spec)));
@@ -555,9 +556,14 @@ Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& s
 
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
-                                                       const program::ProgramOptions& options) {
+                                                       const program::ProgramOptions& options,
+                                                       const format::GgufFile* gguf) {
   CELLM_RETURN_IF_ERROR(spec.validate());
-  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, upload_weights(spec, weights));
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, upload_weights(spec, weights, gguf));
+  if (w.quantized()) {
+    CELLM_LOG_INFO("weights on the GPU: {:.0f} MiB; projections in GGUF blocks: {} (the rest bf16)",
+                   static_cast<double>(w.bytes()) / (1 << 20), w.quant.summary);
+  }
   return make_program(spec, std::move(w), options);
 }
 
@@ -579,6 +585,16 @@ Result<Tensor> copy_to_host(const Tensor& tensor) {
 const CudaProgramKnobs* cuda_program_knobs(program::Program& program) {
   auto* p = dynamic_cast<CudaProgram*>(&program);
   return p == nullptr ? nullptr : &p->knobs();
+}
+
+std::string cuda_weight_blocks(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? std::string() : p->weight_blocks();
+}
+
+std::size_t cuda_weight_bytes_read(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? 0 : p->weight_bytes_read();
 }
 
 const CudaProgramStats* cuda_program_stats(program::Program& program) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels/kernel_choice.h"
@@ -33,10 +34,13 @@ namespace cellm::cuda {
 // Visible CUDA devices (0 when there is no driver or device).
 int device_count();
 
-// Uploads `weights` and builds the program.
+// Uploads `weights` and builds the program. With `gguf` (the file the
+// weights came from) projections in block types the GPU kernels decode stay
+// in their blocks (device_weights.h).
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
-                                                       const program::ProgramOptions& options);
+                                                       const program::ProgramOptions& options,
+                                                       const format::GgufFile* gguf = nullptr);
 // A program over weights already on the device.
 Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& spec,
                                                        DeviceWeights weights,
@@ -69,5 +73,13 @@ struct CudaProgramStats {
 };
 // The stats of a program made by this backend; null for other programs.
 const CudaProgramStats* cuda_program_stats(program::Program& program);
+
+// The projections a program of this backend keeps in GGUF blocks ("Q4_K
+// x144, Q6_K x33"); "" when all are bf16 or the program is another backend's.
+std::string cuda_weight_blocks(program::Program& program);
+// Weight bytes one decode step of such a program reads: everything resident
+// but an embedding table that is not also the head (its rows are gathered).
+// 0 for another backend's program.
+std::size_t cuda_weight_bytes_read(program::Program& program);
 
 }  // namespace cellm::cuda

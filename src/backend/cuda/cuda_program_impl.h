@@ -55,6 +55,8 @@ class CudaProgram final : public program::Program {
 
   const CudaProgramKnobs& knobs() const { return knobs_; }
   const CudaProgramStats& stats() const { return stats_; }
+  const std::string& weight_blocks() const { return forward_->weight_blocks(); }
+  std::size_t weight_bytes_read() const { return forward_->weight_bytes_read(); }
 
  private:
   CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward,

@@ -45,25 +45,35 @@ struct Layout {
   }
 };
 
-Layout plan(const model::ModelSpec& s) {
+// `quant`, when given, names the projections kept in blocks: they take no
+// bf16 room (offset kNone).
+Layout plan(const model::ModelSpec& s, const QuantWeights* quant = nullptr) {
   const Dims d = dims_of(s);
   Layout l;
+  auto matrix = [&l](const DeviceQuant* q, std::int64_t count) {
+    return q != nullptr && !q->empty() ? Layout::kNone : l.take(count);
+  };
   l.embed = l.take(d.vocab * d.hidden);
   l.final_norm = l.take(d.hidden);
-  l.lm_head = s.tie_word_embeddings ? l.embed : l.take(d.vocab * d.hidden);
+  const bool head_q = quant != nullptr && !quant->lm_head.empty();
+  l.lm_head = s.tie_word_embeddings ? l.embed
+              : head_q              ? Layout::kNone
+                                    : l.take(d.vocab * d.hidden);
   const bool sandwich = s.sandwich_norms;
   for (int i = 0; i < s.num_layers; ++i) {
+    const QuantWeights::Layer* q =
+        quant != nullptr ? &quant->layers[static_cast<std::size_t>(i)] : nullptr;
     Layout::LayerOffsets o{};
     o.attn_norm = l.take(d.hidden);
-    o.qkv = l.take(d.qkv_dim * d.hidden);
+    o.qkv = matrix(q ? &q->qkv : nullptr, d.qkv_dim * d.hidden);
     o.qkv_bias = s.attention_bias ? l.take(d.qkv_dim) : Layout::kNone;
     o.q_norm = s.qk_norm ? l.take(d.head_dim) : Layout::kNone;
     o.k_norm = s.qk_norm ? l.take(d.head_dim) : Layout::kNone;
-    o.o = l.take(d.hidden * d.q_dim);
+    o.o = matrix(q ? &q->o : nullptr, d.hidden * d.q_dim);
     o.post_attn_norm = sandwich ? l.take(d.hidden) : Layout::kNone;
     o.mlp_norm = l.take(d.hidden);
-    o.gate_up = l.take(2 * d.inter * d.hidden);
-    o.down = l.take(d.hidden * d.inter);
+    o.gate_up = matrix(q ? &q->gate_up : nullptr, 2 * d.inter * d.hidden);
+    o.down = matrix(q ? &q->down : nullptr, d.hidden * d.inter);
     o.post_mlp_norm = sandwich ? l.take(d.hidden) : Layout::kNone;
     l.layers.push_back(o);
   }
@@ -99,9 +109,11 @@ Result<DeviceWeights> allocate(const model::ModelSpec& spec, const Layout& layou
   return w;
 }
 
-// Converts a host float tensor to bf16 and copies it to device offset `off`.
+// Converts a host float tensor to bf16 and copies it to device offset `off`
+// (nothing for kNone: a projection kept in blocks).
 Status upload(bf16* base, std::size_t off, const Tensor& t, std::int64_t expected,
               std::string_view name, std::vector<std::uint16_t>& staging) {
+  if (off == Layout::kNone) return Status::ok();
   if (!t.defined() || t.numel() != expected) {
     return invalid_argument("weight {}: expected {} elements, got {}", name, expected,
                             t.defined() ? t.describe() : std::string("nothing"));
@@ -138,13 +150,27 @@ std::size_t device_weight_bytes(const model::ModelSpec& spec) {
   return plan(spec).total * sizeof(bf16);
 }
 
-Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights) {
+Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights,
+                                     const format::GgufFile* gguf) {
   if (static_cast<int>(weights.layers.size()) != spec.num_layers) {
     return invalid_argument("weights hold {} layers; the spec says {}", weights.layers.size(),
                             spec.num_layers);
   }
-  const Layout layout = plan(spec);
+  QuantWeights quant;
+  if (gguf != nullptr) {
+    CELLM_ASSIGN_OR_RETURN(quant, upload_quant_weights(spec, *gguf));
+  }
+  const Layout layout = plan(spec, &quant);
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const QuantWeights::Layer& q = quant.layers.empty() ? QuantWeights::Layer{} : quant.layers[i];
+    w.layers[i].qkv_q = q.qkv;
+    w.layers[i].o_q = q.o;
+    w.layers[i].gate_up_q = q.gate_up;
+    w.layers[i].down_q = q.down;
+  }
+  w.lm_head_q = quant.lm_head;
+  w.quant = std::move(quant);
   bf16* base = w.storage.data();
   const Dims d = dims_of(spec);
   std::vector<std::uint16_t> staging;
@@ -162,13 +188,15 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
     auto name = [i](std::string_view what) { return fmt::format("layers.{}.{}", i, what); };
     CELLM_RETURN_IF_ERROR(
         upload(base, o.attn_norm, lw.attn_norm, d.hidden, name("attn_norm"), staging));
-    CELLM_RETURN_IF_ERROR(
-        upload(base, o.qkv, lw.q_proj, d.q_dim * d.hidden, name("q_proj"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden),
-                                 lw.k_proj, d.kv_dim * d.hidden, name("k_proj"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base,
-                                 o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden),
-                                 lw.v_proj, d.kv_dim * d.hidden, name("v_proj"), staging));
+    if (o.qkv != Layout::kNone) {
+      CELLM_RETURN_IF_ERROR(
+          upload(base, o.qkv, lw.q_proj, d.q_dim * d.hidden, name("q_proj"), staging));
+      CELLM_RETURN_IF_ERROR(upload(base, o.qkv + static_cast<std::size_t>(d.q_dim * d.hidden),
+                                   lw.k_proj, d.kv_dim * d.hidden, name("k_proj"), staging));
+      CELLM_RETURN_IF_ERROR(
+          upload(base, o.qkv + static_cast<std::size_t>((d.q_dim + d.kv_dim) * d.hidden), lw.v_proj,
+                 d.kv_dim * d.hidden, name("v_proj"), staging));
+    }
     if (o.qkv_bias != Layout::kNone) {
       CELLM_RETURN_IF_ERROR(upload(base, o.qkv_bias, lw.q_bias, d.q_dim, name("q_bias"), staging));
       CELLM_RETURN_IF_ERROR(upload(base, o.qkv_bias + static_cast<std::size_t>(d.q_dim), lw.k_bias,
@@ -190,10 +218,12 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
     }
     CELLM_RETURN_IF_ERROR(
         upload(base, o.mlp_norm, lw.mlp_norm, d.hidden, name("mlp_norm"), staging));
-    CELLM_RETURN_IF_ERROR(
-        upload(base, o.gate_up, lw.gate_proj, d.inter * d.hidden, name("gate_proj"), staging));
-    CELLM_RETURN_IF_ERROR(upload(base, o.gate_up + static_cast<std::size_t>(d.inter * d.hidden),
-                                 lw.up_proj, d.inter * d.hidden, name("up_proj"), staging));
+    if (o.gate_up != Layout::kNone) {
+      CELLM_RETURN_IF_ERROR(
+          upload(base, o.gate_up, lw.gate_proj, d.inter * d.hidden, name("gate_proj"), staging));
+      CELLM_RETURN_IF_ERROR(upload(base, o.gate_up + static_cast<std::size_t>(d.inter * d.hidden),
+                                   lw.up_proj, d.inter * d.hidden, name("up_proj"), staging));
+    }
     CELLM_RETURN_IF_ERROR(
         upload(base, o.down, lw.down_proj, d.hidden * d.inter, name("down_proj"), staging));
   }

@@ -3,7 +3,10 @@
 // (and its bias), o_proj, one fused gate_up matrix [2 I, hidden] and
 // down_proj, plus the norms. Everything lives in one allocation. Built from
 // host Weights (converted once at load) or filled with random values of the
-// right scale on the device (benchmarks in real shapes, no files).
+// right scale on the device (benchmarks in real shapes, no files). Given the
+// GGUF file the weights came from, the projections the quantized kernels
+// decode stay in the file's blocks instead (device_quant.h): their bf16
+// pointers are then null and their `*_q` parts say where the blocks are.
 //
 // Thread-safety: immutable after construction; read by the engine thread.
 #pragma once
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_types.h"
+#include "backend/cuda/device_quant.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "model/model_spec.h"
@@ -31,6 +35,8 @@ struct DeviceLayer {
   const bf16* gate_up = nullptr;         // [2 intermediate, hidden]: gate rows, then up rows
   const bf16* down = nullptr;            // [hidden, intermediate]
   const bf16* post_mlp_norm = nullptr;   // [hidden] or null (gemma3)
+  // In blocks where the file allows (then the bf16 pointer above is null).
+  DeviceQuant qkv_q, o_q, gate_up_q, down_q;
 };
 
 struct DeviceWeights {
@@ -39,12 +45,19 @@ struct DeviceWeights {
   const bf16* final_norm = nullptr;  // [hidden]
   const bf16* lm_head = nullptr;     // [vocab, hidden]; == embed when tied
   std::vector<DeviceLayer> layers;
+  // The projections kept in GGUF blocks (lm_head_q: the head's), if any.
+  QuantWeights quant;
+  DeviceQuant lm_head_q;
 
-  std::size_t bytes() const { return storage.bytes(); }
+  std::size_t bytes() const { return storage.bytes() + quant.storage.bytes(); }
+  bool quantized() const { return quant.any(); }
 };
 
-// Converts and uploads `weights` (checked against `spec`).
-Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights);
+// Converts and uploads `weights` (checked against `spec`); with `gguf` (the
+// file they were loaded from) the projections the quantized kernels decode
+// are uploaded in its blocks instead of converted.
+Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights,
+                                     const format::GgufFile* gguf = nullptr);
 // Random weights in the spec's shapes: matrices uniform with std 0.02, the
 // embedding (and an untied head) with std 1 so logits have a real spread,
 // norms 1 (0 with the (1 + w) offset), biases 0.

@@ -7,6 +7,7 @@
 // Refusals run without a GPU.
 #include "backend/cuda/kernels/qgemv.cuh"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -80,13 +81,14 @@ struct Case {
   QuantType type;
   int m, n, k;
   bool f32_out;
+  bool bias = false;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return fmt::format("{}_m{}_n{}_k{}_{}",
+  return fmt::format("{}_m{}_n{}_k{}_{}{}",
                      format::ggml_type_name(static_cast<format::GgmlType>(c.type)), c.m, c.n, c.k,
-                     c.f32_out ? "f32" : "bf16");
+                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "");
 }
 
 class QGemvTest : public ::testing::TestWithParam<Case> {};
@@ -102,8 +104,9 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   const int ldc = c.n + 3;                       // the columns past n must stay untouched
   const auto w = random_rows(c.type, c.n, c.k, ldw_bytes, rng);
   const auto a = random_bf16(static_cast<std::size_t>(c.m) * lda, rng);
+  const auto bias = random_bf16(static_cast<std::size_t>(c.n), rng, -4.0f, 4.0f);
   DeviceArray<std::uint8_t> dw(w);
-  DeviceArray<bf16> da(a);
+  DeviceArray<bf16> da(a), dbias(bias);
   DeviceArray<bf16> out16(static_cast<std::size_t>(c.m) * ldc);
   DeviceArray<float> out32(static_cast<std::size_t>(c.m) * ldc);
   out16.poison();
@@ -113,6 +116,7 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   p.a = da.data();
   p.w = dw.data();
   p.type = c.type;
+  p.bias = c.bias ? dbias.data() : nullptr;
   p.out = c.f32_out ? static_cast<void*>(out32.data()) : out16.data();
   p.out_f32 = c.f32_out;
   p.m = c.m;
@@ -136,6 +140,7 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
         sum += static_cast<double>(wr[static_cast<std::size_t>(i)]) *
                af[static_cast<std::size_t>(row) * lda + i];
       }
+      if (c.bias) sum += testing::from_bf16(bias[static_cast<std::size_t>(col)]);
       ref[static_cast<std::size_t>(row) * c.n + col] = sum;
     }
   }
@@ -165,7 +170,7 @@ std::vector<Case> cases() {
   for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
     const bool small_blocks = quant_block_elems(t) == 32;
     for (int m : {1, 2, 3, 4, 5, 8}) {
-      out.push_back({t, m, 37, 512, m % 2 == 1});
+      out.push_back({t, m, 37, 512, m % 2 == 1, m == 3 || m == 4});
       // SmolLM2's hidden size (576) ends inside a 256-weight group.
       out.push_back({t, m, 64, small_blocks ? 576 : 768, m % 2 == 0});
     }
@@ -177,6 +182,65 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QGemvTest, ::testing::ValuesIn(cases()), case_name);
+
+// The bf16 rows prefill multiplies: each weight as the reference dequantizer
+// gives it, rounded to bf16 (one bf16 step apart at most, where the kernel's
+// fused multiply-add lands the float on the other side of a rounding
+// boundary), and nothing written past the columns.
+class DequantizeTest : public ::testing::TestWithParam<QuantType> {};
+
+TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
+  CELLM_REQUIRE_GPU();
+  const QuantType type = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 17u);
+  const int rows = 19;
+  const int cols = quant_block_elems(type) == 32 ? 576 : 768;
+  const std::int64_t ldw_bytes =
+      static_cast<std::int64_t>(cols / quant_block_elems(type)) * quant_block_bytes(type) + 4;
+  const int ldo = cols + 8;
+  const auto w = random_rows(type, rows, cols, ldw_bytes, rng);
+  DeviceArray<std::uint8_t> dw(w);
+  DeviceArray<bf16> out(static_cast<std::size_t>(rows) * ldo);
+  out.poison();
+  DequantParams p;
+  p.w = dw.data();
+  p.type = type;
+  p.rows = rows;
+  p.cols = cols;
+  p.ldw_bytes = ldw_bytes;
+  p.out = out.data();
+  p.ldo = ldo;
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  launch_dequantize(p, nullptr);
+  CELLM_CUDA_CHECK(cudaGetLastError());
+  const std::vector<float> got = to_float(out.download());
+  int off_by_one = 0;
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> ref = dequantized_row(type, w, r, cols, ldw_bytes);
+    for (int c = 0; c < ldo; ++c) {
+      const float v = got[static_cast<std::size_t>(r) * ldo + c];
+      if (c >= cols) {
+        EXPECT_TRUE(std::isnan(v)) << "row " << r << " col " << c << " written";
+        continue;
+      }
+      const float want = testing::from_bf16(testing::to_bf16(ref[static_cast<std::size_t>(c)]));
+      if (v == want) continue;
+      ++off_by_one;
+      EXPECT_LE(std::fabs(v - want), std::fabs(want) * (1.0f / 128.0f))
+          << "row " << r << " col " << c << ": " << v << " against " << want;
+    }
+  }
+  // A rounding boundary is rarely straddled: at most 1% of the weights.
+  EXPECT_LE(off_by_one, rows * cols / 100);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, DequantizeTest,
+                         ::testing::Values(QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K,
+                                           QuantType::kQ6_K),
+                         [](const ::testing::TestParamInfo<QuantType>& info) {
+                           return std::string(format::ggml_type_name(
+                               static_cast<format::GgmlType>(info.param)));
+                         });
 
 TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   alignas(16) static bf16 a[4096];

@@ -57,4 +57,24 @@ Status QGemvParams::validate() const {
   return Status::ok();
 }
 
+Status DequantParams::validate() const {
+  CELLM_RETURN_IF_ERROR(require_ptr(w, "dequantize", "w"));
+  CELLM_RETURN_IF_ERROR(require_ptr(out, "dequantize", "out"));
+  if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
+    return invalid_argument("cuda dequantize: block type {} is not one the kernels decode",
+                            static_cast<std::int32_t>(type));
+  }
+  const int elems = quant_block_elems(type);
+  const std::int64_t row_bytes = static_cast<std::int64_t>(cols / elems) * quant_block_bytes(type);
+  const std::int64_t word = type == QuantType::kQ4_K ? 4 : 2;
+  if (rows <= 0 || cols <= 0 || cols % elems != 0 || ldw_bytes < row_bytes ||
+      ldw_bytes % word != 0 || ldo < cols || ldo % 8 != 0) {
+    return invalid_argument(
+        "cuda dequantize: {} rows of {} columns, {} bytes apart, out {} apart (need whole {}-element "
+        "blocks, a stride of at least {} bytes in {}-byte words, ldo >= cols and a multiple of 8)",
+        rows, cols, ldw_bytes, ldo, elems, row_bytes, word);
+  }
+  return require_aligned16(out, "dequantize", "out");
+}
+
 }  // namespace cellm::cuda

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <cuda_fp16.h>
 
 #include "backend/cuda/device_utils.cuh"
@@ -286,14 +288,44 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= p.m) break;
-      const float sum = warp_sum(acc[i][m]);
+      float sum = warp_sum(acc[i][m]);
       if (lane == 0) {
+        if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
         const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
         if (p.out_f32) {
           static_cast<float*>(p.out)[at] = sum;
         } else {
           static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
         }
+      }
+    }
+  }
+}
+
+// One warp per (row, 256-weight group): each lane decodes its 8 weights and
+// stores them as bf16 runs at their columns.
+template <class D>
+__global__ void __launch_bounds__(kThreads) dequantize_kernel(const __grid_constant__ DequantParams p) {
+  const int lane = threadIdx.x & 31;
+  const int groups = (p.cols + kGroup - 1) / kGroup;
+  const int blocks = p.cols / D::kBlockElems;
+  const std::int64_t units = p.rows * groups;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
+  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+       u < units; u += stride) {
+    const std::int64_t r = u / groups;
+    const int g = static_cast<int>(u % groups);
+    if (!D::valid(g, lane, blocks)) continue;
+    typename D::Raw raw;
+    D::load(raw, static_cast<const std::uint8_t*>(p.w) + r * p.ldw_bytes, g, lane);
+    float w[8];
+    D::decode(raw, lane, w);
+    bf16* row = p.out + r * p.ldo;
+#pragma unroll
+    for (int run = 0; run < D::kRuns; ++run) {
+#pragma unroll
+      for (int t = 0; t < D::kRunLen; ++t) {
+        row[D::pos(g, lane, run) + t] = __float2bfloat16(w[run * D::kRunLen + t]);
       }
     }
   }
@@ -312,7 +344,28 @@ void launch_for(const QGemvParams& p, const LaunchConfig& config) {
   }
 }
 
+template <class D>
+void launch_dequantize_as(const DequantParams& p, cudaStream_t stream) {
+  const std::int64_t units = p.rows * ((p.cols + kGroup - 1) / kGroup);
+  const std::int64_t wanted = (units + kWarps - 1) / kWarps;
+  LaunchConfig config;
+  config.grid = dim3(static_cast<unsigned>(
+      std::min<std::int64_t>(wanted, std::int64_t{multiprocessor_count()} * 16)));
+  config.block = dim3(kThreads);
+  config.stream = stream;
+  launch(dequantize_kernel<D>, config, p);
+}
+
 }  // namespace
+
+void launch_dequantize(const DequantParams& p, cudaStream_t stream) {
+  switch (p.type) {
+    case QuantType::kQ4_0: launch_dequantize_as<Q4_0>(p, stream); break;
+    case QuantType::kQ8_0: launch_dequantize_as<Q8_0>(p, stream); break;
+    case QuantType::kQ4_K: launch_dequantize_as<Q4_K>(p, stream); break;
+    case QuantType::kQ6_K: launch_dequantize_as<Q6_K>(p, stream); break;
+  }
+}
 
 int quant_block_elems(QuantType type) {
   switch (type) {

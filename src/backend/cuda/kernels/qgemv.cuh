@@ -46,7 +46,8 @@ struct QGemvParams {
   const bf16* a = nullptr;  // [m, lda], first k columns; 16-byte aligned
   const void* w = nullptr;  // n rows of k / block_elems blocks, ldw_bytes apart
   QuantType type = QuantType::kQ8_0;
-  void* out = nullptr;  // [m, ldc]: bf16, or float when out_f32
+  const bf16* bias = nullptr;  // [n] or null, added to the float sum
+  void* out = nullptr;         // [m, ldc]: bf16, or float when out_f32
   bool out_f32 = false;
   std::int32_t m = 0;  // 1..kQGemvMaxRows
   std::int32_t n = 0;
@@ -62,5 +63,21 @@ struct QGemvParams {
 };
 
 void launch_qgemv(const QGemvParams& params, cudaStream_t stream);
+
+// Writes the blocks of `rows` weight rows as bf16: out[r, c] for c < cols,
+// rows ldo elements apart (prefill and wide steps multiply the result with
+// cuBLASLt). The values are the ones the GEMV multiplies, rounded to bf16.
+struct DequantParams {
+  const void* w = nullptr;
+  QuantType type = QuantType::kQ8_0;
+  std::int64_t rows = 0;
+  std::int32_t cols = 0;  // a multiple of the block's elements
+  std::int64_t ldw_bytes = 0;
+  bf16* out = nullptr;  // 16-byte aligned
+  std::int64_t ldo = 0;  // a multiple of 8
+
+  Status validate() const;
+};
+void launch_dequantize(const DequantParams& params, cudaStream_t stream);
 
 }  // namespace cellm::cuda

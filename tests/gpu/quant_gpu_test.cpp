@@ -1,0 +1,147 @@
+// GGUF files with Q8_0 and Q4_0 projections, written from the Hugging Face
+// fixtures by tests/model/hf_to_gguf.py, on the CUDA program as `cellm serve`
+// loads them: the projections stay in their blocks on the GPU. Every logits
+// row must match the CPU reference program over the same file (the same
+// weights, decoded to float) within the bf16 tolerance, fed three ways: the
+// whole sequence in one step (more than kQGemvMaxRows rows: the blocks
+// dequantized for cuBLASLt), one token a step (the quantized GEMV), and
+// three sequences a token each per step (the GEMV at 3 rows).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_program.h"
+#include "backend/cuda/cuda_program.h"
+#include "model/loader.h"
+#include "raw_driver.h"
+#include "support/golden.h"
+#include "support/testdata.h"
+
+namespace cellm::gpu_testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+program::ProgramOptions options() {
+  program::ProgramOptions o;
+  o.static_widths = {1, 2, 4, 8};
+  o.max_step = 256;
+  o.kv_cells = 4096;
+  o.cuda_graphs = false;
+  return o;
+}
+
+// Feeds `inputs` to three fresh sequences of each executor: whole, one by
+// one, and (the third) beside two other sequences; returns the logits rows.
+std::vector<FedSeq> feed_three_ways(executor::CudaExecutor& ex,
+                                    const std::vector<std::int64_t>& inputs) {
+  std::vector<FedSeq> seqs(5);
+  for (FedSeq& s : seqs) {
+    s.seq = ex.cache_control().seq_new().value_or(-1);
+    s.inputs = &inputs;
+    EXPECT_GE(s.seq, 0);
+  }
+  EXPECT_TRUE(feed(ex, {{&seqs[0], inputs.size()}}));
+  while (seqs[1].fed < inputs.size()) EXPECT_TRUE(feed(ex, {{&seqs[1], 1}}));
+  while (seqs[2].fed < inputs.size()) {
+    if (!feed(ex, {{&seqs[2], 1}, {&seqs[3], 1}, {&seqs[4], 1}})) {
+      ADD_FAILURE() << "batched step failed";
+      break;
+    }
+  }
+  for (FedSeq& s : seqs) ex.cache_control().seq_rm(s.seq);
+  seqs.resize(3);
+  return seqs;
+}
+
+class GpuQuantTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto& [fixture, type] = GetParam();
+  const fs::path python = cellm::testing::source_dir() / ".venv" / "bin" / "python";
+  ASSERT_TRUE(fs::exists(python)) << "no Python virtual environment at " << python
+                                  << "; run scripts/setup (it installs the gguf package)";
+  const fs::path file =
+      fs::path(::testing::TempDir()) / ("cellm_gpu_quant_" + fixture + "_" + type + ".gguf");
+  const std::string cmd =
+      python.string() + " " +
+      (cellm::testing::source_dir() / "tests" / "model" / "hf_to_gguf.py").string() + " " +
+      (cellm::testing::golden_root() / fixture).string() + " " + file.string() + " --type " + type;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the converter failed: " << cmd;
+  auto loaded = model::load_model(file);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_NE(loaded->gguf, nullptr);
+
+  auto gpu = cuda::load_program(loaded->spec, loaded->weights, options(), loaded->gguf.get());
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  std::shared_ptr<program::Program> gpu_program = std::move(gpu).value();
+  const std::string blocks = cuda::cuda_weight_blocks(*gpu_program);
+  const std::string type_name = type == "q8_0" ? "Q8_0" : "Q4_0";
+  // Every projection of every layer (q, k, v, o, gate, up, down) in blocks.
+  EXPECT_NE(blocks.find(type_name + " x"), std::string::npos) << "blocks: '" << blocks << "'";
+  std::printf("%s %s: projections in blocks: %s\n", fixture.c_str(), type.c_str(), blocks.c_str());
+  auto cpu = cpu::CpuProgram::create(loaded->spec, loaded->weights, options());
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  std::shared_ptr<program::Program> cpu_program = std::move(cpu).value();
+  auto gpu_ex = make_test_executor(gpu_program, 8);
+  auto cpu_ex = make_test_executor(cpu_program, 8);
+  ASSERT_NE(gpu_ex, nullptr);
+  ASSERT_NE(cpu_ex, nullptr);
+
+  auto cases = cellm::testing::load_golden_cases(cellm::testing::golden_root() / fixture);
+  ASSERT_TRUE(cases.ok()) << cases.status().to_string();
+  const auto longest = std::max_element(
+      cases->begin(), cases->end(),
+      [](const auto& a, const auto& b) { return a.inputs.size() < b.inputs.size(); });
+  const std::vector<std::int64_t>& inputs = longest->inputs;
+  ASSERT_GT(inputs.size(), 8u) << "the whole-sequence step must be wider than the GEMV's rows";
+
+  const std::vector<FedSeq> want = feed_three_ways(*cpu_ex, inputs);
+  const std::vector<FedSeq> got = feed_three_ways(*gpu_ex, inputs);
+  const char* ways[] = {"whole", "one by one", "batched"};
+  const cellm::testing::GoldenTolerance& tol = cellm::testing::kBf16Tolerance;
+  for (std::size_t w = 0; w < 3; ++w) {
+    double sum = 0.0, worst = 0.0;
+    int argmax_checked = 0;
+    for (std::size_t pos = 0; pos < inputs.size(); ++pos) {
+      const auto g = got[w].logits.find(pos);
+      const auto r = want[0].logits.find(pos);
+      ASSERT_TRUE(g != got[w].logits.end() && r != want[0].logits.end())
+          << ways[w] << ": no logits at " << pos;
+      const double e = relative_error(g->second, r->second);
+      EXPECT_LE(e, tol.max_relative_error) << ways[w] << " position " << pos;
+      argmax_checked += expect_argmax_where_clear(g->second, r->second,
+                                                  static_cast<float>(tol.argmax_margin),
+                                                  std::string(ways[w]) + " position " +
+                                                      std::to_string(pos))
+                            ? 1
+                            : 0;
+      sum += e;
+      worst = std::max(worst, e);
+    }
+    const double mean = sum / static_cast<double>(inputs.size());
+    EXPECT_LE(mean, tol.mean_relative_error) << ways[w];
+    std::printf("%s %s %-10s positions %3zu mean rel err %.4f worst %.4f argmax checked %d\n",
+                fixture.c_str(), type.c_str(), ways[w], inputs.size(), mean, worst,
+                argmax_checked);
+  }
+  fs::remove(file);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuQuantTest,
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3"),
+                                            ::testing::Values("q8_0", "q4_0")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace cellm::gpu_testing
