@@ -160,7 +160,7 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
   if (gguf != nullptr) {
     CELLM_ASSIGN_OR_RETURN(quant, upload_quant_weights(spec, *gguf));
   }
-  const Layout layout = plan(spec, &quant);
+  const Layout layout = plan(spec, quant.layers.empty() ? nullptr : &quant);
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const QuantWeights::Layer& q = quant.layers.empty() ? QuantWeights::Layer{} : quant.layers[i];
