@@ -304,6 +304,12 @@ void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std
   }
 }
 
+bool gguf_type_kept_on_gpu(format::GgmlType type) {
+  using format::GgmlType;
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
+         type == GgmlType::kQ6_K;
+}
+
 Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads) {
   CELLM_CHECK(t.rank() == 2 && heads > 0 && t.dim(0) % (2 * heads) == 0,
               "cannot un-permute {} over {} heads", t.describe(), heads);

@@ -49,6 +49,11 @@ Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads);
 void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std::uint8_t> dst,
                                 std::int64_t rows, std::size_t row_bytes, std::int32_t heads);
 
+// Block types whose projections the CUDA backend keeps in their blocks on
+// the GPU instead of converting them to bf16 (its quantized GEMV decodes
+// them: backend/cuda/kernels/qgemv.cuh, whose test checks the two agree).
+bool gguf_type_kept_on_gpu(format::GgmlType type);
+
 class GgufTensorSource final : public TensorSource {
  public:
   GgufTensorSource(std::shared_ptr<const format::GgufFile> file, const ModelSpec& spec,

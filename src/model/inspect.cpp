@@ -1,5 +1,7 @@
 #include "model/inspect.h"
 
+#include "model/gguf_model.h"
+
 #include <map>
 #include <set>
 
@@ -182,7 +184,20 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   const std::int64_t context = o.context > 0 ? o.context : s.max_context;
   const std::int64_t cells = context * std::max<std::int64_t>(o.sessions, 1);
   const std::int64_t kv = kv_cache_bytes(s, cells, o.kv_dtype);
-  const std::int64_t device_weights = params * 2;  // the CUDA backend keeps weights in bf16
+  // The CUDA backend converts weights to bf16, except GGUF projections in
+  // block types it decodes (the embedding lookup always reads bf16; a tied
+  // head in such a type is kept a second time, in blocks).
+  std::int64_t device_weights = params * 2;
+  if (m.gguf) {
+    for (const auto& t : m.gguf->tensors()) {
+      if (t.ne.size() != 2 || !gguf_type_kept_on_gpu(t.type)) continue;
+      const std::string name = canonical_tensor_name(s.arch, t.name);
+      const bool embed = name == "model.embed_tokens.weight";
+      if (embed && !s.tie_word_embeddings) continue;
+      device_weights += static_cast<std::int64_t>(t.nbytes) -
+                        (embed ? 0 : static_cast<std::int64_t>(t.numel()) * 2);
+    }
+  }
   r += fmt::format("memory       {} session(s) x {} tokens = {} KV cells\n", o.sessions, context,
                    cells);
   r += fmt::format(
@@ -190,9 +205,10 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
       s.num_layers, s.num_kv_heads, s.head_dim, cells, dtype_size(o.kv_dtype),
       dtype_name(o.kv_dtype), human_bytes(static_cast<double>(kv)));
   r += fmt::format(
-      "  total      {} (weights as loaded) or {} (bf16 weights on a GPU) + activations\n",
+      "  total      {} (weights as loaded) or {} (weights on a GPU{}) + activations\n",
       human_bytes(static_cast<double>(wbytes + kv)),
-      human_bytes(static_cast<double>(device_weights + kv)));
+      human_bytes(static_cast<double>(device_weights + kv)),
+      m.gguf ? ": Q4_0/Q8_0/Q4_K/Q6_K projections in blocks, the rest bf16" : ", bf16");
   if (o.list_tensors) {
     r += fmt::format("tensors      {}\n", named.size());
     for (const auto& [name, t] : named) {

@@ -21,6 +21,7 @@
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "format/ggml_types.h"
+#include "model/gguf_model.h"
 #include "gpu_test_util.h"
 
 namespace cellm::cuda {
@@ -283,6 +284,16 @@ TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   EXPECT_NE(bad.validate().to_string().find("overlap"), std::string::npos);
   EXPECT_TRUE(quant_type_supported(14));
   EXPECT_FALSE(quant_type_supported(3));
+}
+
+// `cellm inspect` predicts the GPU's resident bytes from the model layer's
+// list of block types the GPU keeps; it must be the kernel's list.
+TEST(QGemvValidateTest, TheModelLayersListOfKeptTypesIsTheKernels) {
+  for (std::uint32_t raw = 0; raw < 64; ++raw) {
+    EXPECT_EQ(model::gguf_type_kept_on_gpu(static_cast<format::GgmlType>(raw)),
+              quant_type_supported(raw))
+        << "GGUF type " << raw;
+  }
 }
 
 }  // namespace
