@@ -41,15 +41,8 @@ Status GemvParams::validate() const {
         "cuda gemv: float output is only for the plain store (the residual stream and the "
         "gated activation are bf16)");
   }
-  // Every block reads all of `a` while others write `out`: they must not meet.
-  const auto* a_begin = reinterpret_cast<const char*>(a);
-  const auto* a_end = a_begin + ((m - 1) * lda + k) * static_cast<std::int64_t>(sizeof(bf16));
-  const auto* o_begin = static_cast<const char*>(out);
-  const auto* o_end = o_begin + ((m - 1) * ldc + n) * static_cast<std::int64_t>(
-                                                        out_f32 ? sizeof(float) : sizeof(bf16));
-  if (a_begin < o_end && o_begin < a_end) {
-    return invalid_argument("cuda gemv: `a` and `out` overlap; give the product its own buffer");
-  }
+  CELLM_RETURN_IF_ERROR(require_disjoint(a, out, m, lda, k, ldc, n,
+                                         out_f32 ? sizeof(float) : sizeof(bf16), "gemv"));
   if (argmax.out != nullptr) {
     CELLM_RETURN_IF_ERROR(require_ptr(argmax.partials, "gemv", "argmax.partials"));
     CELLM_RETURN_IF_ERROR(require_ptr(argmax.counter, "gemv", "argmax.counter"));

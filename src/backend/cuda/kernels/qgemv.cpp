@@ -46,14 +46,8 @@ Status QGemvParams::validate() const {
         lda, ldc, k, n);
   }
   CELLM_RETURN_IF_ERROR(require_aligned16(a, "qgemv", "a"));
-  const auto* a_begin = reinterpret_cast<const char*>(a);
-  const auto* a_end = a_begin + ((m - 1) * lda + k) * static_cast<std::int64_t>(sizeof(bf16));
-  const auto* o_begin = static_cast<const char*>(out);
-  const auto* o_end = o_begin + ((m - 1) * ldc + n) * static_cast<std::int64_t>(
-                                                        out_f32 ? sizeof(float) : sizeof(bf16));
-  if (a_begin < o_end && o_begin < a_end) {
-    return invalid_argument("cuda qgemv: `a` and `out` overlap; give the product its own buffer");
-  }
+  CELLM_RETURN_IF_ERROR(require_disjoint(a, out, m, lda, k, ldc, n,
+                                         out_f32 ? sizeof(float) : sizeof(bf16), "qgemv"));
   return Status::ok();
 }
 
