@@ -101,25 +101,33 @@ Status check_ct_format(const json* v, const std::string& field) {
   return Status::ok();
 }
 
-// One config group's `weights` scheme, into `scheme` (granularity and block).
-Status parse_ct_weights(const json& w, const std::string& field, QuantSpec& scheme) {
-  if (!w.is_object()) return invalid_argument("{} is {}, expected an object", field, w.dump());
+// One config group's `weights` scheme (at quantization_config.<path>), into
+// `scheme` (granularity and block).
+Status parse_ct_weights(const json& w, const std::string& source, const std::string& path,
+                        QuantSpec& scheme) {
+  const auto field = [&](std::string_view key) {
+    return where(source, path + "." + std::string(key));
+  };
+  if (!w.is_object()) {
+    return invalid_argument("{} is {}, expected an object", where(source, path), w.dump());
+  }
   const json* bits = find(w, "num_bits");
   if (bits == nullptr || !bits->is_number_integer() || bits->get<std::int64_t>() != 8) {
-    return not_supported("{}.num_bits is {}; only 8-bit weights are supported. {}", field,
+    return not_supported("{} is {}; only 8-bit weights are supported. {}", field("num_bits"),
                          bits == nullptr ? "missing" : bits->dump(), kSupported);
   }
   const json* type = find(w, "type");
   if (type == nullptr || !type->is_string() || type->get<std::string>() != "float") {
-    return not_supported("{}.type is {}; only 'float' (FP8 E4M3) weights are supported. {}", field,
-                         type == nullptr ? "missing" : type->dump(), kSupported);
+    return not_supported("{} is {}; only 'float' (FP8 E4M3) weights are supported. {}",
+                         field("type"), type == nullptr ? "missing" : type->dump(), kSupported);
   }
   if (const json* sym = find(w, "symmetric"); sym != nullptr && *sym != json(true)) {
-    return not_supported("{}.symmetric is {}; asymmetric (zero-point) weights are not supported",
-                         field, sym->dump());
+    return not_supported("{} is {}; asymmetric (zero-point) weights are not supported",
+                         field("symmetric"), sym->dump());
   }
   if (const json* dyn = find(w, "dynamic"); dyn != nullptr && *dyn != json(false)) {
-    return not_supported("{}.dynamic is {}; weights must carry stored scales", field, dyn->dump());
+    return not_supported("{} is {}; weights must carry stored scales", field("dynamic"),
+                         dyn->dump());
   }
   const json* strategy = find(w, "strategy");
   const std::string s = strategy != nullptr && strategy->is_string()
@@ -132,13 +140,13 @@ Status parse_ct_weights(const json& w, const std::string& field, QuantSpec& sche
   } else if (s == "block") {
     const json* block = find(w, "block_structure");
     if (block == nullptr) {
-      return invalid_argument("{}.block_structure is missing (required for strategy 'block')",
-                              field);
+      return invalid_argument("{} is missing (required for strategy 'block')",
+                              field("block_structure"));
     }
-    CELLM_RETURN_IF_ERROR(block_shape(*block, field + ".block_structure", scheme));
+    CELLM_RETURN_IF_ERROR(block_shape(*block, field("block_structure"), scheme));
   } else {
-    return not_supported("{}.strategy is '{}'; 'tensor', 'channel' and 'block' are supported",
-                         field, s);
+    return not_supported("{} is '{}'; 'tensor', 'channel' and 'block' are supported",
+                         field("strategy"), s);
   }
   return Status::ok();
 }
@@ -161,31 +169,32 @@ Status parse_compressed_tensors(const json& q, const std::string& source, QuantS
   }
   bool first = true;
   for (const auto& [name, group] : groups->items()) {
-    const std::string field = where(source, "config_groups." + name);
+    const std::string path = "config_groups." + name;
+    const std::string field = where(source, path);
     if (!group.is_object()) {
       return invalid_argument("{} is {}, expected an object", field, group.dump());
     }
-    CELLM_RETURN_IF_ERROR(check_ct_format(find(group, "format"), field + ".format"));
+    CELLM_RETURN_IF_ERROR(check_ct_format(find(group, "format"), where(source, path + ".format")));
     if (find(group, "output_activations") != nullptr) {
-      return not_supported("{}.output_activations is set; quantized outputs are not supported",
-                           field);
+      return not_supported("{} is set; quantized outputs are not supported",
+                           where(source, path + ".output_activations"));
     }
     const json* weights = find(group, "weights");
     if (weights == nullptr) {
-      return not_supported("{}.weights is missing; groups must quantize weights. {}", field,
-                           kSupported);
+      return not_supported("{} is missing; groups must quantize weights. {}",
+                           where(source, path + ".weights"), kSupported);
     }
     QuantSpec scheme = spec;
-    CELLM_RETURN_IF_ERROR(parse_ct_weights(*weights, field + ".weights", scheme));
+    CELLM_RETURN_IF_ERROR(parse_ct_weights(*weights, source, path + ".weights", scheme));
     if (first) {
       spec = scheme;
       first = false;
     } else if (scheme.granularity != spec.granularity || scheme.block_rows != spec.block_rows ||
                scheme.block_cols != spec.block_cols) {
       return not_supported(
-          "{}.weights differs from the first group's scheme; groups with "
+          "{} differs from the first group's scheme; groups with "
           "different weight schemes are not supported",
-          field);
+          where(source, path + ".weights"));
     }
   }
   CELLM_ASSIGN_OR_RETURN(spec.ignore, string_list(q, "ignore", source));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "format/fp8.h"
 
 namespace cellm::model {
@@ -125,6 +127,8 @@ Status HfTensorSource::pair_fp8_scales(const std::filesystem::path& folder,
       case ScaleGranularity::kBlock: accepted = {Shape{grid_rows, grid_cols}}; break;
     }
     if (std::find(accepted.begin(), accepted.end(), s->shape) == accepted.end()) {
+      std::vector<std::string> shapes;
+      for (const auto& a : accepted) shapes.push_back(shape_string(a));
       return invalid_argument(
           "{}: scale tensor '{}' is {} but FP8 weight '{}' {} with {} scales{} needs {}", where,
           scale->second, shape_string(s->shape), stored, shape_string(e->shape),
@@ -132,7 +136,7 @@ Status HfTensorSource::pair_fp8_scales(const std::filesystem::path& folder,
           quant_.granularity == ScaleGranularity::kBlock
               ? fmt::format(" of [{}, {}] blocks", quant_.block_rows, quant_.block_cols)
               : std::string(),
-          shape_string(accepted.back()));
+          fmt::join(shapes, " or "));
     }
     if (!is_float(s->dtype) || s->encoding != format::Encoding::kPlain) {
       return invalid_argument("{}: scale tensor '{}' has dtype {}; scales must be F32, BF16 or F16",
