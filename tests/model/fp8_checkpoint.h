@@ -57,6 +57,10 @@ struct Fp8WriteOptions {
   Fp8Layout layout = Fp8Layout::kFp8Tensor;
   std::int64_t block_rows = 128;  // kFp8Block, kCtBlock
   std::int64_t block_cols = 128;
+  // Write the dequantized values as plain F32 weights instead (no
+  // quantization_config): the same model as the FP8 folder, loaded without
+  // the FP8 path.
+  bool plain_dequantized = false;
 };
 
 namespace fp8_detail {
@@ -138,7 +142,7 @@ inline Fp8Written write_fp8_checkpoint(const std::filesystem::path& fixture,
   {
     std::ifstream in(fixture / "config.json");
     json config = json::parse(in);
-    config["quantization_config"] = fp8_detail::quant_config(o);
+    if (!o.plain_dequantized) config["quantization_config"] = fp8_detail::quant_config(o);
     write_text(out / "config.json", config.dump(2));
   }
   fs::copy_file(fixture / "generation_config.json", out / "generation_config.json");
@@ -203,6 +207,11 @@ inline Fp8Written write_fp8_checkpoint(const std::filesystem::path& fixture,
         codes[i] = q.code;
         expected[i] = static_cast<float>(q.value) * s;
       }
+    }
+    if (o.plain_dequantized) {
+      b.add(e.name, "F32", e.shape, bytes_of(expected));
+      written.expected[e.name] = std::move(expected);
+      continue;
     }
     written.codes[e.name] = codes;
     written.expected[e.name] = std::move(expected);

@@ -164,6 +164,11 @@ std::string case_name(const ::testing::TestParamInfo<LoadCase>& info) {
                                            c.block_rows, c.block_cols);
 }
 
+void PrintTo(const LoadCase& c, std::ostream* os) {
+  *os << c.fixture << " " << fp8_layout_name(c.layout) << " " << c.block_rows << "x"
+      << c.block_cols;
+}
+
 class Fp8Load : public ::testing::TestWithParam<LoadCase> {};
 
 // The host memory holding stored weight `name` in `w` (phi3's fused rows are
