@@ -17,21 +17,28 @@ using nlohmann::json;
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::size_t kMaxRank = 8;
 
-Result<DType> parse_st_dtype(const std::string& path, const std::string& tensor,
-                             const std::string& name) {
-  if (name == "F32") return DType::kF32;
-  if (name == "F16") return DType::kF16;
-  if (name == "BF16") return DType::kBF16;
-  if (name == "I32") return DType::kI32;
-  if (name == "I64") return DType::kI64;
-  if (name == "U8") return DType::kU8;
-  static const std::set<std::string> kKnownOthers = {
-      "F64",     "I8",      "I16",     "U16", "U32",     "U64",     "BOOL",
-      "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+struct StDtype {
+  DType dtype;
+  Encoding encoding = Encoding::kPlain;
+};
+
+Result<StDtype> parse_st_dtype(const std::string& path, const std::string& tensor,
+                               const std::string& name) {
+  if (name == "F32") return StDtype{DType::kF32};
+  if (name == "F16") return StDtype{DType::kF16};
+  if (name == "BF16") return StDtype{DType::kBF16};
+  if (name == "I32") return StDtype{DType::kI32};
+  if (name == "I64") return StDtype{DType::kI64};
+  if (name == "U8") return StDtype{DType::kU8};
+  if (name == "F8_E4M3") return StDtype{DType::kU8, Encoding::kF8E4M3};
+  if (name == "F8_E5M2") return StDtype{DType::kU8, Encoding::kF8E5M2};
+  static const std::set<std::string> kKnownOthers = {"F64", "I8",      "I16",     "U16",
+                                                     "U32", "U64",     "BOOL",    "F8_E8M0",
+                                                     "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   if (kKnownOthers.count(name) != 0) {
     return not_supported(
         "{}: tensor '{}' has dtype {}, which cellm does not read "
-        "(F32, F16, BF16, I32, I64, U8 are supported)",
+        "(F32, F16, BF16, I32, I64, U8, F8_E4M3 are supported)",
         path, tensor, name);
   }
   return data_loss("{}: tensor '{}' has unknown dtype '{}'", path, tensor, name);
@@ -54,7 +61,10 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     return data_loss("{}: tensor '{}' lacks 'data_offsets' as two unsigned integers", path, name);
   }
   out.name = name;
-  CELLM_ASSIGN_OR_RETURN(out.dtype, parse_st_dtype(path, name, dtype_it->get<std::string>()));
+  CELLM_ASSIGN_OR_RETURN(const StDtype st,
+                         parse_st_dtype(path, name, dtype_it->get<std::string>()));
+  out.dtype = st.dtype;
+  out.encoding = st.encoding;
   if (shape_it->size() > kMaxRank) {
     return data_loss("{}: tensor '{}' has rank {} (at most {} supported)", path, name,
                      shape_it->size(), kMaxRank);
@@ -91,6 +101,15 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
 }
 
 }  // namespace
+
+std::string_view encoding_name(Encoding encoding) {
+  switch (encoding) {
+    case Encoding::kPlain: return "plain";
+    case Encoding::kF8E4M3: return "F8_E4M3";
+    case Encoding::kF8E5M2: return "F8_E5M2";
+  }
+  return "?";
+}
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   CELLM_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));

@@ -3,6 +3,11 @@
 // the memory-mapped data. SafetensorsCheckpoint joins the shards of a
 // Hugging Face checkpoint through model.safetensors.index.json.
 //
+// FP8 tensors (F8_E4M3, F8_E5M2) have no DType of their own: they are handed
+// out as u8 tensors of the same shape holding the raw codes, and the entry's
+// `encoding` says how to read them (format/fp8.h decodes E4M3). Keeping the
+// codes raw lets a backend use them as stored.
+//
 // Validation happens once, at open: every entry's dtype is known, its shape is
 // sane, its byte range lies inside the data area, matches shape × dtype and
 // overlaps no other. After that, tensor() cannot fail on a listed name.
@@ -25,9 +30,18 @@
 
 namespace cellm::format {
 
+// How the bytes of a tensor encode its elements beyond its DType.
+enum class Encoding : std::uint8_t {
+  kPlain,   // the DType says it all
+  kF8E4M3,  // u8 codes of OCP FP8 E4M3FN (safetensors "F8_E4M3")
+  kF8E5M2,  // u8 codes of OCP FP8 E5M2 (safetensors "F8_E5M2"); no decoder yet
+};
+std::string_view encoding_name(Encoding encoding);  // "F8_E4M3", ...
+
 struct SafetensorsEntry {
   std::string name;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // kU8 for FP8 codes
+  Encoding encoding = Encoding::kPlain;
   Shape shape;
   std::uint64_t begin = 0;  // byte offsets inside the data area
   std::uint64_t end = 0;

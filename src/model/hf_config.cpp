@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/files.h"
+#include "model/hf_quant_config.h"
 
 namespace cellm::model {
 namespace {
@@ -413,6 +414,10 @@ Result<ModelSpec> spec_from_json(const json& root, const std::string& source) {
   }
   for (std::size_t i = 0; i < windows.size(); ++i) {
     spec.layers.push_back(LayerSpec{windows[i], sliding[i] ? sliding_rope : full_rope});
+  }
+
+  if (const json* quant = top.raw("quantization_config")) {
+    CELLM_ASSIGN_OR_RETURN(spec.quant, parse_quantization_config(*quant, source));
   }
 
   CELLM_RETURN_IF_ERROR(apply_special_tokens(*body, source, spec));

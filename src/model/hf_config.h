@@ -2,7 +2,8 @@
 // rope_parameters/layer_types, or the transformers 4 layout with rope_theta,
 // rope_scaling, sliding_window_pattern, rope_local_base_freq, ...) for llama,
 // qwen2, qwen3, mistral, gemma3_text (or gemma3 with a text_config) and phi3.
-// generation_config.json, when present, supplies bos/eos.
+// generation_config.json, when present, supplies bos/eos. A
+// `quantization_config` becomes spec.quant (hf_quant_config.h).
 //
 // Errors name the file and the field that is missing, mistyped or unsupported.
 //

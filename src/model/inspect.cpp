@@ -165,6 +165,15 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
                      cb.first);
   }
   r.back() = '\n';
+  if (s.quant.quantized()) {
+    std::int64_t fp8_bytes = 0;
+    for (const auto& [name, w] : m.weights.fp8) {
+      fp8_bytes += static_cast<std::int64_t>(w.codes.nbytes() + w.scales.nbytes());
+    }
+    r += fmt::format("quantized    {}; {} FP8 tensors stored in {} (codes + scales)\n",
+                     s.quant.describe(), m.weights.fp8.size(),
+                     human_bytes(static_cast<double>(fp8_bytes)));
+  }
   if (m.gguf) {
     std::map<std::string, std::pair<std::int64_t, std::uint64_t>> stored;
     for (const auto& t : m.gguf->tensors()) {

@@ -42,7 +42,8 @@ Result<LoadedModel> load_hf(const std::filesystem::path& folder, const LoadOptio
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CELLM_RETURN_IF_ERROR(apply_generation_config_text(text, gen.string(), spec));
   }
-  CELLM_ASSIGN_OR_RETURN(HfTensorSource source, HfTensorSource::open(folder));
+  CELLM_ASSIGN_OR_RETURN(HfTensorSource source,
+                         HfTensorSource::open(folder, spec.quant, options.dequant_dtype));
   CELLM_ASSIGN_OR_RETURN(Weights weights,
                          build_weights(spec, source, {options.allow_extra_tensors}));
   LoadedModel out;

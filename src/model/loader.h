@@ -24,7 +24,8 @@ namespace cellm::model {
 enum class ModelFormat : std::uint8_t { kHuggingFace, kGguf };
 
 struct LoadOptions {
-  // GGUF block-quantized tensors are dequantized to this dtype (kF32 or kBF16).
+  // GGUF block-quantized tensors and FP8 checkpoint weights are dequantized
+  // to this dtype (kF32 or kBF16).
   DType dequant_dtype = DType::kF32;
   // Tensors the spec does not use are an error unless this is set (then logged).
   bool allow_extra_tensors = false;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cellm/status.h"
+#include "model/quant_spec.h"
 
 namespace cellm::model {
 
@@ -69,6 +70,10 @@ struct ModelSpec {
   Activation activation = Activation::kSilu;
 
   std::vector<LayerSpec> layers;  // one per layer, in order
+
+  // How the checkpoint's weights are quantized (FP8 Hugging Face checkpoints);
+  // the loader dequantizes them, so a forward reads plain float weights.
+  QuantSpec quant;
 
   std::optional<std::int64_t> bos_token_id;
   std::vector<std::int64_t> eos_token_ids;

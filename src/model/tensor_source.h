@@ -14,6 +14,7 @@
 
 #include "cellm/status.h"
 #include "core/tensor.h"
+#include "model/weights.h"
 
 namespace cellm::model {
 
@@ -30,6 +31,9 @@ class TensorSource {
   virtual std::string stored_type(std::string_view name) const = 0;
   // The tensor as a float host tensor (f32, f16 or bf16) in canonical layout.
   virtual Result<Tensor> load(std::string_view name) const = 0;
+  // For a tensor stored as FP8 codes with scales (that load() dequantizes):
+  // the stored codes and scales, without copies; nullopt for any other.
+  virtual std::optional<Fp8Weight> fp8(std::string_view /*name*/) const { return std::nullopt; }
 };
 
 }  // namespace cellm::model

@@ -7,16 +7,34 @@
 // dequantized GGUF tensors become f32). They may view memory-mapped files, so
 // a Weights keeps its sources alive. Shapes follow PyTorch Linear: [out, in].
 //
+// FP8 checkpoints: the tensors above are dequantized (f32 or bf16, per
+// LoadOptions), which every backend reads today. The stored E4M3 codes and
+// their scales stay reachable through `fp8`, views of the mapped file that
+// cost no memory, so that a backend able to multiply FP8 (the CUDA one,
+// later) can upload those instead.
+//
 // Thread-safety: immutable after loading; safe to read from any thread.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/model_spec.h"
 
 namespace cellm::model {
+
+// A weight as an FP8 checkpoint stores it: value[r][c] =
+// e4m3(codes[r][c]) × scales[r / block_rows][c / block_cols] (format/fp8.h).
+struct Fp8Weight {
+  Tensor codes;   // u8 [rows, cols] E4M3FN codes, canonical [out, in] layout
+  Tensor scales;  // f32/bf16/f16, ceil(rows/block_rows) × ceil(cols/block_cols) values, row-major
+  std::int64_t block_rows = 0;
+  std::int64_t block_cols = 0;
+};
 
 struct LayerWeights {
   Tensor attn_norm;       // [hidden]            input_layernorm
@@ -42,6 +60,10 @@ struct Weights {
   Tensor final_norm;    // [hidden]
   Tensor lm_head;       // [vocab, hidden]; the same storage as embed_tokens when tied
   std::vector<LayerWeights> layers;
+  // FP8 checkpoints: the stored form of each weight that was dequantized, by
+  // canonical checkpoint name ("model.layers.0.self_attn.qkv_proj.weight" for
+  // phi3's fused projections); empty for other checkpoints.
+  std::map<std::string, Fp8Weight, std::less<>> fp8;
   // Keeps memory-mapped files or converted buffers alive for the views above.
   std::vector<std::shared_ptr<void>> keep_alive;
 };

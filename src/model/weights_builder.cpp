@@ -145,6 +145,9 @@ Result<Weights> build_weights(const ModelSpec& spec, const TensorSource& source,
   const auto take = [&](const std::string& name) { return loaded.at(name); };
 
   Weights w;
+  for (const auto& [name, tensor] : loaded) {
+    if (auto stored = source.fp8(name)) w.fp8.emplace(name, std::move(*stored));
+  }
   w.embed_tokens = take("model.embed_tokens.weight");
   w.final_norm = take("model.norm.weight");
   w.lm_head = spec.tie_word_embeddings ? w.embed_tokens : take("lm_head.weight");
