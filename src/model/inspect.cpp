@@ -1,5 +1,6 @@
 #include "model/inspect.h"
 
+#include "core/env.h"
 #include "model/gguf_model.h"
 
 #include <map>
@@ -197,7 +198,8 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   // block types it decodes (the embedding lookup always reads bf16; a tied
   // head in such a type is kept a second time, in blocks).
   std::int64_t device_weights = params * 2;
-  if (m.gguf) {
+  const bool blocks = m.gguf != nullptr && knobs().gguf_gpu_blocks;
+  if (blocks) {
     for (const auto& t : m.gguf->tensors()) {
       if (t.ne.size() != 2 || !gguf_type_kept_on_gpu(t.type)) continue;
       const std::string name = canonical_tensor_name(s.arch, t.name);
@@ -217,7 +219,7 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
       "  total      {} (weights as loaded) or {} (weights on a GPU{}) + activations\n",
       human_bytes(static_cast<double>(wbytes + kv)),
       human_bytes(static_cast<double>(device_weights + kv)),
-      m.gguf ? ": Q4_0/Q8_0/Q4_K/Q6_K projections in blocks, the rest bf16" : ", bf16");
+      blocks ? ": Q4_0/Q8_0/Q4_K/Q6_K projections in blocks, the rest bf16" : ", bf16");
   if (o.list_tensors) {
     r += fmt::format("tensors      {}\n", named.size());
     for (const auto& [name, t] : named) {
