@@ -12,18 +12,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "json_prefix_feed.h"
+
 namespace cellm::server {
 namespace {
 
 using nlohmann::json;
-
-// Feeds `text`; the number of bytes accepted before the first refusal.
-std::size_t accepted(const std::string& text, JsonPrefixScanner* scanner) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (!scanner->push(text[i]).ok) return i;
-  }
-  return text.size();
-}
 
 bool whole_json(const std::string& text) {
   JsonPrefixScanner s;

@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "json_prefix_feed.h"
+
 #include "server/json_prefix.h"
 #include "server/tool_calls.h"
 
@@ -22,14 +24,6 @@ namespace cellm::server {
 namespace {
 
 using nlohmann::json;
-
-// Feeds `text`; the number of bytes accepted before the first refusal.
-std::size_t accepted(const std::string& text, JsonPrefixScanner* scanner) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (!scanner->push(text[i]).ok) return i;
-  }
-  return text.size();
-}
 
 bool valid_utf8(const std::string& s) {
   try {
