@@ -306,7 +306,8 @@ void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std
 
 bool gguf_type_kept_on_gpu(format::GgmlType type) {
   using format::GgmlType;
-  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 ||
+         type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
          type == GgmlType::kQ6_K;
 }
 

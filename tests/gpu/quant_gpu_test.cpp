@@ -1,4 +1,4 @@
-// GGUF files with Q8_0 and Q4_0 projections, written from the Hugging Face
+// GGUF files with Q8_0, Q4_0, Q4_1 and Q5_0 projections, written from the Hugging Face
 // fixtures by tests/model/hf_to_gguf.py, on the CUDA program as `cellm serve`
 // loads them: the projections stay in their blocks on the GPU. Every logits
 // row must match the CPU reference program over the same file (the same
@@ -7,6 +7,7 @@
 // dequantized for cuBLASLt), one token a step (the quantized GEMV), and
 // three sequences a token each per step (the GEMV at 3 rows).
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -84,7 +85,8 @@ TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
   std::shared_ptr<program::Program> gpu_program = std::move(gpu).value();
   const std::string blocks = cuda::cuda_weight_blocks(*gpu_program);
-  const std::string type_name = type == "q8_0" ? "Q8_0" : "Q4_0";
+  std::string type_name = type;
+  for (char& ch : type_name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   // Every projection of every layer (q, k, v, o, gate, up, down) in blocks.
   EXPECT_NE(blocks.find(type_name + " x"), std::string::npos) << "blocks: '" << blocks << "'";
   std::printf("%s %s: projections in blocks: %s\n", fixture.c_str(), type.c_str(), blocks.c_str());
@@ -138,7 +140,7 @@ TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuQuantTest,
                          ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3"),
-                                            ::testing::Values("q8_0", "q4_0")),
+                                            ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });

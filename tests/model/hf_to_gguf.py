@@ -5,7 +5,7 @@ its metadata keys, its tensor names (taken from the gguf package's own
 name map), its Q/K row interleaving for llama-family models only, and its
 rule that 1-D tensors stay f32. Used by tests/model/gguf_arch_test.cpp.
 
-usage: hf_to_gguf.py FIXTURE_DIR OUT.gguf --type f32|f16|q8_0|q4_0 [--arch llama|mistral]
+usage: hf_to_gguf.py FIXTURE_DIR OUT.gguf --type f32|f16|q8_0|q4_0|q4_1|q5_0 [--arch llama|mistral]
                      [--vocab TOKENIZER_DIR]
 
 --vocab adds a byte-level BPE vocabulary and chat template the way the
@@ -103,7 +103,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("fixture")
     ap.add_argument("out")
-    ap.add_argument("--type", choices=["f32", "f16", "q8_0", "q4_0"], required=True)
+    ap.add_argument("--type", choices=["f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0"], required=True)
     ap.add_argument("--arch", choices=["llama", "mistral"],
                     help="override general.architecture of a llama-family model")
     ap.add_argument("--vocab", help="folder with tokenizer.json(.gz) and tokenizer_config.json")
@@ -146,7 +146,8 @@ def main():
         w.add_rope_dimension_count(int(cfg.get("partial_rotary_factor", 1.0) * hidden) // heads)
         w.add_sliding_window(cfg.get("sliding_window") or 0)
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-             "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[args.type]
+             "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+             "q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "q5_0": gguf.LlamaFileType.MOSTLY_Q5_0}[args.type]
     w.add_file_type(ftype)
     if args.vocab:
         add_gpt2_vocab(w, args.vocab)
@@ -170,7 +171,9 @@ def main():
             w.add_tensor(name, data.astype(np.float16))
         else:
             qtype = {"q8_0": gguf.GGMLQuantizationType.Q8_0,
-                     "q4_0": gguf.GGMLQuantizationType.Q4_0}[args.type]
+                     "q4_0": gguf.GGMLQuantizationType.Q4_0,
+                     "q4_1": gguf.GGMLQuantizationType.Q4_1,
+                     "q5_0": gguf.GGMLQuantizationType.Q5_0}[args.type]
             q = gguf.quants.quantize(data, qtype)
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
 

@@ -3,12 +3,23 @@
 #include "backend/cuda/kernels/validate_util.h"
 
 namespace cellm::cuda {
+namespace {
+
+// Q4_K and Q5_K read their blocks in 4-byte words; the others in 2-byte ones.
+std::int64_t word_bytes(QuantType type) {
+  return type == QuantType::kQ4_K || type == QuantType::kQ5_K ? 4 : 2;
+}
+
+}  // namespace
 
 bool quant_type_supported(std::uint32_t raw) {
   switch (static_cast<QuantType>(raw)) {
     case QuantType::kQ4_0:
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_0:
     case QuantType::kQ8_0:
     case QuantType::kQ4_K:
+    case QuantType::kQ5_K:
     case QuantType::kQ6_K: return true;
   }
   return false;
@@ -19,8 +30,8 @@ Status QGemvParams::validate() const {
   CELLM_RETURN_IF_ERROR(require_ptr(w, "qgemv", "w"));
   CELLM_RETURN_IF_ERROR(require_ptr(out, "qgemv", "out"));
   if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
-    return invalid_argument("cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q8_0, "
-                            "Q4_K, Q6_K)",
+    return invalid_argument("cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q4_1, "
+                            "Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)",
                             static_cast<std::int32_t>(type));
   }
   const int elems = quant_block_elems(type);
@@ -31,8 +42,7 @@ Status QGemvParams::validate() const {
         m, n, k, kQGemvMaxRows, elems);
   }
   const std::int64_t row_bytes = static_cast<std::int64_t>(k / elems) * quant_block_bytes(type);
-  // Q4_K reads its blocks in 4-byte words; the others in 2-byte ones.
-  const std::int64_t word = type == QuantType::kQ4_K ? 4 : 2;
+  const std::int64_t word = word_bytes(type);
   if (ldw_bytes < row_bytes || ldw_bytes % word != 0 ||
       reinterpret_cast<std::uintptr_t>(w) % static_cast<std::uintptr_t>(word) != 0) {
     return invalid_argument(
@@ -60,7 +70,7 @@ Status DequantParams::validate() const {
   }
   const int elems = quant_block_elems(type);
   const std::int64_t row_bytes = static_cast<std::int64_t>(cols / elems) * quant_block_bytes(type);
-  const std::int64_t word = type == QuantType::kQ4_K ? 4 : 2;
+  const std::int64_t word = word_bytes(type);
   if (rows <= 0 || cols <= 0 || cols % elems != 0 || ldw_bytes < row_bytes ||
       ldw_bytes % word != 0 || ldo < cols || ldo % 8 != 0) {
     return invalid_argument(

@@ -33,8 +33,17 @@ namespace cellm::cuda {
 
 inline constexpr int kQGemvMaxRows = 8;
 
-// The block types the kernel decodes, numbered as GGUF numbers them.
-enum class QuantType : std::int32_t { kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
+// The block types the kernel decodes (kernels/quant_blocks.h), numbered as
+// GGUF numbers them.
+enum class QuantType : std::int32_t {
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14
+};
 
 // Elements and bytes of one block of `type` (32 or 256 elements).
 int quant_block_elems(QuantType type);

@@ -1,0 +1,339 @@
+// How the quantized GEMV's lanes decode GGUF blocks (kernels/qgemv.cuh),
+// written once for the device and the host: plain C++ that nvcc compiles for
+// both and a host compiler for the tests, which check every decoder against
+// the CPU's reference dequantizer (format/ggml_types.h) without a GPU.
+//
+// A warp walks a weight row in groups of 256 weights (a K-quant super-block,
+// or eight 32-weight blocks); for group g, lane `lane` holds 8 of them: kRuns
+// runs of kRunLen consecutive positions (pos()). load() reads the raw bits a
+// lane needs, decode() turns them into floats in run order. Layouts follow
+// ggml's block structs (the reference dequantizers' comments say where each
+// bit lives); every multi-byte read is of 2 or 4 aligned bytes (Q4_K and
+// Q5_K read 4-byte words, so their rows must be 4-byte aligned).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define CELLM_QB_FN __host__ __device__ __forceinline__
+#else
+#define CELLM_QB_FN inline
+#endif
+
+namespace cellm::cuda::qblocks {
+
+CELLM_QB_FN std::uint32_t ld16(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+#else
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+
+CELLM_QB_FN std::uint32_t ld32(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+#else
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
+
+// The f16 in the low 16 bits of `bits`.
+CELLM_QB_FN float half_bits(std::uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits & 0xffffu)));
+  return f;
+#else
+  // (core/dtype.h has this too, but .cu files must not include fmt.)
+  const std::uint32_t sign = (bits & 0x8000u) << 16;
+  const std::uint32_t exp = (bits >> 10) & 0x1fu;
+  std::uint32_t man = bits & 0x3ffu;
+  std::uint32_t out;
+  if (exp == 0x1fu) {
+    out = sign | 0x7f800000u | (man << 13);  // inf / NaN
+  } else if (exp != 0) {
+    out = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    out = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      man <<= 1;
+    } while ((man & 0x400u) == 0);
+    out = sign | ((112u - static_cast<std::uint32_t>(e)) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &out, 4);
+  return f;
+#endif
+}
+
+CELLM_QB_FN std::uint32_t byte_of(std::uint32_t word, int i) { return (word >> (8 * i)) & 0xffu; }
+
+// The 32-weight blocks: a lane takes block 8g + lane / 4, and within it the
+// four bytes 4j..4j + 3 of its quants (j = lane % 4): weights 4j..4j + 3 from
+// the low nibbles and 16 + 4j.. from the high ones (Q4_0, Q4_1, Q5_0), or
+// weights 8j..8j + 7 (Q8_0).
+CELLM_QB_FN int small_block(int g, int lane) { return g * 8 + lane / 4; }
+CELLM_QB_FN int nibble_pos(int g, int lane, int run) {
+  return small_block(g, lane) * 32 + 4 * (lane % 4) + 16 * run;
+}
+
+// Q4_0 {f16 d; 16 bytes}: weight = d * (nibble - 8).
+struct Q4_0 {
+  static constexpr int kBlockElems = 32, kBlockBytes = 18, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    std::uint32_t d, q;
+  };
+  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
+    return small_block(g, lane) < blocks;
+  }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    r.d = ld16(b);
+    r.q = ld16(b + 2 + 4 * (lane % 4)) | (ld16(b + 4 + 4 * (lane % 4)) << 16);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int /*lane*/, float (&w)[8]) {
+    const float d = half_bits(r.d);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      w[t] = d * static_cast<float>(static_cast<int>(q & 0xfu) - 8);
+      w[4 + t] = d * static_cast<float>(static_cast<int>(q >> 4) - 8);
+    }
+  }
+};
+
+// Q4_1 {f16 d, m; 16 bytes}: weight = d * nibble + m.
+struct Q4_1 {
+  static constexpr int kBlockElems = 32, kBlockBytes = 20, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    std::uint32_t dm, q;
+  };
+  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
+    return small_block(g, lane) < blocks;
+  }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    r.dm = ld16(b) | (ld16(b + 2) << 16);
+    r.q = ld16(b + 4 + 4 * (lane % 4)) | (ld16(b + 6 + 4 * (lane % 4)) << 16);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int /*lane*/, float (&w)[8]) {
+    const float d = half_bits(r.dm), m = half_bits(r.dm >> 16);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      w[t] = d * static_cast<float>(q & 0xfu) + m;
+      w[4 + t] = d * static_cast<float>(q >> 4) + m;
+    }
+  }
+};
+
+// Q5_0 {f16 d; 32 high bits qh; 16 bytes}: weight i = d * ((nibble | bit i
+// of qh << 4) - 16), the low nibbles holding weights 0..15.
+struct Q5_0 {
+  static constexpr int kBlockElems = 32, kBlockBytes = 22, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    std::uint32_t d, qh, q;
+  };
+  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
+    return small_block(g, lane) < blocks;
+  }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    r.d = ld16(b);
+    r.qh = ld16(b + 2) | (ld16(b + 4) << 16);
+    r.q = ld16(b + 6 + 4 * (lane % 4)) | (ld16(b + 8 + 4 * (lane % 4)) << 16);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const float d = half_bits(r.d);
+    const int j0 = 4 * (lane % 4);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      const std::uint32_t lo = (q & 0xfu) | (((r.qh >> (j0 + t)) & 1u) << 4);
+      const std::uint32_t hi = (q >> 4) | (((r.qh >> (j0 + t + 16)) & 1u) << 4);
+      w[t] = d * static_cast<float>(static_cast<int>(lo) - 16);
+      w[4 + t] = d * static_cast<float>(static_cast<int>(hi) - 16);
+    }
+  }
+};
+
+// Q8_0 {f16 d; 32 int8}: weight = d * q.
+struct Q8_0 {
+  static constexpr int kBlockElems = 32, kBlockBytes = 34, kRuns = 1, kRunLen = 8;
+  struct Raw {
+    std::uint32_t d, q[4];
+  };
+  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
+    return small_block(g, lane) < blocks;
+  }
+  CELLM_QB_FN static int pos(int g, int lane, int /*run*/) {
+    return small_block(g, lane) * 32 + 8 * (lane % 4);
+  }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    r.d = ld16(b);
+    for (int t = 0; t < 4; ++t) r.q[t] = ld16(b + 2 + 8 * (lane % 4) + 2 * t);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int /*lane*/, float (&w)[8]) {
+    const float d = half_bits(r.d);
+    for (int t = 0; t < 4; ++t) {
+      w[2 * t] = d * static_cast<float>(static_cast<std::int8_t>(byte_of(r.q[t], 0)));
+      w[2 * t + 1] = d * static_cast<float>(static_cast<std::int8_t>(byte_of(r.q[t], 1)));
+    }
+  }
+};
+
+// Q4_K and Q5_K share their head {f16 d, dmin; 12 bytes packing eight 6-bit
+// scales and mins} and their nibbles (bytes 32c..32c + 31 hold sub-block 2c
+// in the low nibbles, 2c + 1 in the high ones): a lane takes nibble bytes
+// 4 lane..4 lane + 3, i.e. weights 64c + l.. and 64c + 32 + l.. (c = lane / 8,
+// l = 4 (lane % 8)); weight = d * scale * q - dmin * min.
+struct KHead {
+  std::uint32_t dm, s0, s1, s2;
+};
+CELLM_QB_FN void load_head(KHead& h, const std::uint8_t* b) {
+  h.dm = ld32(b);
+  h.s0 = ld32(b + 4);
+  h.s1 = ld32(b + 8);
+  h.s2 = ld32(b + 12);
+}
+CELLM_QB_FN std::uint32_t scale_byte(const KHead& h, int t) {
+  return byte_of(t < 4 ? h.s0 : (t < 8 ? h.s1 : h.s2), t & 3);
+}
+// Sub-block j's d * scale and dmin * min.
+CELLM_QB_FN void scale_min(const KHead& h, int j, float& ds, float& dm) {
+  std::uint32_t sc, mn;
+  if (j < 4) {
+    sc = scale_byte(h, j) & 63u;
+    mn = scale_byte(h, j + 4) & 63u;
+  } else {
+    sc = (scale_byte(h, j + 4) & 0xfu) | ((scale_byte(h, j - 4) >> 6) << 4);
+    mn = (scale_byte(h, j + 4) >> 4) | ((scale_byte(h, j) >> 6) << 4);
+  }
+  ds = half_bits(h.dm) * static_cast<float>(sc);
+  dm = half_bits(h.dm >> 16) * static_cast<float>(mn);
+}
+CELLM_QB_FN int k_nibble_pos(int g, int lane, int run) {
+  return g * 256 + 64 * (lane / 8) + 4 * (lane % 8) + 32 * run;
+}
+
+struct Q4_K {
+  static constexpr int kBlockElems = 256, kBlockBytes = 144, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    KHead h;
+    std::uint32_t q;
+  };
+  CELLM_QB_FN static bool valid(int, int, int) { return true; }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return k_nibble_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    load_head(r.h, b);
+    r.q = ld32(b + 16 + 4 * lane);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    float d0, m0, d1, m1;
+    scale_min(r.h, 2 * (lane / 8), d0, m0);
+    scale_min(r.h, 2 * (lane / 8) + 1, d1, m1);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      w[t] = d0 * static_cast<float>(q & 0xfu) - m0;
+      w[4 + t] = d1 * static_cast<float>(q >> 4) - m1;
+    }
+  }
+};
+
+// Q5_K: Q4_K's layout plus qh[32] after the scales: bit k of qh[l] is the
+// fifth bit of weight l of sub-block k.
+struct Q5_K {
+  static constexpr int kBlockElems = 256, kBlockBytes = 176, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    KHead h;
+    std::uint32_t qh, q;
+  };
+  CELLM_QB_FN static bool valid(int, int, int) { return true; }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return k_nibble_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    load_head(r.h, b);
+    r.qh = ld32(b + 16 + 4 * (lane % 8));
+    r.q = ld32(b + 48 + 4 * lane);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const int c = lane / 8;
+    float d0, m0, d1, m1;
+    scale_min(r.h, 2 * c, d0, m0);
+    scale_min(r.h, 2 * c + 1, d1, m1);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      const std::uint32_t h = byte_of(r.qh, t);
+      const std::uint32_t lo = (q & 0xfu) | (((h >> (2 * c)) & 1u) << 4);
+      const std::uint32_t hi = (q >> 4) | (((h >> (2 * c + 1)) & 1u) << 4);
+      w[t] = d0 * static_cast<float>(lo) - m0;
+      w[4 + t] = d1 * static_cast<float>(hi) - m1;
+    }
+  }
+};
+
+// Q6_K {128 bytes ql (low 4 bits), 64 bytes qh (high 2 bits), 16 int8
+// scales, f16 d}, in two halves of 128 weights: in half h, for l in 0..31,
+// ql[64h + l], ql[64h + l + 32] and qh[32h + l] give the weights
+// 128h + l + {0, 32, 64, 96} with the scales sc[8h + l / 16 + {0, 2, 4, 6}];
+// weight = d * scale * (q - 32). A lane takes h = lane / 16 and l = 2 (lane
+// % 16), l + 1: four runs of two.
+struct Q6_K {
+  static constexpr int kBlockElems = 256, kBlockBytes = 210, kRuns = 4, kRunLen = 2;
+  struct Raw {
+    std::uint32_t qla, qlb, qh, sc01, sc23, d;
+  };
+  CELLM_QB_FN static bool valid(int, int, int) { return true; }
+  CELLM_QB_FN static int pos(int g, int lane, int run) {
+    return g * 256 + 128 * (lane / 16) + 2 * (lane % 16) + 32 * run;
+  }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    const int h = lane / 16, l = 2 * (lane % 16);
+    r.qla = ld16(b + 64 * h + l);
+    r.qlb = ld16(b + 64 * h + l + 32);
+    r.qh = ld16(b + 128 + 32 * h + l);
+    // sc[8h + is + 2t] (is = l / 16) is byte `is` of the t-th 16-bit word.
+    const std::uint8_t* s = b + 192 + 8 * h;
+    r.sc01 = ld16(s) | (ld16(s + 2) << 16);
+    r.sc23 = ld16(s + 4) | (ld16(s + 6) << 16);
+    r.d = ld16(b + 208);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const float d = half_bits(r.d);
+    const int is = (2 * (lane % 16)) / 16;
+    float ds[4];
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t word = t < 2 ? r.sc01 : r.sc23;
+      const std::uint32_t s = (word >> (16 * (t & 1) + 8 * is)) & 0xffu;
+      ds[t] = d * static_cast<float>(static_cast<std::int8_t>(s));
+    }
+    for (int e = 0; e < 2; ++e) {
+      const std::uint32_t a = byte_of(r.qla, e), b = byte_of(r.qlb, e), h = byte_of(r.qh, e);
+      const int q0 = static_cast<int>((a & 0xfu) | ((h & 3u) << 4)) - 32;
+      const int q1 = static_cast<int>((b & 0xfu) | (((h >> 2) & 3u) << 4)) - 32;
+      const int q2 = static_cast<int>((a >> 4) | (((h >> 4) & 3u) << 4)) - 32;
+      const int q3 = static_cast<int>((b >> 4) | (((h >> 6) & 3u) << 4)) - 32;
+      // Run r is at +32r; element e of it.
+      w[0 + e] = ds[0] * static_cast<float>(q0);
+      w[2 + e] = ds[1] * static_cast<float>(q1);
+      w[4 + e] = ds[2] * static_cast<float>(q2);
+      w[6 + e] = ds[3] * static_cast<float>(q3);
+    }
+  }
+};
+
+}  // namespace cellm::cuda::qblocks
