@@ -18,15 +18,16 @@ constexpr std::array kTypes = {
     GgmlTypeInfo{GgmlType::kQ4_0, "Q4_0", kQK, 18, true},
     GgmlTypeInfo{GgmlType::kQ4_1, "Q4_1", kQK, 20, true},
     GgmlTypeInfo{GgmlType::kQ5_0, "Q5_0", kQK, 22, true},
-    GgmlTypeInfo{GgmlType::kQ5_1, "Q5_1", kQK, 24, false},
+    GgmlTypeInfo{GgmlType::kQ5_1, "Q5_1", kQK, 24, true},
     GgmlTypeInfo{GgmlType::kQ8_0, "Q8_0", kQK, 34, true},
     GgmlTypeInfo{GgmlType::kQ8_1, "Q8_1", kQK, 36, false},
-    GgmlTypeInfo{GgmlType::kQ2_K, "Q2_K", kQKK, 84, false},
-    GgmlTypeInfo{GgmlType::kQ3_K, "Q3_K", kQKK, 110, false},
+    GgmlTypeInfo{GgmlType::kQ2_K, "Q2_K", kQKK, 84, true},
+    GgmlTypeInfo{GgmlType::kQ3_K, "Q3_K", kQKK, 110, true},
     GgmlTypeInfo{GgmlType::kQ4_K, "Q4_K", kQKK, 144, true},
     GgmlTypeInfo{GgmlType::kQ5_K, "Q5_K", kQKK, 176, true},
     GgmlTypeInfo{GgmlType::kQ6_K, "Q6_K", kQKK, 210, true},
     GgmlTypeInfo{GgmlType::kQ8_K, "Q8_K", kQKK, 292, false},
+    GgmlTypeInfo{GgmlType::kIQ4_XS, "IQ4_XS", kQKK, 136, true},
     GgmlTypeInfo{GgmlType::kI8, "I8", 1, 1, false},
     GgmlTypeInfo{GgmlType::kI16, "I16", 1, 2, false},
     GgmlTypeInfo{GgmlType::kI32, "I32", 1, 4, false},
@@ -74,6 +75,20 @@ void block_q5_0(const std::uint8_t* b, float* out) {
   }
 }
 
+void block_q5_1(const std::uint8_t* b, float* out) {
+  const float d = half_at(b);
+  const float m = half_at(b + 2);
+  std::uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const std::uint8_t* qs = b + 8;
+  for (std::uint32_t j = 0; j < kQK / 2; ++j) {
+    const auto lo = static_cast<std::uint32_t>(qs[j] & 0x0F) | (((qh >> j) & 1u) << 4);
+    const auto hi = static_cast<std::uint32_t>(qs[j] >> 4) | (((qh >> (j + kQK / 2)) & 1u) << 4);
+    out[j] = d * static_cast<float>(lo) + m;
+    out[j + kQK / 2] = d * static_cast<float>(hi) + m;
+  }
+}
+
 void block_q8_0(const std::uint8_t* b, float* out) {
   const float d = half_at(b);
   for (std::uint32_t j = 0; j < kQK; ++j) {
@@ -91,6 +106,67 @@ void unpack_scale_min(const std::uint8_t* s, std::uint8_t* sc, std::uint8_t* mn)
     mn[j] = s[j + 4] & 63;
     sc[j + 4] = static_cast<std::uint8_t>((s[j + 8] & 0x0F) | ((s[j] >> 6) << 4));
     mn[j + 4] = static_cast<std::uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+  }
+}
+
+// Q2_K {16 scale bytes (low nibble: scale, high: min); 64 bytes of 2-bit
+// quants; f16 d, dmin}: element e = 128h + 32s + l (h half, s shift index,
+// l < 32) is bits 2s..2s + 1 of qs[32h + l], scaled by scale byte e / 16.
+void block_q2_k(const std::uint8_t* b, float* out) {
+  const std::uint8_t* scales = b;
+  const std::uint8_t* qs = b + 16;
+  const float d = half_at(b + 80);
+  const float dmin = half_at(b + 82);
+  for (int e = 0; e < static_cast<int>(kQKK); ++e) {
+    const int half = e / 128, s = (e % 128) / 32, l = e % 32;
+    const std::uint8_t sc = scales[e / 16];
+    const float dl = d * static_cast<float>(sc & 0x0F);
+    const float ml = dmin * static_cast<float>(sc >> 4);
+    const int q = (qs[32 * half + l] >> (2 * s)) & 3;
+    out[e] = dl * static_cast<float>(q) - ml;
+  }
+}
+
+// Q3_K {32 bytes hmask; 64 bytes of 2-bit quants; 12 bytes packing sixteen
+// 6-bit scales; f16 d}: element e = 128h + 32s + l takes bits 2s..2s + 1 of
+// qs[32h + l], minus 4 where bit e / 32 of hmask[l] is clear; scale e / 16
+// is (low or high nibble of byte (e / 16) % 8) | 2 bits of byte 8 + (e / 16)
+// % 4 at 2 ((e / 16) / 4), less 32.
+void block_q3_k(const std::uint8_t* b, float* out) {
+  const std::uint8_t* hmask = b;
+  const std::uint8_t* qs = b + 32;
+  const std::uint8_t* sc = b + 96;
+  const float d = half_at(b + 108);
+  for (int e = 0; e < static_cast<int>(kQKK); ++e) {
+    const int half = e / 128, s = (e % 128) / 32, l = e % 32, is = e / 16;
+    const int low = (is < 8 ? sc[is] : sc[is - 8] >> 4) & 0x0F;
+    const int high = (sc[8 + is % 4] >> (2 * (is / 4))) & 3;
+    const float dl = d * static_cast<float>((low | (high << 4)) - 32);
+    const int q = ((qs[32 * half + l] >> (2 * s)) & 3) - (((hmask[l] >> (e / 32)) & 1) ? 0 : 4);
+    out[e] = dl * static_cast<float>(q);
+  }
+}
+
+// IQ4_XS {f16 d; u16 scales_h; 4 bytes scales_l; 128 bytes of 4-bit indices
+// into a fixed non-uniform grid}: sub-block ib of 32 has scale (nibble ib % 2
+// of scales_l[ib / 2]) | (bits 2ib..2ib + 1 of scales_h) << 4, less 32; its
+// element j < 16 is the grid value of the low nibble of qs[16 ib + j], j >= 16
+// the high nibble of qs[16 ib + j - 16].
+void block_iq4_xs(const std::uint8_t* b, float* out) {
+  static constexpr std::int8_t kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+  const float d = half_at(b);
+  std::uint16_t scales_h;
+  std::memcpy(&scales_h, b + 2, 2);
+  const std::uint8_t* scales_l = b + 4;
+  const std::uint8_t* qs = b + 8;
+  for (int ib = 0; ib < static_cast<int>(kQKK / 32); ++ib) {
+    const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      out[32 * ib + j] = dl * static_cast<float>(kGrid[qs[16 * ib + j] & 0x0F]);
+      out[32 * ib + j + 16] = dl * static_cast<float>(kGrid[qs[16 * ib + j] >> 4]);
+    }
   }
 }
 
@@ -166,13 +242,14 @@ BlockFn block_fn(GgmlType type) {
     case GgmlType::kQ4_K: return block_q4_k;
     case GgmlType::kQ5_K: return block_q5_k;
     case GgmlType::kQ6_K: return block_q6_k;
+    case GgmlType::kQ5_1: return block_q5_1;
+    case GgmlType::kQ2_K: return block_q2_k;
+    case GgmlType::kQ3_K: return block_q3_k;
+    case GgmlType::kIQ4_XS: return block_iq4_xs;
     case GgmlType::kF32:
     case GgmlType::kF16:
     case GgmlType::kBF16:
-    case GgmlType::kQ5_1:
     case GgmlType::kQ8_1:
-    case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K:
     case GgmlType::kQ8_K:
     case GgmlType::kI8:
     case GgmlType::kI16:
@@ -191,8 +268,8 @@ Status check_sizes(const GgmlTypeInfo& info, std::size_t src_bytes, std::size_t 
   }
   if (!info.dequantizable) {
     return not_supported(
-        "dequantize: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, "
-        "Q5_0, Q8_0, Q4_K, Q5_K, Q6_K are)",
+        "dequantize: type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+        "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS are)",
         info.name);
   }
   return Status::ok();

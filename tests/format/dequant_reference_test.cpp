@@ -158,9 +158,12 @@ std::vector<std::uint8_t> random_blocks(GgmlType type, std::size_t blocks, std::
   }
   // Offsets of the f16 fields in one block.
   std::vector<std::size_t> halves = {0};
-  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K)
+  if (type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1 || type == GgmlType::kQ4_K ||
+      type == GgmlType::kQ5_K)
     halves = {0, 2};
   if (type == GgmlType::kQ6_K) halves = {208};
+  if (type == GgmlType::kQ2_K) halves = {80, 82};
+  if (type == GgmlType::kQ3_K) halves = {108};
   for (std::size_t blk = 0; blk < blocks; ++blk) {
     for (std::size_t off : halves) finite_half(blk * info.block_bytes + off);
   }
@@ -185,8 +188,9 @@ TEST_P(SynthesizedBlocks, MatchTheReferenceBitForBit) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, SynthesizedBlocks,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
                                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                                           GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                           GgmlType::kQ6_K),
+                                           GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K,
+                                           GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                           GgmlType::kQ6_K, GgmlType::kIQ4_XS),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
 TEST(Dequantize, RefusesMismatchedSizesAndUnsupportedTypes) {
@@ -195,9 +199,9 @@ TEST(Dequantize, RefusesMismatchedSizesAndUnsupportedTypes) {
   EXPECT_TRUE(dequantize_f32(GgmlType::kQ8_0, block, out).is_ok());
   std::vector<float> wrong(31);
   EXPECT_EQ(dequantize_f32(GgmlType::kQ8_0, block, wrong).code(), StatusCode::kInvalidArgument);
-  std::vector<std::uint8_t> q2(84, 0);
-  std::vector<float> q2_out(256);
-  EXPECT_EQ(dequantize_f32(GgmlType::kQ2_K, q2, q2_out).code(), StatusCode::kNotSupported);
+  std::vector<std::uint8_t> q8k(292, 0);
+  std::vector<float> q8k_out(256);
+  EXPECT_EQ(dequantize_f32(GgmlType::kQ8_K, q8k, q8k_out).code(), StatusCode::kNotSupported);
 }
 
 }  // namespace

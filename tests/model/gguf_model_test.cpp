@@ -101,8 +101,9 @@ GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
   if (gate_type == 8) {
     g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
   } else {
+    // Q8_1 blocks: 36 bytes per 32 values.
     g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), gate_type,
-             Bytes(static_cast<std::size_t>(kInter * kHidden / 32 * 24), 0));
+             Bytes(static_cast<std::size_t>(kInter * kHidden / 32 * 36), 0));
   }
   g.tensor("blk.0.ffn_up.weight", ne(kInter, kHidden), 0, f32(matrix(kInter, kHidden, 0.625f)));
   g.tensor("blk.0.ffn_down.weight", ne(kHidden, kInter), 0, f32(matrix(kHidden, kInter, 0.875f)));
@@ -236,12 +237,12 @@ TEST_F(GgufTiny, UnsupportedArchitectureOrTensorTypeIsRefusedByName) {
   EXPECT_EQ(r.status().code(), StatusCode::kNotSupported);
   EXPECT_NE(r.status().message().find("'gpt2'"), std::string::npos) << r.status().to_string();
 
-  r = load(tiny("llama", 7));  // Q5_1
+  r = load(tiny("llama", 9));  // Q8_1: llama.cpp's activation format, never a weight's
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotSupported);
   EXPECT_NE(r.status().message().find("blk.0.ffn_gate.weight"), std::string::npos)
       << r.status().to_string();
-  EXPECT_NE(r.status().message().find("Q5_1"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("Q8_1"), std::string::npos) << r.status().to_string();
 }
 
 TEST(GgufNames, MapToHuggingFace) {
