@@ -306,9 +306,20 @@ void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std
 
 bool gguf_type_kept_on_gpu(format::GgmlType type) {
   using format::GgmlType;
-  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 ||
-         type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
-         type == GgmlType::kQ6_K;
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS: return true;
+    default: return false;
+  }
 }
 
 Tensor unpermute_rotary_rows(const Tensor& t, std::int32_t heads) {

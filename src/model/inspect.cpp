@@ -219,7 +219,7 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
       "  total      {} (weights as loaded) or {} (weights on a GPU{}) + activations\n",
       human_bytes(static_cast<double>(wbytes + kv)),
       human_bytes(static_cast<double>(device_weights + kv)),
-      blocks ? ": Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K projections in blocks, the rest bf16" : ", bf16");
+      blocks ? ": block-quantized projections kept in blocks, the rest bf16" : ", bf16");
   if (o.list_tensors) {
     r += fmt::format("tensors      {}\n", named.size());
     for (const auto& [name, t] : named) {

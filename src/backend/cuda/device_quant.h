@@ -1,6 +1,6 @@
 // The projections of a GGUF model that the GPU keeps in their blocks (issue
 // 38): every linear whose GGUF type the quantized kernels decode
-// (kernels/qgemv.cuh: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) is uploaded as the file's
+// (kernels/quant_blocks.h: every block type cellm loads) is uploaded as the file's
 // bytes, Q/K rows of llama-family files reordered to Hugging Face's layout,
 // instead of as the bf16 copy loading makes of it; the rest stay bf16. A
 // fused projection (q/k/v, gate/up) is kept in blocks only when all of its

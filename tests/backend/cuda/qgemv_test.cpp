@@ -36,7 +36,10 @@ using testing::to_float;
 // Where a block keeps its f16 scales (the rest is quants: any bytes are valid).
 std::vector<int> half_fields(QuantType type) {
   switch (type) {
-    case QuantType::kQ4_1: return {0, 2};  // d, m
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_1: return {0, 2};  // d, m
+    case QuantType::kQ2_K: return {80, 82};  // d, dmin after the scales and quants
+    case QuantType::kQ3_K: return {108};     // d last
     case QuantType::kQ4_K:
     case QuantType::kQ5_K: return {0, 2};  // d, dmin
     case QuantType::kQ6_K: return {208};   // d after ql, qh and the scales
@@ -171,8 +174,9 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ8_0,
-                      QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K}) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1,
+                      QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K,
+                      QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kIQ4_XS}) {
     const bool small_blocks = quant_block_elems(t) == 32;
     for (int m : {1, 2, 3, 4, 5, 8}) {
       out.push_back({t, m, 37, 512, m % 2 == 1, m == 3 || m == 4});
@@ -241,8 +245,9 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
 
 INSTANTIATE_TEST_SUITE_P(Types, DequantizeTest,
                          ::testing::Values(QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0,
-                                           QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K,
-                                           QuantType::kQ6_K),
+                                           QuantType::kQ5_1, QuantType::kQ8_0, QuantType::kQ2_K,
+                                           QuantType::kQ3_K, QuantType::kQ4_K, QuantType::kQ5_K,
+                                           QuantType::kQ6_K, QuantType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<QuantType>& info) {
                            return std::string(format::ggml_type_name(
                                static_cast<format::GgmlType>(info.param)));
@@ -281,14 +286,14 @@ TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   bad.ldw_bytes = 146;  // Q4_K rows are read in 4-byte words
   EXPECT_FALSE(bad.validate().is_ok());
   bad = p;
-  bad.type = static_cast<QuantType>(7);  // Q5_1
+  bad.type = static_cast<QuantType>(9);  // Q8_1
   EXPECT_NE(bad.validate().to_string().find("not one the kernel decodes"), std::string::npos);
   bad = p;
   bad.out = a;  // the product over its own input
   bad.out_f32 = false;
   EXPECT_NE(bad.validate().to_string().find("overlap"), std::string::npos);
   EXPECT_TRUE(quant_type_supported(14));
-  EXPECT_FALSE(quant_type_supported(7));
+  EXPECT_FALSE(quant_type_supported(9));
 }
 
 // `cellm inspect` predicts the GPU's resident bytes from the model layer's

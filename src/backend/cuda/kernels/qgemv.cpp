@@ -20,7 +20,11 @@ bool quant_type_supported(std::uint32_t raw) {
     case QuantType::kQ8_0:
     case QuantType::kQ4_K:
     case QuantType::kQ5_K:
-    case QuantType::kQ6_K: return true;
+    case QuantType::kQ6_K:
+    case QuantType::kQ5_1:
+    case QuantType::kQ2_K:
+    case QuantType::kQ3_K:
+    case QuantType::kIQ4_XS: return true;
   }
   return false;
 }
@@ -31,7 +35,7 @@ Status QGemvParams::validate() const {
   CELLM_RETURN_IF_ERROR(require_ptr(out, "qgemv", "out"));
   if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
     return invalid_argument("cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q4_1, "
-                            "Q5_0, Q8_0, Q4_K, Q5_K, Q6_K)",
+                            "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
                             static_cast<std::int32_t>(type));
   }
   const int elems = quant_block_elems(type);

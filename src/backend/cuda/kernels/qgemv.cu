@@ -183,6 +183,10 @@ void launch_dequantize(const DequantParams& p, cudaStream_t stream) {
     case QuantType::kQ4_1: launch_dequantize_as<Q4_1>(p, stream); break;
     case QuantType::kQ5_0: launch_dequantize_as<Q5_0>(p, stream); break;
     case QuantType::kQ5_K: launch_dequantize_as<Q5_K>(p, stream); break;
+    case QuantType::kQ5_1: launch_dequantize_as<Q5_1>(p, stream); break;
+    case QuantType::kQ2_K: launch_dequantize_as<Q2_K>(p, stream); break;
+    case QuantType::kQ3_K: launch_dequantize_as<Q3_K>(p, stream); break;
+    case QuantType::kIQ4_XS: launch_dequantize_as<IQ4_XS>(p, stream); break;
     case QuantType::kQ8_0: launch_dequantize_as<Q8_0>(p, stream); break;
     case QuantType::kQ4_K: launch_dequantize_as<Q4_K>(p, stream); break;
     case QuantType::kQ6_K: launch_dequantize_as<Q6_K>(p, stream); break;
@@ -195,6 +199,10 @@ int quant_block_elems(QuantType type) {
     case QuantType::kQ4_1: return Q4_1::kBlockElems;
     case QuantType::kQ5_0: return Q5_0::kBlockElems;
     case QuantType::kQ5_K: return Q5_K::kBlockElems;
+    case QuantType::kQ5_1: return Q5_1::kBlockElems;
+    case QuantType::kQ2_K: return Q2_K::kBlockElems;
+    case QuantType::kQ3_K: return Q3_K::kBlockElems;
+    case QuantType::kIQ4_XS: return IQ4_XS::kBlockElems;
     case QuantType::kQ8_0: return Q8_0::kBlockElems;
     case QuantType::kQ4_K: return Q4_K::kBlockElems;
     case QuantType::kQ6_K: return Q6_K::kBlockElems;
@@ -208,6 +216,10 @@ int quant_block_bytes(QuantType type) {
     case QuantType::kQ4_1: return Q4_1::kBlockBytes;
     case QuantType::kQ5_0: return Q5_0::kBlockBytes;
     case QuantType::kQ5_K: return Q5_K::kBlockBytes;
+    case QuantType::kQ5_1: return Q5_1::kBlockBytes;
+    case QuantType::kQ2_K: return Q2_K::kBlockBytes;
+    case QuantType::kQ3_K: return Q3_K::kBlockBytes;
+    case QuantType::kIQ4_XS: return IQ4_XS::kBlockBytes;
     case QuantType::kQ8_0: return Q8_0::kBlockBytes;
     case QuantType::kQ4_K: return Q4_K::kBlockBytes;
     case QuantType::kQ6_K: return Q6_K::kBlockBytes;
@@ -227,6 +239,10 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
     case QuantType::kQ4_1: launch_for<Q4_1>(p, config); break;
     case QuantType::kQ5_0: launch_for<Q5_0>(p, config); break;
     case QuantType::kQ5_K: launch_for<Q5_K>(p, config); break;
+    case QuantType::kQ5_1: launch_for<Q5_1>(p, config); break;
+    case QuantType::kQ2_K: launch_for<Q2_K>(p, config); break;
+    case QuantType::kQ3_K: launch_for<Q3_K>(p, config); break;
+    case QuantType::kIQ4_XS: launch_for<IQ4_XS>(p, config); break;
     case QuantType::kQ8_0: launch_for<Q8_0>(p, config); break;
     case QuantType::kQ4_K: launch_for<Q4_K>(p, config); break;
     case QuantType::kQ6_K: launch_for<Q6_K>(p, config); break;

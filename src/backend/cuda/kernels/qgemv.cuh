@@ -39,10 +39,14 @@ enum class QuantType : std::int32_t {
   kQ4_0 = 2,
   kQ4_1 = 3,
   kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
   kQ4_K = 12,
   kQ5_K = 13,
-  kQ6_K = 14
+  kQ6_K = 14,
+  kIQ4_XS = 23
 };
 
 // Elements and bytes of one block of `type` (32 or 256 elements).

@@ -168,6 +168,36 @@ struct Q5_0 {
   }
 };
 
+// Q5_1 {f16 d, m; 32 high bits qh; 16 bytes}: weight i = d * (nibble | bit
+// i of qh << 4) + m.
+struct Q5_1 {
+  static constexpr int kBlockElems = 32, kBlockBytes = 24, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    std::uint32_t dm, qh, q;
+  };
+  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
+    return small_block(g, lane) < blocks;
+  }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    r.dm = ld16(b) | (ld16(b + 2) << 16);
+    r.qh = ld16(b + 4) | (ld16(b + 6) << 16);
+    r.q = ld16(b + 8 + 4 * (lane % 4)) | (ld16(b + 10 + 4 * (lane % 4)) << 16);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const float d = half_bits(r.dm), m = half_bits(r.dm >> 16);
+    const int j0 = 4 * (lane % 4);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      const std::uint32_t lo = (q & 0xfu) | (((r.qh >> (j0 + t)) & 1u) << 4);
+      const std::uint32_t hi = (q >> 4) | (((r.qh >> (j0 + t + 16)) & 1u) << 4);
+      w[t] = d * static_cast<float>(lo) + m;
+      w[4 + t] = d * static_cast<float>(hi) + m;
+    }
+  }
+};
+
 // Q8_0 {f16 d; 32 int8}: weight = d * q.
 struct Q8_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 34, kRuns = 1, kRunLen = 8;
@@ -332,6 +362,131 @@ struct Q6_K {
       w[2 + e] = ds[1] * static_cast<float>(q1);
       w[4 + e] = ds[2] * static_cast<float>(q2);
       w[6 + e] = ds[3] * static_cast<float>(q3);
+    }
+  }
+};
+
+// Q2_K and Q3_K keep 2-bit quants the way Q6_K keeps its low bits: weight
+// 128h + 32s + l (h half, s < 4, l < 32) is bits 2s..2s + 1 of qs[32h + l]
+// and has scale (e / 16) = 8h + 2s + l / 16. A lane takes h = lane / 16 and
+// l = 2 (lane % 16), l + 1: four runs of two, as Q6_K.
+CELLM_QB_FN int two_bit_pos(int g, int lane, int run) {
+  return g * 256 + 128 * (lane / 16) + 2 * (lane % 16) + 32 * run;
+}
+
+// Q2_K {16 scale bytes (low nibble scale, high nibble min); 64 bytes of
+// quants; f16 d, dmin}: weight = d * scale * q - dmin * min.
+struct Q2_K {
+  static constexpr int kBlockElems = 256, kBlockBytes = 84, kRuns = 4, kRunLen = 2;
+  struct Raw {
+    std::uint32_t q, sc01, sc23, dm;
+  };
+  CELLM_QB_FN static bool valid(int, int, int) { return true; }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return two_bit_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    const int h = lane / 16, l = 2 * (lane % 16);
+    r.q = ld16(b + 16 + 32 * h + l);
+    // Scales 8h + is + 2s (is = l / 16): byte `is` of the s-th 16-bit word.
+    r.sc01 = ld16(b + 8 * h) | (ld16(b + 8 * h + 2) << 16);
+    r.sc23 = ld16(b + 8 * h + 4) | (ld16(b + 8 * h + 6) << 16);
+    r.dm = ld16(b + 80) | (ld16(b + 82) << 16);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const float d = half_bits(r.dm), dmin = half_bits(r.dm >> 16);
+    const int is = (2 * (lane % 16)) / 16;
+    for (int s = 0; s < 4; ++s) {
+      const std::uint32_t sc = ((s < 2 ? r.sc01 : r.sc23) >> (16 * (s & 1) + 8 * is)) & 0xffu;
+      const float dl = d * static_cast<float>(sc & 0xfu);
+      const float ml = dmin * static_cast<float>(sc >> 4);
+      for (int e = 0; e < 2; ++e) {
+        const std::uint32_t q = (byte_of(r.q, e) >> (2 * s)) & 3u;
+        w[2 * s + e] = dl * static_cast<float>(q) - ml;
+      }
+    }
+  }
+};
+
+// Q3_K {32 bytes hmask; 64 bytes of quants; 12 bytes packing sixteen 6-bit
+// scales; f16 d}: weight = d * (scale - 32) * (q - (bit 4h + s of hmask[l]
+// ? 0 : 4)); scale j has its low four bits in byte j % 8 (low nibble for
+// j < 8, high for j >= 8) and its top two in byte 8 + j % 4 at 2 (j / 4).
+struct Q3_K {
+  static constexpr int kBlockElems = 256, kBlockBytes = 110, kRuns = 4, kRunLen = 2;
+  struct Raw {
+    std::uint32_t q, hm, s0, s1, s2, d;
+  };
+  CELLM_QB_FN static bool valid(int, int, int) { return true; }
+  CELLM_QB_FN static int pos(int g, int lane, int run) { return two_bit_pos(g, lane, run); }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    const int h = lane / 16, l = 2 * (lane % 16);
+    r.q = ld16(b + 32 + 32 * h + l);
+    r.hm = ld16(b + l);
+    r.s0 = ld16(b + 96) | (ld16(b + 98) << 16);
+    r.s1 = ld16(b + 100) | (ld16(b + 102) << 16);
+    r.s2 = ld16(b + 104) | (ld16(b + 106) << 16);
+    r.d = ld16(b + 108);
+  }
+  CELLM_QB_FN static std::uint32_t scale_byte(const Raw& r, int t) {
+    return byte_of(t < 4 ? r.s0 : (t < 8 ? r.s1 : r.s2), t & 3);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const float d = half_bits(r.d);
+    const int h = lane / 16, is = (2 * (lane % 16)) / 16;
+    for (int s = 0; s < 4; ++s) {
+      const int j = 8 * h + 2 * s + is;
+      const std::uint32_t low = (j < 8 ? scale_byte(r, j) : scale_byte(r, j - 8) >> 4) & 0xfu;
+      const std::uint32_t high = (scale_byte(r, 8 + j % 4) >> (2 * (j / 4))) & 3u;
+      const float dl = d * static_cast<float>(static_cast<int>(low | (high << 4)) - 32);
+      for (int e = 0; e < 2; ++e) {
+        const int q = static_cast<int>((byte_of(r.q, e) >> (2 * s)) & 3u) -
+                      (((byte_of(r.hm, e) >> (4 * h + s)) & 1u) != 0 ? 0 : 4);
+        w[2 * s + e] = dl * static_cast<float>(q);
+      }
+    }
+  }
+};
+
+// IQ4_XS {f16 d; u16 scales_h; 4 bytes scales_l; 128 bytes of 4-bit indices
+// into a fixed non-uniform grid}: sub-block ib of 32 weights has scale
+// (nibble ib % 2 of scales_l[ib / 2] | bits 2ib..2ib + 1 of scales_h << 4)
+// - 32 and its indices in qs[16 ib..16 ib + 15] (low nibbles first). A lane
+// takes ib = lane / 4 and bytes 4j..4j + 3 of it (j = lane % 4).
+CELLM_QB_FN int iq4_grid(std::uint32_t i) {
+  // -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
+  // as four words of int8 (a register select, no table in memory).
+  const std::uint32_t word = i < 4    ? 0xbfad9881u
+                             : i < 8  ? 0xf6eaddcfu
+                             : i < 12 ? 0x26190d01u
+                                      : 0x71594535u;
+  return static_cast<std::int8_t>((word >> (8 * (i & 3u))) & 0xffu);
+}
+struct IQ4_XS {
+  static constexpr int kBlockElems = 256, kBlockBytes = 136, kRuns = 2, kRunLen = 4;
+  struct Raw {
+    std::uint32_t dh, sl, q;
+  };
+  CELLM_QB_FN static bool valid(int, int, int) { return true; }
+  CELLM_QB_FN static int pos(int g, int lane, int run) {
+    return g * 256 + 32 * (lane / 4) + 4 * (lane % 4) + 16 * run;
+  }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    r.dh = ld16(b) | (ld16(b + 2) << 16);
+    r.sl = ld16(b + 4) | (ld16(b + 6) << 16);
+    const std::uint8_t* q = b + 8 + 16 * (lane / 4) + 4 * (lane % 4);
+    r.q = ld16(q) | (ld16(q + 2) << 16);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    const int ib = lane / 4;
+    const std::uint32_t ls =
+        ((byte_of(r.sl, ib / 2) >> (4 * (ib % 2))) & 0xfu) | (((r.dh >> (16 + 2 * ib)) & 3u) << 4);
+    const float dl = half_bits(r.dh) * static_cast<float>(static_cast<int>(ls) - 32);
+    for (int t = 0; t < 4; ++t) {
+      const std::uint32_t q = byte_of(r.q, t);
+      w[t] = dl * static_cast<float>(iq4_grid(q & 0xfu));
+      w[4 + t] = dl * static_cast<float>(iq4_grid(q >> 4));
     }
   }
 };
