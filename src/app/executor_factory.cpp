@@ -113,9 +113,9 @@ Result<LoadedExecutor> finish(LoadedExecutor out, const BackendChoice& backend,
   if (!out.program) {
     CELLM_ASSIGN_OR_RETURN(out.program, build_program(backend, out.model, config, options));
   }
-  CELLM_ASSIGN_OR_RETURN(out.executor,
-                         executor::CudaExecutor::create(out.program, sessions, session_tokens,
-                                                                       config.speculation));
+  CELLM_ASSIGN_OR_RETURN(
+      out.executor,
+      executor::CudaExecutor::create(out.program, sessions, session_tokens, config.speculation));
   return out;
 }
 
@@ -129,8 +129,8 @@ std::uint64_t cpu_cell_bytes(const model::ModelSpec& spec) {
 
 std::uint64_t cpu_kv_budget_bytes(const model::ModelSpec& spec) {
   const std::uint64_t ram = physical_memory_bytes();
-  const auto weights = static_cast<std::uint64_t>(std::max<std::int64_t>(spec.parameter_count(), 0)) *
-                       sizeof(float);
+  const auto weights =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(spec.parameter_count(), 0)) * sizeof(float);
   return ram > weights ? ram - weights : 1;  // 1: no room at all (unknown RAM is 0)
 }
 
@@ -191,8 +191,7 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
     // The backend sized its pool (device memory, or an explicit cell count):
     // build the program first and divide what it holds.
     CELLM_ASSIGN_OR_RETURN(out.program, build_program(backend, out.model, config, options));
-    const std::int64_t max_cells =
-        out.program->constant(program::kMaxCellsConstant).value_or(0);
+    const std::int64_t max_cells = out.program->constant(program::kMaxCellsConstant).value_or(0);
     if (max_cells < 2) {
       return invalid_program("the {} program publishes a pool of {} cells", backend.name,
                              max_cells);
@@ -203,9 +202,8 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
     }
     CELLM_ASSIGN_OR_RETURN(sized.sizing, size_engine(request));
   }
-  CELLM_ASSIGN_OR_RETURN(sized.loaded,
-                         finish(std::move(out), backend, config, options,
-                                sized.sizing.total_sessions(), sized.sizing.context));
+  CELLM_ASSIGN_OR_RETURN(sized.loaded, finish(std::move(out), backend, config, options,
+                                              sized.sizing.total_sessions(), sized.sizing.context));
   return sized;
 }
 

@@ -115,7 +115,8 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
   }
   if (is_path) {
-    CELLM_ASSIGN_OR_RETURN(a.program, backend.load(a.spec, a.model.weights, a.model.gguf.get(), popts));
+    CELLM_ASSIGN_OR_RETURN(a.program,
+                           backend.load(a.spec, a.model.weights, a.model.gguf.get(), popts));
   } else {
     CELLM_ASSIGN_OR_RETURN(a.program, random_program(a.spec, o.seed, popts, backend.name));
   }
@@ -396,7 +397,8 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   // The shared prefix lives in the runner's prefix cache, as in the server;
   // a second entry lets a new request's snapshot arrive before the oldest goes.
   const bool share_prefix = o.prefix_len > 0 && o.reuse_prefix;
-  Runner runner(*a.executor, std::move(scheduler), RunnerOptions{share_prefix ? kPrefixEntries : 0});
+  Runner runner(*a.executor, std::move(scheduler),
+                RunnerOptions{share_prefix ? kPrefixEntries : 0});
   if (auto probe = runner.open_session_async().get(); !probe) {  // waits for initialize()
     runner.shutdown();
     return internal_error("the {} executor failed to initialize (see the log)", a.backend);

@@ -214,7 +214,8 @@ Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int
 
 Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (!o.verify_drafts.empty() || !o.speculate.empty()) {
-    return not_supported("--verify-drafts and --speculate time the CUDA backend; this build has none");
+    return not_supported(
+        "--verify-drafts and --speculate time the CUDA backend; this build has none");
   }
   if (o.backend == "cpu" || o.backend == "auto") return run_cpu_step_bench(o, out);
   return not_supported(
@@ -317,9 +318,9 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
       if (!o.speculate.empty()) {
         CELLM_ASSIGN_OR_RETURN(speculation.proposer, executor::make_proposer(o.speculate));
       }
-      CELLM_ASSIGN_OR_RETURN(ex, executor::CudaExecutor::create(program, batch,
-                                                                static_cast<int>(per_session),
-                                                                std::move(speculation)));
+      CELLM_ASSIGN_OR_RETURN(
+          ex, executor::CudaExecutor::create(program, batch, static_cast<int>(per_session),
+                                             std::move(speculation)));
       // As `cellm serve` builds it: every session may decode in one step,
       // prompts go in chunks beside them (long ones, as `bench serve`'s).
       const std::size_t chunk = std::min<std::size_t>(2048, ex->preferred_batch_tokens());
@@ -454,9 +455,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (std::filesystem::exists(o.model)) {
     CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model));
     spec = m.spec;
-    CELLM_ASSIGN_OR_RETURN(
-        program, cuda::load_program(m.spec, m.weights, popts,
-                                    knobs().gguf_gpu_blocks ? m.gguf.get() : nullptr));
+    CELLM_ASSIGN_OR_RETURN(program,
+                           cuda::load_program(m.spec, m.weights, popts,
+                                              knobs().gguf_gpu_blocks ? m.gguf.get() : nullptr));
   } else {
     CELLM_ASSIGN_OR_RETURN(spec, model::named_shape(o.model));
     CELLM_ASSIGN_OR_RETURN(program, cuda::load_random_program(spec, o.seed, popts));

@@ -27,7 +27,8 @@ constexpr KnobInfo kKnobs[] = {
      "CUDA: a greedy one-row captured step takes its argmax in the lm_head GEMV; 0 launches "
      "the argmax kernel (scripts/gpu-trace shows its gap)"},
     {"CELLM_GGUF_GPU_BLOCKS", "0 or 1", "0",
-     "CUDA: GGUF projections in block types (Q4_0 to Q6_K, IQ4_XS) stay in their blocks on the GPU (quantized "
+     "CUDA: GGUF projections in block types (Q4_0 to Q6_K, IQ4_XS) stay in their blocks on the GPU "
+     "(quantized "
      "GEMV) instead of being converted to bf16 at load (live experiment: on once a GPU run has "
      "verified it)"},
     {"CELLM_THREADS", "an integer from 1 to 4096", "every core",

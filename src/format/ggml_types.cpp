@@ -161,7 +161,8 @@ void block_iq4_xs(const std::uint8_t* b, float* out) {
   const std::uint8_t* scales_l = b + 4;
   const std::uint8_t* qs = b + 8;
   for (int ib = 0; ib < static_cast<int>(kQKK / 32); ++ib) {
-    const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const int ls =
+        ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
     const float dl = d * static_cast<float>(ls - 32);
     for (int j = 0; j < 16; ++j) {
       out[32 * ib + j] = dl * static_cast<float>(kGrid[qs[16 * ib + j] & 0x0F]);

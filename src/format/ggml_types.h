@@ -1,8 +1,8 @@
 // GGML tensor element types as GGUF files number them, their block geometry,
 // and dequantization of the supported ones (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) to f32 or bf16. The arithmetic follows the order
-// of the reference dequantizers (scale products first, then the quant), in
-// f32 without fused multiply-add, so results are bit-identical to them.
+// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) to f32 or bf16. The arithmetic follows the
+// order of the reference dequantizers (scale products first, then the quant), in f32 without fused
+// multiply-add, so results are bit-identical to them.
 //
 // Thread-safety: pure functions.
 #pragma once

@@ -11,8 +11,8 @@
 // Thread-safety: immutable after construction.
 #pragma once
 
-#include <map>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>

@@ -1,13 +1,13 @@
 #include "model/inspect.h"
 
-#include "core/env.h"
-#include "model/gguf_model.h"
-
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "core/env.h"
+#include "model/gguf_model.h"
 
 namespace cellm::model {
 namespace {

@@ -69,12 +69,9 @@ TEST(EnvKnobsTest, UnsetMeansTheDefaults) {
 
 TEST(EnvKnobsTest, GoodValuesParse) {
   FakeEnv env;
-  env.values = {{"CELLM_MODEL", "models/x.gguf"},
-                {"CELLM_COMMIT", "abc123+dirty"},
-                {"CELLM_GEMV_MAX_ROWS", "8"},
-                {"CELLM_GEMV_MMA", "down,lm_head"},
-                {"CELLM_HEAD_ARGMAX", "0"},
-                {"CELLM_GGUF_GPU_BLOCKS", "1"}};
+  env.values = {{"CELLM_MODEL", "models/x.gguf"}, {"CELLM_COMMIT", "abc123+dirty"},
+                {"CELLM_GEMV_MAX_ROWS", "8"},     {"CELLM_GEMV_MMA", "down,lm_head"},
+                {"CELLM_HEAD_ARGMAX", "0"},       {"CELLM_GGUF_GPU_BLOCKS", "1"}};
   ASSERT_TRUE(env.check().is_ok()) << env.check().to_string();
   auto k = parse_knobs(env.lookup());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
@@ -108,11 +105,12 @@ TEST(EnvKnobsTest, AnEmptyValueIsUnset) {
 
 TEST(EnvKnobsTest, BadValuesNameTheVariableTheValueAndWhatIsAccepted) {
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"CELLM_GEMV_MAX_ROWS", "0"},  {"CELLM_GEMV_MAX_ROWS", "9"},  {"CELLM_GEMV_MAX_ROWS", "2x"},
-      {"CELLM_GEMV_MAX_ROWS", "-1"}, {"CELLM_GEMV_MMA", "qkv,mlp"}, {"CELLM_GEMV_MMA", "qkv,"},
-      {"CELLM_GEMV_MMA", "2"},       {"CELLM_HEAD_ARGMAX", "on"},   {"CELLM_HEAD_ARGMAX", "yes"},
-      {"CELLM_HEAD_ARGMAX", "2"},    {"CELLM_GGUF_GPU_BLOCKS", "true"},
-      {"CELLM_GGUF_GPU_BLOCKS", "2"},
+      {"CELLM_GEMV_MAX_ROWS", "0"},      {"CELLM_GEMV_MAX_ROWS", "9"},
+      {"CELLM_GEMV_MAX_ROWS", "2x"},     {"CELLM_GEMV_MAX_ROWS", "-1"},
+      {"CELLM_GEMV_MMA", "qkv,mlp"},     {"CELLM_GEMV_MMA", "qkv,"},
+      {"CELLM_GEMV_MMA", "2"},           {"CELLM_HEAD_ARGMAX", "on"},
+      {"CELLM_HEAD_ARGMAX", "yes"},      {"CELLM_HEAD_ARGMAX", "2"},
+      {"CELLM_GGUF_GPU_BLOCKS", "true"}, {"CELLM_GGUF_GPU_BLOCKS", "2"},
   };
   for (const auto& [name, value] : bad) {
     FakeEnv env;

@@ -3,13 +3,13 @@
 // synthesized random blocks for every supported type, including those the
 // real files lack. The reference runs through tests/format/gguf_dequant_ref.py
 // in the project's virtual environment (scripts/setup makes it).
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <set>
+
+#include <gtest/gtest.h>
 
 #include "format/ggml_types.h"
 #include "format/gguf.h"

@@ -2,11 +2,12 @@
 // alignment, tensor access, and a clear refusal for each corruption of a
 // valid small file written here (truncations, absurd counts, strings past
 // the end, data past the end, misaligned or overlapping tensors, bad types).
-#include <gtest/gtest.h>
+#include "format/gguf.h"
 
 #include <cstring>
 
-#include "format/gguf.h"
+#include <gtest/gtest.h>
+
 #include "format/test_writers.h"
 
 namespace cellm::format {

@@ -120,20 +120,18 @@ TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
           << ways[w] << ": no logits at " << pos;
       const double e = relative_error(g->second, r->second);
       EXPECT_LE(e, tol.max_relative_error) << ways[w] << " position " << pos;
-      argmax_checked += expect_argmax_where_clear(g->second, r->second,
-                                                  static_cast<float>(tol.argmax_margin),
-                                                  std::string(ways[w]) + " position " +
-                                                      std::to_string(pos))
-                            ? 1
-                            : 0;
+      argmax_checked +=
+          expect_argmax_where_clear(g->second, r->second, static_cast<float>(tol.argmax_margin),
+                                    std::string(ways[w]) + " position " + std::to_string(pos))
+              ? 1
+              : 0;
       sum += e;
       worst = std::max(worst, e);
     }
     const double mean = sum / static_cast<double>(inputs.size());
     EXPECT_LE(mean, tol.mean_relative_error) << ways[w];
     std::printf("%s %s %-10s positions %3zu mean rel err %.4f worst %.4f argmax checked %d\n",
-                fixture.c_str(), type.c_str(), ways[w], inputs.size(), mean, worst,
-                argmax_checked);
+                fixture.c_str(), type.c_str(), ways[w], inputs.size(), mean, worst, argmax_checked);
   }
   fs::remove(file);
 }

@@ -1,13 +1,14 @@
 // GGUF models: ModelSpec from metadata, the GGUF→HF name mapping, Q/K row
 // un-permutation (checked against the converter's permutation applied here
 // to known values), quantized weights, and the real SmolLM2 and Gemma 3 files.
-#include <gtest/gtest.h>
+#include "model/gguf_model.h"
 
 #include <cmath>
 #include <cstring>
 
+#include <gtest/gtest.h>
+
 #include "format/test_writers.h"
-#include "model/gguf_model.h"
 #include "model/loader.h"
 #include "support/testdata.h"
 

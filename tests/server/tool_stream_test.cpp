@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "json_prefix_feed.h"
-
 #include "server/json_prefix.h"
 #include "server/tool_calls.h"
 

@@ -93,5 +93,4 @@ class CpuProgram final : public program::Program {
   std::vector<std::int64_t> logprob_ids_;
 };
 
-
 }  // namespace cellm::cpu

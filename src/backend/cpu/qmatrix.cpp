@@ -12,8 +12,7 @@ namespace {
 
 // The x8 layout where it pays (see qmatrix_from_gguf).
 void maybe_x8(QMatrix& m, QLayout layout) {
-  if (layout != QLayout::kAuto || !has_avx512_vnni() || !x8_type(m.type) ||
-      m.rows % kX8Rows != 0) {
+  if (layout != QLayout::kAuto || !has_avx512_vnni() || !x8_type(m.type) || m.rows % kX8Rows != 0) {
     return;
   }
   auto owned = std::make_shared<std::vector<std::uint8_t>>(
@@ -41,8 +40,8 @@ Result<QMatrix> qmatrix_from_gguf(const format::GgufFile& file, const format::Gg
   m.type = info.type;
   m.cols = static_cast<std::int64_t>(info.ne[0]);
   m.rows = static_cast<std::int64_t>(info.ne[1]);
-  m.row_bytes = static_cast<std::size_t>(info.ne[0] / type_info->block_elems) *
-                type_info->block_bytes;
+  m.row_bytes =
+      static_cast<std::size_t>(info.ne[0] / type_info->block_elems) * type_info->block_bytes;
   const std::span<const std::uint8_t> bytes = file.tensor_bytes(info);
   if (bytes.size() != m.row_bytes * static_cast<std::size_t>(m.rows)) {
     return invalid_argument("tensor '{}' holds {} bytes; {} rows of {} bytes expected", info.name,

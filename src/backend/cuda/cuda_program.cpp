@@ -37,11 +37,10 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
     std::size_t total_bytes = 0;
     CELLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double keep = (1.0 - options.kv_memory_fraction) * static_cast<double>(total_bytes);
-    const double budget =
-        static_cast<double>(free_bytes) - keep -
-        static_cast<double>(
-            CudaForward::activation_bytes(spec, options.max_step, weights.quantized())) -
-        static_cast<double>(kReserveBytes);
+    const double budget = static_cast<double>(free_bytes) - keep -
+                          static_cast<double>(CudaForward::activation_bytes(spec, options.max_step,
+                                                                            weights.quantized())) -
+                          static_cast<double>(kReserveBytes);
     cells = static_cast<std::int64_t>(budget /
                                       static_cast<double>(CudaForward::kv_bytes_per_cell(spec)));
     cells = std::min<std::int64_t>(cells, std::numeric_limits<std::int32_t>::max() / 2);

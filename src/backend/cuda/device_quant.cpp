@@ -47,9 +47,10 @@ Result<std::optional<std::vector<Piece>>> find_pieces(const ByName& by_name,
     Piece& p = wanted[i];
     if (info.ne.size() != 2 || static_cast<std::int64_t>(info.ne[0]) != p.cols ||
         static_cast<std::int64_t>(info.ne[1]) != p.rows) {
-      return invalid_argument("GGUF tensor '{}' ({}) has {} dimensions [{}]; '{}' should be [{}, {}]",
-                              info.name, format::ggml_type_name(info.type), info.ne.size(),
-                              fmt::join(info.ne, ", "), names[i], p.rows, p.cols);
+      return invalid_argument(
+          "GGUF tensor '{}' ({}) has {} dimensions [{}]; '{}' should be [{}, {}]", info.name,
+          format::ggml_type_name(info.type), info.ne.size(), fmt::join(info.ne, ", "), names[i],
+          p.rows, p.cols);
     }
     const auto type = static_cast<QuantType>(info.type);
     p.info = &info;
@@ -64,8 +65,7 @@ void add_part(DeviceQuant& q, const Piece& piece, const std::uint8_t* blocks, st
   const auto type = static_cast<QuantType>(piece.info->type);
   if (!q.parts.empty()) {
     DeviceQuantPart& last = q.parts.back();
-    if (last.type == type && last.row_bytes == piece.row_bytes &&
-        last.row0 + last.rows == row0) {
+    if (last.type == type && last.row_bytes == piece.row_bytes && last.row0 + last.rows == row0) {
       last.rows += piece.rows;
       return;
     }
@@ -107,9 +107,9 @@ Result<QuantWeights> upload_quant_weights(const model::ModelSpec& spec,
                                     p + "self_attn.v_proj.weight"}));
     CELLM_RETURN_IF_ERROR(
         consider(&l.o, {{nullptr, hidden, q_dim, 0, 0}}, {p + "self_attn.o_proj.weight"}));
-    CELLM_RETURN_IF_ERROR(
-        consider(&l.gate_up, {{nullptr, inter, hidden, 0, 0}, {nullptr, inter, hidden, 0, 0}},
-                 {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}));
+    CELLM_RETURN_IF_ERROR(consider(&l.gate_up,
+                                   {{nullptr, inter, hidden, 0, 0}, {nullptr, inter, hidden, 0, 0}},
+                                   {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}));
     CELLM_RETURN_IF_ERROR(
         consider(&l.down, {{nullptr, hidden, inter, 0, 0}}, {p + "mlp.down_proj.weight"}));
   }

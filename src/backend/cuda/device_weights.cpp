@@ -56,9 +56,7 @@ Layout plan(const model::ModelSpec& s, const QuantWeights* quant = nullptr) {
   l.embed = l.take(d.vocab * d.hidden);
   l.final_norm = l.take(d.hidden);
   const bool head_q = quant != nullptr && !quant->lm_head.empty();
-  l.lm_head = s.tie_word_embeddings ? l.embed
-              : head_q              ? Layout::kNone
-                                    : l.take(d.vocab * d.hidden);
+  l.lm_head = s.tie_word_embeddings ? l.embed : head_q ? Layout::kNone : l.take(d.vocab * d.hidden);
   const bool sandwich = s.sandwich_norms;
   for (int i = 0; i < s.num_layers; ++i) {
     const QuantWeights::Layer* q =

@@ -21,8 +21,8 @@
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "format/ggml_types.h"
-#include "model/gguf_model.h"
 #include "gpu_test_util.h"
+#include "model/gguf_model.h"
 
 namespace cellm::cuda {
 namespace {
@@ -37,7 +37,7 @@ using testing::to_float;
 std::vector<int> half_fields(QuantType type) {
   switch (type) {
     case QuantType::kQ4_1:
-    case QuantType::kQ5_1: return {0, 2};  // d, m
+    case QuantType::kQ5_1: return {0, 2};    // d, m
     case QuantType::kQ2_K: return {80, 82};  // d, dmin after the scales and quants
     case QuantType::kQ3_K: return {108};     // d last
     case QuantType::kQ4_K:
@@ -249,8 +249,8 @@ INSTANTIATE_TEST_SUITE_P(Types, DequantizeTest,
                                            QuantType::kQ3_K, QuantType::kQ4_K, QuantType::kQ5_K,
                                            QuantType::kQ6_K, QuantType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<QuantType>& info) {
-                           return std::string(format::ggml_type_name(
-                               static_cast<format::GgmlType>(info.param)));
+                           return std::string(
+                               format::ggml_type_name(static_cast<format::GgmlType>(info.param)));
                          });
 
 TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {

@@ -97,17 +97,39 @@ TEST(QuantBlocksTest, HalfBitsIsTheF16Value) {
   }
 }
 
-TEST(QuantBlocksTest, Q4_0) { check_type<Q4_0>(format::GgmlType::kQ4_0, {0}, 576); }
-TEST(QuantBlocksTest, Q4_1) { check_type<Q4_1>(format::GgmlType::kQ4_1, {0, 2}, 576); }
-TEST(QuantBlocksTest, Q5_0) { check_type<Q5_0>(format::GgmlType::kQ5_0, {0}, 576); }
-TEST(QuantBlocksTest, Q8_0) { check_type<Q8_0>(format::GgmlType::kQ8_0, {0}, 576); }
-TEST(QuantBlocksTest, Q4_K) { check_type<Q4_K>(format::GgmlType::kQ4_K, {0, 2}, 768); }
-TEST(QuantBlocksTest, Q5_K) { check_type<Q5_K>(format::GgmlType::kQ5_K, {0, 2}, 768); }
-TEST(QuantBlocksTest, Q6_K) { check_type<Q6_K>(format::GgmlType::kQ6_K, {208}, 768); }
-TEST(QuantBlocksTest, Q5_1) { check_type<Q5_1>(format::GgmlType::kQ5_1, {0, 2}, 576); }
-TEST(QuantBlocksTest, Q2_K) { check_type<Q2_K>(format::GgmlType::kQ2_K, {80, 82}, 768); }
-TEST(QuantBlocksTest, Q3_K) { check_type<Q3_K>(format::GgmlType::kQ3_K, {108}, 768); }
-TEST(QuantBlocksTest, IQ4_XS) { check_type<IQ4_XS>(format::GgmlType::kIQ4_XS, {0}, 768); }
+TEST(QuantBlocksTest, Q4_0) {
+  check_type<Q4_0>(format::GgmlType::kQ4_0, {0}, 576);
+}
+TEST(QuantBlocksTest, Q4_1) {
+  check_type<Q4_1>(format::GgmlType::kQ4_1, {0, 2}, 576);
+}
+TEST(QuantBlocksTest, Q5_0) {
+  check_type<Q5_0>(format::GgmlType::kQ5_0, {0}, 576);
+}
+TEST(QuantBlocksTest, Q8_0) {
+  check_type<Q8_0>(format::GgmlType::kQ8_0, {0}, 576);
+}
+TEST(QuantBlocksTest, Q4_K) {
+  check_type<Q4_K>(format::GgmlType::kQ4_K, {0, 2}, 768);
+}
+TEST(QuantBlocksTest, Q5_K) {
+  check_type<Q5_K>(format::GgmlType::kQ5_K, {0, 2}, 768);
+}
+TEST(QuantBlocksTest, Q6_K) {
+  check_type<Q6_K>(format::GgmlType::kQ6_K, {208}, 768);
+}
+TEST(QuantBlocksTest, Q5_1) {
+  check_type<Q5_1>(format::GgmlType::kQ5_1, {0, 2}, 576);
+}
+TEST(QuantBlocksTest, Q2_K) {
+  check_type<Q2_K>(format::GgmlType::kQ2_K, {80, 82}, 768);
+}
+TEST(QuantBlocksTest, Q3_K) {
+  check_type<Q3_K>(format::GgmlType::kQ3_K, {108}, 768);
+}
+TEST(QuantBlocksTest, IQ4_XS) {
+  check_type<IQ4_XS>(format::GgmlType::kIQ4_XS, {0}, 768);
+}
 
 }  // namespace
 }  // namespace cellm::cuda::qblocks

@@ -41,8 +41,8 @@ Status GemvParams::validate() const {
         "cuda gemv: float output is only for the plain store (the residual stream and the "
         "gated activation are bf16)");
   }
-  CELLM_RETURN_IF_ERROR(require_disjoint(a, out, m, lda, k, ldc, n,
-                                         out_f32 ? sizeof(float) : sizeof(bf16), "gemv"));
+  CELLM_RETURN_IF_ERROR(
+      require_disjoint(a, out, m, lda, k, ldc, n, out_f32 ? sizeof(float) : sizeof(bf16), "gemv"));
   if (argmax.out != nullptr) {
     CELLM_RETURN_IF_ERROR(require_ptr(argmax.partials, "gemv", "argmax.partials"));
     CELLM_RETURN_IF_ERROR(require_ptr(argmax.counter, "gemv", "argmax.counter"));
@@ -58,8 +58,8 @@ Status GemvParams::validate() const {
   }
   if (epilogue == GemvEpilogue::kRopeScatter) {
     CELLM_RETURN_IF_ERROR(rope.validate());
-    const std::int64_t qkv = static_cast<std::int64_t>(rope.num_heads + 2 * rope.num_kv_heads) *
-                             rope.head_dim;
+    const std::int64_t qkv =
+        static_cast<std::int64_t>(rope.num_heads + 2 * rope.num_kv_heads) * rope.head_dim;
     if (rope.rotary_dim != rope.head_dim || qkv != n || rope.num_tokens != m) {
       return invalid_argument(
           "cuda gemv: the rope epilogue needs a full rotary ({} of {}), n = (heads + 2 kv "

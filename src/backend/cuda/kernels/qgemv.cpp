@@ -34,9 +34,10 @@ Status QGemvParams::validate() const {
   CELLM_RETURN_IF_ERROR(require_ptr(w, "qgemv", "w"));
   CELLM_RETURN_IF_ERROR(require_ptr(out, "qgemv", "out"));
   if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
-    return invalid_argument("cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q4_1, "
-                            "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
-                            static_cast<std::int32_t>(type));
+    return invalid_argument(
+        "cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q4_1, "
+        "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+        static_cast<std::int32_t>(type));
   }
   const int elems = quant_block_elems(type);
   if (m < 1 || m > kQGemvMaxRows || n <= 0 || k <= 0 || k % elems != 0) {
@@ -60,8 +61,8 @@ Status QGemvParams::validate() const {
         lda, ldc, k, n);
   }
   CELLM_RETURN_IF_ERROR(require_aligned16(a, "qgemv", "a"));
-  CELLM_RETURN_IF_ERROR(require_disjoint(a, out, m, lda, k, ldc, n,
-                                         out_f32 ? sizeof(float) : sizeof(bf16), "qgemv"));
+  CELLM_RETURN_IF_ERROR(
+      require_disjoint(a, out, m, lda, k, ldc, n, out_f32 ? sizeof(float) : sizeof(bf16), "qgemv"));
   return Status::ok();
 }
 
@@ -78,7 +79,8 @@ Status DequantParams::validate() const {
   if (rows <= 0 || cols <= 0 || cols % elems != 0 || ldw_bytes < row_bytes ||
       ldw_bytes % word != 0 || ldo < cols || ldo % 8 != 0) {
     return invalid_argument(
-        "cuda dequantize: {} rows of {} columns, {} bytes apart, out {} apart (need whole {}-element "
+        "cuda dequantize: {} rows of {} columns, {} bytes apart, out {} apart (need whole "
+        "{}-element "
         "blocks, a stride of at least {} bytes in {}-byte words, ldo >= cols and a multiple of 8)",
         rows, cols, ldw_bytes, ldo, elems, row_bytes, word);
   }

@@ -16,7 +16,9 @@ constexpr int kRowsPerWarp = 2;
 constexpr int kGroup = 256;         // weights of a row a warp decodes per step (8 per lane)
 constexpr int kGroupsInFlight = 4;  // groups loaded before the first is multiplied
 
-__device__ __forceinline__ float bf16_lo(std::uint32_t two) { return __uint_as_float(two << 16); }
+__device__ __forceinline__ float bf16_lo(std::uint32_t two) {
+  return __uint_as_float(two << 16);
+}
 __device__ __forceinline__ float bf16_hi(std::uint32_t two) {
   return __uint_as_float(two & 0xffff0000u);
 }
@@ -124,7 +126,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__
 // One warp per (row, 256-weight group): each lane decodes its 8 weights and
 // stores them as bf16 runs at their columns.
 template <class D>
-__global__ void __launch_bounds__(kThreads) dequantize_kernel(const __grid_constant__ DequantParams p) {
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(const __grid_constant__ DequantParams p) {
   const int lane = threadIdx.x & 31;
   const int groups = (p.cols + kGroup - 1) / kGroup;
   const int blocks = p.cols / D::kBlockElems;

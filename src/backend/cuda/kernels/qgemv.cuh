@@ -86,7 +86,7 @@ struct DequantParams {
   std::int64_t rows = 0;
   std::int32_t cols = 0;  // a multiple of the block's elements
   std::int64_t ldw_bytes = 0;
-  bf16* out = nullptr;  // 16-byte aligned
+  bf16* out = nullptr;   // 16-byte aligned
   std::int64_t ldo = 0;  // a multiple of 8
 
   Status validate() const;

@@ -77,13 +77,17 @@ CELLM_QB_FN float half_bits(std::uint32_t bits) {
 #endif
 }
 
-CELLM_QB_FN std::uint32_t byte_of(std::uint32_t word, int i) { return (word >> (8 * i)) & 0xffu; }
+CELLM_QB_FN std::uint32_t byte_of(std::uint32_t word, int i) {
+  return (word >> (8 * i)) & 0xffu;
+}
 
 // The 32-weight blocks: a lane takes block 8g + lane / 4, and within it the
 // four bytes 4j..4j + 3 of its quants (j = lane % 4): weights 4j..4j + 3 from
 // the low nibbles and 16 + 4j.. from the high ones (Q4_0, Q4_1, Q5_0), or
 // weights 8j..8j + 7 (Q8_0).
-CELLM_QB_FN int small_block(int g, int lane) { return g * 8 + lane / 4; }
+CELLM_QB_FN int small_block(int g, int lane) {
+  return g * 8 + lane / 4;
+}
 CELLM_QB_FN int nibble_pos(int g, int lane, int run) {
   return small_block(g, lane) * 32 + 4 * (lane % 4) + 16 * run;
 }

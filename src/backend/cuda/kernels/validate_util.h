@@ -29,8 +29,8 @@ inline Status require_aligned16(const void* ptr, const char* family, const char*
 // A product's input rows `a` ([rows, lda] bf16, first k columns) and output
 // rows `out` ([rows, ldc] of out_bytes-wide elements, first n) must not meet:
 // every block reads all of `a` while others write `out`.
-inline Status require_disjoint(const void* a, const void* out, std::int64_t rows,
-                               std::int64_t lda, std::int64_t k, std::int64_t ldc, std::int64_t n,
+inline Status require_disjoint(const void* a, const void* out, std::int64_t rows, std::int64_t lda,
+                               std::int64_t k, std::int64_t ldc, std::int64_t n,
                                std::int64_t out_bytes, const char* family) {
   const auto* a_begin = static_cast<const char*>(a);
   const auto* a_end = a_begin + ((rows - 1) * lda + k) * std::int64_t{2};
