@@ -1,7 +1,6 @@
 #include "app/backend_select.h"
 
 #include "backend/cpu/cpu_program.h"
-#include "core/env.h"
 #ifdef CELLM_HAVE_CUDA
 #include "backend/cuda/cuda_program.h"
 #endif
@@ -30,9 +29,7 @@ BackendChoice cuda_backend() {
   c.load = [](const model::ModelSpec& spec, const model::Weights& weights,
               const format::GgufFile* gguf,
               const program::ProgramOptions& options) -> Result<std::shared_ptr<program::Program>> {
-    // Blocks on the GPU are a live experiment until a GPU run verifies them.
-    const format::GgufFile* blocks = knobs().gguf_gpu_blocks ? gguf : nullptr;
-    CELLM_ASSIGN_OR_RETURN(auto p, cuda::load_program(spec, weights, options, blocks));
+    CELLM_ASSIGN_OR_RETURN(auto p, cuda::load_program(spec, weights, options, gguf));
     return std::shared_ptr<program::Program>(std::move(p));
   };
   return c;

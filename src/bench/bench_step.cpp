@@ -455,9 +455,8 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (std::filesystem::exists(o.model)) {
     CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model));
     spec = m.spec;
-    CELLM_ASSIGN_OR_RETURN(program,
-                           cuda::load_program(m.spec, m.weights, popts,
-                                              knobs().gguf_gpu_blocks ? m.gguf.get() : nullptr));
+    popts.gguf_blocks = o.gguf_blocks;
+    CELLM_ASSIGN_OR_RETURN(program, cuda::load_program(m.spec, m.weights, popts, m.gguf.get()));
   } else {
     CELLM_ASSIGN_OR_RETURN(spec, model::named_shape(o.model));
     CELLM_ASSIGN_OR_RETURN(program, cuda::load_random_program(spec, o.seed, popts));

@@ -22,16 +22,22 @@
 
 namespace cellm::cli {
 
+// The help of --gguf-blocks (run, chat, serve, bench step).
+inline constexpr const char* kGgufBlocksHelp =
+    "CUDA, experimental: keep a GGUF file's block-quantized projections in their blocks on the "
+    "GPU (quantized GEMV) instead of converting them to bf16 at load; not yet verified on a GPU";
+
 struct ModelArgs {
   std::string model;  // empty: $CELLM_MODEL, else smollm2 (see app/model_path.h)
   std::string backend = "auto";
   std::string cpu_program;  // empty: fast
   int threads = 0;          // 0: $CELLM_THREADS, else every core
   int max_sessions = 4;
-  int max_session_tokens = 0;  // 0: the model's context
+  int max_session_tokens = 0;     // 0: the model's context
   std::string speculate = "off";  // app::EngineOptions::speculate
   int speculate_tokens = 4;
-  std::string draft_model;  // app::EngineOptions::draft_model
+  std::string draft_model;   // app::EngineOptions::draft_model
+  bool gguf_blocks = false;  // program::ProgramOptions::gguf_blocks
 };
 
 // Settings left unset on the command line take the model's own defaults

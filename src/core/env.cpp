@@ -26,11 +26,6 @@ constexpr KnobInfo kKnobs[] = {
     {"CELLM_HEAD_ARGMAX", "0 or 1", "1",
      "CUDA: a greedy one-row captured step takes its argmax in the lm_head GEMV; 0 launches "
      "the argmax kernel (scripts/gpu-trace shows its gap)"},
-    {"CELLM_GGUF_GPU_BLOCKS", "0 or 1", "0",
-     "CUDA: GGUF projections in block types (Q4_0 to Q6_K, IQ4_XS) stay in their blocks on the GPU "
-     "(quantized "
-     "GEMV) instead of being converted to bf16 at load (live experiment: on once a GPU run has "
-     "verified it)"},
     {"CELLM_THREADS", "an integer from 1 to 4096", "every core",
      "CPU: the fast program's threads when --threads is not given"},
 };
@@ -151,9 +146,6 @@ Result<Knobs> parse_knobs(const EnvLookup& lookup) {
   }
   if (auto v = lookup("CELLM_HEAD_ARGMAX")) {
     CELLM_ASSIGN_OR_RETURN(k.kernels.head_argmax, parse_flag("CELLM_HEAD_ARGMAX", *v));
-  }
-  if (auto v = lookup("CELLM_GGUF_GPU_BLOCKS")) {
-    CELLM_ASSIGN_OR_RETURN(k.gguf_gpu_blocks, parse_flag("CELLM_GGUF_GPU_BLOCKS", *v));
   }
   return k;
 }

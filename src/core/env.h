@@ -71,9 +71,6 @@ struct Knobs {
   std::optional<std::string> model;   // CELLM_MODEL
   std::optional<std::string> commit;  // CELLM_COMMIT
   KernelKnobs kernels;
-  // CELLM_GGUF_GPU_BLOCKS: the CUDA program keeps GGUF projections in their
-  // blocks (device_quant.h); off, they are converted to bf16 at load.
-  bool gguf_gpu_blocks = false;
 };
 
 // A variable's value as `lookup` reports it (nullopt: unset).

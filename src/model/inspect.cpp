@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/env.h"
 #include "model/gguf_model.h"
 
 namespace cellm::model {
@@ -194,19 +193,20 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   const std::int64_t context = o.context > 0 ? o.context : s.max_context;
   const std::int64_t cells = context * std::max<std::int64_t>(o.sessions, 1);
   const std::int64_t kv = kv_cache_bytes(s, cells, o.kv_dtype);
-  // The CUDA backend converts weights to bf16, except GGUF projections in
-  // block types it decodes (the embedding lookup always reads bf16; a tied
-  // head in such a type is kept a second time, in blocks).
-  std::int64_t device_weights = params * 2;
-  const bool blocks = m.gguf != nullptr && knobs().gguf_gpu_blocks;
-  if (blocks) {
+  // The CUDA backend converts weights to bf16; with --gguf-blocks it keeps
+  // GGUF projections in the block types it decodes (the embedding lookup
+  // always reads bf16; a tied head in such a type is kept a second time, in
+  // blocks).
+  const std::int64_t device_weights = params * 2;
+  std::int64_t block_weights = device_weights;
+  if (m.gguf) {
     for (const auto& t : m.gguf->tensors()) {
       if (t.ne.size() != 2 || !gguf_type_kept_on_gpu(t.type)) continue;
       const std::string name = canonical_tensor_name(s.arch, t.name);
       const bool embed = name == "model.embed_tokens.weight";
       if (embed && !s.tie_word_embeddings) continue;
-      device_weights += static_cast<std::int64_t>(t.nbytes) -
-                        (embed ? 0 : static_cast<std::int64_t>(t.numel()) * 2);
+      block_weights += static_cast<std::int64_t>(t.nbytes) -
+                       (embed ? 0 : static_cast<std::int64_t>(t.numel()) * 2);
     }
   }
   r += fmt::format("memory       {} session(s) x {} tokens = {} KV cells\n", o.sessions, context,
@@ -216,10 +216,12 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
       s.num_layers, s.num_kv_heads, s.head_dim, cells, dtype_size(o.kv_dtype),
       dtype_name(o.kv_dtype), human_bytes(static_cast<double>(kv)));
   r += fmt::format(
-      "  total      {} (weights as loaded) or {} (weights on a GPU{}) + activations\n",
+      "  total      {} (weights as loaded) or {} (bf16 weights on a GPU{}) + activations\n",
       human_bytes(static_cast<double>(wbytes + kv)),
       human_bytes(static_cast<double>(device_weights + kv)),
-      blocks ? ": block-quantized projections kept in blocks, the rest bf16" : ", bf16");
+      m.gguf ? fmt::format("; {} with --gguf-blocks",
+                           human_bytes(static_cast<double>(block_weights + kv)))
+             : std::string());
   if (o.list_tensors) {
     r += fmt::format("tensors      {}\n", named.size());
     for (const auto& [name, t] : named) {

@@ -105,7 +105,7 @@ int run_serve(const ServeArgs& args) {
   // listening, like any other load error (/health then says why).
   const Result<std::filesystem::path> model =
       app::resolve_model(args.model.string(), app::ModelSearch::from_process());
-  const std::string model_label = model.ok()            ? model->string()
+  const std::string model_label = model.ok()           ? model->string()
                                   : args.model.empty() ? std::string("the default model")
                                                        : args.model.string();
 
@@ -182,6 +182,7 @@ int run_serve(const ServeArgs& args) {
     eo.speculate = args.speculate;
     eo.speculate_tokens = args.speculate_tokens;
     eo.draft_model = args.draft_model;
+    eo.program.gguf_blocks = args.gguf_blocks;
     // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
     eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();

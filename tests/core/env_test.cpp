@@ -63,15 +63,16 @@ TEST(EnvKnobsTest, UnsetMeansTheDefaults) {
   EXPECT_EQ(k->kernels.gemv_max_rows, 1);
   EXPECT_EQ(k->kernels.gemv_mma, kGemvMmaDefault);
   EXPECT_TRUE(k->kernels.head_argmax);
-  EXPECT_FALSE(k->gguf_gpu_blocks);
   EXPECT_TRUE(env.check().is_ok());
 }
 
 TEST(EnvKnobsTest, GoodValuesParse) {
   FakeEnv env;
-  env.values = {{"CELLM_MODEL", "models/x.gguf"}, {"CELLM_COMMIT", "abc123+dirty"},
-                {"CELLM_GEMV_MAX_ROWS", "8"},     {"CELLM_GEMV_MMA", "down,lm_head"},
-                {"CELLM_HEAD_ARGMAX", "0"},       {"CELLM_GGUF_GPU_BLOCKS", "1"}};
+  env.values = {{"CELLM_MODEL", "models/x.gguf"},
+                {"CELLM_COMMIT", "abc123+dirty"},
+                {"CELLM_GEMV_MAX_ROWS", "8"},
+                {"CELLM_GEMV_MMA", "down,lm_head"},
+                {"CELLM_HEAD_ARGMAX", "0"}};
   ASSERT_TRUE(env.check().is_ok()) << env.check().to_string();
   auto k = parse_knobs(env.lookup());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
@@ -80,7 +81,6 @@ TEST(EnvKnobsTest, GoodValuesParse) {
   EXPECT_EQ(k->kernels.gemv_max_rows, 8);
   EXPECT_EQ(k->kernels.gemv_mma, (1u << 3) | (1u << 4));  // kGemvMmaProjections order
   EXPECT_FALSE(k->kernels.head_argmax);
-  EXPECT_TRUE(k->gguf_gpu_blocks);
 
   for (const auto& [value, bits] : std::map<std::string, std::uint32_t>{
            {"0", 0u}, {"1", kGemvMmaAll}, {"qkv", 1u}, {"o,qkv", 3u}, {"gate_up", 4u}}) {
@@ -105,12 +105,10 @@ TEST(EnvKnobsTest, AnEmptyValueIsUnset) {
 
 TEST(EnvKnobsTest, BadValuesNameTheVariableTheValueAndWhatIsAccepted) {
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"CELLM_GEMV_MAX_ROWS", "0"},      {"CELLM_GEMV_MAX_ROWS", "9"},
-      {"CELLM_GEMV_MAX_ROWS", "2x"},     {"CELLM_GEMV_MAX_ROWS", "-1"},
-      {"CELLM_GEMV_MMA", "qkv,mlp"},     {"CELLM_GEMV_MMA", "qkv,"},
-      {"CELLM_GEMV_MMA", "2"},           {"CELLM_HEAD_ARGMAX", "on"},
-      {"CELLM_HEAD_ARGMAX", "yes"},      {"CELLM_HEAD_ARGMAX", "2"},
-      {"CELLM_GGUF_GPU_BLOCKS", "true"}, {"CELLM_GGUF_GPU_BLOCKS", "2"},
+      {"CELLM_GEMV_MAX_ROWS", "0"},  {"CELLM_GEMV_MAX_ROWS", "9"},  {"CELLM_GEMV_MAX_ROWS", "2x"},
+      {"CELLM_GEMV_MAX_ROWS", "-1"}, {"CELLM_GEMV_MMA", "qkv,mlp"}, {"CELLM_GEMV_MMA", "qkv,"},
+      {"CELLM_GEMV_MMA", "2"},       {"CELLM_HEAD_ARGMAX", "on"},   {"CELLM_HEAD_ARGMAX", "yes"},
+      {"CELLM_HEAD_ARGMAX", "2"},
   };
   for (const auto& [name, value] : bad) {
     FakeEnv env;

@@ -558,7 +558,8 @@ Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& s
                                                        const program::ProgramOptions& options,
                                                        const format::GgufFile* gguf) {
   CELLM_RETURN_IF_ERROR(spec.validate());
-  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, upload_weights(spec, weights, gguf));
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w,
+                         upload_weights(spec, weights, options.gguf_blocks ? gguf : nullptr));
   if (w.quantized()) {
     CELLM_LOG_INFO("weights on the GPU: {:.0f} MiB; projections in GGUF blocks: {} (the rest bf16)",
                    static_cast<double>(w.bytes()) / (1 << 20), w.quant.summary);

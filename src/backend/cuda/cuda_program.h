@@ -35,8 +35,8 @@ namespace cellm::cuda {
 int device_count();
 
 // Uploads `weights` and builds the program. With `gguf` (the file the
-// weights came from) projections in block types the GPU kernels decode stay
-// in their blocks (device_weights.h).
+// weights came from) and options.gguf_blocks, projections in block types the
+// GPU kernels decode stay in their blocks (device_weights.h).
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
                                                        const program::ProgramOptions& options,
