@@ -39,8 +39,9 @@ about 32 MB straight into the file (an 8B Q8_0 file is 8.5 GB).
 
 The gguf package (pip name gguf; scripts/requirements-test.txt) is imported
 normally; where it is not installed, a wheel named by $GGUF_WHEEL or found in
-the repository's .whl/ folder is put on sys.path (a pure-Python wheel imports
-from the zip). Only numpy must be installed.
+the repository's .deps/wheels/ (scripts/gpu-deps puts gguf 0.19.0 there) or
+.whl/ folder is put on sys.path (a pure-Python wheel imports from the zip).
+Only numpy must be installed.
 """
 
 import argparse
@@ -61,7 +62,8 @@ def import_gguf():
         import gguf  # noqa: F401
     except ImportError:
         wheels = [os.environ["GGUF_WHEEL"]] if os.environ.get("GGUF_WHEEL") else []
-        wheels += sorted(glob.glob(os.path.join(ROOT, ".whl", "gguf-*.whl")))
+        for folder in (".deps/wheels", ".whl"):  # scripts/gpu-deps fills .deps/wheels
+            wheels += sorted(glob.glob(os.path.join(ROOT, folder, "gguf-*.whl")))
         if not wheels:
             sys.exit("random_gguf.py: the gguf package is missing: pip install gguf, or put "
                      "its wheel in .whl/ (pip download gguf==0.19.0 --no-deps -d .whl)")
