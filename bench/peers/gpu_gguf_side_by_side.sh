@@ -18,13 +18,15 @@
 #
 # Environment: SHAPES (default "llama-3.2-1b llama-3.1-8b"), MIXES (default
 # "Q4_K_M Q8_0"), REPS (llama-bench -r, default 3), JOBS (default nproc),
-# OUT (default build/peers/out), CELLM_BIN (use this cellm, build nothing),
+# OUT (default build/peers/out), PEERS_CELLM_BIN (use this cellm, build nothing;
+# not a CELLM_* name: cellm refuses CELLM_* variables it does not know),
 # BENCH_TIMEOUT (seconds per tool and file, default 240), PP / TG (prompt and
-# generated tokens, default 512 / 128; smaller for a trial run).
+# generated tokens, default 512 / 128; smaller for a trial run), STOP_AFTER_BUILD=1
+# (phase 1 only: a cold machine's builds in one call, the measurements in the next).
 # Builds and GGUFs stay in build/peers/ (ignored, kept by a warm machine), so
 # a second call skips what is already there and current.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
 WORK=$ROOT/build/peers
 OUT=${OUT:-$WORK/out}
@@ -75,11 +77,11 @@ build_llama() {
 }
 
 build_cellm() {
-  if [ -n "${CELLM_BIN:-}" ]; then
-    echo "using CELLM_BIN=$CELLM_BIN"
+  if [ -n "${PEERS_CELLM_BIN:-}" ]; then
+    echo "using PEERS_CELLM_BIN=$PEERS_CELLM_BIN"
     return 0
   fi
-  # shellcheck source=../../scripts/gpu-env
+  # shellcheck source=scripts/gpu-env
   source scripts/gpu-env
   if [ ! -f build/cuda-release/CMakeCache.txt ]; then
     cmake --preset cuda-release -DCELLM_SERVER=OFF || return 1
@@ -121,11 +123,24 @@ phase "builds done: llama.cpp rc $rc_llama, cellm rc $rc_cellm"
 [ "$rc_gen" = 0 ] || { tail -n 20 "$OUT/gen.log"; die "writing the GGUF files failed"; }
 cat "$OUT/gen.log"
 LB=$LCB/bin/llama-bench
-CELLM=${CELLM_BIN:-$ROOT/build/cuda-release/bin/cellm}
-[ "$rc_llama" = 0 ] && [ -x "$LB" ] || { tail -n 30 "$OUT/llama-build.log"; echo "llama.cpp build failed: cellm only"; LB=""; }
-[ "$rc_cellm" = 0 ] && [ -x "$CELLM" ] || { tail -n 30 "$OUT/cellm-build.log"; echo "cellm build failed: llama.cpp only"; CELLM=""; }
+CELLM=${PEERS_CELLM_BIN:-$ROOT/build/cuda-release/bin/cellm}
+if [ "$rc_llama" != 0 ] || [ ! -x "$LB" ]; then
+  tail -n 30 "$OUT/llama-build.log"
+  echo "llama.cpp build failed: cellm only"
+  LB=""
+fi
+if [ "$rc_cellm" != 0 ] || [ ! -x "$CELLM" ]; then
+  tail -n 30 "$OUT/cellm-build.log"
+  echo "cellm build failed: llama.cpp only"
+  CELLM=""
+fi
 [ -n "$LB$CELLM" ] || die "neither tool built"
-[ -f scripts/gpu-env ] && source scripts/gpu-env  # CELLM_COMMIT from .snap.commit
+# shellcheck source=scripts/gpu-env
+source scripts/gpu-env  # CELLM_COMMIT from .snap.commit
+if [ "${STOP_AFTER_BUILD:-0}" = 1 ]; then
+  phase "STOP_AFTER_BUILD=1: builds and files are ready in $WORK"
+  exit 0
+fi
 
 # ---- phase 2: the measurements, one tool at a time on the GPU
 for s in $SHAPES; do
@@ -146,7 +161,7 @@ for s in $SHAPES; do
       timeout "$BENCH_TIMEOUT" "$CELLM" bench step --model "$f" --batch 1 --context 2 --steps "$TG" \
         --warmup 8 --sampling greedy --prompt "$PP" --json "$raw" >> "$OUT/cellm-bench.log" 2>&1 ||
         echo "cellm $s $m: rc $?" | tee -a "$OUT/phases.txt"
-      [ -f "$raw" ] && python3 bench/peers/side_by_side_jsonl.py cellm "$raw" "${meta[@]}" >> "$RESULTS"
+      [ -f "$raw" ] && python3 bench/peers/side_by_side_jsonl.py cellm "$raw" "${meta[@]}" --tg "$TG" >> "$RESULTS"
     fi
   done
 done

@@ -12,10 +12,11 @@ TOOL is llama.cpp (RAW from `llama-bench -o jsonl`) or cellm (RAW from
   tool        "llama.cpp" or "cellm"; tool_build: llama.cpp's build commit or
               "llama-cpp-python <version>" / cellm's commit
   flash_attn  llama.cpp: "on" or "off"; cellm: null (it has one attention path)
-  test        "pp512": prefill of a 512-token prompt, one sequence;
-              "tg128": decode at batch 1 (llama-bench: 128 tokens generated from
-              an empty context; cellm: 128 timed greedy steps after 8 warm-up
-              steps from a 2-token context, as the Runner serves them)
+  test        "ppN": prefill of an N-token prompt, one sequence (N = 512 in
+              the script); "tgN": decode at batch 1 (llama-bench: N tokens
+              generated from an empty context; cellm: N timed greedy steps
+              after 8 warm-up steps from a 2-token context, as the Runner
+              serves them; N = 128 in the script)
   tokens_per_s, stddev_tokens_per_s (llama.cpp only), reps
   ms          cellm: ms of the prefill forward / ms per decode step
   time        when the line was written (UTC)
@@ -54,12 +55,14 @@ def llama_lines(raw):
         }
 
 
-def cellm_lines(raw):
+def cellm_lines(raw, tg=None):
     for r in raw:
         if r.get("bench") != "step" or "skipped" in r:
             continue
         if r.get("kind") == "decode":
-            test, ms = "tg%d" % r.get("steps", 0), r.get("ms_per_step")
+            # The GPU path writes ms_per_step, the CPU path (a local trial) ms.
+            test = "tg%d" % (tg or r.get("steps", 0))
+            ms = r.get("ms_per_step", r.get("ms"))
         else:
             test, ms = "pp%d" % r.get("prompt", 0), r.get("ms")
         yield {
@@ -75,7 +78,7 @@ def cellm_lines(raw):
             "context": r.get("context"),
             "sampling": r.get("sampling"),
             "roofline_fraction": r.get("roofline_fraction"),
-            "gpu_info": r.get("gpu"),
+            "gpu_info": r.get("gpu", r.get("cpu")),
         }
 
 
@@ -87,6 +90,9 @@ def main():
     ap.add_argument("--file", required=True)
     ap.add_argument("--shape", required=True)
     ap.add_argument("--mix", required=True)
+    ap.add_argument("--tg", type=int,
+                    help="cellm: the decode steps asked for, which name the test (tgN) even "
+                         "where bench step timed fewer (reps says how many)")
     a = ap.parse_args()
     raw = []
     with open(a.raw) as f:
@@ -98,7 +104,7 @@ def main():
                 except json.JSONDecodeError:
                     print(f"side_by_side_jsonl.py: skipping a line of {a.raw} that is not JSON",
                           file=sys.stderr)
-    lines = llama_lines(raw) if a.tool == "llama.cpp" else cellm_lines(raw)
+    lines = llama_lines(raw) if a.tool == "llama.cpp" else cellm_lines(raw, a.tg)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     n = 0
     for rec in lines:
