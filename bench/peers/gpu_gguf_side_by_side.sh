@@ -22,7 +22,11 @@
 # not a CELLM_* name: cellm refuses CELLM_* variables it does not know),
 # BENCH_TIMEOUT (seconds per tool and file, default 240), PP / TG (prompt and
 # generated tokens, default 512 / 128; smaller for a trial run), STOP_AFTER_BUILD=1
-# (phase 1 only: a cold machine's builds in one call, the measurements in the next).
+# (phase 1 only: a cold machine's builds in one call, the measurements in the next),
+# BUDGET_S (default 480: no new measurement starts after this many seconds, so
+# that a call under the device's 600 s limit still writes its lines and table;
+# the skipped ones are named, and a second call on the warm machine, which
+# skips phase 1, measures them all).
 # Builds and GGUFs stay in build/peers/ (ignored, kept by a warm machine), so
 # a second call skips what is already there and current.
 set -uo pipefail
@@ -37,6 +41,7 @@ PP=${PP:-512}
 TG=${TG:-128}
 JOBS=${JOBS:-$(nproc)}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
+BUDGET_S=${BUDGET_S:-480}
 PACK=$ROOT/.peers/llama.cpp.tar.gz
 GGUF_DIR=$WORK/gguf
 LCB=$WORK/llama-build
@@ -90,7 +95,7 @@ build_cellm() {
 }
 
 gen_ggufs() {
-  local gen_sha s m f want
+  local gen_sha s m f want need avail
   gen_sha=$(sha256sum bench/peers/random_gguf.py | cut -c1-16)
   for s in $SHAPES; do
     for m in $MIXES; do
@@ -101,6 +106,12 @@ gen_ggufs() {
         continue
       fi
       rm -f "$f" "$f.stamp"
+      need=$(($(python3 bench/peers/random_gguf.py "$s" "$m" --bytes) / 1048576 + 1024))
+      avail=$(df -Pm "$GGUF_DIR" | awk 'NR == 2 {print $4}')
+      if [ "$avail" -lt "$need" ]; then
+        echo "not enough disk for $f: $avail MiB free, $need MiB needed"
+        return 1
+      fi
       python3 bench/peers/random_gguf.py "$s" "$m" "$f.tmp" && mv "$f.tmp" "$f" &&
         echo "$want" > "$f.stamp" || return 1
     done
@@ -143,18 +154,24 @@ if [ "${STOP_AFTER_BUILD:-0}" = 1 ]; then
 fi
 
 # ---- phase 2: the measurements, one tool at a time on the GPU
+in_budget() {
+  if [ $(($(date +%s) - T0)) -gt "$BUDGET_S" ]; then
+    phase "SKIPPED $1: past BUDGET_S=$BUDGET_S s (call again: the builds and files are kept)"
+    return 1
+  fi
+}
 for s in $SHAPES; do
   for m in $MIXES; do
     f=$GGUF_DIR/$s.$m.gguf
     meta=(--card "$CARD" --file "$f" --shape "$s" --mix "$m")
-    if [ -n "$LB" ]; then
+    if [ -n "$LB" ] && in_budget "llama-bench $s $m"; then
       phase "llama-bench $s $m"
       raw=$OUT/raw-llama-bench.$s.$m.jsonl
       timeout "$BENCH_TIMEOUT" "$LB" -m "$f" -ngl 99 -fa 0,1 -p "$PP" -n "$TG" -r "$REPS" -o jsonl \
         > "$raw" 2>> "$OUT/llama-bench.err" || echo "llama-bench $s $m: rc $?" | tee -a "$OUT/phases.txt"
       python3 bench/peers/side_by_side_jsonl.py llama.cpp "$raw" "${meta[@]}" >> "$RESULTS"
     fi
-    if [ -n "$CELLM" ]; then
+    if [ -n "$CELLM" ] && in_budget "cellm $s $m"; then
       phase "cellm bench step $s $m"
       raw=$OUT/raw-cellm.$s.$m.jsonl
       rm -f "$raw"

@@ -13,6 +13,7 @@ same scales, so logits have a real spread), norms 1, never NaN or Inf.
     random_gguf.py SHAPE MIX OUT.gguf [--seed N]   write one file
     random_gguf.py --check FILE.gguf                dequantize some rows of
         every tensor with gguf-py's reference code and print std / finiteness
+    random_gguf.py SHAPE MIX --bytes                print the tensor data's size
 
 SHAPE: llama-3.2-1b | llama-3.1-8b.  MIX: Q8_0 | Q4_K_M.
 
@@ -220,6 +221,12 @@ def vocabulary():
     return tokens, [0.0] * VOCAB, [int(k) for k in kinds]
 
 
+def data_bytes(shape, mix):
+    """Bytes of tensor data (the file adds about 4 MB of metadata)."""
+    return sum(rows * cols * 4 if qtype == Q.F32 else rows * row_bytes(qtype, cols)
+               for _, rows, cols, qtype, _ in tensor_plan(shape, mix))
+
+
 def write_file(shape, mix, out, seed):
     s = SHAPES[shape]
     head_dim = s["hidden"] // s["heads"]
@@ -306,11 +313,15 @@ def main():
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--check", metavar="FILE", help="verify FILE instead of writing one")
+    ap.add_argument("--bytes", action="store_true", help="print the data size, write nothing")
     a = ap.parse_args()
     if a.check:
         return check_file(a.check)
+    if a.bytes and a.shape and a.mix:
+        print(data_bytes(a.shape, a.mix))
+        return 0
     if not (a.shape and a.mix and a.out):
-        ap.error("give SHAPE MIX OUT.gguf (or --check FILE)")
+        ap.error("give SHAPE MIX OUT.gguf (or --check FILE, or SHAPE MIX --bytes)")
     t0 = time.time()
     write_file(a.shape, a.mix, a.out, a.seed)
     size = os.path.getsize(a.out)
