@@ -47,6 +47,8 @@ GGUF_DIR=$WORK/gguf
 LCB=$WORK/llama-build
 RESULTS=$OUT/gguf_side_by_side.jsonl
 mkdir -p "$OUT" "$GGUF_DIR"
+: > "$RESULTS"  # this call's lines only (the raw files are rewritten too)
+: > "$OUT/phases.txt"
 T0=$(date +%s)
 phase() { echo "== $(date -u +%T) +$(($(date +%s) - T0))s $*" | tee -a "$OUT/phases.txt"; }
 die() { echo "gpu_gguf_side_by_side.sh: $*" | tee -a "$OUT/phases.txt" >&2; exit 2; }
@@ -58,6 +60,7 @@ python3 -c 'import numpy' 2>/dev/null || die "python3 has no numpy (random_gguf.
 python3 bench/peers/random_gguf.py --help >/dev/null ||
   die "random_gguf.py cannot import gguf: carry .deps (scripts/gpu-deps) or .whl with its wheel"
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+LC_SOURCE=$(tar -xzOf "$PACK" llama.cpp/PACK_INFO | head -n 1)  # e.g. llama-cpp-python 0.3.36 sdist
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/card.txt"
 phase "start: $CARD, $JOBS cores, shapes [$SHAPES], mixes [$MIXES]"
 export PATH=/usr/local/cuda/bin:$PATH
@@ -148,6 +151,8 @@ fi
 [ -n "$LB$CELLM" ] || die "neither tool built"
 # shellcheck source=scripts/gpu-env
 source scripts/gpu-env  # CELLM_COMMIT from .snap.commit
+CELLM_COMMIT=${CELLM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export CELLM_COMMIT
 if [ "${STOP_AFTER_BUILD:-0}" = 1 ]; then
   phase "STOP_AFTER_BUILD=1: builds and files are ready in $WORK"
   exit 0
@@ -169,7 +174,8 @@ for s in $SHAPES; do
       raw=$OUT/raw-llama-bench.$s.$m.jsonl
       timeout "$BENCH_TIMEOUT" "$LB" -m "$f" -ngl 99 -fa 0,1 -p "$PP" -n "$TG" -r "$REPS" -o jsonl \
         > "$raw" 2>> "$OUT/llama-bench.err" || echo "llama-bench $s $m: rc $?" | tee -a "$OUT/phases.txt"
-      python3 bench/peers/side_by_side_jsonl.py llama.cpp "$raw" "${meta[@]}" >> "$RESULTS"
+      python3 bench/peers/side_by_side_jsonl.py llama.cpp "$raw" "${meta[@]}" \
+        --tool-build "$LC_SOURCE" >> "$RESULTS"
     fi
     if [ -n "$CELLM" ] && in_budget "cellm $s $m"; then
       phase "cellm bench step $s $m"

@@ -90,6 +90,9 @@ def main():
     ap.add_argument("--file", required=True)
     ap.add_argument("--shape", required=True)
     ap.add_argument("--mix", required=True)
+    ap.add_argument("--tool-build",
+                    help="what tool_build says where the tool's own lines say 'unknown' "
+                         "(llama.cpp built from the pack has no git commit)")
     ap.add_argument("--tg", type=int,
                     help="cellm: the decode steps asked for, which name the test (tgN) even "
                          "where bench step timed fewer (reps says how many)")
@@ -112,6 +115,8 @@ def main():
                "file_bytes": os.path.getsize(a.file) if os.path.exists(a.file) else None,
                "shape": a.shape, "mix": a.mix}
         out.update(rec)
+        if a.tool_build and out.get("tool_build") in (None, "", "unknown"):
+            out["tool_build"] = a.tool_build
         out["time"] = now
         print(json.dumps(out))
         n += 1
