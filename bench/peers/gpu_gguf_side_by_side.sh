@@ -181,8 +181,13 @@ for s in $SHAPES; do
       phase "cellm bench step $s $m"
       raw=$OUT/raw-cellm.$s.$m.jsonl
       rm -f "$raw"
-      timeout "$BENCH_TIMEOUT" "$CELLM" bench step --model "$f" --batch 1 --context 2 --steps "$TG" \
-        --warmup 8 --sampling greedy --prompt "$PP" --json "$raw" >> "$OUT/cellm-bench.log" 2>&1 ||
+      # cellm keeps the file's blocks on the GPU (--gguf-blocks) unless
+      # PEERS_CELLM_WEIGHTS=bf16 asks for the bf16 conversion at load.
+      weights_args=()
+      [ "${PEERS_CELLM_WEIGHTS:-blocks}" = blocks ] && weights_args=(--gguf-blocks)
+      timeout "$BENCH_TIMEOUT" "$CELLM" bench step --model "$f" "${weights_args[@]}" --batch 1 \
+        --context 2 --steps "$TG" --warmup 8 --sampling greedy --prompt "$PP" --json "$raw" \
+        >> "$OUT/cellm-bench.log" 2>&1 ||
         echo "cellm $s $m: rc $?" | tee -a "$OUT/phases.txt"
       [ -f "$raw" ] && python3 bench/peers/side_by_side_jsonl.py cellm "$raw" "${meta[@]}" --tg "$TG" >> "$RESULTS"
     fi

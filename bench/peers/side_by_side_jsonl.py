@@ -79,6 +79,8 @@ def cellm_lines(raw, tg=None):
             "sampling": r.get("sampling"),
             "roofline_fraction": r.get("roofline_fraction"),
             "gpu_info": r.get("gpu", r.get("cpu")),
+            # "bf16" (converted at load) or the projections kept in GGUF blocks.
+            "weights": r.get("weights"),
         }
 
 
