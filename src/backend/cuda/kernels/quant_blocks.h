@@ -92,20 +92,33 @@ CELLM_QB_FN int nibble_pos(int g, int lane, int run) {
   return small_block(g, lane) * 32 + 4 * (lane % 4) + 16 * run;
 }
 
-// Q4_0 {f16 d; 16 bytes}: weight = d * (nibble - 8).
-struct Q4_0 {
-  static constexpr int kBlockElems = 32, kBlockBytes = 18, kRuns = 2, kRunLen = 4;
-  struct Raw {
-    std::uint32_t d, q;
-  };
+// What the four 32-weight nibble types (Q4_0, Q4_1, Q5_0, Q5_1) share: a
+// lane's block, its positions, and its four quant bytes at `at` (where the
+// nibbles start in a block of kBytes).
+template <int kBytes>
+struct NibbleBlock {
+  static constexpr int kBlockElems = 32, kBlockBytes = kBytes, kRuns = 2, kRunLen = 4;
   CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
     return small_block(g, lane) < blocks;
   }
   CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
+  CELLM_QB_FN static const std::uint8_t* block(const std::uint8_t* row, int g, int lane) {
+    return row + static_cast<std::int64_t>(small_block(g, lane)) * kBytes;
+  }
+  CELLM_QB_FN static std::uint32_t quants(const std::uint8_t* b, int at, int lane) {
+    return ld16(b + at + 4 * (lane % 4)) | (ld16(b + at + 2 + 4 * (lane % 4)) << 16);
+  }
+};
+
+// Q4_0 {f16 d; 16 bytes}: weight = d * (nibble - 8).
+struct Q4_0 : NibbleBlock<18> {
+  struct Raw {
+    std::uint32_t d, q;
+  };
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
-    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    const std::uint8_t* b = block(row, g, lane);
     r.d = ld16(b);
-    r.q = ld16(b + 2 + 4 * (lane % 4)) | (ld16(b + 4 + 4 * (lane % 4)) << 16);
+    r.q = quants(b, 2, lane);
   }
   CELLM_QB_FN static void decode(const Raw& r, int /*lane*/, float (&w)[8]) {
     const float d = half_bits(r.d);
@@ -118,19 +131,14 @@ struct Q4_0 {
 };
 
 // Q4_1 {f16 d, m; 16 bytes}: weight = d * nibble + m.
-struct Q4_1 {
-  static constexpr int kBlockElems = 32, kBlockBytes = 20, kRuns = 2, kRunLen = 4;
+struct Q4_1 : NibbleBlock<20> {
   struct Raw {
     std::uint32_t dm, q;
   };
-  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
-    return small_block(g, lane) < blocks;
-  }
-  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
-    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    const std::uint8_t* b = block(row, g, lane);
     r.dm = ld16(b) | (ld16(b + 2) << 16);
-    r.q = ld16(b + 4 + 4 * (lane % 4)) | (ld16(b + 6 + 4 * (lane % 4)) << 16);
+    r.q = quants(b, 4, lane);
   }
   CELLM_QB_FN static void decode(const Raw& r, int /*lane*/, float (&w)[8]) {
     const float d = half_bits(r.dm), m = half_bits(r.dm >> 16);
@@ -142,60 +150,54 @@ struct Q4_1 {
   }
 };
 
-// Q5_0 {f16 d; 32 high bits qh; 16 bytes}: weight i = d * ((nibble | bit i
-// of qh << 4) - 16), the low nibbles holding weights 0..15.
-struct Q5_0 {
-  static constexpr int kBlockElems = 32, kBlockBytes = 22, kRuns = 2, kRunLen = 4;
+// The fifth bits of Q5_0/Q5_1: weight i takes bit i of qh; a lane's four
+// low-nibble weights are 4j..4j + 3 and its high ones 16 + 4j.. (j = lane % 4).
+CELLM_QB_FN void five_bit(std::uint32_t q, std::uint32_t qh, int lane, int t, std::uint32_t& lo,
+                          std::uint32_t& hi) {
+  const int j0 = 4 * (lane % 4);
+  const std::uint32_t byte = byte_of(q, t);
+  lo = (byte & 0xfu) | (((qh >> (j0 + t)) & 1u) << 4);
+  hi = (byte >> 4) | (((qh >> (j0 + t + 16)) & 1u) << 4);
+}
+
+// Q5_0 {f16 d; 32 high bits qh; 16 bytes}: weight = d * (5-bit q - 16).
+struct Q5_0 : NibbleBlock<22> {
   struct Raw {
     std::uint32_t d, qh, q;
   };
-  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
-    return small_block(g, lane) < blocks;
-  }
-  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
-    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    const std::uint8_t* b = block(row, g, lane);
     r.d = ld16(b);
     r.qh = ld16(b + 2) | (ld16(b + 4) << 16);
-    r.q = ld16(b + 6 + 4 * (lane % 4)) | (ld16(b + 8 + 4 * (lane % 4)) << 16);
+    r.q = quants(b, 6, lane);
   }
   CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
     const float d = half_bits(r.d);
-    const int j0 = 4 * (lane % 4);
     for (int t = 0; t < 4; ++t) {
-      const std::uint32_t q = byte_of(r.q, t);
-      const std::uint32_t lo = (q & 0xfu) | (((r.qh >> (j0 + t)) & 1u) << 4);
-      const std::uint32_t hi = (q >> 4) | (((r.qh >> (j0 + t + 16)) & 1u) << 4);
+      std::uint32_t lo, hi;
+      five_bit(r.q, r.qh, lane, t, lo, hi);
       w[t] = d * static_cast<float>(static_cast<int>(lo) - 16);
       w[4 + t] = d * static_cast<float>(static_cast<int>(hi) - 16);
     }
   }
 };
 
-// Q5_1 {f16 d, m; 32 high bits qh; 16 bytes}: weight i = d * (nibble | bit
-// i of qh << 4) + m.
-struct Q5_1 {
-  static constexpr int kBlockElems = 32, kBlockBytes = 24, kRuns = 2, kRunLen = 4;
+// Q5_1 {f16 d, m; 32 high bits qh; 16 bytes}: weight = d * 5-bit q + m.
+struct Q5_1 : NibbleBlock<24> {
   struct Raw {
     std::uint32_t dm, qh, q;
   };
-  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
-    return small_block(g, lane) < blocks;
-  }
-  CELLM_QB_FN static int pos(int g, int lane, int run) { return nibble_pos(g, lane, run); }
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
-    const std::uint8_t* b = row + static_cast<std::int64_t>(small_block(g, lane)) * kBlockBytes;
+    const std::uint8_t* b = block(row, g, lane);
     r.dm = ld16(b) | (ld16(b + 2) << 16);
     r.qh = ld16(b + 4) | (ld16(b + 6) << 16);
-    r.q = ld16(b + 8 + 4 * (lane % 4)) | (ld16(b + 10 + 4 * (lane % 4)) << 16);
+    r.q = quants(b, 8, lane);
   }
   CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
     const float d = half_bits(r.dm), m = half_bits(r.dm >> 16);
-    const int j0 = 4 * (lane % 4);
     for (int t = 0; t < 4; ++t) {
-      const std::uint32_t q = byte_of(r.q, t);
-      const std::uint32_t lo = (q & 0xfu) | (((r.qh >> (j0 + t)) & 1u) << 4);
-      const std::uint32_t hi = (q >> 4) | (((r.qh >> (j0 + t + 16)) & 1u) << 4);
+      std::uint32_t lo, hi;
+      five_bit(r.q, r.qh, lane, t, lo, hi);
       w[t] = d * static_cast<float>(lo) + m;
       w[4 + t] = d * static_cast<float>(hi) + m;
     }
