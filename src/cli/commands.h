@@ -20,6 +20,7 @@ Command add_run(CLI::App& app);
 Command add_chat(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_inspect(CLI::App& app);
+Command add_perplexity(CLI::App& app);
 #ifdef CELLM_HAVE_SERVER
 Command add_serve(CLI::App& app);
 #endif

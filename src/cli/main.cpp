@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
 #endif
   add(cellm::cli::add_bench);
   add(cellm::cli::add_inspect);
+  add(cellm::cli::add_perplexity);
 
   try {
     app.parse(argc, argv);
