@@ -56,4 +56,8 @@ Result<BackendChoice> choose_backend(const std::string& requested) {
   return cpu_backend();
 }
 
+DType dequant_dtype_for(const BackendChoice& backend) {
+  return backend.name == "cuda" ? DType::kBF16 : DType::kF32;
+}
+
 }  // namespace cellm::app

@@ -34,4 +34,11 @@ struct BackendChoice {
 // that says why.
 Result<BackendChoice> choose_backend(const std::string& requested);
 
+// The dtype loading should dequantize GGUF blocks and FP8 weights to for
+// `backend` (model::LoadOptions::dequant_dtype): the CUDA program converts
+// every weight to bf16 on upload, so bf16 straight away (half the host memory
+// of float32, the same values: both round float32 to nearest even); the CPU
+// programs read float32.
+DType dequant_dtype_for(const BackendChoice& backend);
+
 }  // namespace cellm::app

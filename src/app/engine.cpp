@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "app/backend_select.h"
 #include "app/draft_factory.h"
 #include "app/executor_factory.h"
 #include "app/model_text.h"
@@ -74,6 +75,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
 
   report(progress, fmt::format("reading {}", options.model.string()), 0.0);
   model::LoadOptions load_options;
+  {
+    CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(options.backend));
+    load_options.dequant_dtype = dequant_dtype_for(backend);
+  }
   CELLM_ASSIGN_OR_RETURN(impl->model, model::load_model(options.model, load_options));
 
   report(progress, "loading tokenizer", 0.4);
@@ -106,7 +111,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   config.program = options.program;
   if (options.speculate != "off") {
     if (options.speculate_tokens < 1 || options.speculate_tokens > 16) {
-      return invalid_argument("speculate_tokens is {}; use 1 to 16 drafts", options.speculate_tokens);
+      return invalid_argument("speculate_tokens is {}; use 1 to 16 drafts",
+                              options.speculate_tokens);
     }
     if (options.speculate == "draft") {
       // Before the target's executor: on CUDA the target's pool takes a
@@ -119,13 +125,14 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
       draft.threads = options.threads;
       draft.program = options.program;
       draft.sessions = static_cast<std::int32_t>(config.speculation.max_batch);
-      draft.session_tokens = std::min(
-          options.max_session_tokens > 0 ? options.max_session_tokens : impl->model.spec.max_context,
-          kDraftContextCap);
+      draft.session_tokens = std::min(options.max_session_tokens > 0 ? options.max_session_tokens
+                                                                     : impl->model.spec.max_context,
+                                      kDraftContextCap);
       CELLM_ASSIGN_OR_RETURN(config.speculation.proposer,
                              load_draft_proposer(draft, impl->model.spec.vocab_size));
     } else {
-      CELLM_ASSIGN_OR_RETURN(config.speculation.proposer, executor::make_proposer(options.speculate));
+      CELLM_ASSIGN_OR_RETURN(config.speculation.proposer,
+                             executor::make_proposer(options.speculate));
     }
     config.speculation.max_drafts = static_cast<std::size_t>(options.speculate_tokens);
   }

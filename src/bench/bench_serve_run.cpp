@@ -88,9 +88,12 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
       std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
   // A path loads its weights; a shape name gets random ones (on the GPU, or
   // on the CPU with --backend cpu, where small shapes run in reasonable time).
+  CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));
   const bool is_path = std::filesystem::exists(o.model);
   if (is_path) {
-    CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model));
+    model::LoadOptions load;
+    load.dequant_dtype = app::dequant_dtype_for(backend);
+    CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model, load));
     a.spec = a.model.spec;
   } else {
     auto shape = model::named_shape(o.model);
@@ -100,7 +103,6 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     }
     a.spec = *shape;
   }
-  CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));
   a.backend = backend.name;
   a.device = "cpu";
 #ifdef CELLM_HAVE_CUDA

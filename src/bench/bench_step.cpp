@@ -453,7 +453,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   model::ModelSpec spec;
   std::shared_ptr<program::Program> program;
   if (std::filesystem::exists(o.model)) {
-    CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model));
+    model::LoadOptions load;
+    load.dequant_dtype = DType::kBF16;  // what the upload converts to (app::dequant_dtype_for)
+    CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model, load));
     spec = m.spec;
     popts.gguf_blocks = o.gguf_blocks;
     CELLM_ASSIGN_OR_RETURN(program, cuda::load_program(m.spec, m.weights, popts, m.gguf.get()));
