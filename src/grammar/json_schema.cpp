@@ -143,7 +143,13 @@ Status JsonGrammarBuilder::Impl::value(const json& root, const json& schema, Nod
     b_.call(from, found->second, to);
     return Status::ok();
   }
-  const bool nullable = schema.value("nullable", false);
+  bool nullable = false;
+  if (auto n = schema.find("nullable"); n != schema.end()) {
+    if (!n->is_boolean()) {
+      return invalid_argument("'nullable' at {} must be true or false, not {}", path, n->dump());
+    }
+    nullable = n->get<bool>();
+  }
   if (nullable) b_.literal(from, "null", to);
   if (auto c = schema.find("const"); c != schema.end()) {
     b_.literal(from, c->dump(), to);
