@@ -44,6 +44,9 @@ void BM_QGemv(benchmark::State& state) {
   p.ldw_bytes = row_bytes;
   p.ldc = n;
   p.pdl = true;
+  // FP8 rows: one scale a row (per-channel checkpoints, `--quantize fp8`).
+  auto scales = filled<float>(static_cast<std::size_t>(n), 0x3c);
+  if (type == QuantType::kF8_E4M3) p.scales = {scales.data(), k, 1};
   const Status valid = p.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
@@ -63,7 +66,7 @@ void qgemv_args(benchmark::internal::Benchmark* b) {
   // Llama-3.2-1B then Llama-3.1-8B: qkv, o, gate_up, down.
   const Shape shapes[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},
                           {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
-  for (const int type : {2, 8, 12, 14}) {
+  for (const int type : {2, 8, 12, 14, 1000}) {  // 1000: FP8 E4M3
     for (const Shape& s : shapes) {
       for (const int m : {1, 2, 4, 8}) b->Args({type, m, s.n, s.k});
     }

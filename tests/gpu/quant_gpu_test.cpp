@@ -1,6 +1,7 @@
 // GGUF files with Q8_0, Q4_0, Q4_1 and Q5_0 projections, written from the Hugging Face
-// fixtures by tests/model/hf_to_gguf.py, on the CUDA program as `cellm serve`
-// loads them: the projections stay in their blocks on the GPU. Every logits
+// fixtures by tests/model/hf_to_gguf.py, and FP8 checkpoints in four scale
+// layouts, on the CUDA program as `cellm serve` loads them: the projections
+// stay in their blocks (FP8: codes, scales beside) on the GPU. Every logits
 // row must match the CPU reference program over the same file (the same
 // weights, decoded to float) within the bf16 tolerance, fed three ways: the
 // whole sequence in one step (more than kQGemvMaxRows rows: the blocks
@@ -20,6 +21,7 @@
 
 #include "backend/cpu/cpu_program.h"
 #include "backend/cuda/cuda_program.h"
+#include "model/fp8_checkpoint.h"
 #include "model/loader.h"
 #include "raw_driver.h"
 #include "support/golden.h"
@@ -63,35 +65,19 @@ std::vector<FedSeq> feed_three_ways(executor::CudaExecutor& ex,
   return seqs;
 }
 
-class GpuQuantTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-
-TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const auto& [fixture, type] = GetParam();
-  const fs::path python = cellm::testing::source_dir() / ".venv" / "bin" / "python";
-  ASSERT_TRUE(fs::exists(python)) << "no Python virtual environment at " << python
-                                  << "; run scripts/setup (it installs the gguf package)";
-  const fs::path file =
-      fs::path(::testing::TempDir()) / ("cellm_gpu_quant_" + fixture + "_" + type + ".gguf");
-  const std::string cmd =
-      python.string() + " " +
-      (cellm::testing::source_dir() / "tests" / "model" / "hf_to_gguf.py").string() + " " +
-      (cellm::testing::golden_root() / fixture).string() + " " + file.string() + " --type " + type;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the converter failed: " << cmd;
-  auto loaded = model::load_model(file);
-  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-  ASSERT_NE(loaded->gguf, nullptr);
-
-  auto gpu = cuda::load_program(loaded->spec, loaded->weights, options(), loaded->gguf.get());
+// The CUDA program over `loaded` (projections kept as `label` says) against
+// the CPU reference program over the same weights, fed three ways.
+void expect_gpu_matches_cpu(const model::LoadedModel& loaded, const std::string& fixture,
+                            const std::string& label) {
+  auto gpu = cuda::load_program(loaded.spec, loaded.weights, options(), loaded.gguf.get());
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
   std::shared_ptr<program::Program> gpu_program = std::move(gpu).value();
   const std::string blocks = cuda::cuda_weight_blocks(*gpu_program);
-  std::string type_name = type;
-  for (char& ch : type_name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  // Every projection of every layer (q, k, v, o, gate, up, down) in blocks.
-  EXPECT_NE(blocks.find(type_name + " x"), std::string::npos) << "blocks: '" << blocks << "'";
-  std::printf("%s %s: projections in blocks: %s\n", fixture.c_str(), type.c_str(), blocks.c_str());
-  auto cpu = cpu::CpuProgram::create(loaded->spec, loaded->weights, options());
+  // Every projection of every layer (q, k, v, o, gate, up, down) kept quantized.
+  EXPECT_NE(blocks.find(label + " x"), std::string::npos) << "blocks: '" << blocks << "'";
+  std::printf("%s %s: projections kept quantized: %s\n", fixture.c_str(), label.c_str(),
+              blocks.c_str());
+  auto cpu = cpu::CpuProgram::create(loaded.spec, loaded.weights, options());
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
   std::shared_ptr<program::Program> cpu_program = std::move(cpu).value();
   auto gpu_ex = make_test_executor(gpu_program, 8);
@@ -132,8 +118,32 @@ TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
     const double mean = sum / static_cast<double>(inputs.size());
     EXPECT_LE(mean, tol.mean_relative_error) << ways[w];
     std::printf("%s %s %-10s positions %3zu mean rel err %.4f worst %.4f argmax checked %d\n",
-                fixture.c_str(), type.c_str(), ways[w], inputs.size(), mean, worst, argmax_checked);
+                fixture.c_str(), label.c_str(), ways[w], inputs.size(), mean, worst,
+                argmax_checked);
   }
+}
+
+class GpuQuantTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto& [fixture, type] = GetParam();
+  const fs::path python = cellm::testing::source_dir() / ".venv" / "bin" / "python";
+  ASSERT_TRUE(fs::exists(python)) << "no Python virtual environment at " << python
+                                  << "; run scripts/setup (it installs the gguf package)";
+  const fs::path file =
+      fs::path(::testing::TempDir()) / ("cellm_gpu_quant_" + fixture + "_" + type + ".gguf");
+  const std::string cmd =
+      python.string() + " " +
+      (cellm::testing::source_dir() / "tests" / "model" / "hf_to_gguf.py").string() + " " +
+      (cellm::testing::golden_root() / fixture).string() + " " + file.string() + " --type " + type;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the converter failed: " << cmd;
+  auto loaded = model::load_model(file);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_NE(loaded->gguf, nullptr);
+  std::string type_name = type;
+  for (char& ch : type_name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  expect_gpu_matches_cpu(*loaded, fixture, type_name);
   fs::remove(file);
 }
 
@@ -143,6 +153,41 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuQuantTest,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
+
+// FP8 checkpoints written from the fixtures (tests/model/fp8_checkpoint.h) in
+// each scale layout: the CUDA program keeps every quantized projection as
+// its E4M3 codes with the scales beside them, against the CPU reference
+// program over the same checkpoint (its weights decoded to float).
+class GpuFp8Test
+    : public ::testing::TestWithParam<std::tuple<std::string, cellm::testing::Fp8Layout>> {};
+
+TEST_P(GpuFp8Test, Fp8OnTheGpuMatchesTheCpuReferenceOverTheSameCheckpoint) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto& [fixture, layout] = GetParam();
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("cellm_gpu_fp8_" + fixture + "_" + fp8_layout_name(layout));
+  cellm::testing::Fp8WriteOptions o;
+  o.layout = layout;
+  o.block_rows = 16;  // the fixtures' matrices are 64 to 384 rows, 64 or 160 columns
+  o.block_cols = 32;
+  cellm::testing::write_fp8_checkpoint(cellm::testing::golden_root() / fixture, dir, o);
+  auto loaded = model::load_model(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_FALSE(loaded->weights.fp8.empty());
+  expect_gpu_matches_cpu(*loaded, fixture, "F8_E4M3");
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, GpuFp8Test,
+    ::testing::Combine(::testing::Values("llama", "qwen2", "phi3"),
+                       ::testing::Values(cellm::testing::Fp8Layout::kFp8Tensor,
+                                         cellm::testing::Fp8Layout::kFp8Block,
+                                         cellm::testing::Fp8Layout::kFbgemmChannel,
+                                         cellm::testing::Fp8Layout::kCtBlock)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + fp8_layout_name(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace cellm::gpu_testing

@@ -211,6 +211,7 @@ Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, cons
       p.k = static_cast<std::int32_t>(k);
       p.ldw_bytes = part.row_bytes;
       p.ldc = n;
+      p.scales = part.scales;
       p.pdl = true;
       CELLM_RETURN_IF_ERROR(p.validate());
       launch_qgemv(p, stream);
@@ -231,6 +232,8 @@ Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, cons
       d.ldw_bytes = part.row_bytes;
       d.out = quant_scratch_.data();
       d.ldo = k;
+      d.scales = part.scales;
+      if (d.scales.scales != nullptr) d.scales.scales += r0 * part.scales.ld;
       CELLM_RETURN_IF_ERROR(d.validate());
       launch_dequantize(d, stream);
       GemmArgs args;

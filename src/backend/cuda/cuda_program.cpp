@@ -561,16 +561,17 @@ Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& s
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w,
                          upload_weights(spec, weights, options.gguf_blocks ? gguf : nullptr));
   if (w.quantized()) {
-    CELLM_LOG_INFO("weights on the GPU: {:.0f} MiB; projections in GGUF blocks: {} (the rest bf16)",
+    CELLM_LOG_INFO("weights on the GPU: {:.0f} MiB; projections kept quantized: {} (the rest bf16)",
                    static_cast<double>(w.bytes()) / (1 << 20), w.quant.summary);
   }
   return make_program(spec, std::move(w), options);
 }
 
 Result<std::unique_ptr<program::Program>> load_random_program(
-    const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options) {
+    const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options,
+    bool fp8) {
   CELLM_RETURN_IF_ERROR(spec.validate());
-  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, random_weights(spec, seed));
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, random_weights(spec, seed, fp8));
   return make_program(spec, std::move(w), options);
 }
 

@@ -36,7 +36,8 @@ int device_count();
 
 // Uploads `weights` and builds the program. With `gguf` (the file the
 // weights came from) and options.gguf_blocks, projections in block types the
-// GPU kernels decode stay in their blocks (device_weights.h).
+// GPU kernels decode stay in their blocks; FP8 weights (weights.fp8) stay
+// FP8 (device_weights.h).
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
                                                        const program::ProgramOptions& options,
@@ -45,9 +46,11 @@ Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& s
 Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& spec,
                                                        DeviceWeights weights,
                                                        const program::ProgramOptions& options);
-// A program over random weights in the spec's shapes (benchmarks).
+// A program over random weights in the spec's shapes (benchmarks); `fp8`:
+// the layers' projections in FP8, as `--quantize fp8` stores a checkpoint's.
 Result<std::unique_ptr<program::Program>> load_random_program(
-    const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options);
+    const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options,
+    bool fp8 = false);
 
 // A host copy of a device (or host) tensor; synchronises the device.
 Result<Tensor> copy_to_host(const Tensor& tensor);

@@ -1,6 +1,8 @@
 #include "backend/cuda/device_quant.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -8,35 +10,50 @@
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_weights_fill.cuh"
+#include "core/dtype.h"
 #include "format/ggml_types.h"
 #include "model/gguf_model.h"
 
 namespace cellm::cuda {
 namespace {
 
-// One GGUF tensor of a projection: `rows` output rows of `cols` inputs.
+// One stored tensor of a projection: `rows` output rows of `cols` inputs.
 struct Piece {
-  const format::GgufTensorInfo* info = nullptr;
   std::int64_t rows = 0;
   std::int64_t cols = 0;
-  std::int32_t rotary_heads = 0;  // > 0: Q/K rows to reorder
+  std::int32_t rotary_heads = 0;  // > 0: GGUF Q/K rows to reorder
+  // Filled in by a finder:
+  std::string name;
+  QuantType type = QuantType::kQ8_0;
+  std::span<const std::uint8_t> bytes;  // rows * row_bytes
   std::int64_t row_bytes = 0;
+  std::vector<float> scales;  // kF8_E4M3: rows * scale_ld
+  std::int32_t scale_cols = 0;
+  std::int64_t scale_ld = 0;
 };
 
 struct Projection {
   DeviceQuant* target = nullptr;
   std::vector<Piece> pieces;
-  std::size_t offset = 0;  // into the storage
+  std::size_t offset = 0;  // into the storage: the pieces' bytes, then their scales
 };
+
+// The pieces of a projection in a form the kernels decode, nullopt when one
+// is not (the projection then stays bf16), or an error naming a tensor of
+// the right name and type but another shape.
+using Found = Result<std::optional<std::vector<Piece>>>;
+
+Status check_shape(const Piece& p, std::int64_t rows, std::int64_t cols, std::string_view what) {
+  if (rows == p.rows && cols == p.cols) return Status::ok();
+  return invalid_argument("{} '{}' is [{}, {}]; it should be [{}, {}]", what, p.name, rows, cols,
+                          p.rows, p.cols);
+}
 
 using ByName = std::map<std::string, const format::GgufTensorInfo*, std::less<>>;
 
-// The pieces of a projection if every one is in a block type the kernels
-// decode; nullopt when one is missing or of another type (the projection
-// then stays bf16); an error when one has the type but not the shape.
-Result<std::optional<std::vector<Piece>>> find_pieces(const ByName& by_name,
-                                                      std::vector<Piece> wanted,
-                                                      const std::vector<std::string>& names) {
+Found find_gguf(const ByName& by_name, const format::GgufFile& file, std::vector<Piece> wanted,
+                const std::vector<std::string>& names) {
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     const auto it = by_name.find(names[i]);
     if (it == by_name.end()) return std::optional<std::vector<Piece>>();
@@ -45,32 +62,216 @@ Result<std::optional<std::vector<Piece>>> find_pieces(const ByName& by_name,
       return std::optional<std::vector<Piece>>();
     }
     Piece& p = wanted[i];
-    if (info.ne.size() != 2 || static_cast<std::int64_t>(info.ne[0]) != p.cols ||
-        static_cast<std::int64_t>(info.ne[1]) != p.rows) {
-      return invalid_argument(
-          "GGUF tensor '{}' ({}) has {} dimensions [{}]; '{}' should be [{}, {}]", info.name,
-          format::ggml_type_name(info.type), info.ne.size(), fmt::join(info.ne, ", "), names[i],
-          p.rows, p.cols);
+    p.name = info.name;
+    if (info.ne.size() != 2) {
+      return invalid_argument("GGUF tensor '{}' ({}) has {} dimensions [{}]; '{}' is a matrix",
+                              info.name, format::ggml_type_name(info.type), info.ne.size(),
+                              fmt::join(info.ne, ", "), names[i]);
     }
-    const auto type = static_cast<QuantType>(info.type);
-    p.info = &info;
-    p.row_bytes = p.cols / quant_block_elems(type) * quant_block_bytes(type);
+    CELLM_RETURN_IF_ERROR(check_shape(p, static_cast<std::int64_t>(info.ne[1]),
+                                      static_cast<std::int64_t>(info.ne[0]), "GGUF tensor"));
+    p.type = static_cast<QuantType>(info.type);
+    p.row_bytes = p.cols / quant_block_elems(p.type) * quant_block_bytes(p.type);
+    p.bytes = file.tensor_bytes(info);
+    if (static_cast<std::int64_t>(p.bytes.size()) != p.rows * p.row_bytes) {
+      return invalid_argument("GGUF tensor '{}' holds {} bytes; {} rows of {} bytes expected",
+                              info.name, p.bytes.size(), p.rows, p.row_bytes);
+    }
   }
   return std::optional<std::vector<Piece>>(std::move(wanted));
 }
 
+float scale_at(const Tensor& scales, std::int64_t i) {
+  switch (scales.dtype()) {
+    case DType::kF32: return scales.data_as<float>()[i];
+    case DType::kBF16: return bf16_to_f32(scales.data_as<std::uint16_t>()[i]);
+    case DType::kF16: return f16_to_f32(scales.data_as<std::uint16_t>()[i]);
+    default: return 0.0f;
+  }
+}
+
+// An FP8 weight as a piece: its codes, and its scale grid expanded to one
+// float per row and block of columns; nullopt when the blocks split a lane's
+// run of 8 columns (or the codes are not whole 32-weight blocks).
+Result<std::optional<Piece>> fp8_piece(Piece p, const model::Fp8Weight& w) {
+  CELLM_RETURN_IF_ERROR(check_shape(p, w.codes.dim(0), w.codes.dim(1), "FP8 weight"));
+  const std::int64_t block_cols = std::min(w.block_cols, p.cols);
+  if (p.cols % quant_block_elems(QuantType::kF8_E4M3) != 0 || block_cols % 8 != 0 ||
+      w.block_rows <= 0) {
+    return std::optional<Piece>();
+  }
+  const std::int64_t grid_rows = (p.rows + w.block_rows - 1) / w.block_rows;
+  const std::int64_t grid_cols = (p.cols + w.block_cols - 1) / w.block_cols;
+  if (w.scales.numel() != grid_rows * grid_cols) {
+    return invalid_argument("FP8 weight '{}' has {} scales; its [{}, {}] blocks need {}", p.name,
+                            w.scales.numel(), w.block_rows, w.block_cols, grid_rows * grid_cols);
+  }
+  if (w.scales.dtype() != DType::kF32 && w.scales.dtype() != DType::kBF16 &&
+      w.scales.dtype() != DType::kF16) {
+    return invalid_argument("FP8 weight '{}' has {} scales; expected f32, bf16 or f16", p.name,
+                            dtype_name(w.scales.dtype()));
+  }
+  p.type = QuantType::kF8_E4M3;
+  p.row_bytes = p.cols;
+  p.bytes = {w.codes.data_as<std::uint8_t>(), static_cast<std::size_t>(p.rows * p.cols)};
+  p.scale_cols = static_cast<std::int32_t>(block_cols);
+  p.scale_ld = grid_cols;
+  p.scales.resize(static_cast<std::size_t>(p.rows * grid_cols));
+  for (std::int64_t r = 0; r < p.rows; ++r) {
+    for (std::int64_t c = 0; c < grid_cols; ++c) {
+      p.scales[static_cast<std::size_t>(r * grid_cols + c)] =
+          scale_at(w.scales, r / w.block_rows * grid_cols + c);
+    }
+  }
+  return std::optional<Piece>(std::move(p));
+}
+
+// FP8 pieces by their checkpoint names, or as one fused tensor (phi3's
+// qkv_proj / gate_up_proj) when `fused` names one.
+Found find_fp8(const model::Weights& weights, std::vector<Piece> wanted,
+               const std::vector<std::string>& names, const std::string& fused) {
+  if (!fused.empty() && weights.fp8.count(names[0]) == 0) {
+    const auto it = weights.fp8.find(fused);
+    if (it == weights.fp8.end()) return std::optional<std::vector<Piece>>();
+    Piece whole{0, wanted[0].cols, 0};
+    for (const Piece& p : wanted) whole.rows += p.rows;
+    whole.name = fused;
+    CELLM_ASSIGN_OR_RETURN(auto piece, fp8_piece(std::move(whole), it->second));
+    if (!piece) return std::optional<std::vector<Piece>>();
+    return std::optional<std::vector<Piece>>(std::vector<Piece>{std::move(*piece)});
+  }
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    const auto it = weights.fp8.find(names[i]);
+    if (it == weights.fp8.end()) return std::optional<std::vector<Piece>>();
+    wanted[i].name = names[i];
+    CELLM_ASSIGN_OR_RETURN(auto piece, fp8_piece(std::move(wanted[i]), it->second));
+    if (!piece) return std::optional<std::vector<Piece>>();
+    wanted[i] = std::move(*piece);
+  }
+  return std::optional<std::vector<Piece>>(std::move(wanted));
+}
+
+// A projection's wanted pieces and their names; `fused` for the FP8 finder.
+struct Wanted {
+  DeviceQuant* target;
+  std::vector<Piece> pieces;
+  std::vector<std::string> names;
+  std::string fused;
+};
+
+// Every projection of `spec` the forward multiplies, in layer order, then
+// the head (a tied head is the embedding's matrix).
+std::vector<Wanted> wanted_projections(const model::ModelSpec& spec, QuantWeights& out,
+                                       bool rotary_permuted, bool own_head) {
+  const std::int64_t hidden = spec.hidden_size;
+  const std::int64_t q_dim = static_cast<std::int64_t>(spec.num_heads) * spec.head_dim;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(spec.num_kv_heads) * spec.head_dim;
+  const std::int64_t inter = spec.intermediate_size;
+  const std::int32_t q_heads = rotary_permuted ? spec.num_heads : 0;
+  const std::int32_t kv_heads = rotary_permuted ? spec.num_kv_heads : 0;
+  out.layers.resize(static_cast<std::size_t>(spec.num_layers));
+  std::vector<Wanted> all;
+  for (int i = 0; i < spec.num_layers; ++i) {
+    QuantWeights::Layer& l = out.layers[static_cast<std::size_t>(i)];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    all.push_back({&l.qkv,
+                   {{q_dim, hidden, q_heads}, {kv_dim, hidden, kv_heads}, {kv_dim, hidden, 0}},
+                   {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                    p + "self_attn.v_proj.weight"},
+                   p + "self_attn.qkv_proj.weight"});
+    all.push_back({&l.o, {{hidden, q_dim, 0}}, {p + "self_attn.o_proj.weight"}, ""});
+    all.push_back({&l.gate_up,
+                   {{inter, hidden, 0}, {inter, hidden, 0}},
+                   {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                   p + "mlp.gate_up_proj.weight"});
+    all.push_back({&l.down, {{hidden, inter, 0}}, {p + "mlp.down_proj.weight"}, ""});
+  }
+  if (own_head || spec.tie_word_embeddings) {
+    all.push_back({&out.lm_head,
+                   {{spec.vocab_size, hidden, 0}},
+                   {own_head ? "lm_head.weight" : "model.embed_tokens.weight"},
+                   ""});
+  }
+  return all;
+}
+
 // Adds `piece` as a part at `row0`, merged into the previous part when it is
-// of the same type and row size (its rows then follow in memory).
-void add_part(DeviceQuant& q, const Piece& piece, const std::uint8_t* blocks, std::int64_t row0) {
-  const auto type = static_cast<QuantType>(piece.info->type);
+// of the same type and row size (its rows, and its scales, then follow in
+// memory).
+void add_part(DeviceQuant& q, const Piece& piece, const std::uint8_t* blocks, const float* scales,
+              std::int64_t row0) {
   if (!q.parts.empty()) {
     DeviceQuantPart& last = q.parts.back();
-    if (last.type == type && last.row_bytes == piece.row_bytes && last.row0 + last.rows == row0) {
+    if (last.type == piece.type && last.row_bytes == piece.row_bytes &&
+        last.row0 + last.rows == row0 && last.scales.cols == piece.scale_cols &&
+        last.scales.ld == piece.scale_ld) {
       last.rows += piece.rows;
       return;
     }
   }
-  q.parts.push_back({blocks, type, row0, piece.rows, piece.row_bytes});
+  q.parts.push_back({blocks, piece.type, row0, piece.rows, piece.row_bytes,
+                     RowScales{scales, piece.scale_cols, piece.scale_ld}});
+}
+
+std::string type_name(QuantType type) {
+  return type == QuantType::kF8_E4M3
+             ? std::string("F8_E4M3")
+             : std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+}
+
+// One allocation for every projection found: per projection its pieces'
+// bytes (GGUF Q/K rows reordered), then their scales.
+Result<QuantWeights> upload(QuantWeights out, std::vector<Projection> projections) {
+  if (projections.empty()) return out;
+  std::size_t total = 0;
+  std::map<std::string, int> counts;
+  for (Projection& proj : projections) {
+    proj.offset = total;
+    std::size_t bytes = 0;
+    for (const Piece& piece : proj.pieces) {
+      bytes += piece.bytes.size() + piece.scales.size() * sizeof(float);
+      ++counts[type_name(piece.type)];
+    }
+    total += align_up(bytes);
+  }
+  CELLM_ASSIGN_OR_RETURN(out.storage, DeviceBuffer<std::uint8_t>::allocate(total));
+  std::vector<std::uint8_t> reordered;
+  for (const Projection& proj : projections) {
+    std::uint8_t* at = out.storage.data() + proj.offset;
+    std::size_t code_bytes = 0;
+    for (const Piece& piece : proj.pieces) code_bytes += piece.bytes.size();
+    auto* scale_at = reinterpret_cast<float*>(at + code_bytes);
+    std::int64_t row0 = 0;
+    for (const Piece& piece : proj.pieces) {
+      std::span<const std::uint8_t> bytes = piece.bytes;
+      if (piece.rotary_heads > 0) {
+        if (piece.rows % (2 * piece.rotary_heads) != 0) {
+          return invalid_argument("GGUF tensor '{}': {} rows do not split into {} rotary heads",
+                                  piece.name, piece.rows, piece.rotary_heads);
+        }
+        reordered.resize(bytes.size());
+        model::unpermute_rotary_row_bytes(bytes, reordered, piece.rows,
+                                          static_cast<std::size_t>(piece.row_bytes),
+                                          piece.rotary_heads);
+        bytes = reordered;
+      }
+      CELLM_CUDA_CHECK(cudaMemcpy(at, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      const float* scales = nullptr;
+      if (!piece.scales.empty()) {
+        CELLM_CUDA_CHECK(cudaMemcpy(scale_at, piece.scales.data(),
+                                    piece.scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+        scales = scale_at;
+        scale_at += piece.scales.size();
+      }
+      add_part(*proj.target, piece, at, scales, row0);
+      at += bytes.size();
+      row0 += piece.rows;
+    }
+  }
+  for (const auto& [name, count] : counts) {
+    out.summary += fmt::format("{}{} x{}", out.summary.empty() ? "" : ", ", name, count);
+  }
+  return out;
 }
 
 }  // namespace
@@ -81,91 +282,63 @@ Result<QuantWeights> upload_quant_weights(const model::ModelSpec& spec,
   for (const auto& t : file.tensors()) {
     by_name.emplace(model::canonical_tensor_name(spec.arch, t.name), &t);
   }
-  const bool permuted = model::gguf_rotary_rows_permuted(spec.arch);
-  const std::int64_t hidden = spec.hidden_size;
-  const std::int64_t q_dim = static_cast<std::int64_t>(spec.num_heads) * spec.head_dim;
-  const std::int64_t kv_dim = static_cast<std::int64_t>(spec.num_kv_heads) * spec.head_dim;
-  const std::int64_t inter = spec.intermediate_size;
-
   QuantWeights out;
-  out.layers.resize(static_cast<std::size_t>(spec.num_layers));
   std::vector<Projection> projections;
-  auto consider = [&](DeviceQuant* target, std::vector<Piece> wanted,
-                      const std::vector<std::string>& names) -> Status {
-    CELLM_ASSIGN_OR_RETURN(auto pieces, find_pieces(by_name, std::move(wanted), names));
-    if (pieces) projections.push_back({target, std::move(*pieces), 0});
-    return Status::ok();
-  };
-  for (int i = 0; i < spec.num_layers; ++i) {
-    QuantWeights::Layer& l = out.layers[static_cast<std::size_t>(i)];
-    const std::string p = fmt::format("model.layers.{}.", i);
-    CELLM_RETURN_IF_ERROR(consider(&l.qkv,
-                                   {{nullptr, q_dim, hidden, permuted ? spec.num_heads : 0, 0},
-                                    {nullptr, kv_dim, hidden, permuted ? spec.num_kv_heads : 0, 0},
-                                    {nullptr, kv_dim, hidden, 0, 0}},
-                                   {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                    p + "self_attn.v_proj.weight"}));
-    CELLM_RETURN_IF_ERROR(
-        consider(&l.o, {{nullptr, hidden, q_dim, 0, 0}}, {p + "self_attn.o_proj.weight"}));
-    CELLM_RETURN_IF_ERROR(consider(&l.gate_up,
-                                   {{nullptr, inter, hidden, 0, 0}, {nullptr, inter, hidden, 0, 0}},
-                                   {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}));
-    CELLM_RETURN_IF_ERROR(
-        consider(&l.down, {{nullptr, hidden, inter, 0, 0}}, {p + "mlp.down_proj.weight"}));
+  for (Wanted& w : wanted_projections(spec, out, model::gguf_rotary_rows_permuted(spec.arch),
+                                      by_name.count("lm_head.weight") != 0)) {
+    CELLM_ASSIGN_OR_RETURN(auto pieces, find_gguf(by_name, file, std::move(w.pieces), w.names));
+    if (pieces) projections.push_back({w.target, std::move(*pieces), 0});
   }
-  // A tied head multiplies with the embedding's blocks (the lookup itself
-  // reads the bf16 copy).
-  const bool own_head = by_name.count("lm_head.weight") != 0;
-  if (own_head || spec.tie_word_embeddings) {
-    CELLM_RETURN_IF_ERROR(consider(&out.lm_head, {{nullptr, spec.vocab_size, hidden, 0, 0}},
-                                   {own_head ? "lm_head.weight" : "model.embed_tokens.weight"}));
-  }
-  if (projections.empty()) return out;
+  return upload(std::move(out), std::move(projections));
+}
 
+Result<QuantWeights> upload_fp8_weights(const model::ModelSpec& spec,
+                                        const model::Weights& weights) {
+  QuantWeights out;
+  if (weights.fp8.empty()) return out;
+  std::vector<Projection> projections;
+  for (Wanted& w : wanted_projections(spec, out, false, weights.fp8.count("lm_head.weight") != 0)) {
+    CELLM_ASSIGN_OR_RETURN(auto pieces, find_fp8(weights, std::move(w.pieces), w.names, w.fused));
+    if (pieces) projections.push_back({w.target, std::move(*pieces), 0});
+  }
+  return upload(std::move(out), std::move(projections));
+}
+
+}  // namespace cellm::cuda
+
+namespace cellm::cuda {
+
+Result<QuantWeights> random_fp8_weights(const model::ModelSpec& spec, std::uint64_t seed,
+                                        float stddev) {
+  QuantWeights out;
+  std::vector<Wanted> wanted = wanted_projections(spec, out, false, false);
+  std::erase_if(wanted, [&](const Wanted& w) { return w.target == &out.lm_head; });
   std::size_t total = 0;
-  std::map<std::string, int> counts;
-  for (Projection& proj : projections) {
-    proj.offset = total;
-    std::size_t bytes = 0;
-    for (const Piece& piece : proj.pieces) {
-      bytes += static_cast<std::size_t>(piece.rows * piece.row_bytes);
-      ++counts[std::string(format::ggml_type_name(piece.info->type))];
-    }
-    total += align_up(bytes);
+  for (const Wanted& w : wanted) {
+    std::int64_t rows = 0;
+    for (const Piece& p : w.pieces) rows += p.rows;
+    total += align_up(static_cast<std::size_t>(rows * (w.pieces[0].cols + 4)));
   }
   CELLM_ASSIGN_OR_RETURN(out.storage, DeviceBuffer<std::uint8_t>::allocate(total));
-  std::vector<std::uint8_t> reordered;
-  for (const Projection& proj : projections) {
-    std::size_t at = proj.offset;
-    std::int64_t row0 = 0;
-    for (const Piece& piece : proj.pieces) {
-      std::span<const std::uint8_t> bytes = file.tensor_bytes(*piece.info);
-      const auto size = static_cast<std::size_t>(piece.rows * piece.row_bytes);
-      if (bytes.size() != size) {
-        return invalid_argument("GGUF tensor '{}' holds {} bytes; {} rows of {} bytes expected",
-                                piece.info->name, bytes.size(), piece.rows, piece.row_bytes);
-      }
-      if (piece.rotary_heads > 0) {
-        if (piece.rows % (2 * piece.rotary_heads) != 0) {
-          return invalid_argument("GGUF tensor '{}': {} rows do not split into {} rotary heads",
-                                  piece.info->name, piece.rows, piece.rotary_heads);
-        }
-        reordered.resize(size);
-        model::unpermute_rotary_row_bytes(bytes, reordered, piece.rows,
-                                          static_cast<std::size_t>(piece.row_bytes),
-                                          piece.rotary_heads);
-        bytes = reordered;
-      }
-      std::uint8_t* dst = out.storage.data() + at;
-      CELLM_CUDA_CHECK(cudaMemcpy(dst, bytes.data(), size, cudaMemcpyHostToDevice));
-      add_part(*proj.target, piece, dst, row0);
-      at += size;
-      row0 += piece.rows;
-    }
+  // Uniform codes over (-448, 448) have std 448 / sqrt(3).
+  const float scale = stddev * 1.7320508f / 448.0f;
+  std::size_t offset = 0;
+  std::vector<float> scales;
+  for (const Wanted& w : wanted) {
+    std::int64_t rows = 0;
+    for (const Piece& p : w.pieces) rows += p.rows;
+    const std::int64_t cols = w.pieces[0].cols;
+    std::uint8_t* codes = out.storage.data() + offset;
+    auto* row_scales = reinterpret_cast<float*>(codes + rows * cols);
+    launch_fill_fp8(codes, static_cast<std::size_t>(rows * cols), ++seed * 7919u, nullptr);
+    scales.assign(static_cast<std::size_t>(rows), scale);
+    CELLM_CUDA_CHECK(cudaMemcpy(row_scales, scales.data(), scales.size() * sizeof(float),
+                                cudaMemcpyHostToDevice));
+    w.target->parts.push_back({codes, QuantType::kF8_E4M3, 0, rows, cols,
+                               RowScales{row_scales, static_cast<std::int32_t>(cols), 1}});
+    offset += align_up(static_cast<std::size_t>(rows * (cols + 4)));
   }
-  for (const auto& [name, count] : counts) {
-    out.summary += fmt::format("{}{} x{}", out.summary.empty() ? "" : ", ", name, count);
-  }
+  out.summary = fmt::format("F8_E4M3 x{} (random)", wanted.size());
   return out;
 }
 

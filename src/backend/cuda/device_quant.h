@@ -7,6 +7,12 @@
 // pieces are, each piece a part at its row offset (same-type neighbours
 // merge into one part, so a Q4_K gate/up is one matrix).
 //
+// FP8 checkpoints (and `--quantize fp8`) take the same form: each projection
+// whose stored E4M3 codes Weights::fp8 holds is uploaded as those codes, one
+// byte a weight, with its scales expanded to one float per row and scale
+// block (the kernels' RowScales), so per-tensor, per-channel and block-scaled
+// checkpoints all run through one kernel.
+//
 // Thread-safety: immutable after construction; read by the engine thread.
 #pragma once
 
@@ -19,6 +25,7 @@
 #include "cellm/status.h"
 #include "format/gguf.h"
 #include "model/model_spec.h"
+#include "model/weights.h"
 
 namespace cellm::cuda {
 
@@ -29,6 +36,7 @@ struct DeviceQuantPart {
   std::int64_t row0 = 0;
   std::int64_t rows = 0;
   std::int64_t row_bytes = 0;
+  RowScales scales;  // kF8_E4M3: the part's rows' scales
 };
 
 // A projection in blocks, parts in row order; empty: it is bf16.
@@ -44,7 +52,8 @@ struct QuantWeights {
   };
   std::vector<Layer> layers;
   DeviceQuant lm_head;
-  // "Q4_K x144, Q6_K x33": projections (pieces) kept in each type; "" when none.
+  // "Q4_K x144, Q6_K x33" (or "F8_E4M3 x224"): projections (pieces) kept in
+  // each type; "" when none.
   std::string summary;
 
   bool any() const { return !summary.empty(); }
@@ -55,5 +64,18 @@ struct QuantWeights {
 // an error naming it.
 Result<QuantWeights> upload_quant_weights(const model::ModelSpec& spec,
                                           const format::GgufFile& file);
+
+// Uploads the projections whose FP8 codes `weights.fp8` holds (empty
+// QuantWeights when it holds none). A projection keeps bf16 when a piece is
+// missing there or its scale blocks split a run of 8 columns.
+Result<QuantWeights> upload_fp8_weights(const model::ModelSpec& spec,
+                                        const model::Weights& weights);
+
+// Random FP8 layer projections in the spec's shapes (benchmarks of FP8
+// models without files): codes of uniform values, one scale a row, so the
+// weights are uniform with std `stddev` (the head stays bf16, as
+// `--quantize fp8` leaves it).
+Result<QuantWeights> random_fp8_weights(const model::ModelSpec& spec, std::uint64_t seed,
+                                        float stddev);
 
 }  // namespace cellm::cuda

@@ -142,6 +142,23 @@ Status upload(bf16* base, std::size_t off, const Tensor& t, std::int64_t expecte
   return Status::ok();
 }
 
+// The bf16 room the projections outside `quant` need, with `quant`'s parts
+// attached to their layers.
+Result<DeviceWeights> allocate_with(const model::ModelSpec& spec, QuantWeights quant) {
+  const Layout layout = plan(spec, quant.layers.empty() ? nullptr : &quant);
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const QuantWeights::Layer& q = quant.layers.empty() ? QuantWeights::Layer{} : quant.layers[i];
+    w.layers[i].qkv_q = q.qkv;
+    w.layers[i].o_q = q.o;
+    w.layers[i].gate_up_q = q.gate_up;
+    w.layers[i].down_q = q.down;
+  }
+  w.lm_head_q = quant.lm_head;
+  w.quant = std::move(quant);
+  return w;
+}
+
 }  // namespace
 
 std::size_t device_weight_bytes(const model::ModelSpec& spec) {
@@ -157,18 +174,11 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
   QuantWeights quant;
   if (gguf != nullptr) {
     CELLM_ASSIGN_OR_RETURN(quant, upload_quant_weights(spec, *gguf));
+  } else {
+    CELLM_ASSIGN_OR_RETURN(quant, upload_fp8_weights(spec, weights));
   }
-  const Layout layout = plan(spec, quant.layers.empty() ? nullptr : &quant);
-  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
-  for (std::size_t i = 0; i < w.layers.size(); ++i) {
-    const QuantWeights::Layer& q = quant.layers.empty() ? QuantWeights::Layer{} : quant.layers[i];
-    w.layers[i].qkv_q = q.qkv;
-    w.layers[i].o_q = q.o;
-    w.layers[i].gate_up_q = q.gate_up;
-    w.layers[i].down_q = q.down;
-  }
-  w.lm_head_q = quant.lm_head;
-  w.quant = std::move(quant);
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate_with(spec, std::move(quant)));
+  const Layout layout = plan(spec, w.quant.layers.empty() ? nullptr : &w.quant);
   bf16* base = w.storage.data();
   const Dims d = dims_of(spec);
   std::vector<std::uint16_t> staging;
@@ -228,15 +238,20 @@ Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::
   return w;
 }
 
-Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed) {
-  const Layout layout = plan(spec);
-  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate(spec, layout));
+Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed, bool fp8) {
+  QuantWeights quant;
+  if (fp8) {
+    CELLM_ASSIGN_OR_RETURN(quant, random_fp8_weights(spec, seed, 0.02f));
+  }
+  CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate_with(spec, std::move(quant)));
+  const Layout layout = plan(spec, w.quant.layers.empty() ? nullptr : &w.quant);
   bf16* base = w.storage.data();
   const Dims d = dims_of(spec);
   const float bound = 0.02f * 1.7320508f;  // uniform with std 0.02
   const float norm_value = spec.norm_weight_offset ? 0.0f : 1.0f;
   std::uint64_t stream_id = seed * 1000003ull;
   auto matrix = [&](std::size_t off, std::int64_t count) {
+    if (off == Layout::kNone) return;  // in FP8
     launch_fill_uniform(base + off, static_cast<std::size_t>(count), bound, ++stream_id, nullptr);
   };
   auto norm = [&](std::size_t off, std::int64_t count) {

@@ -55,13 +55,17 @@ struct DeviceWeights {
 
 // Converts and uploads `weights` (checked against `spec`); with `gguf` (the
 // file they were loaded from) the projections the quantized kernels decode
-// are uploaded in its blocks instead of converted.
+// are uploaded in its blocks instead of converted, and without it those
+// whose FP8 codes `weights.fp8` holds are uploaded as FP8.
 Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights,
                                      const format::GgufFile* gguf = nullptr);
 // Random weights in the spec's shapes: matrices uniform with std 0.02, the
 // embedding (and an untied head) with std 1 so logits have a real spread,
-// norms 1 (0 with the (1 + w) offset), biases 0.
-Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed);
+// norms 1 (0 with the (1 + w) offset), biases 0. `fp8`: the layers'
+// projections in FP8 with one scale a row (device_quant.h), as
+// `--quantize fp8` would store them.
+Result<DeviceWeights> random_weights(const model::ModelSpec& spec, std::uint64_t seed,
+                                     bool fp8 = false);
 
 // A host copy (bf16 tensors) in the canonical per-layer form, e.g. to run the
 // CPU program over the very values a random device model holds.

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
+#include "format/fp8.h"
 #include "format/ggml_types.h"
 #include "gpu_test_util.h"
 #include "model/gguf_model.h"
@@ -43,6 +44,7 @@ std::vector<int> half_fields(QuantType type) {
     case QuantType::kQ4_K:
     case QuantType::kQ5_K: return {0, 2};  // d, dmin
     case QuantType::kQ6_K: return {208};   // d after ql, qh and the scales
+    case QuantType::kF8_E4M3: return {};   // scales beside the rows
     default: return {0};                   // d first
   }
 }
@@ -56,6 +58,9 @@ std::vector<std::uint8_t> random_rows(QuantType type, int n, int k, std::int64_t
   std::vector<std::uint8_t> out(static_cast<std::size_t>(n * ldw_bytes));
   std::uniform_int_distribution<int> byte(0, 255), exponent(8, 12), mantissa(0, 1023), sign(0, 1);
   for (auto& b : out) b = static_cast<std::uint8_t>(byte(rng));
+  if (type == QuantType::kF8_E4M3) {
+    for (auto& b : out) b = (b & 0x7f) == 0x7f ? 0 : b;  // no NaN codes
+  }
   for (int r = 0; r < n; ++r) {
     for (int b = 0; b < blocks; ++b) {
       std::uint8_t* block = out.data() + r * ldw_bytes + static_cast<std::int64_t>(b) * block_bytes;
@@ -71,9 +76,41 @@ std::vector<std::uint8_t> random_rows(QuantType type, int n, int k, std::int64_t
   return out;
 }
 
-// Row r of the weights as the CPU's reference dequantizer reads it.
+// FP8 rows' scales: one per row and `cols` columns, random in 2^-10..2^-5.
+struct Fp8Scales {
+  std::vector<float> values;
+  int cols = 0;
+  std::int64_t ld = 0;
+};
+Fp8Scales random_scales(int n, int k, int cols, std::mt19937& rng) {
+  Fp8Scales s;
+  s.cols = cols;
+  s.ld = (k + cols - 1) / cols + 1;  // padded, as a part's slice of a wider grid is
+  std::uniform_real_distribution<float> exponent(-10.0f, -5.0f);
+  s.values.resize(static_cast<std::size_t>(n * s.ld));
+  for (float& v : s.values) v = std::exp2(exponent(rng));
+  return s;
+}
+
+std::string type_name(QuantType type) {
+  return type == QuantType::kF8_E4M3
+             ? std::string("F8_E4M3")
+             : std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+}
+
+// Row r of the weights as the CPU's reference dequantizer reads it (FP8:
+// format's decoding table times the row's scales).
 std::vector<float> dequantized_row(QuantType type, const std::vector<std::uint8_t>& rows, int r,
-                                   int k, std::int64_t ldw_bytes) {
+                                   int k, std::int64_t ldw_bytes, const Fp8Scales& scales) {
+  if (type == QuantType::kF8_E4M3) {
+    std::vector<float> out(static_cast<std::size_t>(k));
+    for (int c = 0; c < k; ++c) {
+      out[static_cast<std::size_t>(c)] =
+          format::e4m3_to_f32(rows[static_cast<std::size_t>(r * ldw_bytes + c)]) *
+          scales.values[static_cast<std::size_t>(r * scales.ld + c / scales.cols)];
+    }
+    return out;
+  }
   const std::size_t bytes =
       static_cast<std::size_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
   std::vector<float> out(static_cast<std::size_t>(k));
@@ -93,8 +130,7 @@ struct Case {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return fmt::format("{}_m{}_n{}_k{}_{}{}",
-                     format::ggml_type_name(static_cast<format::GgmlType>(c.type)), c.m, c.n, c.k,
+  return fmt::format("{}_m{}_n{}_k{}_{}{}", type_name(c.type), c.m, c.n, c.k,
                      c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "");
 }
 
@@ -110,6 +146,9 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   const int lda = c.k + 8;                       // a column slice of a wider buffer
   const int ldc = c.n + 3;                       // the columns past n must stay untouched
   const auto w = random_rows(c.type, c.n, c.k, ldw_bytes, rng);
+  // FP8: per-row scales for odd m, 32-column blocks for even m.
+  const Fp8Scales scales = random_scales(c.n, c.k, c.m % 2 == 1 ? c.k : 32, rng);
+  DeviceArray<float> dscales(scales.values);
   const auto a = random_bf16(static_cast<std::size_t>(c.m) * lda, rng);
   const auto bias = random_bf16(static_cast<std::size_t>(c.n), rng, -4.0f, 4.0f);
   DeviceArray<std::uint8_t> dw(w);
@@ -132,6 +171,7 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   p.lda = lda;
   p.ldw_bytes = ldw_bytes;
   p.ldc = ldc;
+  if (c.type == QuantType::kF8_E4M3) p.scales = {dscales.data(), scales.cols, scales.ld};
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_qgemv(p, nullptr);
   CELLM_CUDA_CHECK(cudaGetLastError());
@@ -140,7 +180,7 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   const std::vector<float> af = to_float(a);
   std::vector<double> ref(static_cast<std::size_t>(c.m) * c.n);
   for (int col = 0; col < c.n; ++col) {
-    const std::vector<float> wr = dequantized_row(c.type, w, col, c.k, ldw_bytes);
+    const std::vector<float> wr = dequantized_row(c.type, w, col, c.k, ldw_bytes, scales);
     for (int row = 0; row < c.m; ++row) {
       double sum = 0.0;
       for (int i = 0; i < c.k; ++i) {
@@ -174,9 +214,10 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1,
-                      QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K,
-                      QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kIQ4_XS}) {
+  for (QuantType t :
+       {QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1, QuantType::kQ8_0,
+        QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K,
+        QuantType::kIQ4_XS, QuantType::kF8_E4M3}) {
     const bool small_blocks = quant_block_elems(t) == 32;
     for (int m : {1, 2, 3, 4, 5, 8}) {
       out.push_back({t, m, 37, 512, m % 2 == 1, m == 3 || m == 4});
@@ -208,6 +249,8 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
       static_cast<std::int64_t>(cols / quant_block_elems(type)) * quant_block_bytes(type) + 4;
   const int ldo = cols + 8;
   const auto w = random_rows(type, rows, cols, ldw_bytes, rng);
+  const Fp8Scales scales = random_scales(rows, cols, 64, rng);
+  DeviceArray<float> dscales(scales.values);
   DeviceArray<std::uint8_t> dw(w);
   DeviceArray<bf16> out(static_cast<std::size_t>(rows) * ldo);
   out.poison();
@@ -219,13 +262,14 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
   p.ldw_bytes = ldw_bytes;
   p.out = out.data();
   p.ldo = ldo;
+  if (type == QuantType::kF8_E4M3) p.scales = {dscales.data(), scales.cols, scales.ld};
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_dequantize(p, nullptr);
   CELLM_CUDA_CHECK(cudaGetLastError());
   const std::vector<float> got = to_float(out.download());
   int off_by_one = 0;
   for (int r = 0; r < rows; ++r) {
-    const std::vector<float> ref = dequantized_row(type, w, r, cols, ldw_bytes);
+    const std::vector<float> ref = dequantized_row(type, w, r, cols, ldw_bytes, scales);
     for (int c = 0; c < ldo; ++c) {
       const float v = got[static_cast<std::size_t>(r) * ldo + c];
       if (c >= cols) {
@@ -243,15 +287,12 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
   EXPECT_LE(off_by_one, rows * cols / 100);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, DequantizeTest,
-                         ::testing::Values(QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0,
-                                           QuantType::kQ5_1, QuantType::kQ8_0, QuantType::kQ2_K,
-                                           QuantType::kQ3_K, QuantType::kQ4_K, QuantType::kQ5_K,
-                                           QuantType::kQ6_K, QuantType::kIQ4_XS),
-                         [](const ::testing::TestParamInfo<QuantType>& info) {
-                           return std::string(
-                               format::ggml_type_name(static_cast<format::GgmlType>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, DequantizeTest,
+    ::testing::Values(QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1,
+                      QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K,
+                      QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kIQ4_XS, QuantType::kF8_E4M3),
+    [](const ::testing::TestParamInfo<QuantType>& info) { return type_name(info.param); });
 
 TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   alignas(16) static bf16 a[4096];
@@ -294,6 +335,20 @@ TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   EXPECT_NE(bad.validate().to_string().find("overlap"), std::string::npos);
   EXPECT_TRUE(quant_type_supported(14));
   EXPECT_FALSE(quant_type_supported(9));
+
+  // FP8 rows without their scales, or with scales that split a lane's run.
+  QGemvParams f8 = p;
+  f8.type = QuantType::kF8_E4M3;
+  f8.ldw_bytes = 256;
+  EXPECT_NE(f8.validate().to_string().find("FP8 rows need scales"), std::string::npos)
+      << f8.validate().to_string();
+  alignas(16) static float scales[8];
+  f8.scales = {scales, 128, 2};
+  EXPECT_TRUE(f8.validate().is_ok()) << f8.validate().to_string();
+  f8.scales.cols = 12;
+  EXPECT_FALSE(f8.validate().is_ok());
+  f8.scales = {scales, 128, 1};  // 256 columns need two a row
+  EXPECT_FALSE(f8.validate().is_ok());
 }
 
 // `cellm inspect` predicts the GPU's resident bytes from the model layer's

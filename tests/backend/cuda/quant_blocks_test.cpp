@@ -5,6 +5,7 @@
 // rounding of a fused multiply-add). Needs no GPU.
 #include "backend/cuda/kernels/quant_blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 
 #include "cellm/status.h"
 #include "core/dtype.h"
+#include "format/fp8.h"
 #include "format/ggml_types.h"
 
 namespace cellm::cuda::qblocks {
@@ -129,6 +131,42 @@ TEST(QuantBlocksTest, Q3_K) {
 }
 TEST(QuantBlocksTest, IQ4_XS) {
   check_type<IQ4_XS>(format::GgmlType::kIQ4_XS, {0}, 768);
+}
+
+// FP8 rows: every code of a row (all 256 values, NaN codes included, in a
+// shuffled order over a row of 576) decoded once, at its position, as
+// format's table decodes it (the kernels apply the scales afterwards).
+TEST(QuantBlocksTest, F8_E4M3) {
+  constexpr int k = 576;
+  std::vector<std::uint8_t> row(k);
+  for (int i = 0; i < k; ++i) row[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i % 256);
+  std::mt19937 rng(7);
+  std::shuffle(row.begin(), row.end(), rng);
+  std::vector<int> hits(k, 0);
+  const int blocks = k / F8_E4M3::kBlockElems;
+  for (int g = 0; g < (k + 255) / 256; ++g) {
+    for (int lane = 0; lane < 32; ++lane) {
+      if (!F8_E4M3::valid(g, lane, blocks)) continue;
+      F8_E4M3::Raw raw;
+      F8_E4M3::load(raw, row.data(), g, lane);
+      float w[8];
+      F8_E4M3::decode(raw, lane, w);
+      for (int t = 0; t < 8; ++t) {
+        const int pos = F8_E4M3::pos(g, lane, 0) + t;
+        ASSERT_LT(pos, k);
+        ++hits[static_cast<std::size_t>(pos)];
+        const std::uint8_t code = row[static_cast<std::size_t>(pos)];
+        const float want = format::e4m3_to_f32(code);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(w[t])) << "code " << int{code};
+        } else {
+          EXPECT_EQ(w[t], want) << "code " << int{code};
+          EXPECT_EQ(std::signbit(w[t]), std::signbit(want)) << "code " << int{code};
+        }
+      }
+    }
+  }
+  for (int i = 0; i < k; ++i) EXPECT_EQ(hits[static_cast<std::size_t>(i)], 1) << "weight " << i;
 }
 
 }  // namespace

@@ -5,9 +5,24 @@
 namespace cellm::cuda {
 namespace {
 
-// Q4_K and Q5_K read their blocks in 4-byte words; the others in 2-byte ones.
+// Q4_K, Q5_K and FP8 read their rows in 4-byte words; the others in 2-byte ones.
 std::int64_t word_bytes(QuantType type) {
-  return type == QuantType::kQ4_K || type == QuantType::kQ5_K ? 4 : 2;
+  return type == QuantType::kQ4_K || type == QuantType::kQ5_K || type == QuantType::kF8_E4M3 ? 4
+                                                                                             : 2;
+}
+
+// FP8 rows need their scales; the block types carry theirs.
+Status check_scales(QuantType type, const RowScales& s, std::int64_t cols, const char* op) {
+  if (type != QuantType::kF8_E4M3) return Status::ok();
+  if (s.scales == nullptr || s.cols <= 0 || s.cols % 8 != 0 ||
+      s.ld < (cols + s.cols - 1) / s.cols) {
+    return invalid_argument(
+        "cuda {}: FP8 rows need scales (got {}, one per {} columns, {} a row; need a positive "
+        "multiple of 8 columns and at least {} a row)",
+        op, static_cast<const void*>(s.scales), s.cols, s.ld,
+        s.cols > 0 ? (cols + s.cols - 1) / s.cols : cols);
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -24,7 +39,8 @@ bool quant_type_supported(std::uint32_t raw) {
     case QuantType::kQ5_1:
     case QuantType::kQ2_K:
     case QuantType::kQ3_K:
-    case QuantType::kIQ4_XS: return true;
+    case QuantType::kIQ4_XS:
+    case QuantType::kF8_E4M3: return true;
   }
   return false;
 }
@@ -36,7 +52,7 @@ Status QGemvParams::validate() const {
   if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
     return invalid_argument(
         "cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q4_1, "
-        "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)",
+        "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, FP8 E4M3)",
         static_cast<std::int32_t>(type));
   }
   const int elems = quant_block_elems(type);
@@ -60,6 +76,7 @@ Status QGemvParams::validate() const {
         "cuda qgemv: lda={} ldc={} for k={} n={} (need lda >= k and a multiple of 8, ldc >= n)",
         lda, ldc, k, n);
   }
+  CELLM_RETURN_IF_ERROR(check_scales(type, scales, k, "qgemv"));
   CELLM_RETURN_IF_ERROR(require_aligned16(a, "qgemv", "a"));
   CELLM_RETURN_IF_ERROR(
       require_disjoint(a, out, m, lda, k, ldc, n, out_f32 ? sizeof(float) : sizeof(bf16), "qgemv"));
@@ -84,6 +101,7 @@ Status DequantParams::validate() const {
         "blocks, a stride of at least {} bytes in {}-byte words, ldo >= cols and a multiple of 8)",
         rows, cols, ldw_bytes, ldo, elems, row_bytes, word);
   }
+  CELLM_RETURN_IF_ERROR(check_scales(type, scales, cols, "dequantize"));
   return require_aligned16(out, "dequantize", "out");
 }
 

@@ -47,6 +47,18 @@ __device__ __forceinline__ void load_run(const bf16* src, float* x) {
   }
 }
 
+// Multiplies a lane's 8 decoded weights of row `r` by their scale, for
+// decoders whose blocks carry none (FP8); a no-op for the others.
+template <class D>
+__device__ __forceinline__ void apply_row_scale(const RowScales& s, std::int64_t r, int col,
+                                                float (&w)[8]) {
+  if constexpr (scaled_v<D>) {
+    const float scale = __ldg(s.scales + r * s.ld + col / s.cols);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) w[t] *= scale;
+  }
+}
+
 template <class D, int kM>
 __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__ QGemvParams p) {
   const int lane = threadIdx.x & 31;
@@ -83,7 +95,10 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__
       const int g = g0 + u;
       float w[kRowsPerWarp][8];
 #pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) D::decode(raw[u][i], lane, w[i]);
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        D::decode(raw[u][i], lane, w[i]);
+        apply_row_scale<D>(p.scales, second || i == 0 ? row0 + i : row0, D::pos(g, lane, 0), w[i]);
+      }
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         if (m >= p.m) break;
@@ -142,6 +157,7 @@ __global__ void __launch_bounds__(kThreads)
     D::load(raw, static_cast<const std::uint8_t*>(p.w) + r * p.ldw_bytes, g, lane);
     float w[8];
     D::decode(raw, lane, w);
+    apply_row_scale<D>(p.scales, r, D::pos(g, lane, 0), w);
     bf16* row = p.out + r * p.ldo;
 #pragma unroll
     for (int run = 0; run < D::kRuns; ++run) {
@@ -190,6 +206,7 @@ void launch_dequantize(const DequantParams& p, cudaStream_t stream) {
     case QuantType::kQ2_K: launch_dequantize_as<Q2_K>(p, stream); break;
     case QuantType::kQ3_K: launch_dequantize_as<Q3_K>(p, stream); break;
     case QuantType::kIQ4_XS: launch_dequantize_as<IQ4_XS>(p, stream); break;
+    case QuantType::kF8_E4M3: launch_dequantize_as<F8_E4M3>(p, stream); break;
     case QuantType::kQ8_0: launch_dequantize_as<Q8_0>(p, stream); break;
     case QuantType::kQ4_K: launch_dequantize_as<Q4_K>(p, stream); break;
     case QuantType::kQ6_K: launch_dequantize_as<Q6_K>(p, stream); break;
@@ -206,6 +223,7 @@ int quant_block_elems(QuantType type) {
     case QuantType::kQ2_K: return Q2_K::kBlockElems;
     case QuantType::kQ3_K: return Q3_K::kBlockElems;
     case QuantType::kIQ4_XS: return IQ4_XS::kBlockElems;
+    case QuantType::kF8_E4M3: return F8_E4M3::kBlockElems;
     case QuantType::kQ8_0: return Q8_0::kBlockElems;
     case QuantType::kQ4_K: return Q4_K::kBlockElems;
     case QuantType::kQ6_K: return Q6_K::kBlockElems;
@@ -223,6 +241,7 @@ int quant_block_bytes(QuantType type) {
     case QuantType::kQ2_K: return Q2_K::kBlockBytes;
     case QuantType::kQ3_K: return Q3_K::kBlockBytes;
     case QuantType::kIQ4_XS: return IQ4_XS::kBlockBytes;
+    case QuantType::kF8_E4M3: return F8_E4M3::kBlockBytes;
     case QuantType::kQ8_0: return Q8_0::kBlockBytes;
     case QuantType::kQ4_K: return Q4_K::kBlockBytes;
     case QuantType::kQ6_K: return Q6_K::kBlockBytes;
@@ -246,6 +265,7 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
     case QuantType::kQ2_K: launch_for<Q2_K>(p, config); break;
     case QuantType::kQ3_K: launch_for<Q3_K>(p, config); break;
     case QuantType::kIQ4_XS: launch_for<IQ4_XS>(p, config); break;
+    case QuantType::kF8_E4M3: launch_for<F8_E4M3>(p, config); break;
     case QuantType::kQ8_0: launch_for<Q8_0>(p, config); break;
     case QuantType::kQ4_K: launch_for<Q4_K>(p, config); break;
     case QuantType::kQ6_K: launch_for<Q6_K>(p, config); break;

@@ -34,7 +34,8 @@ namespace cellm::cuda {
 inline constexpr int kQGemvMaxRows = 8;
 
 // The block types the kernel decodes (kernels/quant_blocks.h), numbered as
-// GGUF numbers them.
+// GGUF numbers them; FP8 E4M3 rows (bare codes, scales beside them) take a
+// number past GGUF's.
 enum class QuantType : std::int32_t {
   kQ4_0 = 2,
   kQ4_1 = 3,
@@ -46,7 +47,18 @@ enum class QuantType : std::int32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
-  kIQ4_XS = 23
+  kIQ4_XS = 23,
+  kF8_E4M3 = 1000
+};
+
+// Scales beside the rows, for the types whose blocks hold none (kF8_E4M3):
+// weight (r, c) is multiplied by scales[r * ld + c / cols] (r counted from
+// the first row the launch covers). `cols` is a multiple of 8, so that a
+// lane's 8 consecutive weights share one scale.
+struct RowScales {
+  const float* scales = nullptr;
+  std::int32_t cols = 0;
+  std::int64_t ld = 0;
 };
 
 // Elements and bytes of one block of `type` (32 or 256 elements).
@@ -68,6 +80,7 @@ struct QGemvParams {
   std::int64_t lda = 0;
   std::int64_t ldw_bytes = 0;  // at least k / block_elems * block_bytes; even
   std::int64_t ldc = 0;
+  RowScales scales;  // kF8_E4M3 only
   // Programmatic dependent launch (launch.h): the kernel waits before it
   // reads `a`.
   bool pdl = false;
@@ -88,6 +101,7 @@ struct DequantParams {
   std::int64_t ldw_bytes = 0;
   bf16* out = nullptr;   // 16-byte aligned
   std::int64_t ldo = 0;  // a multiple of 8
+  RowScales scales;      // kF8_E4M3 only
 
   Status validate() const;
 };

@@ -45,6 +45,16 @@ CELLM_QB_FN std::uint32_t ld32(const std::uint8_t* p) {
 #endif
 }
 
+CELLM_QB_FN float float_bits(std::uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
 // The f16 in the low 16 bits of `bits`.
 CELLM_QB_FN float half_bits(std::uint32_t bits) {
 #if defined(__CUDA_ARCH__)
@@ -495,6 +505,46 @@ struct IQ4_XS {
       w[4 + t] = dl * static_cast<float>(iq4_grid(q >> 4));
     }
   }
+};
+
+// FP8 E4M3 (Hugging Face FP8 checkpoints, `--quantize fp8`): a row is its
+// bare codes, one byte a weight, and the scales live beside the rows (one
+// per row and run of scale_cols columns; the kernels multiply them in, so
+// this decoder's kScaled). A lane takes 8 consecutive codes of a 32-weight
+// block, as Q8_0 does. The code becomes an f16 with the same sign, exponent
+// and mantissa bits (E4M3's bias 7 against f16's 15: a factor 2^-8, exact
+// for normals and subnormals alike), times 256; S.1111.111 is NaN.
+CELLM_QB_FN float e4m3_value(std::uint32_t code) {
+  const std::uint32_t h = ((code & 0x80u) << 8) | ((code & 0x7fu) << 7);
+  const float v = half_bits(h) * 256.0f;
+  return (code & 0x7fu) == 0x7fu ? float_bits(0x7fc00000u | ((code & 0x80u) << 24)) : v;
+}
+struct F8_E4M3 {
+  static constexpr int kBlockElems = 32, kBlockBytes = 32, kRuns = 1, kRunLen = 8;
+  static constexpr bool kScaled = true;
+  struct Raw {
+    std::uint32_t q[2];
+  };
+  CELLM_QB_FN static bool valid(int g, int lane, int blocks) {
+    return small_block(g, lane) < blocks;
+  }
+  CELLM_QB_FN static int pos(int g, int lane, int /*run*/) {
+    return small_block(g, lane) * 32 + 8 * (lane % 4);
+  }
+  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
+    const std::uint8_t* b = row + pos(g, lane, 0);
+    r.q[0] = ld32(b);
+    r.q[1] = ld32(b + 4);
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int /*lane*/, float (&w)[8]) {
+    for (int t = 0; t < 8; ++t) w[t] = e4m3_value(byte_of(r.q[t / 4], t % 4));
+  }
+};
+
+// Whether decoder D's values still take the per-row scales beside the rows.
+template <class D>
+constexpr bool scaled_v = requires {
+  D::kScaled;
 };
 
 }  // namespace cellm::cuda::qblocks
