@@ -63,9 +63,9 @@ void qgemv_args(benchmark::internal::Benchmark* b) {
   struct Shape {
     int n, k;
   };
-  // Llama-3.2-1B then Llama-3.1-8B: qkv, o, gate_up, down.
-  const Shape shapes[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},
-                          {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  // Llama-3.2-1B then Llama-3.1-8B: qkv, o, gate_up, down, lm_head.
+  const Shape shapes[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},  {128256, 2048},
+                          {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
   for (const int type : {2, 8, 12, 14, 1000}) {  // 1000: FP8 E4M3
     for (const Shape& s : shapes) {
       for (const int m : {1, 2, 4, 8}) b->Args({type, m, s.n, s.k});

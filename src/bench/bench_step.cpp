@@ -47,12 +47,12 @@ Status finished_well(const GenerationHandle& h, const char* what) {
 }  // namespace
 
 Result<ServedDecodeBench> ServedDecodeBench::open(Runner& runner, int batch, std::int64_t vocab,
-                                                  std::uint64_t seed) {
+                                                  std::uint64_t seed, bool speculative) {
   if (batch < 1 || vocab < 1) {
     return invalid_argument("served decode: needs a batch and a vocabulary, got {} and {}", batch,
                             vocab);
   }
-  ServedDecodeBench bench(runner, vocab, seed);
+  ServedDecodeBench bench(runner, vocab, seed, speculative);
   std::vector<std::future<std::optional<Session> > > opening;
   for (int b = 0; b < batch; ++b) opening.push_back(runner.open_session_async());
   for (auto& f : opening) {
@@ -189,6 +189,22 @@ Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int
       return internal_error("bench: a session delivered {} tokens of {}", c, generated);
     }
   }
+  const Delivery& from = first[static_cast<std::size_t>(warmup)];
+  const Delivery& to = first.back();
+  const double ms = std::chrono::duration<double, std::milli>(to.at - from.at).count();
+  ServedDecode out;
+  // The step that delivers token i attends before + i + 1 keys.
+  out.mean_keys = before + 1 + (warmup + 1 + generated - 1) / 2.0;
+  if (speculative_) {
+    // Steps deliver one token or more; every session must still get one in
+    // each step (none waits while another speculates).
+    const std::int64_t engine_steps = to.step - from.step;
+    if (engine_steps < 1) return internal_error("bench: the timed tokens took no engine step");
+    out.steps = static_cast<int>(engine_steps);
+    out.tokens_per_step = static_cast<double>(steps) / static_cast<double>(engine_steps);
+    out.ms_per_step = ms / steps;
+    return out;
+  }
   for (int i = warmup; i + 1 < generated; ++i) {
     const Delivery& a = first[static_cast<std::size_t>(i)];
     const Delivery& b = first[static_cast<std::size_t>(i + 1)];
@@ -199,14 +215,8 @@ Result<ServedDecode> ServedDecodeBench::time(const SamplingParams& sampling, int
           batch, i, i + 1, b.step - a.step, b.index - a.index);
     }
   }
-  ServedDecode out;
   out.steps = steps;
-  out.ms_per_step = std::chrono::duration<double, std::milli>(
-                        first.back().at - first[static_cast<std::size_t>(warmup)].at)
-                        .count() /
-                    steps;
-  // The step that delivers token i attends before + i + 1 keys.
-  out.mean_keys = before + 1 + (warmup + 1 + generated - 1) / 2.0;
+  out.ms_per_step = ms / steps;
   return out;
 }
 
@@ -235,7 +245,8 @@ struct Point {
   double ms = 0;
   double tokens_per_s = 0;
   double floor_ms = 0;
-  int steps = 0;  // decode: steps timed
+  int steps = 0;               // decode: steps timed
+  double tokens_per_step = 1;  // decode: a session's tokens per step (speculation)
   std::string skipped;
 };
 
@@ -334,7 +345,8 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
       }
       CELLM_ASSIGN_OR_RETURN(bench,
                              ServedDecodeBench::open(*runner, batch, spec.vocab_size,
-                                                     o.seed + static_cast<std::uint64_t>(batch)));
+                                                     o.seed + static_cast<std::uint64_t>(batch),
+                                                     !o.speculate.empty()));
     }
     for (int context : contexts) {
       const int start = bench ? std::max(context, bench->context()) : context;
@@ -351,6 +363,7 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
         CELLM_ASSIGN_OR_RETURN(ServedDecode served, bench->time(sampling, o.warmup_steps, o.steps));
         p.ms = served.ms_per_step;
         p.steps = served.steps;
+        p.tokens_per_step = served.tokens_per_step;
         p.tokens_per_s = batch * 1000.0 / p.ms;
         // The KV the timed steps read, on average, and every weight.
         const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
@@ -361,10 +374,11 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
                                    : static_cast<double>(cuda::cuda_weight_bytes_read(*program));
         p.floor_ms = (weights + kv) / dev.copy_bytes_per_s * 1e3;
         std::fprintf(out,
-                     "decode batch %4d context %5d %-22s %8.3f ms/step  %9.0f tok/s  (%.0f%% of "
-                     "roofline, %d steps at %.0f keys)\n",
-                     batch, context, name, p.ms, p.tokens_per_s, 100.0 * p.floor_ms / p.ms, p.steps,
-                     served.mean_keys);
+                     "decode batch %4d context %5d %-22s %8.3f ms/%s  %9.0f tok/s  (%.0f%% of "
+                     "roofline, %d steps at %.0f keys, %.2f tokens a step)\n",
+                     batch, context, name, p.ms, o.speculate.empty() ? "step" : "token",
+                     p.tokens_per_s, 100.0 * p.floor_ms / p.ms, p.steps, served.mean_keys,
+                     served.tokens_per_step);
         std::fflush(out);
         points.push_back(p);
       }
@@ -503,8 +517,11 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
       if (!p.skipped.empty()) {
         j["skipped"] = p.skipped;
       } else {
-        j[p.kind == "decode" ? "ms_per_step" : "ms"] = p.ms;
-        if (p.kind == "decode") j["steps"] = p.steps;
+        j[p.kind != "decode" ? "ms" : o.speculate.empty() ? "ms_per_step" : "ms_per_token"] = p.ms;
+        if (p.kind == "decode") {
+          j["steps"] = p.steps;
+          j["tokens_per_step"] = p.tokens_per_step;
+        }
         j["tokens_per_s"] = p.tokens_per_s;
         j["roofline_ms"] = p.floor_ms;
         j["roofline_fraction"] = p.floor_ms / p.ms;

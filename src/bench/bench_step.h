@@ -61,16 +61,22 @@ struct StepBenchOptions {
 // Decode points as `cellm serve` runs them (see above), on any runner: one
 // set of sessions, prefilled to each context in turn, timed at each.
 struct ServedDecode {
+  // Plain decoding: one step, which delivers a token to every session.
+  // Speculative: the time per token a session receives (what a plain step
+  // costs it), however many tokens each step accepted.
   double ms_per_step = 0;
-  int steps = 0;         // steps timed, every session decoding in each
-  double mean_keys = 0;  // keys a session attends, averaged over the timed steps
+  int steps = 0;               // engine steps timed
+  double tokens_per_step = 1;  // a session's tokens per timed step (1 without speculation)
+  double mean_keys = 0;        // keys a session attends, averaged over the timed tokens
 };
 class ServedDecodeBench {
  public:
   // Opens `batch` sessions on `runner`, which must outlive this object; its
   // executor must hold them and its scheduler decode them all in one step.
+  // `speculative`: the executor speculates, so a step may deliver several
+  // tokens to a session (time() then reports the time per token).
   static Result<ServedDecodeBench> open(Runner& runner, int batch, std::int64_t vocab,
-                                        std::uint64_t seed);
+                                        std::uint64_t seed, bool speculative = false);
   // Prefills every session with random tokens up to `context` tokens (from
   // where it is; nothing when it already holds that many).
   Status prefill_to(int context);
@@ -86,12 +92,13 @@ class ServedDecodeBench {
   }
 
  private:
-  ServedDecodeBench(Runner& runner, std::int64_t vocab, std::uint64_t seed)
-      : runner_(&runner), vocab_(vocab), seed_(seed) {}
+  ServedDecodeBench(Runner& runner, std::int64_t vocab, std::uint64_t seed, bool speculative)
+      : runner_(&runner), vocab_(vocab), seed_(seed), speculative_(speculative) {}
   Token draw();  // the next random id of the vocabulary
   Runner* runner_;
   std::int64_t vocab_;
   std::uint64_t seed_;
+  bool speculative_;
   std::uint64_t draws_ = 0;  // random ids drawn so far (the next one's index)
   std::vector<Session> sessions_;
   int held_ = 0;

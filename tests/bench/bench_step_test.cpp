@@ -5,14 +5,19 @@
 #include "bench/bench_step.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
+#include <span>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cellm/decode_first_scheduler.h"
 #include "cellm/runner.h"
 #include "executor/cuda_executor.h"
+#include "executor/draft_proposer.h"
 #include "executor/toy_program.h"
 
 namespace cellm::bench {
@@ -28,9 +33,25 @@ struct Served {
   }
 };
 
+// Proposes what the toy program will answer (every draft accepted), so a
+// step delivers several tokens.
+class ToyOracle final : public executor::DraftProposer {
+ public:
+  void propose(SessionId, std::span<const Token> history, std::size_t max_tokens,
+               std::vector<Token>& out) override {
+    std::vector<std::int64_t> h(history.begin(), history.end());
+    const executor::testing::ToyConfig config;
+    for (std::size_t i = 0; i < max_tokens; ++i) {
+      h.push_back(executor::testing::toy_next_token(h, config.windows, kVocab));
+      out.push_back(static_cast<Token>(h.back()));
+    }
+  }
+};
+
 // `sessions` sessions of `session_tokens`, of which at most `decodes` decode
-// in one step.
-std::unique_ptr<Served> serve(int sessions, int session_tokens, std::size_t decodes) {
+// in one step; `proposer` set: the executor speculates with it.
+std::unique_ptr<Served> serve(int sessions, int session_tokens, std::size_t decodes,
+                              std::shared_ptr<executor::DraftProposer> proposer = nullptr) {
   executor::testing::ToyConfig config;
   config.vocab = kVocab;
   config.max_context = session_tokens;
@@ -39,8 +60,11 @@ std::unique_ptr<Served> serve(int sessions, int session_tokens, std::size_t deco
   config.max_cells = static_cast<std::int64_t>(sessions) * session_tokens + 65;
   config.device_logits = true;
   config.samplers = true;
-  auto made = executor::CudaExecutor::create(
-      std::make_shared<executor::testing::ToyProgram>(config), sessions, session_tokens);
+  executor::SpeculationOptions speculation;
+  speculation.proposer = std::move(proposer);
+  auto made =
+      executor::CudaExecutor::create(std::make_shared<executor::testing::ToyProgram>(config),
+                                     sessions, session_tokens, std::move(speculation));
   EXPECT_TRUE(made.ok()) << made.status().to_string();
   if (!made.ok()) return nullptr;
   auto s = std::make_unique<Served>();
@@ -93,6 +117,35 @@ TEST(BenchStepServedTest, SessionsThatDoNotDecodeTogetherAreAnError) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("did not decode together"), std::string::npos)
       << r.status().to_string();
+}
+
+// With speculation a step may deliver several tokens to a session: the
+// bench times tokens, not steps, and counts the steps they took.
+TEST(BenchStepServedTest, SpeculativeDecodingIsTimedPerToken) {
+  auto s = serve(3, kSessionTokens + 16, 3, std::make_shared<ToyOracle>());
+  ASSERT_NE(s, nullptr);
+  {
+    Result<ServedDecodeBench> bench =
+        ServedDecodeBench::open(*s->runner, 3, kVocab, 7, /*speculative=*/true);
+    ASSERT_TRUE(bench.ok()) << bench.status().to_string();
+    ASSERT_TRUE(bench->prefill_to(20).is_ok());
+    Result<ServedDecode> r = bench->time(SamplingParams{}, kWarmup, kSteps);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // Every draft right: each step delivers several tokens.
+    EXPECT_GE(r->steps, 1);
+    EXPECT_LT(r->steps, kSteps / 2);
+    EXPECT_NEAR(r->tokens_per_step * r->steps, kSteps, 1e-9);
+    EXPECT_GT(r->ms_per_step, 0.0);
+    std::printf("toy program, every draft right: %d steps for %d tokens\n", r->steps, kSteps);
+  }
+  // The plain bench's check still holds it to one token a step.
+  Result<ServedDecodeBench> plain = ServedDecodeBench::open(*s->runner, 3, kVocab, 9);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  ASSERT_TRUE(plain->prefill_to(20).is_ok());
+  Result<ServedDecode> checked = plain->time(SamplingParams{}, kWarmup, kSteps);
+  ASSERT_FALSE(checked.ok());
+  EXPECT_NE(checked.status().message().find("did not decode together"), std::string::npos)
+      << checked.status().to_string();
 }
 
 TEST(BenchStepServedTest, MoreSessionsThanTheExecutorHoldsAreRefused) {
