@@ -73,6 +73,10 @@ struct QuantizeCase {
   DType dtype;
 };
 
+void PrintTo(const QuantizeCase& c, std::ostream* os) {
+  *os << c.fixture << " " << dtype_name(c.dtype);
+}
+
 class Fp8Quantize : public ::testing::TestWithParam<QuantizeCase> {};
 
 TEST_P(Fp8Quantize, CodesAndScalesMatchAPerRowComputation) {
