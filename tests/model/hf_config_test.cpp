@@ -1,13 +1,12 @@
 // ModelSpec from Hugging Face config.json: both config layouts of every
 // fixture agree, the architecture facts listed in the fixtures' README come
 // out right, and bad configs give errors naming the file and field.
-#include "model/hf_config.h"
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 
-#include <gtest/gtest.h>
-
+#include "model/hf_config.h"
 #include "support/testdata.h"
 
 namespace cellm::model {
