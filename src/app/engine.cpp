@@ -79,6 +79,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
     CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(options.backend));
     load_options.dequant_dtype = dequant_dtype_for(backend);
   }
+  load_options.quantize = options.quantize;
   CELLM_ASSIGN_OR_RETURN(impl->model, model::load_model(options.model, load_options));
 
   report(progress, "loading tokenizer", 0.4);

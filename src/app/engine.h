@@ -25,6 +25,7 @@
 #include "cellm/runner.h"
 #include "cellm/status.h"
 #include "model/model_spec.h"
+#include "model/quantize.h"
 #include "program/program_options.h"
 
 namespace cellm::text {
@@ -57,6 +58,9 @@ struct EngineOptions {
   std::int32_t speculate_tokens = 4;
   std::filesystem::path draft_model;  // only with speculate "draft"
   program::ProgramOptions program;
+  // model::LoadOptions::quantize (`--quantize fp8`): the projections rounded
+  // to FP8 E4M3 with per-row scales on load.
+  model::Quantize quantize = model::Quantize::kNone;
   // RunnerOptions::mask_threads (-1: automatic; 0: masks on the engine thread).
   std::int32_t mask_threads = RunnerOptions::kMaskThreadsAuto;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <random>
 
@@ -32,6 +33,12 @@ std::string rate_text(double rate) {
 
 Status validate(const ServeBenchOptions& o) {
   if (o.model.empty()) return invalid_argument("--model is empty: give a shape name or a path");
+  if (o.quantize != model::Quantize::kNone && !std::filesystem::exists(o.model)) {
+    return invalid_argument(
+        "--quantize {} needs a model path (a Hugging Face folder or .gguf file); '{}' names a "
+        "shape, whose random weights are not quantized",
+        model::quantize_name(o.quantize), o.model);
+  }
   if (o.requests <= 0) return invalid_argument("--requests must be at least 1, got {}", o.requests);
   if (o.input_len <= 0) {
     return invalid_argument("--input-len must be at least 1 token, got {}", o.input_len);

@@ -18,6 +18,7 @@
 #include "cellm/metrics.h"
 #include "cellm/status.h"
 #include "cellm/types.h"
+#include "model/quantize.h"
 
 namespace cellm::bench {
 
@@ -51,6 +52,8 @@ struct ServeBenchOptions {
   bool gguf_blocks = false;          // program::ProgramOptions::gguf_blocks (`--gguf-blocks`)
   double progress_s = 10.0;          // a progress line on stderr this often; 0: none
   std::string json_path;             // a JSON line is appended here when set
+  // model::LoadOptions::quantize (`--quantize fp8`); model paths only.
+  model::Quantize quantize = model::Quantize::kNone;
 };
 
 // Checks every option alone and together; the message names the option and

@@ -93,6 +93,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   if (is_path) {
     model::LoadOptions load;
     load.dequant_dtype = app::dequant_dtype_for(backend);
+    load.quantize = o.quantize;
     CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model, load));
     a.spec = a.model.spec;
   } else {

@@ -469,6 +469,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   if (std::filesystem::exists(o.model)) {
     model::LoadOptions load;
     load.dequant_dtype = DType::kBF16;  // what the upload converts to (app::dequant_dtype_for)
+    load.quantize = o.quantize;
     CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model, load));
     spec = m.spec;
     popts.gguf_blocks = o.gguf_blocks;

@@ -25,12 +25,15 @@
 #include "cellm/runner.h"
 #include "cellm/status.h"
 #include "cellm/types.h"
+#include "model/quantize.h"
 
 namespace cellm::bench {
 
 struct StepBenchOptions {
   std::string model = "llama-3.2-1b";  // a shape name (random weights) or a model path
   bool gguf_blocks = false;            // ProgramOptions::gguf_blocks (`--gguf-blocks`)
+  // `--quantize fp8`: model::LoadOptions::quantize for a model path.
+  model::Quantize quantize = model::Quantize::kNone;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   std::vector<int> contexts = {128, 512, 2048, 8192};
   std::vector<int> prompts = {128, 512, 2048, 8192};

@@ -125,7 +125,9 @@ Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
   if (o.batches.empty() || o.contexts.empty() || o.steps <= 0 || o.warmup_steps < 0) {
     return invalid_argument("bench step needs at least one batch, one context and steps > 0");
   }
-  CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model));
+  model::LoadOptions load;
+  load.quantize = o.quantize;
+  CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model, load));
   const model::ModelSpec spec = m.spec;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());

@@ -132,6 +132,7 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.max_batch_tokens = l.max_batch_tokens;
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
   eo.program.gguf_blocks = l.gguf_blocks;
+  eo.quantize = l.quantize;
   const std::int64_t step_tokens = l.max_batch_tokens > 0
                                        ? l.max_batch_tokens
                                        : std::int64_t{need.sessions} + 2 * l.prefill_chunk;

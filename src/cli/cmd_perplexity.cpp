@@ -70,6 +70,7 @@ int run(const PerplexityArgs& args) {
         {"nll_stderr", r->nll_stderr},
         {"backend", args.model.backend},
         {"gguf_blocks", args.model.gguf_blocks},
+        {"quantize", model::quantize_name(args.model.quantize)},
         {"cpu_program", args.model.cpu_program.empty() ? "fast" : args.model.cpu_program},
         {"commit", knobs().commit.value_or("unknown")}};
     std::ofstream out(args.json, std::ios::app);

@@ -21,6 +21,7 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_flag("--gguf-blocks", args->gguf_blocks, kGgufBlocksHelp);
+  add_quantize_option(*cmd, args->quantize);
   cmd->add_option("--max-sessions", args->max_sessions,
                   "sequences generating at once (0: 64, or as many as the KV memory holds at the "
                   "context); prefix-cache snapshots get sessions of their own")

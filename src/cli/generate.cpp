@@ -35,6 +35,18 @@ SamplingGiven SamplingArgs::given() const {
   return g;
 }
 
+void add_quantize_option(CLI::App& cmd, model::Quantize& out) {
+  cmd.add_option_function<std::string>(
+         "--quantize",
+         [&out](const std::string& name) {
+           Result<model::Quantize> q = model::parse_quantize(name);
+           if (!q.ok()) throw CLI::ValidationError(std::string(q.status().message()));
+           out = *q;
+         },
+         kQuantizeHelp)
+      ->type_name("fp8|none");
+}
+
 void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("model", args.model, app::model_search_help());
   cmd.add_option("--backend", args.backend, "auto, cpu or cuda")->capture_default_str();
@@ -44,6 +56,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("--threads", args.threads, "CPU threads (0: every core)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--gguf-blocks", args.gguf_blocks, kGgufBlocksHelp);
+  add_quantize_option(cmd, args.quantize);
   cmd.add_option("--max-sessions", args.max_sessions, "sessions the KV pool is sized for")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -98,6 +111,7 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   options.backend = args.backend;
   options.cpu_program = args.cpu_program;
   options.program.gguf_blocks = args.gguf_blocks;
+  options.quantize = args.quantize;
   options.threads = args.threads;
   options.max_sessions = args.max_sessions;
   options.max_session_tokens = args.max_session_tokens;

@@ -19,6 +19,7 @@
 #include "cellm/metrics.h"
 #include "cellm/runner.h"
 #include "cellm/sampling_defaults.h"
+#include "model/quantize.h"
 
 namespace cellm::cli {
 
@@ -26,6 +27,15 @@ namespace cellm::cli {
 inline constexpr const char* kGgufBlocksHelp =
     "CUDA, experimental: keep a GGUF file's block-quantized projections in their blocks on the "
     "GPU (quantized GEMV) instead of converting them to bf16 at load; not yet verified on a GPU";
+
+// The help of --quantize (run, chat, serve, perplexity, bench step, bench serve).
+inline constexpr const char* kQuantizeHelp =
+    "store the projection weights as FP8 E4M3 with one scale per output row "
+    "(bf16/f16/f32 checkpoints); the CUDA backend multiplies them in FP8 form, the CPU in float";
+
+// Registers `--quantize NAME` on `cmd`, parsed into `out` (model::parse_quantize);
+// an unknown name is a parse error naming the choices.
+void add_quantize_option(CLI::App& cmd, model::Quantize& out);
 
 struct ModelArgs {
   std::string model;  // empty: $CELLM_MODEL, else smollm2 (see app/model_path.h)
@@ -36,8 +46,9 @@ struct ModelArgs {
   int max_session_tokens = 0;     // 0: the model's context
   std::string speculate = "off";  // app::EngineOptions::speculate
   int speculate_tokens = 4;
-  std::string draft_model;   // app::EngineOptions::draft_model
-  bool gguf_blocks = false;  // program::ProgramOptions::gguf_blocks
+  std::string draft_model;                            // app::EngineOptions::draft_model
+  bool gguf_blocks = false;                           // program::ProgramOptions::gguf_blocks
+  model::Quantize quantize = model::Quantize::kNone;  // app::EngineOptions::quantize
 };
 
 // Settings left unset on the command line take the model's own defaults

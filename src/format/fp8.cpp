@@ -1,5 +1,7 @@
 #include "format/fp8.h"
 
+#include <bit>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -38,6 +40,37 @@ constexpr std::array<float, 256> kE4M3 = make_e4m3_table();
 
 const std::array<float, 256>& e4m3_values() {
   return kE4M3;
+}
+
+std::uint8_t f32_to_e4m3(float x) {
+  const auto sign = static_cast<std::uint8_t>((std::bit_cast<std::uint32_t>(x) >> 24) & 0x80u);
+  const float a = std::fabs(x);
+  if (std::isnan(a)) return static_cast<std::uint8_t>(sign | 0x7F);
+  if (a > 448.0f) return static_cast<std::uint8_t>(sign | 0x7E);  // satfinite
+  // E4M3 values are integer multiples of a quantum: 2^-9 below the smallest
+  // normal 2^-6 (subnormals and the first binade share it), else 2^(E-3) in
+  // the binade [2^E, 2^(E+1)). Scaling by a power of two is exact in float,
+  // so q holds a / quantum exactly, and so does its fractional part.
+  int e = 0;
+  int quantum_exp = -9;
+  if (a >= 0x1p-6f) {
+    (void)std::frexp(a, &e);  // a = m × 2^e, m in [0.5, 1): the binade is E = e - 1
+    quantum_exp = e - 1 - 3;
+  }
+  const float q = std::ldexp(a, -quantum_exp);  // in [0, 16)
+  const auto whole = static_cast<std::uint32_t>(q);
+  const float frac = q - static_cast<float>(whole);
+  std::uint32_t n = whole;
+  if (frac > 0.5f || (frac == 0.5f && (whole & 1u) != 0)) ++n;  // nearest, ties to even
+  std::uint32_t code = 0;
+  if (quantum_exp == -9) {
+    code = n;  // subnormal m × 2^-9; n = 8 is the smallest normal, code 0x08, and so on
+  } else {
+    // Normal: n in [8, 16]; 16 carries into the next binade's exponent field.
+    code = (static_cast<std::uint32_t>(e - 1 + 7) << 3) + (n - 8);
+  }
+  if (code > 0x7Eu) code = 0x7Eu;  // (448, 464] would round to 480: saturate
+  return static_cast<std::uint8_t>(sign | code);
 }
 
 Result<Tensor> dequantize_e4m3(const Tensor& codes, const Tensor& scales, std::int64_t block_rows,

@@ -32,6 +32,14 @@ inline float e4m3_to_f32(std::uint8_t code) {
   return e4m3_values()[code];
 }
 
+// The E4M3FN code nearest to `x`, ties to the even code (round to nearest
+// even), exact for every float. Magnitudes beyond 448 (infinities included)
+// saturate to ±448 (0x7E / 0xFE) rather than becoming NaN: the "satfinite"
+// conversion of CUDA's __nv_cvt_float_to_fp8, so host-quantized weights
+// match what a device conversion would give. NaN becomes 0x7F with x's sign
+// bit; ±0 and values that round to zero keep their sign.
+std::uint8_t f32_to_e4m3(float x);
+
 // `codes` is a u8 [rows, cols] tensor of E4M3 codes; `scales` an f32, bf16 or
 // f16 tensor of numel ceil(rows / block_rows) × ceil(cols / block_cols),
 // row-major over the grid (its shape is the caller's business: [], [1],

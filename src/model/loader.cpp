@@ -24,6 +24,43 @@ Status check_options(const LoadOptions& options) {
     return invalid_argument("LoadOptions.dequant_dtype must be f32 or bf16, not {}",
                             dtype_name(options.dequant_dtype));
   }
+  if (options.quantize != Quantize::kNone && options.quantize != Quantize::kFp8) {
+    return invalid_argument("LoadOptions.quantize {} is unknown; use kNone or kFp8",
+                            static_cast<int>(options.quantize));
+  }
+  return Status::ok();
+}
+
+// Quantizing on load starts from the float weights: a checkpoint that is
+// quantized already would be rounded twice.
+Status refuse_fp8_checkpoint(const std::filesystem::path& folder, const QuantSpec& quant) {
+  return invalid_argument(
+      "{}: --quantize fp8 needs a bf16, f16 or f32 checkpoint, but this one is quantized "
+      "already ({}); load it without --quantize (its FP8 weights are used as stored)",
+      folder.string(), quant.describe());
+}
+
+Status check_gguf_quantizable(const format::GgufFile& f) {
+  for (const auto& t : f.tensors()) {
+    if (t.type != format::GgmlType::kF32 && t.type != format::GgmlType::kF16 &&
+        t.type != format::GgmlType::kBF16) {
+      const auto info = format::ggml_type_info(static_cast<std::uint32_t>(t.type));
+      return invalid_argument(
+          "{}: --quantize fp8 needs F32, F16 or BF16 tensors, but '{}' is stored as {} "
+          "(quantized already); load this file without --quantize, or quantize an F16/BF16 "
+          "GGUF or the original Hugging Face checkpoint",
+          f.path(), t.name,
+          info ? std::string(info->name)
+               : fmt::format("type {}", static_cast<std::uint32_t>(t.type)));
+    }
+  }
+  return Status::ok();
+}
+
+Status quantize_loaded(LoadedModel& m, const LoadOptions& options) {
+  if (options.quantize == Quantize::kNone) return Status::ok();
+  CELLM_RETURN_IF_ERROR(quantize_fp8(m.spec, m.weights, options.dequant_dtype));
+  m.source += "; projections quantized to FP8 E4M3 on load (one scale per output row)";
   return Status::ok();
 }
 
@@ -42,10 +79,16 @@ Result<LoadedModel> load_hf(const std::filesystem::path& folder, const LoadOptio
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CELLM_RETURN_IF_ERROR(apply_generation_config_text(text, gen.string(), spec));
   }
+  if (options.quantize != Quantize::kNone && spec.quant.quantized()) {
+    return refuse_fp8_checkpoint(folder, spec.quant);
+  }
   CELLM_ASSIGN_OR_RETURN(HfTensorSource source,
                          HfTensorSource::open(folder, spec.quant, options.dequant_dtype));
   CELLM_ASSIGN_OR_RETURN(Weights weights,
                          build_weights(spec, source, {options.allow_extra_tensors}));
+  if (options.quantize != Quantize::kNone && !weights.fp8.empty()) {
+    return refuse_fp8_checkpoint(folder, spec.quant);
+  }
   LoadedModel out;
   out.spec = std::move(spec);
   out.weights = std::move(weights);
@@ -53,6 +96,7 @@ Result<LoadedModel> load_hf(const std::filesystem::path& folder, const LoadOptio
   out.path = folder;
   out.source = fmt::format("Hugging Face folder {}, spec from {}", source.description(),
                            config.filename().string());
+  CELLM_RETURN_IF_ERROR(quantize_loaded(out, options));
   return out;
 }
 
@@ -61,6 +105,7 @@ Result<LoadedModel> load_gguf(const std::filesystem::path& file, const LoadOptio
   auto gguf = std::make_shared<const format::GgufFile>(std::move(parsed));
   CELLM_ASSIGN_OR_RETURN(ModelSpec spec, spec_from_gguf(*gguf));
   CELLM_RETURN_IF_ERROR(check_gguf_tensor_types(*gguf));
+  if (options.quantize != Quantize::kNone) CELLM_RETURN_IF_ERROR(check_gguf_quantizable(*gguf));
   const GgufTensorSource source(gguf, spec, options.dequant_dtype);
   CELLM_ASSIGN_OR_RETURN(Weights weights,
                          build_weights(spec, source, {options.allow_extra_tensors}));
@@ -73,6 +118,7 @@ Result<LoadedModel> load_gguf(const std::filesystem::path& file, const LoadOptio
   out.source = fmt::format("GGUF v{} {} ({} tensors, {} metadata keys)", gguf->version(),
                            file.string(), gguf->tensors().size(), gguf->metadata().size());
   out.gguf = std::move(gguf);
+  CELLM_RETURN_IF_ERROR(quantize_loaded(out, options));
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "format/gguf.h"
 #include "model/model_spec.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 
 namespace cellm::model {
@@ -32,6 +33,12 @@ struct LoadOptions {
   // HF folders: read this config file instead of <folder>/config.json
   // (e.g. config_legacy.json). generation_config.json still comes from the folder.
   std::optional<std::filesystem::path> config_path;
+  // kFp8 (`--quantize fp8`): the projections of a bf16, f16 or f32 model
+  // are rounded to FP8 E4M3 with per-row scales after loading
+  // (model/quantize.h), their values stored in dequant_dtype. Models already
+  // quantized (an FP8 checkpoint, a GGUF file with block-quantized tensors)
+  // are refused.
+  Quantize quantize = Quantize::kNone;
 };
 
 struct LoadedModel {

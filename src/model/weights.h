@@ -62,7 +62,10 @@ struct Weights {
   std::vector<LayerWeights> layers;
   // FP8 checkpoints: the stored form of each weight that was dequantized, by
   // canonical checkpoint name ("model.layers.0.self_attn.qkv_proj.weight" for
-  // phi3's fused projections); empty for other checkpoints.
+  // phi3's fused projections); empty for other checkpoints. Models quantized
+  // on load (LoadOptions::quantize, model/quantize.h) fill it too, with
+  // per-row scales and one entry per LayerWeights projection (split names
+  // for phi3: "...self_attn.q_proj.weight", "...mlp.up_proj.weight").
   std::map<std::string, Fp8Weight, std::less<>> fp8;
   // Keeps memory-mapped files or converted buffers alive for the views above.
   std::vector<std::shared_ptr<void>> keep_alive;

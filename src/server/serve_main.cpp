@@ -183,6 +183,7 @@ int run_serve(const ServeArgs& args) {
     eo.speculate_tokens = args.speculate_tokens;
     eo.draft_model = args.draft_model;
     eo.program.gguf_blocks = args.gguf_blocks;
+    eo.quantize = args.quantize;
     // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
     eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();

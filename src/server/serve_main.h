@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "model/quantize.h"
+
 namespace cellm::server {
 
 struct ServeArgs {
@@ -37,6 +39,7 @@ struct ServeArgs {
   std::int32_t speculate_tokens = 4;
   std::string draft_model;   // with speculate "draft" (app::EngineOptions::draft_model)
   bool gguf_blocks = false;  // program::ProgramOptions::gguf_blocks
+  model::Quantize quantize = model::Quantize::kNone;  // app::EngineOptions::quantize
   // Access: with any key (--api-key, or --api-key-file with one key per
   // line) every route but /, /health and, with metrics_open, /metrics needs
   // "Authorization: Bearer KEY".

@@ -25,10 +25,9 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/cpu/cpu_program.h"
+#include "model/cpu_logits.h"
 #include "model/fp8_checkpoint.h"
 #include "model/loader.h"
-#include "step_driver.h"
 #include "support/golden.h"
 #include "support/testdata.h"
 
@@ -37,7 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using cellm::testing::Fp8Layout;
-using cpu::testing::StepDriver;
 
 constexpr double kMaxPositionError = 0.5;
 constexpr double kMaxMeanError = 0.2;
@@ -53,16 +51,7 @@ std::string case_name(const ::testing::TestParamInfo<LogitsCase>& info) {
 
 Result<std::vector<std::vector<float>>> run(const LoadedModel& m,
                                             const std::vector<std::int64_t>& tokens) {
-  program::ProgramOptions o;
-  o.static_widths = {1, 2, 4, 8, 16, 32};
-  o.max_step = static_cast<std::int32_t>(tokens.size());
-  o.kv_cells = o.max_step + 1;
-  CELLM_ASSIGN_OR_RETURN(auto program, cpu::CpuProgram::create(m.spec, m.weights, o));
-  CELLM_ASSIGN_OR_RETURN(auto d,
-                         StepDriver::create(std::move(program), {o.max_step + 1, 8, o.max_step}));
-  const auto seq = d->cache().seq_new();
-  if (!seq) return internal_error("no free sequence in a fresh cache");
-  return d->feed(*seq, tokens, 32);
+  return testing::cpu_logits(m, tokens);
 }
 
 void PrintTo(const LogitsCase& c, std::ostream* os) {

@@ -3,11 +3,13 @@
 // to known values), quantized weights, and the real SmolLM2 and Gemma 3 files.
 #include "model/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include <gtest/gtest.h>
 
+#include "format/fp8.h"
 #include "format/test_writers.h"
 #include "model/loader.h"
 #include "support/testdata.h"
@@ -70,7 +72,8 @@ Bytes q8_matrix(std::int64_t rows, std::int64_t cols) {
   return b;
 }
 
-// `gate_type` 8 is Q8_0 (known values); 7 is Q5_1, which cellm cannot read.
+// `gate_type` 8 is Q8_0 (known values); 0 is F32 (an all-float file); 7 is
+// Q5_1, which cellm cannot read.
 GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
   GgufBuilder g;
   g.kv_str("general.architecture", arch)
@@ -101,6 +104,9 @@ GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
   g.tensor("blk.0.attn_output.weight", ne(kHidden, q), 0, f32(matrix(kHidden, q, 0.375f)));
   if (gate_type == 8) {
     g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
+  } else if (gate_type == 0) {
+    g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 0,
+             f32(matrix(kInter, kHidden, 0.5625f)));
   } else {
     // Q8_1 blocks: 36 bytes per 32 values.
     g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), gate_type,
@@ -244,6 +250,53 @@ TEST_F(GgufTiny, UnsupportedArchitectureOrTensorTypeIsRefusedByName) {
   EXPECT_NE(r.status().message().find("blk.0.ffn_gate.weight"), std::string::npos)
       << r.status().to_string();
   EXPECT_NE(r.status().message().find("Q8_1"), std::string::npos) << r.status().to_string();
+}
+
+// --quantize fp8 starts from float weights: a file holding a block-quantized
+// tensor is refused by name, an all-float one is quantized (its values are
+// checked in depth on the Hugging Face fixtures, fp8_quantize_test.cpp).
+TEST_F(GgufTiny, QuantizeFp8RefusesBlockQuantizedFiles) {
+  LoadOptions o;
+  o.quantize = Quantize::kFp8;
+  auto r = load(tiny("llama"), o);
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  EXPECT_NE(msg.find(path.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'blk.0.ffn_gate.weight' is stored as Q8_0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("without --quantize"), std::string::npos) << msg;
+  EXPECT_TRUE(load_model(path).ok()) << "the same file loads without --quantize";
+}
+
+TEST_F(GgufTiny, QuantizeFp8TakesAllFloatFiles) {
+  auto plain = load(tiny("llama", 0));
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_TRUE(plain->weights.fp8.empty());
+  LoadOptions o;
+  o.quantize = Quantize::kFp8;
+  auto m = load_model(path, o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->weights.fp8.size(), 7u);
+  const Fp8Weight& f = m->weights.fp8.at("model.layers.0.mlp.gate_proj.weight");
+  const Tensor& before = plain->weights.layers[0].gate_proj;
+  const Tensor& after = m->weights.layers[0].gate_proj;
+  ASSERT_EQ(f.codes.shape(), (Shape{kInter, kHidden}));
+  std::int64_t moved = 0;
+  for (std::int64_t k = 0; k < kInter * kHidden; ++k) {
+    const float scale = f.scales.data_as<float>()[k / kHidden];
+    const float v = element_as_f32(after, k);
+    EXPECT_EQ(v, format::e4m3_to_f32(f.codes.data_as<std::uint8_t>()[k]) * scale) << k;
+    // Within half a step of 3 mantissa bits (1/16 of the value), or of the
+    // subnormal quantum 2^-9 × scale.
+    const float x = element_as_f32(before, k);
+    EXPECT_LE(std::fabs(v - x), std::max(std::fabs(x) / 16, std::ldexp(scale, -10)) * 1.0001f);
+    if (v != x) ++moved;
+  }
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(m->weights.embed_tokens.dtype(), DType::kF32);
+  EXPECT_EQ(std::memcmp(m->weights.embed_tokens.data(), plain->weights.embed_tokens.data(),
+                        plain->weights.embed_tokens.nbytes()),
+            0)
+      << "the embedding is left as stored";
 }
 
 TEST(GgufNames, MapToHuggingFace) {
