@@ -224,6 +224,10 @@ std::vector<Case> cases() {
       // SmolLM2's hidden size (576) ends inside a 256-weight group.
       out.push_back({t, m, 64, small_blocks ? 576 : 768, m % 2 == 0});
     }
+    // Few rows over a long k: split-K (warps of a pair add in shared
+    // memory), an odd n and, for the 32-weight types, a last group cut short.
+    out.push_back({t, 3, 37, small_blocks ? 2080 : 2048, true, true});
+    out.push_back({t, 1, 6, 4096, false});
     // Projection shapes of Llama 3: 8B's o/q (4096 x 4096) and 1B's down (2048 x 8192).
     out.push_back({t, 1, 4096, 4096, false});
     out.push_back({t, 8, 2048, 8192, true});

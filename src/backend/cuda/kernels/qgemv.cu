@@ -59,28 +59,34 @@ __device__ __forceinline__ void apply_row_scale(const RowScales& s, std::int64_t
   }
 }
 
+// A block's four warps take kWarps / split row pairs; the `split` warps of
+// a pair walk every split-th group of its rows (split-K), so that narrow
+// projections still put enough loads in flight on every SM, and add their
+// sums in shared memory in a fixed order (the same bits every run).
 template <class D, int kM>
-__global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__ QGemvParams p) {
+__global__ void __launch_bounds__(kThreads)
+    qgemv_kernel(const __grid_constant__ QGemvParams p, int split) {
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * kWarps + static_cast<int>(threadIdx.x >> 5)) * kRowsPerWarp;
-  if (row0 >= p.n) {
-    if (p.pdl) griddep_enter();
-    return;
-  }
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int slice = warp % split;
+  const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * kRowsPerWarp;
+  const bool active = row0 < p.n;
   const bool second = row0 + 1 < p.n;
   const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
-  const std::uint8_t* rows[kRowsPerWarp] = {w_bytes + row0 * p.ldw_bytes,
-                                            w_bytes + (second ? row0 + 1 : row0) * p.ldw_bytes};
+  const std::uint8_t* rows[kRowsPerWarp] = {
+      w_bytes + (active ? row0 : 0) * p.ldw_bytes,
+      w_bytes + (second ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes};
   const int blocks = p.k / D::kBlockElems;
-  const int groups = (p.k + kGroup - 1) / kGroup;
+  const int groups = active ? (p.k + kGroup - 1) / kGroup : 0;
 
   float acc[kRowsPerWarp][kM] = {};
-  for (int g0 = 0; g0 < groups; g0 += kGroupsInFlight) {
+  bool entered = false;
+  for (int j0 = 0; slice + split * j0 < groups; j0 += kGroupsInFlight) {
     typename D::Raw raw[kGroupsInFlight][kRowsPerWarp];
     bool live[kGroupsInFlight];
 #pragma unroll
     for (int u = 0; u < kGroupsInFlight; ++u) {
-      const int g = g0 + u;
+      const int g = slice + split * (j0 + u);
       live[u] = g < groups && D::valid(g, lane, blocks);
       if (live[u]) {
 #pragma unroll
@@ -88,11 +94,12 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__
       }
     }
     // The weights are constant: only the activations wait for the kernel before.
-    if (g0 == 0 && p.pdl) griddep_enter();
+    if (!entered && p.pdl) griddep_enter();
+    entered = true;
 #pragma unroll
     for (int u = 0; u < kGroupsInFlight; ++u) {
       if (!live[u]) continue;
-      const int g = g0 + u;
+      const int g = slice + split * (j0 + u);
       float w[kRowsPerWarp][8];
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -118,21 +125,33 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__
       }
     }
   }
+  if (!entered && p.pdl) griddep_enter();
+
+  __shared__ float partial[kWarps][kRowsPerWarp][kM];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const float sum = warp_sum(acc[i][m]);
+      if (lane == 0) partial[warp][i][m] = sum;
+    }
+  }
+  if (split > 1) __syncthreads();
+  if (!active || slice != 0 || lane != 0) return;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     if (i == 1 && !second) break;
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= p.m) break;
-      float sum = warp_sum(acc[i][m]);
-      if (lane == 0) {
-        if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
-        const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
-        if (p.out_f32) {
-          static_cast<float*>(p.out)[at] = sum;
-        } else {
-          static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
-        }
+      float sum = partial[warp][i][m];
+      for (int s = 1; s < split; ++s) sum += partial[warp + s][i][m];
+      if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
+      const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
+      if (p.out_f32) {
+        static_cast<float*>(p.out)[at] = sum;
+      } else {
+        static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
       }
     }
   }
@@ -170,15 +189,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class D>
-void launch_for(const QGemvParams& p, const LaunchConfig& config) {
+void launch_for(const QGemvParams& p, const LaunchConfig& config, int split) {
   if (p.m <= 1) {
-    launch(qgemv_kernel<D, 1>, config, p);
+    launch(qgemv_kernel<D, 1>, config, p, split);
   } else if (p.m <= 2) {
-    launch(qgemv_kernel<D, 2>, config, p);
+    launch(qgemv_kernel<D, 2>, config, p, split);
   } else if (p.m <= 4) {
-    launch(qgemv_kernel<D, 4>, config, p);
+    launch(qgemv_kernel<D, 4>, config, p, split);
   } else {
-    launch(qgemv_kernel<D, 8>, config, p);
+    launch(qgemv_kernel<D, 8>, config, p, split);
   }
 }
 
@@ -251,24 +270,31 @@ int quant_block_bytes(QuantType type) {
 
 void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
   LaunchConfig config;
-  const int warps = (p.n + kRowsPerWarp - 1) / kRowsPerWarp;
-  config.grid = dim3(static_cast<unsigned>((warps + kWarps - 1) / kWarps));
+  const int pairs = (p.n + kRowsPerWarp - 1) / kRowsPerWarp;
+  const int groups = (p.k + kGroup - 1) / kGroup;
+  // Split K while the row pairs alone leave the SMs short of 32 warps each
+  // and every warp still gets two groups or more.
+  const int target = multiprocessor_count() * 32;
+  int split = 1;
+  while (split < kWarps && pairs * split < target && groups >= 4 * split) split *= 2;
+  const int pairs_per_block = kWarps / split;
+  config.grid = dim3(static_cast<unsigned>((pairs + pairs_per_block - 1) / pairs_per_block));
   config.block = dim3(kThreads);
   config.stream = stream;
   config.pdl = p.pdl;
   switch (p.type) {
-    case QuantType::kQ4_0: launch_for<Q4_0>(p, config); break;
-    case QuantType::kQ4_1: launch_for<Q4_1>(p, config); break;
-    case QuantType::kQ5_0: launch_for<Q5_0>(p, config); break;
-    case QuantType::kQ5_K: launch_for<Q5_K>(p, config); break;
-    case QuantType::kQ5_1: launch_for<Q5_1>(p, config); break;
-    case QuantType::kQ2_K: launch_for<Q2_K>(p, config); break;
-    case QuantType::kQ3_K: launch_for<Q3_K>(p, config); break;
-    case QuantType::kIQ4_XS: launch_for<IQ4_XS>(p, config); break;
-    case QuantType::kF8_E4M3: launch_for<F8_E4M3>(p, config); break;
-    case QuantType::kQ8_0: launch_for<Q8_0>(p, config); break;
-    case QuantType::kQ4_K: launch_for<Q4_K>(p, config); break;
-    case QuantType::kQ6_K: launch_for<Q6_K>(p, config); break;
+    case QuantType::kQ4_0: launch_for<Q4_0>(p, config, split); break;
+    case QuantType::kQ4_1: launch_for<Q4_1>(p, config, split); break;
+    case QuantType::kQ5_0: launch_for<Q5_0>(p, config, split); break;
+    case QuantType::kQ5_K: launch_for<Q5_K>(p, config, split); break;
+    case QuantType::kQ5_1: launch_for<Q5_1>(p, config, split); break;
+    case QuantType::kQ2_K: launch_for<Q2_K>(p, config, split); break;
+    case QuantType::kQ3_K: launch_for<Q3_K>(p, config, split); break;
+    case QuantType::kIQ4_XS: launch_for<IQ4_XS>(p, config, split); break;
+    case QuantType::kF8_E4M3: launch_for<F8_E4M3>(p, config, split); break;
+    case QuantType::kQ8_0: launch_for<Q8_0>(p, config, split); break;
+    case QuantType::kQ4_K: launch_for<Q4_K>(p, config, split); break;
+    case QuantType::kQ6_K: launch_for<Q6_K>(p, config, split); break;
   }
 }
 
