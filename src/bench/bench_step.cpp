@@ -476,7 +476,9 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
     CELLM_ASSIGN_OR_RETURN(program, cuda::load_program(m.spec, m.weights, popts, m.gguf.get()));
   } else {
     CELLM_ASSIGN_OR_RETURN(spec, model::named_shape(o.model));
-    CELLM_ASSIGN_OR_RETURN(program, cuda::load_random_program(spec, o.seed, popts));
+    // `--quantize fp8`: random FP8 projections, as the flag stores a checkpoint's.
+    CELLM_ASSIGN_OR_RETURN(program, cuda::load_random_program(spec, o.seed, popts,
+                                                              o.quantize == model::Quantize::kFp8));
   }
   CELLM_ASSIGN_OR_RETURN(auto decode, decode_points(o, spec, program, dev, out));
   std::vector<Point> prefill;

@@ -63,9 +63,8 @@ __device__ __forceinline__ void apply_row_scale(const RowScales& s, std::int64_t
 // a pair walk every split-th group of its rows (split-K), so that narrow
 // projections still put enough loads in flight on every SM, and add their
 // sums in shared memory in a fixed order (the same bits every run).
-template <class D, int kM>
-__global__ void __launch_bounds__(kThreads)
-    qgemv_kernel(const __grid_constant__ QGemvParams p, int split) {
+template <class D, int kM, int split>
+__global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__ QGemvParams p) {
   const int lane = threadIdx.x & 31;
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int slice = warp % split;
@@ -127,16 +126,19 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!entered && p.pdl) griddep_enter();
 
-  __shared__ float partial[kWarps][kRowsPerWarp][kM];
+  __shared__ float partial[split > 1 ? kWarps : 1][kRowsPerWarp][kM];
+  float total[kRowsPerWarp][kM];
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
-      const float sum = warp_sum(acc[i][m]);
-      if (lane == 0) partial[warp][i][m] = sum;
+      total[i][m] = warp_sum(acc[i][m]);
+      if constexpr (split > 1) {
+        if (lane == 0) partial[warp][i][m] = total[i][m];
+      }
     }
   }
-  if (split > 1) __syncthreads();
+  if constexpr (split > 1) __syncthreads();
   if (!active || slice != 0 || lane != 0) return;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -144,7 +146,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (m >= p.m) break;
-      float sum = partial[warp][i][m];
+      float sum = total[i][m];
+#pragma unroll
       for (int s = 1; s < split; ++s) sum += partial[warp + s][i][m];
       if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
       const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
@@ -188,16 +191,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class D, int kSplit>
+void launch_split(const QGemvParams& p, const LaunchConfig& config) {
+  if (p.m <= 1) {
+    launch(qgemv_kernel<D, 1, kSplit>, config, p);
+  } else if (p.m <= 2) {
+    launch(qgemv_kernel<D, 2, kSplit>, config, p);
+  } else if (p.m <= 4) {
+    launch(qgemv_kernel<D, 4, kSplit>, config, p);
+  } else {
+    launch(qgemv_kernel<D, 8, kSplit>, config, p);
+  }
+}
+
+// The split is a template argument: wide projections (split 1) run the
+// plain loop, with nothing of the split's bookkeeping.
 template <class D>
 void launch_for(const QGemvParams& p, const LaunchConfig& config, int split) {
-  if (p.m <= 1) {
-    launch(qgemv_kernel<D, 1>, config, p, split);
-  } else if (p.m <= 2) {
-    launch(qgemv_kernel<D, 2>, config, p, split);
-  } else if (p.m <= 4) {
-    launch(qgemv_kernel<D, 4>, config, p, split);
+  if (split == 4) {
+    launch_split<D, 4>(p, config);
+  } else if (split == 2) {
+    launch_split<D, 2>(p, config);
   } else {
-    launch(qgemv_kernel<D, 8>, config, p, split);
+    launch_split<D, 1>(p, config);
   }
 }
 
