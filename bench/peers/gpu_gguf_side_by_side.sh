@@ -181,10 +181,10 @@ for s in $SHAPES; do
       phase "cellm bench step $s $m"
       raw=$OUT/raw-cellm.$s.$m.jsonl
       rm -f "$raw"
-      # cellm keeps the file's blocks on the GPU (--gguf-blocks) unless
+      # cellm keeps the file's blocks on the GPU (--keep-quantized) unless
       # PEERS_CELLM_WEIGHTS=bf16 asks for the bf16 conversion at load.
       weights_args=()
-      [ "${PEERS_CELLM_WEIGHTS:-blocks}" = blocks ] && weights_args=(--gguf-blocks)
+      [ "${PEERS_CELLM_WEIGHTS:-blocks}" = blocks ] && weights_args=(--keep-quantized)
       timeout "$BENCH_TIMEOUT" "$CELLM" bench step --model "$f" "${weights_args[@]}" --batch 1 \
         --context 2 --steps "$TG" --warmup 8 --sampling greedy --prompt "$PP" --json "$raw" \
         >> "$OUT/cellm-bench.log" 2>&1 ||

@@ -110,6 +110,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   config.cpu_program = options.cpu_program;
   config.cpu_threads = options.threads;
   config.program = options.program;
+  // What --quantize fp8 made stays FP8 on the GPU: that is what it is for.
+  if (options.quantize == model::Quantize::kFp8) config.program.keep_quantized = true;
   if (options.speculate != "off") {
     if (options.speculate_tokens < 1 || options.speculate_tokens > 16) {
       return invalid_argument("speculate_tokens is {}; use 1 to 16 drafts",

@@ -253,9 +253,7 @@ std::string format_report(const ServeBenchOptions& o, const ServeBenchReport& r)
   row("total throughput", fmt::format("{:.1f} tok/s", r.total_tokens_per_s));
 
   t += kLatencyTableHeader;
-  auto lat = [&t](std::string_view name, const LatencySummary& s) {
-    t += latency_row(name, s);
-  };
+  auto lat = [&t](std::string_view name, const LatencySummary& s) { t += latency_row(name, s); };
   lat("TTFT", r.ttft_ms);
   lat("TPOT", r.tpot_ms);
   lat("ITL", r.itl_ms);

@@ -49,7 +49,7 @@ struct ServeBenchOptions {
   int top_k = 0;             // 0: off
   std::uint64_t seed = 1;
   double gpu_memory_fraction = 0.9;  // CUDA: device share for weights, workspace and KV
-  bool gguf_blocks = false;          // program::ProgramOptions::gguf_blocks (`--gguf-blocks`)
+  bool keep_quantized = false;       // program::ProgramOptions::keep_quantized (`--keep-quantized`)
   double progress_s = 10.0;          // a progress line on stderr this often; 0: none
   std::string json_path;             // a JSON line is appended here when set
   // model::LoadOptions::quantize (`--quantize fp8`); model paths only.

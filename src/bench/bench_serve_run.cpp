@@ -78,7 +78,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   Assembly a;
   program::ProgramOptions popts;
   popts.kv_memory_fraction = o.gpu_memory_fraction;
-  popts.gguf_blocks = o.gguf_blocks;
+  popts.keep_quantized = o.keep_quantized || o.quantize == model::Quantize::kFp8;
   // One forward per engine step: the widest method covers the scheduler's
   // step (the decodes plus two prefill chunks unless --max-batch-tokens says).
   const std::int64_t step_tokens = o.max_batch_tokens > 0

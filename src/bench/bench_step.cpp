@@ -472,7 +472,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
     load.quantize = o.quantize;
     CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model, load));
     spec = m.spec;
-    popts.gguf_blocks = o.gguf_blocks;
+    popts.keep_quantized = o.keep_quantized || o.quantize == model::Quantize::kFp8;
     CELLM_ASSIGN_OR_RETURN(program, cuda::load_program(m.spec, m.weights, popts, m.gguf.get()));
   } else {
     CELLM_ASSIGN_OR_RETURN(spec, model::named_shape(o.model));

@@ -31,7 +31,7 @@ namespace cellm::bench {
 
 struct StepBenchOptions {
   std::string model = "llama-3.2-1b";  // a shape name (random weights) or a model path
-  bool gguf_blocks = false;            // ProgramOptions::gguf_blocks (`--gguf-blocks`)
+  bool keep_quantized = false;         // ProgramOptions::keep_quantized (`--keep-quantized`)
   // `--quantize fp8`: model::LoadOptions::quantize for a model path.
   model::Quantize quantize = model::Quantize::kNone;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64, 128, 256};

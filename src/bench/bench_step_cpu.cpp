@@ -82,7 +82,8 @@ double weight_bytes(const model::LoadedModel& m, bool fast) {
     return bytes;
   }
   double params = static_cast<double>(m.spec.parameter_count());
-  if (!m.spec.tie_word_embeddings) params -= static_cast<double>(m.spec.vocab_size) * m.spec.hidden_size;
+  if (!m.spec.tie_word_embeddings)
+    params -= static_cast<double>(m.spec.vocab_size) * m.spec.hidden_size;
   return 4.0 * params;  // the float32 copies the BLAS path reads
 }
 
@@ -131,12 +132,12 @@ Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
   const model::ModelSpec spec = m.spec;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const int max_context = *std::max_element(o.contexts.begin(), o.contexts.end());
-  const int longest_prompt = o.prompts.empty() ? 0 : *std::max_element(o.prompts.begin(), o.prompts.end());
-  const int per_session =
-      std::max(max_context + o.warmup_steps + o.steps + 8, longest_prompt + 8);
+  const int longest_prompt =
+      o.prompts.empty() ? 0 : *std::max_element(o.prompts.begin(), o.prompts.end());
+  const int per_session = std::max(max_context + o.warmup_steps + o.steps + 8, longest_prompt + 8);
   if (per_session > spec.max_context) {
-    return invalid_argument("bench: {} tokens a session exceed the model's context {}",
-                            per_session, spec.max_context);
+    return invalid_argument("bench: {} tokens a session exceed the model's context {}", per_session,
+                            spec.max_context);
   }
   app::CudaExecutorConfig cfg;
   cfg.model_path = o.model;
@@ -163,7 +164,9 @@ Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
 
   std::vector<CpuPoint> points;
   std::mt19937 rng(static_cast<std::uint32_t>(o.seed));
-  auto random_token = [&] { return static_cast<std::int64_t>(rng() % static_cast<unsigned>(spec.vocab_size)); };
+  auto random_token = [&] {
+    return static_cast<std::int64_t>(rng() % static_cast<unsigned>(spec.vocab_size));
+  };
   for (int batch : o.batches) {
     for (int context : o.contexts) {
       std::vector<cache::SeqId> seqs;
@@ -246,11 +249,20 @@ Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
     std::ofstream json(o.json_path, std::ios::app);
     const std::string commit = env_string("CELLM_COMMIT").value_or("unknown");
     for (const CpuPoint& p : points) {
-      nlohmann::json j{{"bench", "step"},      {"backend", "cpu"},         {"cpu_program", program},
-                       {"isa", isa},           {"cpu", cpu},               {"threads", threads},
-                       {"commit", commit},     {"model", o.model},         {"kind", p.kind},
-                       {"path", "execute_raw"}, {"batch", p.batch},        {"ms", p.ms},
-                       {"tokens_per_s", p.tokens_per_s}, {"copy_bytes_per_s", copy}};
+      nlohmann::json j{{"bench", "step"},
+                       {"backend", "cpu"},
+                       {"cpu_program", program},
+                       {"isa", isa},
+                       {"cpu", cpu},
+                       {"threads", threads},
+                       {"commit", commit},
+                       {"model", o.model},
+                       {"kind", p.kind},
+                       {"path", "execute_raw"},
+                       {"batch", p.batch},
+                       {"ms", p.ms},
+                       {"tokens_per_s", p.tokens_per_s},
+                       {"copy_bytes_per_s", copy}};
       j[p.kind == "decode" ? "context" : "prompt"] = p.context;
       if (p.kind == "decode") {
         j["steps"] = p.steps;

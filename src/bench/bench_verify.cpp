@@ -47,8 +47,8 @@ Status run_verify_points(const StepBenchOptions& o, const model::ModelSpec& spec
   std::fprintf(out, "\nverification steps at context %d (every row's logits, device argmax):\n",
                context);
   for (int batch : o.batches) {
-    CELLM_ASSIGN_OR_RETURN(auto ex, executor::CudaExecutor::create(program, batch,
-                                                                  context + most + 2));
+    CELLM_ASSIGN_OR_RETURN(auto ex,
+                           executor::CudaExecutor::create(program, batch, context + most + 2));
     if (!ex->initialize()) return internal_error("the executor failed to initialize");
     std::vector<cache::SeqId> seqs;
     for (int b = 0; b < batch; ++b) {
@@ -85,21 +85,29 @@ Status run_verify_points(const StepBenchOptions& o, const model::ModelSpec& spec
             return internal_error("bench: rewinding session {} to {} failed", s, context);
           }
         }
-        if (rep >= o.warmup_steps) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        if (rep >= o.warmup_steps)
+          ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
       std::sort(ms.begin(), ms.end());
       const double median = ms[ms.size() / 2];
       if (k == 0) plain_ms = median;
-      std::fprintf(out, "verify batch %3d, %2d drafts (%4d rows): %8.3f ms  (%.3fx the plain step)\n",
+      std::fprintf(out,
+                   "verify batch %3d, %2d drafts (%4d rows): %8.3f ms  (%.3fx the plain step)\n",
                    batch, k, batch * (k + 1), median, median / plain_ms);
       std::fflush(out);
       if (json.is_open()) {
-        json << nlohmann::json{{"bench", "step"},        {"kind", "verify"},
-                               {"path", "execute_raw"},  {"gpu", device},
-                               {"commit", commit},       {"model", o.model},
-                               {"batch", batch},         {"context", context},
-                               {"drafts", k},            {"rows", batch * (k + 1)},
-                               {"ms", median},           {"steps", o.steps},
+        json << nlohmann::json{{"bench", "step"},
+                               {"kind", "verify"},
+                               {"path", "execute_raw"},
+                               {"gpu", device},
+                               {"commit", commit},
+                               {"model", o.model},
+                               {"batch", batch},
+                               {"context", context},
+                               {"drafts", k},
+                               {"rows", batch * (k + 1)},
+                               {"ms", median},
+                               {"steps", o.steps},
                                {"ratio_to_plain", median / plain_ms}}
                     .dump()
              << "\n";

@@ -135,9 +135,7 @@ std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport&
     }
   }
   t += kLatencyTableHeader;
-  auto lat = [&t](std::string_view name, const LatencySummary& s) {
-    t += latency_row(name, s);
-  };
+  auto lat = [&t](std::string_view name, const LatencySummary& s) { t += latency_row(name, s); };
   lat("TTFT", r.ttft_ms);
   lat("TPOT", r.tpot_ms);
   lat("ITL", r.itl_ms);

@@ -131,7 +131,7 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.prefill_chunk = l.prefill_chunk;
   eo.max_batch_tokens = l.max_batch_tokens;
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
-  eo.program.gguf_blocks = l.gguf_blocks;
+  eo.program.keep_quantized = l.keep_quantized;
   eo.quantize = l.quantize;
   const std::int64_t step_tokens = l.max_batch_tokens > 0
                                        ? l.max_batch_tokens
@@ -163,7 +163,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   const int sessions = cap + (entries > 0 ? entries + 1 : 0);
   program::ProgramOptions popts;
   popts.kv_memory_fraction = l.gpu_memory_fraction;
-  popts.gguf_blocks = l.gguf_blocks;
+  popts.keep_quantized = l.keep_quantized || l.quantize == model::Quantize::kFp8;
   const std::int64_t step_tokens =
       l.max_batch_tokens > 0 ? l.max_batch_tokens : std::int64_t{cap} + 2 * l.prefill_chunk;
   popts.max_step = static_cast<std::int32_t>(

@@ -80,7 +80,7 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
                    "gemma3-270m; random weights, no tokenizer) or a model path")
       ->capture_default_str();
   serve->add_option("--backend", o.backend, "auto, cpu or cuda")->capture_default_str();
-  serve->add_flag("--gguf-blocks", o.gguf_blocks, kGgufBlocksHelp);
+  serve->add_flag("--keep-quantized", o.keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(*serve, o.quantize);
   serve->add_option("--requests,--num-prompts", o.requests, "requests to send")
       ->capture_default_str();
@@ -278,7 +278,7 @@ Command add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"fast", "reference"}));
   step->add_option("--threads", opts->threads, "CPU threads (0: every core)")
       ->check(CLI::NonNegativeNumber);
-  step->add_flag("--gguf-blocks", opts->gguf_blocks, kGgufBlocksHelp);
+  step->add_flag("--keep-quantized", opts->keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(*step, opts->quantize);
   step->add_option("--verify-drafts", opts->verify_drafts,
                    "also time speculative verification steps: each session feeds 1 + K rows "

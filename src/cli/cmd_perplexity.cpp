@@ -69,7 +69,7 @@ int run(const PerplexityArgs& args) {
         {"nll_mean", r->nll_mean},
         {"nll_stderr", r->nll_stderr},
         {"backend", args.model.backend},
-        {"gguf_blocks", args.model.gguf_blocks},
+        {"keep_quantized", args.model.keep_quantized},
         {"quantize", model::quantize_name(args.model.quantize)},
         {"cpu_program", args.model.cpu_program.empty() ? "fast" : args.model.cpu_program},
         {"commit", knobs().commit.value_or("unknown")}};

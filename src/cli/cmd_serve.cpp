@@ -20,7 +20,7 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
-  cmd->add_flag("--gguf-blocks", args->gguf_blocks, kGgufBlocksHelp);
+  cmd->add_flag("--keep-quantized", args->keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(*cmd, args->quantize);
   cmd->add_option("--max-sessions", args->max_sessions,
                   "sequences generating at once (0: 64, or as many as the KV memory holds at the "

@@ -55,7 +55,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& args) {
       ->check(CLI::IsMember({"fast", "reference"}));
   cmd.add_option("--threads", args.threads, "CPU threads (0: every core)")
       ->check(CLI::NonNegativeNumber);
-  cmd.add_flag("--gguf-blocks", args.gguf_blocks, kGgufBlocksHelp);
+  cmd.add_flag("--keep-quantized", args.keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(cmd, args.quantize);
   cmd.add_option("--max-sessions", args.max_sessions, "sessions the KV pool is sized for")
       ->capture_default_str()
@@ -110,7 +110,7 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   options.model = *model;
   options.backend = args.backend;
   options.cpu_program = args.cpu_program;
-  options.program.gguf_blocks = args.gguf_blocks;
+  options.program.keep_quantized = args.keep_quantized;
   options.quantize = args.quantize;
   options.threads = args.threads;
   options.max_sessions = args.max_sessions;

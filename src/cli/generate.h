@@ -23,11 +23,12 @@
 
 namespace cellm::cli {
 
-// The help of --gguf-blocks (run, chat, serve, bench step).
-inline constexpr const char* kGgufBlocksHelp =
-    "CUDA, experimental: keep a GGUF file's block-quantized projections in their blocks on the "
-    "GPU (quantized GEMV) instead of converting them to bf16 at load: a quarter to half the GPU "
-    "memory, but decode is not yet faster than bf16's";
+// The help of --keep-quantized (run, chat, serve, bench step, bench serve).
+inline constexpr const char* kKeepQuantizedHelp =
+    "CUDA, experimental: keep a GGUF file's block-quantized projections and an FP8 checkpoint's "
+    "codes quantized on the GPU instead of converting them to bf16 at load (--quantize fp8 "
+    "implies it): a quarter to half the GPU memory, but decode and prefill are not yet faster "
+    "than bf16's";
 
 // The help of --quantize (run, chat, serve, perplexity, bench step, bench serve).
 inline constexpr const char* kQuantizeHelp =
@@ -48,7 +49,7 @@ struct ModelArgs {
   std::string speculate = "off";  // app::EngineOptions::speculate
   int speculate_tokens = 4;
   std::string draft_model;                            // app::EngineOptions::draft_model
-  bool gguf_blocks = false;                           // program::ProgramOptions::gguf_blocks
+  bool keep_quantized = false;                        // program::ProgramOptions::keep_quantized
   model::Quantize quantize = model::Quantize::kNone;  // app::EngineOptions::quantize
 };
 

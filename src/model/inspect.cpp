@@ -193,7 +193,7 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
   const std::int64_t context = o.context > 0 ? o.context : s.max_context;
   const std::int64_t cells = context * std::max<std::int64_t>(o.sessions, 1);
   const std::int64_t kv = kv_cache_bytes(s, cells, o.kv_dtype);
-  // The CUDA backend converts weights to bf16; with --gguf-blocks it keeps
+  // The CUDA backend converts weights to bf16; with --keep-quantized it keeps
   // GGUF projections in the block types it decodes (the embedding lookup
   // always reads bf16; a tied head in such a type is kept a second time, in
   // blocks).
@@ -219,7 +219,7 @@ std::string inspect_report(const LoadedModel& m, const InspectOptions& o) {
       "  total      {} (weights as loaded) or {} (bf16 weights on a GPU{}) + activations\n",
       human_bytes(static_cast<double>(wbytes + kv)),
       human_bytes(static_cast<double>(device_weights + kv)),
-      m.gguf ? fmt::format("; {} with --gguf-blocks",
+      m.gguf ? fmt::format("; {} with --keep-quantized",
                            human_bytes(static_cast<double>(block_weights + kv)))
              : std::string());
   if (o.list_tensors) {

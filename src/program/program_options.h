@@ -47,11 +47,13 @@ struct ProgramOptions {
   // loaded and replayed; false launches every step's kernels (the engine's
   // cuda_graph_for_static_methods; tests compare both ways).
   bool cuda_graphs = true;
-  // CUDA only: a GGUF file's block-quantized projections stay in their
-  // blocks on the GPU (backend/cuda/device_quant.h) instead of being
-  // converted to bf16 at load (`--gguf-blocks`; experimental until a GPU
-  // run verifies it, then the default).
-  bool gguf_blocks = false;
+  // CUDA only: quantized projections stay quantized on the GPU
+  // (backend/cuda/device_quant.h): a GGUF file's blocks, an FP8 checkpoint's
+  // codes (`--keep-quantized`), and what `--quantize fp8` made (which sets
+  // this itself). Off: they are converted to bf16 at load, which decodes
+  // faster today (bench/results/h100-2026-12-07-s30*.jsonl) but takes two to
+  // four times the memory.
+  bool keep_quantized = false;
   // CUDA only: the kernel choices still open to experiment
   // (backend/cuda/kernels/kernel_choice.h). nullopt: the CELLM_* knobs read
   // at start-up (core/env.h's knobs()).

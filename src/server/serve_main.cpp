@@ -182,7 +182,7 @@ int run_serve(const ServeArgs& args) {
     eo.speculate = args.speculate;
     eo.speculate_tokens = args.speculate_tokens;
     eo.draft_model = args.draft_model;
-    eo.program.gguf_blocks = args.gguf_blocks;
+    eo.program.keep_quantized = args.keep_quantized;
     eo.quantize = args.quantize;
     // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
     eo.prefix_cache_entries = args.prefix_cache_entries;

@@ -37,8 +37,8 @@ struct ServeArgs {
   std::int32_t max_batch_tokens = 0;  // 0: decodes plus two prefill chunks
   std::string speculate = "off";      // "ngram" or "draft" (app::EngineOptions::speculate)
   std::int32_t speculate_tokens = 4;
-  std::string draft_model;   // with speculate "draft" (app::EngineOptions::draft_model)
-  bool gguf_blocks = false;  // program::ProgramOptions::gguf_blocks
+  std::string draft_model;      // with speculate "draft" (app::EngineOptions::draft_model)
+  bool keep_quantized = false;  // program::ProgramOptions::keep_quantized
   model::Quantize quantize = model::Quantize::kNone;  // app::EngineOptions::quantize
   // Access: with any key (--api-key, or --api-key-file with one key per
   // line) every route but /, /health and, with metrics_open, /metrics needs

@@ -38,7 +38,7 @@ program::ProgramOptions options() {
   o.max_step = 256;
   o.kv_cells = 4096;
   o.cuda_graphs = false;
-  o.gguf_blocks = true;
+  o.keep_quantized = true;
   return o;
 }
 

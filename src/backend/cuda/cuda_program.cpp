@@ -559,7 +559,7 @@ Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& s
                                                        const format::GgufFile* gguf) {
   CELLM_RETURN_IF_ERROR(spec.validate());
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w,
-                         upload_weights(spec, weights, options.gguf_blocks ? gguf : nullptr));
+                         upload_weights(spec, weights, gguf, options.keep_quantized));
   if (w.quantized()) {
     CELLM_LOG_INFO("weights on the GPU: {:.0f} MiB; projections kept quantized: {} (the rest bf16)",
                    static_cast<double>(w.bytes()) / (1 << 20), w.quant.summary);

@@ -34,10 +34,10 @@ namespace cellm::cuda {
 // Visible CUDA devices (0 when there is no driver or device).
 int device_count();
 
-// Uploads `weights` and builds the program. With `gguf` (the file the
-// weights came from) and options.gguf_blocks, projections in block types the
-// GPU kernels decode stay in their blocks; FP8 weights (weights.fp8) stay
-// FP8 (device_weights.h).
+// Uploads `weights` and builds the program. With options.keep_quantized,
+// projections in block types the GPU kernels decode stay in the blocks of
+// `gguf` (the file the weights came from), and FP8 weights (weights.fp8)
+// stay FP8 (device_weights.h).
 Result<std::unique_ptr<program::Program>> load_program(const model::ModelSpec& spec,
                                                        const model::Weights& weights,
                                                        const program::ProgramOptions& options,

@@ -166,15 +166,15 @@ std::size_t device_weight_bytes(const model::ModelSpec& spec) {
 }
 
 Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights,
-                                     const format::GgufFile* gguf) {
+                                     const format::GgufFile* gguf, bool keep_quantized) {
   if (static_cast<int>(weights.layers.size()) != spec.num_layers) {
     return invalid_argument("weights hold {} layers; the spec says {}", weights.layers.size(),
                             spec.num_layers);
   }
   QuantWeights quant;
-  if (gguf != nullptr) {
+  if (keep_quantized && gguf != nullptr) {
     CELLM_ASSIGN_OR_RETURN(quant, upload_quant_weights(spec, *gguf));
-  } else {
+  } else if (keep_quantized) {
     CELLM_ASSIGN_OR_RETURN(quant, upload_fp8_weights(spec, weights));
   }
   CELLM_ASSIGN_OR_RETURN(DeviceWeights w, allocate_with(spec, std::move(quant)));

@@ -53,12 +53,13 @@ struct DeviceWeights {
   bool quantized() const { return quant.any(); }
 };
 
-// Converts and uploads `weights` (checked against `spec`); with `gguf` (the
-// file they were loaded from) the projections the quantized kernels decode
-// are uploaded in its blocks instead of converted, and without it those
-// whose FP8 codes `weights.fp8` holds are uploaded as FP8.
+// Converts and uploads `weights` (checked against `spec`). With
+// `keep_quantized`, the projections the quantized kernels decode stay
+// quantized: in the blocks of `gguf` (the file they were loaded from), or,
+// without a file, as the FP8 codes `weights.fp8` holds.
 Result<DeviceWeights> upload_weights(const model::ModelSpec& spec, const model::Weights& weights,
-                                     const format::GgufFile* gguf = nullptr);
+                                     const format::GgufFile* gguf = nullptr,
+                                     bool keep_quantized = false);
 // Random weights in the spec's shapes: matrices uniform with std 0.02, the
 // embedding (and an untied head) with std 1 so logits have a real spread,
 // norms 1 (0 with the (1 + w) offset), biases 0. `fp8`: the layers'
