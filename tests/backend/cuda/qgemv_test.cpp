@@ -126,12 +126,13 @@ struct Case {
   int m, n, k;
   bool f32_out;
   bool bias = false;
+  bool packed = false;  // rows back to back (no padding between them)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return fmt::format("{}_m{}_n{}_k{}_{}{}", type_name(c.type), c.m, c.n, c.k,
-                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "");
+  return fmt::format("{}_m{}_n{}_k{}_{}{}{}", type_name(c.type), c.m, c.n, c.k,
+                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "", c.packed ? "_packed" : "");
 }
 
 class QGemvTest : public ::testing::TestWithParam<Case> {};
@@ -142,9 +143,11 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   std::mt19937 rng(static_cast<unsigned>(c.m * 131 + c.n * 7 + c.k + static_cast<int>(c.type)));
   const std::int64_t row_bytes =
       static_cast<std::int64_t>(c.k / quant_block_elems(c.type)) * quant_block_bytes(c.type);
-  const std::int64_t ldw_bytes = row_bytes + 4;  // padded rows
-  const int lda = c.k + 8;                       // a column slice of a wider buffer
-  const int ldc = c.n + 3;                       // the columns past n must stay untouched
+  // Padded rows, except where a case asks for packed ones (Q4_K's wide
+  // kernel takes rows on 16-byte boundaries, the generic one the others).
+  const std::int64_t ldw_bytes = c.packed ? row_bytes : row_bytes + 4;
+  const int lda = c.k + 8;  // a column slice of a wider buffer
+  const int ldc = c.n + 3;  // the columns past n must stay untouched
   const auto w = random_rows(c.type, c.n, c.k, ldw_bytes, rng);
   // FP8: per-row scales for odd m, 32-column blocks for even m.
   const Fp8Scales scales = random_scales(c.n, c.k, c.m % 2 == 1 ? c.k : 32, rng);
@@ -228,9 +231,16 @@ std::vector<Case> cases() {
     // memory), an odd n and, for the 32-weight types, a last group cut short.
     out.push_back({t, 3, 37, small_blocks ? 2080 : 2048, true, true});
     out.push_back({t, 1, 6, 4096, false});
+    // Packed rows (Q4_K: the wide-load kernel), with and without split-K, a
+    // k whose last iteration holds fewer than four super-blocks, odd n.
+    for (int m : {1, 2, 3, 8}) {
+      out.push_back({t, m, 37, small_blocks ? 576 : 768, m % 2 == 1, m == 3, true});
+      out.push_back({t, m, 21, small_blocks ? 2080 : 4352, m % 2 == 0, m == 2, true});
+    }
+    out.push_back({t, 1, 512, 2048, false, false, true});
     // Projection shapes of Llama 3: 8B's o/q (4096 x 4096) and 1B's down (2048 x 8192).
-    out.push_back({t, 1, 4096, 4096, false});
-    out.push_back({t, 8, 2048, 8192, true});
+    out.push_back({t, 1, 4096, 4096, false, false, true});
+    out.push_back({t, 8, 2048, 8192, true, false, true});
   }
   return out;
 }

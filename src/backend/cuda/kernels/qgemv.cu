@@ -59,6 +59,46 @@ __device__ __forceinline__ void apply_row_scale(const RowScales& s, std::int64_t
   }
 }
 
+// Each warp's sums for its row pair: reduced across the warp, added over
+// the split's warps in shared memory in a fixed order, biased and stored.
+template <int kM, int split>
+__device__ __forceinline__ void store_sums(const QGemvParams& p,
+                                           const float (&acc)[kRowsPerWarp][kM], int warp, int lane,
+                                           int slice, int row0, bool active, bool second) {
+  __shared__ float partial[split > 1 ? kWarps : 1][kRowsPerWarp][kM];
+  float total[kRowsPerWarp][kM];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      total[i][m] = warp_sum(acc[i][m]);
+      if constexpr (split > 1) {
+        if (lane == 0) partial[warp][i][m] = total[i][m];
+      }
+    }
+  }
+  if constexpr (split > 1) __syncthreads();
+  if (!active || slice != 0 || lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    if (i == 1 && !second) break;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (m >= p.m) break;
+      float sum = total[i][m];
+#pragma unroll
+      for (int s = 1; s < split; ++s) sum += partial[warp + s][i][m];
+      if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
+      const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
+      if (p.out_f32) {
+        static_cast<float*>(p.out)[at] = sum;
+      } else {
+        static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
+      }
+    }
+  }
+}
+
 // A block's four warps take kWarps / split row pairs; the `split` warps of
 // a pair walk every split-th group of its rows (split-K), so that narrow
 // projections still put enough loads in flight on every SM, and add their
@@ -126,38 +166,129 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__
   }
   if (!entered && p.pdl) griddep_enter();
 
-  __shared__ float partial[split > 1 ? kWarps : 1][kRowsPerWarp][kM];
-  float total[kRowsPerWarp][kM];
+  store_sums<kM, split>(p, acc, warp, lane, slice, row0, active, second);
+}
+
+// Q4_K rows on 16-byte boundaries (ldw_bytes a multiple of 16, as the
+// uploads lay them out): a lane takes one 16-byte chunk of a super-block's
+// quants, 32 weights (16 of sub-block 2c in the low nibbles, 16 of 2c + 1 in
+// the high ones), and the block's 16-byte head, so a warp reads four
+// super-blocks with two 16-byte loads a lane and decodes each scale pair once
+// for 16 weights. The sums split as d * scale * sum(q x) - dmin * min *
+// sum(x): a weight costs a byte permute, a subtraction and one multiply-add
+// a row, where the generic decoder spent about ten instructions (bound by
+// the ALU, not the memory: bench/results/h100-2026-12-07-s30-qgemv-micro).
+constexpr int kQ4kSupers = 4;        // super-blocks a warp reads per iteration
+constexpr int kQ4kInFlight = 2;      // iterations loaded before the first is used
+constexpr int kQ4kBlockBytes = 144;  // d, dmin, 12 scale bytes, 128 quant bytes
+
+// Byte t of v (a nibble) as a float: the bits of 2^23 + byte, less 2^23.
+__device__ __forceinline__ float nibble_float(std::uint32_t v, int t) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u + static_cast<unsigned>(t))) -
+         8388608.0f;
+}
+
+template <int kM, int split>
+__global__ void __launch_bounds__(kThreads)
+    qgemv_q4k_kernel(const __grid_constant__ QGemvParams p) {
+  const int lane = threadIdx.x & 31;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int slice = warp % split;
+  const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * kRowsPerWarp;
+  const bool active = row0 < p.n;
+  const bool second = row0 + 1 < p.n;
+  const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
+  const std::uint8_t* rows[kRowsPerWarp] = {
+      w_bytes + (active ? row0 : 0) * p.ldw_bytes,
+      w_bytes + (second ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes};
+  const int supers = active ? p.k / 256 : 0;
+  const int iters = (supers + kQ4kSupers - 1) / kQ4kSupers;
+  const int chunk = lane % 8;  // 16-byte chunk of the quants: sub-blocks 2c, 2c + 1
+  const int c = chunk / 2;
+  const int half = chunk % 2;  // weights 16 half.. of each of the two sub-blocks
+
+  float acc[kRowsPerWarp][kM] = {};
+  bool entered = false;
+  for (int i0 = slice; i0 < iters; i0 += split * kQ4kInFlight) {
+    uint4 head[kQ4kInFlight][kRowsPerWarp], qs[kQ4kInFlight][kRowsPerWarp];
+    bool live[kQ4kInFlight];
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
+    for (int u = 0; u < kQ4kInFlight; ++u) {
+      const int it = i0 + u * split;
+      const int sb = it * kQ4kSupers + lane / 8;
+      live[u] = it < iters && sb < supers;
+      if (live[u]) {
 #pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      total[i][m] = warp_sum(acc[i][m]);
-      if constexpr (split > 1) {
-        if (lane == 0) partial[warp][i][m] = total[i][m];
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          const std::uint8_t* b = rows[r] + static_cast<std::int64_t>(sb) * kQ4kBlockBytes;
+          head[u][r] = __ldg(reinterpret_cast<const uint4*>(b));
+          qs[u][r] = __ldg(reinterpret_cast<const uint4*>(b + 16 + 16 * chunk));
+        }
+      }
+    }
+    if (!entered && p.pdl) griddep_enter();
+    entered = true;
+#pragma unroll
+    for (int u = 0; u < kQ4kInFlight; ++u) {
+      if (!live[u]) continue;
+      const int sb = (i0 + u * split) * kQ4kSupers + lane / 8;
+      const int pos = sb * 256 + 64 * c + 16 * half;  // the low run; the high one is at +32
+      float ds[kRowsPerWarp][2], dm[kRowsPerWarp][2];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const KHead kh{head[u][r].x, head[u][r].y, head[u][r].z, head[u][r].w};
+        scale_min(kh, 2 * c, ds[r][0], dm[r][0]);
+        scale_min(kh, 2 * c + 1, ds[r][1], dm[r][1]);
+      }
+      float sq[kRowsPerWarp][kM][2] = {};  // sum(q x), low and high run
+      float sx[kM][2] = {};                // sum(x)
+#pragma unroll
+      for (int w4 = 0; w4 < 4; ++w4) {
+        float lo[kRowsPerWarp][4], hi[kRowsPerWarp][4];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          const std::uint32_t word = w4 == 0   ? qs[u][r].x
+                                     : w4 == 1 ? qs[u][r].y
+                                     : w4 == 2 ? qs[u][r].z
+                                               : qs[u][r].w;
+          const std::uint32_t low = word & 0x0f0f0f0fu, high = (word >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            lo[r][t] = nibble_float(low, t);
+            hi[r][t] = nibble_float(high, t);
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          if (m >= p.m) break;
+          const bf16* a_row = p.a + static_cast<std::int64_t>(m) * p.lda + pos + 4 * w4;
+          float xl[4], xh[4];
+          load_run<4>(a_row, xl);
+          load_run<4>(a_row + 32, xh);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            sx[m][0] += xl[t];
+            sx[m][1] += xh[t];
+#pragma unroll
+            for (int r = 0; r < kRowsPerWarp; ++r) {
+              sq[r][m][0] = fmaf(lo[r][t], xl[t], sq[r][m][0]);
+              sq[r][m][1] = fmaf(hi[r][t], xh[t], sq[r][m][1]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          acc[r][m] += ds[r][0] * sq[r][m][0] - dm[r][0] * sx[m][0] + ds[r][1] * sq[r][m][1] -
+                       dm[r][1] * sx[m][1];
+        }
       }
     }
   }
-  if constexpr (split > 1) __syncthreads();
-  if (!active || slice != 0 || lane != 0) return;
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    if (i == 1 && !second) break;
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      if (m >= p.m) break;
-      float sum = total[i][m];
-#pragma unroll
-      for (int s = 1; s < split; ++s) sum += partial[warp + s][i][m];
-      if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
-      const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
-      if (p.out_f32) {
-        static_cast<float*>(p.out)[at] = sum;
-      } else {
-        static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
-      }
-    }
-  }
+  if (!entered && p.pdl) griddep_enter();
+  store_sums<kM, split>(p, acc, warp, lane, slice, row0, active, second);
 }
 
 // One warp per (row, 256-weight group): each lane decodes its 8 weights and
@@ -206,6 +337,19 @@ void launch_split(const QGemvParams& p, const LaunchConfig& config) {
 
 // The split is a template argument: wide projections (split 1) run the
 // plain loop, with nothing of the split's bookkeeping.
+template <int kSplit>
+void launch_q4k_split(const QGemvParams& p, const LaunchConfig& config) {
+  if (p.m <= 1) {
+    launch(qgemv_q4k_kernel<1, kSplit>, config, p);
+  } else if (p.m <= 2) {
+    launch(qgemv_q4k_kernel<2, kSplit>, config, p);
+  } else if (p.m <= 4) {
+    launch(qgemv_q4k_kernel<4, kSplit>, config, p);
+  } else {
+    launch(qgemv_q4k_kernel<8, kSplit>, config, p);
+  }
+}
+
 template <class D>
 void launch_for(const QGemvParams& p, const LaunchConfig& config, int split) {
   if (split == 4) {
@@ -298,6 +442,26 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
   config.block = dim3(kThreads);
   config.stream = stream;
   config.pdl = p.pdl;
+  if (p.type == QuantType::kQ4_K && p.ldw_bytes % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0) {
+    // Four super-blocks a warp iteration: split while each warp keeps two
+    // iterations in flight.
+    const int iters = (p.k / 256 + kQ4kSupers - 1) / kQ4kSupers;
+    int q4k_split = 1;
+    while (q4k_split < kWarps && pairs * q4k_split < target && iters >= 4 * q4k_split) {
+      q4k_split *= 2;
+    }
+    const int per_block = kWarps / q4k_split;
+    config.grid = dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+    if (q4k_split == 4) {
+      launch_q4k_split<4>(p, config);
+    } else if (q4k_split == 2) {
+      launch_q4k_split<2>(p, config);
+    } else {
+      launch_q4k_split<1>(p, config);
+    }
+    return;
+  }
   switch (p.type) {
     case QuantType::kQ4_0: launch_for<Q4_0>(p, config, split); break;
     case QuantType::kQ4_1: launch_for<Q4_1>(p, config, split); break;
