@@ -231,8 +231,9 @@ std::vector<Case> cases() {
     // memory), an odd n and, for the 32-weight types, a last group cut short.
     out.push_back({t, 3, 37, small_blocks ? 2080 : 2048, true, true});
     out.push_back({t, 1, 6, 4096, false});
-    // Packed rows (Q4_K: the wide-load kernel), with and without split-K, a
-    // k whose last iteration holds fewer than four super-blocks, odd n.
+    // Packed rows (Q4_K at one row: the wide-load kernel), with and without
+    // split-K, a k whose last iteration holds fewer than four super-blocks,
+    // odd n.
     for (int m : {1, 2, 3, 8}) {
       out.push_back({t, m, 37, small_blocks ? 576 : 768, m % 2 == 1, m == 3, true});
       out.push_back({t, m, 21, small_blocks ? 2080 : 4352, m % 2 == 0, m == 2, true});

@@ -337,17 +337,10 @@ void launch_split(const QGemvParams& p, const LaunchConfig& config) {
 
 // The split is a template argument: wide projections (split 1) run the
 // plain loop, with nothing of the split's bookkeeping.
+// One row only (launch_qgemv says why); the kernel itself takes up to 8.
 template <int kSplit>
 void launch_q4k_split(const QGemvParams& p, const LaunchConfig& config) {
-  if (p.m <= 1) {
-    launch(qgemv_q4k_kernel<1, kSplit>, config, p);
-  } else if (p.m <= 2) {
-    launch(qgemv_q4k_kernel<2, kSplit>, config, p);
-  } else if (p.m <= 4) {
-    launch(qgemv_q4k_kernel<4, kSplit>, config, p);
-  } else {
-    launch(qgemv_q4k_kernel<8, kSplit>, config, p);
-  }
+  launch(qgemv_q4k_kernel<1, kSplit>, config, p);
 }
 
 template <class D>
@@ -442,7 +435,11 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
   config.block = dim3(kThreads);
   config.stream = stream;
   config.pdl = p.pdl;
-  if (p.type == QuantType::kQ4_K && p.ldw_bytes % 16 == 0 &&
+  // One-row steps of Q4_K rows on 16-byte boundaries take the wide-load
+  // kernel: 2x the generic decoder's speed at one row on an H100, 1.7x
+  // slower at eight (bench/results/h100-2026-12-07-s30-qgemv-micro.jsonl;
+  // two to seven rows not measured yet, so they keep the generic kernel).
+  if (p.m == 1 && p.type == QuantType::kQ4_K && p.ldw_bytes % 16 == 0 &&
       reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0) {
     // Four super-blocks a warp iteration: split while each warp keeps two
     // iterations in flight.
