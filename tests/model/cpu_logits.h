@@ -5,6 +5,7 @@
 // Thread-safety: each call builds its own program.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,22 @@ inline Result<std::vector<std::vector<float>>> cpu_logits(const LoadedModel& m,
   const auto seq = d->cache().seq_new();
   if (!seq) return internal_error("no free sequence in a fresh cache");
   return d->feed(*seq, tokens, 32);
+}
+
+// The relative RMS error of `got` against `want` (one logits row), and the
+// sum of squared differences it came from.
+struct RowError {
+  double relative = 0;
+  double diff_sq = 0;
+};
+inline RowError row_error(const std::vector<float>& want, const std::vector<float>& got) {
+  double diff = 0, norm = 0;
+  for (std::size_t v = 0; v < want.size(); ++v) {
+    const double d = static_cast<double>(got[v]) - want[v];
+    diff += d * d;
+    norm += static_cast<double>(want[v]) * want[v];
+  }
+  return {std::sqrt(diff / norm), diff};
 }
 
 }  // namespace cellm::model::testing

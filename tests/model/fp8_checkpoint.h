@@ -63,6 +63,18 @@ struct Fp8WriteOptions {
   bool plain_dequantized = false;
 };
 
+// A minimal llama config.json text with `quant` as its quantization_config
+// (none when null): for the config parser's and loader's refusal tests.
+inline std::string fp8_config_with(const nlohmann::json& quant) {
+  nlohmann::json c = {{"model_type", "llama"},      {"vocab_size", 6},
+                      {"hidden_size", 4},           {"intermediate_size", 8},
+                      {"num_hidden_layers", 1},     {"num_attention_heads", 2},
+                      {"num_key_value_heads", 1},   {"max_position_embeddings", 32},
+                      {"tie_word_embeddings", true}};
+  if (!quant.is_null()) c["quantization_config"] = quant;
+  return c.dump();
+}
+
 namespace fp8_detail {
 
 inline bool is_ct(Fp8Layout l) {

@@ -14,19 +14,8 @@ namespace {
 using cellm::testing::Fp8Layout;
 using nlohmann::json;
 
-// A minimal llama config with `quant` as its quantization_config.
-std::string config_with(const json& quant) {
-  json c = {{"model_type", "llama"},      {"vocab_size", 6},
-            {"hidden_size", 4},           {"intermediate_size", 8},
-            {"num_hidden_layers", 1},     {"num_attention_heads", 2},
-            {"num_key_value_heads", 1},   {"max_position_embeddings", 32},
-            {"tie_word_embeddings", true}};
-  if (!quant.is_null()) c["quantization_config"] = quant;
-  return c.dump();
-}
-
 Result<ModelSpec> parse_quant(const json& quant) {
-  return spec_from_hf_config_text(config_with(quant), "cfg.json");
+  return spec_from_hf_config_text(cellm::testing::fp8_config_with(quant), "cfg.json");
 }
 
 void expect_refused(const json& quant, std::initializer_list<std::string_view> needles) {

@@ -29,17 +29,6 @@ fs::path temp_dir(const std::string& tag) {
   return fs::path(::testing::TempDir()) / ("cellm_fp8_" + tag);
 }
 
-// A minimal llama config with `quant` as its quantization_config.
-std::string config_with(const json& quant) {
-  json c = {{"model_type", "llama"},      {"vocab_size", 6},
-            {"hidden_size", 4},           {"intermediate_size", 8},
-            {"num_hidden_layers", 1},     {"num_attention_heads", 2},
-            {"num_key_value_heads", 1},   {"max_position_embeddings", 32},
-            {"tie_word_embeddings", true}};
-  if (!quant.is_null()) c["quantization_config"] = quant;
-  return c.dump();
-}
-
 // Every fixture in every layout: the loaded weights are the writer's values.
 struct LoadCase {
   std::string fixture;
@@ -167,7 +156,7 @@ class Fp8Broken : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir); }
   void set_quant(const json& quant) {
-    cellm::testing::write_text(dir / "config.json", config_with(quant));
+    cellm::testing::write_text(dir / "config.json", cellm::testing::fp8_config_with(quant));
   }
   static std::vector<float> ones(std::int64_t n) {
     return std::vector<float>(static_cast<std::size_t>(n), 1.0f);

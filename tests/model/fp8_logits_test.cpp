@@ -96,12 +96,7 @@ TEST_P(Fp8Logits, StayCloseToTheUnquantizedModel) {
     for (std::size_t pos = 0; pos < want->size(); ++pos) {
       const auto& w = (*want)[pos];
       const auto& q = (*got)[pos];
-      double diff = 0, norm = 0;
-      for (std::size_t v = 0; v < w.size(); ++v) {
-        diff += (static_cast<double>(q[v]) - w[v]) * (static_cast<double>(q[v]) - w[v]);
-        norm += static_cast<double>(w[v]) * w[v];
-      }
-      const double err = std::sqrt(diff / norm);
+      const auto [err, diff] = testing::row_error(w, q);
       worst = std::max(worst, err);
       sum += err;
       ++positions;

@@ -110,14 +110,7 @@ TEST_P(Fp8QuantizeLogits, EqualAnFp8CheckpointAndStayClose) {
     ASSERT_TRUE(want.ok()) << want.status().to_string();
     ASSERT_EQ(got->size(), want->size());
     for (std::size_t pos = 0; pos < want->size(); ++pos) {
-      const auto& w = (*want)[pos];
-      const auto& q = (*got)[pos];
-      double diff = 0, norm = 0;
-      for (std::size_t v = 0; v < w.size(); ++v) {
-        diff += (static_cast<double>(q[v]) - w[v]) * (static_cast<double>(q[v]) - w[v]);
-        norm += static_cast<double>(w[v]) * w[v];
-      }
-      const double err = std::sqrt(diff / norm);
+      const double err = testing::row_error((*want)[pos], (*got)[pos]).relative;
       worst = std::max(worst, err);
       sum += err;
       ++positions;

@@ -1,12 +1,13 @@
 // ModelSpec from Hugging Face config.json: both config layouts of every
 // fixture agree, the architecture facts listed in the fixtures' README come
 // out right, and bad configs give errors naming the file and field.
-#include <gtest/gtest.h>
+#include "model/hf_config.h"
 
 #include <cmath>
 #include <filesystem>
 
-#include "model/hf_config.h"
+#include <gtest/gtest.h>
+
 #include "support/testdata.h"
 
 namespace cellm::model {

@@ -1,10 +1,10 @@
 // Loading Hugging Face folders into Weights: every fixture from both config
 // layouts, shapes and values against the raw safetensors, tied heads, phi3's
 // split views, and the errors for missing, misshapen and extra tensors.
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "format/safetensors.h"
 #include "format/test_writers.h"

@@ -1,8 +1,9 @@
 // The inspect report: KV arithmetic, distinct-storage byte counts (tied heads
 // counted once) and the facts the report must show.
+#include "model/inspect.h"
+
 #include <gtest/gtest.h>
 
-#include "model/inspect.h"
 #include "support/testdata.h"
 
 namespace cellm::model {

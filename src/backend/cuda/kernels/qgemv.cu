@@ -99,22 +99,39 @@ __device__ __forceinline__ void store_sums(const QGemvParams& p,
   }
 }
 
+// Where a warp works: its lane, its warp in the block and slice of the
+// split, its row pair (row0, and whether the pair's rows exist) and the two
+// weight rows (a missing second row reads the first again; nothing is
+// stored for it).
+template <int split>
+struct WarpRows {
+  int lane, warp, slice, row0;
+  bool active, second;
+  const std::uint8_t* rows[kRowsPerWarp];
+
+  __device__ __forceinline__ explicit WarpRows(const QGemvParams& p)
+      : lane(static_cast<int>(threadIdx.x & 31)),
+        warp(static_cast<int>(threadIdx.x >> 5)),
+        slice(warp % split),
+        row0((static_cast<int>(blockIdx.x) * (kWarps / split) + warp / split) * kRowsPerWarp),
+        active(row0 < p.n),
+        second(row0 + 1 < p.n) {
+    const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
+    rows[0] = w_bytes + (active ? row0 : 0) * p.ldw_bytes;
+    rows[1] = w_bytes + (second ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes;
+  }
+};
+
 // A block's four warps take kWarps / split row pairs; the `split` warps of
 // a pair walk every split-th group of its rows (split-K), so that narrow
 // projections still put enough loads in flight on every SM, and add their
 // sums in shared memory in a fixed order (the same bits every run).
 template <class D, int kM, int split>
 __global__ void __launch_bounds__(kThreads) qgemv_kernel(const __grid_constant__ QGemvParams p) {
-  const int lane = threadIdx.x & 31;
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int slice = warp % split;
-  const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * kRowsPerWarp;
-  const bool active = row0 < p.n;
-  const bool second = row0 + 1 < p.n;
-  const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
-  const std::uint8_t* rows[kRowsPerWarp] = {
-      w_bytes + (active ? row0 : 0) * p.ldw_bytes,
-      w_bytes + (second ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes};
+  const WarpRows<split> wr(p);
+  const int lane = wr.lane, warp = wr.warp, slice = wr.slice, row0 = wr.row0;
+  const bool active = wr.active, second = wr.second;
+  const std::uint8_t* const* rows = wr.rows;
   const int blocks = p.k / D::kBlockElems;
   const int groups = active ? (p.k + kGroup - 1) / kGroup : 0;
 
@@ -191,16 +208,10 @@ __device__ __forceinline__ float nibble_float(std::uint32_t v, int t) {
 template <int kM, int split>
 __global__ void __launch_bounds__(kThreads)
     qgemv_q4k_kernel(const __grid_constant__ QGemvParams p) {
-  const int lane = threadIdx.x & 31;
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int slice = warp % split;
-  const int row0 = (blockIdx.x * (kWarps / split) + warp / split) * kRowsPerWarp;
-  const bool active = row0 < p.n;
-  const bool second = row0 + 1 < p.n;
-  const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
-  const std::uint8_t* rows[kRowsPerWarp] = {
-      w_bytes + (active ? row0 : 0) * p.ldw_bytes,
-      w_bytes + (second ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes};
+  const WarpRows<split> wr(p);
+  const int lane = wr.lane, warp = wr.warp, slice = wr.slice, row0 = wr.row0;
+  const bool active = wr.active, second = wr.second;
+  const std::uint8_t* const* rows = wr.rows;
   const int supers = active ? p.k / 256 : 0;
   const int iters = (supers + kQ4kSupers - 1) / kQ4kSupers;
   const int chunk = lane % 8;  // 16-byte chunk of the quants: sub-blocks 2c, 2c + 1
