@@ -315,9 +315,12 @@ __global__ void __launch_bounds__(kThreads)
 // where the generic decoder (Q6_K: 2-byte loads, a scale multiply a
 // weight) spends about ten instructions a weight, as Q4_K's did before
 // qgemv_q4k_kernel. Sums are reduced in a fixed order (same bits every run).
-// NOT YET RUN ON A GPU: compiled with nvcc, its lane map and bit layout
-// checked on the host (quant_blocks_test); its speed and the GPU results of
-// qgemv_test's Q6_K_R8 cases are unmeasured.
+// NOT YET RUN ON A GPU: compiled with nvcc (sm_90: 117 registers at split 1,
+// 155 at 2 and 4, no spills); its lane map, loads and bit unpacking are
+// checked on the host against the reference dequantizer
+// (quant_blocks_q6r8_test), but its results on a device (qgemv_test's
+// Q6_K_R8 cases) and its speed (backend_cuda_bench, type 1014 against 14)
+// are unmeasured.
 constexpr int kQ6r8InFlight = 2;  // groups loaded before the first is used
 
 // Byte t of v (a six-bit quant q + 32) as the float q: 2^23 + byte, less 2^23 + 32.
