@@ -1,6 +1,7 @@
 // The quantized decode GEMV (kernels/qgemv.cuh) in the projection shapes of
 // Llama-3.2-1B and Llama-3.1-8B, for each block type a Q4_K_M or Q8_0 file
-// holds, at 1, 2, 4 and 8 rows. `bytes` is the quantized weights a launch
+// holds (and Q6_K as the upload repacks it, Q6_K_R8), at 1, 2, 4 and 8
+// rows. `bytes` is the quantized weights a launch
 // reads, so `bytes_per_second` sets it against the copy roofline; the bf16
 // GEMV of the same shape (BM_DecodeGemm, gemv:2) is the time to beat.
 // Run: backend_cuda_bench --benchmark_filter=QGemv --benchmark_counters_tabular=true
@@ -66,7 +67,9 @@ void qgemv_args(benchmark::internal::Benchmark* b) {
   // Llama-3.2-1B then Llama-3.1-8B: qkv, o, gate_up, down, lm_head.
   const Shape shapes[] = {{3072, 2048}, {2048, 2048}, {16384, 2048}, {2048, 8192},  {128256, 2048},
                           {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  for (const int type : {2, 8, 12, 14, 1000}) {  // 1000: FP8 E4M3
+  // 1000: FP8 E4M3; 1014: Q6_K repacked (Q6_K_R8: the wide-load kernel at
+  // one row, against 14's generic decoder on the same shapes).
+  for (const int type : {2, 8, 12, 14, 1014, 1000}) {
     for (const Shape& s : shapes) {
       for (const int m : {1, 2, 4, 8}) b->Args({type, m, s.n, s.k});
     }

@@ -12,6 +12,7 @@
 #include "backend/cuda/arena.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_weights_fill.cuh"
+#include "backend/cuda/kernels/quant_blocks_q6r8.h"
 #include "core/dtype.h"
 #include "format/ggml_types.h"
 #include "model/gguf_model.h"
@@ -198,54 +199,92 @@ std::vector<Wanted> wanted_projections(const model::ModelSpec& spec, QuantWeight
   return all;
 }
 
-// Adds `piece` as a part at `row0`, merged into the previous part when it is
-// of the same type and row size (its rows, and its scales, then follow in
-// memory).
-void add_part(DeviceQuant& q, const Piece& piece, const std::uint8_t* blocks, const float* scales,
-              std::int64_t row0) {
+// The form a piece takes on the device: Q6_K rows of whole 8-block groups
+// are repacked for the wide-load GEMV (kernels/quant_blocks_q6r8.h: the same
+// bytes, moved within each row, read right by every kernel that takes the
+// part: the GEMV at any width and the bf16 dequantization of wide steps);
+// every other piece keeps the file's blocks.
+QuantType device_type(const Piece& piece) {
+  return piece.type == QuantType::kQ6_K && qblocks::q6r8_repackable(piece.cols)
+             ? QuantType::kQ6_K_R8
+             : piece.type;
+}
+
+// The types whose wide-load kernels need a part to start on a 16-byte
+// boundary (their row sizes, multiples of 16, keep every row there).
+bool loads_16_bytes(QuantType type) {
+  return type == QuantType::kQ4_K || type == QuantType::kQ6_K_R8;
+}
+
+// Where each piece of a projection starts (one after the other, those of
+// loads_16_bytes types moved up to a 16-byte boundary), where their blocks
+// end (the scales follow) and the bytes of the whole.
+struct PieceLayout {
+  std::vector<std::size_t> at;
+  std::size_t code_bytes = 0;
+  std::size_t total = 0;
+};
+PieceLayout layout_of(const Projection& proj) {
+  PieceLayout l;
+  std::size_t scale_bytes = 0;
+  for (const Piece& piece : proj.pieces) {
+    if (loads_16_bytes(device_type(piece))) l.code_bytes = align_up(l.code_bytes, 16);
+    l.at.push_back(l.code_bytes);
+    l.code_bytes += piece.bytes.size();
+    scale_bytes += piece.scales.size() * sizeof(float);
+  }
+  l.total = l.code_bytes + scale_bytes;
+  return l;
+}
+
+// Adds `piece` (on the device as `type`, at `blocks`) as a part at `row0`,
+// merged into the previous part when it is of the same type and row size
+// and its rows, and its scales, follow that part's in memory.
+void add_part(DeviceQuant& q, const Piece& piece, QuantType type, const std::uint8_t* blocks,
+              const float* scales, std::int64_t row0) {
   if (!q.parts.empty()) {
     DeviceQuantPart& last = q.parts.back();
-    if (last.type == piece.type && last.row_bytes == piece.row_bytes &&
-        last.row0 + last.rows == row0 && last.scales.cols == piece.scale_cols &&
-        last.scales.ld == piece.scale_ld) {
+    if (last.type == type && last.row_bytes == piece.row_bytes &&
+        last.blocks + last.rows * last.row_bytes == blocks && last.row0 + last.rows == row0 &&
+        last.scales.cols == piece.scale_cols && last.scales.ld == piece.scale_ld) {
       last.rows += piece.rows;
       return;
     }
   }
-  q.parts.push_back({blocks, piece.type, row0, piece.rows, piece.row_bytes,
+  q.parts.push_back({blocks, type, row0, piece.rows, piece.row_bytes,
                      RowScales{scales, piece.scale_cols, piece.scale_ld}});
 }
 
 std::string type_name(QuantType type) {
-  return type == QuantType::kF8_E4M3
-             ? std::string("F8_E4M3")
-             : std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+  switch (type) {
+    case QuantType::kF8_E4M3: return "F8_E4M3";
+    case QuantType::kQ6_K_R8: return "Q6_K_R8";
+    default: return std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+  }
 }
 
 // One allocation for every projection found: per projection its pieces'
-// bytes (GGUF Q/K rows reordered), then their scales.
+// bytes (GGUF Q/K rows reordered, Q6_K rows repacked: device_type), then
+// their scales.
 Result<QuantWeights> upload(QuantWeights out, std::vector<Projection> projections) {
   if (projections.empty()) return out;
   std::size_t total = 0;
   std::map<std::string, int> counts;
   for (Projection& proj : projections) {
     proj.offset = total;
-    std::size_t bytes = 0;
-    for (const Piece& piece : proj.pieces) {
-      bytes += piece.bytes.size() + piece.scales.size() * sizeof(float);
-      ++counts[type_name(piece.type)];
-    }
-    total += align_up(bytes);
+    for (const Piece& piece : proj.pieces) ++counts[type_name(device_type(piece))];
+    total += align_up(layout_of(proj).total);
   }
   CELLM_ASSIGN_OR_RETURN(out.storage, DeviceBuffer<std::uint8_t>::allocate(total));
-  std::vector<std::uint8_t> reordered;
+  std::vector<std::uint8_t> reordered, repacked;
   for (const Projection& proj : projections) {
-    std::uint8_t* at = out.storage.data() + proj.offset;
-    std::size_t code_bytes = 0;
-    for (const Piece& piece : proj.pieces) code_bytes += piece.bytes.size();
-    auto* scale_at = reinterpret_cast<float*>(at + code_bytes);
+    const PieceLayout layout = layout_of(proj);
+    std::uint8_t* const base = out.storage.data() + proj.offset;
+    auto* scale_at = reinterpret_cast<float*>(base + layout.code_bytes);
     std::int64_t row0 = 0;
-    for (const Piece& piece : proj.pieces) {
+    for (std::size_t i = 0; i < proj.pieces.size(); ++i) {
+      const Piece& piece = proj.pieces[i];
+      std::uint8_t* const at = base + layout.at[i];
       std::span<const std::uint8_t> bytes = piece.bytes;
       if (piece.rotary_heads > 0) {
         if (piece.rows % (2 * piece.rotary_heads) != 0) {
@@ -258,6 +297,13 @@ Result<QuantWeights> upload(QuantWeights out, std::vector<Projection> projection
                                           piece.rotary_heads);
         bytes = reordered;
       }
+      const QuantType type = device_type(piece);
+      if (type == QuantType::kQ6_K_R8) {
+        repacked.resize(bytes.size());
+        qblocks::repack_q6k_r8_rows(bytes.data(), repacked.data(), piece.rows, piece.row_bytes,
+                                    piece.cols);
+        bytes = repacked;
+      }
       CELLM_CUDA_CHECK(cudaMemcpy(at, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
       const float* scales = nullptr;
       if (!piece.scales.empty()) {
@@ -266,8 +312,7 @@ Result<QuantWeights> upload(QuantWeights out, std::vector<Projection> projection
         scales = scale_at;
         scale_at += piece.scales.size();
       }
-      add_part(*proj.target, piece, at, scales, row0);
-      at += bytes.size();
+      add_part(*proj.target, piece, type, at, scales, row0);
       row0 += piece.rows;
     }
   }

@@ -1,11 +1,14 @@
 // The projections of a GGUF model that the GPU keeps in their blocks (issue
 // 38): every linear whose GGUF type the quantized kernels decode
 // (kernels/quant_blocks.h: every block type cellm loads) is uploaded as the file's
-// bytes, Q/K rows of llama-family files reordered to Hugging Face's layout,
-// instead of as the bf16 copy loading makes of it; the rest stay bf16. A
-// fused projection (q/k/v, gate/up) is kept in blocks only when all of its
-// pieces are, each piece a part at its row offset (same-type neighbours
-// merge into one part, so a Q4_K gate/up is one matrix).
+// bytes, Q/K rows of llama-family files reordered to Hugging Face's layout
+// and Q6_K rows of whole 2048-weight groups repacked for 16-byte loads
+// (QuantType::kQ6_K_R8, kernels/quant_blocks_q6r8.h: the same bytes, moved
+// within each row), instead of as the bf16 copy loading makes of it; the
+// rest stay bf16. A fused projection (q/k/v, gate/up) is kept in blocks only
+// when all of its pieces are, each piece a part at its row offset (same-type
+// neighbours merge into one part, so a Q4_K gate/up is one matrix; Q4_K and
+// Q6_K_R8 parts start on 16-byte boundaries, for their wide-load kernels).
 //
 // FP8 checkpoints (and `--quantize fp8`) take the same form: each projection
 // whose stored E4M3 codes Weights::fp8 holds is uploaded as those codes, one
@@ -52,8 +55,9 @@ struct QuantWeights {
   };
   std::vector<Layer> layers;
   DeviceQuant lm_head;
-  // "Q4_K x144, Q6_K x33" (or "F8_E4M3 x224"): projections (pieces) kept in
-  // each type; "" when none.
+  // "Q4_K x144, Q6_K_R8 x33" (or "F8_E4M3 x224"): projections (pieces) kept
+  // in each type (Q6_K_R8: Q6_K rows repacked for 16-byte loads); "" when
+  // none.
   std::string summary;
 
   bool any() const { return !summary.empty(); }

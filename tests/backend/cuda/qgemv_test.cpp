@@ -1,6 +1,8 @@
 // The quantized decode GEMV against a float64 product of the weights as the
 // CPU's reference dequantizer (format::dequantize_f32) decodes the same
-// blocks: every block type, rows 1..8, n not a multiple of a warp's rows,
+// blocks: every block type (Q6_K_R8: Q6_K rows repacked as the upload
+// repacks them, against the reference's decoding of the file's Q6_K rows),
+// rows 1..8, n not a multiple of a warp's rows,
 // k tails that end inside a 256-weight group (the 32-weight types), padded
 // weight rows, column-slice activations, bf16 and float output, stores that
 // stay inside [m, n] of a wider output, and the same bits on every run.
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "backend/cuda/kernels/quant_blocks_q6r8.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
 #include "format/fp8.h"
@@ -93,9 +96,26 @@ Fp8Scales random_scales(int n, int k, int cols, std::mt19937& rng) {
 }
 
 std::string type_name(QuantType type) {
-  return type == QuantType::kF8_E4M3
-             ? std::string("F8_E4M3")
-             : std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+  switch (type) {
+    case QuantType::kF8_E4M3: return "F8_E4M3";
+    case QuantType::kQ6_K_R8: return "Q6_K_R8";
+    default: return std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+  }
+}
+
+// The type of the file's rows a case starts from (Q6_K_R8: Q6_K).
+QuantType file_type(QuantType type) {
+  return type == QuantType::kQ6_K_R8 ? QuantType::kQ6_K : type;
+}
+
+// The file's rows as the kernels get them: Q6_K_R8 repacked (the stride's
+// padding copied), the others as they are.
+std::vector<std::uint8_t> device_rows(QuantType type, const std::vector<std::uint8_t>& rows, int n,
+                                      int k, std::int64_t ldw_bytes) {
+  if (type != QuantType::kQ6_K_R8) return rows;
+  std::vector<std::uint8_t> out = rows;
+  qblocks::repack_q6k_r8_rows(rows.data(), out.data(), n, ldw_bytes, k);
+  return out;
 }
 
 // Row r of the weights as the CPU's reference dequantizer reads it (FP8:
@@ -127,12 +147,14 @@ struct Case {
   bool f32_out;
   bool bias = false;
   bool packed = false;  // rows back to back (no padding between them)
+  int pad = 4;          // otherwise, bytes past each row
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return fmt::format("{}_m{}_n{}_k{}_{}{}{}", type_name(c.type), c.m, c.n, c.k,
-                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "", c.packed ? "_packed" : "");
+  return fmt::format("{}_m{}_n{}_k{}_{}{}{}{}", type_name(c.type), c.m, c.n, c.k,
+                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "", c.packed ? "_packed" : "",
+                     !c.packed && c.pad != 4 ? fmt::format("_pad{}", c.pad) : "");
 }
 
 class QGemvTest : public ::testing::TestWithParam<Case> {};
@@ -145,16 +167,16 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
       static_cast<std::int64_t>(c.k / quant_block_elems(c.type)) * quant_block_bytes(c.type);
   // Padded rows, except where a case asks for packed ones (Q4_K's wide
   // kernel takes rows on 16-byte boundaries, the generic one the others).
-  const std::int64_t ldw_bytes = c.packed ? row_bytes : row_bytes + 4;
+  const std::int64_t ldw_bytes = c.packed ? row_bytes : row_bytes + c.pad;
   const int lda = c.k + 8;  // a column slice of a wider buffer
   const int ldc = c.n + 3;  // the columns past n must stay untouched
-  const auto w = random_rows(c.type, c.n, c.k, ldw_bytes, rng);
+  const auto w = random_rows(file_type(c.type), c.n, c.k, ldw_bytes, rng);
   // FP8: per-row scales for odd m, 32-column blocks for even m.
   const Fp8Scales scales = random_scales(c.n, c.k, c.m % 2 == 1 ? c.k : 32, rng);
   DeviceArray<float> dscales(scales.values);
   const auto a = random_bf16(static_cast<std::size_t>(c.m) * lda, rng);
   const auto bias = random_bf16(static_cast<std::size_t>(c.n), rng, -4.0f, 4.0f);
-  DeviceArray<std::uint8_t> dw(w);
+  DeviceArray<std::uint8_t> dw(device_rows(c.type, w, c.n, c.k, ldw_bytes));
   DeviceArray<bf16> da(a), dbias(bias);
   DeviceArray<bf16> out16(static_cast<std::size_t>(c.m) * ldc);
   DeviceArray<float> out32(static_cast<std::size_t>(c.m) * ldc);
@@ -183,7 +205,8 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
   const std::vector<float> af = to_float(a);
   std::vector<double> ref(static_cast<std::size_t>(c.m) * c.n);
   for (int col = 0; col < c.n; ++col) {
-    const std::vector<float> wr = dequantized_row(c.type, w, col, c.k, ldw_bytes, scales);
+    const std::vector<float> wr =
+        dequantized_row(file_type(c.type), w, col, c.k, ldw_bytes, scales);
     for (int row = 0; row < c.m; ++row) {
       double sum = 0.0;
       for (int i = 0; i < c.k; ++i) {
@@ -243,6 +266,25 @@ std::vector<Case> cases() {
     out.push_back({t, 1, 4096, 4096, false, false, true});
     out.push_back({t, 8, 2048, 8192, true, false, true});
   }
+  // Q6_K_R8 (k a multiple of 2048). The wide-load kernel at one row on
+  // 16-byte boundaries (packed rows, or rows padded by 16): one group, three
+  // (the last load holds one live group), seven (split-K in two, a dead
+  // load) and eight (split in four), one row and odd n, Llama 3 8B's v/o and
+  // down shapes. The generic decoder over the same layout at two to eight
+  // rows, and at one row when the stride (padded by 4) is off 16 bytes.
+  const QuantType r8 = QuantType::kQ6_K_R8;
+  for (int m = 1; m <= kQGemvMaxRows; ++m) {
+    out.push_back({r8, m, 37, 2048, m % 2 == 1, m == 3, true});
+    out.push_back({r8, m, 21, 6144, m % 2 == 0, m == 2});
+  }
+  out.push_back({r8, 1, 21, 6144, true, false, true});
+  out.push_back({r8, 1, 21, 14336, false, true, false, 16});
+  out.push_back({r8, 1, 6, 16384, true, false, true});
+  out.push_back({r8, 1, 1, 2048, true, false, true});
+  out.push_back({r8, 1, 1024, 4096, false, false, true});
+  out.push_back({r8, 1, 4096, 4096, false, false, true});
+  out.push_back({r8, 1, 4096, 14336, false, false, true});
+  out.push_back({r8, 8, 2048, 8192, true, false, true});
   return out;
 }
 
@@ -259,14 +301,14 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
   const QuantType type = GetParam();
   std::mt19937 rng(static_cast<unsigned>(type) * 17u);
   const int rows = 19;
-  const int cols = quant_block_elems(type) == 32 ? 576 : 768;
+  const int cols = type == QuantType::kQ6_K_R8 ? 4096 : quant_block_elems(type) == 32 ? 576 : 768;
   const std::int64_t ldw_bytes =
       static_cast<std::int64_t>(cols / quant_block_elems(type)) * quant_block_bytes(type) + 4;
   const int ldo = cols + 8;
-  const auto w = random_rows(type, rows, cols, ldw_bytes, rng);
+  const auto w = random_rows(file_type(type), rows, cols, ldw_bytes, rng);
   const Fp8Scales scales = random_scales(rows, cols, 64, rng);
   DeviceArray<float> dscales(scales.values);
-  DeviceArray<std::uint8_t> dw(w);
+  DeviceArray<std::uint8_t> dw(device_rows(type, w, rows, cols, ldw_bytes));
   DeviceArray<bf16> out(static_cast<std::size_t>(rows) * ldo);
   out.poison();
   DequantParams p;
@@ -284,7 +326,7 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
   const std::vector<float> got = to_float(out.download());
   int off_by_one = 0;
   for (int r = 0; r < rows; ++r) {
-    const std::vector<float> ref = dequantized_row(type, w, r, cols, ldw_bytes, scales);
+    const std::vector<float> ref = dequantized_row(file_type(type), w, r, cols, ldw_bytes, scales);
     for (int c = 0; c < ldo; ++c) {
       const float v = got[static_cast<std::size_t>(r) * ldo + c];
       if (c >= cols) {
@@ -302,12 +344,15 @@ TEST_P(DequantizeTest, GivesTheReferenceWeightsInBf16) {
   EXPECT_LE(off_by_one, rows * cols / 100);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Types, DequantizeTest,
-    ::testing::Values(QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0, QuantType::kQ5_1,
-                      QuantType::kQ8_0, QuantType::kQ2_K, QuantType::kQ3_K, QuantType::kQ4_K,
-                      QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kIQ4_XS, QuantType::kF8_E4M3),
-    [](const ::testing::TestParamInfo<QuantType>& info) { return type_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Types, DequantizeTest,
+                         ::testing::Values(QuantType::kQ4_0, QuantType::kQ4_1, QuantType::kQ5_0,
+                                           QuantType::kQ5_1, QuantType::kQ8_0, QuantType::kQ2_K,
+                                           QuantType::kQ3_K, QuantType::kQ4_K, QuantType::kQ5_K,
+                                           QuantType::kQ6_K, QuantType::kIQ4_XS,
+                                           QuantType::kF8_E4M3, QuantType::kQ6_K_R8),
+                         [](const ::testing::TestParamInfo<QuantType>& info) {
+                           return type_name(info.param);
+                         });
 
 TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   alignas(16) static bf16 a[4096];
@@ -364,6 +409,23 @@ TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   EXPECT_FALSE(f8.validate().is_ok());
   f8.scales = {scales, 128, 1};  // 256 columns need two a row
   EXPECT_FALSE(f8.validate().is_ok());
+
+  // Repacked Q6_K rows: whole 2048-weight groups of 1680 bytes.
+  QGemvParams r8 = p;
+  r8.type = QuantType::kQ6_K_R8;
+  r8.k = 2048;
+  r8.lda = 2048;
+  r8.ldw_bytes = 1680;
+  EXPECT_TRUE(r8.validate().is_ok()) << r8.validate().to_string();
+  EXPECT_TRUE(quant_type_supported(static_cast<std::uint32_t>(QuantType::kQ6_K_R8)));
+  bad = r8;
+  bad.k = 768;  // Q6_K super-blocks, but not whole groups
+  EXPECT_NE(bad.validate().to_string().find("multiple of the block's 2048"), std::string::npos)
+      << bad.validate().to_string();
+  bad = r8;
+  bad.ldw_bytes = 1679;  // shorter than a row
+  EXPECT_NE(bad.validate().to_string().find("1680 bytes"), std::string::npos)
+      << bad.validate().to_string();
 }
 
 // `cellm inspect` predicts the GPU's resident bytes from the model layer's

@@ -40,7 +40,8 @@ bool quant_type_supported(std::uint32_t raw) {
     case QuantType::kQ2_K:
     case QuantType::kQ3_K:
     case QuantType::kIQ4_XS:
-    case QuantType::kF8_E4M3: return true;
+    case QuantType::kF8_E4M3:
+    case QuantType::kQ6_K_R8: return true;
   }
   return false;
 }
@@ -52,7 +53,7 @@ Status QGemvParams::validate() const {
   if (!quant_type_supported(static_cast<std::uint32_t>(type))) {
     return invalid_argument(
         "cuda qgemv: block type {} is not one the kernel decodes (Q4_0, Q4_1, "
-        "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, FP8 E4M3)",
+        "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, FP8 E4M3, Q6_K_R8 = 1014)",
         static_cast<std::int32_t>(type));
   }
   const int elems = quant_block_elems(type);

@@ -35,7 +35,11 @@ inline constexpr int kQGemvMaxRows = 8;
 
 // The block types the kernel decodes (kernels/quant_blocks.h), numbered as
 // GGUF numbers them; FP8 E4M3 rows (bare codes, scales beside them) take a
-// number past GGUF's.
+// number past GGUF's, and so does kQ6_K_R8: Q6_K rows the upload repacked in
+// groups of eight blocks for 16-byte loads (kernels/quant_blocks_q6r8.h; k
+// a multiple of 2048, a row k / 2048 groups of 1680 bytes). One-row steps of
+// kQ6_K_R8 rows on 16-byte boundaries run a wide-load kernel; the rest the
+// generic one.
 enum class QuantType : std::int32_t {
   kQ4_0 = 2,
   kQ4_1 = 3,
@@ -48,7 +52,8 @@ enum class QuantType : std::int32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kIQ4_XS = 23,
-  kF8_E4M3 = 1000
+  kF8_E4M3 = 1000,
+  kQ6_K_R8 = 1014  // 1000 + Q6_K's GGUF number
 };
 
 // Scales beside the rows, for the types whose blocks hold none (kF8_E4M3):
@@ -61,10 +66,12 @@ struct RowScales {
   std::int64_t ld = 0;
 };
 
-// Elements and bytes of one block of `type` (32 or 256 elements).
+// Elements and bytes of one block of `type` (32 or 256 elements; 2048 and
+// 1680 for a kQ6_K_R8 group).
 int quant_block_elems(QuantType type);
 int quant_block_bytes(QuantType type);
-// Whether the GGUF type id `raw` is one QuantType covers.
+// Whether `raw` is a QuantType the kernels decode (a GGUF type id, or one
+// of the numbers past GGUF's).
 bool quant_type_supported(std::uint32_t raw);
 
 struct QGemvParams {

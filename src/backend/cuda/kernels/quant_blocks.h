@@ -367,15 +367,21 @@ struct Q6_K {
   }
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int g, int lane) {
     const std::uint8_t* b = row + static_cast<std::int64_t>(g) * kBlockBytes;
+    load_fields(r, b, b + 128, b + 192, b + 208, lane);
+  }
+  // A block's four fields wherever they lie (Q6_K_R8 moves them apart:
+  // quant_blocks_q6r8.h).
+  CELLM_QB_FN static void load_fields(Raw& r, const std::uint8_t* ql, const std::uint8_t* qh,
+                                      const std::uint8_t* sc, const std::uint8_t* d, int lane) {
     const int h = lane / 16, l = 2 * (lane % 16);
-    r.qla = ld16(b + 64 * h + l);
-    r.qlb = ld16(b + 64 * h + l + 32);
-    r.qh = ld16(b + 128 + 32 * h + l);
+    r.qla = ld16(ql + 64 * h + l);
+    r.qlb = ld16(ql + 64 * h + l + 32);
+    r.qh = ld16(qh + 32 * h + l);
     // sc[8h + is + 2t] (is = l / 16) is byte `is` of the t-th 16-bit word.
-    const std::uint8_t* s = b + 192 + 8 * h;
+    const std::uint8_t* s = sc + 8 * h;
     r.sc01 = ld16(s) | (ld16(s + 2) << 16);
     r.sc23 = ld16(s + 4) | (ld16(s + 6) << 16);
-    r.d = ld16(b + 208);
+    r.d = ld16(d);
   }
   CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
     const float d = half_bits(r.d);
