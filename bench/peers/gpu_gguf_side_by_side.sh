@@ -64,6 +64,7 @@ LC_SOURCE=$(tar -xzOf "$PACK" llama.cpp/PACK_INFO | head -n 1)  # e.g. llama-cpp
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/card.txt"
 phase "start: $CARD, $JOBS cores, shapes [$SHAPES], mixes [$MIXES]"
 export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH="/usr/local/cuda/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 build_llama() {
   local stamp
@@ -73,6 +74,13 @@ build_llama() {
     return 0
   fi
   rm -rf "$WORK/llama.cpp" "$LCB"
+  # A llama-bench prebuilt from this pack (prebuild_llama_bench.sh) saves the build.
+  if [ -f "$ROOT/.peers/llama-bench.xz" ] &&
+    [ "$(cat "$ROOT/.peers/llama-bench.stamp" 2>/dev/null)" = "$stamp" ]; then
+    mkdir -p "$LCB/bin" && xz -dc "$ROOT/.peers/llama-bench.xz" > "$LCB/bin/llama-bench" &&
+      chmod +x "$LCB/bin/llama-bench" && echo "$stamp" > "$LCB/.pack" &&
+      echo "llama-bench prebuilt from this pack ($stamp)" && return 0
+  fi
   tar -xzf "$PACK" -C "$WORK" || return 1
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)

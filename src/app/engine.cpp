@@ -78,6 +78,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   {
     CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(options.backend));
     load_options.dequant_dtype = dequant_dtype_for(backend);
+    // What the GPU keeps in blocks is not dequantized on the host at all.
+    load_options.gpu_keeps_blocks =
+        backend.name == "cuda" &&
+        (options.program.keep_quantized || options.quantize == model::Quantize::kFp8);
   }
   load_options.quantize = options.quantize;
   CELLM_ASSIGN_OR_RETURN(impl->model, model::load_model(options.model, load_options));

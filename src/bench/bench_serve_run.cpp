@@ -94,6 +94,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     model::LoadOptions load;
     load.dequant_dtype = app::dequant_dtype_for(backend);
     load.quantize = o.quantize;
+    load.gpu_keeps_blocks = backend.name == "cuda" && popts.keep_quantized;
     CELLM_ASSIGN_OR_RETURN(a.model, model::load_model(o.model, load));
     a.spec = a.model.spec;
   } else {

@@ -470,6 +470,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
     model::LoadOptions load;
     load.dequant_dtype = DType::kBF16;  // what the upload converts to (app::dequant_dtype_for)
     load.quantize = o.quantize;
+    load.gpu_keeps_blocks = o.keep_quantized;
     CELLM_ASSIGN_OR_RETURN(model::LoadedModel m, model::load_model(o.model, load));
     spec = m.spec;
     popts.keep_quantized = o.keep_quantized || o.quantize == model::Quantize::kFp8;

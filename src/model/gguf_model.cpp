@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "format/ggml_types.h"
 
@@ -302,6 +307,33 @@ void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std
       }
     }
   }
+}
+
+std::set<std::string, std::less<>> gguf_projections_kept_on_gpu(const ModelSpec& spec,
+                                                                const format::GgufFile& file) {
+  std::map<std::string, const format::GgufTensorInfo*, std::less<>> by_name;
+  for (const auto& t : file.tensors()) {
+    by_name.emplace(canonical_tensor_name(spec.arch, t.name), &t);
+  }
+  const auto kept = [&](const std::string& name) {
+    const auto it = by_name.find(name);
+    return it != by_name.end() && it->second->ne.size() == 2 &&
+           gguf_type_kept_on_gpu(it->second->type);
+  };
+  std::set<std::string, std::less<>> out;
+  const auto group = [&](std::vector<std::string> names) {
+    if (std::all_of(names.begin(), names.end(), kept)) out.insert(names.begin(), names.end());
+  };
+  for (int i = 0; i < spec.num_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    group({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+           p + "self_attn.v_proj.weight"});
+    group({p + "self_attn.o_proj.weight"});
+    group({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+    group({p + "mlp.down_proj.weight"});
+  }
+  if (!spec.tie_word_embeddings) group({"lm_head.weight"});
+  return out;
 }
 
 bool gguf_type_kept_on_gpu(format::GgmlType type) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 
@@ -53,6 +54,17 @@ void unpermute_rotary_row_bytes(std::span<const std::uint8_t> src, std::span<std
 // the GPU instead of converting them to bf16 (its quantized GEMV decodes
 // them: backend/cuda/kernels/qgemv.cuh, whose test checks the two agree).
 bool gguf_type_kept_on_gpu(format::GgmlType type);
+
+// The canonical names of the projection tensors of `file` that the CUDA
+// backend keeps in their blocks with --keep-quantized: per layer the q/k/v
+// group, o, the gate/up group and down, each only when every tensor of the
+// group is a 2-D tensor of a kept type, and an untied lm_head of a kept
+// type. (A tied head multiplies with the embedding's blocks, but the lookup
+// needs the embedding itself, so it is never listed.) The upload
+// (backend/cuda/device_quant.h) and the loader, which then leaves these
+// tensors unloaded (LoadOptions::gpu_keeps_blocks), share this one rule.
+std::set<std::string, std::less<>> gguf_projections_kept_on_gpu(const ModelSpec& spec,
+                                                                const format::GgufFile& file);
 
 class GgufTensorSource final : public TensorSource {
  public:

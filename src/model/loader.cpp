@@ -107,8 +107,9 @@ Result<LoadedModel> load_gguf(const std::filesystem::path& file, const LoadOptio
   CELLM_RETURN_IF_ERROR(check_gguf_tensor_types(*gguf));
   if (options.quantize != Quantize::kNone) CELLM_RETURN_IF_ERROR(check_gguf_quantizable(*gguf));
   const GgufTensorSource source(gguf, spec, options.dequant_dtype);
-  CELLM_ASSIGN_OR_RETURN(Weights weights,
-                         build_weights(spec, source, {options.allow_extra_tensors}));
+  BuildOptions build{options.allow_extra_tensors, {}};
+  if (options.gpu_keeps_blocks) build.left_unloaded = gguf_projections_kept_on_gpu(spec, *gguf);
+  CELLM_ASSIGN_OR_RETURN(Weights weights, build_weights(spec, source, build));
   weights.keep_alive.push_back(format::keep_alive(gguf->file()));
   LoadedModel out;
   out.spec = std::move(spec);

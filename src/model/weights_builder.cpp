@@ -129,6 +129,10 @@ Result<Weights> build_weights(const ModelSpec& spec, const TensorSource& source,
   for (const auto& e : expected) {
     if (e.optional && !source.shape(e.name)) continue;
     if (e.name == "lm_head.weight" && spec.tie_word_embeddings) continue;  // aliased below
+    if (options.left_unloaded.count(e.name) != 0) {
+      loaded.emplace(e.name, Tensor());
+      continue;
+    }
     auto t = source.load(e.name);
     if (!t.ok()) return t.status().with_context(source.description());
     const DType dt = t->dtype();

@@ -7,6 +7,7 @@
 // Thread-safety: a pure function of its inputs.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ namespace cellm::model {
 struct BuildOptions {
   // Extra tensors are an error unless allowed (then they are only logged).
   bool allow_extra_tensors = false;
+  // Tensors checked but not loaded: an undefined Tensor stands in their
+  // place (the GPU uploads them from the file's blocks itself).
+  std::set<std::string, std::less<>> left_unloaded;
 };
 
 // The canonical tensor names and shapes `spec` needs, in load order.

@@ -65,11 +65,12 @@ std::vector<FedSeq> feed_three_ways(executor::CudaExecutor& ex,
   return seqs;
 }
 
-// The CUDA program over `loaded` (projections kept as `label` says) against
-// the CPU reference program over the same weights, fed three ways.
-void expect_gpu_matches_cpu(const model::LoadedModel& loaded, const std::string& fixture,
-                            const std::string& label) {
-  auto gpu = cuda::load_program(loaded.spec, loaded.weights, options(), loaded.gguf.get());
+// The CUDA program over `for_gpu` (projections kept as `label` says) against
+// the CPU reference program over `for_cpu`, the same model loaded whole, fed
+// three ways.
+void expect_gpu_matches_cpu(const model::LoadedModel& for_gpu, const model::LoadedModel& loaded,
+                            const std::string& fixture, const std::string& label) {
+  auto gpu = cuda::load_program(for_gpu.spec, for_gpu.weights, options(), for_gpu.gguf.get());
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
   std::shared_ptr<program::Program> gpu_program = std::move(gpu).value();
   const std::string blocks = cuda::cuda_weight_blocks(*gpu_program);
@@ -141,9 +142,17 @@ TEST_P(GpuQuantTest, BlocksOnTheGpuMatchTheCpuReferenceOverTheSameFile) {
   auto loaded = model::load_model(file);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   ASSERT_NE(loaded->gguf, nullptr);
+  // As `cellm serve --keep-quantized` loads it: what the GPU keeps in blocks
+  // is not dequantized on the host.
+  model::LoadOptions gpu_load;
+  gpu_load.dequant_dtype = DType::kBF16;
+  gpu_load.gpu_keeps_blocks = true;
+  auto for_gpu = model::load_model(file, gpu_load);
+  ASSERT_TRUE(for_gpu.ok()) << for_gpu.status().to_string();
+  EXPECT_FALSE(for_gpu->weights.layers[0].q_proj.defined());
   std::string type_name = type;
   for (char& ch : type_name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  expect_gpu_matches_cpu(*loaded, fixture, type_name);
+  expect_gpu_matches_cpu(*for_gpu, *loaded, fixture, type_name);
   fs::remove(file);
 }
 
@@ -174,7 +183,7 @@ TEST_P(GpuFp8Test, Fp8OnTheGpuMatchesTheCpuReferenceOverTheSameCheckpoint) {
   auto loaded = model::load_model(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   ASSERT_FALSE(loaded->weights.fp8.empty());
-  expect_gpu_matches_cpu(*loaded, fixture, "F8_E4M3");
+  expect_gpu_matches_cpu(*loaded, *loaded, fixture, "F8_E4M3");
   fs::remove_all(dir);
 }
 

@@ -73,8 +73,9 @@ Bytes q8_matrix(std::int64_t rows, std::int64_t cols) {
 }
 
 // `gate_type` 8 is Q8_0 (known values); 0 is F32 (an all-float file); 7 is
-// Q5_1, which cellm cannot read.
-GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
+// Q5_1, which cellm cannot read. `all_q8`: every other projection is Q8_0
+// too (as a quantized file has them).
+GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8, bool all_q8 = false) {
   GgufBuilder g;
   g.kv_str("general.architecture", arch)
       .kv_u32(arch + ".block_count", 1)
@@ -97,11 +98,19 @@ GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
   const auto perm = [&](std::vector<float> m, std::int64_t heads) {
     return arch == "llama" ? converter_permute(m, heads, kHidden) : m;
   };
-  g.tensor("blk.0.attn_q.weight", ne(q, kHidden), 0, f32(perm(matrix(q, kHidden, 0.25f), kHeads)));
-  g.tensor("blk.0.attn_k.weight", ne(kv, kHidden), 0,
-           f32(perm(matrix(kv, kHidden, 0.75f), kKvHeads)));
-  g.tensor("blk.0.attn_v.weight", ne(kv, kHidden), 0, f32(matrix(kv, kHidden, 0.125f)));
-  g.tensor("blk.0.attn_output.weight", ne(kHidden, q), 0, f32(matrix(kHidden, q, 0.375f)));
+  if (all_q8) {
+    g.tensor("blk.0.attn_q.weight", ne(q, kHidden), 8, q8_matrix(q, kHidden));
+    g.tensor("blk.0.attn_k.weight", ne(kv, kHidden), 8, q8_matrix(kv, kHidden));
+    g.tensor("blk.0.attn_v.weight", ne(kv, kHidden), 8, q8_matrix(kv, kHidden));
+    g.tensor("blk.0.attn_output.weight", ne(kHidden, q), 8, q8_matrix(kHidden, q));
+  } else {
+    g.tensor("blk.0.attn_q.weight", ne(q, kHidden), 0,
+             f32(perm(matrix(q, kHidden, 0.25f), kHeads)));
+    g.tensor("blk.0.attn_k.weight", ne(kv, kHidden), 0,
+             f32(perm(matrix(kv, kHidden, 0.75f), kKvHeads)));
+    g.tensor("blk.0.attn_v.weight", ne(kv, kHidden), 0, f32(matrix(kv, kHidden, 0.125f)));
+    g.tensor("blk.0.attn_output.weight", ne(kHidden, q), 0, f32(matrix(kHidden, q, 0.375f)));
+  }
   if (gate_type == 8) {
     g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
   } else if (gate_type == 0) {
@@ -112,8 +121,13 @@ GgufBuilder tiny(const std::string& arch, std::uint32_t gate_type = 8) {
     g.tensor("blk.0.ffn_gate.weight", ne(kInter, kHidden), gate_type,
              Bytes(static_cast<std::size_t>(kInter * kHidden / 32 * 36), 0));
   }
-  g.tensor("blk.0.ffn_up.weight", ne(kInter, kHidden), 0, f32(matrix(kInter, kHidden, 0.625f)));
-  g.tensor("blk.0.ffn_down.weight", ne(kHidden, kInter), 0, f32(matrix(kHidden, kInter, 0.875f)));
+  if (all_q8) {
+    g.tensor("blk.0.ffn_up.weight", ne(kInter, kHidden), 8, q8_matrix(kInter, kHidden));
+    g.tensor("blk.0.ffn_down.weight", ne(kHidden, kInter), 8, q8_matrix(kHidden, kInter));
+  } else {
+    g.tensor("blk.0.ffn_up.weight", ne(kInter, kHidden), 0, f32(matrix(kInter, kHidden, 0.625f)));
+    g.tensor("blk.0.ffn_down.weight", ne(kHidden, kInter), 0, f32(matrix(kHidden, kInter, 0.875f)));
+  }
   if (arch == "gemma3") {
     g.kv_u32("gemma3.attention.key_length", kHeadDim)
         .kv_u32("gemma3.attention.value_length", kHeadDim);
@@ -181,6 +195,45 @@ TEST_F(GgufTiny, LlamaSpecAndUnpermutedAttention) {
                          std::int64_t{1000}, kInter * kHidden - 1}) {
     EXPECT_EQ(element_as_f32(l.gate_proj, k), static_cast<float>(k % 19 - 9)) << k;
   }
+}
+
+// --keep-quantized on the GPU: the projections it keeps in blocks are not
+// dequantized on the host (their tensors stay undefined); everything else
+// loads as usual, and without the option everything loads.
+TEST_F(GgufTiny, WhatTheGpuKeepsInBlocksIsNotDequantized) {
+  LoadOptions o;
+  o.gpu_keeps_blocks = true;
+  auto m = load(tiny("llama", 8, /*all_q8=*/true), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const LayerWeights& l = m->weights.layers[0];
+  for (const Tensor* t :
+       {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+    EXPECT_FALSE(t->defined());
+  }
+  // The tied head's embedding is looked up on the GPU in bf16: loaded.
+  EXPECT_EQ(m->weights.embed_tokens.shape(), (Shape{kVocab, kHidden}));
+  EXPECT_NE(m->weights.embed_tokens.data(), nullptr);
+  EXPECT_EQ(element_as_f32(l.mlp_norm, 0), 3.0f);
+
+  auto all = load_model(path);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(all->weights.layers[0].up_proj.shape(), (Shape{kInter, kHidden}));
+  EXPECT_NE(all->weights.layers[0].up_proj.data(), nullptr);
+}
+
+// A group the GPU keeps only whole: gate (Q8_0) beside an F32 up stays
+// bf16 on the GPU, so both load; so do the F32 attention projections.
+TEST_F(GgufTiny, AGroupWithAFloatTensorIsLoadedWhole) {
+  LoadOptions o;
+  o.gpu_keeps_blocks = true;
+  auto m = load(tiny("llama"), o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const LayerWeights& l = m->weights.layers[0];
+  for (const Tensor* t :
+       {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
+    EXPECT_NE(t->data(), nullptr);
+  }
+  EXPECT_EQ(element_as_f32(l.gate_proj, 20), -8.0f);  // (20 % 19) - 9
 }
 
 TEST_F(GgufTiny, QuantizedWeightsCanBecomeBf16) {

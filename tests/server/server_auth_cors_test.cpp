@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -135,8 +136,8 @@ httplib::Result preflight(const TestServer& ts, const std::string& origin,
                           const std::string& request_headers = "authorization, content-type") {
   auto c = ts.client();
   return c.Options("/v1/chat/completions", {{"Origin", origin},
-                                           {"Access-Control-Request-Method", "POST"},
-                                           {"Access-Control-Request-Headers", request_headers}});
+                                            {"Access-Control-Request-Method", "POST"},
+                                            {"Access-Control-Request-Headers", request_headers}});
 }
 
 TEST(ServerCorsTest, PreflightAndHeadersOnlyForListedOrigins) {
@@ -145,7 +146,8 @@ TEST(ServerCorsTest, PreflightAndHeadersOnlyForListedOrigins) {
   TestServer ts(o);
 
   // The preflight carries no key and is answered anyway.
-  auto pre = preflight(ts, "http://app.example:3000", "authorization, content-type, x-stainless-os");
+  auto pre =
+      preflight(ts, "http://app.example:3000", "authorization, content-type, x-stainless-os");
   ASSERT_TRUE(pre);
   EXPECT_EQ(pre->status, 204) << pre->body;
   EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://app.example:3000");
@@ -162,8 +164,7 @@ TEST(ServerCorsTest, PreflightAndHeadersOnlyForListedOrigins) {
   EXPECT_FALSE(denied->has_header("Access-Control-Allow-Origin"));
 
   // Real requests: the origin is named on success and on 401 alike.
-  httplib::Headers h = {{"Origin", "http://app.example:3000"},
-                        {"Authorization", "Bearer key-one"}};
+  httplib::Headers h = {{"Origin", "http://app.example:3000"}, {"Authorization", "Bearer key-one"}};
   auto ok = get_with(ts, "/v1/models", h);
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
@@ -180,8 +181,8 @@ TEST(ServerCorsTest, PreflightAndHeadersOnlyForListedOrigins) {
 
   // A streamed answer gets the header too (it is set before the headers go out).
   auto c = ts.client();
-  auto stream = c.Post("/v1/completions", h,
-                       json{{"prompt", "a"}, {"stream", true}}.dump(), "application/json");
+  auto stream = c.Post("/v1/completions", h, json{{"prompt", "a"}, {"stream", true}}.dump(),
+                       "application/json");
   ASSERT_TRUE(stream);
   EXPECT_EQ(stream->status, 200);
   EXPECT_NE(stream->body.find("[DONE]"), std::string::npos);
@@ -274,7 +275,8 @@ TEST(AccessControlTest, Origins) {
 
   EXPECT_EQ(*normalize_cors_origin("*"), "*");
   EXPECT_EQ(*normalize_cors_origin("http://localhost:3000/"), "http://localhost:3000");
-  for (const char* bad : {"localhost:3000", "ftp://x", "http://", "http://a/b", "", "https://a b"}) {
+  for (const char* bad :
+       {"localhost:3000", "ftp://x", "http://", "http://a/b", "", "https://a b"}) {
     Result<std::string> r = normalize_cors_origin(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("--cors"), std::string_view::npos);
@@ -304,11 +306,16 @@ class KeyFileTest : public ::testing::Test {
     std::ofstream(path_) << text;
     return path_;
   }
-  std::string path_ = ::testing::TempDir() + "cellm_key_file_test.txt";
+  // One file per test and process: ctest runs this suite's tests as parallel
+  // processes, and a shared name let one test read the other's keys.
+  std::string path_ = ::testing::TempDir() + "cellm_key_file_" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                      std::to_string(::getpid()) + ".txt";
 };
 
 TEST_F(KeyFileTest, ReadsOneKeyPerLine) {
-  Result<std::vector<std::string>> keys = read_api_key_file(write("# ops keys\nalpha\n\n  beta \n"));
+  Result<std::vector<std::string>> keys =
+      read_api_key_file(write("# ops keys\nalpha\n\n  beta \n"));
   ASSERT_TRUE(keys.ok()) << keys.status().to_string();
   EXPECT_EQ(*keys, (std::vector<std::string>{"alpha", "beta"}));
 }

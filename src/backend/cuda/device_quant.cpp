@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 
 #include <fmt/format.h>
@@ -52,15 +53,17 @@ Status check_shape(const Piece& p, std::int64_t rows, std::int64_t cols, std::st
 
 using ByName = std::map<std::string, const format::GgufTensorInfo*, std::less<>>;
 
-Found find_gguf(const ByName& by_name, const format::GgufFile& file, std::vector<Piece> wanted,
+// `kept`: the names the loader's rule keeps in blocks (and the tied head's
+// embedding), so that what the loader left unloaded is what comes from here.
+Found find_gguf(const ByName& by_name, const std::set<std::string, std::less<>>& kept,
+                const format::GgufFile& file, std::vector<Piece> wanted,
                 const std::vector<std::string>& names) {
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     const auto it = by_name.find(names[i]);
-    if (it == by_name.end()) return std::optional<std::vector<Piece>>();
-    const format::GgufTensorInfo& info = *it->second;
-    if (!quant_type_supported(static_cast<std::uint32_t>(info.type))) {
+    if (it == by_name.end() || kept.count(names[i]) == 0) {
       return std::optional<std::vector<Piece>>();
     }
+    const format::GgufTensorInfo& info = *it->second;
     Piece& p = wanted[i];
     p.name = info.name;
     if (info.ne.size() != 2) {
@@ -282,11 +285,18 @@ Result<QuantWeights> upload_quant_weights(const model::ModelSpec& spec,
   for (const auto& t : file.tensors()) {
     by_name.emplace(model::canonical_tensor_name(spec.arch, t.name), &t);
   }
+  std::set<std::string, std::less<>> kept = model::gguf_projections_kept_on_gpu(spec, file);
+  const auto embed = by_name.find("model.embed_tokens.weight");
+  if (spec.tie_word_embeddings && embed != by_name.end() &&
+      model::gguf_type_kept_on_gpu(embed->second->type)) {
+    kept.insert(embed->first);  // the head's blocks; the lookup keeps its bf16 copy
+  }
   QuantWeights out;
   std::vector<Projection> projections;
   for (Wanted& w : wanted_projections(spec, out, model::gguf_rotary_rows_permuted(spec.arch),
                                       by_name.count("lm_head.weight") != 0)) {
-    CELLM_ASSIGN_OR_RETURN(auto pieces, find_gguf(by_name, file, std::move(w.pieces), w.names));
+    CELLM_ASSIGN_OR_RETURN(auto pieces,
+                           find_gguf(by_name, kept, file, std::move(w.pieces), w.names));
     if (pieces) projections.push_back({w.target, std::move(*pieces), 0});
   }
   return upload(std::move(out), std::move(projections));

@@ -516,17 +516,32 @@ int quant_block_bytes(QuantType type) {
   return 0;
 }
 
+namespace {
+
+// How many warps share a row pair (split-K): doubled while the row pairs
+// alone leave the SMs short of 32 warps each and every warp still gets two
+// of the `units` a row is walked in (groups, or the Q4_K kernel's
+// iterations) in each of its two loads in flight.
+int split_for(int pairs, int units) {
+  const int target = multiprocessor_count() * 32;
+  int split = 1;
+  while (split < kWarps && pairs * split < target && units >= 4 * split) split *= 2;
+  return split;
+}
+
+// Blocks for `pairs` row pairs, kWarps / split of them a block.
+dim3 grid_for(int pairs, int split) {
+  const int per_block = kWarps / split;
+  return dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+}
+
+}  // namespace
+
 void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
   LaunchConfig config;
   const int pairs = (p.n + kRowsPerWarp - 1) / kRowsPerWarp;
-  const int groups = (p.k + kGroup - 1) / kGroup;
-  // Split K while the row pairs alone leave the SMs short of 32 warps each
-  // and every warp still gets two groups or more.
-  const int target = multiprocessor_count() * 32;
-  int split = 1;
-  while (split < kWarps && pairs * split < target && groups >= 4 * split) split *= 2;
-  const int pairs_per_block = kWarps / split;
-  config.grid = dim3(static_cast<unsigned>((pairs + pairs_per_block - 1) / pairs_per_block));
+  const int split = split_for(pairs, (p.k + kGroup - 1) / kGroup);
+  config.grid = grid_for(pairs, split);
   config.block = dim3(kThreads);
   config.stream = stream;
   config.pdl = p.pdl;
@@ -536,15 +551,9 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
   // two to seven rows not measured yet, so they keep the generic kernel).
   if (p.m == 1 && p.type == QuantType::kQ4_K && p.ldw_bytes % 16 == 0 &&
       reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0) {
-    // Four super-blocks a warp iteration: split while each warp keeps two
-    // iterations in flight.
-    const int iters = (p.k / 256 + kQ4kSupers - 1) / kQ4kSupers;
-    int q4k_split = 1;
-    while (q4k_split < kWarps && pairs * q4k_split < target && iters >= 4 * q4k_split) {
-      q4k_split *= 2;
-    }
-    const int per_block = kWarps / q4k_split;
-    config.grid = dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+    // Four super-blocks a warp iteration.
+    const int q4k_split = split_for(pairs, (p.k / 256 + kQ4kSupers - 1) / kQ4kSupers);
+    config.grid = grid_for(pairs, q4k_split);
     if (q4k_split == 4) {
       launch_q4k_split<4>(p, config);
     } else if (q4k_split == 2) {
