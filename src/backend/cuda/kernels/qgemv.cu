@@ -565,11 +565,9 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
   }
   if (p.m == 1 && p.type == QuantType::kF8_E4M3 && p.ldw_bytes % 16 == 0 &&
       reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0 && p.scales.cols % kF8Chunk == 0) {
-    const int iters = (p.k / kF8Chunk + 31) / 32;
-    int f8_split = 1;
-    while (f8_split < kWarps && pairs * f8_split < target && iters >= 4 * f8_split) f8_split *= 2;
-    const int per_block = kWarps / f8_split;
-    config.grid = dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+    // A warp iteration takes 32 chunks of kF8Chunk codes.
+    const int f8_split = split_for(pairs, (p.k / kF8Chunk + 31) / 32);
+    config.grid = grid_for(pairs, f8_split);
     if (f8_split == 4) {
       launch_f8_split<4>(p, config);
     } else if (f8_split == 2) {
