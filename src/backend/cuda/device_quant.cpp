@@ -266,8 +266,13 @@ std::string type_name(QuantType type) {
 // One allocation for every projection found: per projection its pieces'
 // bytes (GGUF Q/K rows reordered, Q6_K rows repacked: device_type), then
 // their scales.
-Result<QuantWeights> upload(QuantWeights out, std::vector<Projection> projections) {
-  if (projections.empty()) return out;
+//
+// The projections' targets point into `out` (its head and its layers), so it
+// is filled in place: a copy or move of it would leave the head's parts in
+// the object the pointers name (the layers survive a move, being on the heap;
+// the head did not, and was silently bf16 until session 31).
+Status upload(QuantWeights& out, std::vector<Projection> projections) {
+  if (projections.empty()) return Status::ok();
   std::size_t total = 0;
   std::map<std::string, int> counts;
   for (Projection& proj : projections) {
@@ -319,7 +324,9 @@ Result<QuantWeights> upload(QuantWeights out, std::vector<Projection> projection
   for (const auto& [name, count] : counts) {
     out.summary += fmt::format("{}{} x{}", out.summary.empty() ? "" : ", ", name, count);
   }
-  return out;
+  // Said from the head's parts themselves, which tests read.
+  if (!out.lm_head.empty()) out.summary += "; the head in blocks";
+  return Status::ok();
 }
 
 }  // namespace
@@ -344,7 +351,8 @@ Result<QuantWeights> upload_quant_weights(const model::ModelSpec& spec,
                            find_gguf(by_name, kept, file, std::move(w.pieces), w.names));
     if (pieces) projections.push_back({w.target, std::move(*pieces), 0});
   }
-  return upload(std::move(out), std::move(projections));
+  CELLM_RETURN_IF_ERROR(upload(out, std::move(projections)));
+  return out;
 }
 
 Result<QuantWeights> upload_fp8_weights(const model::ModelSpec& spec,
@@ -356,7 +364,8 @@ Result<QuantWeights> upload_fp8_weights(const model::ModelSpec& spec,
     CELLM_ASSIGN_OR_RETURN(auto pieces, find_fp8(weights, std::move(w.pieces), w.names, w.fused));
     if (pieces) projections.push_back({w.target, std::move(*pieces), 0});
   }
-  return upload(std::move(out), std::move(projections));
+  CELLM_RETURN_IF_ERROR(upload(out, std::move(projections)));
+  return out;
 }
 
 }  // namespace cellm::cuda

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include <cuda_fp8.h>
+
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/qgemv.cuh"
 #include "backend/cuda/kernels/quant_blocks.h"
@@ -436,6 +438,82 @@ __global__ void __launch_bounds__(kThreads)
 }
 // ---- end of the Q6_K_R8 wide-load kernel ------------------------------------
 
+// FP8 rows on 16-byte boundaries whose scale blocks span whole 16-column
+// chunks: a lane takes 16 consecutive codes with one 16-byte load (a warp
+// reads 512 weights of a row per iteration), converts them two at a time
+// with the hardware's E4M3 conversion (exact: every E4M3 value is an f16),
+// and multiplies the chunk's sum by its scale once.
+constexpr int kF8Chunk = 16;    // codes a lane loads
+constexpr int kF8InFlight = 2;  // iterations loaded before the first is used
+
+template <int kM, int split>
+__global__ void __launch_bounds__(kThreads) qgemv_f8_kernel(const __grid_constant__ QGemvParams p) {
+  const WarpRows<split> wr(p);
+  const int lane = wr.lane, warp = wr.warp, slice = wr.slice, row0 = wr.row0;
+  const bool active = wr.active, second = wr.second;
+  const int chunks = active ? p.k / kF8Chunk : 0;
+  const int iters = (chunks + 31) / 32;
+
+  float acc[kRowsPerWarp][kM] = {};
+  bool entered = false;
+  for (int i0 = slice; i0 < iters; i0 += split * kF8InFlight) {
+    uint4 codes[kF8InFlight][kRowsPerWarp];
+    bool live[kF8InFlight];
+#pragma unroll
+    for (int u = 0; u < kF8InFlight; ++u) {
+      const int it = i0 + u * split;
+      const int chunk = it * 32 + lane;
+      live[u] = it < iters && chunk < chunks;
+      if (live[u]) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          codes[u][r] = __ldg(reinterpret_cast<const uint4*>(wr.rows[r] + kF8Chunk * chunk));
+        }
+      }
+    }
+    if (!entered && p.pdl) griddep_enter();
+    entered = true;
+#pragma unroll
+    for (int u = 0; u < kF8InFlight; ++u) {
+      if (!live[u]) continue;
+      const int col = kF8Chunk * ((i0 + u * split) * 32 + lane);
+      float w[kRowsPerWarp][kF8Chunk];
+      float scale[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int row = r == 0 || second ? row0 + r : row0;
+        scale[r] = __ldg(p.scales.scales + static_cast<std::int64_t>(row) * p.scales.ld +
+                         col / p.scales.cols);
+        const std::uint32_t words[4] = {codes[u][r].x, codes[u][r].y, codes[u][r].z, codes[u][r].w};
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const auto pair = static_cast<__nv_fp8x2_storage_t>(words[q / 2] >> (16 * (q % 2)));
+          const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+          w[r][2 * q] = f.x;
+          w[r][2 * q + 1] = f.y;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (m >= p.m) break;
+        const bf16* a_row = p.a + static_cast<std::int64_t>(m) * p.lda + col;
+        float x[kF8Chunk];
+        load_run<8>(a_row, x);
+        load_run<8>(a_row + 8, x + 8);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int t = 0; t < kF8Chunk; ++t) sum = fmaf(w[r][t], x[t], sum);
+          acc[r][m] = fmaf(scale[r], sum, acc[r][m]);
+        }
+      }
+    }
+  }
+  if (!entered && p.pdl) griddep_enter();
+  store_sums<kM, split>(p, acc, warp, lane, slice, row0, active, second);
+}
+
 // One warp per (row, 256-weight group): each lane decodes its 8 weights and
 // stores them as bf16 runs at their columns.
 template <class D>
@@ -480,8 +558,6 @@ void launch_split(const QGemvParams& p, const LaunchConfig& config) {
   }
 }
 
-// The split is a template argument: wide projections (split 1) run the
-// plain loop, with nothing of the split's bookkeeping.
 // One row only (launch_qgemv says why); the kernel itself takes up to 8.
 template <int kSplit>
 void launch_q4k_split(const QGemvParams& p, const LaunchConfig& config) {
@@ -494,6 +570,14 @@ void launch_q6k_r8_split(const QGemvParams& p, const LaunchConfig& config) {
   launch(qgemv_q6k_r8_kernel<1, kSplit>, config, p);
 }
 
+// One row only, as the Q4_K one, until more are measured.
+template <int kSplit>
+void launch_f8_split(const QGemvParams& p, const LaunchConfig& config) {
+  launch(qgemv_f8_kernel<1, kSplit>, config, p);
+}
+
+// The split is a template argument: wide projections (split 1) run the
+// plain loop, with nothing of the split's bookkeeping.
 template <class D>
 void launch_for(const QGemvParams& p, const LaunchConfig& config, int split) {
   if (split == 4) {
@@ -645,6 +729,20 @@ void launch_qgemv(const QGemvParams& p, cudaStream_t stream) {
     return;
   }
   if (launch_q6k_r8_wide(p, config, pairs)) return;
+  if (p.m == 1 && p.type == QuantType::kF8_E4M3 && p.ldw_bytes % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(p.w) % 16 == 0 && p.scales.cols % kF8Chunk == 0) {
+    // A warp iteration takes 32 chunks of kF8Chunk codes.
+    const int f8_split = split_for(pairs, (p.k / kF8Chunk + 31) / 32);
+    config.grid = grid_for(pairs, f8_split);
+    if (f8_split == 4) {
+      launch_f8_split<4>(p, config);
+    } else if (f8_split == 2) {
+      launch_f8_split<2>(p, config);
+    } else {
+      launch_f8_split<1>(p, config);
+    }
+    return;
+  }
   switch (p.type) {
     case QuantType::kQ4_0: launch_for<Q4_0>(p, config, split); break;
     case QuantType::kQ4_1: launch_for<Q4_1>(p, config, split); break;
