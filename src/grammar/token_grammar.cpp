@@ -1,6 +1,8 @@
 #include "grammar/token_grammar.h"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 namespace cellm::grammar {
 namespace {
@@ -22,13 +24,162 @@ class GrammarState final : public TokenConstraintState {
   Matcher matcher_;
 };
 
+// The simple nodes a simple node moves to, each once.
+std::vector<NodeId> simple_moves(const Grammar& g, NodeId n) {
+  std::vector<NodeId> out;
+  for (int b = 0; b < 256; ++b) {
+    const std::int32_t t = g.next(n, static_cast<std::uint8_t>(b));
+    if (t < 0 || !g.node(static_cast<NodeId>(t)).simple) continue;
+    if (std::find(out.begin(), out.end(), static_cast<NodeId>(t)) == out.end())
+      out.push_back(static_cast<NodeId>(t));
+  }
+  return out;
+}
+
+// Tarjan's strongly connected components over simple nodes and their
+// byte moves, iterative (a long literal would nest deeply). A component of
+// one node counts only with a move to itself.
+std::vector<std::int32_t> simple_regions(const Grammar& g) {
+  const std::size_t n = g.nodes().size();
+  std::vector<std::int32_t> comp(n, -1), index(n, -1), low(n, 0);
+  std::vector<std::uint8_t> on_stack(n, 0);
+  std::vector<NodeId> stack;
+  std::vector<std::vector<NodeId>> moves(n);
+  std::int32_t next_index = 0, next_comp = 0;
+  struct Frame {
+    NodeId v;
+    std::size_t k;
+  };
+  std::vector<Frame> calls;
+  for (NodeId root = 0; root < n; ++root) {
+    if (!g.node(root).simple || index[root] >= 0) continue;
+    calls.push_back({root, 0});
+    while (!calls.empty()) {
+      Frame& f = calls.back();
+      const NodeId v = f.v;
+      if (f.k == 0 && index[v] < 0) {
+        index[v] = low[v] = next_index++;
+        stack.push_back(v);
+        on_stack[v] = 1;
+        moves[v] = simple_moves(g, v);
+      }
+      if (f.k < moves[v].size()) {
+        const NodeId w = moves[v][f.k++];
+        if (index[w] < 0) {
+          calls.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      if (low[v] == index[v]) {
+        std::vector<NodeId> members;
+        NodeId w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[w] = 0;
+          members.push_back(w);
+        } while (w != v);
+        const bool loops =
+            members.size() > 1 || std::find(moves[v].begin(), moves[v].end(), v) != moves[v].end();
+        if (loops) {
+          for (NodeId m : members) comp[m] = next_comp;
+          ++next_comp;
+        }
+      }
+      calls.pop_back();
+      if (!calls.empty()) low[calls.back().v] = std::min(low[calls.back().v], low[v]);
+    }
+  }
+  return comp;
+}
+
 }  // namespace
+
+std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::plan(NodeId n) const {
+  {
+    std::lock_guard lock(mu_);
+    if (planned_[n]) return plans_[n];
+  }
+  std::shared_ptr<const RegionPlan> p = build_plan(n);
+  std::lock_guard lock(mu_);
+  if (!planned_[n]) {
+    planned_[n] = 1;
+    plans_[n] = std::move(p);
+  }
+  return plans_[n];
+}
+
+std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId n) const {
+  const Grammar& g = *grammar_;
+  if (!g.node(n).simple) return nullptr;
+  // The region: simple nodes reached from n by moves that stay in a cycle
+  // of simple nodes (a string body) or that several bytes take (a character
+  // class: the next position of a bounded string), up to the longest token.
+  // Any other move leaves (a literal byte: a closing quote, a key). Which
+  // moves leave decides only what is shared and what is walked, never the
+  // mask. Numbered breadth-first from n, moves in byte order, the key
+  // depends on the region's shape alone.
+  auto plan = std::make_shared<RegionPlan>();
+  std::vector<NodeId>& nodes = plan->nodes;
+  std::vector<std::uint32_t> dist{0};
+  std::unordered_map<NodeId, std::int16_t> local{{n, 0}};
+  nodes.push_back(n);
+  std::vector<std::int16_t> moves;
+  bool internal = false;
+  const std::uint32_t horizon = vocab_->max_depth();
+  std::array<std::int32_t, 256> next{};
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const NodeId u = nodes[k];
+    std::vector<std::pair<std::int32_t, int>> counts;  // bytes per target (a few targets)
+    for (int b = 0; b < 256; ++b) {
+      next[b] = g.next(u, static_cast<std::uint8_t>(b));
+      auto c = std::find_if(counts.begin(), counts.end(),
+                            [&](const auto& e) { return e.first == next[b]; });
+      if (c == counts.end())
+        counts.emplace_back(next[b], 1);
+      else
+        ++c->second;
+    }
+    for (int b = 0; b < 256; ++b) {
+      const std::int32_t t = next[b];
+      std::int16_t m = kRegionLeave;
+      if (t == kNoByte) {
+        m = kRegionDead;  // a simple node has no other way to take a byte
+      } else if (t >= 0 && dist[k] < horizon && g.node(static_cast<NodeId>(t)).simple) {
+        const bool cycle = region_[u] >= 0 && region_[u] == region_[static_cast<std::size_t>(t)];
+        const bool wide = std::find_if(counts.begin(), counts.end(), [&](const auto& e) {
+                            return e.first == t;
+                          })->second >= 2;
+        if (cycle || wide) {
+          auto [it, fresh] =
+              local.try_emplace(static_cast<NodeId>(t), static_cast<std::int16_t>(nodes.size()));
+          if (fresh) {
+            if (nodes.size() >= kMaxRegionNodes) return nullptr;
+            nodes.push_back(static_cast<NodeId>(t));
+            dist.push_back(dist[k] + 1);
+          }
+          m = it->second;
+          internal = true;
+        }
+      }
+      moves.push_back(m);
+    }
+  }
+  if (!internal) return nullptr;
+  plan->table = vocab_->region_cache().get(*vocab_, moves);
+  return plan;
+}
 
 TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> grammar,
                            std::shared_ptr<const TokenVocabulary> vocab)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
   const std::size_t mask_bytes = std::max<std::size_t>(1, vocab_->mask_words() * 4);
   max_entries_ = std::max<std::size_t>(16, kCacheBytes / mask_bytes);
+  region_ = simple_regions(*grammar_);
+  plans_.resize(grammar_->nodes().size());
+  planned_.assign(grammar_->nodes().size(), 0);
 }
 
 std::shared_ptr<const TokenGrammar> TokenGrammar::create(
@@ -82,7 +233,7 @@ void TokenGrammar::fill_mask(Matcher& matcher, std::span<std::uint32_t> words) c
     ++stats_.misses;
   }
   // Computed outside the lock; two threads may both compute one state.
-  compute_mask(matcher, words);
+  walk_mask(matcher, words);
   std::lock_guard lock(mu_);
   if (cache_.contains(key)) return;
   lru_.emplace_front(key, std::vector<std::uint32_t>(words.begin(), words.end()));

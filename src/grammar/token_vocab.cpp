@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <numeric>
 
+#include "grammar/region_table.h"
+
 namespace cellm::grammar {
 
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::create(
     std::vector<std::string> token_bytes) {
   auto v = std::shared_ptr<TokenVocabulary>(new TokenVocabulary());
   v->bytes_ = std::move(token_bytes);
+  v->regions_ = std::make_shared<RegionCache>();
   const std::vector<std::string>& b = v->bytes_;
   std::vector<std::uint32_t> ids;
   for (std::uint32_t id = 0; id < b.size(); ++id) {

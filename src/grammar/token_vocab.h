@@ -6,7 +6,8 @@
 // The trie is stored in preorder: node i's subtree is [i, end); a walk that
 // rejects node i skips to `end`.
 //
-// Thread-safety: immutable after create(); share freely.
+// Thread-safety: immutable after create() but for region_cache(), which
+// guards itself with a mutex; share freely.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include "cellm/types.h"
 
 namespace cellm::grammar {
+
+class RegionCache;
 
 class TokenVocabulary {
  public:
@@ -43,12 +46,16 @@ class TokenVocabulary {
   std::uint32_t max_depth() const { return max_depth_; }
   // 32-bit words a mask over this vocabulary takes.
   std::size_t mask_words() const { return (bytes_.size() + 31) / 32; }
+  // Tables of token masks inside grammar regions (region_table.h), shared by
+  // every grammar over this vocabulary.
+  RegionCache& region_cache() const { return *regions_; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<TrieNode> trie_;
   std::vector<std::uint32_t> tokens_;
   std::uint32_t max_depth_ = 0;
+  std::shared_ptr<RegionCache> regions_;
 };
 
 }  // namespace cellm::grammar
