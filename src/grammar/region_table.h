@@ -38,7 +38,13 @@ namespace cellm::grammar {
 inline constexpr std::int16_t kRegionDead = -1;   // no node takes the byte
 inline constexpr std::int16_t kRegionLeave = -2;  // the byte leaves the region
 // Regions larger than this get no table (the key is 512 bytes a node).
-inline constexpr std::size_t kMaxRegionNodes = 256;
+inline constexpr std::size_t kMaxRegionNodes = 512;
+// A region holds the nodes within this many bytes of its start; a token
+// that goes further leaves it there and its subtree is walked. Longer tokens
+// are rare, and the bound makes the positions of a bounded string (maxLength
+// 120: a chain of nodes, no cycle) share one table while more than this many
+// characters remain.
+inline constexpr std::uint32_t kRegionHorizon = 16;
 
 struct RegionTable {
   // Tokens whose bytes stay inside the region, as mask words.

@@ -36,6 +36,19 @@ std::vector<NodeId> simple_moves(const Grammar& g, NodeId n) {
   return out;
 }
 
+// Whether two bytes take `n` to one node: a character class (the rest of
+// a UTF-8 character, the byte after a backslash), not a literal.
+bool wide_out(const Grammar& g, NodeId n) {
+  for (int b = 1; b < 256; ++b) {
+    const std::int32_t t = g.next(n, static_cast<std::uint8_t>(b));
+    if (t >= 0) {
+      for (int c = 0; c < b; ++c)
+        if (g.next(n, static_cast<std::uint8_t>(c)) == t) return true;
+    }
+  }
+  return false;
+}
+
 // Tarjan's strongly connected components over simple nodes and their
 // byte moves, iterative (a long literal would nest deeply). A component of
 // one node counts only with a move to itself.
@@ -115,8 +128,11 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
   const Grammar& g = *grammar_;
   if (!g.node(n).simple) return nullptr;
   // The region: simple nodes reached from n by moves that stay in a cycle
-  // of simple nodes (a string body) or that several bytes take (a character
-  // class: the next position of a bounded string), up to the longest token.
+  // of simple nodes (a string body), that several bytes take (a character
+  // class: the next position of a bounded string) or that reach a node
+  // several bytes leave alike (the middle of a UTF-8 character, an escape),
+  // up to kRegionHorizon
+  // bytes away.
   // Any other move leaves (a literal byte: a closing quote, a key). Which
   // moves leave decides only what is shared and what is walked, never the
   // mask. Numbered breadth-first from n, moves in byte order, the key
@@ -128,31 +144,38 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
   nodes.push_back(n);
   std::vector<std::int16_t> moves;
   bool internal = false;
-  const std::uint32_t horizon = vocab_->max_depth();
-  std::array<std::int32_t, 256> next{};
+  const std::uint32_t horizon = std::min(vocab_->max_depth(), kRegionHorizon);
+  // Per node: its distinct targets in order of their first byte (a few,
+  // and bytes of one target mostly adjacent), each with its byte count and
+  // then its move; the 256 moves are filled from those.
+  struct Target {
+    std::int32_t t;
+    int bytes;
+    std::int16_t move;
+  };
+  std::vector<Target> targets;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const NodeId u = nodes[k];
-    std::vector<std::pair<std::int32_t, int>> counts;  // bytes per target (a few targets)
+    targets.clear();
+    std::array<std::uint8_t, 256> which{};  // index into targets
     for (int b = 0; b < 256; ++b) {
-      next[b] = g.next(u, static_cast<std::uint8_t>(b));
-      auto c = std::find_if(counts.begin(), counts.end(),
-                            [&](const auto& e) { return e.first == next[b]; });
-      if (c == counts.end())
-        counts.emplace_back(next[b], 1);
-      else
-        ++c->second;
+      const std::int32_t t = g.next(u, static_cast<std::uint8_t>(b));
+      std::size_t j = b > 0 && targets[which[b - 1]].t == t ? which[b - 1] : 0;
+      if (b == 0 || targets[j].t != t) {
+        j = 0;
+        while (j < targets.size() && targets[j].t != t) ++j;
+        if (j == targets.size()) targets.push_back({t, 0, kRegionLeave});
+      }
+      ++targets[j].bytes;
+      which[b] = static_cast<std::uint8_t>(j);
     }
-    for (int b = 0; b < 256; ++b) {
-      const std::int32_t t = next[b];
-      std::int16_t m = kRegionLeave;
+    for (Target& x : targets) {
+      const std::int32_t t = x.t;
       if (t == kNoByte) {
-        m = kRegionDead;  // a simple node has no other way to take a byte
+        x.move = kRegionDead;  // a simple node has no other way to take a byte
       } else if (t >= 0 && dist[k] < horizon && g.node(static_cast<NodeId>(t)).simple) {
         const bool cycle = region_[u] >= 0 && region_[u] == region_[static_cast<std::size_t>(t)];
-        const bool wide = std::find_if(counts.begin(), counts.end(), [&](const auto& e) {
-                            return e.first == t;
-                          })->second >= 2;
-        if (cycle || wide) {
+        if (cycle || x.bytes >= 2 || wide_out(g, static_cast<NodeId>(t))) {
           auto [it, fresh] =
               local.try_emplace(static_cast<NodeId>(t), static_cast<std::int16_t>(nodes.size()));
           if (fresh) {
@@ -160,12 +183,12 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
             nodes.push_back(static_cast<NodeId>(t));
             dist.push_back(dist[k] + 1);
           }
-          m = it->second;
+          x.move = it->second;
           internal = true;
         }
       }
-      moves.push_back(m);
     }
+    for (int b = 0; b < 256; ++b) moves.push_back(targets[which[b]].move);
   }
   if (!internal) return nullptr;
   plan->table = vocab_->region_cache().get(*vocab_, moves);
