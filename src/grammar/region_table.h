@@ -1,10 +1,11 @@
 // Region tables: the context-independent part of a token mask, after
 // XGrammar's adaptive token-mask cache, precomputed per vocabulary.
 //
-// A region is a strongly connected set of "simple" grammar nodes (one item,
-// no calls, not final: the next-node table alone decides each byte), such as
-// the body of a JSON string with its escapes and UTF-8 continuation nodes.
-// From a region's start node, a token whose bytes all step inside the region
+// A region is a set of "simple" grammar nodes (no calls, not final: the
+// next-node table alone decides each byte) reached from a start node within
+// kRegionHorizon bytes by moves that are not literals (TokenGrammar decides:
+// moves within a cycle, byte classes, moves into a UTF-8 character or an
+// escape), such as the body of a JSON string. From a region's start node, a token whose bytes all step inside the region
 // is allowed whatever the stack and whatever follows the region; a token that
 // steps to no node is refused; only a token that leaves the region (the
 // closing quote, and the bytes after it) depends on the rest of the grammar.
@@ -17,6 +18,10 @@
 // numbered from the start node in breadth-first order, each with 256 moves:
 // a region node, kDead or kLeave), so every string field of every schema
 // shares one table per vocabulary.
+//
+// Building a table steps every trie node once (about 0.7-1.5 ms for Gemma
+// 3's 600k nodes on the 2-core machine; the first miss at a new region
+// shape pays it, later grammars find it in the cache).
 //
 // Thread-safety: a RegionTable is immutable; RegionCache is guarded by its
 // mutex and shared by every TokenGrammar over one vocabulary.

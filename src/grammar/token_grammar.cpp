@@ -119,7 +119,12 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::plan(NodeId n) con
   std::lock_guard lock(mu_);
   if (!planned_[n]) {
     planned_[n] = 1;
-    plans_[n] = std::move(p);
+    // Past the budget a node gets no plan (its misses take the walk).
+    const std::size_t bytes = p ? p->nodes.size() * sizeof(NodeId) : 0;
+    if (plan_bytes_ + bytes <= kPlanBytes) {
+      plan_bytes_ += bytes;
+      plans_[n] = std::move(p);
+    }
   }
   return plans_[n];
 }

@@ -12,8 +12,8 @@
 //
 // A miss takes walk_mask(), which gives the same mask as compute_mask() (the
 // plain walk, kept as the reference) for less: (1) where the state is one
-// item at a node of a region (region_table.h: a cycle of simple nodes, such
-// as a string body), the mask starts from the region's precomputed table
+// item at a simple node that starts a region (region_table.h: the body of
+// a string, bounded or not, or of a number), the mask starts from the region's precomputed table
 // (tokens that stay inside the region whatever the stack) and only the trie
 // subtrees where tokens leave the region are walked; (2) the walk itself
 // steps a one-item state at a simple node with one lookup in the grammar's
@@ -23,9 +23,9 @@
 // guarded by a mutex (a plan is built outside it, on the first miss at its
 // node; the table behind it is shared per vocabulary, RegionCache). The
 // node regions (region_) are computed in create() and read-only after.
-// Memory: the mask cache is bounded by kCacheBytes; region plans take at
-// most kMaxRegionNodes ids per grammar node; tables are bounded per
-// vocabulary (RegionCache::kMaxBytes).
+// Memory: the mask cache is bounded by kCacheBytes, the region plans (the
+// grammar node of each region node) by kPlanBytes, per grammar; the tables
+// by RegionCache::kMaxBytes per vocabulary, shared by its grammars.
 // Each state belongs to one generation (one thread at a time).
 #pragma once
 
@@ -51,6 +51,8 @@ class TokenGrammar final : public TokenConstraint,
  public:
   // Cached masks take at most this many bytes per grammar.
   static constexpr std::size_t kCacheBytes = std::size_t{16} << 20;
+  // Region plans take at most this many bytes per grammar.
+  static constexpr std::size_t kPlanBytes = std::size_t{4} << 20;
 
   static std::shared_ptr<const TokenGrammar> create(std::shared_ptr<const Grammar> grammar,
                                                     std::shared_ptr<const TokenVocabulary> vocab);
@@ -100,6 +102,7 @@ class TokenGrammar final : public TokenConstraint,
   std::shared_ptr<const RegionPlan> build_plan(NodeId n) const;
   mutable std::vector<std::shared_ptr<const RegionPlan>> plans_;
   mutable std::vector<std::uint8_t> planned_;
+  mutable std::size_t plan_bytes_ = 0;
   mutable std::mutex mu_;
   mutable std::list<std::pair<std::string, std::vector<std::uint32_t>>> lru_;  // front: newest
   mutable std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
