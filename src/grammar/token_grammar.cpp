@@ -36,15 +36,19 @@ std::vector<NodeId> simple_moves(const Grammar& g, NodeId n) {
   return out;
 }
 
-// Whether two bytes take `n` to one node: a character class (the rest of
-// a UTF-8 character, the byte after a backslash), not a literal.
+// Whether two bytes take simple node `n` to one node: a character class
+// (the rest of a UTF-8 character, the byte after a backslash), not a
+// literal. Bytes of one target are mostly adjacent, so the scan keeps the
+// last target and looks further back only on a change.
 bool wide_out(const Grammar& g, NodeId n) {
-  for (int b = 1; b < 256; ++b) {
+  std::vector<std::int32_t> seen;
+  std::int32_t last = kNoByte;
+  for (int b = 0; b < 256; ++b) {
     const std::int32_t t = g.next(n, static_cast<std::uint8_t>(b));
-    if (t >= 0) {
-      for (int c = 0; c < b; ++c)
-        if (g.next(n, static_cast<std::uint8_t>(c)) == t) return true;
-    }
+    if (t < 0) continue;
+    if (t == last || std::find(seen.begin(), seen.end(), t) != seen.end()) return true;
+    seen.push_back(t);
+    last = t;
   }
   return false;
 }
@@ -180,7 +184,7 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
         x.move = kRegionDead;  // a simple node has no other way to take a byte
       } else if (t >= 0 && dist[k] < horizon && g.node(static_cast<NodeId>(t)).simple) {
         const bool cycle = region_[u] >= 0 && region_[u] == region_[static_cast<std::size_t>(t)];
-        if (cycle || x.bytes >= 2 || wide_out(g, static_cast<NodeId>(t))) {
+        if (cycle || x.bytes >= 2 || wide_[static_cast<std::size_t>(t)]) {
           auto [it, fresh] =
               local.try_emplace(static_cast<NodeId>(t), static_cast<std::int16_t>(nodes.size()));
           if (fresh) {
@@ -206,6 +210,9 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> grammar,
   const std::size_t mask_bytes = std::max<std::size_t>(1, vocab_->mask_words() * 4);
   max_entries_ = std::max<std::size_t>(16, kCacheBytes / mask_bytes);
   region_ = simple_regions(*grammar_);
+  wide_.assign(grammar_->nodes().size(), 0);
+  for (NodeId n = 0; n < grammar_->nodes().size(); ++n)
+    wide_[n] = grammar_->node(n).simple && wide_out(*grammar_, n) ? 1 : 0;
   plans_.resize(grammar_->nodes().size());
   planned_.assign(grammar_->nodes().size(), 0);
 }

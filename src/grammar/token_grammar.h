@@ -22,7 +22,7 @@
 // Thread-safety: TokenGrammar is shared; its cache and its region plans are
 // guarded by a mutex (a plan is built outside it, on the first miss at its
 // node; the table behind it is shared per vocabulary, RegionCache). The
-// node regions (region_) are computed in create() and read-only after.
+// node regions (region_, wide_) are computed in create() and read-only after.
 // Memory: the mask cache is bounded by kCacheBytes, the region plans (the
 // grammar node of each region node) by kPlanBytes, per grammar; the tables
 // by RegionCache::kMaxBytes per vocabulary, shared by its grammars.
@@ -91,6 +91,8 @@ class TokenGrammar final : public TokenConstraint,
   // byte moves between simple nodes, or -1 (not simple, or alone without a
   // move to itself).
   std::vector<std::int32_t> region_;
+  // wide_[n]: simple node n takes two bytes to one node (a byte class).
+  std::vector<std::uint8_t> wide_;
   // A region's table from one start node, with the grammar node of each of
   // the table's region nodes.
   struct RegionPlan {
