@@ -4,7 +4,8 @@
 // state along the example and along random generations of each schema in
 // bench/schemas, for two real tokenizers (Gemma 3's 262k ids, Llama 3's
 // 128k). One vocabulary per tokenizer serves every schema, so region tables
-// are shared between grammars here as in the server.
+// are shared between grammars here as in the server. Two user (EBNF)
+// grammars add ambiguous states and regions under a stack.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/token_grammar.h"
@@ -55,14 +57,38 @@ std::vector<Token> allowed(const std::vector<std::uint32_t>& words, std::int64_t
   return ids;
 }
 
+// User grammars: ambiguous alternatives (several items at once), recursion
+// (regions under a stack) and string-like loops.
+std::vector<Case> user_grammars() {
+  const char* src[][2] = {
+      {R"g(root ::= item ("," ws item)*
+           item ::= [a-z]+ | [a-z]+ "x" | [0-9]{1,3} | "\"" [^"]{0,20} "\""
+           ws ::= [ \t\n]*)g",
+       R"(abc, 12,"hi there", abx)"},
+      {R"g(root ::= "(" root* ")" | "[" [^\]]* "]" | "'" ([^'\\] | "\\" .)* "'")g",
+       R"(([a b](['it\'s'][])))"},
+  };
+  std::vector<Case> out;
+  for (const auto& [text, example] : src) {
+    auto g = compile_ebnf(text);
+    EXPECT_TRUE(g.ok()) << text << ": " << g.status().to_string();
+    if (g.ok()) {
+      EXPECT_TRUE(Matcher::matches(*g, example)) << example;
+      out.push_back({"ebnf", *g, example});
+    }
+  }
+  return out;
+}
+
 void check_tokenizer(const std::string& name) {
   const auto path = cellm::testing::testdata_dir() / "tokenizers" / name / "tokenizer.json.gz";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no fixture " << path;
   auto tok = text::Tokenizer::from_file(path);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const auto vocab = vocabulary_from_tokenizer(*tok, tok->vocab_size());
-  const std::vector<Case> cases = bench_schemas();
+  std::vector<Case> cases = bench_schemas();
   ASSERT_EQ(cases.size(), 17u);
+  for (Case& c : user_grammars()) cases.push_back(std::move(c));
   std::mt19937 rng(1234);
   std::size_t compared = 0;
   for (const Case& c : cases) {
