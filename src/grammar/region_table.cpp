@@ -85,14 +85,17 @@ RegionTable RegionTable::build(const TokenVocabulary& vocab,
 }
 
 std::shared_ptr<const RegionTable> RegionCache::get(const TokenVocabulary& vocab,
-                                                    const std::vector<std::int16_t>& moves) {
-  std::string key(moves.size() * sizeof(std::int16_t), '\0');
-  std::memcpy(key.data(), moves.data(), key.size());
+                                                    const std::vector<std::int16_t>& runs) {
+  std::string key(runs.size() * sizeof(std::int16_t), '\0');
+  std::memcpy(key.data(), runs.data(), key.size());
   {
     std::lock_guard lock(mu_);
     auto it = tables_.find(key);
     if (it != tables_.end()) return it->second;
   }
+  std::vector<std::int16_t> moves;
+  for (std::size_t k = 0; k + 1 < runs.size(); k += 2)
+    moves.insert(moves.end(), runs[k + 1], runs[k]);
   auto table = std::make_shared<const RegionTable>(RegionTable::build(vocab, moves));
   std::lock_guard lock(mu_);
   auto [it, fresh] = tables_.try_emplace(std::move(key), table);

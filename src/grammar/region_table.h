@@ -5,14 +5,12 @@
 // next-node table alone decides each byte) reached from a start node within
 // kRegionHorizon bytes by moves that are not literals (TokenGrammar decides:
 // moves within a cycle, byte classes, moves into a UTF-8 character or an
-// escape), such as the body of a JSON string. From a region's start node, a token whose bytes all step inside the region
-// is allowed whatever the stack and whatever follows the region; a token that
-// steps to no node is refused; only a token that leaves the region (the
-// closing quote, and the bytes after it) depends on the rest of the grammar.
-// A RegionTable holds the first set as a mask and the trie nodes where the
-// third kind leaves, so a mask costs a copy plus a walk of those subtrees
-// instead of a walk of the whole trie (most of Gemma 3's 600k nodes inside a
-// string).
+// escape), such as the body of a JSON string. From a region's start node, a token whose bytes all
+// step inside the region is allowed whatever the stack and whatever follows the region; a token
+// that steps to no node is refused; only a token that leaves the region (the closing quote, and the
+// bytes after it) depends on the rest of the grammar. A RegionTable holds the first set as a mask
+// and the trie nodes where the third kind leaves, so a mask costs a copy plus a walk of those
+// subtrees instead of a walk of the whole trie (most of Gemma 3's 600k nodes inside a string).
 //
 // A region is described by a key that names no grammar node (its nodes are
 // numbered from the start node in breadth-first order, each with 256 moves:
@@ -70,10 +68,13 @@ class RegionCache {
   // owners' shared_ptr).
   static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
 
-  // The table of `moves`, built on first use (outside the lock: two threads
-  // may both build one table; the first stored wins).
+  // The table of a region given as runs of its moves (pairs: a move, how
+  // many bytes in a row take it; runs stay within a node's 256), built on
+  // first use (outside the lock: two threads may both build one table; the
+  // first stored wins). Runs make the key (hashed and compared on every
+  // plan) about a tenth of the moves' size.
   std::shared_ptr<const RegionTable> get(const TokenVocabulary& vocab,
-                                         const std::vector<std::int16_t>& moves);
+                                         const std::vector<std::int16_t>& runs);
 
  private:
   std::mutex mu_;

@@ -149,9 +149,10 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
   auto plan = std::make_shared<RegionPlan>();
   std::vector<NodeId>& nodes = plan->nodes;
   std::vector<std::uint32_t> dist{0};
-  std::unordered_map<NodeId, std::int16_t> local{{n, 0}};
+  std::vector<std::int16_t> local(g.nodes().size(), -1);  // region number of a grammar node
+  local[n] = 0;
   nodes.push_back(n);
-  std::vector<std::int16_t> moves;
+  std::vector<std::int16_t> runs;  // the key: (move, bytes in a row) pairs
   bool internal = false;
   const std::uint32_t horizon = std::min(vocab_->max_depth(), kRegionHorizon);
   // Per node: its distinct targets in order of their first byte (a few,
@@ -185,22 +186,30 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
       } else if (t >= 0 && dist[k] < horizon && g.node(static_cast<NodeId>(t)).simple) {
         const bool cycle = region_[u] >= 0 && region_[u] == region_[static_cast<std::size_t>(t)];
         if (cycle || x.bytes >= 2 || wide_[static_cast<std::size_t>(t)]) {
-          auto [it, fresh] =
-              local.try_emplace(static_cast<NodeId>(t), static_cast<std::int16_t>(nodes.size()));
-          if (fresh) {
+          std::int16_t& id = local[static_cast<std::size_t>(t)];
+          if (id < 0) {
             if (nodes.size() >= kMaxRegionNodes) return nullptr;
+            id = static_cast<std::int16_t>(nodes.size());
             nodes.push_back(static_cast<NodeId>(t));
             dist.push_back(dist[k] + 1);
           }
-          x.move = it->second;
+          x.move = id;
           internal = true;
         }
       }
     }
-    for (int b = 0; b < 256; ++b) moves.push_back(targets[which[b]].move);
+    for (int b = 0; b < 256; ++b) {
+      const std::int16_t m = targets[which[b]].move;
+      if (b > 0 && runs.back() < 256 && runs[runs.size() - 2] == m) {
+        ++runs.back();
+      } else {
+        runs.push_back(m);
+        runs.push_back(1);
+      }
+    }
   }
   if (!internal) return nullptr;
-  plan->table = vocab_->region_cache().get(*vocab_, moves);
+  plan->table = vocab_->region_cache().get(*vocab_, runs);
   return plan;
 }
 
