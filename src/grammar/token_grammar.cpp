@@ -140,9 +140,9 @@ std::shared_ptr<const TokenGrammar::RegionPlan> TokenGrammar::build_plan(NodeId 
   // of simple nodes (a string body), that several bytes take (a character
   // class: the next position of a bounded string) or that reach a node
   // several bytes leave alike (the middle of a UTF-8 character, an escape),
-  // up to kRegionHorizon
-  // bytes away.
-  // Any other move leaves (a literal byte: a closing quote, a key). Which
+  // up to kRegionHorizon bytes away. Any other move leaves (a literal byte:
+  // a closing quote, a key); so does every move of a node at the horizon
+  // (a longer token is walked from there). Which
   // moves leave decides only what is shared and what is walked, never the
   // mask. Numbered breadth-first from n, moves in byte order, the key
   // depends on the region's shape alone.
