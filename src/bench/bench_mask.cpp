@@ -54,7 +54,8 @@ double mean(const std::vector<double>& v) {
 struct Schema {
   std::string name;
   std::shared_ptr<const grammar::Grammar> grammar;
-  std::string text;  // the example, as the model would write it
+  std::string text;       // the example, as the model would write it
+  double compile_us = 0;  // compile_json_schema, wall clock
 };
 
 Result<std::vector<Schema>> load_schemas(const std::filesystem::path& dir) {
@@ -79,10 +80,13 @@ Result<std::vector<Schema>> load_schemas(const std::filesystem::path& dir) {
       return invalid_argument("{}: expected a JSON object with \"schema\" and \"example\"",
                               f.string());
     }
+    const auto t0 = std::chrono::steady_clock::now();
     auto g = doc["schema"].is_null() ? grammar::compile_json_object()
                                      : grammar::compile_json_schema(doc["schema"]);
+    const double compile_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (!g.ok()) return g.status().with_context(f.string());
-    Schema s{f.stem().string(), *g, doc["example"].dump()};
+    Schema s{f.stem().string(), *g, doc["example"].dump(), compile_us};
     if (!Matcher::matches(s.grammar, s.text)) {
       return invalid_argument("{}: the example does not match its schema", f.string());
     }
@@ -152,23 +156,31 @@ std::vector<Token> script(const Schema& s, const Vocab& v) {
 }
 
 struct TokenCosts {
-  std::vector<double> walk_us, served_us;
-  std::uint64_t hits = 0, misses = 0;
+  std::vector<double> walk_us, fast_us, served_us, create_us, compile_us;
+  std::uint64_t hits = 0, misses = 0, fast_mismatches = 0;
   std::size_t tokens = 0;
 };
 
 TokenCosts per_token(const std::vector<Schema>& schemas, const Vocab& v,
                      const std::vector<std::vector<Token>>& scripts) {
   TokenCosts c;
-  std::vector<std::uint32_t> words(v.vocab->mask_words());
+  std::vector<std::uint32_t> words(v.vocab->mask_words()), fast(v.vocab->mask_words());
   for (std::size_t i = 0; i < schemas.size(); ++i) {
     // A fresh grammar: its cache starts cold, as for a schema seen the first time.
+    const auto c0 = std::chrono::steady_clock::now();
     auto tg = TokenGrammar::create(schemas[i].grammar, v.vocab);
+    c.create_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - c0).count());
+    c.compile_us.push_back(schemas[i].compile_us);
     Matcher m(schemas[i].grammar);
     for (Token t : scripts[i]) {
       double t0 = thread_cpu_us();
       tg->compute_mask(m, words);
       c.walk_us.push_back(thread_cpu_us() - t0);
+      t0 = thread_cpu_us();
+      tg->walk_mask(m, fast);
+      c.fast_us.push_back(thread_cpu_us() - t0);
+      c.fast_mismatches += fast != words ? 1 : 0;
       t0 = thread_cpu_us();
       tg->fill_mask(m, words);
       c.served_us.push_back(thread_cpu_us() - t0);
@@ -320,13 +332,25 @@ Status run_mask_bench(const MaskBenchOptions& o, std::FILE* out) {
     std::vector<std::vector<Token>> scripts;
     for (const Schema& s : schemas) scripts.push_back(script(s, v));
     const TokenCosts c = per_token(schemas, v, scripts);
+    // Again with fresh grammars: their mask caches start cold, but the
+    // vocabulary's region tables (grammar/region_table.h) were built by the
+    // first pass, as in a server that has seen these schema shapes before.
+    const TokenCosts warm = per_token(schemas, v, scripts);
     const std::string name = std::filesystem::path(model).filename().string();
     std::fprintf(out,
                  "%s: vocab %lld, %zu schemas, %zu tokens\n"
-                 "  trie walk (miss):   p50 %.1f us  p99 %.1f us  mean %.1f us\n"
+                 "  trie walk (plain):  p50 %.1f us  p99 %.1f us  mean %.1f us\n"
+                 "  fast walk (miss):   p50 %.1f us  p99 %.1f us  mean %.1f us  (%llu masks "
+                 "differ from the plain walk)\n"
+                 "  fast walk, tables built: p50 %.1f us  p99 %.1f us  mean %.1f us\n"
+                 "  compile + create:   max %.1f + %.1f us, mean %.1f + %.1f us\n"
                  "  served (cached):    p50 %.1f us  p99 %.1f us  mean %.1f us  hit rate %.0f%%\n",
                  name.c_str(), static_cast<long long>(v.vocab->size()), schemas.size(), c.tokens,
                  quantile(c.walk_us, 0.5), quantile(c.walk_us, 0.99), mean(c.walk_us),
+                 quantile(c.fast_us, 0.5), quantile(c.fast_us, 0.99), mean(c.fast_us),
+                 static_cast<unsigned long long>(c.fast_mismatches), quantile(warm.fast_us, 0.5),
+                 quantile(warm.fast_us, 0.99), mean(warm.fast_us), quantile(c.compile_us, 1.0),
+                 quantile(c.create_us, 1.0), mean(c.compile_us), mean(c.create_us),
                  quantile(c.served_us, 0.5), quantile(c.served_us, 0.99), mean(c.served_us),
                  100.0 * static_cast<double>(c.hits) / static_cast<double>(c.hits + c.misses));
     emit({{"bench", "mask"},
@@ -338,6 +362,17 @@ Status run_mask_bench(const MaskBenchOptions& o, std::FILE* out) {
           {"walk_p50_us", quantile(c.walk_us, 0.5)},
           {"walk_p99_us", quantile(c.walk_us, 0.99)},
           {"walk_mean_us", mean(c.walk_us)},
+          {"fast_p50_us", quantile(c.fast_us, 0.5)},
+          {"fast_p99_us", quantile(c.fast_us, 0.99)},
+          {"fast_mean_us", mean(c.fast_us)},
+          {"fast_mismatches", c.fast_mismatches + warm.fast_mismatches},
+          {"fast_warm_p50_us", quantile(warm.fast_us, 0.5)},
+          {"fast_warm_p99_us", quantile(warm.fast_us, 0.99)},
+          {"fast_warm_mean_us", mean(warm.fast_us)},
+          {"compile_max_us", quantile(c.compile_us, 1.0)},
+          {"compile_mean_us", mean(c.compile_us)},
+          {"create_max_us", quantile(c.create_us, 1.0)},
+          {"create_mean_us", mean(c.create_us)},
           {"served_p50_us", quantile(c.served_us, 0.5)},
           {"served_p99_us", quantile(c.served_us, 0.99)},
           {"served_mean_us", mean(c.served_us)},

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <numeric>
 
+#include "grammar/region_table.h"
+
 namespace cellm::grammar {
 
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::create(
     std::vector<std::string> token_bytes) {
   auto v = std::shared_ptr<TokenVocabulary>(new TokenVocabulary());
   v->bytes_ = std::move(token_bytes);
+  v->regions_ = std::make_shared<RegionCache>();
   const std::vector<std::string>& b = v->bytes_;
   std::vector<std::uint32_t> ids;
   for (std::uint32_t id = 0; id < b.size(); ++id) {
@@ -52,6 +55,33 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::create(
   while (!path.empty()) {
     trie[path.back()].end = static_cast<std::uint32_t>(trie.size());
     path.pop_back();
+  }
+  // Level order: nodes by depth, preorder within a depth.
+  const std::size_t n = trie.size();
+  std::vector<std::uint32_t> pre_parent(n, 0), at_depth(v->max_depth_ + 2, 0), level_of(n, 0);
+  for (std::uint32_t i = 1; i < n; ++i) {
+    // The node before i is its parent or lies below an earlier sibling of i.
+    std::uint32_t p = i - 1;
+    while (trie[p].depth >= trie[i].depth) p = pre_parent[p];
+    pre_parent[i] = p;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) ++at_depth[trie[i].depth + 1];
+  for (std::size_t d = 1; d < at_depth.size(); ++d) at_depth[d] += at_depth[d - 1];
+  v->level_pre_.assign(n, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    level_of[i] = at_depth[trie[i].depth]++;
+    v->level_pre_[level_of[i]] = i;
+  }
+  v->level_parent_.assign(n, 0);
+  v->level_byte_.assign(n, 0);
+  for (std::uint32_t i = 1; i < n; ++i) {
+    v->level_parent_[level_of[i]] = level_of[pre_parent[i]];
+    v->level_byte_[level_of[i]] = trie[i].byte;
+  }
+  v->token_node_.assign(b.size(), kNoNode);
+  for (std::uint32_t i = 1; i < n; ++i) {
+    for (std::uint32_t k = 0; k < trie[i].token_count; ++k)
+      v->token_node_[v->tokens_[trie[i].first_token + k]] = level_of[i];
   }
   return v;
 }
