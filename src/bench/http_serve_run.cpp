@@ -242,8 +242,9 @@ Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& options, st
       w.seed = o.load.seed + 0x5eed;  // prompts of their own, never a cache hit for the run
       load = bodies_of(o, target.model, make_requests(w, target.vocab));
     } else {
-      // The file's first requests, a few tokens each (the prefix cache, off
-      // by default, would otherwise serve the run's first prompts).
+      // The file's first requests, cut to a few tokens each. With
+      // --prefix-cache-entries (off by default) the run's first prompts
+      // would then be cache hits: its figures say so through TTFT.
       load = dataset_load(o, target.model, o.load.warmup_requests, o.load.seed + 0x5eed, 4);
     }
     LoadProgress p;
