@@ -214,7 +214,7 @@ std::string copy_dataset() {
       "\n");
 }
 
-TEST(BenchHttpE2eTest, ADatasetWithPromptLookupReportsItsDraftsAndTheSameOutput) {
+TEST(BenchHttpE2eTest, ADatasetWithPromptLookupOrItsOwnDraftKeepsThePlainOutput) {
   ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
   const std::string dataset = copy_dataset();
   const std::string common = "--http --model " + smollm2().string() + " --backend cpu --dataset " +
@@ -254,6 +254,22 @@ TEST(BenchHttpE2eTest, ADatasetWithPromptLookupReportsItsDraftsAndTheSameOutput)
   EXPECT_EQ(spec["output_tokens"], plain["output_tokens"]);
   EXPECT_EQ(spec["input_tokens"], plain["input_tokens"]);
   EXPECT_NE(spec_out.find("| draft tokens proposed / accepted |"), std::string::npos) << spec_out;
+
+  // The model as its own draft: what it drafts is what it then draws, so
+  // nearly every draft is kept (exactly every one, unless a near-tie rounds
+  // apart between the draft's one-row step and the target's wider one).
+  std::string draft_out;
+  const nlohmann::json draft = run_json(
+      "bench_http_dataset_draft",
+      common + " --speculate draft --speculate-tokens 3 --draft-model " + smollm2().string(),
+      &draft_out);
+  EXPECT_EQ(draft["speculate"], "draft");
+  EXPECT_EQ(draft["speculate_tokens"], 3);
+  EXPECT_EQ(draft["draft_model"], smollm2().string());
+  ASSERT_TRUE(draft.contains("spec_proposed_tokens")) << draft_out;
+  EXPECT_GT(draft["spec_proposed_tokens"].get<std::int64_t>(), 0) << draft_out;
+  EXPECT_GE(draft["spec_acceptance_rate"].get<double>(), 0.9) << draft_out;
+  EXPECT_EQ(draft["output_tokens"], plain["output_tokens"]);
 }
 
 TEST(BenchHttpE2eTest, ADatasetOverAUrlUsesBothRoutesUsageAndTheMetricsCounters) {
