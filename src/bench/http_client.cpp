@@ -50,6 +50,17 @@ StreamEvent interpret_event(std::string_view data) {
       if (text != c.end() && text->is_string() && !text->get_ref<const std::string&>().empty()) {
         e.has_text = true;
       }
+      // A chat chunk carries its text in delta.content (or, for a model that
+      // thinks aloud, delta.reasoning_content: tokens all the same).
+      if (const auto delta = c.find("delta"); delta != c.end() && delta->is_object()) {
+        for (const char* key : {"content", "reasoning_content"}) {
+          const auto part = delta->find(key);
+          if (part != delta->end() && part->is_string() &&
+              !part->get_ref<const std::string&>().empty()) {
+            e.has_text = true;
+          }
+        }
+      }
       const auto fin = c.find("finish_reason");
       if (fin != c.end() && fin->is_string()) e.finish_reason = fin->get<std::string>();
     }
@@ -86,7 +97,7 @@ StreamingClient::StreamingClient(const Endpoint& endpoint, std::string api_key, 
     : impl_(std::make_unique<Impl>(endpoint, std::move(api_key), timeout_s)) {}
 StreamingClient::~StreamingClient() = default;
 
-RequestRecord StreamingClient::stream_completion(const std::string& body,
+RequestRecord StreamingClient::stream_completion(const std::string& route, const std::string& body,
                                                  BenchClock::time_point start,
                                                  std::int64_t expected_tokens) {
   RequestRecord rec;
@@ -99,7 +110,7 @@ RequestRecord StreamingClient::stream_completion(const std::string& body,
 
   httplib::Request req;
   req.method = "POST";
-  req.path = impl_->endpoint.v1 + "/completions";
+  req.path = impl_->endpoint.v1 + "/" + route;
   req.headers = impl_->headers();
   req.headers.emplace("Accept", "text/event-stream");
   req.body = body;
@@ -182,13 +193,26 @@ Result<nlohmann::json> StreamingClient::get_json(const std::string& path) {
   return j;
 }
 
+Result<std::string> StreamingClient::get_text(const std::string& path) {
+  httplib::Result r = impl_->client.Get(path, impl_->headers());
+  if (!r) {
+    return unavailable("GET {}{}: {}", impl_->endpoint.scheme_host_port, path,
+                       httplib::to_string(r.error()));
+  }
+  if (r->status != 200) {
+    return unavailable("GET {}{}: HTTP {}: {}", impl_->endpoint.scheme_host_port, path, r->status,
+                       r->body.substr(0, kMaxErrorText));
+  }
+  return r->body;
+}
+
 std::vector<RequestRecord> run_http_load(const Endpoint& endpoint, const std::string& api_key,
-                                         double timeout_s, const std::vector<std::string>& bodies,
-                                         const std::vector<std::int64_t>& expected_tokens,
+                                         double timeout_s,
+                                         const std::vector<HttpRequestSpec>& requests,
                                          const std::vector<double>& arrivals, int concurrency,
                                          LoadProgress& progress,
                                          BenchClock::time_point* start_out) {
-  const std::size_t n = bodies.size();
+  const std::size_t n = requests.size();
   std::vector<RequestRecord> records(n);
   std::atomic<std::size_t> next{0};
   const std::size_t workers =
@@ -205,7 +229,8 @@ std::vector<RequestRecord> run_http_load(const Endpoint& endpoint, const std::st
         if (i >= n) return;
         std::this_thread::sleep_until(start + std::chrono::duration_cast<BenchClock::duration>(
                                                   std::chrono::duration<double>(arrivals[i])));
-        records[i] = client.stream_completion(bodies[i], start, expected_tokens[i]);
+        const HttpRequestSpec& q = requests[i];
+        records[i] = client.stream_completion(q.route, q.body, start, q.expected_tokens);
         progress.text_chunks.fetch_add(records[i].text_chunks, std::memory_order_relaxed);
         if (!records[i].ok) progress.failed.fetch_add(1, std::memory_order_relaxed);
         progress.done.fetch_add(1, std::memory_order_release);

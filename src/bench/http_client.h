@@ -1,5 +1,6 @@
 // The client side of `cellm bench serve` over HTTP: one keep-alive connection
-// that sends streaming /v1/completions requests and times what comes back
+// that sends streaming /v1/completions (or /v1/chat/completions) requests and
+// times what comes back
 // (first text, each later text chunk, the end), and a load driver that runs
 // up to `concurrency` such connections, each on its own thread, releasing
 // request i no earlier than its arrival time.
@@ -44,7 +45,7 @@ struct RequestRecord {
 struct StreamEvent {
   enum class Kind : std::uint8_t { kChunk, kDone, kError, kMalformed };
   Kind kind = Kind::kChunk;
-  bool has_text = false;  // a choice carried non-empty text
+  bool has_text = false;  // a choice carried non-empty text (or a chat delta's content)
   std::string finish_reason;
   std::int64_t prompt_tokens = -1;
   std::int64_t completion_tokens = -1;
@@ -59,13 +60,16 @@ class StreamingClient {
   StreamingClient(const StreamingClient&) = delete;
   StreamingClient& operator=(const StreamingClient&) = delete;
 
-  // POSTs `body` to {v1}/completions and reads the event stream to its end.
-  // `start` is the run's start (for sent_s); `expected_tokens` sizes the
-  // gap buffer up front so that no token allocates.
-  RequestRecord stream_completion(const std::string& body, BenchClock::time_point start,
-                                  std::int64_t expected_tokens);
+  // POSTs `body` to {v1}/{route} ("completions" or "chat/completions") and
+  // reads the event stream to its end. `start` is the run's start (for
+  // sent_s); `expected_tokens` sizes the gap buffer up front so that no token
+  // allocates.
+  RequestRecord stream_completion(const std::string& route, const std::string& body,
+                                  BenchClock::time_point start, std::int64_t expected_tokens);
   // GET {v1}/{path}, parsed.
   Result<nlohmann::json> get_json(const std::string& path);
+  // GET `path` from the server's root (e.g. "/metrics"), as text.
+  Result<std::string> get_text(const std::string& path);
 
  private:
   struct Impl;
@@ -79,12 +83,20 @@ struct LoadProgress {
   std::atomic<std::int64_t> text_chunks{0};
 };
 
-// Sends bodies[i] no earlier than start + arrivals[i] seconds, at most
+// One request of a load: where it goes under {v1}/, its JSON body, and the
+// tokens it should bring back (a buffer size, not a check).
+struct HttpRequestSpec {
+  std::string route = "completions";
+  std::string body;
+  std::int64_t expected_tokens = 0;
+};
+
+// Sends requests[i] no earlier than start + arrivals[i] seconds, at most
 // `concurrency` at once, one worker thread and connection per slot.
 // Returns the records in request order; `start` receives the run's start.
 std::vector<RequestRecord> run_http_load(const Endpoint& endpoint, const std::string& api_key,
-                                         double timeout_s, const std::vector<std::string>& bodies,
-                                         const std::vector<std::int64_t>& expected_tokens,
+                                         double timeout_s,
+                                         const std::vector<HttpRequestSpec>& requests,
                                          const std::vector<double>& arrivals, int concurrency,
                                          LoadProgress& progress, BenchClock::time_point* start);
 

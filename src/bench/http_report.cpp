@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -31,7 +32,7 @@ std::vector<double> quantiles(std::vector<double> values) {
 }
 
 void tally_http(const std::vector<RequestSpec>& requests, const std::vector<RequestRecord>& records,
-                HttpBenchReport& r) {
+                HttpBenchReport& r, bool exact_lengths) {
   std::vector<double> ttft, tpot, itl, e2e;
   double end_s = 0;
   // (time, tokens) of each text chunk of each completed request.
@@ -51,7 +52,8 @@ void tally_http(const std::vector<RequestSpec>& requests, const std::vector<Requ
     const std::int64_t out = rec.completion_tokens >= 0 ? rec.completion_tokens : rec.text_chunks;
     const std::int64_t in =
         rec.prompt_tokens >= 0 ? rec.prompt_tokens : static_cast<std::int64_t>(req.prompt.size());
-    if (out != req.output_len) ++r.length_mismatches;
+    if (exact_lengths && out != req.output_len) ++r.length_mismatches;
+    if (rec.completion_tokens < 0) ++r.usage_missing;
     r.output_tokens += out;
     r.input_tokens += in;
     end_s = std::max(end_s, rec.sent_s + rec.e2e_ms / 1e3);
@@ -96,6 +98,48 @@ void tally_http(const std::vector<RequestSpec>& requests, const std::vector<Requ
   r.e2e_ms = summarize(std::move(e2e));
 }
 
+std::optional<HttpBenchReport::Speculation> parse_spec_counters(std::string_view text) {
+  constexpr std::string_view kDraft = "spec_decode_num_draft_tokens_total";
+  constexpr std::string_view kAccepted = "spec_decode_num_accepted_tokens_total";
+  auto ends_with = [](std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+  };
+  HttpBenchReport::Speculation c;
+  bool seen = false;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line.front() == '#') continue;
+    const std::size_t name_end = line.find_first_of("{ ");
+    if (name_end == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, name_end);
+    std::int64_t* sum = ends_with(name, kDraft)      ? &c.proposed
+                        : ends_with(name, kAccepted) ? &c.accepted
+                                                     : nullptr;
+    if (sum == nullptr) continue;
+    std::size_t value_at = name_end;
+    if (line[name_end] == '{') {
+      const std::size_t close = line.find('}', name_end);
+      if (close == std::string_view::npos) continue;
+      value_at = close + 1;
+    }
+    std::string value(line.substr(value_at));
+    const std::size_t first = value.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    value = value.substr(first, value.find(' ', first) - first);
+    // Counters are printed as floats ("12" or "1.2e+03").
+    char* parsed_end = nullptr;
+    const double v = std::strtod(value.c_str(), &parsed_end);
+    if (parsed_end == value.c_str() || !std::isfinite(v)) continue;
+    *sum += static_cast<std::int64_t>(std::llround(v));
+    seen = true;
+  }
+  if (!seen) return std::nullopt;
+  return c;
+}
+
 std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport& r) {
   std::string t;
   auto row = [&t](std::string_view name, const std::string& value) {
@@ -108,11 +152,31 @@ std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport&
   if (r.length_mismatches > 0) {
     row("completed with another output length", fmt::format("{}", r.length_mismatches));
   }
-  row("lengths in / out",
-      fmt::format(
-          "{} / {}{}{}", o.load.input_len, o.load.output_len,
-          o.load.range_ratio > 0 ? fmt::format(" (range ratio {:g})", o.load.range_ratio) : "",
-          o.prompt_format == PromptFormat::kText ? ", text prompts" : ", token-id prompts"));
+  if (r.usage_missing > 0) {
+    row("completed without usage (text chunks counted)", fmt::format("{}", r.usage_missing));
+  }
+  if (!o.dataset.empty()) {
+    row("dataset", fmt::format("{} ({} requests in the file, {})", o.dataset_path, o.dataset.size(),
+                               o.ignore_eos ? "ignore_eos" : "each ends where the model ends it"));
+  } else {
+    row("lengths in / out",
+        fmt::format(
+            "{} / {}{}{}", o.load.input_len, o.load.output_len,
+            o.load.range_ratio > 0 ? fmt::format(" (range ratio {:g})", o.load.range_ratio) : "",
+            o.prompt_format == PromptFormat::kText ? ", text prompts" : ", token-id prompts"));
+  }
+  if (r.target == "in-process") {
+    row("speculative decoding",
+        o.speculate == "off" ? std::string("off")
+                             : fmt::format("{}{}, up to {} drafts a step", o.speculate,
+                                           o.draft_model.empty() ? "" : " (" + o.draft_model + ")",
+                                           o.speculate_tokens));
+  }
+  if (r.speculation) {
+    row("draft tokens proposed / accepted",
+        fmt::format("{} / {} (acceptance {:.3f})", r.speculation->proposed, r.speculation->accepted,
+                    r.speculation->acceptance()));
+  }
   if (!o.json_schema.empty()) {
     row("response_format", fmt::format("json_schema ({})", o.json_schema_file));
   }
@@ -160,13 +224,11 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
                    {"served_model", r.model},
                    {"backend", r.backend},
                    {"target", r.target},
-                   {"prompt_format", o.prompt_format == PromptFormat::kText ? "text" : "ids"},
+                   {"prompt_format", !o.dataset.empty()                       ? "dataset"
+                                     : o.prompt_format == PromptFormat::kText ? "text"
+                                                                              : "ids"},
                    {"ignore_eos", o.ignore_eos},
                    {"requests", l.requests},
-                   {"input_len", l.input_len},
-                   {"output_len", l.output_len},
-                   {"range_ratio", l.range_ratio},
-                   {"prefix_len", l.prefix_len},
                    {"request_rate", rate_text(l.request_rate)},
                    {"max_concurrency", l.max_concurrency},
                    {"warmup", l.warmup_requests},
@@ -175,12 +237,41 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
                    {"completed", r.completed},
                    {"failed", r.failed},
                    {"length_mismatches", r.length_mismatches},
+                   {"usage_missing", r.usage_missing},
                    {"duration_s", r.duration_s},
                    {"input_tokens", r.input_tokens},
                    {"output_tokens", r.output_tokens},
                    {"request_throughput", r.request_throughput},
                    {"output_tokens_per_s", r.output_tokens_per_s},
                    {"total_tokens_per_s", r.total_tokens_per_s}};
+  if (o.dataset.empty()) {
+    j["input_len"] = l.input_len;
+    j["output_len"] = l.output_len;
+    j["range_ratio"] = l.range_ratio;
+    j["prefix_len"] = l.prefix_len;
+  } else {
+    // The lengths are the file's: its prompts, and outputs that end at EOS
+    // or at each line's max_tokens.
+    j["dataset"] = o.dataset_path;
+    j["dataset_requests"] = o.dataset.size();
+  }
+  // What the in-process server was started with; a --url server's own
+  // settings are unknown here (its counters below still say whether it
+  // speculated).
+  if (r.target == "in-process") {
+    j["speculate"] = o.speculate;
+    j["speculate_tokens"] =
+        o.speculate == "off" ? nlohmann::json(nullptr) : nlohmann::json(o.speculate_tokens);
+    j["draft_model"] =
+        o.draft_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.draft_model);
+  }
+  if (r.speculation) {
+    j["spec_proposed_tokens"] = r.speculation->proposed;
+    j["spec_accepted_tokens"] = r.speculation->accepted;
+    j["spec_acceptance_rate"] = r.speculation->proposed > 0
+                                    ? nlohmann::json(r.speculation->acceptance())
+                                    : nlohmann::json(nullptr);
+  }
   // Whether the load was constrained, so that two lines compare at a glance.
   j["response_format"] = o.json_schema.empty() ? "text" : "json_schema";
   if (!o.json_schema.empty()) j["json_schema_file"] = o.json_schema_file;

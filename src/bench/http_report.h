@@ -6,8 +6,10 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,7 +30,11 @@ struct HttpBenchReport {
   std::string first_error;
   // Completed requests whose completion_tokens differ from the output
   // length asked for (a server that stopped at EOS despite ignore_eos).
+  // Counted only when every request must run to its length (ignore_eos).
   int length_mismatches = 0;
+  // Completed requests that came back without usage (their output tokens
+  // are then the text chunks counted, which may merge tokens).
+  int usage_missing = 0;
   double duration_s = 0;           // first request sent to the last stream's end
   std::int64_t input_tokens = 0;   // usage.prompt_tokens (the sent ids when no usage)
   std::int64_t output_tokens = 0;  // usage.completion_tokens (text chunks when no usage)
@@ -45,13 +51,32 @@ struct HttpBenchReport {
   // (a request's tokens are spread over its chunks' times).
   double timeline_bin_s = 0;
   std::vector<double> output_tps_timeline;
+  // Speculative decoding during the timed run, from the server's /metrics
+  // counters read before and after it; nullopt when the server exposes none
+  // (speculation off, or a server without them).
+  struct Speculation {
+    std::int64_t proposed = 0;  // draft tokens verified
+    std::int64_t accepted = 0;  // of them, kept
+    double acceptance() const {
+      return proposed > 0 ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0;
+    }
+  };
+  std::optional<Speculation> speculation;
   // The in-process Runner under the same load, when it ran.
   std::optional<ServeBenchReport> inprocess;
 };
 
-// Folds the records of a run into the report's figures.
+// Folds the records of a run into the report's figures. `exact_lengths`:
+// every request had to produce its output_len (ignore_eos), so any other
+// count is a mismatch; without it a request may end at EOS.
 void tally_http(const std::vector<RequestSpec>& requests, const std::vector<RequestRecord>& records,
-                HttpBenchReport& report);
+                HttpBenchReport& report, bool exact_lengths = true);
+
+// The speculative-decoding counters of a Prometheus text page: the sums of
+// the samples of every metric named *spec_decode_num_draft_tokens_total and
+// *spec_decode_num_accepted_tokens_total (cellm's "cellm:" and vLLM's
+// "vllm:" both match). nullopt when the page has neither.
+std::optional<HttpBenchReport::Speculation> parse_spec_counters(std::string_view metrics_text);
 
 // Quantiles 0..100 of `values` (sorted inside).
 std::vector<double> quantiles(std::vector<double> values);

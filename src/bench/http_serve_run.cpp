@@ -108,19 +108,47 @@ Result<std::string> first_model_id(const Endpoint& e, const std::string& key) {
 }
 
 struct Load {
-  std::vector<std::string> bodies;
-  std::vector<std::int64_t> expected;
+  std::vector<HttpRequestSpec> requests;
+  std::vector<RequestSpec> specs;  // what tally_http compares the records with
 };
 
 Load bodies_of(const HttpBenchOptions& o, const std::string& model,
                const std::vector<RequestSpec>& requests) {
   Load l;
-  l.bodies.reserve(requests.size());
+  l.requests.reserve(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    l.bodies.push_back(completion_body(o, model, requests[i], o.load.seed + i));
-    l.expected.push_back(requests[i].output_len);
+    l.requests.push_back({"completions", completion_body(o, model, requests[i], o.load.seed + i),
+                          requests[i].output_len});
+  }
+  l.specs = requests;
+  return l;
+}
+
+// The first `count` requests of the dataset, cycled; `max_tokens` > 0 caps
+// each one's output (the warm-up's few tokens).
+Load dataset_load(const HttpBenchOptions& o, const std::string& model, int count,
+                  std::uint64_t seed, int max_tokens) {
+  Load l;
+  const std::vector<DatasetRequest> picked = cycle_requests(o.dataset, count);
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    const DatasetRequest& d = picked[i];
+    const int out = max_tokens > 0 ? std::min(max_tokens, d.max_tokens) : d.max_tokens;
+    l.requests.push_back({dataset_route(d), dataset_body(o, model, d, seed + i, out), out});
+    RequestSpec spec;  // no prompt ids: the input is the server's usage count
+    spec.output_len = out;
+    l.specs.push_back(std::move(spec));
   }
   return l;
+}
+
+// The server's speculation counters now; nullopt when /metrics is missing or
+// has none.
+std::optional<HttpBenchReport::Speculation> read_spec_counters(const Endpoint& e,
+                                                               const std::string& key) {
+  StreamingClient client(e, key, 30);
+  Result<std::string> page = client.get_text("/metrics");
+  if (!page.ok()) return std::nullopt;
+  return parse_spec_counters(*page);
 }
 
 // Runs bench/plot_serve.py over the JSON lines in `json_path`.
@@ -152,7 +180,11 @@ Status plot(const std::string& json_path, const std::string& png) {
 
 }  // namespace
 
-Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& o, std::FILE* out) {
+Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& options, std::FILE* out) {
+  HttpBenchOptions o = options;
+  if (!o.dataset_path.empty() && o.dataset.empty()) {
+    CELLM_ASSIGN_OR_RETURN(o.dataset, read_dataset(o.dataset_path));
+  }
   CELLM_RETURN_IF_ERROR(validate(o));
   if (!o.load.json_path.empty()) {  // refuse before the long run, not after it
     std::ofstream probe(o.load.json_path, std::ios::app);
@@ -187,28 +219,38 @@ Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& o, std::FIL
   r.model = target.model;
   const int cap = o.load.max_concurrency > 0 ? std::min(o.load.max_concurrency, o.load.requests)
                                              : o.load.requests;
-  std::fprintf(
-      out,
-      "%s at %s%s: %d requests, %d in / %d out, rate %s req/s, concurrency %d, %s "
-      "prompts\n",
-      target.model.c_str(), target.endpoint.scheme_host_port.c_str(), target.endpoint.v1.c_str(),
-      o.load.requests, o.load.input_len, o.load.output_len,
-      std::isinf(o.load.request_rate) ? "inf" : fmt::format("{:g}", o.load.request_rate).c_str(),
-      cap, o.prompt_format == PromptFormat::kText ? "text" : "token-id");
+  const std::string rate =
+      std::isinf(o.load.request_rate) ? "inf" : fmt::format("{:g}", o.load.request_rate);
+  const std::string shape =
+      o.dataset.empty()
+          ? fmt::format("{} in / {} out, {} prompts", o.load.input_len, o.load.output_len,
+                        o.prompt_format == PromptFormat::kText ? "text" : "token-id")
+          : fmt::format("from {} ({} lines)", o.dataset_path, o.dataset.size());
+  std::fprintf(out, "%s at %s%s: %d requests %s, rate %s req/s, concurrency %d%s\n",
+               target.model.c_str(), target.endpoint.scheme_host_port.c_str(),
+               target.endpoint.v1.c_str(), o.load.requests, shape.c_str(), rate.c_str(), cap,
+               o.speculate == "off" ? "" : (", speculate " + o.speculate).c_str());
   std::fflush(out);
 
   if (o.load.warmup_requests > 0) {
-    ServeBenchOptions w = o.load;
-    w.requests = o.load.warmup_requests;
-    w.output_len = std::min(o.load.output_len, 4);
-    w.range_ratio = 0;
-    w.seed = o.load.seed + 0x5eed;  // prompts of their own, never a cache hit for the run
-    const std::vector<RequestSpec> warm = make_requests(w, target.vocab);
-    const Load load = bodies_of(o, target.model, warm);
+    Load load;
+    if (o.dataset.empty()) {
+      ServeBenchOptions w = o.load;
+      w.requests = o.load.warmup_requests;
+      w.output_len = std::min(o.load.output_len, 4);
+      w.range_ratio = 0;
+      w.seed = o.load.seed + 0x5eed;  // prompts of their own, never a cache hit for the run
+      load = bodies_of(o, target.model, make_requests(w, target.vocab));
+    } else {
+      // The file's first requests, cut to a few tokens each. With
+      // --prefix-cache-entries (off by default) the run's first prompts
+      // would then be cache hits: its figures say so through TTFT.
+      load = dataset_load(o, target.model, o.load.warmup_requests, o.load.seed + 0x5eed, 4);
+    }
     LoadProgress p;
     const auto records =
-        run_http_load(target.endpoint, o.api_key, o.request_timeout_s, load.bodies, load.expected,
-                      std::vector<double>(warm.size(), 0.0), cap, p, nullptr);
+        run_http_load(target.endpoint, o.api_key, o.request_timeout_s, load.requests,
+                      std::vector<double>(load.requests.size(), 0.0), cap, p, nullptr);
     for (std::size_t i = 0; i < records.size(); ++i) {
       if (!records[i].ok) {
         return internal_error("warm-up request {} failed, so the run would too: {}", i,
@@ -217,22 +259,36 @@ Result<HttpBenchReport> run_http_serve_bench(const HttpBenchOptions& o, std::FIL
     }
   }
 
-  const std::vector<RequestSpec> requests = make_requests(o.load, target.vocab);
-  const Load load = bodies_of(o, target.model, requests);
+  const Load load =
+      o.dataset.empty()
+          ? bodies_of(o, target.model, make_requests(o.load, target.vocab))
+          : dataset_load(o, target.model, o.load.requests, o.load.seed, /*max_tokens=*/0);
   const std::vector<double> arrivals =
       poisson_arrivals(o.load.requests, o.load.request_rate, o.load.seed);
+  // The counters since the server started, before and after: the difference
+  // is the timed run's (warm-up excluded).
+  const auto spec_before = read_spec_counters(target.endpoint, o.api_key);
   LoadProgress progress;
   std::vector<RequestRecord> records;
   {
     ProgressDisplay display(progress, o.load.requests, o.progress, o.load.progress_s);
-    records = run_http_load(target.endpoint, o.api_key, o.request_timeout_s, load.bodies,
-                            load.expected, arrivals, cap, progress, nullptr);
+    records = run_http_load(target.endpoint, o.api_key, o.request_timeout_s, load.requests,
+                            arrivals, cap, progress, nullptr);
   }
-  tally_http(requests, records, r);
+  tally_http(load.specs, records, r, /*exact_lengths=*/o.ignore_eos);
+  if (const auto spec_after = read_spec_counters(target.endpoint, o.api_key);
+      spec_before && spec_after) {
+    r.speculation = HttpBenchReport::Speculation{spec_after->proposed - spec_before->proposed,
+                                                 spec_after->accepted - spec_before->accepted};
+  } else if (o.speculate != "off") {
+    std::fprintf(out, "note: the server's /metrics gave no speculation counters\n");
+  }
   server.reset();  // frees the device for the in-process run
 
-  // The in-process load sends no response_format: no ratio for a constrained load.
-  if (o.compare_inprocess.value_or(o.url.empty() && o.json_schema.empty())) {
+  // The in-process load sends no response_format, draws random prompts and
+  // does not speculate: no ratio for a constrained, dataset or speculative load.
+  if (o.compare_inprocess.value_or(o.url.empty() && o.json_schema.empty() && o.dataset.empty() &&
+                                   o.speculate == "off")) {
     std::fprintf(out, "\nthe same load through the Runner in-process:\n");
     ServeBenchOptions in = o.load;
     in.json_path.clear();

@@ -133,13 +133,19 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
   eo.program.keep_quantized = l.keep_quantized;
   eo.quantize = l.quantize;
+  // As `cellm serve --speculate ... --draft-model ... --speculate-tokens ...`.
+  eo.speculate = o.speculate;
+  eo.speculate_tokens = o.speculate_tokens;
+  eo.draft_model = o.draft_model;
   const std::int64_t step_tokens = l.max_batch_tokens > 0
                                        ? l.max_batch_tokens
                                        : std::int64_t{need.sessions} + 2 * l.prefill_chunk;
   eo.program.max_step = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(step_tokens, eo.program.max_step, kMaxForwardTokens));
   CELLM_ASSIGN_OR_RETURN(s.engine, app::Engine::load(eo));
-  if (s.engine->max_session_tokens() < need.session_tokens) {
+  // A dataset's need is a loose bound (a byte a token): the server itself
+  // refuses a request longer than the context it holds.
+  if (o.dataset.empty() && s.engine->max_session_tokens() < need.session_tokens) {
     return out_of_resources(
         "the server holds {} tokens per session but a request may need {}: shorten the lengths",
         s.engine->max_session_tokens(), need.session_tokens);
@@ -230,7 +236,8 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
 
 Result<std::unique_ptr<InProcessServer>> InProcessServer::start(const HttpBenchOptions& o) {
   const ServeBenchOptions& l = o.load;
-  const PoolNeed need = pool_need(l);
+  PoolNeed need = pool_need(l);
+  if (!o.dataset.empty()) need.session_tokens = dataset_session_tokens(o.dataset);
   auto impl = std::make_unique<Impl>();
   if (std::filesystem::exists(l.model)) {
     CELLM_RETURN_IF_ERROR(load_path(o, need, *impl));
@@ -239,6 +246,13 @@ Result<std::unique_ptr<InProcessServer>> InProcessServer::start(const HttpBenchO
     if (!shape.ok()) {
       return invalid_argument("--model {}: no such file or folder, and not a shape name ({})",
                               l.model, fmt::join(model::shape_names(), ", "));
+    }
+    if (!o.dataset.empty() || o.speculate != "off") {
+      return invalid_argument(
+          "{} needs a model with a tokenizer, loaded as cellm serve loads it; the shape {} has "
+          "random weights and none: pass a model file, e.g. --model "
+          "models/gemma-3-270m-q4_k_m.gguf",
+          o.dataset.empty() ? "--speculate" : "--dataset", l.model);
     }
     if (!o.json_schema.empty()) {
       return invalid_argument(

@@ -8,7 +8,9 @@
 //    so a token's text is its decimal id after a space (" 1234"), a text
 //    prompt is a list of decimal ids, and chat is refused. Prompts as token
 //    ids work as for any model.
-// Sessions and context are sized for the load (concurrency x longest request).
+// Sessions and context are sized for the load (concurrency x longest request;
+// for --dataset, a bound from the file's text). A model path gets the
+// speculative decoding asked for (--speculate), as `cellm serve` does.
 //
 // Thread-safety: start() and the destructor on one thread; the server runs on
 // a thread of its own and its handlers on the server's pool.

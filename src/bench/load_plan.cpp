@@ -4,10 +4,12 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "app/draft_factory.h"
 #include "grammar/json_schema.h"
 
 namespace cellm::bench {
@@ -23,6 +25,69 @@ constexpr std::array<const char*, 64> kWords = {
     "if",    "more",   "when",  "will",  "would", "who",   "so",   "no",    "time",  "people",
     "year",  "way",    "day",   "man",   "thing", "woman", "life", "child", "world", "school",
     "state", "family", "water", "house"};
+
+// Sampling and streaming fields every request of the run shares.
+void common_fields(const HttpBenchOptions& o, std::uint64_t request_seed, nlohmann::json& body) {
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  body["temperature"] = o.load.temperature;
+  if (o.load.temperature > 0) {
+    body["top_p"] = o.load.top_p;
+    if (o.load.top_k > 0) body["top_k"] = o.load.top_k;
+    body["seed"] = request_seed;
+  }
+  if (o.ignore_eos) body["ignore_eos"] = true;
+  if (!o.json_schema.empty()) {
+    body["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "bench"}, {"schema", nlohmann::json::parse(o.json_schema)}}}};
+  }
+}
+
+// The checks of --dataset and --speculate.
+Status validate_dataset_and_speculation(const HttpBenchOptions& o) {
+  const bool dataset = !o.dataset_path.empty() || !o.dataset.empty();
+  const bool in_process = o.url.empty();
+  if (dataset && o.compare_inprocess.value_or(false)) {
+    return invalid_argument(
+        "--inprocess with --dataset: the in-process Runner load draws random token prompts and "
+        "cannot send a dataset's text; drop --inprocess");
+  }
+  if (dataset && in_process && !std::filesystem::exists(o.load.model)) {
+    return invalid_argument(
+        "--dataset needs a model with a tokenizer (and a chat template for \"messages\"); '{}' "
+        "is a random-weight shape with neither: pass a model file, e.g. --model "
+        "models/gemma-3-270m-q4_k_m.gguf or models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        o.load.model);
+  }
+  if (o.speculate != "off" && o.speculate != "ngram" && o.speculate != "draft") {
+    return invalid_argument("--speculate must be off, ngram or draft, got '{}'", o.speculate);
+  }
+  CELLM_RETURN_IF_ERROR(app::check_speculation_options(o.speculate, o.draft_model));
+  if (o.speculate_tokens < 1 || o.speculate_tokens > 16) {
+    return invalid_argument("--speculate-tokens must lie in 1..16 drafts, got {}",
+                            o.speculate_tokens);
+  }
+  if (o.speculate == "off") return Status::ok();
+  if (!in_process) {
+    return invalid_argument(
+        "--speculate configures the server bench serve starts (--http); a --url server "
+        "speculates as it was started (e.g. cellm serve --speculate {}): drop --speculate",
+        o.speculate);
+  }
+  if (o.compare_inprocess.value_or(false)) {
+    return invalid_argument(
+        "--inprocess with --speculate: the in-process Runner load does not speculate, so the "
+        "ratio would compare unlike runs; drop --inprocess");
+  }
+  if (!std::filesystem::exists(o.load.model)) {
+    return invalid_argument(
+        "--speculate needs a model path (the engine cellm serve loads); '{}' is a random-weight "
+        "shape: pass a model file, e.g. --model models/gemma-3-270m-q4_k_m.gguf",
+        o.load.model);
+  }
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -55,6 +120,7 @@ Status validate(const HttpBenchOptions& o) {
   if (o.compare_inprocess.value_or(false) && !o.url.empty() && o.load.model.empty()) {
     return invalid_argument("--inprocess with --url needs --model to load in this process");
   }
+  CELLM_RETURN_IF_ERROR(validate_dataset_and_speculation(o));
   return Status::ok();
 }
 
@@ -114,21 +180,27 @@ std::string completion_body(const HttpBenchOptions& o, const std::string& model,
     body["prompt"] = std::move(text);
   }
   body["max_tokens"] = r.output_len;
-  body["stream"] = true;
-  body["stream_options"] = {{"include_usage", true}};
-  body["temperature"] = o.load.temperature;
-  if (o.load.temperature > 0) {
-    body["top_p"] = o.load.top_p;
-    if (o.load.top_k > 0) body["top_k"] = o.load.top_k;
-    body["seed"] = request_seed;
-  }
-  if (o.ignore_eos) body["ignore_eos"] = true;
-  if (!o.json_schema.empty()) {
-    body["response_format"] = {
-        {"type", "json_schema"},
-        {"json_schema", {{"name", "bench"}, {"schema", nlohmann::json::parse(o.json_schema)}}}};
-  }
+  common_fields(o, request_seed, body);
   return body.dump();
+}
+
+std::string dataset_body(const HttpBenchOptions& o, const std::string& model,
+                         const DatasetRequest& r, std::uint64_t request_seed, int max_tokens) {
+  nlohmann::json body;
+  body["model"] = model;
+  if (r.chat) {
+    body["messages"] = r.messages;
+  } else {
+    body["prompt"] = r.prompt;
+  }
+  body["max_tokens"] = max_tokens > 0 ? max_tokens : r.max_tokens;
+  if (!r.stop.is_null()) body["stop"] = r.stop;
+  common_fields(o, request_seed, body);
+  return body.dump();
+}
+
+const char* dataset_route(const DatasetRequest& r) {
+  return r.chat ? "chat/completions" : "completions";
 }
 
 Result<std::string> read_json_schema(const std::string& path) {

@@ -1,7 +1,8 @@
 // The HTTP mode of `cellm bench serve`: its options and the request bodies it
 // sends. The load itself (lengths, prompts, arrivals) is the in-process
 // mode's (bench_serve.h), drawn from the same seed, so that both modes of one
-// run serve the very same requests.
+// run serve the very same requests; or, with --dataset, the requests of a
+// JSONL file (dataset.h), sent as text to the completions or chat route.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "bench/bench_serve.h"
+#include "bench/dataset.h"
 #include "cellm/status.h"
 
 namespace cellm::bench {
@@ -57,6 +59,17 @@ struct HttpBenchOptions {
   // The in-process server's RunnerOptions::mask_threads (-1: automatic; 0:
   // masks on the engine thread, the engine before the overlap).
   std::int32_t mask_threads = -1;
+  // --dataset FILE: the requests of `dataset` (read_dataset of the file, read
+  // by run_http_serve_bench when left empty) replace the random prompts;
+  // the input and output lengths, range ratio and prefix go unused.
+  std::string dataset_path;
+  std::vector<DatasetRequest> dataset;
+  // The in-process server's speculative decoding, as `cellm serve --speculate
+  // off|ngram|draft --draft-model PATH --speculate-tokens K` takes it
+  // (app::EngineOptions::speculate, speculate_tokens, draft_model).
+  std::string speculate = "off";
+  std::int32_t speculate_tokens = 4;
+  std::string draft_model;
 };
 
 // The schema of --json-schema FILE as JSON text: the file is a JSON Schema,
@@ -83,5 +96,14 @@ Result<Endpoint> parse_url(const std::string& url);
 // word of a fixed list per token id, so they are as random and as long (in words) as the ids.
 std::string completion_body(const HttpBenchOptions& options, const std::string& model,
                             const RequestSpec& r, std::uint64_t request_seed);
+
+// The body of a --dataset request: streaming, usage in the last chunk, the
+// run's sampling, its messages (chat) or prompt (completions) and stop as written, and
+// max_tokens (its own unless `max_tokens` > 0 overrides it, as the warm-up
+// does). ignore_eos only when the options ask for it.
+std::string dataset_body(const HttpBenchOptions& options, const std::string& model,
+                         const DatasetRequest& r, std::uint64_t request_seed, int max_tokens = 0);
+// The route a request goes to under {v1}/: "chat/completions" or "completions".
+const char* dataset_route(const DatasetRequest& r);
 
 }  // namespace cellm::bench

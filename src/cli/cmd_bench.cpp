@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/generate.h"
 #ifdef CELLM_HAVE_SERVER
+#include "bench/dataset.h"
 #include "bench/http_serve.h"
 #endif
 
@@ -67,6 +68,10 @@ struct HttpFlags {
   double request_timeout_s = 1800;
   std::string progress_bar = "auto";
   std::string plot;
+  std::string dataset;
+  std::string speculate = "off";
+  std::string draft_model;
+  std::int32_t speculate_tokens = 4;
 };
 
 CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) {
@@ -144,8 +149,27 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
       ->capture_default_str();
   serve->add_option("--vocab-size", h.vocab_size,
                     "--url with token ids: draw them below this (0: 32000)");
-  serve->add_flag("!--no-ignore-eos", h.ignore_eos,
-                  "HTTP: let requests stop at EOS (by default they run to --output-len)");
+  serve->add_flag("--ignore-eos,!--no-ignore-eos", h.ignore_eos,
+                  "HTTP: run every request to its max_tokens past EOS (default: on for random "
+                  "prompts, off with --dataset)");
+  serve->add_option("--dataset", h.dataset,
+                    "HTTP: JSONL requests instead of random prompts, one a line: "
+                    "{\"messages\": [...], \"max_tokens\": N} (chat) or {\"prompt\": \"...\", "
+                    "\"max_tokens\": N}; cycled when --num-prompts exceeds the lines; needs a "
+                    "model with a tokenizer");
+  serve
+      ->add_option("--speculate", h.speculate,
+                   "--http: the server's speculative decoding, as cellm serve takes it: off, "
+                   "ngram (prompt lookup) or draft (--draft-model)")
+      ->check(CLI::IsMember({"off", "ngram", "draft"}))
+      ->capture_default_str();
+  serve->add_option("--draft-model", h.draft_model,
+                    "--http with --speculate draft: the draft model (sharing the tokenizer)");
+  serve
+      ->add_option("--speculate-tokens", h.speculate_tokens,
+                   "--http: most drafts verified per step and session")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   serve->add_flag("--inprocess,!--no-inprocess", h.inprocess,
                   "HTTP: also run the load through the Runner in-process and report the ratio "
                   "(default: on with --http, off with --url)");
@@ -180,7 +204,8 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
     for (const char* name :
          {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size", "--no-ignore-eos",
           "--inprocess", "--prefix-cache-entries", "--request-timeout", "--progress-bar", "--plot",
-          "--json-schema", "--mask-threads"}) {
+          "--json-schema", "--mask-threads", "--dataset", "--speculate", "--draft-model",
+          "--speculate-tokens"}) {
       if (serve->count(name) > 0) {
         std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
                      name);
@@ -209,7 +234,30 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
   ho.prompt_format =
       h.prompt_format == "text" ? bench::PromptFormat::kText : bench::PromptFormat::kTokenIds;
   ho.vocab_size = h.vocab_size;
-  ho.ignore_eos = h.ignore_eos;
+  if (!h.dataset.empty()) {
+    std::vector<std::string> given;
+    for (const char* name : {"--input-len", "--output-len", "--range-ratio", "--prefix-len",
+                             "--prompt-format", "--vocab-size"}) {
+      if (serve->count(name) > 0) given.emplace_back(name);
+    }
+    if (const Status s = bench::check_dataset_options(given); !s.is_ok()) {
+      std::fprintf(stderr, "cellm bench serve: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    auto dataset = bench::read_dataset(h.dataset);
+    if (!dataset.ok()) {
+      std::fprintf(stderr, "cellm bench serve: %s\n",
+                   std::string(dataset.status().message()).c_str());
+      return 1;
+    }
+    ho.dataset_path = h.dataset;
+    ho.dataset = std::move(*dataset);
+  }
+  // A dataset's outputs end where the model ends them unless asked otherwise.
+  ho.ignore_eos = serve->count("--ignore-eos") > 0 ? h.ignore_eos : h.dataset.empty();
+  ho.speculate = h.speculate;
+  ho.draft_model = h.draft_model;
+  ho.speculate_tokens = h.speculate_tokens;
   if (serve->count("--inprocess") + serve->count("--no-inprocess") > 0) {
     ho.compare_inprocess = h.inprocess;
   }

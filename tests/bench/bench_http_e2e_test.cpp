@@ -1,7 +1,8 @@
 // `cellm bench serve` over HTTP, through the binary: against cellm's server
 // started in-process on the real SmolLM2 (with the in-process Runner figure of
 // the same load beside it), and on a random-weight shape, which has no
-// tokenizer and is served with numeric token text. The JSON line's figures
+// tokenizer and is served with numeric token text; a --dataset load with and
+// without prompt lookup, and one against a fake URL. The JSON line's figures
 // must agree with the load asked for and with each other.
 #include <csignal>
 #include <cstdio>
@@ -193,6 +194,166 @@ TEST(BenchHttpE2eTest, UrlDrivesAnyOpenAiEndpointAndReadsItsUsage) {
   EXPECT_EQ(j["target"], "http://127.0.0.1:" + std::to_string(port) + "/v1");
   EXPECT_EQ(j["input_tokens"], 6 * 8);    // the fake's usage counts the ids it got
   EXPECT_FALSE(j.contains("inprocess"));  // off by default against a URL
+}
+
+// Writes `lines` to a fresh file under the test's temporary directory.
+std::string write_dataset(const std::string& name, const std::string& lines) {
+  const std::string path = ::testing::TempDir() + "/" + name + ".jsonl";
+  std::ofstream(path) << lines;
+  return path;
+}
+
+// Two copy tasks, short enough for the CPU: prompt lookup has the passage to
+// draft from.
+std::string copy_dataset() {
+  return write_dataset(
+      "bench_http_copy_requests",
+      R"({"messages": [{"role": "user", "content": "Repeat exactly: the red fox runs over the green hill and the red fox runs home."}], "max_tokens": 16})"
+      "\n"
+      R"({"prompt": "one two three four five six seven, one two three four five six seven, one two three", "max_tokens": 16})"
+      "\n");
+}
+
+TEST(BenchHttpE2eTest, ADatasetWithPromptLookupOrItsOwnDraftKeepsThePlainOutput) {
+  ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
+  const std::string dataset = copy_dataset();
+  const std::string common = "--http --model " + smollm2().string() + " --backend cpu --dataset " +
+                             dataset + " --num-prompts 3 --max-concurrency 1 --warmup 1";
+  std::string plain_out;
+  const nlohmann::json plain = run_json("bench_http_dataset_plain", common, &plain_out);
+  std::string spec_out;
+  const nlohmann::json spec =
+      run_json("bench_http_dataset_ngram", common + " --speculate ngram", &spec_out);
+  for (const nlohmann::json* j : {&plain, &spec}) {
+    EXPECT_EQ((*j)["completed"], 3);
+    EXPECT_EQ((*j)["failed"], 0);
+    EXPECT_EQ((*j)["dataset"], dataset);
+    EXPECT_EQ((*j)["dataset_requests"], 2);
+    EXPECT_EQ((*j)["ignore_eos"], false);
+    EXPECT_EQ((*j)["usage_missing"], 0);
+    EXPECT_FALSE(j->contains("inprocess"));  // the Runner load cannot send a dataset
+    // Three requests of at most 16 tokens (lines 1, 2, 1), from usage.
+    EXPECT_GT((*j)["output_tokens"].get<int>(), 0);
+    EXPECT_LE((*j)["output_tokens"].get<int>(), 3 * 16);
+    EXPECT_GT((*j)["input_tokens"].get<int>(), 3 * 10);  // the template's tokens and the text
+  }
+  EXPECT_EQ(plain["speculate"], "off");
+  EXPECT_FALSE(plain.contains("spec_proposed_tokens")) << plain_out;
+  EXPECT_EQ(spec["speculate"], "ngram");
+  EXPECT_EQ(spec["speculate_tokens"], 4);
+  EXPECT_TRUE(spec["draft_model"].is_null());
+  ASSERT_TRUE(spec.contains("spec_proposed_tokens")) << spec_out;
+  const std::int64_t proposed = spec["spec_proposed_tokens"];
+  const std::int64_t accepted = spec["spec_accepted_tokens"];
+  EXPECT_GT(proposed, 0) << spec_out;
+  EXPECT_GE(accepted, 0);
+  EXPECT_LE(accepted, proposed);
+  EXPECT_DOUBLE_EQ(spec["spec_acceptance_rate"].get<double>(),
+                   static_cast<double>(accepted) / static_cast<double>(proposed));
+  // Greedy speculation keeps exactly the tokens plain decoding draws.
+  EXPECT_EQ(spec["output_tokens"], plain["output_tokens"]);
+  EXPECT_EQ(spec["input_tokens"], plain["input_tokens"]);
+  EXPECT_NE(spec_out.find("| draft tokens proposed / accepted |"), std::string::npos) << spec_out;
+
+  // The model as its own draft: what it drafts is what it then draws, so
+  // nearly every draft is kept (exactly every one, unless a near-tie rounds
+  // apart between the draft's one-row step and the target's wider one).
+  std::string draft_out;
+  const nlohmann::json draft = run_json(
+      "bench_http_dataset_draft",
+      common + " --speculate draft --speculate-tokens 3 --draft-model " + smollm2().string(),
+      &draft_out);
+  EXPECT_EQ(draft["speculate"], "draft");
+  EXPECT_EQ(draft["speculate_tokens"], 3);
+  EXPECT_EQ(draft["draft_model"], smollm2().string());
+  ASSERT_TRUE(draft.contains("spec_proposed_tokens")) << draft_out;
+  EXPECT_GT(draft["spec_proposed_tokens"].get<std::int64_t>(), 0) << draft_out;
+  EXPECT_GE(draft["spec_acceptance_rate"].get<double>(), 0.9) << draft_out;
+  EXPECT_EQ(draft["output_tokens"], plain["output_tokens"]);
+}
+
+TEST(BenchHttpE2eTest, ADatasetOverAUrlUsesBothRoutesUsageAndTheMetricsCounters) {
+  // The fake streams chat as two tokens a chunk, reports usage.prompt_tokens
+  // 1000 + messages for chat and 1 for a text prompt, and counts 5 drafts
+  // proposed and 4 accepted per finished stream on /metrics.
+  FILE* fake = popen((std::string(CELLM_FAKE_SERVER) + " 0 1").c_str(), "r");
+  ASSERT_NE(fake, nullptr);
+  int port = 0;
+  int pid = 0;
+  ASSERT_EQ(std::fscanf(fake, "port %d pid %d", &port, &pid), 2) << "the fake server did not start";
+  const std::string dataset = write_dataset(
+      "bench_http_url_dataset_requests",
+      R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 6})"
+      "\n"
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "b"}], "max_tokens": 3})"
+      "\n"
+      R"({"prompt": "c", "max_tokens": 5})"
+      "\n");
+  std::string out;
+  const nlohmann::json j =
+      run_json("bench_http_url_dataset",
+               "--url http://127.0.0.1:" + std::to_string(port) + " --dataset " + dataset +
+                   " --num-prompts 5 --max-concurrency 2 --warmup 2",
+               &out);
+  ::kill(pid, SIGTERM);
+  pclose(fake);
+  EXPECT_EQ(j["completed"], 5) << out;
+  // Lines 1, 2, 3, 1, 2: usage's tokens, though chat sent half as many chunks.
+  EXPECT_EQ(j["output_tokens"], 6 + 3 + 5 + 6 + 3);
+  EXPECT_EQ(j["input_tokens"], 1001 + 1002 + 1 + 1001 + 1002);
+  EXPECT_EQ(j["length_mismatches"], 0);
+  EXPECT_FALSE(j.contains("speculate"));  // a URL server's settings are its own
+  // The timed run's five streams, not the two of the warm-up.
+  EXPECT_EQ(j["spec_proposed_tokens"], 5 * 5);
+  EXPECT_EQ(j["spec_accepted_tokens"], 4 * 5);
+  EXPECT_DOUBLE_EQ(j["spec_acceptance_rate"].get<double>(), 0.8);
+}
+
+TEST(BenchHttpE2eTest, DatasetAndSpeculationMistakesAreRefusedBeforeLoading) {
+  const std::string good = copy_dataset();
+  const std::string bad_json =
+      write_dataset("bench_http_bad", R"({"prompt": "a", "max_tokens": 2})"
+                                      "\n\n"
+                                      R"({"prompt": "b", "max_tokens": 2,})"
+                                      "\n");
+  const std::string empty = write_dataset("bench_http_empty", "\n");
+  const std::string http = std::string(CELLM_BINARY) + " bench serve --http --backend cpu ";
+  const std::string model = " --model " + smollm2().string();
+  struct Case {
+    std::string args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {model + " --dataset /no/such/file.jsonl", "/no/such/file.jsonl: cannot read the file"},
+      {model + " --dataset " + bad_json, bad_json + " line 3 is not valid JSON"},
+      {model + " --dataset " + empty, "holds no requests"},
+      {" --model smollm2-135m --dataset " + good, "--dataset needs a model with a tokenizer"},
+      {model + " --dataset " + good + " --random-input-len 8", "--input-len (--random-input-len)"},
+      {model + " --dataset " + good + " --prompt-format text", "--prompt-format"},
+      {model + " --speculate draft", "--speculate draft needs the draft model"},
+      {model + " --speculate ngram --draft-model " + smollm2().string(),
+       "only used with --speculate draft"},
+      {model + " --speculate ngram --inprocess", "--inprocess with --speculate"},
+  };
+  for (const Case& c : cases) {
+    int rc = -1;
+    const std::string out = run_command(http + c.args + " 2>&1", &rc);
+    EXPECT_NE(rc, 0) << c.args << "\n" << out;
+    EXPECT_NE(out.find(c.says), std::string::npos) << c.args << "\n" << out;
+    EXPECT_EQ(out.find("starting cellm's server"), std::string::npos) << c.args << "\n" << out;
+  }
+  int rc = -1;
+  const std::string url = run_command(std::string(CELLM_BINARY) +
+                                          " bench serve --url http://127.0.0.1:9 --speculate ngram"
+                                          " 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0) << url;
+  EXPECT_NE(url.find("--speculate configures the server"), std::string::npos) << url;
+  const std::string no_http = run_command(
+      std::string(CELLM_BINARY) + " bench serve --model smollm2-135m --dataset " + good + " 2>&1",
+      &rc);
+  EXPECT_NE(rc, 0) << no_http;
+  EXPECT_NE(no_http.find("--dataset applies over HTTP only"), std::string::npos) << no_http;
 }
 
 TEST(BenchHttpE2eTest, HttpOptionsWithoutHttpAreRefused) {

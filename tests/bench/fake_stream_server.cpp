@@ -7,6 +7,12 @@
 //   cellm bench serve --url http://127.0.0.1:PORT --num-prompts 1000
 //     --max-concurrency 256 --input-len 512 --output-len 256 --warmup 0
 // (one command line). PORT 0 picks a free port, printed on stdout.
+// Chat completions stream two tokens a chunk (as a speculating server may)
+// and report usage.prompt_tokens as 1000 + the messages sent, so that a test
+// can tell the routes apart and see that output tokens come from usage;
+// /metrics counts 5 draft tokens proposed and 4 accepted per finished stream.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +41,51 @@ int main(int argc, char** argv) {
     res.set_content(R"({"object":"list","data":[{"id":"fake","object":"model"}]})",
                     "application/json");
   });
+  // Finished streams, for the speculation counters of /metrics.
+  static std::atomic<long> finished{0};
+  server.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    const long n = finished.load();
+    res.set_content(
+        "# TYPE fake:spec_decode_num_draft_tokens_total counter\n"
+        "fake:spec_decode_num_draft_tokens_total{engine=\"0\"} " +
+            std::to_string(5 * n) + "\nfake:spec_decode_num_accepted_tokens_total{engine=\"0\"} " +
+            std::to_string(4 * n) + "\n",
+        "text/plain");
+  });
+  server.Post("/v1/chat/completions", [gap_ms](const httplib::Request& req,
+                                               httplib::Response& res) {
+    const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.contains("max_tokens") || !body.contains("messages") ||
+        !body["messages"].is_array()) {
+      res.status = 400;
+      res.set_content(R"({"error":{"message":"bad chat body"}})", "application/json");
+      return;
+    }
+    const int total = body["max_tokens"].get<int>();
+    const std::size_t prompt = 1000 + body["messages"].size();
+    auto sent = std::make_shared<int>(0);
+    res.set_chunked_content_provider("text/event-stream", [total, prompt, sent, gap_ms](
+                                                              std::size_t,
+                                                              httplib::DataSink& sink) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+      std::string out;
+      if (*sent < total) {
+        *sent = std::min(total, *sent + 2);
+        out =
+            R"(data: {"id":"chat-1","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":" two tok"},"finish_reason":)" +
+            std::string(*sent == total ? "\"length\"" : "null") + "}]}\n\n";
+        return sink.write(out.data(), out.size());
+      }
+      finished.fetch_add(1);
+      out =
+          R"(data: {"id":"chat-1","object":"chat.completion.chunk","model":"fake","choices":[],"usage":{"prompt_tokens":)" +
+          std::to_string(prompt) + R"(,"completion_tokens":)" + std::to_string(total) +
+          "}}\n\ndata: [DONE]\n\n";
+      sink.write(out.data(), out.size());
+      sink.done();
+      return true;
+    });
+  });
   server.Post("/v1/completions", [gap_ms](const httplib::Request& req, httplib::Response& res) {
     const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.contains("max_tokens")) {
@@ -56,6 +107,7 @@ int main(int argc, char** argv) {
             R"(data: {"id":"cmpl-1","object":"text_completion","model":"fake","choices":[{"index":0,"text":" tok","finish_reason":)" +
             std::string(*sent == total ? "\"length\"" : "null") + "}]}\n\n";
       } else {
+        finished.fetch_add(1);
         out =
             R"(data: {"id":"cmpl-1","object":"text_completion","model":"fake","choices":[],"usage":{"prompt_tokens":)" +
             std::to_string(prompt) + R"(,"completion_tokens":)" + std::to_string(total) +
