@@ -43,8 +43,8 @@ std::string_view finish_reason_name(FinishReason reason);
 // completed the match is delivered; the text from `offset` on is not part of
 // the answer, so a text layer cuts there, inside a token if need be.
 struct StopStringMatch {
-  std::int32_t index = 0;      // into GenConfig::stop_strings
-  std::int64_t offset = 0;     // byte where the match begins
+  std::int32_t index = 0;       // into GenConfig::stop_strings
+  std::int64_t offset = 0;      // byte where the match begins
   std::int64_t text_bytes = 0;  // the generated text's length, up to the last delivered token
 };
 
@@ -75,7 +75,7 @@ using GenerationInput = std::variant<std::vector<Token>, PreparedInputPtr>;
 struct GenConfig {
   std::int64_t max_new_tokens = 256;  // must be > 0
   SamplingParams sampling;
-  std::vector<Token> stop_tokens;     // the matched token is delivered and kept
+  std::vector<Token> stop_tokens;  // the matched token is delivered and kept
   // Until this many tokens are delivered the stop tokens are suppressed in
   // sampling and not honoured (OpenAI's min_tokens). 0 <= min <= max_new_tokens;
   // with min > 0 at most kMaxSuppressedTokens distinct stop tokens, and an
@@ -262,8 +262,9 @@ struct RunnerOptions {
   // Threads that compute constrained generations' next token masks while the
   // step's forward runs (the sampler settles each mask just before it draws,
   // running a not-yet-started one itself). kMaskThreadsAuto: a quarter of the
-  // hardware threads, 1 to 4. 0: every mask is computed on the engine thread
-  // right after its token, before the next step (no overlap).
+  // hardware threads, 1 to 4. 0: no worker; the engine thread computes each
+  // mask when the sampler reads it, which the CUDA executor does after
+  // enqueueing the step's forward (so it overlaps the GPU's work).
   static constexpr std::int32_t kMaskThreadsAuto = -1;
   std::int32_t mask_threads = kMaskThreadsAuto;
   // What stop strings are matched on; null: a generation with stop strings

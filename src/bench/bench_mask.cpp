@@ -195,8 +195,9 @@ TokenCosts per_token(const std::vector<Schema>& schemas, const Vocab& v,
   return c;
 }
 
-// A forward that sleeps, and a sampler that settles the mask and draws the
-// session's scripted token when the mask allows it (else the lowest allowed).
+// A forward that sleeps (the device's time, which the masks' settling
+// overlaps), and a sampler that draws the session's scripted token when the
+// mask allows it (else the lowest allowed).
 class SleepExecutor final : public Executor {
  public:
   SleepExecutor(double forward_ms, std::vector<std::vector<Token>> scripts)
@@ -220,8 +221,17 @@ class SleepExecutor final : public Executor {
     policy_[session] = params;
   }
   bool execute(const BatchInput& batch, BatchOutput& out) override {
-    std::this_thread::sleep_for(forward_);
+    // As on the GPU: the forward runs from here while the host settles the
+    // step's masks (the CUDA executor reads them after enqueueing it).
+    const auto forward_done = std::chrono::steady_clock::now() + forward_;
     std::lock_guard lock(mu_);
+    for (const Input& in : batch.inputs) {
+      const auto p = policy_.find(in.sid);
+      if (in.produce_output && p != policy_.end() && p->second.masks_tokens()) {
+        p->second.token_mask->settle();
+      }
+    }
+    std::this_thread::sleep_until(forward_done);
     out.outputs.assign(batch.inputs.size(), std::nullopt);
     for (std::size_t i = 0; i < batch.inputs.size(); ++i) {
       const Input& in = batch.inputs[i];

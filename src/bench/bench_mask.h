@@ -9,11 +9,13 @@
 // CPU time, median and p99 over all tokens of all schemas.
 //
 // Part 2 (served steps): N sessions generate their schema's example through
-// the Runner over a fake executor whose forward sleeps --forward-ms and whose
-// sampler settles the mask and draws the example's token (or an allowed one).
+// the Runner over a fake executor whose forward sleeps --forward-ms while
+// the step's masks are settled (as the CUDA executor overlaps them with the
+// device's forward) and whose sampler draws the example's token (or an
+// allowed one).
 // Each request gets a fresh grammar (a cold mask cache: the worst case).
 // The wall time per step unconstrained, constrained with the masks computed
-// on the engine thread (mask threads 0: the engine before the overlap), and
+// on the engine thread (mask threads 0: when the sampler reads them), and
 // with each --mask-threads count.
 //
 // Each result is printed and, with --json, appended as one JSON line.

@@ -57,7 +57,7 @@ struct HttpBenchOptions {
   std::string json_schema_file;
   std::string json_schema;  // the schema as JSON text
   // The in-process server's RunnerOptions::mask_threads (-1: automatic; 0:
-  // masks on the engine thread, the engine before the overlap).
+  // masks on the engine thread when the sampler reads them).
   std::int32_t mask_threads = -1;
   // --dataset FILE: the requests of `dataset` (read_dataset of the file, read
   // by run_http_serve_bench when left empty) replace the random prompts;

@@ -14,8 +14,8 @@ class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
 
   // Engine thread, with nothing pending: publishes the grammar state (the
   // release pairs with the claim's acquire).
-  void queue(MaskWorkers& pool) {
-    pool_ = &pool;
+  void queue(MaskWorkers* pool) {
+    pool_ = pool;
     outcome_ = Next::kContinue;
     state_.store(kQueued, std::memory_order_release);
   }
@@ -68,8 +68,9 @@ class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
   // Used only while a computation is pending; the owner settles it before it
   // goes, so a mask that outlives its generation never reaches the owner.
   ConstrainedDecoding& owner_;
-  // The pool it was queued on; only settle() of a pending computation uses it
-  // (the engine, which owns the pool, is running then).
+  // The pool it was queued on (null: none, the reader runs it); only
+  // settle() of a pending computation uses it (the engine, which owns the
+  // pool, is running then).
   MaskWorkers* pool_ = nullptr;
   std::atomic<int> state_{kIdle};
   Next outcome_ = Next::kContinue;
@@ -97,14 +98,14 @@ ConstrainedDecoding::Next ConstrainedDecoding::refresh() {
   return compute_();
 }
 
-ConstrainedDecoding::Next ConstrainedDecoding::refresh_async(MaskWorkers& workers) {
+ConstrainedDecoding::Next ConstrainedDecoding::refresh_async(MaskWorkers* workers) {
   fill_->settle();
   // A complete match may allow nothing more: know it now, so the generation
   // ends without another step (and the stop tokens join the mask).
   if (state_->accepting()) return compute_();
   fill_->queue(workers);
   deferred_ = true;
-  workers.submit(fill_);
+  if (workers != nullptr) workers->submit(fill_);
   return Next::kContinue;
 }
 

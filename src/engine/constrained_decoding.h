@@ -6,10 +6,13 @@
 // complete (the generation ends with a stop) or, when the text is not a
 // complete match, a dead end (the generation fails with a clear message).
 //
-// refresh_async() hands the mask's computation to MaskWorkers instead, so it
-// runs while the next step's forward does; the mask is settled (finished, on
-// the reading thread if no worker began it) when the sampler reads it, and
-// settle() reports what the computation found. Only a state that is not a
+// refresh_async() defers the mask's computation instead, so it runs while
+// the next step's forward does: on MaskWorkers when given, else on the
+// thread that settles it, which is the engine thread when the sampler reads
+// the mask right after enqueueing the forward (the CUDA executor), so the
+// mask costs the step nothing while the GPU is busy. The mask is settled
+// (finished, on the reading thread if no worker began it) when the sampler
+// reads it, and settle() reports what the computation found. Only a state that is not a
 // complete match is deferred: a complete match is refreshed at once, so a
 // grammar that is done still ends the generation before another step, as
 // refresh() does; a deferred dead end shows at settle().
@@ -45,9 +48,10 @@ class ConstrainedDecoding {
   TokenMaskPtr mask() const { return mask_; }
   // Rewrites the mask for the next draw.
   Next refresh();
-  // Like refresh(), but a state that is not a complete match is handed to
-  // `workers` and kContinue returned; settle() tells the outcome.
-  Next refresh_async(MaskWorkers& workers);
+  // Like refresh(), but a state that is not a complete match is deferred
+  // (handed to `workers` when not null) and kContinue returned; settle()
+  // tells the outcome.
+  Next refresh_async(MaskWorkers* workers);
   // Finishes a deferred refresh (runs it here when no worker has started it)
   // and returns its outcome, once; kContinue when none was deferred.
   Next settle();

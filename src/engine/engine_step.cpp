@@ -291,9 +291,9 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
     if (gen->stop_strings) {
       StopMatcher& m = *gen->stop_strings;
       const std::vector<std::string>& table = *options_.token_bytes;
-      const std::string_view bytes =
-          static_cast<std::size_t>(t) < table.size() ? std::string_view(table[t])
-                                                                : std::string_view();
+      const std::string_view bytes = static_cast<std::size_t>(t) < table.size()
+                                         ? std::string_view(table[t])
+                                         : std::string_view();
       // As with stop tokens: the first min_new_tokens tokens' text cannot
       // end a match (one may begin there and end later).
       if (delivered <= gen->config.min_new_tokens) {
@@ -370,14 +370,13 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
                     output->logprobs.begin() + static_cast<std::ptrdiff_t>(n));
   }
   if (!reason && gen->constrained) {
-    switch (mask_workers_ ? gen->constrained->refresh_async(*mask_workers_)
-                          : gen->constrained->refresh()) {
+    switch (gen->constrained->refresh_async(mask_workers_.get())) {
       case ConstrainedDecoding::Next::kContinue: break;
       case ConstrainedDecoding::Next::kComplete: reason = FinishReason::kStopToken; break;
       case ConstrainedDecoding::Next::kDeadEnd:
         finish_(gen, FinishReason::kFailed, std::move(emitted),
-                "constrained decoding reached a dead end: the grammar allows no next token",
-                true, std::move(logprobs));
+                "constrained decoding reached a dead end: the grammar allows no next token", true,
+                std::move(logprobs));
         return;
     }
   }

@@ -242,7 +242,7 @@ TEST(ConstrainedDecodingAsync, ASettledMaskIsTheSynchronousOne) {
   EXPECT_EQ(cd.mask()->words, only(1));
   for (Token t = 1; t < 200; ++t) {
     ASSERT_TRUE(cd.advance(t));
-    ASSERT_EQ(cd.refresh_async(workers), detail::ConstrainedDecoding::Next::kContinue);
+    ASSERT_EQ(cd.refresh_async(&workers), detail::ConstrainedDecoding::Next::kContinue);
     // The sampler's view: settle, then read.
     cd.mask()->settle();
     ASSERT_EQ(cd.mask()->words, only(t + 1)) << "after token " << t;
@@ -252,6 +252,24 @@ TEST(ConstrainedDecodingAsync, ASettledMaskIsTheSynchronousOne) {
   EXPECT_EQ(grammar.fills(), 200);
 }
 
+TEST(ConstrainedDecodingAsync, WithoutWorkersTheReaderComputesTheMaskWhenItSettles) {
+  CountingConstraint grammar;
+  detail::ConstrainedDecoding cd(grammar, {}, kVocab);
+  ASSERT_EQ(cd.refresh(), detail::ConstrainedDecoding::Next::kContinue);
+  for (Token t = 1; t < 50; ++t) {
+    ASSERT_TRUE(cd.advance(t));
+    const int before = grammar.fills();
+    ASSERT_EQ(cd.refresh_async(nullptr), detail::ConstrainedDecoding::Next::kContinue);
+    // Nothing ran yet: the engine thread computes it when the sampler reads
+    // it, after the step's forward was enqueued.
+    EXPECT_EQ(grammar.fills(), before);
+    cd.mask()->settle();
+    EXPECT_EQ(grammar.fills(), before + 1);
+    ASSERT_EQ(cd.mask()->words, only(t + 1)) << "after token " << t;
+    EXPECT_EQ(cd.settle(), detail::ConstrainedDecoding::Next::kContinue);
+  }
+}
+
 TEST(ConstrainedDecodingAsync, APendingMaskNeverOutlivesItsGeneration) {
   CountingConstraint grammar;
   TokenMaskPtr mask;
@@ -259,7 +277,7 @@ TEST(ConstrainedDecodingAsync, APendingMaskNeverOutlivesItsGeneration) {
     detail::MaskWorkers workers(1);
     for (int i = 0; i < 50; ++i) {
       detail::ConstrainedDecoding cd(grammar, {}, kVocab);
-      ASSERT_EQ(cd.refresh_async(workers), detail::ConstrainedDecoding::Next::kContinue);
+      ASSERT_EQ(cd.refresh_async(&workers), detail::ConstrainedDecoding::Next::kContinue);
       mask = cd.mask();  // an executor's policy may keep it
     }
   }
