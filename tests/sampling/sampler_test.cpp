@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -95,6 +96,48 @@ TEST(SampleRowTest, TopPIncludesTheFirstTokenCrossingP) {
   // top_p = 0.75 keeps {3, 2, 1}, mass 0.9.
   EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.75f, 0, 0.999f), 1);
   EXPECT_EQ(sample_row(kQuarter, 1.0f, 0.75f, 0, 0.76f), 2);  // 0.684 < 0.7
+}
+
+// The argmax's contract spelled out as a plain loop: the first index whose
+// value is the largest non-NaN one; 0 when every entry is NaN.
+std::int64_t reference_argmax(const std::vector<float>& row) {
+  std::int64_t best = -1;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    if (std::isnan(row[i])) continue;
+    if (best < 0 || row[i] > row[static_cast<std::size_t>(best)])
+      best = static_cast<std::int64_t>(i);
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST(ArgmaxRowTest, MatchesTheFirstMaximumOnAwkwardRows) {
+  // Lengths around the 4- and 16-wide blocks, and a Gemma-sized row; values
+  // drawn from a few levels so that ties are common, with NaN, infinities
+  // and both zeros mixed in; the maximum anywhere, the first or last entry
+  // included.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {std::nanf(""), -inf, inf, 0.0f, -0.0f};
+  std::mt19937 rng(7);
+  std::vector<std::size_t> sizes;
+  for (std::size_t n = 1; n <= 70; ++n) sizes.push_back(n);
+  sizes.push_back(262144);
+  for (std::size_t n : sizes) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> row(n);
+      std::uniform_int_distribution<int> level(-3, 3);
+      std::uniform_int_distribution<int> kind(0, 9);
+      std::uniform_int_distribution<std::size_t> pick(0, specials.size() - 1);
+      const int special_rate = trial % 5;  // 0: none, up to 4 in 10 entries
+      for (float& v : row) {
+        v = kind(rng) < special_rate ? specials[pick(rng)] : static_cast<float>(level(rng));
+      }
+      if (trial == 1) std::fill(row.begin(), row.end(), std::nanf(""));
+      if (trial == 2) std::fill(row.begin(), row.end(), -inf);
+      if (trial == 3) row.back() = 100.0f;
+      if (trial == 4) row.front() = std::nanf("");
+      ASSERT_EQ(argmax_row(row), reference_argmax(row)) << "size " << n << ", trial " << trial;
+    }
+  }
 }
 
 TEST(SampleRowTest, NonFiniteRowsNeverCrash) {
