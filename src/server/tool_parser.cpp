@@ -4,6 +4,8 @@
 #include <random>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "server/tool_calls.h"
 
 namespace cellm::server {
@@ -294,6 +296,13 @@ bool ToolCallParser::step_block(bool final, ToolParse* out) {
     case CallReader::State::kComplete:
       if (!started_) start_call(out);
       flush_arguments(/*all=*/true, out);
+      // The reader checks the syntax only; a number out of double's range
+      // (1e400) is JSON a client's parser may refuse, as the whole-reply
+      // parser does: such a call broke.
+      if (nlohmann::json::parse(calls_.back().arguments, nullptr, false).is_discarded()) {
+        die();
+        return true;
+      }
       calls_.back().complete = true;
       reader_.reset();
       started_ = false;
