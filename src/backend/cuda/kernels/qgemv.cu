@@ -127,13 +127,7 @@ void launch_split(const QGemvParams& p, const LaunchConfig& config) {
 // plain loop, with nothing of the split's bookkeeping.
 template <class D>
 void launch_for(const QGemvParams& p, const LaunchConfig& config, int split) {
-  if (split == 4) {
-    launch_split<D, 4>(p, config);
-  } else if (split == 2) {
-    launch_split<D, 2>(p, config);
-  } else {
-    launch_split<D, 1>(p, config);
-  }
+  with_split(split, [&](auto s) { launch_split<D, decltype(s)::value>(p, config); });
 }
 
 template <class D>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/qgemv.cuh"
@@ -144,6 +145,19 @@ inline int split_for(int pairs, int units) {
 inline dim3 grid_for(int pairs, int split) {
   const int per_block = kWarps / split;
   return dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+}
+
+// Calls f(std::integral_constant<int, split>{}) for a split split_for
+// chose (1, 2 or 4): each kernel takes its split as a template argument.
+template <class F>
+void with_split(int split, F&& f) {
+  if (split == 4) {
+    f(std::integral_constant<int, 4>{});
+  } else if (split == 2) {
+    f(std::integral_constant<int, 2>{});
+  } else {
+    f(std::integral_constant<int, 1>{});
+  }
 }
 
 // Launches the wide-load kernel of a one-row step whose type and layout have

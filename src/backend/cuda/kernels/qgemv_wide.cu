@@ -335,24 +335,6 @@ __global__ void __launch_bounds__(kThreads) qgemv_f8_kernel(const __grid_constan
   store_sums<kM, split>(p, acc, warp, lane, slice, row0, active, second);
 }
 
-// One row only (launch_qgemv says why); the kernel itself takes up to 8.
-template <int kSplit>
-void launch_q4k_split(const QGemvParams& p, const LaunchConfig& config) {
-  launch(qgemv_q4k_kernel<1, kSplit>, config, p);
-}
-
-// The Q6_K_R8 wide-load kernel at one row (launch_q6k_r8_wide says when).
-template <int kSplit>
-void launch_q6k_r8_split(const QGemvParams& p, const LaunchConfig& config) {
-  launch(qgemv_q6k_r8_kernel<1, kSplit>, config, p);
-}
-
-// One row only, as the Q4_K one, until more are measured.
-template <int kSplit>
-void launch_f8_split(const QGemvParams& p, const LaunchConfig& config) {
-  launch(qgemv_f8_kernel<1, kSplit>, config, p);
-}
-
 // One-row steps of Q6_K_R8 rows on 16-byte boundaries (as the upload lays
 // them out) take the wide-load kernel, split by its 2048-weight groups;
 // false leaves the step to the generic kernel. Two to eight rows keep the
@@ -365,13 +347,7 @@ bool launch_q6k_r8_wide(const QGemvParams& p, LaunchConfig config, int pairs) {
   }
   const int split = split_for(pairs, p.k / Q6R8::kElems);
   config.grid = grid_for(pairs, split);
-  if (split == 4) {
-    launch_q6k_r8_split<4>(p, config);
-  } else if (split == 2) {
-    launch_q6k_r8_split<2>(p, config);
-  } else {
-    launch_q6k_r8_split<1>(p, config);
-  }
+  with_split(split, [&](auto s) { launch(qgemv_q6k_r8_kernel<1, decltype(s)::value>, config, p); });
   return true;
 }
 
@@ -387,13 +363,8 @@ bool launch_wide_one_row(const QGemvParams& p, LaunchConfig config, int pairs) {
     // Four super-blocks a warp iteration.
     const int q4k_split = split_for(pairs, (p.k / 256 + kQ4kSupers - 1) / kQ4kSupers);
     config.grid = grid_for(pairs, q4k_split);
-    if (q4k_split == 4) {
-      launch_q4k_split<4>(p, config);
-    } else if (q4k_split == 2) {
-      launch_q4k_split<2>(p, config);
-    } else {
-      launch_q4k_split<1>(p, config);
-    }
+    with_split(q4k_split,
+               [&](auto s) { launch(qgemv_q4k_kernel<1, decltype(s)::value>, config, p); });
     return true;
   }
   if (launch_q6k_r8_wide(p, config, pairs)) return true;
@@ -402,13 +373,8 @@ bool launch_wide_one_row(const QGemvParams& p, LaunchConfig config, int pairs) {
     // A warp iteration takes 32 chunks of kF8Chunk codes.
     const int f8_split = split_for(pairs, (p.k / kF8Chunk + 31) / 32);
     config.grid = grid_for(pairs, f8_split);
-    if (f8_split == 4) {
-      launch_f8_split<4>(p, config);
-    } else if (f8_split == 2) {
-      launch_f8_split<2>(p, config);
-    } else {
-      launch_f8_split<1>(p, config);
-    }
+    with_split(f8_split,
+               [&](auto s) { launch(qgemv_f8_kernel<1, decltype(s)::value>, config, p); });
     return true;
   }
   return false;
