@@ -253,7 +253,10 @@ class SleepExecutor final : public Executor {
         }
       }
       ++k;
-      out.outputs[i] = Output{in.sid, {t}, {}};
+      Output o;
+      o.sid = in.sid;
+      o.tokens = {t};
+      out.outputs[i] = std::move(o);
     }
     return true;
   }
