@@ -255,18 +255,14 @@ Status check_request(const Request& request, bool can_suppress_tokens = true);
 // constrained decoding masks by. Immutable once shared.
 using TokenBytesTable = std::shared_ptr<const std::vector<std::string>>;
 
+// (No option for constrained decoding's masks: the engine thread computes a
+// generation's next token mask when the executor's sampler reads it, which
+// the CUDA executor does after enqueueing the step's forward, so the mask is
+// computed while the GPU runs.)
 struct RunnerOptions {
   // Snapshots of recent prompts the engine keeps (each holds one executor
   // session and its cells); 0: no prefix cache.
   std::int32_t prefix_cache_entries = 0;
-  // Threads that compute constrained generations' next token masks while the
-  // step's forward runs (the sampler settles each mask just before it draws,
-  // running a not-yet-started one itself). kMaskThreadsAuto: a quarter of the
-  // hardware threads, 1 to 4. 0: no worker; the engine thread computes each
-  // mask when the sampler reads it, which the CUDA executor does after
-  // enqueueing the step's forward (so it overlaps the GPU's work).
-  static constexpr std::int32_t kMaskThreadsAuto = -1;
-  std::int32_t mask_threads = kMaskThreadsAuto;
   // What stop strings are matched on; null: a generation with stop strings
   // is refused (submit: InvalidArgument; generate_async: kFailed).
   TokenBytesTable token_bytes;

@@ -60,12 +60,12 @@ inline constexpr std::size_t kMaxLogitBias = 300;
 // copies the list. Sorted by token, one entry per token.
 using LogitBiasList = std::shared_ptr<const std::vector<LogitBias>>;
 
-// Completes a TokenMask whose words are still being computed. The engine
-// computes the next mask of a constrained generation on a worker thread while
-// the step's forward runs; the sampler needs it only at the end of that
-// forward. settle() returns once the words are final: it runs the computation
-// on the calling thread when no worker has started it, else waits for the
-// worker. Safe from any thread; a no-op when nothing is pending.
+// Completes a TokenMask whose words are not computed yet. The engine defers
+// the next mask of a constrained generation until the sampler reads it, which
+// the CUDA executor does after enqueueing the step's forward, so the mask is
+// computed while the GPU runs. settle() computes it on the calling thread and
+// returns once the words are final; a no-op when nothing is pending. Engine
+// thread only (the thread every Executor method runs on).
 class TokenMaskFill {
  public:
   virtual ~TokenMaskFill() = default;
@@ -74,15 +74,15 @@ class TokenMaskFill {
 
 // Constrained decoding's per-step vocabulary mask: bit t % 32 of words[t / 32]
 // set = token t may be drawn. The engine owns it and rewrites it before each
-// step of a constrained generation (on its own thread, or on a mask worker
-// while the step runs); the executor calls settle() and then reads it when it
+// step of a constrained generation (or leaves it to settle(), see
+// TokenMaskFill); the executor calls settle() and then reads it when it
 // samples that generation's row, so one installed policy follows the grammar
 // step by step. The size of `words` never changes once installed. Empty
 // words: no mask.
 struct TokenMask {
   std::vector<std::uint32_t> words;
-  // Set when the words may be written off the reading thread (see
-  // TokenMaskFill); null: they are always final.
+  // Set when the words may still be pending (see TokenMaskFill); null: they
+  // are always final.
   std::shared_ptr<TokenMaskFill> fill;
   // Makes `words` final for the coming draw; call before reading them.
   void settle() const {

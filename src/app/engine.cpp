@@ -185,7 +185,6 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   report(progress, "initializing", 0.9);
   RunnerOptions runner_options;
   runner_options.prefix_cache_entries = options.prefix_cache_entries;
-  runner_options.mask_threads = options.mask_threads;
   // What stop strings are matched on: the same bytes constrained decoding
   // masks by.
   impl->token_bytes = std::make_shared<const std::vector<std::string>>(

@@ -35,10 +35,10 @@ class Tokenizer;
 namespace cellm::app {
 
 struct EngineOptions {
-  std::filesystem::path model;             // Hugging Face folder or .gguf file
-  std::string backend = "auto";            // "auto", "cpu" or "cuda"
-  std::string cpu_program;                 // "fast", "reference"; empty: see CudaExecutorConfig
-  std::int32_t threads = 0;                // the fast CPU program's threads; 0: every core
+  std::filesystem::path model;   // Hugging Face folder or .gguf file
+  std::string backend = "auto";  // "auto", "cpu" or "cuda"
+  std::string cpu_program;       // "fast", "reference"; empty: see CudaExecutorConfig
+  std::int32_t threads = 0;      // the fast CPU program's threads; 0: every core
   // Sessions generating at once (requests and their extra choices); 0: 64,
   // or as many as the KV memory holds at the context. Prefix-cache snapshots
   // get sessions of their own beyond these (see app/sizing.h).
@@ -50,7 +50,7 @@ struct EngineOptions {
   // executor's widest step. Larger chunks raise throughput under load at the
   // cost of inter-token latency for the sessions decoding beside them.
   std::int32_t prefill_chunk = 0;
-  std::int32_t max_decode_sequences = 0;   // 0: max_sessions
+  std::int32_t max_decode_sequences = 0;  // 0: max_sessions
   // Speculative decoding for small decode batches: "off" or a proposer
   // ("ngram": prompt lookup; "draft": the model at draft_model, which must
   // share the target's vocabulary), with up to speculate_tokens drafts (1..16).
@@ -61,8 +61,6 @@ struct EngineOptions {
   // model::LoadOptions::quantize (`--quantize fp8`): the projections rounded
   // to FP8 E4M3 with per-row scales on load.
   model::Quantize quantize = model::Quantize::kNone;
-  // RunnerOptions::mask_threads (-1: automatic; 0: masks on the engine thread).
-  std::int32_t mask_threads = RunnerOptions::kMaskThreadsAuto;
 };
 
 struct LoadProgress {

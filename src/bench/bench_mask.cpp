@@ -253,7 +253,10 @@ class SleepExecutor final : public Executor {
         }
       }
       ++k;
-      out.outputs[i] = Output{in.sid, {t}, {}};
+      Output o;
+      o.sid = in.sid;
+      o.tokens = {t};
+      out.outputs[i] = std::move(o);
     }
     return true;
   }
@@ -269,7 +272,6 @@ class SleepExecutor final : public Executor {
 
 struct ServedRun {
   std::string mode;
-  std::int32_t mask_threads = 0;
   std::int64_t steps = 0;
   double ms_per_step = 0;
   std::int64_t tokens = 0;
@@ -277,11 +279,10 @@ struct ServedRun {
 };
 
 ServedRun served(const MaskBenchOptions& o, const std::vector<Schema>& schemas, const Vocab& v,
-                 const std::vector<std::vector<Token>>& scripts, bool constrained,
-                 std::int32_t threads) {
+                 const std::vector<std::vector<Token>>& scripts, bool constrained) {
   SleepExecutor exec(o.forward_ms, scripts);
   const auto n = static_cast<std::size_t>(o.sessions);
-  Runner runner(exec, DecodeFirstScheduler::create(n + 64, n, 32), RunnerOptions{0, threads});
+  Runner runner(exec, DecodeFirstScheduler::create(n + 64, n, 32), RunnerOptions{});
   std::vector<Session> sessions;
   for (std::size_t i = 0; i < n; ++i) sessions.push_back(*runner.open_session_async().get());
   std::vector<GenerationHandle> handles;
@@ -311,7 +312,6 @@ ServedRun served(const MaskBenchOptions& o, const std::vector<Schema>& schemas, 
   sessions.clear();
   runner.shutdown();
   r.mode = constrained ? "constrained" : "unconstrained";
-  r.mask_threads = threads;
   r.steps = runner.metrics().steps;
   r.ms_per_step = r.steps > 0 ? ms / static_cast<double>(r.steps) : 0;
   return r;
@@ -323,9 +323,6 @@ Status run_mask_bench(const MaskBenchOptions& o, std::FILE* out) {
   CELLM_ASSIGN_OR_RETURN(std::vector<Schema> schemas, load_schemas(o.schemas));
   if (o.sessions < 0) return invalid_argument("--sessions must be >= 0, got {}", o.sessions);
   if (!(o.forward_ms >= 0)) return invalid_argument("--forward-ms must be >= 0");
-  for (std::int32_t t : o.mask_threads) {
-    if (t < 1) return invalid_argument("--mask-threads: each count must be >= 1, got {}", t);
-  }
   std::ofstream json;
   if (!o.json_path.empty()) {
     json.open(o.json_path, std::ios::app);
@@ -390,17 +387,16 @@ Status run_mask_bench(const MaskBenchOptions& o, std::FILE* out) {
           {"cache_misses", c.misses}});
     if (o.sessions == 0) continue;
     std::vector<ServedRun> runs;
-    runs.push_back(served(o, schemas, v, scripts, false, 0));
-    runs.push_back(served(o, schemas, v, scripts, true, 0));
-    for (std::int32_t t : o.mask_threads) runs.push_back(served(o, schemas, v, scripts, true, t));
+    runs.push_back(served(o, schemas, v, scripts, false));
+    runs.push_back(served(o, schemas, v, scripts, true));
     const double base = runs[0].ms_per_step;
     std::fprintf(out, "  served steps, %d sessions, forward %.1f ms (fake executor):\n", o.sessions,
                  o.forward_ms);
     for (const ServedRun& r : runs) {
       std::fprintf(out,
-                   "    %-13s mask threads %d: %lld steps, %.2f ms/step (%.0f%% of unconstrained "
+                   "    %-13s %lld steps, %.2f ms/step (%.0f%% of unconstrained "
                    "throughput), %lld tokens, %lld failed\n",
-                   r.mode.c_str(), r.mask_threads, static_cast<long long>(r.steps), r.ms_per_step,
+                   r.mode.c_str(), static_cast<long long>(r.steps), r.ms_per_step,
                    100.0 * base / r.ms_per_step, static_cast<long long>(r.tokens),
                    static_cast<long long>(r.failed));
       emit({{"bench", "mask"},
@@ -410,7 +406,6 @@ Status run_mask_bench(const MaskBenchOptions& o, std::FILE* out) {
             {"sessions", o.sessions},
             {"forward_ms", o.forward_ms},
             {"mode", r.mode},
-            {"mask_threads", r.mask_threads},
             {"steps", r.steps},
             {"ms_per_step", r.ms_per_step},
             {"relative_throughput", base / r.ms_per_step},

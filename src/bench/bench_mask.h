@@ -14,9 +14,8 @@
 // device's forward) and whose sampler draws the example's token (or an
 // allowed one).
 // Each request gets a fresh grammar (a cold mask cache: the worst case).
-// The wall time per step unconstrained, constrained with the masks computed
-// on the engine thread (mask threads 0: when the sampler reads them), and
-// with each --mask-threads count.
+// The wall time per step unconstrained and constrained (the engine computes
+// each mask on its thread when the sampler reads it).
 //
 // Each result is printed and, with --json, appended as one JSON line.
 //
@@ -40,7 +39,6 @@ struct MaskBenchOptions {
   // Part 2; sessions 0 skips it.
   std::int32_t sessions = 16;
   double forward_ms = 5.0;
-  std::vector<std::int32_t> mask_threads = {1, 2};
 };
 
 Status run_mask_bench(const MaskBenchOptions& options, std::FILE* out);

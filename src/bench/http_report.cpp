@@ -279,7 +279,6 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
     j["prefill_chunk"] = l.prefill_chunk;
     j["max_batch_tokens"] = l.max_batch_tokens;
     j["prefix_cache_entries"] = o.prefix_cache_entries;
-    j["mask_threads"] = o.mask_threads;
   }
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
   auto put = [&j](const std::string& name, const LatencySummary& s, const std::vector<double>& q) {

@@ -127,7 +127,6 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.max_sessions = concurrency_of(l);
   eo.max_session_tokens = need.session_tokens;
   eo.prefix_cache_entries = o.prefix_cache_entries;
-  eo.mask_threads = o.mask_threads;
   eo.prefill_chunk = l.prefill_chunk;
   eo.max_batch_tokens = l.max_batch_tokens;
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
@@ -212,8 +211,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
     return invalid_argument("--max-batch-tokens {} cannot hold {} decodes beside a chunk of {}",
                             batch, decodes, chunk);
   }
-  s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler),
-                                      RunnerOptions{entries, o.mask_threads});
+  s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler), RunnerOptions{entries});
   if (!s.runner->open_session_async().get()) {  // waits for initialize()
     return internal_error("the {} executor failed to initialize (see the log)", s.backend);
   }

@@ -108,10 +108,6 @@ Status validate(const HttpBenchOptions& o) {
     return invalid_argument("--request-timeout must be a positive number of seconds, got {}",
                             o.request_timeout_s);
   }
-  if (o.mask_threads < -1) {
-    return invalid_argument("--mask-threads must be -1 (automatic), 0 or positive, got {}",
-                            o.mask_threads);
-  }
   if (!o.json_schema.empty() && o.compare_inprocess.value_or(false)) {
     return invalid_argument(
         "--inprocess with --json-schema: the in-process load sends no response_format, so the "

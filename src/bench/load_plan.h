@@ -56,9 +56,6 @@ struct HttpBenchOptions {
   // with an unconstrained one. Empty: no response_format.
   std::string json_schema_file;
   std::string json_schema;  // the schema as JSON text
-  // The in-process server's RunnerOptions::mask_threads (-1: automatic; 0:
-  // masks on the engine thread when the sampler reads them).
-  std::int32_t mask_threads = -1;
   // --dataset FILE: the requests of `dataset` (read_dataset of the file, read
   // by run_http_serve_bench when left empty) replace the random prompts;
   // the input and output lengths, range ratio and prefix go unused.

@@ -64,7 +64,6 @@ struct HttpFlags {
   bool inprocess = false;  // read only when --inprocess or --no-inprocess was given
   std::int32_t prefix_cache_entries = 0;
   std::string json_schema;
-  std::int32_t mask_threads = -1;
   double request_timeout_s = 1800;
   std::string progress_bar = "auto";
   std::string plot;
@@ -180,11 +179,6 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
   serve->add_option("--json-schema", h.json_schema,
                     "HTTP: send every request with response_format json_schema of this file (a "
                     "JSON Schema, or a bench/schemas file); needs a model with a tokenizer");
-  serve
-      ->add_option("--mask-threads", h.mask_threads,
-                   "--http: the server's mask worker threads (-1: automatic; 0: masks on the "
-                   "engine thread)")
-      ->capture_default_str();
   serve->add_option("--request-timeout", h.request_timeout_s, "HTTP: seconds per request")
       ->capture_default_str();
   serve
@@ -204,8 +198,7 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
     for (const char* name :
          {"--served-model-name", "--api-key", "--prompt-format", "--vocab-size", "--no-ignore-eos",
           "--inprocess", "--prefix-cache-entries", "--request-timeout", "--progress-bar", "--plot",
-          "--json-schema", "--mask-threads", "--dataset", "--speculate", "--draft-model",
-          "--speculate-tokens"}) {
+          "--json-schema", "--dataset", "--speculate", "--draft-model", "--speculate-tokens"}) {
       if (serve->count(name) > 0) {
         std::fprintf(stderr, "cellm bench serve: %s applies over HTTP only: add --http or --url\n",
                      name);
@@ -267,7 +260,6 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
                 : h.progress_bar == "off" ? bench::ProgressMode::kLines
                                           : bench::ProgressMode::kAuto;
   ho.plot_path = h.plot;
-  ho.mask_threads = h.mask_threads;
   if (!h.json_schema.empty()) {
     auto schema = bench::read_json_schema(h.json_schema);
     if (!schema.ok()) {
@@ -356,10 +348,6 @@ Command add_bench(CLI::App& app) {
                    "constrained sessions of the served-step part (0: skip it)")
       ->capture_default_str();
   mask->add_option("--forward-ms", mask_opts->forward_ms, "the fake forward's sleep")
-      ->capture_default_str();
-  mask->add_option("--mask-threads", mask_opts->mask_threads,
-                   "mask worker counts to compare with 0 (the engine thread)")
-      ->delimiter(',')
       ->capture_default_str();
   CLI::Option* step_batch = step->get_option("--batch");
   CLI::Option* step_context = step->get_option("--context");

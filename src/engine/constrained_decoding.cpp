@@ -1,59 +1,24 @@
 #include "engine/constrained_decoding.h"
 
 #include <algorithm>
-#include <atomic>
 
 namespace cellm::detail {
 
-// The pending computation of one generation's mask: queued by the engine
-// thread, claimed once (compare-exchange) by a worker or by a reader's
-// settle(), which waits only when another thread is already running it.
-class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
+// The pending computation of one generation's mask: left by the engine
+// thread, run once by whichever settles it first (the executor reading the
+// mask, or the engine itself), always on the engine thread.
+class ConstrainedDecoding::Fill final : public TokenMaskFill {
  public:
   explicit Fill(ConstrainedDecoding& owner) : owner_(owner) {}
 
-  // Engine thread, with nothing pending: publishes the grammar state (the
-  // release pairs with the claim's acquire).
-  void queue(MaskWorkers* pool) {
-    pool_ = pool;
+  // With nothing pending.
+  void defer() {
     outcome_ = Next::kContinue;
-    state_.store(kQueued, std::memory_order_release);
-  }
-  bool try_run() override {
-    int expected = kQueued;
-    if (!state_.compare_exchange_strong(expected, kRunning, std::memory_order_acq_rel)) {
-      return false;
-    }
-    run_();
-    return true;
+    pending_ = true;
   }
   void settle() override {
-    int s = state_.load(std::memory_order_acquire);
-    while (s != kIdle) {
-      if (s == kQueued) {
-        if (state_.compare_exchange_weak(s, kRunning, std::memory_order_acq_rel)) {
-          run_();
-          return;
-        }
-        continue;  // s was reloaded
-      }
-      // Another thread runs this one: run queued ones meanwhile, and wait
-      // only when none is left.
-      if (pool_ == nullptr || !pool_->help_one()) state_.wait(kRunning, std::memory_order_acquire);
-      s = state_.load(std::memory_order_acquire);
-    }
-  }
-  // Drops a computation nobody has started, else waits for it.
-  void cancel() {
-    int expected = kQueued;
-    if (!state_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) settle();
-  }
-  // Valid after settle() on the thread that reads it.
-  Next outcome() const { return outcome_; }
-
- private:
-  enum : int { kIdle, kQueued, kRunning };
-  void run_() {
+    if (!pending_) return;
+    pending_ = false;
     try {
       outcome_ = owner_.compute_();
     } catch (...) {
@@ -61,18 +26,17 @@ class ConstrainedDecoding::Fill final : public TokenMaskFill, public MaskJob {
       std::fill(owner_.mask_->words.begin(), owner_.mask_->words.end(), 0u);
       outcome_ = Next::kDeadEnd;
     }
-    state_.store(kIdle, std::memory_order_release);
-    state_.notify_all();
   }
+  // Drops a computation nobody has run.
+  void cancel() { pending_ = false; }
+  // Valid after settle().
+  Next outcome() const { return outcome_; }
 
-  // Used only while a computation is pending; the owner settles it before it
+ private:
+  // Used only while a computation is pending; the owner cancels it before it
   // goes, so a mask that outlives its generation never reaches the owner.
   ConstrainedDecoding& owner_;
-  // The pool it was queued on (null: none, the reader runs it); only
-  // settle() of a pending computation uses it (the engine, which owns the
-  // pool, is running then).
-  MaskWorkers* pool_ = nullptr;
-  std::atomic<int> state_{kIdle};
+  bool pending_ = false;
   Next outcome_ = Next::kContinue;
 };
 
@@ -98,14 +62,13 @@ ConstrainedDecoding::Next ConstrainedDecoding::refresh() {
   return compute_();
 }
 
-ConstrainedDecoding::Next ConstrainedDecoding::refresh_async(MaskWorkers* workers) {
+ConstrainedDecoding::Next ConstrainedDecoding::defer_refresh() {
   fill_->settle();
   // A complete match may allow nothing more: know it now, so the generation
   // ends without another step (and the stop tokens join the mask).
   if (state_->accepting()) return compute_();
-  fill_->queue(workers);
+  fill_->defer();
   deferred_ = true;
-  if (workers != nullptr) workers->submit(fill_);
   return Next::kContinue;
 }
 

@@ -6,21 +6,21 @@
 // complete (the generation ends with a stop) or, when the text is not a
 // complete match, a dead end (the generation fails with a clear message).
 //
-// refresh_async() defers the mask's computation instead, so it runs while
-// the next step's forward does: on MaskWorkers when given, else on the
-// thread that settles it, which is the engine thread when the sampler reads
-// the mask right after enqueueing the forward (the CUDA executor), so the
-// mask costs the step nothing while the GPU is busy. The mask is settled
-// (finished, on the reading thread if no worker began it) when the sampler
-// reads it, and settle() reports what the computation found. Only a state that is not a
-// complete match is deferred: a complete match is refreshed at once, so a
-// grammar that is done still ends the generation before another step, as
-// refresh() does; a deferred dead end shows at settle().
+// defer_refresh() defers the mask's computation instead, to the moment the
+// sampler settles the mask (TokenMask::settle) before reading it. The CUDA
+// executor does that on the engine thread right after enqueueing the step's
+// forward, so the mask costs the step nothing while the GPU is busy (measured
+// faster than computing masks on worker threads, which was removed). settle()
+// reports what the computation found. Only a state that is not a complete
+// match is deferred: a complete match is refreshed at once, so a grammar that
+// is done still ends the generation before another step, as refresh() does;
+// a deferred dead end shows at settle().
 //
-// Thread-safety: engine thread only, like the Generation that holds it, except
-// that one deferred computation runs on a mask worker (or the executor's
-// thread) while the engine thread does not touch the grammar state: every
-// member that does settles first, and so does the destructor.
+// Thread-safety: engine thread only, like the Generation that holds it. The
+// executor settles the mask on that thread too (every Executor method runs
+// there), so the deferred computation needs no synchronization. The mask may
+// outlive this object in an executor's policy: the destructor drops a
+// computation still pending, so settling the mask afterwards is a no-op.
 #pragma once
 
 #include <memory>
@@ -29,7 +29,6 @@
 
 #include "cellm/token_constraint.h"
 #include "cellm/types.h"
-#include "engine/mask_workers.h"
 
 namespace cellm::detail {
 
@@ -48,12 +47,12 @@ class ConstrainedDecoding {
   TokenMaskPtr mask() const { return mask_; }
   // Rewrites the mask for the next draw.
   Next refresh();
-  // Like refresh(), but a state that is not a complete match is deferred
-  // (handed to `workers` when not null) and kContinue returned; settle()
+  // Like refresh(), but a state that is not a complete match is left to be
+  // computed when the mask is settled, and kContinue returned; settle()
   // tells the outcome.
-  Next refresh_async(MaskWorkers* workers);
-  // Finishes a deferred refresh (runs it here when no worker has started it)
-  // and returns its outcome, once; kContinue when none was deferred.
+  Next defer_refresh();
+  // Finishes a deferred refresh (runs it now unless the mask's reader already
+  // did) and returns its outcome, once; kContinue when none was deferred.
   Next settle();
   // Consumes a drawn token that is not a stop token; false when the grammar
   // refuses it (the mask should have prevented that).
@@ -66,7 +65,7 @@ class ConstrainedDecoding {
   std::unique_ptr<TokenConstraintState> state_;
   std::shared_ptr<TokenMask> mask_;
   std::shared_ptr<Fill> fill_;
-  bool deferred_ = false;  // refresh_async queued a computation settle() has not reported
+  bool deferred_ = false;  // defer_refresh left a computation settle() has not reported
   std::vector<Token> stop_tokens_;
   std::int64_t vocab_;
 };

@@ -38,8 +38,7 @@ void GenerationState::publish(FinishReason r, std::string e, const GenerationMet
 }
 
 void deliver_terminal(const GenerationCallback& on_update, std::vector<Token> tokens,
-                      FinishReason& reason, std::string& error,
-                      std::vector<TokenLogprobs> logprobs,
+                      FinishReason& reason, std::string& error, std::vector<TokenLogprobs> logprobs,
                       std::optional<StopStringMatch> stop_match) {
   if (!on_update) return;
   GenerationUpdate update{std::move(tokens), reason, error, std::move(logprobs), stop_match};
@@ -67,13 +66,6 @@ EngineCore::EngineCore(Executor& executor, std::unique_ptr<Scheduler> scheduler,
                        RunnerOptions options)
     : executor_(executor), scheduler_(std::move(scheduler)), options_(options) {
   CELLM_CHECK(scheduler_ != nullptr, "the runner needs a scheduler");
-  CELLM_CHECK(options_.mask_threads >= RunnerOptions::kMaskThreadsAuto,
-              "RunnerOptions::mask_threads must be >= 0 or kMaskThreadsAuto, got {}",
-              options_.mask_threads);
-  const std::int32_t mask_threads = options_.mask_threads == RunnerOptions::kMaskThreadsAuto
-                                        ? MaskWorkers::auto_threads()
-                                        : options_.mask_threads;
-  if (mask_threads > 0) mask_workers_ = std::make_unique<MaskWorkers>(mask_threads);
 }
 
 EngineCore::~EngineCore() {

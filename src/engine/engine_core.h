@@ -24,7 +24,6 @@
 #include "cellm/runner.h"
 #include "core/stop_matcher.h"
 #include "engine/constrained_decoding.h"
-#include "engine/mask_workers.h"
 
 namespace cellm::detail {
 
@@ -202,8 +201,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // Every request ends (engine stopping): unstarted choices end kCancelled.
   void abandon_requests_();
   bool advance_(RequestRun& run);
-  void start_choice_(RequestRun& run, std::int32_t choice, SessionId sid,
-                     std::vector<Token> delta);
+  void start_choice_(RequestRun& run, std::int32_t choice, SessionId sid, std::vector<Token> delta);
   void end_unstarted_(RequestRun& run, std::int32_t choice, FinishReason reason,
                       const std::string& error);
   void report_done_(RequestRun& run);
@@ -261,9 +259,6 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
 
   // Engine-thread state.
   const RunnerOptions options_;
-  // Compute constrained generations' next masks during the step that needs
-  // them (RunnerOptions::mask_threads); null: on the engine thread.
-  std::unique_ptr<MaskWorkers> mask_workers_;
   std::deque<std::shared_ptr<RequestRun>> waiting_requests_;
   std::vector<std::shared_ptr<RequestRun>> active_requests_;
   std::list<Snapshot> snapshots_;  // front = most recently used

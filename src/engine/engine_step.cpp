@@ -258,7 +258,7 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
       static_cast<std::int64_t>(produced.size()) - 1 > kMaxPosition - slot.end) {
     return invalid();
   }
-  // The mask this draw used was computed during the step (refresh_async): if
+  // The mask this draw used was computed during the step (defer_refresh): if
   // it allowed nothing, the grammar ended at the previous token and this
   // draw is void, as if that step had found the dead end itself.
   if (gen->constrained) {
@@ -370,7 +370,7 @@ void EngineCore::handle_output_(const Slot& slot, const std::optional<Output>& o
                     output->logprobs.begin() + static_cast<std::ptrdiff_t>(n));
   }
   if (!reason && gen->constrained) {
-    switch (gen->constrained->refresh_async(mask_workers_.get())) {
+    switch (gen->constrained->defer_refresh()) {
       case ConstrainedDecoding::Next::kContinue: break;
       case ConstrainedDecoding::Next::kComplete: reason = FinishReason::kStopToken; break;
       case ConstrainedDecoding::Next::kDeadEnd:

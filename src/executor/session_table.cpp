@@ -8,8 +8,8 @@
 
 #include "core/check.h"
 #include "core/log.h"
-#include "sampling/token_mask.h"
 #include "sampling/logprobs.h"
+#include "sampling/token_mask.h"
 
 namespace cellm::executor {
 
@@ -272,8 +272,8 @@ std::optional<Token> SessionTable::sample(SessionId session, const Tensor& logit
   std::span<const float> seen;
   if (adjusted || masked || logits.dtype() != DType::kF32) {
     sampling::row_to_f32(logits, row, row_);
-    // The mask first, as the device does (sampling/token_mask.h), once the
-    // engine's worker has finished it.
+    // The mask first, as the device does (sampling/token_mask.h), once
+    // settled (a deferred mask is computed here, on the engine thread).
     if (masked) {
       params.token_mask->settle();
       sampling::apply_token_mask(row_, params.token_mask->words);

@@ -3,19 +3,17 @@
 // expects an exact token list: the installed policy carries the mask of the
 // first token; a grammar that is complete ends the generation with a stop and
 // no stop token; a drawn token outside the grammar and a grammar that allows
-// nothing at the start end it with a clear failure. The masks may be computed
-// on mask workers while the step runs (RunnerOptions::mask_threads): every
-// outcome is the same with 0 (on the engine thread), 1 or 3 workers, and a
-// deferred mask settles to what the synchronous refresh writes.
+// nothing at the start end it with a clear failure. Masks after the first
+// are deferred until the sampler settles them: a deferred mask is computed
+// once, then, and holds what a synchronous refresh writes; a deferred dead end
+// shows at settle(); a mask that outlives its generation reaches nothing.
 #include <atomic>
-#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "cellm/token_constraint.h"
 #include "engine/constrained_decoding.h"
 #include "engine/fake_executor.h"
-#include "engine/mask_workers.h"
 #include "engine/runner_fixture.h"
 
 namespace cellm::testing {
@@ -140,22 +138,9 @@ TEST_F(ConstrainedRunnerTest, TheTokenBudgetStillEndsAConstrainedGeneration) {
   EXPECT_EQ(c.tokens().size(), 2u);
 }
 
-// The same generations with the masks computed on the engine thread (0) or on
-// 1 or 3 mask workers during the step.
-class MaskThreadsTest : public RunnerFixture, public ::testing::WithParamInterface<int> {
- protected:
-  Session open_with_workers() {
-    runner = std::make_unique<Runner>(exec, DecodeFirstScheduler::create(20, 4, 8),
-                                      RunnerOptions{0, GetParam()});
-    return open();
-  }
-};
-
-TEST_P(MaskThreadsTest, ConcurrentConstrainedGenerationsFollowTheirGrammars) {
-  Session first = open_with_workers();
+TEST_F(ConstrainedRunnerTest, ConcurrentConstrainedGenerationsFollowTheirGrammars) {
   std::vector<Session> sessions;
-  sessions.push_back(std::move(first));
-  for (int i = 0; i < 3; ++i) sessions.push_back(open());
+  for (int i = 0; i < 4; ++i) sessions.push_back(open());
   std::vector<Collector> collectors(sessions.size());
   std::vector<GenerationHandle> handles;
   std::vector<std::vector<Token>> want;
@@ -177,8 +162,8 @@ TEST_P(MaskThreadsTest, ConcurrentConstrainedGenerationsFollowTheirGrammars) {
   }
 }
 
-TEST_P(MaskThreadsTest, ADeadEndFailsAfterTheLastAllowedToken) {
-  Session s = open_with_workers();
+TEST_F(ConstrainedRunnerTest, ADeadEndFailsAfterTheLastAllowedToken) {
+  Session s = open();
   const Token base = static_cast<Token>(s.id() * 1000);
   GenConfig config = budget(10);
   config.constraint = std::make_shared<DeadEndConstraint>(std::vector<Token>{base + 1, base + 2});
@@ -192,10 +177,8 @@ TEST_P(MaskThreadsTest, ADeadEndFailsAfterTheLastAllowedToken) {
   EXPECT_EQ(run(s, {4}, budget(2), after).finish_reason(), FinishReason::kNewTokenLimit);
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, MaskThreadsTest, ::testing::Values(0, 1, 3));
-
 // A state whose mask is one token, `t + 1` after token `t`, counting its
-// fills; fill_mask yields to let a reader race the worker.
+// fills.
 class CountingConstraint final : public TokenConstraint {
  public:
   std::unique_ptr<TokenConstraintState> start() const override {
@@ -210,7 +193,6 @@ class CountingConstraint final : public TokenConstraint {
     explicit State(std::shared_ptr<std::atomic<int>> fills) : fills_(std::move(fills)) {}
     void fill_mask(std::span<std::uint32_t> words) override {
       fills_->fetch_add(1);
-      std::this_thread::yield();
       std::fill(words.begin(), words.end(), 0u);
       words[static_cast<std::size_t>(next_ / 32)] |= 1u << (next_ % 32);
     }
@@ -234,57 +216,58 @@ std::vector<std::uint32_t> only(Token t) {
   return w;
 }
 
-TEST(ConstrainedDecodingAsync, ASettledMaskIsTheSynchronousOne) {
-  CountingConstraint grammar;
-  detail::MaskWorkers workers(3);
+TEST(ConstrainedDecodingDeferred, TheReaderComputesTheMaskOnceWhenItSettles) {
+  CountingConstraint grammar, reference_grammar;
   detail::ConstrainedDecoding cd(grammar, {}, kVocab);
+  // The same grammar refreshed synchronously: what each deferred mask must hold.
+  detail::ConstrainedDecoding reference(reference_grammar, {}, kVocab);
   ASSERT_EQ(cd.refresh(), detail::ConstrainedDecoding::Next::kContinue);
+  ASSERT_EQ(reference.refresh(), detail::ConstrainedDecoding::Next::kContinue);
   EXPECT_EQ(cd.mask()->words, only(1));
-  for (Token t = 1; t < 200; ++t) {
-    ASSERT_TRUE(cd.advance(t));
-    ASSERT_EQ(cd.refresh_async(&workers), detail::ConstrainedDecoding::Next::kContinue);
-    // The sampler's view: settle, then read.
-    cd.mask()->settle();
-    ASSERT_EQ(cd.mask()->words, only(t + 1)) << "after token " << t;
-    EXPECT_EQ(cd.settle(), detail::ConstrainedDecoding::Next::kContinue);
-  }
-  // Each refresh computed its mask exactly once, whoever ran it.
-  EXPECT_EQ(grammar.fills(), 200);
-}
-
-TEST(ConstrainedDecodingAsync, WithoutWorkersTheReaderComputesTheMaskWhenItSettles) {
-  CountingConstraint grammar;
-  detail::ConstrainedDecoding cd(grammar, {}, kVocab);
-  ASSERT_EQ(cd.refresh(), detail::ConstrainedDecoding::Next::kContinue);
   for (Token t = 1; t < 50; ++t) {
     ASSERT_TRUE(cd.advance(t));
+    ASSERT_TRUE(reference.advance(t));
     const int before = grammar.fills();
-    ASSERT_EQ(cd.refresh_async(nullptr), detail::ConstrainedDecoding::Next::kContinue);
+    ASSERT_EQ(cd.defer_refresh(), detail::ConstrainedDecoding::Next::kContinue);
     // Nothing ran yet: the engine thread computes it when the sampler reads
     // it, after the step's forward was enqueued.
     EXPECT_EQ(grammar.fills(), before);
     cd.mask()->settle();
     EXPECT_EQ(grammar.fills(), before + 1);
-    ASSERT_EQ(cd.mask()->words, only(t + 1)) << "after token " << t;
+    ASSERT_EQ(reference.refresh(), detail::ConstrainedDecoding::Next::kContinue);
+    ASSERT_EQ(cd.mask()->words, reference.mask()->words) << "after token " << t;
+    // Settled already: neither a second read nor the engine's settle() runs
+    // it again.
+    cd.mask()->settle();
     EXPECT_EQ(cd.settle(), detail::ConstrainedDecoding::Next::kContinue);
+    EXPECT_EQ(grammar.fills(), before + 1);
   }
 }
 
-TEST(ConstrainedDecodingAsync, APendingMaskNeverOutlivesItsGeneration) {
+TEST(ConstrainedDecodingDeferred, ADeferredDeadEndShowsAtSettleOnce) {
+  DeadEndConstraint grammar({7});
+  detail::ConstrainedDecoding cd(grammar, {}, kVocab);
+  ASSERT_EQ(cd.refresh(), detail::ConstrainedDecoding::Next::kContinue);
+  ASSERT_TRUE(cd.advance(7));
+  ASSERT_EQ(cd.defer_refresh(), detail::ConstrainedDecoding::Next::kContinue);
+  cd.mask()->settle();
+  EXPECT_EQ(cd.mask()->words, std::vector<std::uint32_t>(kVocab / 32, 0u));
+  EXPECT_EQ(cd.settle(), detail::ConstrainedDecoding::Next::kDeadEnd);
+  EXPECT_EQ(cd.settle(), detail::ConstrainedDecoding::Next::kContinue);
+}
+
+TEST(ConstrainedDecodingDeferred, APendingMaskNeverOutlivesItsGeneration) {
   CountingConstraint grammar;
   TokenMaskPtr mask;
-  {
-    detail::MaskWorkers workers(1);
-    for (int i = 0; i < 50; ++i) {
-      detail::ConstrainedDecoding cd(grammar, {}, kVocab);
-      ASSERT_EQ(cd.refresh_async(&workers), detail::ConstrainedDecoding::Next::kContinue);
-      mask = cd.mask();  // an executor's policy may keep it
-    }
+  for (int i = 0; i < 5; ++i) {
+    detail::ConstrainedDecoding cd(grammar, {}, kVocab);
+    ASSERT_EQ(cd.defer_refresh(), detail::ConstrainedDecoding::Next::kContinue);
+    mask = cd.mask();  // an executor's policy may keep it
   }
-  // Dropped or finished before each generation went: settling the survivor
-  // reaches no grammar state.
+  // Dropped unread when each generation went: settling the survivor reaches
+  // no grammar state.
   mask->settle();
-  EXPECT_LE(grammar.fills(), 50);
+  EXPECT_EQ(grammar.fills(), 0);
 }
 
 }  // namespace
