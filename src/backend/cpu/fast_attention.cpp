@@ -9,10 +9,25 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CELLM_ATTN_AVX2 __attribute__((target("avx2,fma")))
+#define CELLM_ATTN_INLINE __attribute__((always_inline)) inline
 #endif
 
 namespace cellm::cpu {
 namespace {
+
+// Heads scored together against one key: their sums stay in registers while
+// the key's vectors are loaded once (the heads of a group read the same key).
+constexpr std::int64_t kHeadBlock = 4;
+// Value dimensions a weighted sum keeps in registers across the cells: eight
+// AVX2 vectors.
+constexpr std::int64_t kDimBlock = 64;
+
+// The shape of one call: a row's heads [h0, h1), all in KV group g.
+struct HeadSpan {
+  std::int64_t g = 0;
+  std::int64_t h0 = 0;
+  std::int64_t h1 = 0;
+};
 
 float dot_scalar(const float* a, const float* b, std::int64_t n) {
   float s = 0.0f;
@@ -24,89 +39,197 @@ void axpy_scalar(float* y, float a, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// Softmax of each head's scores in place: the maximum, exp and total in cell
+// order, then the scaling, as every ISA's path does it.
+void softmax_rows(float* scores, std::int64_t rows, std::int64_t n) {
+  for (std::int64_t hh = 0; hh < rows; ++hh) {
+    float* s = scores + hh * n;
+    float best = -std::numeric_limits<float>::infinity();
+    for (std::int64_t c = 0; c < n; ++c) best = std::max(best, s[c]);
+    float total = 0.0f;
+    for (std::int64_t c = 0; c < n; ++c) {
+      s[c] = std::exp(s[c] - best);
+      total += s[c];
+    }
+    const float inv = 1.0f / total;
+    for (std::int64_t c = 0; c < n; ++c) s[c] *= inv;
+  }
+}
+
+float capped(float s, const AttentionParams& params) {
+  return params.softcap ? *params.softcap * std::tanh(s / *params.softcap) : s;
+}
+
+void attend_scalar(const float* q, const float* k, const float* v,
+                   std::span<const std::int32_t> cells, const AttentionParams& params,
+                   const HeadSpan& span, float* out, float* scores) {
+  const std::int64_t dim = params.head_dim;
+  const std::int64_t kv_stride = static_cast<std::int64_t>(params.kv_heads) * dim;
+  const auto n = static_cast<std::int64_t>(cells.size());
+  const std::int64_t heads = span.h1 - span.h0;
+  for (std::int64_t c = 0; c < n; ++c) {
+    const float* kc = k + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * kv_stride +
+                      span.g * dim;
+    for (std::int64_t hh = 0; hh < heads; ++hh) {
+      scores[hh * n + c] = capped(dot_scalar(q + (span.h0 + hh) * dim, kc, dim) * params.scale,
+                                  params);
+    }
+  }
+  softmax_rows(scores, heads, n);
+  for (std::int64_t c = 0; c < n; ++c) {
+    const float* vc = v + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * kv_stride +
+                      span.g * dim;
+    for (std::int64_t hh = 0; hh < heads; ++hh) {
+      axpy_scalar(out + (span.h0 + hh) * dim, scores[hh * n + c], vc, dim);
+    }
+  }
+}
+
 #if defined(__x86_64__) || defined(__i386__)
-CELLM_ATTN_AVX2 float dot_avx2(const float* a, const float* b, std::int64_t n) {
-  __m256 s0 = _mm256_setzero_ps();
-  __m256 s1 = _mm256_setzero_ps();
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  }
-  const __m256 s = _mm256_add_ps(s0, s1);
+CELLM_ATTN_AVX2 CELLM_ATTN_INLINE float hsum8(__m256 s) {
   __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float out = _mm_cvtss_f32(h);
-  for (; i < n; ++i) out += a[i] * b[i];
-  return out;
+  return _mm_cvtss_f32(h);
 }
 
-CELLM_ATTN_AVX2 void axpy_avx2(float* y, float a, const float* x, std::int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+// The dot products of `heads` (at most kHeadBlock) query heads with one key.
+// Each head's sum has one fixed shape whatever the block: two accumulators
+// over 16-float steps, an 8-float step into the first, their sum, the
+// horizontal sum, then the scalar tail; so a head's score does not depend on
+// which heads share its block.
+CELLM_ATTN_AVX2 CELLM_ATTN_INLINE void dot_heads(const float* q, std::int64_t dim,
+                                                 std::int64_t heads, const float* kc,
+                                                 float* out) {
+  __m256 s0[kHeadBlock];
+  __m256 s1[kHeadBlock];
+  for (std::int64_t hh = 0; hh < kHeadBlock; ++hh) {
+    s0[hh] = _mm256_setzero_ps();
+    s1[hh] = _mm256_setzero_ps();
   }
-  for (; i < n; ++i) y[i] += a * x[i];
+  std::int64_t i = 0;
+  for (; i + 16 <= dim; i += 16) {
+    const __m256 k0 = _mm256_loadu_ps(kc + i);
+    const __m256 k1 = _mm256_loadu_ps(kc + i + 8);
+    for (std::int64_t hh = 0; hh < kHeadBlock; ++hh) {
+      if (hh < heads) {
+        const float* qh = q + hh * dim;
+        s0[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), k0, s0[hh]);
+        s1[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i + 8), k1, s1[hh]);
+      }
+    }
+  }
+  for (; i + 8 <= dim; i += 8) {
+    const __m256 k0 = _mm256_loadu_ps(kc + i);
+    for (std::int64_t hh = 0; hh < kHeadBlock; ++hh) {
+      if (hh < heads) s0[hh] = _mm256_fmadd_ps(_mm256_loadu_ps(q + hh * dim + i), k0, s0[hh]);
+    }
+  }
+  for (std::int64_t hh = 0; hh < heads; ++hh) {
+    float s = hsum8(_mm256_add_ps(s0[hh], s1[hh]));
+    for (std::int64_t j = i; j < dim; ++j) s += q[hh * dim + j] * kc[j];
+    out[hh] = s;
+  }
+}
+
+// out[0, width) = sum over the cells, in cell order, of p[c] * v_c[0, width),
+// one fused multiply-add per cell and element from zero: the additions of
+// an axpy per cell onto a zeroed row, with the row held in registers.
+template <int kVectors>
+CELLM_ATTN_AVX2 CELLM_ATTN_INLINE void weighted_sum(const float* p, const float* v,
+                                                    std::span<const std::int32_t> cells,
+                                                    std::int64_t stride, float* out) {
+  __m256 acc[kVectors];
+  for (int j = 0; j < kVectors; ++j) acc[j] = _mm256_setzero_ps();
+  const auto n = static_cast<std::int64_t>(cells.size());
+  for (std::int64_t c = 0; c < n; ++c) {
+    const float* vc = v + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * stride;
+    const __m256 pc = _mm256_set1_ps(p[c]);
+    for (int j = 0; j < kVectors; ++j) {
+      acc[j] = _mm256_fmadd_ps(pc, _mm256_loadu_ps(vc + 8 * j), acc[j]);
+    }
+  }
+  for (int j = 0; j < kVectors; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+CELLM_ATTN_AVX2 void attend_avx2(const float* q, const float* k, const float* v,
+                                 std::span<const std::int32_t> cells,
+                                 const AttentionParams& params, const HeadSpan& span, float* out,
+                                 float* scores) {
+  const std::int64_t dim = params.head_dim;
+  const std::int64_t kv_stride = static_cast<std::int64_t>(params.kv_heads) * dim;
+  const auto n = static_cast<std::int64_t>(cells.size());
+  const std::int64_t heads = span.h1 - span.h0;
+  float dots[kHeadBlock];
+  for (std::int64_t c = 0; c < n; ++c) {
+    const float* kc = k + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * kv_stride +
+                      span.g * dim;
+    for (std::int64_t b = 0; b < heads; b += kHeadBlock) {
+      const std::int64_t count = std::min(kHeadBlock, heads - b);
+      dot_heads(q + (span.h0 + b) * dim, dim, count, kc, dots);
+      for (std::int64_t hh = 0; hh < count; ++hh) {
+        scores[(b + hh) * n + c] = capped(dots[hh] * params.scale, params);
+      }
+    }
+  }
+  softmax_rows(scores, heads, n);
+  const float* vg = v + span.g * dim;
+  for (std::int64_t hh = 0; hh < heads; ++hh) {
+    const float* p = scores + hh * n;
+    float* o = out + (span.h0 + hh) * dim;
+    std::int64_t d = 0;
+    for (; d + kDimBlock <= dim; d += kDimBlock) weighted_sum<8>(p, vg + d, cells, kv_stride, o + d);
+    for (; d + 8 <= dim; d += 8) weighted_sum<1>(p, vg + d, cells, kv_stride, o + d);
+    if (d < dim) {
+      // Dimensions past the last whole vector: the scalar axpy per cell.
+      std::fill(o + d, o + dim, 0.0f);
+      for (std::int64_t c = 0; c < n; ++c) {
+        const float* vc =
+            vg + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * kv_stride;
+        axpy_scalar(o + d, p[c], vc + d, dim - d);
+      }
+    }
+  }
 }
 #endif
 
 }  // namespace
 
-void attend_row_fast(const float* q, const float* k, const float* v,
-                     std::span<const std::int32_t> cells, const AttentionParams& params, Isa isa,
-                     float* out, std::vector<float>& scratch) {
+void attend_heads_fast(const float* q, const float* k, const float* v,
+                       std::span<const std::int32_t> cells, const AttentionParams& params,
+                       Isa isa, std::int32_t head_begin, std::int32_t head_end, float* out,
+                       std::vector<float>& scratch) {
   const std::int64_t heads = params.heads;
   const std::int64_t dim = params.head_dim;
   CELLM_CHECK(params.kv_heads > 0 && heads % params.kv_heads == 0, "heads {} over kv heads {}",
               heads, params.kv_heads);
+  CELLM_CHECK(0 <= head_begin && head_begin <= head_end && head_end <= heads,
+              "heads [{}, {}) of {}", head_begin, head_end, heads);
   const std::int64_t group = heads / params.kv_heads;
-  const std::int64_t kv_stride = static_cast<std::int64_t>(params.kv_heads) * dim;
-  std::fill(out, out + heads * dim, 0.0f);
+  std::fill(out + head_begin * dim, out + head_end * dim, 0.0f);
   const auto n = static_cast<std::int64_t>(cells.size());
-  if (n == 0) return;
-  auto dot = dot_scalar;
-  auto axpy = axpy_scalar;
+  if (n == 0 || head_begin == head_end) return;
+  scratch.resize(static_cast<std::size_t>(std::min<std::int64_t>(group, head_end - head_begin) * n));
+  // One KV group at a time: its heads score against each key together.
+  for (std::int64_t h0 = head_begin; h0 < head_end;) {
+    const std::int64_t g = h0 / group;
+    const HeadSpan span{g, h0, std::min<std::int64_t>(head_end, (g + 1) * group)};
 #if defined(__x86_64__) || defined(__i386__)
-  if (isa == Isa::kAvx2) {
-    dot = dot_avx2;
-    axpy = axpy_avx2;
-  }
+    if (isa == Isa::kAvx2) {
+      attend_avx2(q, k, v, cells, params, span, out, scratch.data());
+      h0 = span.h1;
+      continue;
+    }
 #endif
-  scratch.resize(static_cast<std::size_t>(group * n));
-  for (std::int64_t g = 0; g < params.kv_heads; ++g) {
-    // Scores of the group's heads, head-major: scratch[hh * n + c].
-    for (std::int64_t c = 0; c < n; ++c) {
-      const float* kc = k + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * kv_stride + g * dim;
-      for (std::int64_t hh = 0; hh < group; ++hh) {
-        float s = dot(q + (g * group + hh) * dim, kc, dim) * params.scale;
-        if (params.softcap) s = *params.softcap * std::tanh(s / *params.softcap);
-        scratch[static_cast<std::size_t>(hh * n + c)] = s;
-      }
-    }
-    for (std::int64_t hh = 0; hh < group; ++hh) {
-      float* s = scratch.data() + hh * n;
-      float best = -std::numeric_limits<float>::infinity();
-      for (std::int64_t c = 0; c < n; ++c) best = std::max(best, s[c]);
-      float total = 0.0f;
-      for (std::int64_t c = 0; c < n; ++c) {
-        s[c] = std::exp(s[c] - best);
-        total += s[c];
-      }
-      const float inv = 1.0f / total;
-      for (std::int64_t c = 0; c < n; ++c) s[c] *= inv;
-    }
-    for (std::int64_t c = 0; c < n; ++c) {
-      const float* vc = v + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * kv_stride + g * dim;
-      for (std::int64_t hh = 0; hh < group; ++hh) {
-        axpy(out + (g * group + hh) * dim, scratch[static_cast<std::size_t>(hh * n + c)], vc, dim);
-      }
-    }
+    attend_scalar(q, k, v, cells, params, span, out, scratch.data());
+    h0 = span.h1;
   }
+}
+
+void attend_row_fast(const float* q, const float* k, const float* v,
+                     std::span<const std::int32_t> cells, const AttentionParams& params, Isa isa,
+                     float* out, std::vector<float>& scratch) {
+  attend_heads_fast(q, k, v, cells, params, isa, 0, params.heads, out, scratch);
 }
 
 }  // namespace cellm::cpu

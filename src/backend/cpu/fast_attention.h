@@ -6,6 +6,11 @@
 // each cell once. The reference accumulates in double, so the two agree
 // within float rounding, not bit for bit.
 //
+// A head's result has one order of operations whatever else is computed
+// with it (which heads share its call, which thread runs it): the forward
+// splits a row's heads over threads, and a speculative verification row must
+// give the bits of the same row decoded alone.
+//
 // Thread-safety: a pure function over caller-owned memory; `scratch` belongs
 // to the calling thread.
 #pragma once
@@ -24,5 +29,12 @@ namespace cellm::cpu {
 void attend_row_fast(const float* q, const float* k, const float* v,
                      std::span<const std::int32_t> cells, const AttentionParams& params, Isa isa,
                      float* out, std::vector<float>& scratch);
+
+// Heads [head_begin, head_end) of one row, the same bits as attend_row_fast
+// gives them; the other heads of `out` are left alone.
+void attend_heads_fast(const float* q, const float* k, const float* v,
+                       std::span<const std::int32_t> cells, const AttentionParams& params,
+                       Isa isa, std::int32_t head_begin, std::int32_t head_end, float* out,
+                       std::vector<float>& scratch);
 
 }  // namespace cellm::cpu

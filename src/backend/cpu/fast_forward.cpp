@@ -24,6 +24,11 @@
 namespace cellm::cpu {
 namespace {
 
+// Below this many query-key products (cells x heads x head_dim over the
+// step's rows, ~20 us of work) a step's attention stays on the calling
+// thread: waking the pool costs about as much.
+constexpr std::int64_t kParallelAttentionProducts = 64 * 1024;
+
 void grow(std::vector<float>& buffer, std::int64_t n) {
   if (static_cast<std::int64_t>(buffer.size()) < n) buffer.resize(static_cast<std::size_t>(n));
 }
@@ -239,19 +244,32 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   params.head_dim = spec_.head_dim;
   params.scale = attention_scale_;
   params.softcap = spec_.attn_logit_softcap;
-  // Rows spread over the pool; each thread's attention runs alone (its
-  // OpenMP team is one thread: see ThreadPool::worker and run()).
+  // Units of a row's heads spread over the pool (each thread's attention
+  // runs alone: its OpenMP team is one thread, see ThreadPool::worker and
+  // run()). A unit is a whole KV group, whose heads share each key's loads,
+  // unless the step has too few groups to keep every thread busy (decode):
+  // then single heads. A head's bits do not depend on its unit.
   const std::int64_t q_row = spec_.num_heads * hd;
+  const std::int64_t group = spec_.num_heads / spec_.num_kv_heads;
+  const std::int64_t threads = pool_->size();
+  const std::int64_t unit_heads = t * spec_.num_kv_heads >= 2 * threads ? group : 1;
+  const std::int64_t row_units = spec_.num_heads / unit_heads;
   auto attend = [&](int id, int n) {
     std::vector<float>& scratch = attn_scratch_[static_cast<std::size_t>(id)];
-    for (std::int64_t r = id; r < t; r += n) {
-      attend_row_fast(q_.data() + r * q_row, k_pool, v_pool,
-                      row_cells_[static_cast<std::size_t>(r)], params, options_.isa,
-                      attn_.data() + r * q_row, scratch);
+    for (std::int64_t u = id; u < t * row_units; u += n) {
+      const std::int64_t r = u / row_units;
+      const auto h0 = static_cast<std::int32_t>((u % row_units) * unit_heads);
+      attend_heads_fast(q_.data() + r * q_row, k_pool, v_pool,
+                        row_cells_[static_cast<std::size_t>(r)], params, options_.isa, h0,
+                        h0 + static_cast<std::int32_t>(unit_heads), attn_.data() + r * q_row,
+                        scratch);
     }
   };
-  // One row (decode) runs here: waking a thread would cost more than it saves.
-  if (t == 1) {
+  // A small step runs here: waking a thread would cost more than it saves.
+  std::int64_t products = 0;
+  for (const auto& cells : row_cells_) products += static_cast<std::int64_t>(cells.size());
+  products *= spec_.num_heads * hd;
+  if (threads == 1 || products < kParallelAttentionProducts) {
     attend(0, 1);
   } else {
     pool_->run(attend);

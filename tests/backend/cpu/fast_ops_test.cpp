@@ -3,7 +3,9 @@
 // agree within float rounding, on every ISA this processor runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -59,6 +61,47 @@ TEST(FastOps, AttentionMatchesReference) {
         ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
             << isa_name(isa) << " heads " << c.heads << " dim " << c.dim << " cells " << c.cells
             << " element " << i;
+      }
+    }
+  }
+}
+
+// A head's bits do not depend on the heads computed with it: the forward
+// spreads a row's heads over threads, and speculative verification relies on
+// a row giving the bits it gives decoded alone.
+TEST(FastOps, AttentionHeadSplitsGiveTheSameBits) {
+  const AttnCase cases[] = {{9, 3, 64, 300, false}, {4, 1, 256, 70, true}, {12, 2, 72, 41, false}};
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const AttnCase& c : cases) {
+    const int pool_cells = c.cells + 3;
+    std::vector<float> q(static_cast<std::size_t>(c.heads * c.dim));
+    std::vector<float> k(static_cast<std::size_t>(pool_cells * c.kv_heads * c.dim));
+    std::vector<float> v(k.size());
+    for (auto& x : q) x = normal(rng);
+    for (auto& x : k) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    std::vector<std::int32_t> cells;
+    for (int i = 0; i < c.cells; ++i) cells.push_back((i * 5 + 1) % pool_cells);
+    AttentionParams p;
+    p.heads = c.heads;
+    p.kv_heads = c.kv_heads;
+    p.head_dim = c.dim;
+    p.scale = 0.1f;
+    if (c.softcap) p.softcap = 4.0f;
+    for (const Isa isa : isas()) {
+      std::vector<float> whole(q.size(), -1.0f);
+      std::vector<float> scratch;
+      attend_row_fast(q.data(), k.data(), v.data(), cells, p, isa, whole.data(), scratch);
+      // Single heads, then uneven spans that cut through KV groups.
+      for (const int step : {1, 5}) {
+        std::vector<float> split(q.size(), -1.0f);
+        for (int h = 0; h < c.heads; h += step) {
+          attend_heads_fast(q.data(), k.data(), v.data(), cells, p, isa, h,
+                            std::min(c.heads, h + step), split.data(), scratch);
+        }
+        ASSERT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)))
+            << isa_name(isa) << " heads " << c.heads << " in spans of " << step;
       }
     }
   }
