@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #define CELLM_ATTN_AVX2 __attribute__((target("avx2,fma")))
 #define CELLM_ATTN_INLINE __attribute__((always_inline)) inline
+#define CELLM_ATTN_AVX512 __attribute__((target("avx2,fma,avx512f")))
 #endif
 
 namespace cellm::cpu {
@@ -152,6 +153,44 @@ CELLM_ATTN_AVX2 CELLM_ATTN_INLINE void weighted_sum(const float* p, const float*
   for (int j = 0; j < kVectors; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
 }
 
+// weighted_sum for up to kHeadBlock heads of one KV group at once, on
+// AVX-512: 64 dimensions of every head in registers (4 x 4 vectors of 16),
+// so each cell's value row is loaded once for the whole block instead of once
+// per head. Each element still takes one fused multiply-add per cell, in cell
+// order, from zero: the bits of weighted_sum.
+CELLM_ATTN_AVX512 void weighted_sums_avx512(const float* scores, std::int64_t heads,
+                                            const float* v, std::span<const std::int32_t> cells,
+                                            std::int64_t stride, float* out, std::int64_t dim) {
+  constexpr int kVectors = static_cast<int>(kDimBlock / 16);
+  const auto n = static_cast<std::int64_t>(cells.size());
+  __m512 acc[kHeadBlock][kVectors];
+  for (auto& head : acc) {
+    for (__m512& a : head) a = _mm512_setzero_ps();
+  }
+  for (std::int64_t c = 0; c < n; ++c) {
+    const float* vc = v + static_cast<std::int64_t>(cells[static_cast<std::size_t>(c)]) * stride;
+    __m512 vv[kVectors];
+    for (int j = 0; j < kVectors; ++j) vv[j] = _mm512_loadu_ps(vc + 16 * j);
+    for (std::int64_t hh = 0; hh < kHeadBlock; ++hh) {
+      if (hh < heads) {
+        const __m512 pc = _mm512_set1_ps(scores[hh * n + c]);
+        for (int j = 0; j < kVectors; ++j) acc[hh][j] = _mm512_fmadd_ps(pc, vv[j], acc[hh][j]);
+      }
+    }
+  }
+  for (std::int64_t hh = 0; hh < heads; ++hh) {
+    for (int j = 0; j < kVectors; ++j) _mm512_storeu_ps(out + hh * dim + 16 * j, acc[hh][j]);
+  }
+}
+
+bool has_avx512f() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+
 CELLM_ATTN_AVX2 void attend_avx2(const float* q, const float* k, const float* v,
                                  std::span<const std::int32_t> cells,
                                  const AttentionParams& params, const HeadSpan& span, float* out,
@@ -174,10 +213,20 @@ CELLM_ATTN_AVX2 void attend_avx2(const float* q, const float* k, const float* v,
   }
   softmax_rows(scores, heads, n);
   const float* vg = v + span.g * dim;
+  std::int64_t wide = 0;  // dimensions the AVX-512 blocks already summed
+  if (has_avx512f()) {
+    wide = dim / kDimBlock * kDimBlock;
+    for (std::int64_t b = 0; b < heads; b += kHeadBlock) {
+      for (std::int64_t d = 0; d < wide; d += kDimBlock) {
+        weighted_sums_avx512(scores + b * n, std::min(kHeadBlock, heads - b), vg + d, cells,
+                             kv_stride, out + (span.h0 + b) * dim + d, dim);
+      }
+    }
+  }
   for (std::int64_t hh = 0; hh < heads; ++hh) {
     const float* p = scores + hh * n;
     float* o = out + (span.h0 + hh) * dim;
-    std::int64_t d = 0;
+    std::int64_t d = wide;
     for (; d + kDimBlock <= dim; d += kDimBlock) weighted_sum<8>(p, vg + d, cells, kv_stride, o + d);
     for (; d + 8 <= dim; d += 8) weighted_sum<1>(p, vg + d, cells, kv_stride, o + d);
     if (d < dim) {

@@ -252,7 +252,7 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   const std::int64_t q_row = spec_.num_heads * hd;
   const std::int64_t group = spec_.num_heads / spec_.num_kv_heads;
   const std::int64_t threads = pool_->size();
-  const std::int64_t unit_heads = t * spec_.num_kv_heads >= 2 * threads ? group : 1;
+  const std::int64_t unit_heads = t * spec_.num_kv_heads >= threads ? group : 1;
   const std::int64_t row_units = spec_.num_heads / unit_heads;
   auto attend = [&](int id, int n) {
     std::vector<float>& scratch = attn_scratch_[static_cast<std::size_t>(id)];
