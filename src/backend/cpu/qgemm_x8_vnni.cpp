@@ -105,6 +105,10 @@ template <typename T>
 CELLM_X8 inline void group(const std::uint8_t* g, std::int64_t blocks,
                            const std::uint8_t* const* acts, int n, float* out) {
   switch (n) {
+    case 8: group_rows<T, 8>(g, blocks, acts, out); return;
+    case 7: group_rows<T, 7>(g, blocks, acts, out); return;
+    case 6: group_rows<T, 6>(g, blocks, acts, out); return;
+    case 5: group_rows<T, 5>(g, blocks, acts, out); return;
     case 4: group_rows<T, 4>(g, blocks, acts, out); return;
     case 3: group_rows<T, 3>(g, blocks, acts, out); return;
     case 2: group_rows<T, 2>(g, blocks, acts, out); return;

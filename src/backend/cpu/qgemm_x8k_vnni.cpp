@@ -149,6 +149,10 @@ CELLM_X8 void q6k_rows(const std::uint8_t* group, std::int64_t blocks,
 CELLM_X8 void x8_q4_k(const std::uint8_t* g, std::int64_t blocks, const std::uint8_t* const* a,
                        int n, float* out) {
   switch (n) {
+    case 8: q4k_rows<8>(g, blocks, a, out); return;
+    case 7: q4k_rows<7>(g, blocks, a, out); return;
+    case 6: q4k_rows<6>(g, blocks, a, out); return;
+    case 5: q4k_rows<5>(g, blocks, a, out); return;
     case 4: q4k_rows<4>(g, blocks, a, out); return;
     case 3: q4k_rows<3>(g, blocks, a, out); return;
     case 2: q4k_rows<2>(g, blocks, a, out); return;
@@ -159,6 +163,10 @@ CELLM_X8 void x8_q4_k(const std::uint8_t* g, std::int64_t blocks, const std::uin
 CELLM_X8 void x8_q6_k(const std::uint8_t* g, std::int64_t blocks, const std::uint8_t* const* a,
                        int n, float* out) {
   switch (n) {
+    case 8: q6k_rows<8>(g, blocks, a, out); return;
+    case 7: q6k_rows<7>(g, blocks, a, out); return;
+    case 6: q6k_rows<6>(g, blocks, a, out); return;
+    case 5: q6k_rows<5>(g, blocks, a, out); return;
     case 4: q6k_rows<4>(g, blocks, a, out); return;
     case 3: q6k_rows<3>(g, blocks, a, out); return;
     case 2: q6k_rows<2>(g, blocks, a, out); return;

@@ -240,12 +240,12 @@ void qgemm_x8_slice(const QMatrix& w, const QuantActs& act, float* y, std::int64
   const std::int64_t g1 = std::min(groups, g0 + per);
   // A few groups' weights stay in cache while every activation tile passes.
   constexpr std::int64_t kGroupBlock = 4;
-  float out[kTile * kX8Rows];
+  float out[kX8MaxActs * kX8Rows];
   for (std::int64_t gb = g0; gb < g1; gb += kGroupBlock) {
     const std::int64_t ge = std::min(g1, gb + kGroupBlock);
-    for (std::int64_t i = 0; i < act.t; i += kTile) {
-      const int n = static_cast<int>(std::min<std::int64_t>(kTile, act.t - i));
-      const std::uint8_t* acts[kTile];
+    for (std::int64_t i = 0; i < act.t; i += kX8MaxActs) {
+      const int n = static_cast<int>(std::min<std::int64_t>(kX8MaxActs, act.t - i));
+      const std::uint8_t* acts[kX8MaxActs];
       for (int k = 0; k < n; ++k) acts[k] = act.row(i + k);
       for (std::int64_t g = gb; g < ge; ++g) {
         kernel(w.data + static_cast<std::size_t>(g) * w.group_bytes, blocks, acts, n, out);

@@ -42,6 +42,10 @@ struct QMatrix;
 struct QuantActs;
 
 inline constexpr int kX8Rows = 8;
+// Activation rows one kernel call takes: each group's weights are unpacked
+// once for up to eight tokens (a speculative verification of seven drafts is
+// one pass). A row's sums do not depend on how many rows share its call.
+inline constexpr int kX8MaxActs = 8;
 
 // Whether `type` has an x8 layout.
 bool x8_type(format::GgmlType type);
@@ -59,7 +63,7 @@ void qgemm_x8_slice(const QMatrix& w, const QuantActs& act, float* y, std::int64
                     int part, int parts);
 
 namespace avx2 {
-// The kernels (AVX-512 VNNI): one group of eight rows against `n` (1..4)
+// The kernels (AVX-512 VNNI): one group of eight rows against `n` (1..kX8MaxActs)
 // activation rows; out[i * 8 + r].
 void x8_q4_0(const std::uint8_t* group, std::int64_t blocks, const std::uint8_t* const* acts,
              int n, float* out);

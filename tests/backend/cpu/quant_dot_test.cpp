@@ -214,9 +214,6 @@ TEST_P(QuantDot, ThreadedMatmulEqualsRowDots) {
   }
 }
 
-// The x8 layout (qmatrix_x8.h) on random blocks: the threaded product in
-// groups of eight rows equals the exact row dots within float rounding of
-// the summed magnitude, for a lone token and a whole tile.
 // Activation quantization writes the same bytes on every ISA: random rows
 // with outliers, an all-zero block and exact ties at .5.
 TEST(QuantAct, EveryIsaWritesTheSameBytes) {
@@ -235,6 +232,11 @@ TEST(QuantAct, EveryIsaWritesTheSameBytes) {
   }
 }
 
+// The x8 layout (qmatrix_x8.h) on random blocks: the threaded product in
+// groups of eight rows equals the exact row dots within float rounding of
+// the summed magnitude, for a whole tile of tokens and a partial one; and
+// each token's outputs have the bits of the same token multiplied alone
+// (what makes a speculative verification row equal the plain decode row).
 class QuantDotX8 : public ::testing::TestWithParam<Case> {};
 
 TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
@@ -243,7 +245,7 @@ TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
   if (!has_avx512_vnni()) GTEST_SKIP() << "this processor has no AVX-512 VNNI: the x8 layout is not used";
   std::mt19937 rng(7 + static_cast<unsigned>(c.type));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const std::int64_t cols = 512, rows = 40, t = kTile + 1;
+  const std::int64_t cols = 512, rows = 40, t = kX8MaxActs + 3;
   std::vector<std::uint8_t> all;
   const QMatrix m = random_matrix(c.type, rows, cols, rng, all);
   std::vector<std::uint8_t> packed = repack_x8(c.type, all.data(), rows, cols, m.row_bytes);
@@ -272,6 +274,14 @@ TEST_P(QuantDotX8, InterleavedRowsEqualRowDots) {
       EXPECT_NEAR(y[static_cast<std::size_t>(i * rows + r)], want, 2e-6 * magnitude + 1e-6)
           << "token " << i << " row " << r;
     }
+  }
+  for (std::int64_t i = 0; i < t; ++i) {
+    QuantActs one;
+    quantize_rows(act_kind(c.type), x.data() + i * cols, 1, cols, pool, one);
+    std::vector<float> alone(static_cast<std::size_t>(rows), -1.0f);
+    qmatmul(x8, one, nullptr, TileKernel{}, pool, alone.data(), rows);
+    EXPECT_EQ(0, std::memcmp(alone.data(), y.data() + i * rows, sizeof(float) * rows))
+        << "token " << i << " multiplied alone";
   }
 }
 
