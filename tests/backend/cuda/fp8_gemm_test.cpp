@@ -1,0 +1,423 @@
+// The FP8 wide-step path (issue 38, item 3): the per-token activation
+// quantizer against the host's E4M3 encoder (format/fp8.h), bit for bit in
+// codes and scales, and the cuBLASLt FP8 GEMM with per-row scales against a
+// float64 host product of the very codes and scales it multiplied (the
+// activations' own quantization included, so only the GEMM's arithmetic is
+// left to tolerate), on Llama-8B-like k and n at m = 9, 64 and 512; plus
+// refusals, the self-check, and a replay inside a captured graph.
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "backend/cuda/gemm_fp8.h"
+#include "backend/cuda/kernels/quantize_fp8.cuh"
+#include "backend/cuda/resources.h"
+#include "cellm/status.h"
+#include "format/fp8.h"
+#include "gpu_test_util.h"
+
+namespace cellm::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::from_bf16;
+using testing::random_bf16;
+using testing::to_bf16;
+
+constexpr std::size_t kWorkspace = std::size_t{32} << 20;
+
+// The quantizer's contract (quantize_fp8.cuh), computed on the host in the
+// same float operations.
+struct HostQuantized {
+  std::vector<std::uint8_t> codes;  // [m, k]
+  std::vector<float> scales;        // [m]
+};
+HostQuantized host_quantize(const std::vector<bf16>& a, int m, int k, int lda) {
+  HostQuantized q;
+  q.codes.resize(static_cast<std::size_t>(m) * k);
+  q.scales.resize(static_cast<std::size_t>(m));
+  for (int r = 0; r < m; ++r) {
+    float amax = 0.0f;
+    for (int c = 0; c < k; ++c) {
+      amax = std::max(amax, std::fabs(from_bf16(a[static_cast<std::size_t>(r) * lda + c])));
+    }
+    amax = std::max(amax, kFp8MinAmax);
+    const float inv = kFp8E4M3Max / amax;
+    q.scales[static_cast<std::size_t>(r)] = amax / kFp8E4M3Max;
+    for (int c = 0; c < k; ++c) {
+      const float x = from_bf16(a[static_cast<std::size_t>(r) * lda + c]);
+      q.codes[static_cast<std::size_t>(r) * k + c] = format::f32_to_e4m3(x * inv);
+    }
+  }
+  return q;
+}
+
+// Rows of every kind the quantizer must get right: magnitudes from 1e-3 to
+// 1e3, a zero row, a row of negative zeros, a row too small for 448 / amax
+// (below kFp8MinAmax), one near bf16's largest values, and one whose every
+// value ties halfway between two E4M3 codes after scaling.
+std::vector<bf16> quantizer_rows(int m, int k, int lda, std::mt19937& rng) {
+  std::vector<bf16> a = random_bf16(static_cast<std::size_t>(m) * lda, rng);
+  for (int r = 0; r < m; ++r) {
+    bf16* row = a.data() + static_cast<std::size_t>(r) * lda;
+    const float gain = std::pow(10.0f, static_cast<float>(r % 7 - 3));
+    for (int c = 0; c < k; ++c) row[c] = to_bf16(from_bf16(row[c]) * gain);
+    switch (r) {
+      case 1:
+        for (int c = 0; c < k; ++c) row[c] = to_bf16(0.0f);
+        break;
+      case 2:
+        for (int c = 0; c < k; ++c) row[c] = to_bf16(-0.0f);
+        break;
+      case 3:
+        for (int c = 0; c < k; ++c) row[c] = to_bf16(((c % 2) != 0 ? -1e-35f : 3e-36f));
+        break;
+      case 4:
+        for (int c = 0; c < k; ++c) row[c] = to_bf16(from_bf16(row[c]) * 1e36f);
+        break;
+      case 5:
+        // amax 448 (inv 1): 1.0625 lies halfway between the codes for 1 and
+        // 1.125, 1.1875 between 1.125 and 1.25: ties go to the even code.
+        for (int c = 0; c < k; ++c)
+          row[c] = to_bf16((c % 3 == 0) ? 448.0f : 1.0625f + 0.125f * (c % 2));
+        break;
+      default: break;
+    }
+  }
+  return a;
+}
+
+struct QuantizeCase {
+  int m, k, lda;
+};
+
+class QuantizeFp8Test : public ::testing::TestWithParam<QuantizeCase> {};
+
+TEST_P(QuantizeFp8Test, MatchesTheHostEncoderBitForBit) {
+  CELLM_REQUIRE_GPU();
+  const QuantizeCase c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.m * 31 + c.k));
+  const std::vector<bf16> a = quantizer_rows(c.m, c.k, c.lda, rng);
+  const int ldo = (c.k + 16 + 15) / 16 * 16;  // padded: the tail must stay untouched
+  DeviceArray<bf16> da(a);
+  DeviceArray<std::uint8_t> dout(static_cast<std::size_t>(c.m) * ldo);
+  DeviceArray<float> dscales(static_cast<std::size_t>(c.m));
+  dout.poison();
+  dscales.poison();
+  QuantizeFp8Params p;
+  p.a = da.data();
+  p.lda = c.lda;
+  p.m = c.m;
+  p.k = c.k;
+  p.out = dout.data();
+  p.ldo = ldo;
+  p.scales = dscales.data();
+  ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
+  launch_quantize_fp8(p, nullptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<std::uint8_t> codes = dout.download();
+  const std::vector<float> scales = dscales.download();
+  const HostQuantized want = host_quantize(a, c.m, c.k, c.lda);
+  int mismatches = 0;
+  for (int r = 0; r < c.m; ++r) {
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(scales[static_cast<std::size_t>(r)]),
+              std::bit_cast<std::uint32_t>(want.scales[static_cast<std::size_t>(r)]))
+        << "row " << r << ": scale " << scales[static_cast<std::size_t>(r)] << " want "
+        << want.scales[static_cast<std::size_t>(r)];
+    for (int col = 0; col < ldo; ++col) {
+      const std::uint8_t got = codes[static_cast<std::size_t>(r) * ldo + col];
+      const std::uint8_t expected =
+          col < c.k ? want.codes[static_cast<std::size_t>(r) * c.k + col] : std::uint8_t{0xff};
+      if (got != expected && ++mismatches <= 10) {
+        ADD_FAILURE() << "row " << r << " col " << col << ": code 0x" << std::hex << int{got}
+                      << " want 0x" << int{expected} << std::dec;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  // The special rows: zeros stay zeros (signed), ties went to even codes.
+  if (c.m > 5) {
+    EXPECT_EQ(codes[1 * static_cast<std::size_t>(ldo)], 0x00);
+    EXPECT_EQ(codes[2 * static_cast<std::size_t>(ldo)], 0x80);
+    EXPECT_EQ(codes[5 * static_cast<std::size_t>(ldo) + 1], 0x3A);  // 1.1875 -> 1.25
+    EXPECT_EQ(codes[5 * static_cast<std::size_t>(ldo) + 2], 0x38);  // 1.0625 -> 1.0
+    EXPECT_EQ(codes[5 * static_cast<std::size_t>(ldo)], 0x7E);      // 448
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantizeFp8Test,
+                         ::testing::Values(QuantizeCase{9, 4096, 4096},
+                                           QuantizeCase{64, 14336, 2 * 14336},
+                                           QuantizeCase{7, 160, 168}, QuantizeCase{512, 4096, 4104},
+                                           QuantizeCase{3, 16, 16}),
+                         [](const auto& info) {
+                           return fmt::format("m{}_k{}_lda{}", info.param.m, info.param.k,
+                                              info.param.lda);
+                         });
+
+TEST(QuantizeFp8Test, RefusesBadGeometry) {
+  QuantizeFp8Params p;
+  alignas(16) static bf16 a[64];
+  alignas(16) static std::uint8_t out[64];
+  static float scales[2];
+  p.a = a;
+  p.out = out;
+  p.scales = scales;
+  p.m = 2;
+  p.k = 24;  // not a multiple of 16
+  p.lda = 32;
+  p.ldo = 32;
+  EXPECT_EQ(p.validate().code(), StatusCode::kInvalidArgument);
+  p.k = 32;
+  p.ldo = 24;  // < k
+  EXPECT_EQ(p.validate().code(), StatusCode::kInvalidArgument);
+  p.ldo = 32;
+  EXPECT_TRUE(p.validate().is_ok());
+  p.out = out + 1;  // misaligned
+  EXPECT_EQ(p.validate().code(), StatusCode::kInvalidArgument);
+}
+
+// Weight codes of N(0, 1) values quantized per row (as `--quantize fp8`
+// does), their per-row scales drawn apart so a misapplied scale shows.
+struct HostWeights {
+  std::vector<std::uint8_t> codes;
+  std::vector<float> scales;
+};
+HostWeights random_weights(int n, int k, std::mt19937& rng) {
+  HostWeights w;
+  w.codes.resize(static_cast<std::size_t>(n) * k);
+  w.scales.resize(static_cast<std::size_t>(n));
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.5e-3f, 4e-3f);
+  for (auto& code : w.codes) code = format::f32_to_e4m3(value(rng) * 100.0f);
+  for (auto& s : w.scales) s = scale(rng);
+  return w;
+}
+
+struct GemmCase {
+  int m, n, k;
+  bool bias;
+  bool f32_out;
+};
+
+class Fp8GemmTest : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(Fp8GemmTest, MatchesTheProductOfItsCodesAndScales) {
+  CELLM_REQUIRE_GPU();
+  const GemmCase c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(c.m * 7 + c.n * 3 + c.k));
+  const int lda = c.k + 8;  // a column slice of a wider bf16 buffer
+  const int ldq = c.k;      // the quantized rows, packed
+  const std::vector<bf16> a = random_bf16(static_cast<std::size_t>(c.m) * lda, rng, -2.0f, 2.0f);
+  const HostWeights w = random_weights(c.n, c.k, rng);
+  const std::vector<bf16> bias = random_bf16(static_cast<std::size_t>(c.n), rng);
+  DeviceArray<bf16> da(a), dbias(bias);
+  DeviceArray<std::uint8_t> dq(static_cast<std::size_t>(c.m) * ldq), dw(w.codes);
+  DeviceArray<float> dsa(static_cast<std::size_t>(c.m)), dsw(w.scales);
+  DeviceArray<bf16> out16(static_cast<std::size_t>(c.m) * c.n);
+  DeviceArray<float> out32(static_cast<std::size_t>(c.m) * c.n);
+  out16.poison();
+  out32.poison();
+  DeviceArray<std::byte> workspace(kWorkspace);
+
+  QuantizeFp8Params qp;
+  qp.a = da.data();
+  qp.lda = lda;
+  qp.m = c.m;
+  qp.k = c.k;
+  qp.out = dq.data();
+  qp.ldo = ldq;
+  qp.scales = dsa.data();
+  ASSERT_TRUE(qp.validate().is_ok()) << qp.validate().to_string();
+  launch_quantize_fp8(qp, nullptr);
+
+  auto runner = Fp8GemmRunner::create(kWorkspace);
+  ASSERT_TRUE(runner.ok()) << runner.status().to_string();
+  Fp8GemmArgs args;
+  args.a = dq.data();
+  args.a_scales = dsa.data();
+  args.b = dw.data();
+  args.b_scales = dsw.data();
+  args.out = c.f32_out ? static_cast<void*>(out32.data()) : out16.data();
+  args.bias = c.bias ? dbias.data() : nullptr;
+  args.m = c.m;
+  args.n = c.n;
+  args.k = c.k;
+  args.lda = ldq;
+  args.ldb = c.k;
+  args.ldc = c.n;
+  args.out_dtype = c.f32_out ? DType::kF32 : DType::kBF16;
+  const Status status = runner->run(args, workspace.data(), nullptr);
+  ASSERT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(runner->cached_plans(), 1u);
+
+  // The reference multiplies what the GEMM was given: the device's codes and
+  // scales (their bits are QuantizeFp8Test's business).
+  const std::vector<std::uint8_t> qa = dq.download();
+  const std::vector<float> sa = dsa.download();
+  std::vector<float> got(static_cast<std::size_t>(c.m) * c.n);
+  if (c.f32_out) {
+    got = out32.download();
+  } else {
+    const std::vector<bf16> g = out16.download();
+    for (std::size_t i = 0; i < g.size(); ++i) got[i] = from_bf16(g[i]);
+  }
+  std::vector<double> av(qa.size()), wv(w.codes.size());
+  for (std::size_t i = 0; i < qa.size(); ++i) av[i] = format::e4m3_to_f32(qa[i]);
+  for (std::size_t i = 0; i < w.codes.size(); ++i) wv[i] = format::e4m3_to_f32(w.codes[i]);
+  // Tolerance, per element: the output's rounding (bf16: 2^-9 of the value;
+  // asked 2^-8) and the tensor cores' partial sums, which keep fewer bits
+  // than float32 between cuBLASLt's promotions (2^-12 of the sum of the
+  // terms' magnitudes bounds it with room). The products of E4M3 values are
+  // exact, and the bias is one more float add. A scale that is misapplied
+  // or a code misread moves the result by far more.
+  const double out_rel = c.f32_out ? 1e-6 : std::ldexp(1.0, -8);
+  int bad = 0;
+  double worst = 0.0;
+  for (int i = 0; i < c.m; ++i) {
+    for (int j = 0; j < c.n; ++j) {
+      double sum = 0.0, magnitude = 0.0;
+      const double* ar = av.data() + static_cast<std::size_t>(i) * ldq;
+      const double* wr = wv.data() + static_cast<std::size_t>(j) * c.k;
+      for (int kk = 0; kk < c.k; ++kk) {
+        sum += ar[kk] * wr[kk];
+        magnitude += std::fabs(ar[kk] * wr[kk]);
+      }
+      const double scale = static_cast<double>(sa[static_cast<std::size_t>(i)]) *
+                           static_cast<double>(w.scales[static_cast<std::size_t>(j)]);
+      const double bias_j =
+          c.bias ? static_cast<double>(from_bf16(bias[static_cast<std::size_t>(j)])) : 0.0;
+      const double want = sum * scale + bias_j;
+      const double have = got[static_cast<std::size_t>(i) * c.n + j];
+      const double allowed = out_rel * std::fabs(want) + std::ldexp(1.0, -12) * magnitude * scale;
+      const double err = std::fabs(have - want);
+      worst = std::max(worst, err / (allowed > 0.0 ? allowed : 1.0));
+      if (!(err <= allowed) && ++bad <= 10) {
+        ADD_FAILURE() << "out[" << i << ", " << j << "] = " << have << " want " << want
+                      << " (allowed " << allowed << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  std::printf("fp8 gemm m=%d n=%d k=%d: worst error %.3f of the tolerance\n", c.m, c.n, c.k, worst);
+}
+
+// k and n as Llama 3 8B's projections have them (hidden 4096, q/k/v 6144
+// rows, MLP 14336), n cut where the host reference would be slow; m = 9
+// (just past the quantized GEMV), 64 (a decode batch), 512 (a prefill chunk).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Fp8GemmTest,
+    ::testing::Values(GemmCase{9, 6144, 4096, false, false}, GemmCase{9, 512, 4096, true, false},
+                      GemmCase{64, 1024, 4096, false, false},
+                      GemmCase{64, 256, 14336, false, false}, GemmCase{64, 512, 4096, false, true},
+                      GemmCase{512, 256, 4096, true, false},
+                      GemmCase{512, 128, 14336, false, false}, GemmCase{33, 96, 160, true, false}),
+    [](const auto& info) {
+      const GemmCase& c = info.param;
+      return fmt::format("m{}_n{}_k{}{}{}", c.m, c.n, c.k, c.bias ? "_bias" : "",
+                         c.f32_out ? "_f32" : "");
+    });
+
+TEST(Fp8GemmRunnerTest, SelfCheckPassesOnHopper) {
+  CELLM_REQUIRE_GPU();
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  DeviceArray<std::byte> workspace(kWorkspace);
+  auto runner = Fp8GemmRunner::create(kWorkspace);
+  ASSERT_TRUE(runner.ok()) << runner.status().to_string();
+  const Status status = runner->self_check(workspace.data(), nullptr);
+  if (major < 9) {
+    // Older GPUs may lack the scale mode; what they must not do is pass a
+    // wrong product off as right.
+    EXPECT_TRUE(status.is_ok() || status.code() == StatusCode::kNotSupported) << status.to_string();
+  } else {
+    EXPECT_TRUE(status.is_ok()) << status.to_string();
+  }
+}
+
+// Host-side checks only: runs without a GPU.
+TEST(Fp8GemmRunnerTest, RefusesBadArguments) {
+  alignas(16) static std::uint8_t a[64 * 64], b[64 * 64];
+  alignas(16) static float sa[64], sb[64];
+  alignas(16) static bf16 out[64 * 64], bias[64];
+  Fp8GemmArgs args;
+  args.a = a;
+  args.a_scales = sa;
+  args.b = b;
+  args.b_scales = sb;
+  args.out = out;
+  args.m = 16;
+  args.n = 64;
+  args.k = 48;
+  args.lda = 48;
+  args.ldb = 48;
+  args.ldc = 64;
+  EXPECT_TRUE(args.validate().is_ok()) << args.validate().to_string();
+  args.k = args.lda = args.ldb = 40;  // not a multiple of 16
+  EXPECT_EQ(args.validate().code(), StatusCode::kInvalidArgument);
+  args.k = args.lda = args.ldb = 48;
+  args.b_scales = nullptr;
+  EXPECT_EQ(args.validate().code(), StatusCode::kInvalidArgument);
+  args.b_scales = sb;
+  args.bias = bias;
+  args.out_dtype = DType::kF32;
+  EXPECT_EQ(args.validate().code(), StatusCode::kNotSupported);
+  args.out_dtype = DType::kBF16;
+  args.b = b + 8;
+  EXPECT_EQ(args.validate().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Fp8GemmRunnerTest, WarmShapeRunsInsideGraphCapture) {
+  CELLM_REQUIRE_GPU();
+  const int m = 64, n = 256, k = 512;
+  std::mt19937 rng(11);
+  const HostWeights act = random_weights(m, k, rng);
+  const HostWeights w = random_weights(n, k, rng);
+  DeviceArray<std::uint8_t> da(act.codes), dw(w.codes);
+  DeviceArray<float> dsa(act.scales), dsw(w.scales);
+  DeviceArray<bf16> eager(static_cast<std::size_t>(m) * n),
+      graphed(static_cast<std::size_t>(m) * n);
+  DeviceArray<std::byte> workspace(kWorkspace);
+  auto runner = Fp8GemmRunner::create(kWorkspace);
+  ASSERT_TRUE(runner.ok());
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.ok());
+  Fp8GemmArgs args;
+  args.a = da.data();
+  args.a_scales = dsa.data();
+  args.b = dw.data();
+  args.b_scales = dsw.data();
+  args.out = eager.data();
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.lda = k;
+  args.ldb = k;
+  args.ldc = n;
+  ASSERT_TRUE(runner->run(args, workspace.data(), stream->get()).is_ok());
+  args.out = graphed.data();
+  GraphExec::begin_capture(stream->get());
+  const Status captured = runner->run(args, workspace.data(), stream->get());
+  auto graph = GraphExec::end_capture(stream->get());
+  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+  graph->launch(stream->get());
+  stream->synchronize();
+  EXPECT_EQ(runner->cached_plans(), 1u);
+  const auto e = eager.download();
+  const auto g = graphed.download();
+  for (int i = 0; i < m * n; ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint16_t>(e[static_cast<std::size_t>(i)]),
+              std::bit_cast<std::uint16_t>(g[static_cast<std::size_t>(i)]))
+        << i;
+  }
+}
+
+}  // namespace
+}  // namespace cellm::cuda
