@@ -84,11 +84,17 @@ std::vector<FedSeq> feed_four_ways(executor::CudaExecutor& ex,
 }
 
 // Where the wide steps of FP8 projections run FP8 GEMMs, their activations
-// are rounded to E4M3 per token (~2^-4 of each value at most), which the
-// CPU reference (bf16 activations, float math) does not do: those ways get
-// this tolerance instead of kBf16Tolerance. Set from what H100 runs of the
-// three fixtures measured (printed below), with room.
-constexpr cellm::testing::GoldenTolerance kFp8ActivationTolerance{0.15, 1.0, 0.08};
+// are rounded to E4M3 per token (3 mantissa bits against bf16's 7: ~16x the
+// rounding), which the CPU reference (float activations) does not do: those
+// ways get this tolerance instead of kBf16Tolerance. These random-weight
+// fixtures amplify rounding into the logits about tenfold (bf16's gives
+// ~0.02), so the expected error is large: a float64 model of the llama
+// fixture with FP8 weights, rounding only the seven projections' inputs per
+// token, gives a mean relative error of 0.13 (worst 0.26; phi3 0.10 / 0.18,
+// qwen2 0.09 / 0.18), and the H100 measured 0.138 (worst 0.30) for llama's
+// whole-sequence step. A misapplied scale or a misread row gives errors
+// near 1.
+constexpr cellm::testing::GoldenTolerance kFp8ActivationTolerance{0.45, 1.0, 0.2};
 
 // The CUDA program over `for_gpu` (projections kept as `label` says) against
 // the CPU reference program over `for_cpu`, the same model loaded whole, fed
