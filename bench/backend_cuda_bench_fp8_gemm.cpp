@@ -5,7 +5,8 @@
 // with per-row scales, gemm_fp8.h); path 1, the dequantize path it replaces
 // (the E4M3 rows dequantized into a 64 MiB bf16 scratch chunk by chunk, one
 // bf16 GEMM per chunk); path 2, a plain bf16 cuBLASLt GEMM over bf16 weights
-// (what a bf16 model runs). Each launch is the whole projection; weights are
+// (what a bf16 model runs); path 3, path 0 with cuBLASLt's fast
+// accumulation (Fp8GemmArgs::fast_accum). Each launch is the whole projection; weights are
 // cycled through enough copies to start cold in L2. `flops_per_second` is
 // 2 m n k per launch.
 // Run: backend_cuda_bench --benchmark_filter=WideFp8 --benchmark_counters_tabular=true
@@ -78,8 +79,8 @@ void BM_WideFp8Gemm(benchmark::State& state) {
   g.lda = k;
   g.ldb = k;
   g.ldc = n;
-  const std::int64_t chunk_rows =
-      std::max<std::int64_t>(64, static_cast<std::int64_t>(kScratchBytes / sizeof(bf16)) / k / 64 * 64);
+  const std::int64_t chunk_rows = std::max<std::int64_t>(
+      64, static_cast<std::int64_t>(kScratchBytes / sizeof(bf16)) / k / 64 * 64);
   Status valid = q.validate();
   if (valid.is_ok()) {
     f.b = weights[0].data();
@@ -92,8 +93,9 @@ void BM_WideFp8Gemm(benchmark::State& state) {
   time_launches(state, static_cast<double>(weight_bytes), [&](int i) {
     const std::uint8_t* w = weights[static_cast<std::size_t>(i % copies)].data();
     Status status = Status::ok();
-    if (path == 0) {
+    if (path == 0 || path == 3) {
       launch_quantize_fp8(q, nullptr);
+      f.fast_accum = path == 3;
       f.b = w;
       status = fp8_gemm->run(f, workspace.data(), nullptr);
     } else if (path == 1) {
@@ -122,9 +124,8 @@ void BM_WideFp8Gemm(benchmark::State& state) {
     }
     CELLM_CHECK(status.is_ok(), "{}", status.to_string());
   });
-  state.counters["flops_per_second"] =
-      benchmark::Counter(2.0 * m * static_cast<double>(n) * k,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["flops_per_second"] = benchmark::Counter(
+      2.0 * m * static_cast<double>(n) * k, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void wide_fp8_args(benchmark::internal::Benchmark* b) {
@@ -136,7 +137,7 @@ void wide_fp8_args(benchmark::internal::Benchmark* b) {
   const Shape shapes[] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
   for (const Shape& s : shapes) {
     for (const int m : {64, 512}) {
-      for (const int path : {0, 1, 2}) b->Args({path, m, s.n, s.k});
+      for (const int path : {0, 3, 1, 2}) b->Args({path, m, s.n, s.k});
     }
   }
 }

@@ -11,6 +11,7 @@
 // (batched decode wider than the GEMV: the wide path again).
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -94,7 +95,31 @@ std::vector<FedSeq> feed_four_ways(executor::CudaExecutor& ex,
 // qwen2 0.09 / 0.18), and the H100 measured 0.138 (worst 0.30) for llama's
 // whole-sequence step. A misapplied scale or a misread row gives errors
 // near 1.
-constexpr cellm::testing::GoldenTolerance kFp8ActivationTolerance{0.45, 1.0, 0.2};
+// The argmax is checked where the reference's top two logits are further
+// apart than kFp8ArgmaxMargin times the row's rms (qwen2's logits are ~5x
+// the others'): the float64 model's argmax flips had gaps of at most 0.33
+// rms (llama), 0.20 (qwen2), 0.22 (phi3).
+constexpr cellm::testing::GoldenTolerance kFp8ActivationTolerance{0.45, 0.0, 0.2};
+constexpr double kFp8ArgmaxMargin = 0.5;
+// Steps of kWideBatch decode rows on the dequantize path: bf16's mean, a
+// little more room a position (llama's ct_block worst was 0.0616 on an
+// H100, its one-by-one 0.052).
+constexpr cellm::testing::GoldenTolerance kWideBatchTolerance{0.08, 0.5, 0.03};
+
+double rms(const std::vector<float>& v) {
+  double sum = 0.0;
+  for (const float x : v) sum += static_cast<double>(x) * x;
+  return v.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(v.size()));
+}
+
+int compute_major() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 0;
+  }
+  return major;
+}
 
 // The CUDA program over `for_gpu` (projections kept as `label` says) against
 // the CPU reference program over `for_cpu`, the same model loaded whole, fed
@@ -138,8 +163,10 @@ void expect_gpu_matches_cpu(const model::LoadedModel& for_gpu, const model::Load
   const char* ways[] = {"whole", "one by one", "batched", "wide batch"};
   for (std::size_t w = 0; w < 4; ++w) {
     const bool wide = w == 0 || w == 3;
+    const bool fp8_activations = wide && fp8_gemms;
     const cellm::testing::GoldenTolerance& tol =
-        wide && fp8_gemms ? kFp8ActivationTolerance : cellm::testing::kBf16Tolerance;
+        fp8_activations ? kFp8ActivationTolerance
+                        : (w == 3 ? kWideBatchTolerance : cellm::testing::kBf16Tolerance);
     double sum = 0.0, worst = 0.0;
     int argmax_checked = 0;
     for (std::size_t pos = 0; pos < inputs.size(); ++pos) {
@@ -149,11 +176,13 @@ void expect_gpu_matches_cpu(const model::LoadedModel& for_gpu, const model::Load
           << ways[w] << ": no logits at " << pos;
       const double e = relative_error(g->second, r->second);
       EXPECT_LE(e, tol.max_relative_error) << ways[w] << " position " << pos;
-      argmax_checked +=
-          expect_argmax_where_clear(g->second, r->second, static_cast<float>(tol.argmax_margin),
-                                    std::string(ways[w]) + " position " + std::to_string(pos))
-              ? 1
-              : 0;
+      argmax_checked += expect_argmax_where_clear(
+                            g->second, r->second,
+                            static_cast<float>(fp8_activations ? kFp8ArgmaxMargin * rms(r->second)
+                                                               : tol.argmax_margin),
+                            std::string(ways[w]) + " position " + std::to_string(pos))
+                            ? 1
+                            : 0;
       sum += e;
       worst = std::max(worst, e);
     }
@@ -163,15 +192,6 @@ void expect_gpu_matches_cpu(const model::LoadedModel& for_gpu, const model::Load
                 fixture.c_str(), label.c_str(), ways[w], inputs.size(), mean, worst,
                 argmax_checked);
   }
-}
-
-int compute_major() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    return 0;
-  }
-  return major;
 }
 
 class GpuQuantTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};

@@ -21,6 +21,7 @@ struct PlanKey {
   std::int64_t m, n, k, lda, ldb, ldc;
   DType out_dtype;
   bool bias;
+  bool fast_accum;
   friend bool operator==(const PlanKey&, const PlanKey&) = default;
 };
 
@@ -77,8 +78,9 @@ struct Fp8GemmRunner::Impl {
   std::unordered_set<PlanKey, PlanKeyHash> unsupported;
 
   Result<const Plan*> plan_for(const Fp8GemmArgs& args) {
-    const PlanKey key{args.m,   args.n,   args.k,         args.lda,
-                      args.ldb, args.ldc, args.out_dtype, args.bias != nullptr};
+    const PlanKey key{args.m,         args.n,   args.k,         args.lda,
+                      args.ldb,       args.ldc, args.out_dtype, args.bias != nullptr,
+                      args.fast_accum};
     if (auto it = plans.find(key); it != plans.end()) return &it->second;
     if (unsupported.count(key) != 0) {
       return not_supported("cuda fp8 gemm: no cuBLASLt FP8 algorithm for m={} n={} k={}", args.m,
@@ -98,6 +100,9 @@ struct Fp8GemmRunner::Impl {
         set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer, "set A_SCALE_MODE"));
     CELLM_RETURN_IF_ERROR(
         set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer, "set B_SCALE_MODE"));
+    const std::int8_t fast_accum = args.fast_accum ? 1 : 0;
+    CELLM_RETURN_IF_ERROR(
+        set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum, "set FAST_ACCUM"));
     if (args.bias != nullptr) {
       CELLM_RETURN_IF_ERROR(
           set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "set EPILOGUE"));

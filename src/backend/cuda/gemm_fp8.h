@@ -42,6 +42,9 @@ struct Fp8GemmArgs {
   std::int64_t ldb = 0;
   std::int64_t ldc = 0;
   DType out_dtype = DType::kBF16;  // kBF16 or kF32; out is overwritten
+  // cuBLASLt's FAST_ACCUM: the tensor cores' partial sums are not promoted
+  // to float32 along k (faster; the sums keep fewer bits). Off by default.
+  bool fast_accum = false;
 
   Status validate() const;
 };
