@@ -27,8 +27,9 @@ namespace cellm::cli {
 inline constexpr const char* kKeepQuantizedHelp =
     "CUDA, experimental: keep a GGUF file's block-quantized projections and an FP8 checkpoint's "
     "codes quantized on the GPU instead of converting them to bf16 at load (--quantize fp8 "
-    "implies it): a quarter to half the GPU memory, but decode and prefill are not yet faster "
-    "than bf16's";
+    "implies it): a quarter to half the GPU memory; one-row decode is faster than bf16's, and "
+    "so are prefill and batched decode of FP8 with one scale per row (Hopper), but other wide "
+    "steps are slower";
 
 // The help of --quantize (run, chat, serve, perplexity, bench step, bench serve).
 inline constexpr const char* kQuantizeHelp =

@@ -48,7 +48,7 @@ std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_
                                       s.num_kv_heads) *
              sizeof(std::int32_t) +
          GemmRunner::kDefaultWorkspaceBytes + t * StepArrays::kCount * sizeof(std::int32_t) +
-         (quantized ? kQuantScratchBytes : 0);
+         (quantized ? kQuantScratchBytes + fp8_activation_bytes(s, max_step) : 0);
 }
 
 CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, GemmRunner gemm)
@@ -102,6 +102,7 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_RETURN_IF_ERROR(alloc(f->gemm_ws_, f->gemm_.workspace_bytes()));
   if (f->weights_.quantized()) {
     CELLM_RETURN_IF_ERROR(alloc(f->quant_scratch_, kQuantScratchBytes / sizeof(bf16)));
+    CELLM_RETURN_IF_ERROR(f->setup_fp8_gemm());
   }
   // Decode v2's counters must start at zero; every completed launch leaves them so.
   CELLM_RETURN_IF_ERROR(
@@ -143,7 +144,8 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
 std::size_t CudaForward::workspace_bytes() const {
   return x_.bytes() + h_.bytes() + tmp_.bytes() + sel_.bytes() + qkv_.bytes() + attn_.bytes() +
          gu_.bytes() + logits_.bytes() + attn_ws_.bytes() + attn_counters_.bytes() +
-         gemm_ws_.bytes() + step_.bytes() + quant_scratch_.bytes();
+         gemm_ws_.bytes() + step_.bytes() + quant_scratch_.bytes() + act_fp8_.bytes() +
+         act_scales_.bytes();
 }
 
 Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len) {
@@ -218,40 +220,7 @@ Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, cons
     }
     return Status::ok();
   }
-  // Whole multiples of 64 rows a chunk, so every chunk's output starts aligned.
-  const std::int64_t chunk_rows = std::max<std::int64_t>(
-      64, static_cast<std::int64_t>(kQuantScratchBytes / sizeof(bf16)) / k / 64 * 64);
-  for (const DeviceQuantPart& part : q.parts) {
-    for (std::int64_t r0 = 0; r0 < part.rows; r0 += chunk_rows) {
-      const std::int64_t rows = std::min(chunk_rows, part.rows - r0);
-      DequantParams d;
-      d.w = part.blocks + r0 * part.row_bytes;
-      d.type = part.type;
-      d.rows = rows;
-      d.cols = static_cast<std::int32_t>(k);
-      d.ldw_bytes = part.row_bytes;
-      d.out = quant_scratch_.data();
-      d.ldo = k;
-      d.scales = part.scales;
-      if (d.scales.scales != nullptr) d.scales.scales += r0 * part.scales.ld;
-      CELLM_RETURN_IF_ERROR(d.validate());
-      launch_dequantize(d, stream);
-      GemmArgs args;
-      args.a = a;
-      args.b = quant_scratch_.data();
-      args.out = out_bytes + (part.row0 + r0) * elem;
-      args.bias = bias != nullptr ? bias + part.row0 + r0 : nullptr;
-      args.m = m;
-      args.n = rows;
-      args.k = k;
-      args.lda = lda;
-      args.ldb = k;
-      args.ldc = n;
-      args.out_dtype = out_dtype;
-      CELLM_RETURN_IF_ERROR(gemm_.run(args, gemm_ws_.data(), stream));
-    }
-  }
-  return Status::ok();
+  return project_wide(a, lda, q, n, k, out, out_dtype, m, bias, stream);
 }
 
 void CudaForward::norm(const bf16* x, bf16* residual, const bf16* weight, bf16* out,

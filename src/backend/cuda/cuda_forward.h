@@ -14,12 +14,14 @@
 #include <compare>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_types.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/kernel_choice.h"
 #include "backend/cuda/resources.h"
@@ -110,7 +112,9 @@ class CudaForward {
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
   std::size_t kv_bytes() const { return kv_.bytes(); }
   std::size_t weight_bytes() const { return weights_.bytes(); }
-  const std::string& weight_blocks() const { return weights_.quant.summary; }
+  // The projections kept quantized (QuantWeights::summary), and, when FP8
+  // ones run their wide steps on FP8 GEMMs, "; wide steps on FP8 GEMMs".
+  std::string weight_blocks() const;
   // Resident weight bytes a decode step reads: all but an embedding table
   // that is not the head.
   std::size_t weight_bytes_read() const {
@@ -125,7 +129,8 @@ class CudaForward {
   // Bytes of K+V per cell over all layers.
   static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
   // Activation and workspace bytes for max_step rows (and, for weights kept
-  // in blocks, the scratch their wide steps dequantize into).
+  // in blocks, the scratch their wide steps dequantize into and the rows'
+  // FP8 codes and scales the FP8 GEMMs read).
   static std::size_t activation_bytes(const model::ModelSpec& spec, std::int32_t max_step,
                                       bool quantized = false);
   // The bf16 rows a wide step dequantizes a projection's blocks into, a
@@ -186,6 +191,28 @@ class CudaForward {
   Status project(const bf16* a, std::int64_t lda, const bf16* w, const DeviceQuant& q,
                  std::int64_t n, std::int64_t k, void* out, DType out_dtype, std::int32_t m,
                  const bf16* bias, cudaStream_t stream);
+  // cuda_forward_quant.cpp: project()'s steps wider than the quantized
+  // GEMV. FP8 parts with one scale a row (fp8_gemm_takes) run an FP8 GEMM
+  // on the rows of `a` quantized once per call into act_fp8_; the other
+  // parts, and FP8 ones where no FP8 GEMM runs (fp8_gemm_ unset, or a shape
+  // cuBLASLt has no FP8 algorithm for: logged once), are dequantized into
+  // quant_scratch_ chunk by chunk, each chunk one bf16 GEMM.
+  Status project_wide(const bf16* a, std::int64_t lda, const DeviceQuant& q, std::int64_t n,
+                      std::int64_t k, void* out, DType out_dtype, std::int32_t m, const bf16* bias,
+                      cudaStream_t stream);
+  Status dequantize_gemm(const bf16* a, std::int64_t lda, const DeviceQuantPart& part,
+                         std::int64_t n, std::int64_t k, void* out, DType out_dtype, std::int32_t m,
+                         const bf16* bias, cudaStream_t stream);
+  // Whether `part` is FP8 with one scale a row (per-tensor and per-channel
+  // checkpoints, `--quantize fp8`): the form the FP8 GEMM's per-row weight
+  // scales take. Block-scaled parts keep the dequantize path (see
+  // cuda_forward_quant.cpp for why).
+  static bool fp8_gemm_takes(const DeviceQuantPart& part);
+  // At create: when some part is fp8_gemm_takes, an FP8 GEMM runner that
+  // passed its self-check and the activation scratch, else (logged) none.
+  Status setup_fp8_gemm();
+  // The FP8 codes and scales for max_step rows of the widest projection input.
+  static std::size_t fp8_activation_bytes(const model::ModelSpec& spec, std::int32_t max_step);
   // A plain GEMV (programmatic launch, the model's norm constants).
   GemvParams gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, bf16* out, std::int32_t m) const;
@@ -218,7 +245,12 @@ class CudaForward {
   DeviceBuffer<std::int64_t> argmax_partials_;  // GemvArgmax: one per GEMV block
   DeviceBuffer<std::int32_t> argmax_counter_;   // GemvArgmax's counter, kept zero
   DeviceBuffer<std::byte> gemm_ws_;
-  DeviceBuffer<bf16> quant_scratch_;  // kQuantScratchBytes, only for weights in blocks
+  DeviceBuffer<bf16> quant_scratch_;       // kQuantScratchBytes, only for weights in blocks
+  std::optional<Fp8GemmRunner> fp8_gemm_;  // set by setup_fp8_gemm when FP8 GEMMs run here
+  DeviceBuffer<std::uint8_t> act_fp8_;     // [max_step, act_fp8_ld_] E4M3 codes of a GEMM's input
+  DeviceBuffer<float> act_scales_;         // [max_step]: their per-row scales
+  std::int64_t act_fp8_ld_ = 0;
+  bool fp8_fallback_logged_ = false;
   std::int32_t max_decode_splits_ = 1;
   KernelChoice active_{};  // the enqueue in progress
   bool fusable_ = false;   // no post-norms, and every width a multiple of 8

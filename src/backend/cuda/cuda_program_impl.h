@@ -55,7 +55,7 @@ class CudaProgram final : public program::Program {
 
   const CudaProgramKnobs& knobs() const { return knobs_; }
   const CudaProgramStats& stats() const { return stats_; }
-  const std::string& weight_blocks() const { return forward_->weight_blocks(); }
+  std::string weight_blocks() const { return forward_->weight_blocks(); }
   std::size_t weight_bytes_read() const { return forward_->weight_bytes_read(); }
 
  private:

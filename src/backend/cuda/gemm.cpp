@@ -5,9 +5,8 @@
 #include <limits>
 #include <unordered_map>
 
-#include <cublasLt.h>
-
 #include "backend/cuda/kernels/validate_util.h"
+#include "backend/cuda/lt_common.h"
 
 namespace cellm::cuda {
 namespace {
@@ -35,24 +34,10 @@ struct PlanKeyHash {
   }
 };
 
-struct DescDeleter {
-  void operator()(cublasLtMatmulDesc_t d) const noexcept { cublasLtMatmulDescDestroy(d); }
-};
-struct LayoutDeleter {
-  void operator()(cublasLtMatrixLayout_t l) const noexcept { cublasLtMatrixLayoutDestroy(l); }
-};
-struct PrefDeleter {
-  void operator()(cublasLtMatmulPreference_t p) const noexcept {
-    cublasLtMatmulPreferenceDestroy(p);
-  }
-};
-struct HandleDeleter {
-  void operator()(cublasLtHandle_t h) const noexcept { cublasLtDestroy(h); }
-};
-
-using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
-using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
-using PrefPtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PrefDeleter>;
+using lt::DescPtr;
+using lt::LayoutPtr;
+using lt::lt_status;
+using lt::PrefPtr;
 
 struct Plan {
   DescPtr desc;
@@ -61,15 +46,6 @@ struct Plan {
   LayoutPtr c_layout;  // the output, column-major n x m
   cublasLtMatmulAlgo_t algo{};
 };
-
-Status lt_status(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    // cublasGetStatusString lives in libcublas, which we do not link.
-    return internal_error("cuda gemm: {} failed with cublasStatus_t {}", what,
-                          static_cast<int>(status));
-  }
-  return Status::ok();
-}
 
 constexpr int kTimedRuns = 5;  // per candidate; the fastest counts
 // Another candidate replaces the heuristic's first only when this much
@@ -99,7 +75,7 @@ bool capturing(cudaStream_t stream) {
 }  // namespace
 
 struct GemmRunner::Impl {
-  std::unique_ptr<cublasLtContext, HandleDeleter> handle;
+  lt::HandlePtr handle;
   std::size_t workspace_bytes = 0;
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
   // Written between an autotune's timed runs so each starts with a cold L2, as
@@ -229,29 +205,12 @@ struct GemmRunner::Impl {
         cublasLtMatrixLayoutCreate(&layout, out_type, args.n, args.m, args.ldc), "C layout"));
     plan.c_layout.reset(layout);
 
-    cublasLtMatmulPreference_t raw_pref = nullptr;
-    CELLM_RETURN_IF_ERROR(
-        lt_status(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate"));
-    PrefPtr pref(raw_pref);
-    const std::uint64_t max_workspace = workspace_bytes;
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &max_workspace, sizeof(max_workspace)),
-        "set MAX_WORKSPACE_BYTES"));
-    // Operands may be column slices of fused buffers: promise 16 bytes only.
-    const std::uint32_t alignment = 16;
-    for (const auto attr :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      CELLM_RETURN_IF_ERROR(lt_status(
-          cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &alignment, sizeof(alignment)),
-          "set MIN_ALIGNMENT"));
-    }
+    CELLM_ASSIGN_OR_RETURN(PrefPtr pref, lt::make_preference(workspace_bytes));
     cublasLtMatmulHeuristicResult_t results[kMaxAutotuneCandidates] = {};
     int count = 0;
     CELLM_RETURN_IF_ERROR(lt_status(
         cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a_layout.get(), plan.b_layout.get(),
-                                       plan.c_layout.get(), plan.c_layout.get(), raw_pref,
+                                       plan.c_layout.get(), plan.c_layout.get(), pref.get(),
                                        autotune ? args.autotune_candidates : 1, results, &count),
         "cublasLtMatmulAlgoGetHeuristic"));
     if (count == 0) {
