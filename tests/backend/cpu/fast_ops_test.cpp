@@ -27,28 +27,48 @@ struct AttnCase {
   bool softcap;
 };
 
+// One row's random query, a pool of random keys and values a few cells larger
+// than the row sees, and the row's cells spread over the pool (every
+// `stride`-th cell from 1, wrapping).
+struct AttnInputs {
+  std::vector<float> q, k, v;
+  std::vector<std::int32_t> cells;
+  AttentionParams params;
+};
+
+AttnInputs random_attention(const AttnCase& c, std::mt19937& rng, float key_scale, int stride,
+                            float scale, float softcap) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int pool_cells = c.cells + 9;
+  AttnInputs in;
+  in.q.resize(static_cast<std::size_t>(c.heads * c.dim));
+  in.k.resize(static_cast<std::size_t>(pool_cells * c.kv_heads * c.dim));
+  in.v.resize(in.k.size());
+  for (auto& x : in.q) x = normal(rng);
+  for (auto& x : in.k) x = normal(rng) * key_scale;
+  for (auto& x : in.v) x = normal(rng);
+  for (int i = 0; i < c.cells; ++i) in.cells.push_back((i * stride + 1) % pool_cells);
+  in.params.heads = c.heads;
+  in.params.kv_heads = c.kv_heads;
+  in.params.head_dim = c.dim;
+  in.params.scale = scale;
+  if (c.softcap) in.params.softcap = softcap;
+  return in;
+}
+
 TEST(FastOps, AttentionMatchesReference) {
   const AttnCase cases[] = {{4, 1, 256, 37, false}, {9, 3, 64, 130, false},
                             {8, 8, 72, 5, true},    {2, 2, 12, 1, false},
                             {4, 2, 32, 0, false}};
   std::mt19937 rng(17);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const AttnCase& c : cases) {
-    const int pool_cells = c.cells + 9;
-    std::vector<float> q(static_cast<std::size_t>(c.heads * c.dim));
-    std::vector<float> k(static_cast<std::size_t>(pool_cells * c.kv_heads * c.dim));
-    std::vector<float> v(k.size());
-    for (auto& x : q) x = normal(rng);
-    for (auto& x : k) x = normal(rng) * 2.0f;
-    for (auto& x : v) x = normal(rng);
-    std::vector<std::int32_t> cells;
-    for (int i = 0; i < c.cells; ++i) cells.push_back((i * 7 + 3) % pool_cells);
-    AttentionParams p;
-    p.heads = c.heads;
-    p.kv_heads = c.kv_heads;
-    p.head_dim = c.dim;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
-    if (c.softcap) p.softcap = 5.0f;
+    const AttnInputs in = random_attention(c, rng, 2.0f, 7,
+                                           1.0f / std::sqrt(static_cast<float>(c.dim)), 5.0f);
+    const std::vector<float>& q = in.q;
+    const std::vector<float>& k = in.k;
+    const std::vector<float>& v = in.v;
+    const std::vector<std::int32_t>& cells = in.cells;
+    const AttentionParams& p = in.params;
     std::vector<float> want(q.size(), -1.0f);
     const std::span<const std::int32_t> row(cells);
     attend_cells(q.data(), k.data(), v.data(),
@@ -72,23 +92,13 @@ TEST(FastOps, AttentionMatchesReference) {
 TEST(FastOps, AttentionHeadSplitsGiveTheSameBits) {
   const AttnCase cases[] = {{9, 3, 64, 300, false}, {4, 1, 256, 70, true}, {12, 2, 72, 41, false}};
   std::mt19937 rng(23);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const AttnCase& c : cases) {
-    const int pool_cells = c.cells + 3;
-    std::vector<float> q(static_cast<std::size_t>(c.heads * c.dim));
-    std::vector<float> k(static_cast<std::size_t>(pool_cells * c.kv_heads * c.dim));
-    std::vector<float> v(k.size());
-    for (auto& x : q) x = normal(rng);
-    for (auto& x : k) x = normal(rng);
-    for (auto& x : v) x = normal(rng);
-    std::vector<std::int32_t> cells;
-    for (int i = 0; i < c.cells; ++i) cells.push_back((i * 5 + 1) % pool_cells);
-    AttentionParams p;
-    p.heads = c.heads;
-    p.kv_heads = c.kv_heads;
-    p.head_dim = c.dim;
-    p.scale = 0.1f;
-    if (c.softcap) p.softcap = 4.0f;
+    const AttnInputs in = random_attention(c, rng, 1.0f, 5, 0.1f, 4.0f);
+    const std::vector<float>& q = in.q;
+    const std::vector<float>& k = in.k;
+    const std::vector<float>& v = in.v;
+    const std::vector<std::int32_t>& cells = in.cells;
+    const AttentionParams& p = in.params;
     for (const Isa isa : isas()) {
       std::vector<float> whole(q.size(), -1.0f);
       std::vector<float> scratch;
