@@ -1,7 +1,7 @@
 // CPU decode throughput of a real model through the assembled executor
 // (app::create_executor, backend "cpu"): each iteration is one engine step
 // that decodes one greedy token for each of `batch` sessions, packed into
-// one forward. The model is $CELLM_BENCH_MODEL, else
+// one forward. The model is $CELLMDEV_BENCH_MODEL, else
 // models/SmolLM2-135M-Instruct.Q4_1.gguf under the working directory. Every
 // session holds a 64-token prompt and decodes at contexts 64..191 (it rewinds
 // to 64 when it reaches 192), so the KV read per step stays bounded.
@@ -27,7 +27,7 @@ constexpr int kContextSpan = 128;
 constexpr int kMaxBatch = 8;
 
 std::string model_path() {
-  return env_string("CELLM_BENCH_MODEL").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  return env_string("CELLMDEV_BENCH_MODEL").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 LoadedExecutor& shared_executor() {

@@ -1,6 +1,6 @@
 // Constrained decoding's host cost: the token mask of a grammar state over a
 // real vocabulary. The default vocabulary is SmolLM2's (49,152 ids, from
-// models/SmolLM2-135M-Instruct.Q4_1.gguf, or $CELLM_BENCH_GGUF); the Llama 3
+// models/SmolLM2-135M-Instruct.Q4_1.gguf, or $CELLMDEV_BENCH_GGUF); the Llama 3
 // (128k) and Qwen3 (151k) tokenizers of the test fixtures give the larger
 // cases. For each schema a JSON text is walked byte by byte and the mask is
 // computed at every state it passes (a superset of the states a generation
@@ -49,7 +49,7 @@ std::shared_ptr<const TokenVocabulary> vocabulary(const std::string& name) {
   if (auto it = cache.find(name); it != cache.end()) return it->second;
   std::shared_ptr<const TokenVocabulary> v;
   if (name == "smollm2") {
-    std::filesystem::path path = cellm::env_string("CELLM_BENCH_GGUF").value_or("");
+    std::filesystem::path path = cellm::env_string("CELLMDEV_BENCH_GGUF").value_or("");
     if (path.empty()) path = find_up("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     auto gguf = cellm::format::GgufFile::open(path);
     if (gguf.ok()) {
@@ -60,7 +60,7 @@ std::shared_ptr<const TokenVocabulary> vocabulary(const std::string& name) {
       }
     }
   } else {
-    std::filesystem::path dir = cellm::env_string("CELLM_TESTDATA").value_or("");
+    std::filesystem::path dir = cellm::env_string("CELLMDEV_TESTDATA").value_or("");
     if (dir.empty()) dir = find_up("shared/testdata");
     auto tok = cellm::text::Tokenizer::from_dir(dir / "tokenizers" / name);
     if (tok.ok()) v = cellm::grammar::vocabulary_from_tokenizer(*tok, tok->vocab_size());

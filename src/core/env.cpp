@@ -30,28 +30,6 @@ constexpr KnobInfo kKnobs[] = {
      "CPU: the fast program's threads when --threads is not given"},
 };
 
-// Variables of the test suites and scripts, never read by the product:
-// exact names, and prefixes (ending in '_') of families.
-constexpr std::string_view kToolNames[] = {
-    "CELLM_TESTDATA",    // tests/support/testdata.cpp, scripts/gpu-env
-    "CELLM_GOLDEN_DIR",  // tests/support/golden.cpp
-    "CELLM_TOKENIZER_GOLDENS",
-    "CELLM_CHAT_TEST_DIR",
-    "CELLM_MODELS_DIR",
-    "CELLM_SOURCE_DIR",
-    "CELLM_BINARY",      // tests/app
-    "CELLM_MEMCHECK",    // scripts/gpu-check
-    "CELLM_TRACE_ARGS",  // scripts/gpu-trace
-    "CELLM_AB_ARGS",     // scripts/gpu-ab
-};
-constexpr std::string_view kToolPrefixes[] = {
-    "CELLM_E2E_",    // tests/server/e2e
-    "CELLM_BENCH_",  // bench/, scripts/gpu-check
-    "CELLM_GPU_",    // scripts/gpu-check
-    "CELLM_NCU_",    // scripts/gpu-profile
-    "CELLM_LINT_",   // scripts/lint
-};
-
 std::string known_names() {
   std::string out;
   for (const KnobInfo& k : kKnobs) out += (out.empty() ? "" : ", ") + std::string(k.name);
@@ -124,16 +102,6 @@ std::span<const KnobInfo> known_knobs() {
   return kKnobs;
 }
 
-bool is_tool_variable(std::string_view name) {
-  for (std::string_view n : kToolNames) {
-    if (name == n) return true;
-  }
-  for (std::string_view p : kToolPrefixes) {
-    if (name.size() > p.size() && name.starts_with(p)) return true;
-  }
-  return false;
-}
-
 Result<Knobs> parse_knobs(const EnvLookup& lookup) {
   Knobs k;
   k.model = lookup("CELLM_MODEL");
@@ -152,7 +120,7 @@ Result<Knobs> parse_knobs(const EnvLookup& lookup) {
 
 Status check_environment(std::span<const std::string> names, const EnvLookup& lookup) {
   for (const std::string& name : names) {
-    if (!name.starts_with("CELLM_") || is_known(name) || is_tool_variable(name)) continue;
+    if (!name.starts_with("CELLM_") || is_known(name)) continue;
     const std::optional<std::string> value = lookup(name.c_str());
     return invalid_argument(
         "unknown environment variable {}='{}': cellm reads {} (README, \"Environment "

@@ -7,9 +7,10 @@
 // `cellm` calls check_process_environment() before any work: an unknown
 // CELLM_* name, or a known one with a malformed or out-of-range value, stops
 // it with a message naming the variable, the value and what is accepted, so
-// an A/B run can never measure the default by mistake. Names that only the
-// test suites and scripts read (CELLM_TESTDATA, CELLM_E2E_*, CELLM_BENCH_*,
-// ...) are an allow-list (is_tool_variable) the product ignores.
+// an A/B run can never measure the default by mistake. The test suites and
+// scripts name their own variables CELLMDEV_* (CELLMDEV_TESTDATA,
+// CELLMDEV_E2E_*, ...): outside the product's namespace, so the product
+// needs no list of them and never mistakes one for a knob.
 //
 // Thread-safety: parse_knobs and check_environment are pure functions of
 // their arguments; knobs() parses the process environment once (a
@@ -37,11 +38,6 @@ struct KnobInfo {
 };
 // Every CELLM_* variable the product reads, in README's order.
 std::span<const KnobInfo> known_knobs();
-
-// Variables of the test suites and scripts (tests/support, scripts/gpu-*,
-// .ci): not product settings, so check_environment lets them pass. Exact
-// names and prefixes ending in '_' (env.cpp lists them).
-bool is_tool_variable(std::string_view name);
 
 // Projections of a one-row step that may run on tensor cores
 // (CELLM_GEMV_MMA; backend/cuda/kernels/kernel_choice.h's GemvMma bits, in
@@ -94,7 +90,7 @@ Status check_process_environment();
 const Knobs& knobs();
 
 // A variable's value, or nullopt when unset or empty. For variables outside
-// the knob table (HOME, XDG_*; the tests' CELLM_TESTDATA and the like).
+// the knob table (HOME, XDG_*; the tests' CELLMDEV_TESTDATA and the like).
 std::optional<std::string> env_string(const char* name);
 
 }  // namespace cellm

@@ -242,7 +242,7 @@ TEST(EngineOptionsTest, NegativeSchedulerLimitsAreRefusedBeforeAnythingLoads) {
 // Runs `cellm run` on SmolLM2 with extra arguments; stdout, or "<...>" on failure.
 std::string run_cli(const std::string& args) {
   const std::string cmd =
-      std::string(CELLM_BINARY) + " run " + smollm2().string() + " --backend cpu " + args +
+      std::string(CELLMDEV_BINARY) + " run " + smollm2().string() + " --backend cpu " + args +
       " 2>/dev/null";
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");

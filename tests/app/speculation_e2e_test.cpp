@@ -219,7 +219,7 @@ TEST_F(SpeculationE2eTest, DraftOptionPairsAreRefusedAtStartUp) {
 
 // The `cellm` command's exit status and stderr for `args`.
 std::pair<int, std::string> cellm_cli(const std::string& args) {
-  const std::string cmd = std::string(CELLM_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = std::string(CELLMDEV_BINARY) + " " + args + " 2>&1";
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return {-1, "<popen failed>"};

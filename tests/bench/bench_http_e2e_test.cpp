@@ -38,7 +38,7 @@ nlohmann::json run_json(const std::string& name, const std::string& args, std::s
   const std::string json = ::testing::TempDir() + "/" + name + ".jsonl";
   std::remove(json.c_str());
   int rc = -1;
-  *out = run_command(std::string(CELLM_BINARY) + " bench serve " + args + " --json " + json +
+  *out = run_command(std::string(CELLMDEV_BINARY) + " bench serve " + args + " --json " + json +
                          " --progress-bar off 2>&1",
                      &rc);
   EXPECT_EQ(rc, 0) << *out;
@@ -137,7 +137,7 @@ TEST(BenchHttpE2eTest, AJsonSchemaLoadOnARandomWeightShapeIsRefusedSayingWhy) {
   int rc = -1;
   const std::string schema =
       (cellm::testing::source_dir() / "bench" / "schemas" / "person.json").string();
-  const std::string out = run_command(std::string(CELLM_BINARY) +
+  const std::string out = run_command(std::string(CELLMDEV_BINARY) +
                                           " bench serve --http --model smollm2-135m --backend cpu"
                                           " --num-prompts 1 --json-schema " +
                                           schema + " 2>&1",
@@ -162,7 +162,7 @@ TEST(BenchHttpE2eTest, RandomWeightShapeServesTokenIdsAndNumericText) {
 
 TEST(BenchHttpE2eTest, TextPromptsToAModelWithoutTokenizerFailAtWarmUpSayingWhy) {
   int rc = -1;
-  const std::string out = run_command(std::string(CELLM_BINARY) +
+  const std::string out = run_command(std::string(CELLMDEV_BINARY) +
                                           " bench serve --http --model smollm2-135m --backend cpu"
                                           " --num-prompts 2 --input-len 4 --output-len 2"
                                           " --prompt-format text --progress-bar off 2>&1",
@@ -317,7 +317,7 @@ TEST(BenchHttpE2eTest, DatasetAndSpeculationMistakesAreRefusedBeforeLoading) {
                                       R"({"prompt": "b", "max_tokens": 2,})"
                                       "\n");
   const std::string empty = write_dataset("bench_http_empty", "\n");
-  const std::string http = std::string(CELLM_BINARY) + " bench serve --http --backend cpu ";
+  const std::string http = std::string(CELLMDEV_BINARY) + " bench serve --http --backend cpu ";
   const std::string model = " --model " + smollm2().string();
   struct Case {
     std::string args;
@@ -343,14 +343,14 @@ TEST(BenchHttpE2eTest, DatasetAndSpeculationMistakesAreRefusedBeforeLoading) {
     EXPECT_EQ(out.find("starting cellm's server"), std::string::npos) << c.args << "\n" << out;
   }
   int rc = -1;
-  const std::string url = run_command(std::string(CELLM_BINARY) +
+  const std::string url = run_command(std::string(CELLMDEV_BINARY) +
                                           " bench serve --url http://127.0.0.1:9 --speculate ngram"
                                           " 2>&1",
                                       &rc);
   EXPECT_NE(rc, 0) << url;
   EXPECT_NE(url.find("--speculate configures the server"), std::string::npos) << url;
   const std::string no_http = run_command(
-      std::string(CELLM_BINARY) + " bench serve --model smollm2-135m --dataset " + good + " 2>&1",
+      std::string(CELLMDEV_BINARY) + " bench serve --model smollm2-135m --dataset " + good + " 2>&1",
       &rc);
   EXPECT_NE(rc, 0) << no_http;
   EXPECT_NE(no_http.find("--dataset applies over HTTP only"), std::string::npos) << no_http;
@@ -359,11 +359,11 @@ TEST(BenchHttpE2eTest, DatasetAndSpeculationMistakesAreRefusedBeforeLoading) {
 TEST(BenchHttpE2eTest, HttpOptionsWithoutHttpAreRefused) {
   int rc = -1;
   const std::string out = run_command(
-      std::string(CELLM_BINARY) + " bench serve --model smollm2-135m --plot x.png 2>&1", &rc);
+      std::string(CELLMDEV_BINARY) + " bench serve --model smollm2-135m --plot x.png 2>&1", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--plot applies over HTTP only"), std::string::npos) << out;
   const std::string both = run_command(
-      std::string(CELLM_BINARY) + " bench serve --http --url http://127.0.0.1:9 2>&1", &rc);
+      std::string(CELLMDEV_BINARY) + " bench serve --http --url http://127.0.0.1:9 2>&1", &rc);
   EXPECT_NE(rc, 0) << both;
   EXPECT_NE(both.find("not both"), std::string::npos) << both;
 }
@@ -372,7 +372,7 @@ TEST(BenchHttpE2eTest, AnUnreachableUrlFailsWithItsAddress) {
   int rc = -1;
   // Port 9 (discard) on loopback: nothing listens there on a test machine.
   const std::string out =
-      run_command(std::string(CELLM_BINARY) + " bench serve --url http://127.0.0.1:9 2>&1", &rc);
+      run_command(std::string(CELLMDEV_BINARY) + " bench serve --url http://127.0.0.1:9 2>&1", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("127.0.0.1:9"), std::string::npos) << out;
 }

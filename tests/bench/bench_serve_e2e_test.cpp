@@ -151,7 +151,7 @@ TEST(BenchServeCliE2eTest, BinaryPrintsTheTableAndAppendsAJsonLine) {
   ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
   const std::string json = ::testing::TempDir() + "/bench_serve_cli.jsonl";
   std::remove(json.c_str());
-  const std::string cmd = std::string(CELLM_BINARY) + " bench serve --model " + smollm2().string() +
+  const std::string cmd = std::string(CELLMDEV_BINARY) + " bench serve --model " + smollm2().string() +
                           " --backend cpu --requests 8 --input-len 16 --output-len 8"
                           " --max-concurrency 4 --json " +
                           json + " 2>&1";
@@ -179,7 +179,7 @@ TEST(BenchServeCliE2eTest, BinaryPrintsTheTableAndAppendsAJsonLine) {
 TEST(BenchServeCliE2eTest, BadRateIsACommandLineError) {
   int rc = -1;
   const std::string out =
-      run_command(std::string(CELLM_BINARY) + " bench serve --request-rate fast 2>&1", &rc);
+      run_command(std::string(CELLMDEV_BINARY) + " bench serve --request-rate fast 2>&1", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--request-rate"), std::string::npos) << out;
 }

@@ -23,7 +23,7 @@ using Json = nlohmann::ordered_json;
 using ::testing::HasSubstr;
 
 std::vector<Json> read_jsonl(const std::string& name) {
-  std::ifstream in(std::string(CELLM_CHAT_TEST_DIR) + "/" + name);
+  std::ifstream in(std::string(CELLMDEV_CHAT_TEST_DIR) + "/" + name);
   EXPECT_TRUE(in) << "missing " << name;
   std::vector<Json> rows;
   std::string line;

@@ -23,7 +23,7 @@ using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 fs::path goldens_dir() {
-  if (auto p = testing::env_path("CELLM_TOKENIZER_GOLDENS")) return *p;
+  if (auto p = testing::env_path("CELLMDEV_TOKENIZER_GOLDENS")) return *p;
   return testing::testdata_dir() / "tokenizer_goldens";
 }
 

@@ -1,5 +1,5 @@
 // Golden checks of the executors against Hugging Face transformers: for every
-// fixture folder under $CELLM_GOLDEN_DIR (default <testdata>/hf_models; see
+// fixture folder under $CELLMDEV_GOLDEN_DIR (default <testdata>/hf_models; see
 // tests/support/golden.h), the CPU program is driven through each executor
 // path — ModuleExecutor::execute, CudaExecutor::execute and
 // CudaExecutor::execute_raw (graphs do not exist on the CPU) — and the logits

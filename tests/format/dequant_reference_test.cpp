@@ -28,7 +28,7 @@ fs::path helper() {
   return testing::source_dir() / "tests" / "format" / "gguf_dequant_ref.py";
 }
 fs::path models_dir() {
-  return testing::env_path("CELLM_MODELS_DIR").value_or(testing::source_dir() / "models");
+  return testing::env_path("CELLMDEV_MODELS_DIR").value_or(testing::source_dir() / "models");
 }
 
 std::vector<std::uint8_t> slurp(const fs::path& p) {

@@ -372,7 +372,7 @@ TEST(GgufNames, MapToHuggingFace) {
 }
 
 fs::path real_model(const std::string& file) {
-  return testing::env_path("CELLM_MODELS_DIR").value_or(testing::source_dir() / "models") / file;
+  return testing::env_path("CELLMDEV_MODELS_DIR").value_or(testing::source_dir() / "models") / file;
 }
 
 TEST(GgufReal, SmolLM2) {

@@ -1,5 +1,5 @@
 // Golden fixtures of Hugging Face reference outputs (testdata/README.md):
-// every folder under $CELLM_GOLDEN_DIR (default testdata/hf_models) holding
+// every folder under $CELLMDEV_GOLDEN_DIR (default testdata/hf_models) holding
 // expected.safetensors, its prompts, greedy continuations and teacher-forced
 // logits, and the comparison rule (relative error per position, same argmax
 // where the reference's top-2 margin allows).

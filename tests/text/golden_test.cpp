@@ -1,5 +1,5 @@
 // Golden agreement with Hugging Face `tokenizers` on every NAME.encode.jsonl in
-// $CELLM_TOKENIZER_GOLDENS (default testdata/tokenizer_goldens), encoded with
+// $CELLMDEV_TOKENIZER_GOLDENS (default testdata/tokenizer_goldens), encoded with
 // testdata/tokenizers/NAME. Every mismatching line is reported.
 #include <fstream>
 #include <map>
@@ -16,7 +16,7 @@ namespace cellm::text {
 namespace {
 
 std::filesystem::path goldens_dir() {
-  if (auto p = cellm::testing::env_path("CELLM_TOKENIZER_GOLDENS")) return *p;
+  if (auto p = cellm::testing::env_path("CELLMDEV_TOKENIZER_GOLDENS")) return *p;
   return cellm::testing::testdata_dir() / "tokenizer_goldens";
 }
 

@@ -1,6 +1,6 @@
 // Golden checks of the CPU program against Hugging Face transformers: for
 // every fixture folder (config.json, model.safetensors, expected.safetensors
-// with prompt_i / greedy_i / logits_i) under $CELLM_GOLDEN_DIR (default
+// with prompt_i / greedy_i / logits_i) under $CELLMDEV_GOLDEN_DIR (default
 // <testdata>/hf_models), the prompt is fed whole, in chunks of 1, 3 and 7,
 // packed with the fixture's other prompts while they decode, and through a
 // clone taken mid-prompt; then the greedy tokens are teacher-forced. Every

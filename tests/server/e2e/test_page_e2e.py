@@ -12,7 +12,7 @@ Group (one ctest):
            model without a chat template falls back to plain completions; a
            server started with --api-key gets its key asked for, sent, kept.
 
-A screenshot of each state goes to $CELLM_E2E_ARTIFACTS, or else to a new
+A screenshot of each state goes to $CELLMDEV_E2E_ARTIFACTS, or else to a new
 temporary folder whose path is printed. A missing package, browser or model
 is a failure that says what to run, never a skip.
 """
@@ -665,7 +665,7 @@ def group_browser(binary, model, artifacts):
 
 def main():
     def browser(binary, model):
-        artifacts = (os.environ.get("CELLM_E2E_ARTIFACTS") or
+        artifacts = (os.environ.get("CELLMDEV_E2E_ARTIFACTS") or
                      tempfile.mkdtemp(prefix="cellm-page-e2e-"))
         os.makedirs(artifacts, exist_ok=True)
         print(f"screenshots: {artifacts}")

@@ -48,7 +48,7 @@ def check(cond, what):
 
 
 def find_model(root):
-    env = os.environ.get("CELLM_E2E_MODEL")
+    env = os.environ.get("CELLMDEV_E2E_MODEL")
     if env:
         return env
     path = os.path.join(root, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
