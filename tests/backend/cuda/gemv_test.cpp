@@ -435,6 +435,29 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
   };
   check(all, "cuda cores");
 
+  // Row invariance: row r of the m-row call has the bits of a one-row call
+  // on row r alone (a speculative verification step must reproduce plain
+  // one-row decoding exactly). Each one-row call writes only its row of out.
+  if (c.m > 1) {
+    out16.assign(init16);
+    out32.assign(init32);
+    for (int r = 0; r < c.m; ++r) {
+      GemvParams one = p;
+      one.m = 1;
+      one.a = p.a + r * p.lda;
+      one.out = c.f32_out ? static_cast<void*>(out32.data() + r * ldc)
+                          : static_cast<void*>(out16.data() + r * ldc);
+      ASSERT_EQ(gemv_uses_single_rows(one), gemv_uses_single_rows(p));
+      launch_gemv(one, nullptr);
+    }
+    const auto alone = c.f32_out ? out32.download() : to_float(out16.download());
+    std::size_t rows_differ = 0;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(c.m * ldc); ++i) {
+      rows_differ += std::bit_cast<std::uint32_t>(alone[i]) != std::bit_cast<std::uint32_t>(all[i]);
+    }
+    EXPECT_EQ(rows_differ, 0u) << "a row of the " << c.m << "-row call differs from the row alone";
+  }
+
   // One-row calls on tensor cores: the same checks (sums in another order, so
   // not the same bits), and the same bits on a second run.
   p.tensor_cores = true;
@@ -491,7 +514,13 @@ INSTANTIATE_TEST_SUITE_P(
         FusedCase{"bias_single_rows", 1, 2047, 4104, false, 0.0f, GemvEpilogue::kResidualAdd, true,
                   false, true},
         FusedCase{"gemma_norm_f32_single_rows", 1, 1001, 2312, true, 1.0f, GemvEpilogue::kStore,
-                  false, true, true}),
+                  false, true, true},
+        // Many-row calls of the same projections keep one-row units, so each
+        // row sums in the order of the one-row call (row invariance above).
+        FusedCase{"down_single_rows_rows4", 4, 2048, 8192, false, 0.0f, GemvEpilogue::kResidualAdd,
+                  false, false, true},
+        FusedCase{"gemma_norm_f32_single_rows_rows7", 7, 1001, 2312, true, 1.0f,
+                  GemvEpilogue::kStore, false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A pdl GEMV reads what the GEMV before it wrote: the first is big enough
@@ -597,7 +626,7 @@ TEST(GemvPdlTest, ChainMatchesTheUnchainedRunAndTheReference) {
   EXPECT_LT(nmse(to_float(chained.residual), reference(h3)), kBf16Nmse);
 }
 
-// One-row units are for one-row steps of small projections whose row pairs
+// One-row units are for small projections whose row pairs
 // would leave the GPU half empty and have more weights than a warp keeps in
 // flight; everything else keeps pairs (see GemvParams::single_rows).
 TEST(GemvSingleRowsTest, TakesOnlySmallLongProjections) {
@@ -613,8 +642,8 @@ TEST(GemvSingleRowsTest, TakesOnlySmallLongProjections) {
   GemvParams off = params(1, 2048, 8192, GemvEpilogue::kResidualAdd);
   off.single_rows = false;
   EXPECT_FALSE(gemv_uses_single_rows(off)) << "the knob is off";
-  EXPECT_FALSE(gemv_uses_single_rows(params(2, 2048, 8192, GemvEpilogue::kResidualAdd)))
-      << "two rows";
+  EXPECT_TRUE(gemv_uses_single_rows(params(8, 2048, 8192, GemvEpilogue::kResidualAdd)))
+      << "the row count does not decide (row invariance)";
   EXPECT_FALSE(gemv_uses_single_rows(params(1, 2048, 2048, GemvEpilogue::kResidualAdd)))
       << "a pair's weights are all in flight at once";
   EXPECT_FALSE(gemv_uses_single_rows(params(1, 1024, 8192, GemvEpilogue::kGatedSilu)))

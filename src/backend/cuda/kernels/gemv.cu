@@ -383,11 +383,9 @@ void launch_units(const GemvParams& requested, cudaStream_t stream) {
 
 template <int kM>
 void launch_rows(const GemvParams& params, cudaStream_t stream) {
-  if constexpr (kM == 1) {
-    if (gemv_uses_single_rows(params)) {
-      launch_units<kM, 1>(params, stream);
-      return;
-    }
+  if (gemv_uses_single_rows(params)) {
+    launch_units<kM, 1>(params, stream);
+    return;
   }
   launch_units<kM, 2>(params, stream);
 }
@@ -396,8 +394,11 @@ void launch_rows(const GemvParams& params, cudaStream_t stream) {
 
 // Pairs of rows, unless they would fill at most half of one wave, a pair
 // has more than the two batches a warp keeps in flight, and the epilogue
-// takes single rows (one-row steps only: wider steps run on cuBLASLt by
-// default, and the build stays smaller). On the H200 one-row units took 1B's
+// takes single rows. The choice does not look at the row count: a unit's
+// weight rows fix the order in which each lane adds its pieces, so a row of
+// a many-row call gets the bits of the same row alone (what lets a
+// speculative verification step reproduce plain one-row decoding exactly).
+// On the H200 one-row units took 1B's
 // down projection (k = 8192) from 13.5 to 10 us; its o projection (k = 2048,
 // all of a pair's weights in flight at once) went from 4.7 to 3.7 us, but
 // then filled every SM, so the gate/up GEMV after it could no longer start
@@ -408,7 +409,7 @@ std::int32_t gemv_max_blocks() {
 
 bool gemv_uses_single_rows(const GemvParams& params) {
   const long long wave = gemv_max_blocks();
-  return params.single_rows && params.m == 1 && !is_gated(params.epilogue) &&
+  return params.single_rows && !is_gated(params.epilogue) &&
          params.epilogue != GemvEpilogue::kRopeScatter && params.k > 2 * 8 * batch_chunks<2> &&
          2 * ceil_div(gemv_units<2>(params), kWarps) <= wave;
 }

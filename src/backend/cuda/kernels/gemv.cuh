@@ -100,12 +100,13 @@ struct GemvParams {
   RopeScatterParams rope;
   // Launch with programmatic dependent launch (see launch.h).
   bool pdl = false;
-  // One-row steps of a projection whose row pairs would fill at most half of
-  // one wave and whose rows are longer than the two batches a warp keeps in
-  // flight (1B's down: 2048 outputs of 8192 columns) give each warp one row
-  // instead of two, so an SM keeps as many weight bytes in flight as for a
-  // large projection. Plain and residual-add epilogues only; the products
-  // are the same, summed in another order.
+  // A projection whose row pairs would fill at most half of one wave and
+  // whose rows are longer than the two batches a warp keeps in flight (1B's
+  // down: 2048 outputs of 8192 columns) gives each warp one row instead of
+  // two, so an SM keeps as many weight bytes in flight as for a large
+  // projection. Plain and residual-add epilogues only; the products are the
+  // same, summed in another order. Decided without the row count, so a row
+  // of a many-row call sums in the order of the same row alone.
   bool single_rows = false;
   // Each block copies its input rows into shared memory once, right after
   // its wait (and the norm weight before it, through L1 so an SM's blocks
