@@ -43,9 +43,9 @@ std::span<const KnobInfo> known_knobs();
 // names and prefixes ending in '_' (env.cpp lists them).
 bool is_tool_variable(std::string_view name);
 
-// Projections of a one-row step that may run on tensor cores
-// (CELLM_GEMV_MMA; backend/cuda/kernels/kernel_choice.h's GemvMma bits, in
-// this order: qkv, o, gate_up, down, lm_head).
+// Projections of a GEMV step (up to gemv_max_rows rows) that may run on
+// tensor cores (CELLM_GEMV_MMA; backend/cuda/kernels/kernel_choice.h's
+// GemvMma bits, in this order: qkv, o, gate_up, down, lm_head).
 inline constexpr const char* kGemvMmaProjections[] = {"qkv", "o", "gate_up", "down", "lm_head"};
 inline constexpr std::uint32_t kGemvMmaAll = (1u << 5) - 1;
 // qkv, o, gate_up and down: the measured default (bench/results, sessions 19-21).

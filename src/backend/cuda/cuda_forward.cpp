@@ -447,8 +447,7 @@ void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
 }
 
 bool CudaForward::tensor_cores_for(const GemvParams& params, std::uint32_t bit) const {
-  return (active_.gemv_mma & bit) != 0 && params.m == 1 &&
-         gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
+  return (active_.gemv_mma & bit) != 0 && gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
 }
 
 Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
