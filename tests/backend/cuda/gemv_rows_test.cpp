@@ -392,7 +392,16 @@ INSTANTIATE_TEST_SUITE_P(
                       RowsCase{"odd_silu", 999, 1032, false, 0.0f, GemvEpilogue::kGatedSilu, false,
                                false, 0, 0, 0, 8},
                       RowsCase{"odd_residual_bias", 2047, 1032, false, 0.0f,
-                               GemvEpilogue::kResidualAdd, true, false, 0, 0, 0, 8}),
+                               GemvEpilogue::kResidualAdd, true, false, 0, 0, 0, 8},
+                      // The remaining prologue/epilogue pairs the kernel takes.
+                      RowsCase{"odd_norm_residual", 1001, 520, true, 1.0f,
+                               GemvEpilogue::kResidualAdd, false, false, 0, 0, 0, 8},
+                      RowsCase{"odd_gelu", 1003, 776, false, 0.0f, GemvEpilogue::kGatedGeluTanh,
+                               false, false, 0, 0, 0, 8},
+                      RowsCase{"odd_f32_bias", 1001, 1032, false, 0.0f, GemvEpilogue::kStore, true,
+                               true, 0, 0, 0, 8},
+                      RowsCase{"small_heads_rope_bias", 160, 264, false, 0.0f,
+                               GemvEpilogue::kRopeScatter, true, false, 3, 1, 32, 8}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The rope epilogue at 5..8 rows on CUDA cores runs as two launches of up to
