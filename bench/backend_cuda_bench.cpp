@@ -1,6 +1,6 @@
 // A/B microbenchmarks of the CUDA kernel variants in the decode shapes of
-// Llama-3.2-1B and Llama-3.1-8B, so one GPU run can decide the defaults of
-// kernel_choice.h (the attention kernels' are in
+// Llama-3.2-1B and Llama-3.1-8B (the GEMVs' also in Gemma 3 270M's), so one
+// GPU run can decide the defaults of kernel_choice.h (the attention kernels' are in
 // backend_cuda_bench_attention.cpp). Each family times the established
 // kernel (variant 0) and the new one on the same buffers with CUDA events
 // (manual time, per launch), and reports `bytes` moved per launch and the
@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/kernels/kv_scatter.cuh"
 #include "backend/cuda/kernels/rope.cuh"
 #include "backend/cuda/kernels/rope_scatter.cuh"
@@ -125,7 +126,10 @@ BENCHMARK(BM_RopeScatter)->Apply(rope_scatter_args)->UseManualTime();
 // 2 = GEMV launched with programmatic dependent launch, so each launch
 // streams its first weights while the one before it finishes, as in the
 // forward's chain; 3 = as 2 with the RMSNorm prologue of q/k/v, gate/up and
-// lm_head), m, n, k, f32 output} ----
+// lm_head; 4 = as 2 on tensor cores, all m rows in one mma column each;
+// 5 = as 3 on tensor cores), m, n, k, f32 output}. Variants 4 and 5 skip
+// with an error where the rows do not fit the tensor-core kernel's shared
+// memory (the forward then runs the call on CUDA cores: variant 2 or 3). ----
 void BM_DecodeGemm(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const bool gemv = state.range(0) >= 1;
@@ -146,13 +150,18 @@ void BM_DecodeGemm(benchmark::State& state) {
   g.out_f32 = f32;
   g.pdl = state.range(0) >= 2;
   auto norm_weight = filled<bf16>(static_cast<std::size_t>(k), 0x3c);
-  if (state.range(0) == 3) {
+  if (state.range(0) == 3 || state.range(0) == 5) {
     g.prologue = GemvPrologue::kRmsNorm;
     g.norm_weight = norm_weight.data();
   }
+  g.tensor_cores = state.range(0) >= 4;
   const Status valid = g.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
+    return;
+  }
+  if (g.tensor_cores && !gemv_uses_tensor_cores(g)) {
+    state.SkipWithError("the rows do not fit the tensor-core GEMV (CUDA cores run it)");
     return;
   }
   GemmArgs args;
@@ -184,13 +193,19 @@ void decode_gemm_args(benchmark::internal::Benchmark* b) {
   struct Shape {
     int n, k, f32;
   };
-  // Llama-3.2-1B then Llama-3.1-8B: qkv, o, gate_up, down, lm_head.
-  const Shape shapes[] = {{3072, 2048, 0},   {2048, 2048, 0},  {16384, 2048, 0}, {2048, 8192, 0},
-                          {128256, 2048, 1}, {6144, 4096, 0},  {4096, 4096, 0},  {28672, 4096, 0},
-                          {4096, 14336, 0},  {128256, 4096, 1}};
+  // Llama-3.2-1B, Llama-3.1-8B, then Gemma 3 270M (its lm_head left out:
+  // a 262144-row vocabulary): qkv, o, gate_up, down, lm_head.
+  const Shape shapes[] = {{3072, 2048, 0},   {2048, 2048, 0},   {16384, 2048, 0}, {2048, 8192, 0},
+                          {128256, 2048, 1}, {6144, 4096, 0},   {4096, 4096, 0},  {28672, 4096, 0},
+                          {4096, 14336, 0},  {128256, 4096, 1}, {1536, 640, 0},   {640, 1024, 0},
+                          {4096, 640, 0},    {640, 2048, 0}};
   for (const Shape& s : shapes) {
-    for (const int gemv : {0, 1, 2, 3}) b->Args({gemv, 1, s.n, s.k, s.f32});
-    for (const int gemv : {0, 2}) b->Args({gemv, 2, s.n, s.k, s.f32});
+    for (const int m : {1, 2, 4, 8}) {
+      for (const int gemv : {0, 1, 2, 3, 4, 5}) {
+        if (gemv == 1 && m > 1) continue;  // the chain's launches are pdl
+        b->Args({gemv, m, s.n, s.k, s.f32});
+      }
+    }
   }
 }
 BENCHMARK(BM_DecodeGemm)->Apply(decode_gemm_args)->UseManualTime();

@@ -39,9 +39,9 @@ struct KnobInfo {
 // Every CELLM_* variable the product reads, in README's order.
 std::span<const KnobInfo> known_knobs();
 
-// Projections of a one-row step that may run on tensor cores
-// (CELLM_GEMV_MMA; backend/cuda/kernels/kernel_choice.h's GemvMma bits, in
-// this order: qkv, o, gate_up, down, lm_head).
+// Projections of a GEMV step (up to gemv_max_rows rows) that may run on
+// tensor cores (CELLM_GEMV_MMA; backend/cuda/kernels/kernel_choice.h's
+// GemvMma bits, in this order: qkv, o, gate_up, down, lm_head).
 inline constexpr const char* kGemvMmaProjections[] = {"qkv", "o", "gate_up", "down", "lm_head"};
 inline constexpr std::uint32_t kGemvMmaAll = (1u << 5) - 1;
 // qkv, o, gate_up and down: the measured default (bench/results, sessions 19-21).

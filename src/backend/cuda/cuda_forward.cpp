@@ -447,8 +447,16 @@ void CudaForward::embed(const ForwardShape& shape, const StepInputs& in,
 }
 
 bool CudaForward::tensor_cores_for(const GemvParams& params, std::uint32_t bit) const {
-  return (active_.gemv_mma & bit) != 0 && params.m == 1 &&
-         gemv_mma_rounds(params) <= kGemvMmaMaxRounds;
+  if ((active_.gemv_mma & bit) == 0 || gemv_mma_rounds(params) > kGemvMmaMaxRounds) return false;
+  // Decided for the widest GEMV step, whatever this step's rows: every
+  // width then runs the projection on the same kernel, so a row's bits do
+  // not depend on how many rows its step has (a verification step gives
+  // the bits of plain one-row decoding).
+  GemvParams widest = params;
+  widest.m = std::min(active_.gemv_max_rows, kGemvMaxRows);
+  widest.argmax = GemvArgmax{};
+  widest.tensor_cores = true;
+  return gemv_uses_tensor_cores(widest);
 }
 
 Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,

@@ -217,8 +217,11 @@ class CudaForward {
   GemvParams gemv_params(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, bf16* out, std::int32_t m) const;
   Status gemv(const GemvParams& params, cudaStream_t stream);
-  // Whether a one-row projection runs on tensor cores: its KernelChoice::
-  // gemv_mma bit is set and its walk is short (gemv_mma_rounds).
+  // Whether a GEMV projection (a step of up to gemv_max_rows rows) asks for
+  // tensor cores: its KernelChoice::gemv_mma bit is set and its walk is
+  // short (gemv_mma_rounds), and the widest GEMV step's rows
+  // (KernelChoice::gemv_max_rows) fit the kernel's shared memory
+  // (gemv_uses_tensor_cores): one kernel for every width, so row invariant.
   bool tensor_cores_for(const GemvParams& params, std::uint32_t bit) const;
 
   model::ModelSpec spec_;

@@ -134,7 +134,8 @@ KernelChoice cublas_steps() {
 
 std::vector<Variant> variants() {
   // The fused GEMV path at max rows 4 and 8, and with every projection that
-  // qualifies on tensor cores (one-row steps only, so the same as without).
+  // qualifies on tensor cores (the steps' rows in one mma where they fit its
+  // shared memory, else on CUDA cores as without).
   KernelChoice gemv4;
   gemv4.gemv_max_rows = 4;
   KernelChoice gemv8 = gemv4;

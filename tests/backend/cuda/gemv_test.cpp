@@ -27,16 +27,24 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
+#include "gemv_reference.h"
 #include "gpu_test_util.h"
 
 namespace cellm::cuda {
 namespace {
 
+using testing::bf16_round;
 using testing::DeviceArray;
 using testing::from_bf16;
+using testing::gated;
+using testing::HostGemv;
 using testing::kBf16Nmse;
+using testing::kNormF32Nmse;
+using testing::mismatch_fraction;
 using testing::nmse;
 using testing::random_bf16;
+using testing::reference;
+using testing::RefVariant;
 using testing::to_bf16;
 using testing::to_float;
 
@@ -144,142 +152,6 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---- fused prologue and epilogues ----
-
-bool gated(GemvEpilogue epilogue) {
-  return epilogue == GemvEpilogue::kGatedSilu || epilogue == GemvEpilogue::kGatedGeluTanh;
-}
-
-// One fused call as the host sees it: float copies of the bf16 operands and
-// the settings the kernel gets.
-struct HostGemv {
-  int m = 0;
-  int n = 0;
-  int k = 0;
-  std::int64_t lda = 0;
-  std::vector<float> a;            // [m, lda]
-  std::vector<float> w;            // [n or 2n, k]
-  std::vector<float> bias;         // [n], or empty
-  std::vector<float> norm_weight;  // [k], or empty: no prologue
-  float eps = 1e-5f;
-  float offset = 0.0f;
-  GemvEpilogue epilogue = GemvEpilogue::kStore;
-  std::vector<float> residual;  // [>= m, ldc], kResidualAdd
-  std::int64_t ldc = 0;
-};
-
-// Deliberately wrong references: each must sit far from the kernel's output,
-// so a test comparing against the right one can fail.
-struct RefVariant {
-  bool norm = true;
-  bool round_norm = false;  // the norm kernel's bf16 rounding: the GEMV does not repeat it
-  float offset_delta = 0.0f;
-  bool residual = true;
-  bool round_gate = true;
-  bool act_on_up = false;
-};
-
-double bf16_round(double value) {
-  return from_bf16(to_bf16(static_cast<float>(value)));
-}
-
-double silu_ref(double x) {
-  return x / (1.0 + std::exp(-x));
-}
-
-double gelu_tanh_ref(double x) {
-  const double kSqrt2OverPi = 0.7978845608028654;
-  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
-}
-
-// The rows the product consumes: a's first k columns, RMS-normalised in
-// float64 (rounded to bf16 as the norm kernel would store them only when the
-// variant asks).
-std::vector<double> gemv_inputs(const HostGemv& h, const RefVariant& v) {
-  std::vector<double> x(static_cast<std::size_t>(h.m) * h.k);
-  for (int r = 0; r < h.m; ++r) {
-    const float* row = h.a.data() + r * h.lda;
-    double sum_sq = 0.0;
-    for (int c = 0; c < h.k; ++c) sum_sq += static_cast<double>(row[c]) * row[c];
-    const double inv_rms = 1.0 / std::sqrt(sum_sq / h.k + static_cast<double>(h.eps));
-    for (int c = 0; c < h.k; ++c) {
-      double value = row[c];
-      if (!h.norm_weight.empty() && v.norm) {
-        const double weight = static_cast<double>(h.norm_weight[static_cast<std::size_t>(c)]) +
-                              h.offset + v.offset_delta;
-        value = value * inv_rms * weight;
-        if (v.round_norm) value = bf16_round(value);
-      }
-      x[static_cast<std::size_t>(r) * h.k + c] = value;
-    }
-  }
-  return x;
-}
-
-// out[m, n] as the kernel must leave it, before the output's own rounding.
-std::vector<double> reference(const HostGemv& h, const RefVariant& v = {}) {
-  const auto x = gemv_inputs(h, v);
-  const int w_rows = gated(h.epilogue) ? 2 * h.n : h.n;
-  std::vector<double> sums(static_cast<std::size_t>(h.m) * w_rows);
-  for (int r = 0; r < h.m; ++r) {
-    const double* xr = x.data() + static_cast<std::size_t>(r) * h.k;
-    for (int j = 0; j < w_rows; ++j) {
-      const float* wj = h.w.data() + static_cast<std::size_t>(j) * h.k;
-      double sum = 0.0;
-      for (int c = 0; c < h.k; ++c) sum += xr[c] * wj[c];
-      sums[static_cast<std::size_t>(r) * w_rows + j] = sum;
-    }
-  }
-  std::vector<double> out(static_cast<std::size_t>(h.m) * h.n);
-  for (int r = 0; r < h.m; ++r) {
-    for (int j = 0; j < h.n; ++j) {
-      const double sum = sums[static_cast<std::size_t>(r) * w_rows + j];
-      const double bias = h.bias.empty() ? 0.0 : h.bias[static_cast<std::size_t>(j)];
-      double value = 0.0;
-      switch (h.epilogue) {
-        case GemvEpilogue::kStore:
-        case GemvEpilogue::kRopeScatter:  // tested against rope_scatter in gemv_rope_test.cpp
-          value = sum + bias;
-          break;
-        case GemvEpilogue::kResidualAdd: {
-          const double old = v.residual ? h.residual[static_cast<std::size_t>(r * h.ldc + j)] : 0.0;
-          value = old + bf16_round(sum + bias);
-          break;
-        }
-        case GemvEpilogue::kGatedSilu:
-        case GemvEpilogue::kGatedGeluTanh: {
-          double gate = sum;
-          double up = sums[static_cast<std::size_t>(r) * w_rows + h.n + j];
-          if (v.act_on_up) std::swap(gate, up);
-          if (v.round_gate) gate = bf16_round(gate);
-          up = bf16_round(up);
-          const double act =
-              h.epilogue == GemvEpilogue::kGatedSilu ? silu_ref(gate) : gelu_tanh_ref(gate);
-          value = act * up;
-          break;
-        }
-      }
-      out[static_cast<std::size_t>(r) * h.n + j] = value;
-    }
-  }
-  return out;
-}
-
-// Share of outputs whose bf16 bits differ from the rounded reference.
-double mismatch_fraction(const std::vector<float>& got, const std::vector<double>& ref) {
-  EXPECT_EQ(got.size(), ref.size());
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < got.size() && i < ref.size(); ++i) {
-    differ += std::bit_cast<std::uint16_t>(to_bf16(got[i])) !=
-              std::bit_cast<std::uint16_t>(to_bf16(static_cast<float>(ref[i])));
-  }
-  return got.empty() ? 0.0 : static_cast<double>(differ) / static_cast<double>(got.size());
-}
-
-// f32 output of a normalised input. The GEMV folds the norm into its float
-// sums, so what is left is float accumulation error; rounding the normalised
-// inputs to bf16, as the separate norm kernel does, moves the result by ~2e-6,
-// a missing norm by ~0.1.
-constexpr double kNormF32Nmse = 5e-7;
 
 struct FusedCase {
   const char* name;
@@ -458,11 +330,14 @@ TEST_P(GemvFusedTest, MatchesTheReferenceAndKeepsTheRestOfOut) {
     EXPECT_EQ(rows_differ, 0u) << "a row of the " << c.m << "-row call differs from the row alone";
   }
 
-  // One-row calls on tensor cores: the same checks (sums in another order, so
-  // not the same bits), and the same bits on a second run.
+  // On tensor cores (every one-row case, and the wider ones whose rows fit):
+  // the same checks (sums in another order, so not the same bits), and the
+  // same bits on a second run.
   p.tensor_cores = true;
   if (c.m == 1) {
     ASSERT_TRUE(gemv_uses_tensor_cores(p)) << "one-row cases run on tensor cores too";
+  }
+  if (gemv_uses_tensor_cores(p)) {
     std::vector<float> mma[2];
     for (auto& run : mma) {
       out16.assign(init16);
@@ -689,9 +564,10 @@ TEST(GemvStageInputsTest, TakesTheRowsThatFitTheBudget) {
   EXPECT_FALSE(gemv_stages_inputs(qkv)) << "q/k/v keeps its global loads (measured slower staged)";
 }
 
-// Tensor cores take one-row calls whose staged input fits and whose rope
-// heads are a multiple of 16 wide (GemvParams::tensor_cores). Host logic only.
-TEST(GemvTensorCoresTest, TakesOneRowCallsThatFit) {
+// Tensor cores take calls of 1..8 rows whose staged inputs fit and whose
+// rope heads are a multiple of 16 wide (GemvParams::tensor_cores). Host
+// logic only.
+TEST(GemvTensorCoresTest, TakesCallsThatFit) {
   CELLM_REQUIRE_GPU();  // a block's groups follow the SM count
   const auto params = [](int m, int k, bool norm) {
     GemvParams p = gemv_dense(nullptr, nullptr, nullptr, m, 2048, k);
@@ -708,7 +584,21 @@ TEST(GemvTensorCoresTest, TakesOneRowCallsThatFit) {
   EXPECT_TRUE(gemv_uses_tensor_cores(head));
   head.n = 4 * 128256;
   EXPECT_FALSE(gemv_uses_tensor_cores(head)) << "the partials of 4x the groups do not fit";
-  EXPECT_FALSE(gemv_uses_tensor_cores(params(2, 2048, true))) << "one row only";
+  // Rows: 2048 columns with the norm take 8 KB a row (high and low parts)
+  // and 4 KB of norm weight; five rows fit, six do not.
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(2, 2048, true)));
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(5, 2048, true)));
+  EXPECT_FALSE(gemv_uses_tensor_cores(params(6, 2048, true))) << "past 48 KB";
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(8, 2048, false)));  // 1B's o projection: 38 KB
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(2, 8192, false)));  // 1B's down: 16 KB a row
+  EXPECT_FALSE(gemv_uses_tensor_cores(params(3, 8192, false))) << "past 48 KB";
+  EXPECT_FALSE(gemv_uses_tensor_cores(params(9, 64, false))) << "eight B columns";
+  for (int m = 1; m <= 8; ++m) {
+    EXPECT_EQ(gemv_mma_rounds(params(m, 2048, true)), gemv_mma_rounds(params(1, 2048, true)))
+        << "the walk must not depend on the rows";
+    EXPECT_EQ(gemv_uses_tensor_cores(params(m, 2048, true)),
+              gemv_mma_smem_bytes(params(m, 2048, true)) <= kGemvMmaMaxSharedBytes);
+  }
   GemvParams off = params(1, 2048, true);
   off.tensor_cores = false;
   EXPECT_FALSE(gemv_uses_tensor_cores(off)) << "the knob is off";

@@ -392,6 +392,30 @@ void launch_rows(const GemvParams& params, cudaStream_t stream) {
 
 }  // namespace
 
+GemvParams gemv_row_slice(const GemvParams& params, std::int32_t first, std::int32_t rows) {
+  GemvParams slice = params;
+  slice.m = rows;
+  slice.a = params.a + first * params.lda;
+  const std::int64_t out_at = first * params.ldc;
+  slice.out = params.out_f32 ? static_cast<void*>(static_cast<float*>(params.out) + out_at)
+                             : static_cast<void*>(static_cast<bf16*>(params.out) + out_at);
+  if (params.epilogue == GemvEpilogue::kRopeScatter) {
+    // The rope epilogue's per-token arrays (q is out).
+    RopeScatterParams& rope = slice.rope;
+    const auto skip = [first](auto* ptr, std::int64_t stride) {
+      return ptr == nullptr ? ptr : ptr + first * stride;
+    };
+    rope.q = skip(params.rope.q, params.rope.q_stride);
+    rope.k = skip(params.rope.k, params.rope.k_stride);
+    rope.v = skip(params.rope.v, params.rope.v_stride);
+    rope.cells = skip(params.rope.cells, 1);
+    rope.seq_slots = skip(params.rope.seq_slots, 1);
+    rope.positions = skip(params.rope.positions, 1);
+    rope.num_tokens = rows;
+  }
+  return slice;
+}
+
 // Pairs of rows, unless they would fill at most half of one wave, a pair
 // has more than the two batches a warp keeps in flight, and the epilogue
 // takes single rows. The choice does not look at the row count: a unit's
@@ -433,11 +457,11 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   if (params.m < 1 || params.m > kGemvMaxRows) {
     cuda_failed(cudaErrorInvalidValue, "launch_gemv: unvalidated row count");
   }
+  if (gemv_uses_tensor_cores(params)) {
+    launch_gemv_mma(params, stream);
+    return;
+  }
   if (params.m == 1) {
-    if (gemv_uses_tensor_cores(params)) {
-      launch_gemv_mma(params, stream);
-      return;
-    }
     launch_rows<1>(params, stream);
   } else if (params.m == 2) {
     launch_rows<2>(params, stream);
@@ -446,15 +470,8 @@ void launch_gemv(const GemvParams& params, cudaStream_t stream) {
   } else {
     // A bucket of 8 would spill (its sums and norm state need ~40 more
     // registers): rows 4.. run as a second launch over the same weights.
-    GemvParams low = params;
-    low.m = 4;
-    launch_rows<4>(low, stream);
-    GemvParams high = params;
-    high.m = params.m - 4;
-    high.a = params.a + 4 * params.lda;
-    high.out = params.out_f32 ? static_cast<void*>(static_cast<float*>(params.out) + 4 * params.ldc)
-                              : static_cast<void*>(static_cast<bf16*>(params.out) + 4 * params.ldc);
-    launch_rows<4>(high, stream);
+    launch_rows<4>(gemv_row_slice(params, 0, 4), stream);
+    launch_rows<4>(gemv_row_slice(params, 4, params.m - 4), stream);
   }
 }
 

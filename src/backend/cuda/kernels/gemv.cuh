@@ -8,8 +8,8 @@
 // with two batches of loads in flight, and the first weights are requested
 // *before* the kernel waits on the previous kernel (programmatic dependent
 // launch), so the weight stream overlaps the tail of whatever ran before.
-// One-row calls may run on tensor cores instead (tensor_cores below,
-// gemv_mma.cuh), with the same epilogues.
+// Calls may run on tensor cores instead (tensor_cores below, gemv_mma.cuh),
+// with the same epilogues.
 //   prologue kRmsNorm: the rows are RMS-normalised inside the sums (float
 //     throughout: the normalised inputs are not rounded to bf16 as the
 //     separate norm kernel stores them; the two differ by about one bf16
@@ -126,9 +126,10 @@ struct GemvParams {
   // shared-memory carveout, or copying through L2 only were each slower or
   // equal (bench/results/README.md, session 15).
   bool stage_inputs = false;
-  // One-row calls run on tensor cores where gemv_uses_tensor_cores accepts
-  // them (gemv_mma.cuh): the same epilogues, sums in another order, and with
-  // the norm prologue inputs of ~16 bits of mantissa instead of float.
+  // Calls run on tensor cores where gemv_uses_tensor_cores accepts them
+  // (gemv_mma.cuh; 1..8 rows whose staged inputs fit): the same epilogues,
+  // sums in another order, and with the norm prologue inputs of ~16 bits of
+  // mantissa instead of float. Each row's bits are those of a one-row call.
   bool tensor_cores = false;
   // Tensor cores: warps a block, 8 or 16; 0 lets the kernel choose.
   std::int32_t mma_warps = 0;
@@ -159,6 +160,12 @@ inline GemvParams gemv_dense(const bf16* a, const bf16* w, void* out, std::int32
 }
 
 void launch_gemv(const GemvParams& params, cudaStream_t stream);
+
+// Rows [first, first + rows) of a call as a call of their own: a and out
+// (the residual too, which is out) and the rope epilogue's per-token arrays
+// (q, k, v, cells, slots, positions) start at row `first`. launch_gemv runs
+// 5..8 CUDA-core rows as two such slices.
+GemvParams gemv_row_slice(const GemvParams& params, std::int32_t first, std::int32_t rows);
 
 // The most blocks a launch_gemv grid has on this device (one wave).
 std::int32_t gemv_max_blocks();

@@ -1,6 +1,6 @@
-// The one-row GEMV on tensor cores (GemvParams::tensor_cores): the same
-// products and epilogues as gemv.cu's CUDA-core kernel, for m = 1, with each
-// warp feeding its weight pieces to m16n8k16 mma instructions instead of
+// The GEMV on tensor cores (GemvParams::tensor_cores): the same products
+// and epilogues as gemv.cu's CUDA-core kernel, for 1..8 rows, with each warp
+// feeding its weight pieces to m16n8k16 mma instructions instead of
 // unpacking them into float FMAs.
 //
 // Why: at batch 1 a GEMV's time after its wait is the issue latency of its
@@ -23,10 +23,15 @@
 // products. The warps of a block split k and add their partial sums in
 // shared memory in a fixed order (same bits on every run), once, after the
 // warps' whole walks, so no warp waits on another while they stream.
-// Inputs: the row is staged in shared memory; with the norm prologue each
+// Inputs: the rows are staged in shared memory; with the norm prologue each
 // input is x * (norm weight + offset) split into a bf16 high part and a bf16
 // low part (two mmas), ~16 bits of mantissa against the CUDA-core kernel's
 // float, and the sum is scaled by 1/rms at the end as there.
+// Rows: input row r is column r of the mma's B operand (one-row calls used
+// column 0 only), so m rows cost the weight traffic of one. Nothing but the
+// B column depends on m, so row r's outputs are the bits of a one-row call
+// on that row (gemv_mma_kernel.cuh). What grows with m is shared memory:
+// the staged rows (twice over with the norm) and the partial sums.
 //
 // Thread-safety: launch_gemv_mma is reentrant; params are plain values.
 #pragma once
@@ -40,16 +45,22 @@
 namespace cellm::cuda {
 
 // Whether launch_gemv runs this call on tensor cores: asked
-// (params.tensor_cores), one row, a rope epilogue only for heads of a
-// multiple of 16, and the staged input with the partial sums of a block's
-// groups within kGemvMmaMaxSharedBytes.
+// (params.tensor_cores), 1..kGemvMmaMaxRows rows, a rope epilogue only for
+// heads of a multiple of 16, and gemv_mma_smem_bytes within
+// kGemvMmaMaxSharedBytes (else the CUDA-core kernel runs it).
 bool gemv_uses_tensor_cores(const GemvParams& params);
 inline constexpr std::int64_t kGemvMmaMaxSharedBytes = 48 * 1024;
+inline constexpr int kGemvMmaMaxRows = 8;  // the mma's B columns
+
+// Shared memory a block of this call takes: the staged rows (with the norm
+// prologue their high and low parts and the norm weight), each row's sums
+// of squares and the partial sums of the block's groups for every row.
+std::int64_t gemv_mma_smem_bytes(const GemvParams& params);
 
 // How many groups (16-row tiles) one block of the call walks, one after the
-// other. The forward keeps projections whose walk is longer than
-// kGemvMmaMaxRounds on CUDA cores: a block's warps add their partials once
-// their whole walk is done, and long walks lose (H200, batch 1, chained:
+// other (not a function of m). The forward keeps projections whose walk is
+// longer than kGemvMmaMaxRounds on CUDA cores: a block's warps add their
+// partials once their whole walk is done, and long walks lose (H200, batch 1, chained:
 // gate/up on tensor cores, 4 rounds at 1B and 2 at Qwen3-0.6B, ran 0.802-
 // 0.803 against 0.806-0.809 ms/step and 0.801-0.804 against 0.823-0.827; 7 at
 // 8B ran 4.293 against 4.005; the lm_head walks 31).

@@ -31,8 +31,9 @@ namespace cellm::cuda {
 // head_argmax).
 using KernelChoice = KernelKnobs;
 
-// KernelChoice::gemv_mma: the projections of a one-row step that run on
-// tensor cores, in kGemvMmaProjections' order.
+// KernelChoice::gemv_mma: the projections of a GEMV step (up to
+// gemv_max_rows rows) that run on tensor cores where their rows fit the
+// kernel (gemv_uses_tensor_cores), in kGemvMmaProjections' order.
 enum GemvMma : std::uint32_t {
   kMmaQkv = 1u << 0,
   kMmaO = 1u << 1,
