@@ -60,7 +60,7 @@ std::shared_ptr<const TokenVocabulary> vocabulary(const std::string& name) {
       }
     }
   } else {
-    std::filesystem::path dir = cellm::env_string("CELLMDEV_TESTDATA").value_or("");
+    std::filesystem::path dir = cellm::env_string("CELLM_TESTDATA").value_or("");
     if (dir.empty()) dir = find_up("shared/testdata");
     auto tok = cellm::text::Tokenizer::from_dir(dir / "tokenizers" / name);
     if (tok.ok()) v = cellm::grammar::vocabulary_from_tokenizer(*tok, tok->vocab_size());

@@ -1,6 +1,6 @@
 // Tokenizer throughput: encoding ~1 MB of generated English prose on one core
 // (target for llama3: >= 20 MB/s), plus decode and streaming detokenization.
-// Fixtures are found through $CELLMDEV_TESTDATA or a shared/testdata (or
+// Fixtures are found through $CELLM_TESTDATA or a shared/testdata (or
 // .testdata) folder above the working directory.
 #include <filesystem>
 #include <map>
@@ -16,7 +16,7 @@
 namespace {
 
 std::filesystem::path testdata_dir() {
-  if (auto env = cellm::env_string("CELLMDEV_TESTDATA")) return *env;
+  if (auto env = cellm::env_string("CELLM_TESTDATA")) return *env;
   for (auto dir = std::filesystem::current_path();; dir = dir.parent_path()) {
     for (const char* rel : {"shared/testdata", "../shared/testdata", ".testdata"}) {
       if (std::filesystem::exists(dir / rel / "tokenizers")) return dir / rel;
@@ -253,7 +253,7 @@ const std::string& prose() {
 void encode_prose(benchmark::State& state, const std::string& name) {
   const auto* tok = tokenizer(name);
   if (tok == nullptr) {
-    state.SkipWithError("tokenizer fixture not found; set CELLMDEV_TESTDATA");
+    state.SkipWithError("tokenizer fixture not found; set CELLM_TESTDATA");
     return;
   }
   const std::string& text = prose();

@@ -118,9 +118,15 @@ Result<Knobs> parse_knobs(const EnvLookup& lookup) {
   return k;
 }
 
+// The fixture folder the shared test data defines (its README): read by the
+// test suites, never by cellm, and set around the e2e tests that start it.
+// Every other variable of the tests and scripts is CELLMDEV_*, outside the
+// product's namespace.
+constexpr std::string_view kTestDataVariable = "CELLM_TESTDATA";
+
 Status check_environment(std::span<const std::string> names, const EnvLookup& lookup) {
   for (const std::string& name : names) {
-    if (!name.starts_with("CELLM_") || is_known(name)) continue;
+    if (!name.starts_with("CELLM_") || is_known(name) || name == kTestDataVariable) continue;
     const std::optional<std::string> value = lookup(name.c_str());
     return invalid_argument(
         "unknown environment variable {}='{}': cellm reads {} (README, \"Environment "

@@ -8,9 +8,10 @@
 // CELLM_* name, or a known one with a malformed or out-of-range value, stops
 // it with a message naming the variable, the value and what is accepted, so
 // an A/B run can never measure the default by mistake. The test suites and
-// scripts name their own variables CELLMDEV_* (CELLMDEV_TESTDATA,
-// CELLMDEV_E2E_*, ...): outside the product's namespace, so the product
-// needs no list of them and never mistakes one for a knob.
+// scripts name their own variables CELLMDEV_* (CELLMDEV_E2E_*, ...): outside
+// the product's namespace, so the product needs no list of them and never
+// mistakes one for a knob. The one exception is CELLM_TESTDATA, the fixture
+// folder the shared test data's README defines, which cellm lets pass.
 //
 // Thread-safety: parse_knobs and check_environment are pure functions of
 // their arguments; knobs() parses the process environment once (a
@@ -90,7 +91,7 @@ Status check_process_environment();
 const Knobs& knobs();
 
 // A variable's value, or nullopt when unset or empty. For variables outside
-// the knob table (HOME, XDG_*; the tests' CELLMDEV_TESTDATA and the like).
+// the knob table (HOME, XDG_*; the tests' CELLM_TESTDATA and the like).
 std::optional<std::string> env_string(const char* name);
 
 }  // namespace cellm

@@ -14,7 +14,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTDATA = os.environ.get("CELLMDEV_TESTDATA", os.path.join(HERE, "..", "..", "..", "shared", "testdata"))
+TESTDATA = os.environ.get("CELLM_TESTDATA", os.path.join(HERE, "..", "..", "..", "shared", "testdata"))
 
 # ---- single constructs: (template, context) --------------------------------
 CASES = [

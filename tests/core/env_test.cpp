@@ -148,7 +148,7 @@ TEST(EnvKnobsTest, AnUnknownCellmNameIsAnError) {
 
 TEST(EnvKnobsTest, TestAndScriptVariablesAndOtherNamesPass) {
   FakeEnv env;
-  env.values = {{"CELLMDEV_TESTDATA", "/tmp/x"},
+  env.values = {{"CELLM_TESTDATA", "/tmp/x"},
                 {"CELLMDEV_E2E_MODEL", "m"},
                 {"CELLMDEV_BENCH_MODELS", "a b"},
                 {"CELLMDEV_GPU_TARGETS", "t"},
@@ -160,8 +160,10 @@ TEST(EnvKnobsTest, TestAndScriptVariablesAndOtherNamesPass) {
   EXPECT_TRUE(env.check().is_ok()) << env.check().to_string();
   // The old names of the tools' variables are now unknown knobs: a script
   // that still sets one stops `cellm` instead of being silently ignored.
-  env.values = {{"CELLM_TESTDATA", "/tmp/x"}};
+  env.values = {{"CELLM_E2E_MODEL", "m"}};
   EXPECT_FALSE(env.check().is_ok());
+  env.values = {{"CELLM_TESTDATA_DIR", "/tmp/x"}};
+  EXPECT_FALSE(env.check().is_ok()) << "only the shared fixtures' exact name passes";
 }
 
 TEST(EnvKnobsTest, TheProcessEnvironmentIsChecked) {

@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 // found: test registration (INSTANTIATE_...) runs before any test does.
 fs::path golden_root() {
   if (auto p = env_path("CELLMDEV_GOLDEN_DIR")) return *p;
-  if (auto p = env_path("CELLMDEV_TESTDATA")) return *p / "hf_models";
+  if (auto p = env_path("CELLM_TESTDATA")) return *p / "hf_models";
   const fs::path src = source_dir();
   for (const fs::path& c : {src.parent_path() / "shared" / "testdata", src / ".testdata"}) {
     if (fs::is_directory(c)) return c / "hf_models";

@@ -16,7 +16,7 @@ std::optional<std::filesystem::path> env_path(const char* name) {
 }
 
 std::filesystem::path testdata_dir() {
-  if (auto p = env_path("CELLMDEV_TESTDATA")) return *p;
+  if (auto p = env_path("CELLM_TESTDATA")) return *p;
   const std::filesystem::path candidates[] = {
       source_dir().parent_path() / "shared" / "testdata",
       source_dir() / ".testdata",
@@ -24,7 +24,7 @@ std::filesystem::path testdata_dir() {
   for (const auto& c : candidates) {
     if (std::filesystem::is_directory(c)) return c;
   }
-  ADD_FAILURE() << "no test fixtures: set CELLMDEV_TESTDATA or provide " << candidates[0];
+  ADD_FAILURE() << "no test fixtures: set CELLM_TESTDATA or provide " << candidates[0];
   return candidates[0];
 }
 

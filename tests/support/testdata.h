@@ -1,4 +1,4 @@
-// Where tests find their fixtures: $CELLMDEV_TESTDATA, else ../shared/testdata
+// Where tests find their fixtures: $CELLM_TESTDATA, else ../shared/testdata
 // beside the checkout, else .testdata inside it (the copy carried to the GPU
 // machine). Tests that need a fixture that is absent fail with a message
 // saying where they looked.
