@@ -494,13 +494,13 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
   }
   std::vector<Point> all = decode;
   all.insert(all.end(), prefill.begin(), prefill.end());
+  const cuda::CudaProgramKnobs* knobs = cuda::cuda_program_knobs(*program);
+  const std::string kernels = knobs ? cuda::describe(knobs->kernels) : std::string("-");
   if (!o.verify_drafts.empty()) {
-    CELLM_RETURN_IF_ERROR(run_verify_points(o, spec, program, dev.name, out));
+    CELLM_RETURN_IF_ERROR(run_verify_points(o, spec, program, dev.name, kernels, out));
   }
 
   const std::string commit = env_string("CELLM_COMMIT").value_or("unknown");
-  const cuda::CudaProgramKnobs* knobs = cuda::cuda_program_knobs(*program);
-  const std::string kernels = knobs ? cuda::describe(knobs->kernels) : std::string("-");
   std::fprintf(out, "kernels: %s\n", kernels.c_str());
   if (!o.json_path.empty()) {
     std::ofstream json(o.json_path, std::ios::app);

@@ -31,7 +31,7 @@ Status argmax_step(executor::CudaExecutor& ex, const executor::RawTargetStep& st
 
 Status run_verify_points(const StepBenchOptions& o, const model::ModelSpec& spec,
                          std::shared_ptr<program::Program> program, const std::string& device,
-                         std::FILE* out) {
+                         const std::string& kernels, std::FILE* out) {
   for (int k : o.verify_drafts) {
     if (k < 1 || k > 16) return invalid_argument("--verify-drafts {}: give 1 to 16 drafts", k);
   }
@@ -107,6 +107,7 @@ Status run_verify_points(const StepBenchOptions& o, const model::ModelSpec& spec
                                {"drafts", k},
                                {"rows", batch * (k + 1)},
                                {"ms", median},
+                               {"kernels", kernels},
                                {"steps", o.steps},
                                {"ratio_to_plain", median / plain_ms}}
                     .dump()

@@ -5,6 +5,7 @@
 // every row's logits selected and argmaxed on the device, as the executor's
 // speculation does; the rows are rewound after each step, so every timed
 // step sees the same keys. k = 0 is the plain step the ratio is taken to.
+// `kernels` (the program's KernelChoice, described) labels the JSON lines.
 //
 // Thread-safety: runs on the calling thread.
 #pragma once
@@ -22,6 +23,6 @@ namespace cellm::bench {
 
 Status run_verify_points(const StepBenchOptions& o, const model::ModelSpec& spec,
                          std::shared_ptr<program::Program> program, const std::string& device,
-                         std::FILE* out);
+                         const std::string& kernels, std::FILE* out);
 
 }  // namespace cellm::bench

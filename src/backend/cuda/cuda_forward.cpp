@@ -168,12 +168,13 @@ Status CudaForward::bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len)
 
 Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n,
                          std::int64_t k, void* out, DType out_dtype, std::int32_t m,
-                         const bf16* bias, cudaStream_t stream) {
+                         const bf16* bias, std::uint32_t mma, cudaStream_t stream) {
   if (gemv_takes(active_, m)) {
     GemvParams g = gemv_params(a, lda, w, n, k, nullptr, m);
     g.out = out;
     g.out_f32 = out_dtype == DType::kF32;
     g.bias = bias;
+    g.tensor_cores = tensor_cores_for(g, mma);
     // Geometry the GEMV does not take (k not a multiple of 8, ...) stays on cuBLASLt.
     if (g.validate().is_ok()) {
       launch_gemv(g, stream);
@@ -200,8 +201,9 @@ Status CudaForward::gemm(const bf16* a, std::int64_t lda, const bf16* w, std::in
 
 Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, const DeviceQuant& q,
                             std::int64_t n, std::int64_t k, void* out, DType out_dtype,
-                            std::int32_t m, const bf16* bias, cudaStream_t stream) {
-  if (q.empty()) return gemm(a, lda, w, n, k, out, out_dtype, m, bias, stream);
+                            std::int32_t m, const bf16* bias, std::uint32_t mma,
+                            cudaStream_t stream) {
+  if (q.empty()) return gemm(a, lda, w, n, k, out, out_dtype, m, bias, mma, stream);
   const bool f32 = out_dtype == DType::kF32;
   const std::int64_t elem = f32 ? sizeof(float) : sizeof(bf16);
   auto* out_bytes = static_cast<std::byte*>(out);
@@ -387,7 +389,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
         norm(tmp_.data(), x_.data(), lw.attn_norm, h_.data(), w, stream);
       }
       CELLM_RETURN_IF_ERROR(project(h_.data(), hidden, lw.qkv, lw.qkv_q, qkv_dim_, hidden,
-                                    qkv_.data(), DType::kBF16, w, lw.qkv_bias, stream));
+                                    qkv_.data(), DType::kBF16, w, lw.qkv_bias, kMmaQkv, stream));
     }
     enqueue_attention(l, shape, in, split, rope_in_qkv, stream);
     if (fused) {
@@ -410,13 +412,13 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
       continue;
     }
     CELLM_RETURN_IF_ERROR(project(attn_.data(), q_dim_, lw.o, lw.o_q, hidden, q_dim_, tmp_.data(),
-                                  DType::kBF16, w, nullptr, stream));
+                                  DType::kBF16, w, nullptr, kMmaO, stream));
     if (lw.post_attn_norm != nullptr) {
       norm(tmp_.data(), nullptr, lw.post_attn_norm, tmp_.data(), w, stream);
     }
     norm(tmp_.data(), x_.data(), lw.mlp_norm, h_.data(), w, stream);
     CELLM_RETURN_IF_ERROR(project(h_.data(), hidden, lw.gate_up, lw.gate_up_q, 2 * inter, hidden,
-                                  gu_.data(), DType::kBF16, w, nullptr, stream));
+                                  gu_.data(), DType::kBF16, w, nullptr, kMmaGateUp, stream));
     GatedMlpParams mlp;
     mlp.gate = gu_.data();
     mlp.up = gu_.data() + inter;
@@ -431,7 +433,7 @@ Status CudaForward::enqueue(const ForwardShape& shape, cudaStream_t stream) {
     mlp.pdl = true;
     launch_gated_mlp(mlp, stream);
     CELLM_RETURN_IF_ERROR(project(gu_.data(), 2 * inter, lw.down, lw.down_q, hidden, inter,
-                                  tmp_.data(), DType::kBF16, w, nullptr, stream));
+                                  tmp_.data(), DType::kBF16, w, nullptr, kMmaDown, stream));
     if (lw.post_mlp_norm != nullptr) {
       norm(tmp_.data(), nullptr, lw.post_mlp_norm, tmp_.data(), w, stream);
     }
@@ -507,7 +509,7 @@ Status CudaForward::enqueue_logits(const ForwardShape& shape, const StepInputs& 
     launch_embedding(gather, stream);
     CELLM_RETURN_IF_ERROR(project(sel_.data(), hidden, weights_.lm_head, weights_.lm_head_q,
                                   s.vocab_size, hidden, logits_.data(), DType::kF32, shape.rows,
-                                  nullptr, stream));
+                                  nullptr, kMmaHead, stream));
   }
   if (s.final_logit_softcap) {
     SoftCapParams cap;

@@ -187,15 +187,19 @@ class CudaForward {
   // Final norm, the selected rows and the lm_head (and the logit soft cap).
   Status enqueue_logits(const ForwardShape& shape, const StepInputs& in, bool fused,
                         cudaStream_t stream);
+  // A bf16 product: the GEMV for steps of up to KernelChoice::gemv_max_rows
+  // rows (on tensor cores where tensor_cores_for accepts the projection,
+  // `mma` being its GemvMma bit), cuBLASLt otherwise.
   Status gemm(const bf16* a, std::int64_t lda, const bf16* w, std::int64_t n, std::int64_t k,
-              void* out, DType out_dtype, std::int32_t m, const bf16* bias, cudaStream_t stream);
+              void* out, DType out_dtype, std::int32_t m, const bf16* bias, std::uint32_t mma,
+              cudaStream_t stream);
   // One projection of the unfused path: gemm() over the bf16 matrix `w`, or,
   // where it is kept in blocks (`q`), the quantized GEMV for up to
   // kQGemvMaxRows rows and, wider, its blocks dequantized into
   // quant_scratch_ chunk by chunk, each chunk one cuBLASLt GEMM.
   Status project(const bf16* a, std::int64_t lda, const bf16* w, const DeviceQuant& q,
                  std::int64_t n, std::int64_t k, void* out, DType out_dtype, std::int32_t m,
-                 const bf16* bias, cudaStream_t stream);
+                 const bf16* bias, std::uint32_t mma, cudaStream_t stream);
   // cuda_forward_quant.cpp: project()'s steps wider than the quantized
   // GEMV. FP8 parts with one scale a row (fp8_gemm_takes) run an FP8 GEMM
   // on the rows of `a` quantized once per call into act_fp8_; the other

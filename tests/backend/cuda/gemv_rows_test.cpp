@@ -334,7 +334,7 @@ TEST_P(GemvRowsTest, EachRowHasTheBitsOfItsOneRowCallAndMatchesTheReference) {
     const GemvParams p = f.params(m, true);
     ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
     if (!gemv_uses_tensor_cores(p)) {
-      EXPECT_GT(gemv_mma_smem_bytes(p), kGemvMmaMaxSharedBytes) << "refused, yet it fits";
+      EXPECT_GT(gemv_mma_smem_bytes(p), gemv_mma_max_smem_bytes(m)) << "refused, yet it fits";
       EXPECT_GT(m, c.min_fit) << "rows the case means to cover were refused";
       continue;
     }

@@ -9,6 +9,7 @@
 // Refusals run without a GPU.
 #include "backend/cuda/kernels/gemv.cuh"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -585,19 +586,23 @@ TEST(GemvTensorCoresTest, TakesCallsThatFit) {
   head.n = 4 * 128256;
   EXPECT_FALSE(gemv_uses_tensor_cores(head)) << "the partials of 4x the groups do not fit";
   // Rows: 2048 columns with the norm take 8 KB a row (high and low parts)
-  // and 4 KB of norm weight; five rows fit, six do not.
+  // and 4 KB of norm weight. One row keeps to 48 KB; more rows may take
+  // what a block can opt into (gemv_mma_max_smem_bytes).
+  EXPECT_EQ(gemv_mma_max_smem_bytes(1), kGemvMmaMaxSharedBytes);
+  EXPECT_EQ(gemv_mma_max_smem_bytes(2), std::max<std::int64_t>(kGemvMmaMaxSharedBytes,
+                                                               max_smem_per_block_optin()));
   EXPECT_TRUE(gemv_uses_tensor_cores(params(2, 2048, true)));
-  EXPECT_TRUE(gemv_uses_tensor_cores(params(5, 2048, true)));
-  EXPECT_FALSE(gemv_uses_tensor_cores(params(6, 2048, true))) << "past 48 KB";
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(8, 2048, true)));
   EXPECT_TRUE(gemv_uses_tensor_cores(params(8, 2048, false)));  // 1B's o projection: 38 KB
-  EXPECT_TRUE(gemv_uses_tensor_cores(params(2, 8192, false)));  // 1B's down: 16 KB a row
-  EXPECT_FALSE(gemv_uses_tensor_cores(params(3, 8192, false))) << "past 48 KB";
+  EXPECT_TRUE(gemv_uses_tensor_cores(params(8, 8192, false)));  // 1B's down: 16 KB a row
+  EXPECT_EQ(gemv_uses_tensor_cores(params(8, 14336, false)),   // 8B's down: 28 KB a row
+            gemv_mma_smem_bytes(params(8, 14336, false)) <= max_smem_per_block_optin());
   EXPECT_FALSE(gemv_uses_tensor_cores(params(9, 64, false))) << "eight B columns";
   for (int m = 1; m <= 8; ++m) {
     EXPECT_EQ(gemv_mma_rounds(params(m, 2048, true)), gemv_mma_rounds(params(1, 2048, true)))
         << "the walk must not depend on the rows";
     EXPECT_EQ(gemv_uses_tensor_cores(params(m, 2048, true)),
-              gemv_mma_smem_bytes(params(m, 2048, true)) <= kGemvMmaMaxSharedBytes);
+              gemv_mma_smem_bytes(params(m, 2048, true)) <= gemv_mma_max_smem_bytes(m));
   }
   GemvParams off = params(1, 2048, true);
   off.tensor_cores = false;

@@ -1,6 +1,7 @@
 // Host side of the tensor-core GEMV (gemv_mma.cuh): the block size, the
 // grid and the shared memory of a call, and its launch. The kernel body is
 // gemv_mma_kernel.cuh.
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/kernels/gemv_mma.cuh"
@@ -80,7 +81,12 @@ bool gemv_uses_tensor_cores(const GemvParams& params) {
   if (params.epilogue == GemvEpilogue::kRopeScatter && params.rope.head_dim % 16 != 0) {
     return false;
   }
-  return gemv_mma_smem_bytes(params) <= kGemvMmaMaxSharedBytes;
+  return gemv_mma_smem_bytes(params) <= gemv_mma_max_smem_bytes(params.m);
+}
+
+std::int64_t gemv_mma_max_smem_bytes(std::int32_t m) {
+  return m <= 1 ? kGemvMmaMaxSharedBytes
+                : std::max<std::int64_t>(kGemvMmaMaxSharedBytes, max_smem_per_block_optin());
 }
 
 void launch_gemv_mma(const GemvParams& params, cudaStream_t stream) {

@@ -47,9 +47,16 @@ namespace cellm::cuda {
 // Whether launch_gemv runs this call on tensor cores: asked
 // (params.tensor_cores), 1..kGemvMmaMaxRows rows, a rope epilogue only for
 // heads of a multiple of 16, and gemv_mma_smem_bytes within
-// kGemvMmaMaxSharedBytes (else the CUDA-core kernel runs it).
+// gemv_mma_max_smem_bytes (else the CUDA-core kernel runs it).
 bool gemv_uses_tensor_cores(const GemvParams& params);
+// One-row calls keep the 48 KB they were measured with (blocks of several
+// projections then share an SM). A many-row call may take up to what a
+// block can opt into: it reads its weights once for all rows, and on CUDA
+// cores instead each further row costs nearly a whole pass (H100, 1B's
+// down at 4 rows: 25.1 us on CUDA cores, 16.3 on cuBLASLt, against 12.4 on
+// tensor cores at 1 row; bench/results, session 33).
 inline constexpr std::int64_t kGemvMmaMaxSharedBytes = 48 * 1024;
+std::int64_t gemv_mma_max_smem_bytes(std::int32_t m);
 inline constexpr int kGemvMmaMaxRows = 8;  // the mma's B columns
 
 // Shared memory a block of this call takes: the staged rows (with the norm
