@@ -114,6 +114,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   config.cpu_program = options.cpu_program;
   config.cpu_threads = options.threads;
   config.program = options.program;
+  config.kv_dtype = options.kv_dtype;
   // What --quantize fp8 made stays FP8 on the GPU: that is what it is for.
   if (options.quantize == model::Quantize::kFp8) config.program.keep_quantized = true;
   if (options.speculate != "off") {

@@ -58,6 +58,8 @@ struct EngineOptions {
   std::int32_t speculate_tokens = 4;
   std::filesystem::path draft_model;  // only with speculate "draft"
   program::ProgramOptions program;
+  // `--kv-dtype`: CudaExecutorConfig::kv_dtype (bf16; fp8 on CUDA only).
+  DType kv_dtype = DType::kBF16;
   // model::LoadOptions::quantize (`--quantize fp8`): the projections rounded
   // to FP8 E4M3 with per-row scales on load.
   model::Quantize quantize = model::Quantize::kNone;

@@ -17,9 +17,11 @@ Result<LoadedExecutor> create_executor(const CudaExecutorConfig& config) {
 namespace {
 
 Status check_config(const CudaExecutorConfig& config) {
-  if (config.kv_dtype != DType::kBF16 && config.kv_dtype != DType::kF32) {
-    return not_supported("kv_dtype {}: K/V are stored as bf16 on the GPU and f32 on the CPU",
-                         dtype_name(config.kv_dtype));
+  if (config.kv_dtype != DType::kBF16 && config.kv_dtype != DType::kF32 &&
+      config.kv_dtype != DType::kF8E4M3) {
+    return not_supported(
+        "kv_dtype {}: K/V are stored as bf16 or fp8 (E4M3) on the GPU and f32 on the CPU",
+        dtype_name(config.kv_dtype));
   }
   if (!config.data_files.empty()) {
     return not_supported(
@@ -30,6 +32,21 @@ Status check_config(const CudaExecutorConfig& config) {
     return not_supported(
         "additional_cuda_graph_methods: the programs export no other static "
         "method to capture");
+  }
+  return Status::ok();
+}
+
+// config.kv_dtype on the chosen backend: the CPU programs keep f32 K/V
+// (bf16, the default, and f32 both mean that there); the CUDA program keeps
+// bf16 or FP8 E4M3 pools.
+Status check_kv_dtype(const CudaExecutorConfig& config, const BackendChoice& backend) {
+  if (backend.name == "cpu" && config.kv_dtype == DType::kF8E4M3) {
+    return not_supported(
+        "--kv-dtype fp8: the CPU program keeps K/V in f32; FP8 K/V are for the CUDA backend "
+        "(--backend cuda)");
+  }
+  if (backend.name != "cpu" && config.kv_dtype == DType::kF32) {
+    return not_supported("--kv-dtype f32: the CUDA program keeps K/V in bf16 or fp8");
   }
   return Status::ok();
 }
@@ -93,10 +110,12 @@ Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& bac
 }
 
 // The program's options: the config's, with the engine options that the
-// program takes at creation.
+// program takes at creation (kv_dtype is the config's field: the CPU's f32
+// stays the CUDA program's default bf16, which it does not reach).
 program::ProgramOptions program_options(const CudaExecutorConfig& config) {
   program::ProgramOptions options = config.program;
   options.cuda_graphs = config.options.cuda_graph_for_static_methods;
+  options.kv_dtype = config.kv_dtype == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16;
   return options;
 }
 
@@ -146,6 +165,7 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
   CELLM_RETURN_IF_ERROR(cpu_choice(config));
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
+  CELLM_RETURN_IF_ERROR(check_kv_dtype(config, backend));
   out.backend = backend.name;
   out.model = std::move(model);
   program::ProgramOptions options = program_options(config);
@@ -175,6 +195,7 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
   SizedExecutor sized;
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
+  CELLM_RETURN_IF_ERROR(check_kv_dtype(config, backend));
   out.backend = backend.name;
   out.model = std::move(model);
   program::ProgramOptions options = program_options(config);

@@ -36,6 +36,11 @@ struct CudaExecutorConfig {
   std::vector<std::string> data_files;  // shards are found through the index; keep empty
   int max_sessions = 1;
   int max_session_tokens = 0;  // 0: divide the pool across sessions, capped by the context
+  // The K/V element type (`--kv-dtype`, core/dtype.h's parse_kv_dtype). CUDA:
+  // kBF16 or kF8E4M3 (E4M3 codes, one fixed scale of 1: twice the cells in
+  // the same memory; see backend/cuda/cuda_types.h's KvDtype), which becomes
+  // ProgramOptions::kv_dtype. CPU: kBF16 (the default) or kF32, both meaning
+  // the CPU program's f32 K/V. Other pairings are refused.
   DType kv_dtype = DType::kBF16;
   int initial_capacity = -1;     // the pool is sized at load; must be -1 or fit it
   std::string backend = "auto";  // "auto", "cpu" or "cuda"

@@ -304,6 +304,10 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
                                           const cuda::DeviceCeilings& dev, std::FILE* out) {
   std::vector<Point> points;
   const std::int64_t cells = *program->constant(program::kMaxCellsConstant);
+  const cuda::CudaKvPool pool = cuda::cuda_kv_pool(*program);
+  std::fprintf(out, "KV pool: %lld cells of %s (%.0f MiB)\n", static_cast<long long>(cells),
+               pool.dtype == cuda::KvDtype::kFp8 ? "fp8 e4m3" : "bf16",
+               static_cast<double>(pool.bytes) / (1 << 20));
   SamplingParams sampled;
   sampled.temperature = 1.0f;
   std::vector<std::pair<const char*, SamplingParams> > modes;
@@ -366,8 +370,9 @@ Result<std::vector<Point> > decode_points(const StepBenchOptions& o, const model
         p.tokens_per_step = served.tokens_per_step;
         p.tokens_per_s = batch * 1000.0 / p.ms;
         // The KV the timed steps read, on average, and every weight.
-        const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(spec)) * batch *
-                          served.mean_keys;
+        const double kv = static_cast<double>(cuda::CudaForward::kv_bytes_per_cell(
+                              spec, cuda::cuda_kv_pool(*program).dtype)) *
+                          batch * served.mean_keys;
         // Weights kept in GGUF blocks: the bytes resident, not bf16's.
         const double weights = cuda::cuda_weight_blocks(*program).empty()
                                    ? weight_bytes_read(spec)
@@ -464,6 +469,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
       o.prompts.empty() ? 0 : *std::max_element(o.prompts.begin(), o.prompts.end());
   program::ProgramOptions popts;
   popts.max_step = std::max(2048, longest_prompt);
+  popts.kv_dtype = o.kv_dtype;
   model::ModelSpec spec;
   std::shared_ptr<program::Program> program;
   if (std::filesystem::exists(o.model)) {
@@ -510,6 +516,7 @@ Status run_step_bench(const StepBenchOptions& o, std::FILE* out) {
                        {"kernels", kernels},
                        {"model", o.model},
                        {"weights", weights_form},
+                       {"kv_dtype", dtype_name(o.kv_dtype)},
                        {"batch", p.batch},
                        {p.kind == "decode" ? "context" : "prompt", p.context},
                        {"copy_bytes_per_s", dev.copy_bytes_per_s},

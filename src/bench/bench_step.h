@@ -25,6 +25,7 @@
 #include "cellm/runner.h"
 #include "cellm/status.h"
 #include "cellm/types.h"
+#include "core/dtype.h"
 #include "model/quantize.h"
 
 namespace cellm::bench {
@@ -34,6 +35,8 @@ struct StepBenchOptions {
   bool keep_quantized = false;         // ProgramOptions::keep_quantized (`--keep-quantized`)
   // `--quantize fp8`: model::LoadOptions::quantize for a model path.
   model::Quantize quantize = model::Quantize::kNone;
+  // `--kv-dtype`: ProgramOptions::kv_dtype (kBF16 or kF8E4M3, CUDA only).
+  DType kv_dtype = DType::kBF16;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   std::vector<int> contexts = {128, 512, 2048, 8192};
   std::vector<int> prompts = {128, 512, 2048, 8192};

@@ -114,6 +114,9 @@ Status step(executor::CudaExecutor& ex, const executor::RawTargetStep& s, std::v
 
 Status run_cpu_step_bench(const StepBenchOptions& given, std::FILE* out) {
   StepBenchOptions o = given;
+  if (o.kv_dtype == DType::kF8E4M3) {
+    return not_supported("--kv-dtype fp8: the CPU program keeps K/V in f32 (FP8 K/V are CUDA's)");
+  }
   if (!o.batches_given) o.batches = {1};
   if (!o.contexts_given) o.contexts = {1};
   if (!o.prompts_given) o.prompts = {128};

@@ -320,6 +320,7 @@ Command add_bench(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   step->add_flag("--keep-quantized", opts->keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(*step, opts->quantize);
+  add_kv_dtype_option(*step, opts->kv_dtype);
   step->add_option("--verify-drafts", opts->verify_drafts,
                    "also time speculative verification steps: each session feeds 1 + K rows "
                    "(K drafts, 1..16), against the plain step (CUDA)")

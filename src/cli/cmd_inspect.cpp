@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/generate.h"
 #include "model/inspect.h"
 
 namespace cellm::cli {
@@ -21,6 +22,7 @@ Command add_inspect(CLI::App& app) {
   cmd->add_option("--sessions", args->options.sessions, "concurrent sessions")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  add_kv_dtype_option(*cmd, args->options.kv_dtype);
   cmd->add_flag("--no-tensors", args->no_tensors, "omit the tensor list");
   return [args] {
     args->options.list_tensors = !args->no_tensors;

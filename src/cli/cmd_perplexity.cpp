@@ -71,6 +71,7 @@ int run(const PerplexityArgs& args) {
         {"backend", args.model.backend},
         {"keep_quantized", args.model.keep_quantized},
         {"quantize", model::quantize_name(args.model.quantize)},
+        {"kv_dtype", dtype_name(args.model.kv_dtype)},
         {"cpu_program", args.model.cpu_program.empty() ? "fast" : args.model.cpu_program},
         {"commit", knobs().commit.value_or("unknown")}};
     std::ofstream out(args.json, std::ios::app);

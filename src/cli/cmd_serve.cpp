@@ -22,6 +22,7 @@ Command add_serve(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_flag("--keep-quantized", args->keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(*cmd, args->quantize);
+  add_kv_dtype_option(*cmd, args->kv_dtype);
   cmd->add_option("--max-sessions", args->max_sessions,
                   "sequences generating at once (0: 64, or as many as the KV memory holds at the "
                   "context); prefix-cache snapshots get sessions of their own")

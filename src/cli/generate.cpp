@@ -47,6 +47,18 @@ void add_quantize_option(CLI::App& cmd, model::Quantize& out) {
       ->type_name("fp8|none");
 }
 
+void add_kv_dtype_option(CLI::App& cmd, DType& out) {
+  cmd.add_option_function<std::string>(
+         "--kv-dtype",
+         [&out](const std::string& name) {
+           Result<DType> dtype = parse_kv_dtype(name);
+           if (!dtype.ok()) throw CLI::ValidationError(std::string(dtype.status().message()));
+           out = *dtype;
+         },
+         kKvDtypeHelp)
+      ->type_name("bf16|fp8|f32");
+}
+
 void add_model_options(CLI::App& cmd, ModelArgs& args) {
   cmd.add_option("model", args.model, app::model_search_help());
   cmd.add_option("--backend", args.backend, "auto, cpu or cuda")->capture_default_str();
@@ -57,6 +69,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& args) {
       ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--keep-quantized", args.keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(cmd, args.quantize);
+  add_kv_dtype_option(cmd, args.kv_dtype);
   cmd.add_option("--max-sessions", args.max_sessions, "sessions the KV pool is sized for")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -112,6 +125,7 @@ std::unique_ptr<app::Engine> load_engine(const ModelArgs& args, bool show_progre
   options.cpu_program = args.cpu_program;
   options.program.keep_quantized = args.keep_quantized;
   options.quantize = args.quantize;
+  options.kv_dtype = args.kv_dtype;
   options.threads = args.threads;
   options.max_sessions = args.max_sessions;
   options.max_session_tokens = args.max_session_tokens;

@@ -40,6 +40,17 @@ inline constexpr const char* kQuantizeHelp =
 // an unknown name is a parse error naming the choices.
 void add_quantize_option(CLI::App& cmd, model::Quantize& out);
 
+// The help of --kv-dtype (run, chat, serve, perplexity, bench step, inspect).
+inline constexpr const char* kKvDtypeHelp =
+    "the KV cache's element type: bf16, or fp8 (CUDA: E4M3 codes with one fixed scale of 1 for "
+    "every model, values beyond +-448 saturated; half the bytes a token, so the same memory "
+    "holds twice the tokens and decode reads half the K/V bytes, for E4M3's 3 mantissa bits "
+    "against bf16's 7). The CPU keeps f32 K/V (f32 names it) and refuses fp8";
+
+// Registers `--kv-dtype NAME` on `cmd`, parsed into `out` (parse_kv_dtype); an
+// unknown name is a parse error naming the accepted ones.
+void add_kv_dtype_option(CLI::App& cmd, DType& out);
+
 struct ModelArgs {
   std::string model;  // empty: $CELLM_MODEL, else smollm2 (see app/model_path.h)
   std::string backend = "auto";
@@ -52,6 +63,7 @@ struct ModelArgs {
   std::string draft_model;                            // app::EngineOptions::draft_model
   bool keep_quantized = false;                        // program::ProgramOptions::keep_quantized
   model::Quantize quantize = model::Quantize::kNone;  // app::EngineOptions::quantize
+  DType kv_dtype = DType::kBF16;                      // app::EngineOptions::kv_dtype
 };
 
 // Settings left unset on the command line take the model's own defaults

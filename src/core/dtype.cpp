@@ -13,6 +13,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -25,6 +26,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
     case DType::kU8: return "u8";
+    case DType::kF8E4M3: return "fp8";
   }
   return "?";
 }
@@ -36,7 +38,15 @@ Result<DType> parse_dtype(std::string_view name) {
   if (name == "i32" || name == "int32") return DType::kI32;
   if (name == "i64" || name == "int64") return DType::kI64;
   if (name == "u8" || name == "uint8") return DType::kU8;
-  return invalid_argument("unknown dtype '{}': use f32, f16, bf16, i32, i64 or u8", name);
+  if (name == "fp8" || name == "f8e4m3" || name == "float8_e4m3fn") return DType::kF8E4M3;
+  return invalid_argument("unknown dtype '{}': use f32, f16, bf16, i32, i64, u8 or fp8", name);
+}
+
+Result<DType> parse_kv_dtype(std::string_view name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp8" || name == "f8e4m3") return DType::kF8E4M3;
+  if (name == "f32") return DType::kF32;
+  return invalid_argument("unknown KV dtype '{}': use bf16, fp8 (E4M3, CUDA) or f32 (CPU)", name);
 }
 
 float f16_to_f32(std::uint16_t h) {

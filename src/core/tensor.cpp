@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -91,6 +92,16 @@ float element_as_f32(const Tensor& t, std::int64_t i) {
     case DType::kI32: return static_cast<float>(t.data_as<std::int32_t>()[i]);
     case DType::kI64: return static_cast<float>(t.data_as<std::int64_t>()[i]);
     case DType::kU8: return static_cast<float>(t.data_as<std::uint8_t>()[i]);
+    case DType::kF8E4M3: {
+      // E4M3FN (format/fp8.h): bias 7, subnormals m/8 x 2^-6, S.1111.111 NaN.
+      const std::uint8_t code = t.data_as<std::uint8_t>()[i];
+      const int exp = (code >> 3) & 0xF;
+      const int mant = code & 0x7;
+      float mag =
+          std::ldexp(static_cast<float>(exp == 0 ? mant : 8 + mant), (exp == 0 ? 1 : exp) - 10);
+      if (exp == 0xF && mant == 0x7) mag = std::nanf("");
+      return (code & 0x80) != 0 ? -mag : mag;
+    }
   }
   return 0.0f;
 }

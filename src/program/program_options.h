@@ -30,6 +30,12 @@ struct ProgramOptions {
   // CUDA only, when kv_cells is 0: the fraction of free device memory given
   // to weights, workspace and the KV pool together.
   double kv_memory_fraction = 0.9;
+  // CUDA only: the K/V pools' element type, kBF16 or kF8E4M3 (`--kv-dtype
+  // fp8`: E4M3 codes with one fixed scale of 1, backend/cuda/cuda_types.h's
+  // KvDtype; a cell takes half the bytes, so a pool sized from memory holds
+  // twice the cells). The CPU program keeps f32 K/V and ignores it (the
+  // executor factory refuses fp8 there).
+  DType kv_dtype = DType::kBF16;
   // Forwards also return taps [T, D]: every row's final hidden state, the
   // exact input of the LM head (after the final norm).
   bool taps = false;

@@ -302,7 +302,8 @@ void row_to_f32(const Tensor& logits, std::int64_t row, std::vector<float>& out)
     }
     case DType::kI32:
     case DType::kI64:
-    case DType::kU8: break;
+    case DType::kU8:
+    case DType::kF8E4M3: break;
   }
   CELLM_CHECK(false, "row_to_f32 of {} logits", dtype_name(logits.dtype()));
 }

@@ -184,6 +184,7 @@ int run_serve(const ServeArgs& args) {
     eo.draft_model = args.draft_model;
     eo.program.keep_quantized = args.keep_quantized;
     eo.quantize = args.quantize;
+    eo.kv_dtype = args.kv_dtype;
     // Snapshots get sessions of their own beyond max_sessions (app/sizing.h).
     eo.prefix_cache_entries = args.prefix_cache_entries;
     const auto t0 = std::chrono::steady_clock::now();

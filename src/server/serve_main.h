@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/quantize.h"
 
 namespace cellm::server {
@@ -40,6 +41,7 @@ struct ServeArgs {
   std::string draft_model;      // with speculate "draft" (app::EngineOptions::draft_model)
   bool keep_quantized = false;  // program::ProgramOptions::keep_quantized
   model::Quantize quantize = model::Quantize::kNone;  // app::EngineOptions::quantize
+  DType kv_dtype = DType::kBF16;                      // app::EngineOptions::kv_dtype
   // Access: with any key (--api-key, or --api-key-file with one key per
   // line) every route but /, /health and, with metrics_open, /metrics needs
   // "Authorization: Bearer KEY".

@@ -1,10 +1,11 @@
 #include "core/tensor.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+
+#include <gtest/gtest.h>
 
 namespace cellm {
 namespace {
@@ -16,6 +17,43 @@ TEST(DTypeTest, SizesAndNames) {
   EXPECT_EQ(dtype_name(DType::kF16), "f16");
   EXPECT_EQ(*parse_dtype("bfloat16"), DType::kBF16);
   EXPECT_FALSE(parse_dtype("q4").ok());
+}
+
+TEST(DTypeTest, Fp8IsOneByteNamedFp8) {
+  EXPECT_EQ(dtype_size(DType::kF8E4M3), 1u);
+  EXPECT_EQ(dtype_name(DType::kF8E4M3), "fp8");
+  EXPECT_EQ(*parse_dtype("fp8"), DType::kF8E4M3);
+  EXPECT_EQ(*parse_dtype("float8_e4m3fn"), DType::kF8E4M3);
+}
+
+TEST(DTypeTest, KvDtypesAreBf16Fp8AndF32) {
+  EXPECT_EQ(*parse_kv_dtype("bf16"), DType::kBF16);
+  EXPECT_EQ(*parse_kv_dtype("fp8"), DType::kF8E4M3);
+  EXPECT_EQ(*parse_kv_dtype("f8e4m3"), DType::kF8E4M3);
+  EXPECT_EQ(*parse_kv_dtype("f32"), DType::kF32);
+  for (const char* name : {"int8", "f16", "fp8_e5m2", ""}) {
+    const auto refused = parse_kv_dtype(name);
+    ASSERT_FALSE(refused.ok()) << name;
+    // The refusal names what is accepted.
+    const std::string message(refused.status().message());
+    for (const char* accepted : {"bf16", "fp8", "f32"}) {
+      EXPECT_NE(message.find(accepted), std::string::npos) << message;
+    }
+  }
+}
+
+// E4M3FN codes read as their values: bias 7, subnormals m x 2^-9, one NaN.
+TEST(DTypeTest, Fp8ElementsReadAsTheirE4m3Values) {
+  const std::uint8_t codes[] = {0x00, 0x80, 0x01, 0x07, 0x08, 0x38, 0x3c, 0xc0, 0x7e, 0xfe, 0x7f};
+  const float want[] = {0.0f, -0.0f, 0x1p-9f, 7 * 0x1p-9f, 0x1p-6f, 1.0f,
+                        1.5f, -2.0f, 448.0f,  -448.0f,     0.0f};
+  Tensor t = Tensor::empty(DType::kF8E4M3, {11});
+  std::memcpy(t.data(), codes, sizeof(codes));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(element_as_f32(t, i), want[i]) << "code " << int{codes[i]};
+    EXPECT_EQ(std::signbit(element_as_f32(t, i)), std::signbit(want[i])) << int{codes[i]};
+  }
+  EXPECT_TRUE(std::isnan(element_as_f32(t, 10)));
 }
 
 TEST(DTypeTest, Bf16RoundsToNearestEven) {

@@ -34,7 +34,8 @@ Result<Tensor> convert(const Tensor& t, const std::string& name, const Shape& wa
     }
     case DType::kI32:
     case DType::kI64:
-    case DType::kU8: break;
+    case DType::kU8:
+    case DType::kF8E4M3: break;
   }
   return invalid_argument("weight '{}' has dtype {}; the CPU program reads f32, f16 or bf16", name,
                           dtype_name(t.dtype()));

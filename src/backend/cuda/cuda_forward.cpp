@@ -26,10 +26,10 @@ Status alloc(DeviceBuffer<T>& buffer, std::size_t count) {
 
 }  // namespace
 
-std::size_t CudaForward::kv_bytes_per_cell(const model::ModelSpec& spec) {
+std::size_t CudaForward::kv_bytes_per_cell(const model::ModelSpec& spec, KvDtype kv_dtype) {
   return static_cast<std::size_t>(spec.num_layers) * 2 *
          static_cast<std::size_t>(spec.num_kv_heads) * static_cast<std::size_t>(spec.head_dim) *
-         sizeof(bf16);
+         kv_dtype_bytes(kv_dtype);
 }
 
 std::size_t CudaForward::activation_bytes(const model::ModelSpec& s, std::int32_t max_step,
@@ -57,16 +57,23 @@ CudaForward::CudaForward(const model::ModelSpec& spec, DeviceWeights weights, Ge
 Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec& spec,
                                                          DeviceWeights weights,
                                                          std::int32_t max_step,
-                                                         std::int32_t kv_cells) {
+                                                         std::int32_t kv_cells, KvDtype kv_dtype) {
   if (max_step <= 0 || kv_cells < 2) {
     return invalid_argument(
         "cuda forward: max_step {} and kv_cells {} must be positive (cells >= 2)", max_step,
         kv_cells);
   }
+  if (kv_dtype == KvDtype::kFp8 && spec.head_dim % 16 != 0) {
+    return not_supported(
+        "--kv-dtype fp8: head_dim {} is not a multiple of 16 (attention copies FP8 K/V 16 codes "
+        "at a time); use bf16",
+        spec.head_dim);
+  }
   CELLM_ASSIGN_OR_RETURN(GemmRunner gemm, GemmRunner::create(GemmRunner::kDefaultWorkspaceBytes));
   auto f = std::unique_ptr<CudaForward>(new CudaForward(spec, std::move(weights), std::move(gemm)));
   f->max_step_ = max_step;
   f->kv_cells_ = kv_cells;
+  f->kv_dtype_ = kv_dtype;
   f->sm_count_ = multiprocessor_count();
   f->q_dim_ = static_cast<std::int64_t>(spec.num_heads) * spec.head_dim;
   f->kv_dim_ = static_cast<std::int64_t>(spec.num_kv_heads) * spec.head_dim;
@@ -117,7 +124,7 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const model::ModelSpec&
   CELLM_CUDA_CHECK(cudaMemset(f->argmax_counter_.data(), 0, f->argmax_counter_.bytes()));
   // K/V pools: every layer keeps a full pool; windows only bound the reads.
   CELLM_RETURN_IF_ERROR(
-      alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec) / sizeof(bf16)));
+      alloc(f->kv_, static_cast<std::size_t>(kv_cells) * kv_bytes_per_cell(spec, kv_dtype)));
   // Cell 0 is the scratch cell padding rows read; keep it finite.
   CELLM_CUDA_CHECK(cudaMemset(f->kv_.data(), 0, f->kv_.bytes()));
 

@@ -5,8 +5,9 @@
 //
 // Step inputs live in fixed device buffers written by one host-to-device copy
 // per step (tokens, positions, sequence slots, cells, selector). The K/V
-// pools and the device copy of the cell tables live here too; the forward's
-// KV scatter keeps the tables current for the tokens it writes.
+// pools (bf16, or FP8 E4M3 codes: KvDtype in cuda_types.h) and the device
+// copy of the cell tables live here too; the forward's KV scatter keeps the
+// tables current for the tokens it writes.
 //
 // Thread-safety: not thread-safe; the program's engine thread drives it.
 #pragma once
@@ -79,10 +80,12 @@ struct DecodeSplit {
 class CudaForward {
  public:
   // Allocates weights-independent buffers: activations for max_step rows, the
-  // K/V pools for `kv_cells` cells. The cell table comes with bind_tables.
+  // K/V pools for `kv_cells` cells of `kv_dtype` (FP8 needs head_dim a
+  // multiple of 16). The cell table comes with bind_tables.
   static Result<std::unique_ptr<CudaForward>> create(const model::ModelSpec& spec,
                                                      DeviceWeights weights, std::int32_t max_step,
-                                                     std::int32_t kv_cells);
+                                                     std::int32_t kv_cells,
+                                                     KvDtype kv_dtype = KvDtype::kBF16);
 
   // (Re)allocates the device cell tables [max_seqs, max_seq_len], zeroed.
   Status bind_tables(std::int32_t max_seqs, std::int32_t max_seq_len);
@@ -111,6 +114,7 @@ class CudaForward {
   std::int32_t table_stride() const { return table_stride_; }
   const float* logits() const { return logits_.data(); }  // [max_step, vocab]
   std::size_t kv_bytes() const { return kv_.bytes(); }
+  KvDtype kv_dtype() const { return kv_dtype_; }
   std::size_t weight_bytes() const { return weights_.bytes(); }
   // The projections kept quantized (QuantWeights::summary), and, when FP8
   // ones run their wide steps on FP8 GEMMs, "; wide steps on FP8 GEMMs".
@@ -126,8 +130,9 @@ class CudaForward {
   std::size_t workspace_bytes() const;
   const model::ModelSpec& spec() const { return spec_; }
 
-  // Bytes of K+V per cell over all layers.
-  static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec);
+  // Bytes of K+V per cell over all layers (FP8 pools: half of bf16's).
+  static std::size_t kv_bytes_per_cell(const model::ModelSpec& spec,
+                                       KvDtype kv_dtype = KvDtype::kBF16);
   // Activation and workspace bytes for max_step rows (and, for weights kept
   // in blocks, the scratch their wide steps dequantize into and the rows'
   // FP8 codes and scales the FP8 GEMMs read).
@@ -168,9 +173,9 @@ class CudaForward {
                          const DecodeSplit& split, bool rope_done, cudaStream_t stream);
   void enqueue_rope_scatter(int l, const ForwardShape& shape, const StepInputs& in,
                             cudaStream_t stream);
-  // Layer l's K and V pools: [cells, kv_heads, head_dim] each, inside kv_.
-  bf16* k_pool(int l) const;
-  bf16* v_pool(int l) const;
+  // Layer l's K and V pools: [cells, kv_heads, head_dim] of kv_dtype_ each, inside kv_.
+  void* k_pool(int l) const;
+  void* v_pool(int l) const;
   // Layer l's rope + K/V scatter as rope_scatter (or the q/k/v GEMV's epilogue) takes it.
   RopeScatterParams rope_scatter_params(int l, const ForwardShape& shape,
                                         const StepInputs& in) const;
@@ -241,8 +246,9 @@ class CudaForward {
 
   DeviceBuffer<std::int32_t> step_;   // [StepArrays::kCount, max_step]
   DeviceBuffer<std::int32_t> table_;  // [max_seqs, table_stride]
-  DeviceBuffer<bf16> kv_;             // [layers, 2, cells, kv_heads, head_dim]
-  DeviceBuffer<float> inv_freq_;      // [layers, max_rotary / 2]
+  DeviceBuffer<std::byte> kv_;        // [layers, 2, cells, kv_heads, head_dim] of kv_dtype_
+  KvDtype kv_dtype_ = KvDtype::kBF16;
+  DeviceBuffer<float> inv_freq_;  // [layers, max_rotary / 2]
   std::vector<std::int32_t> rotary_dims_;
   std::int32_t inv_freq_stride_ = 0;
   DeviceBuffer<bf16> x_, h_, tmp_, qkv_, attn_, gu_, sel_;

@@ -23,14 +23,21 @@ CudaForward::StepInputs CudaForward::step_inputs() const {
                     array(StepArrays::kAttentionRows)};
 }
 
-bf16* CudaForward::k_pool(int l) const {
-  const std::size_t pool_elems =
-      static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
-  return kv_.data() + static_cast<std::size_t>(2 * l) * pool_elems;
+namespace {
+
+// Bytes of one layer's K (or V) pool.
+std::size_t pool_bytes(std::int32_t cells, std::int64_t kv_dim, KvDtype dtype) {
+  return static_cast<std::size_t>(cells) * static_cast<std::size_t>(kv_dim) * kv_dtype_bytes(dtype);
 }
 
-bf16* CudaForward::v_pool(int l) const {
-  return k_pool(l) + static_cast<std::size_t>(kv_cells_) * static_cast<std::size_t>(kv_dim_);
+}  // namespace
+
+void* CudaForward::k_pool(int l) const {
+  return kv_.data() + static_cast<std::size_t>(2 * l) * pool_bytes(kv_cells_, kv_dim_, kv_dtype_);
+}
+
+void* CudaForward::v_pool(int l) const {
+  return static_cast<std::byte*>(k_pool(l)) + pool_bytes(kv_cells_, kv_dim_, kv_dtype_);
 }
 
 RopeScatterParams CudaForward::rope_scatter_params(int l, const ForwardShape& shape,
@@ -59,6 +66,7 @@ RopeScatterParams CudaForward::rope_scatter_params(int l, const ForwardShape& sh
   rs.max_cells = kv_cells_;
   rs.max_seqs = max_seqs_;
   rs.table_stride = table_stride_;
+  rs.kv_dtype = kv_dtype_;
   rs.pdl = true;
   return rs;
 }
@@ -108,6 +116,7 @@ void CudaForward::enqueue_rope_scatter(int l, const ForwardShape& shape, const S
   sc.max_cells = rs.max_cells;
   sc.max_seqs = rs.max_seqs;
   sc.table_stride = rs.table_stride;
+  sc.kv_dtype = rs.kv_dtype;
   launch_kv_scatter(sc, stream);
 }
 
@@ -157,6 +166,7 @@ void CudaForward::enqueue_attention(int l, const ForwardShape& shape, const Step
   at.window = ls.window;
   at.scale = attention_scale_;
   at.softcap = s.attn_logit_softcap.value_or(0.0f);
+  at.kv_dtype = kv_dtype_;
   at.num_splits = split.splits;
   at.workspace = attn_ws_.data();
   at.split_min_keys = split.min_keys;

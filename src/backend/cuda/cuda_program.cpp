@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "backend/cuda/attention_rows.h"
@@ -31,6 +32,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
   }
   CELLM_ASSIGN_OR_RETURN(program::ForwardMethods methods,
                          program::ForwardMethods::build(options, std::string(kBackend)));
+  CELLM_ASSIGN_OR_RETURN(const KvDtype kv_dtype, kv_dtype_of(options.kv_dtype));
   std::int64_t cells = options.kv_cells;
   if (cells == 0) {
     std::size_t free_bytes = 0;
@@ -41,9 +43,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                           static_cast<double>(CudaForward::activation_bytes(spec, options.max_step,
                                                                             weights.quantized())) -
                           static_cast<double>(kReserveBytes);
-    cells = static_cast<std::int64_t>(budget /
-                                      static_cast<double>(CudaForward::kv_bytes_per_cell(spec)));
-    cells = std::min<std::int64_t>(cells, std::numeric_limits<std::int32_t>::max() / 2);
+    cells = kv_cells_for_memory(spec, budget, kv_dtype);
     if (cells < 2) {
       return out_of_resources(
           "the device has no room for a KV pool after the weights ({} MiB free); "
@@ -53,7 +53,7 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
   }
   CELLM_ASSIGN_OR_RETURN(auto forward,
                          CudaForward::create(spec, std::move(weights), options.max_step,
-                                             static_cast<std::int32_t>(cells)));
+                                             static_cast<std::int32_t>(cells), kv_dtype));
   const CudaProgramKnobs chosen{.use_graphs = options.cuda_graphs,
                                 .kernels = options.cuda_kernels.value_or(cellm::knobs().kernels)};
   if (chosen.kernels != KernelChoice{}) {
@@ -109,9 +109,9 @@ Result<std::unique_ptr<CudaProgram>> CudaProgram::create(const model::ModelSpec&
                                            sizeof(std::int64_t)));
   CELLM_ASSIGN_OR_RETURN(p->argmax_counters_, DeviceBuffer<std::int32_t>::allocate(steps));
   CELLM_CUDA_CHECK(cudaMemset(p->argmax_counters_.data(), 0, p->argmax_counters_.bytes()));
-  CELLM_LOG_INFO("cuda: weights {} MiB, workspace {} MiB, KV pool {} cells ({} MiB)",
+  CELLM_LOG_INFO("cuda: weights {} MiB, workspace {} MiB, KV pool {} cells of {} ({} MiB)",
                  p->forward_->weight_bytes() >> 20, p->forward_->workspace_bytes() >> 20, cells,
-                 p->forward_->kv_bytes() >> 20);
+                 kv_dtype == KvDtype::kFp8 ? "fp8 e4m3" : "bf16", p->forward_->kv_bytes() >> 20);
   return p;
 }
 
@@ -119,6 +119,9 @@ std::optional<std::int64_t> CudaProgram::constant(std::string_view name) const {
   if (name == program::kVocabSizeConstant) return spec().vocab_size;
   if (name == program::kMaxContextConstant) return spec().max_context;
   if (name == program::kMaxCellsConstant) return forward_->kv_cells();
+  if (name == program::kKvCellBytesConstant) {
+    return static_cast<std::int64_t>(CudaForward::kv_bytes_per_cell(spec(), forward_->kv_dtype()));
+  }
   if (name == program::kMinSelectedRowsConstant && methods_.options().min_prefill_chunk > 0) {
     return methods_.options().min_prefill_chunk;
   }
@@ -581,6 +584,26 @@ Result<Tensor> copy_to_host(const Tensor& tensor) {
   CELLM_CUDA_CHECK(cudaDeviceSynchronize());
   CELLM_CUDA_CHECK(cudaMemcpy(host.data(), tensor.data(), tensor.nbytes(), cudaMemcpyDeviceToHost));
   return host;
+}
+
+Result<KvDtype> kv_dtype_of(DType dtype) {
+  if (dtype == DType::kBF16) return KvDtype::kBF16;
+  if (dtype == DType::kF8E4M3) return KvDtype::kFp8;
+  return not_supported("kv_dtype {}: the CUDA program keeps K/V in bf16 or fp8 (E4M3)",
+                       dtype_name(dtype));
+}
+
+std::int64_t kv_cells_for_memory(const model::ModelSpec& spec, double budget_bytes,
+                                 KvDtype kv_dtype) {
+  if (!(budget_bytes > 0.0)) return 0;
+  const auto cells = static_cast<std::int64_t>(
+      budget_bytes / static_cast<double>(CudaForward::kv_bytes_per_cell(spec, kv_dtype)));
+  return std::min<std::int64_t>(cells, std::numeric_limits<std::int32_t>::max() / 2);
+}
+
+CudaKvPool cuda_kv_pool(program::Program& program) {
+  auto* p = dynamic_cast<CudaProgram*>(&program);
+  return p == nullptr ? CudaKvPool{} : p->kv_pool();
 }
 
 const CudaProgramKnobs* cuda_program_knobs(program::Program& program) {

@@ -12,7 +12,9 @@
 //
 // Memory plan at load: weights (bf16), one workspace for max_step rows, then
 // the K/V pool from what `kv_memory_fraction` of the device leaves (or
-// ProgramOptions::kv_cells). Nothing is allocated while stepping.
+// ProgramOptions::kv_cells), in cells of ProgramOptions::kv_dtype (bf16, or
+// FP8 E4M3: half the bytes a cell, so twice the cells in the same memory).
+// Nothing is allocated while stepping.
 //
 // Thread-safety: not thread-safe; one engine thread binds, loads, executes.
 #pragma once
@@ -21,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/cuda_types.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels/kernel_choice.h"
 #include "cellm/status.h"
@@ -51,6 +54,24 @@ Result<std::unique_ptr<program::Program>> make_program(const model::ModelSpec& s
 Result<std::unique_ptr<program::Program>> load_random_program(
     const model::ModelSpec& spec, std::uint64_t seed, const program::ProgramOptions& options,
     bool fp8 = false);
+
+// The KV pool type ProgramOptions::kv_dtype asks for: bf16 (also for kBF16's
+// default) or FP8 for kF8E4M3; any other dtype is refused, naming both.
+Result<KvDtype> kv_dtype_of(DType dtype);
+
+// Cells of `kv_dtype` that `budget_bytes` of device memory holds (0 when
+// none), at most what the cell tables index (int32, halved).
+std::int64_t kv_cells_for_memory(const model::ModelSpec& spec, double budget_bytes,
+                                 KvDtype kv_dtype);
+
+// A program's K/V pools: cells (the scratch cell included), element type and
+// bytes over every layer. cells 0 for another backend's program.
+struct CudaKvPool {
+  std::int64_t cells = 0;
+  KvDtype dtype = KvDtype::kBF16;
+  std::size_t bytes = 0;
+};
+CudaKvPool cuda_kv_pool(program::Program& program);
 
 // A host copy of a device (or host) tensor; synchronises the device.
 Result<Tensor> copy_to_host(const Tensor& tensor);

@@ -57,6 +57,9 @@ class CudaProgram final : public program::Program {
   const CudaProgramStats& stats() const { return stats_; }
   std::string weight_blocks() const { return forward_->weight_blocks(); }
   std::size_t weight_bytes_read() const { return forward_->weight_bytes_read(); }
+  CudaKvPool kv_pool() const {
+    return {forward_->kv_cells(), forward_->kv_dtype(), forward_->kv_bytes()};
+  }
 
  private:
   CudaProgram(program::ForwardMethods methods, std::unique_ptr<CudaForward> forward,

@@ -134,6 +134,7 @@ Status upload(bf16* base, std::size_t off, const Tensor& t, std::int64_t expecte
     case DType::kI32:
     case DType::kI64:
     case DType::kU8:
+    case DType::kF8E4M3:
       return invalid_argument("weight {} has dtype {}; expected a float type", name,
                               dtype_name(t.dtype()));
   }

@@ -39,8 +39,13 @@ Status AttentionParams::validate() const {
     return invalid_argument("cuda attention: scale={} softcap={} (scale > 0, softcap >= 0)", scale,
                             softcap);
   }
-  for (const void* ptr : {static_cast<const void*>(q), static_cast<const void*>(k_pool),
-                          static_cast<const void*>(v_pool)}) {
+  if (kv_dtype == KvDtype::kFp8 && head_dim % 16 != 0) {
+    return not_supported(
+        "cuda attention: head_dim={} with FP8 K/V (the tiles are copied 16 codes at a time: need "
+        "a multiple of 16)",
+        head_dim);
+  }
+  for (const void* ptr : {static_cast<const void*>(q), k_pool, v_pool}) {
     CELLM_RETURN_IF_ERROR(require_aligned16(ptr, "attention", "q/k_pool/v_pool"));
   }
   return Status::ok();

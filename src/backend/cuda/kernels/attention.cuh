@@ -2,7 +2,11 @@
 // Token t of the step belongs to sequence slot seq_slots[t] at position
 // positions[t]; it attends that sequence's positions [lo, positions[t]],
 // lo = max(0, position - window + 1) (window 0 = all history), reading K/V
-// through cell_table[slot][position] -> cell of the bf16 pools. The step's
+// through cell_table[slot][position] -> cell of the pools (bf16, or FP8
+// E4M3 codes: KvDtype in cuda_types.h; both kernels copy the codes into
+// shared memory, half the bytes, and widen them there to the bf16 tiles their
+// mma reads, exactly, so an FP8 pool is attended as the bf16 pool of its
+// decoded values would be). The step's
 // own tokens must already be scattered (kv_scatter writes their cells and
 // table entries), which makes attention causal within the step by position.
 // Padding rows (slot < 0) and table entries outside the pool give zeros /
@@ -60,8 +64,8 @@ enum class PackWide : std::uint8_t { kNever, kWhereItSavesAWave, kAlways };
 struct AttentionParams {
   const bf16* q = nullptr;                   // [num_tokens, q_stride], heads first
   bf16* out = nullptr;                       // [num_tokens, out_stride], heads first
-  const bf16* k_pool = nullptr;              // [max_cells, num_kv_heads, head_dim]
-  const bf16* v_pool = nullptr;              // [max_cells, num_kv_heads, head_dim]
+  const void* k_pool = nullptr;              // [max_cells, num_kv_heads, head_dim] of kv_dtype
+  const void* v_pool = nullptr;              // [max_cells, num_kv_heads, head_dim] of kv_dtype
   const std::int32_t* cell_table = nullptr;  // [max_seqs, table_stride]
   const std::int32_t* seq_slots = nullptr;   // [num_tokens]; < 0 = padding row
   const std::int32_t* positions = nullptr;   // [num_tokens]
@@ -75,7 +79,7 @@ struct AttentionParams {
   std::int32_t num_tokens = 0;
   std::int32_t num_heads = 0;
   std::int32_t num_kv_heads = 0;
-  std::int32_t head_dim = 0;  // multiple of 8, at most 256
+  std::int32_t head_dim = 0;  // multiple of 8 (of 16 with FP8 pools), at most 256
   std::int32_t max_cells = 0;
   std::int32_t max_seqs = 0;
   std::int32_t table_stride = 0;
@@ -152,6 +156,10 @@ struct AttentionParams {
   // kernel), and so must the cell table and K/V of every key before
   // fresh_from; everything else it reads after the wait.
   bool pdl = false;
+  // The pools' element type (cuda_types.h). Last among the one-byte fields,
+  // where it takes padding: the other fields keep the offsets bf16 launches
+  // had before it.
+  KvDtype kv_dtype = KvDtype::kBF16;
 #if CELLM_KERNEL_TRACE
   std::int32_t trace_slot = -1;  // kernel_trace.cuh (decode v2)
 #endif
@@ -207,8 +215,10 @@ std::int32_t attention_decode_v2_splits(std::int32_t num_tokens, std::int32_t nu
 // blocks on this device's SMs at three blocks an SM than at two. The launch follows it.
 bool attention_decode_v2_packs(const AttentionParams& p);
 
-// Dynamic shared memory of decode v2 for this head dim (0: unsupported).
-std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
+// Dynamic shared memory of decode v2 for this head dim and pool type, the
+// packed layout aside (0: unsupported).
+std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim,
+                                           KvDtype kv_dtype = KvDtype::kBF16);
 
 // Whether a decode v2 launch with these params merges its clusters by the
 // push (AttentionParams::push_merge): asked for, clusters on this device,
@@ -217,8 +227,10 @@ std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim);
 // SM's half). The launch follows it.
 bool attention_decode_v2_push_merges(const AttentionParams& p);
 
-// Dynamic shared memory of the prefill kernel for this head dim (for checks).
-std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim);
+// Dynamic shared memory of the prefill kernel for this head dim and pool
+// type (for checks).
+std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim,
+                                            KvDtype kv_dtype = KvDtype::kBF16);
 
 // Prefill attention: flash tiles with the scores and the output kept in
 // registers (mma.sync) and K/V tiles double-buffered by cp.async.

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cooperative_groups.h>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
@@ -31,6 +32,7 @@
 #include "backend/cuda/kernels/attention_decode_v2_push.cuh"
 #include "backend/cuda/kernels/attention_decode_v2_stage.cuh"
 #include "backend/cuda/kernels/kernel_trace.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
@@ -46,13 +48,19 @@ CELLM_TRACE_TABLE(attention_trace);
 // (122 registers in session 22's sm_90 build, no spills), so a block fits beside the three blocks
 // an SM holds of the q/k/v GEMV instead of waiting for them to leave. kPacked: the packed K/V
 // layout (V2Layout), three blocks an SM at 128-wide heads, and the key loop requests its next
-// tile before it waits.
-template <int kMaxHd, bool kPacked = false>
+// tile before it waits. kFp8: FP8 pools (V2Layout's kFp8), each warp widening its keys of a stage
+// into the bf16 tile its mma reads.
+template <int kMaxHd, bool kPacked = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ? 4 : 1)))
     attention_decode_v2_kernel(const __grid_constant__ AttentionParams p) {
   // Every return below is taken by the whole block (the exit mark's barrier).
   const trace::BlockScope traced(attention_trace, trace::slot_of(p));
-  using L = V2Layout<kMaxHd, kPacked>;
+  using L = V2Layout<kMaxHd, kPacked, kFp8>;
+  using KvT = std::conditional_t<kFp8, fp8_e4m3, bf16>;
+  // The merges (merge.cuh, push.cuh) find their areas through the bf16 layout.
+  static_assert(L::kClusterAcc == V2Layout<kMaxHd>::kClusterAcc &&
+                L::kMergeAcc == V2Layout<kMaxHd>::kMergeAcc &&
+                L::kQuads == V2Layout<kMaxHd>::kQuads);
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L::kK);
@@ -136,15 +144,28 @@ __global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ?
   __syncthreads();  // window 0's settled entries are visible to every copying thread
 
   // Copy assignment: thread copies chunk `chunk` of keys key0 + i * kKeyStep.
-  const int chunk = tid % L::kChunks;
-  const int key0 = tid / L::kChunks;
-  auto k_stage = [&](int stage) { return k_s + stage * kTileKeys * L::kLdKv; };
-  auto v_stage = [&](int stage) { return v_s + stage * kTileKeys * L::kLdKv; };
+  const int chunk = tid % L::kKvChunks;
+  const int key0 = tid / L::kKvChunks;
+  // The cp.async stages: bf16 tiles, or with FP8 pools their codes.
+  auto k_stage = [&](int stage) {
+    if constexpr (kFp8) {
+      return reinterpret_cast<fp8_e4m3*>(smem + L::kK8) + stage * L::kStageBytes;
+    } else {
+      return k_s + stage * kTileKeys * L::kLdKv;
+    }
+  };
+  auto v_stage = [&](int stage) {
+    if constexpr (kFp8) {
+      return reinterpret_cast<fp8_e4m3*>(smem + L::kV8) + stage * L::kStageBytes;
+    } else {
+      return v_s + stage * kTileKeys * L::kLdKv;
+    }
+  };
   auto issue = [&]<TileKeys kKeys>(int tile) {
     const int stage = tile % L::kStages;
-    issue_tile<kMaxHd, kKeys, kPacked>(p, kv_head, k_stage(stage), v_stage(stage),
-                                       flags_s + stage * kTileKeys, key0, chunk, windows_s, tile,
-                                       begin + tile * kTileKeys, settled, end);
+    issue_tile<kMaxHd, kKeys, kPacked, KvT>(p, kv_head, k_stage(stage), v_stage(stage),
+                                            flags_s + stage * kTileKeys, key0, chunk, windows_s,
+                                            tile, begin + tile * kTileKeys, settled, end);
   };
   // Every stage is filled before the wait, so a block of up to kStages tiles
   // (1B batch 1 at 512 keys: two tiles a block) has all its copies in flight
@@ -158,8 +179,8 @@ __global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ?
     cp_async_commit();
   }
   for (int tile = early_tiles; tile < min(tiles, min(kWindowTiles, early_tiles + 2)); ++tile) {
-    prefetch_tile<kMaxHd>(p, kv_head, key0, chunk, windows_s, tile, begin + tile * kTileKeys,
-                          settled);
+    prefetch_tile<kMaxHd, KvT>(p, kv_head, key0, chunk, windows_s, tile, begin + tile * kTileKeys,
+                               settled);
   }
   __syncthreads();  // window 0 is read: resolve_window may overwrite its fresh entries
   trace::mark(attention_trace, trace::slot_of(p), kEarlyReadsIssued);
@@ -281,8 +302,23 @@ __global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ?
     }
 
     const int stage = tile % L::kStages;
-    const bf16* ks = k_stage(stage) + warp * 16 * L::kLdKv;
-    const bf16* vs = v_stage(stage) + warp * 16 * L::kLdKv;
+    const bf16* ks;
+    const bf16* vs;
+    if constexpr (kFp8) {
+      // This warp's 16 keys of the stage, widened into its own rows of the
+      // bf16 tile: no other warp reads them, so the warp's barrier suffices
+      // (its reads of the previous tile's rows were before the block's).
+      ks = k_s + warp * 16 * L::kLdKv;
+      vs = v_s + warp * 16 * L::kLdKv;
+      decode_e4m3_rows<kMaxHd, 16, 32>(k_stage(stage) + warp * 16 * kMaxHd,
+                                       k_s + warp * 16 * L::kLdKv, L::kLdKv, lane);
+      decode_e4m3_rows<kMaxHd, 16, 32>(v_stage(stage) + warp * 16 * kMaxHd,
+                                       v_s + warp * 16 * L::kLdKv, L::kLdKv, lane);
+      __syncwarp();
+    } else {
+      ks = k_stage(stage) + warp * 16 * L::kLdKv;
+      vs = v_stage(stage) + warp * 16 * L::kLdKv;
+    }
     const int* flags = flags_s + stage * kTileKeys + warp * 16;
 
     // S = Q K^T for this warp's 16 keys: s[n] holds keys 8n..8n+7.
@@ -556,17 +592,23 @@ bool attention_decode_v2_push_merges(const AttentionParams& p) {
   std::size_t bytes = 0;
   std::size_t room = 0;
   dispatch_head_dim(p.head_dim, [&]<int kMaxHd>() {
-    bytes = push_merge_smem_bytes<kMaxHd>(push_heads_cap(p.num_heads, p.num_kv_heads), p.head_dim,
-                                          p.cluster);
-    room = V2Layout<kMaxHd>::kBytes;
+    const int cap = push_heads_cap(p.num_heads, p.num_kv_heads);
+    if (p.kv_dtype == KvDtype::kFp8) {
+      bytes = push_merge_smem_bytes<kMaxHd, true>(cap, p.head_dim, p.cluster);
+      room = V2Layout<kMaxHd, false, true>::kBytes;
+    } else {
+      bytes = push_merge_smem_bytes<kMaxHd>(cap, p.head_dim, p.cluster);
+      room = V2Layout<kMaxHd>::kBytes;
+    }
   });
   if (p.spread) room = std::max(room, one_block_per_sm_smem());
   return bytes > 0 && bytes <= room;
 }
 
 bool attention_decode_v2_packs(const AttentionParams& p) {
+  // FP8 pools' stages are half the bytes already; they take the padded layout.
   if (p.pack_wide == PackWide::kNever || p.num_kv_heads <= 0 ||
-      head_dim_bucket(p.head_dim) != 128) {
+      head_dim_bucket(p.head_dim) != 128 || p.kv_dtype == KvDtype::kFp8) {
     return false;
   }
   if (p.pack_wide == PackWide::kAlways) return true;
@@ -585,11 +627,12 @@ bool attention_decode_v2_packs(const AttentionParams& p) {
   return waves(V2Layout<128, true>::kBytes) < waves(V2Layout<128>::kBytes);
 }
 
-std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim) {
+std::size_t attention_decode_v2_smem_bytes(std::int32_t head_dim, KvDtype kv_dtype) {
+  const bool fp8 = kv_dtype == KvDtype::kFp8;
   switch (head_dim_bucket(head_dim)) {
-    case 64: return V2Layout<64>::kBytes;
-    case 128: return V2Layout<128>::kBytes;
-    case 256: return V2Layout<256>::kBytes;
+    case 64: return fp8 ? V2Layout<64, false, true>::kBytes : V2Layout<64>::kBytes;
+    case 128: return fp8 ? V2Layout<128, false, true>::kBytes : V2Layout<128>::kBytes;
+    case 256: return fp8 ? V2Layout<256, false, true>::kBytes : V2Layout<256>::kBytes;
     default: return 0;
   }
 }
@@ -603,7 +646,8 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
     return std::string("attention/decode_v2") + " rows=" + std::to_string(params.num_tokens) +
            " hd=" + std::to_string(params.head_dim) +
            " splits=" + std::to_string(params.num_splits) +
-           " cluster=" + std::to_string(params.cluster);
+           " cluster=" + std::to_string(params.cluster) +
+           (params.kv_dtype == KvDtype::kFp8 ? " kv=fp8" : "");
   });
   const dim3 grid = decode_v2_grid(params);
   const bool fits = fits_one_block_per_sm(grid);
@@ -620,6 +664,14 @@ void launch_attention_decode_v2(const AttentionParams& requested, cudaStream_t s
                params);
         return;
       }
+    }
+    if (params.kv_dtype == KvDtype::kFp8) {
+      std::size_t smem = V2Layout<kMaxHd, false, true>::kBytes;
+      // The push merge's slots fit in this (attention_decode_v2_push_merges).
+      if (params.spread && fits) smem = std::max(smem, one_block_per_sm_smem());
+      launch(attention_decode_v2_kernel<kMaxHd, false, true>,
+             LaunchConfig{grid, dim3(kThreads), smem, stream, params.pdl, cluster}, params);
+      return;
     }
     std::size_t smem = V2Layout<kMaxHd>::kBytes;
     // The push merge's slots fit in this (attention_decode_v2_push_merges).

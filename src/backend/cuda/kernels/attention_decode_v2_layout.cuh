@@ -49,9 +49,16 @@ static_assert(kMergedStored < trace::kExitMark);
 // are stored unpadded, each row's 16-byte pieces XOR-swizzled by the row's
 // low three bits so that the 8 rows of an ldmatrix tile still hit distinct
 // banks, in two stages: 73 KB a block, three blocks an SM instead of two.
-template <int kMaxHd, bool kPacked = false>
+// kFp8 (FP8 pools, KvDtype::kFp8): the cp.async stages hold E4M3 codes,
+// unpadded (kMaxHd bytes a row), and one bf16 tile of K and one of V, the
+// layout's usual padded rows, takes what each warp widens of its 16 keys of
+// the current stage (kv_fp8.cuh); the mma reads that tile as it reads a bf16
+// stage. Q, the merges and the cluster areas sit where they do in the bf16
+// layout (merge.cuh and push.cuh read them through V2Layout<kMaxHd>).
+template <int kMaxHd, bool kPacked = false, bool kFp8 = false>
 struct V2Layout {
   static_assert(!kPacked || kMaxHd == 128, "the packed layout is laid out for 128-wide heads");
+  static_assert(!(kPacked && kFp8), "FP8 pools take the padded layout");
   // Tiles in flight per block. 64-wide heads take two stages: 43 KB per block
   // lets five blocks share a multiprocessor, and their 20 warps hide the
   // softmax's latency better than four stages at two blocks did (the key loop
@@ -62,20 +69,31 @@ struct V2Layout {
   // banks. K/V rows likewise, unless packed.
   static constexpr int kLd = kMaxHd + 8;
   static constexpr int kLdKv = kPacked ? kMaxHd : kLd;
-  static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a row
-  static constexpr int kKeyStep = kThreads / kChunks;
+  static constexpr int kChunks = kMaxHd / 8;                      // 16-byte pieces of a bf16 row
   static constexpr int kQPerThread = kRows * kChunks / kThreads;  // Q pieces per thread
-  static constexpr int kCopies = kTileKeys / kKeyStep;            // per thread, per K (and V) tile
-  static constexpr int kLdo = kMaxHd + 8;                         // float rows of the warp merge
+  // The K/V copies: 16-byte pieces of a pool row (8 bf16 or 16 E4M3 codes).
+  static constexpr int kKvElems = kFp8 ? 16 : 8;
+  static constexpr int kKvChunks = kMaxHd / kKvElems;
+  static constexpr int kKeyStep = kThreads / kKvChunks;
+  static constexpr int kCopies = kTileKeys / kKeyStep;  // per thread, per K (and V) tile
+  static constexpr int kLdo = kMaxHd + 8;               // float rows of the warp merge
   // The merges write four output columns per thread: kQuads per head row, a
   // power of two, so a quad's head is a shift away.
   static constexpr int kQuads = kMaxHd / 4;
   static constexpr int kMaxSplits = kAttentionMaxSplits;
 
+  // bf16 tiles the mma reads: every stage, or with FP8 pools the one tile
+  // the stages are widened into.
+  static constexpr int kBf16Tiles = kFp8 ? 1 : kStages;
   static constexpr std::size_t kQ = 0;
   static constexpr std::size_t kK = kQ + sizeof(bf16) * kRows * kLd;
-  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kTileKeys * kLdKv;
-  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kTileKeys * kLdKv;
+  static constexpr std::size_t kV = kK + sizeof(bf16) * kBf16Tiles * kTileKeys * kLdKv;
+  // FP8 pools: the stages of codes, [kStages, kTileKeys, kMaxHd] bytes each
+  // for K and V (empty otherwise).
+  static constexpr std::size_t kStageBytes = kFp8 ? std::size_t{kTileKeys} * kMaxHd : 0;
+  static constexpr std::size_t kK8 = kV + sizeof(bf16) * kBf16Tiles * kTileKeys * kLdKv;
+  static constexpr std::size_t kV8 = kK8 + kStages * kStageBytes;
+  static constexpr std::size_t kFlags = kV8 + kStages * kStageBytes;
   static constexpr std::size_t kTable = kFlags + sizeof(int) * kStages * kTileKeys;
   static constexpr std::size_t kPipeEnd = kTable + sizeof(int) * 2 * kWindowKeys;
   // After the key loop the tiles are dead: the merges reuse them from kK.
@@ -112,7 +130,8 @@ struct V2Layout {
     }
   }
 
-  static_assert(kThreads % kChunks == 0 && kTileKeys % kKeyStep == 0);
+  static_assert(kThreads % kKvChunks == 0 && kTileKeys % kKeyStep == 0);
+  static_assert(kK8 % 16 == 0 && kV8 % 16 == 0, "cp.async writes 16-byte pieces");
   // The packed layout's point: three blocks share an SM's 228 KB of shared
   // memory (each with the 1 KB the runtime reserves per block).
   static_assert(!kPacked || 3 * (kBytes + 1024) <= 228 * 1024);

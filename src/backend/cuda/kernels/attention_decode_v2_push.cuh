@@ -41,10 +41,10 @@ __host__ __device__ constexpr int push_heads_cap(int num_heads, int num_kv_heads
 
 // Dynamic shared memory a push-merge launch needs: the block's own layout,
 // the barrier and one slot per block of the cluster.
-template <int kMaxHd>
+template <int kMaxHd, bool kFp8 = false>
 __host__ __device__ constexpr std::size_t push_merge_smem_bytes(int heads_cap, int head_dim,
                                                                 int cluster) {
-  return V2Layout<kMaxHd>::kPushSlots +
+  return V2Layout<kMaxHd, false, kFp8>::kPushSlots +
          sizeof(float) * static_cast<std::size_t>(cluster) *
              static_cast<std::size_t>(push_slot_floats(heads_cap, head_dim));
 }

@@ -65,10 +65,10 @@ __device__ __forceinline__ void store_window(int* windows_s, int w,
 }
 
 // The cells of the keys this thread copies for tile `tile`, from its window.
-template <int kMaxHd>
+template <int kMaxHd, bool kFp8 = false>
 __device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int key0,
-                                           int (&cells)[V2Layout<kMaxHd>::kCopies]) {
-  using L = V2Layout<kMaxHd>;
+                                           int (&cells)[V2Layout<kMaxHd, false, kFp8>::kCopies]) {
+  using L = V2Layout<kMaxHd, false, kFp8>;
   const int* entries =
       windows_s + ((tile / kWindowTiles) & 1) * kWindowKeys + (tile % kWindowTiles) * kTileKeys;
 #pragma unroll
@@ -79,16 +79,23 @@ __device__ __forceinline__ void tile_cells(const int* windows_s, int tile, int k
 // written before this step or those written by it; see `settled` below.
 enum class TileKeys { kAll, kSettled, kFresh };
 
-template <int kMaxHd, TileKeys kKeys = TileKeys::kAll, bool kPacked = false>
-__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
-                                           bf16* v_stage, int* flags, int key0, int chunk,
+// KvT: the pools' element, bf16 or (FP8 pools) fp8_e4m3, whose stages are
+// [kTileKeys, kMaxHd] codes (V2Layout's kFp8).
+template <int kMaxHd, TileKeys kKeys = TileKeys::kAll, bool kPacked = false, typename KvT = bf16>
+__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, KvT* k_stage,
+                                           KvT* v_stage, int* flags, int key0, int chunk,
                                            const int* windows_s, int tile, int first_key,
                                            int settled, int end) {
-  using L = V2Layout<kMaxHd, kPacked>;
+  constexpr bool kFp8 = sizeof(KvT) == 1;
+  using L = V2Layout<kMaxHd, kPacked, kFp8>;
   int cells[L::kCopies];
-  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
-  const int dim = chunk * 8;
+  tile_cells<kMaxHd, kFp8>(windows_s, tile, key0, cells);
+  const int dim = chunk * L::kKvElems;
   const bool dim_ok = dim < p.head_dim;
+  // The pools are read from the params at each copy, as before FP8 pools came:
+  // hoisted, the bf16 kernels' registers moved (113 -> 114 packed at 128).
+  const auto k_pool = [&] { return static_cast<const KvT*>(p.k_pool); };
+  const auto v_pool = [&] { return static_cast<const KvT*>(p.v_pool); };
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int key = key0 + i * L::kKeyStep;
@@ -103,31 +110,38 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
     const std::int64_t offset =
         fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
              : 0;
-    cp_async16(k_stage + L::kv_index(key, dim), p.k_pool + offset, fill);
-    cp_async16(v_stage + L::kv_index(key, dim), p.v_pool + offset, fill);
+    if constexpr (kFp8) {
+      cp_async16(k_stage + key * kMaxHd + dim, k_pool() + offset, fill);
+      cp_async16(v_stage + key * kMaxHd + dim, v_pool() + offset, fill);
+    } else {
+      cp_async16(k_stage + L::kv_index(key, dim), k_pool() + offset, fill);
+      cp_async16(v_stage + L::kv_index(key, dim), v_pool() + offset, fill);
+    }
     if (chunk == 0) flags[key] = ok ? 1 : 0;
   }
 }
 
 // Pulls the settled keys of a tile into L2 (one request per 128-byte line of
 // each K and V row) so that its copies after the wait are L2 hits.
-template <int kMaxHd>
+template <int kMaxHd, typename KvT = bf16>
 __device__ __forceinline__ void prefetch_tile(const AttentionParams& p, int kv_head, int key0,
                                               int chunk, const int* windows_s, int tile,
                                               int first_key, int settled) {
-  using L = V2Layout<kMaxHd>;
-  const int dim = chunk * 8;
-  if (dim % 64 != 0 || dim >= p.head_dim) return;
+  constexpr bool kFp8 = sizeof(KvT) == 1;
+  using L = V2Layout<kMaxHd, false, kFp8>;
+  const int dim = chunk * L::kKvElems;
+  // One request per 128 bytes: 64 bf16 or 128 codes.
+  if (dim % (128 / static_cast<int>(sizeof(KvT))) != 0 || dim >= p.head_dim) return;
   int cells[L::kCopies];
-  tile_cells<kMaxHd>(windows_s, tile, key0, cells);
+  tile_cells<kMaxHd, kFp8>(windows_s, tile, key0, cells);
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int kpos = first_key + key0 + i * L::kKeyStep;
     if (kpos >= settled || cells[i] < 0) continue;
     const std::int64_t offset =
         (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim;
-    prefetch_l2(p.k_pool + offset);
-    prefetch_l2(p.v_pool + offset);
+    prefetch_l2(static_cast<const KvT*>(p.k_pool) + offset);
+    prefetch_l2(static_cast<const KvT*>(p.v_pool) + offset);
   }
 }
 

@@ -6,9 +6,15 @@
 // operand of O += P V), and K/V tiles are double-buffered through shared
 // memory with cp.async. A warp skips the math of a tile none of its rows can
 // see (other sequence, past every row's position, before every row's window).
+// FP8 pools (kFp8): the stages hold E4M3 codes and, once a stage has landed,
+// the block widens it into one bf16 tile of K and one of V that the mma reads
+// as it reads a bf16 stage (one more barrier a tile).
+#include <type_traits>
+
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
 #include "backend/cuda/launch.h"
 
@@ -24,26 +30,36 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 enum RowState : int { kInactive = 0, kPending = 1, kCurrent = 2, kDone = 3 };
 
-template <int kMaxHd>
+// kFp8: the stages hold [kBk, kMaxHd] E4M3 codes each (rows unpadded), and
+// one bf16 tile of K and of V takes them widened.
+template <int kMaxHd, bool kFp8 = false>
 struct PrefillV2Layout {
-  static constexpr int kLd = kMaxHd + 8;  // bf16 rows padded by 16 bytes (ldmatrix banks)
-  static constexpr int kChunks = kMaxHd / 8;
-  static constexpr int kKeyStep = kThreads / kChunks;
+  static constexpr int kLd = kMaxHd + 8;      // bf16 rows padded by 16 bytes (ldmatrix banks)
+  static constexpr int kChunks = kMaxHd / 8;  // 16-byte pieces of a bf16 row (Q)
+  // The K/V copies: 16-byte pieces of a pool row (8 bf16 or 16 E4M3 codes).
+  static constexpr int kKvElems = kFp8 ? 16 : 8;
+  static constexpr int kKvChunks = kMaxHd / kKvElems;
+  static constexpr int kKeyStep = kThreads / kKvChunks;
   static constexpr int kCopies = kBk / kKeyStep;  // per thread, per K (and V) tile
+  static constexpr int kBf16Tiles = kFp8 ? 1 : kStages;
+  static constexpr std::size_t kStageBytes = kFp8 ? std::size_t{kBk} * kMaxHd : 0;
   static constexpr std::size_t kQ = 0;
   static constexpr std::size_t kK = kQ + sizeof(bf16) * kBq * kLd;
-  static constexpr std::size_t kV = kK + sizeof(bf16) * kStages * kBk * kLd;
-  static constexpr std::size_t kFlags = kV + sizeof(bf16) * kStages * kBk * kLd;
+  static constexpr std::size_t kV = kK + sizeof(bf16) * kBf16Tiles * kBk * kLd;
+  static constexpr std::size_t kK8 = kV + sizeof(bf16) * kBf16Tiles * kBk * kLd;
+  static constexpr std::size_t kV8 = kK8 + kStages * kStageBytes;
+  static constexpr std::size_t kFlags = kV8 + kStages * kStageBytes;
   static constexpr std::size_t kMeta = kFlags + sizeof(int) * kStages * kBk;
   static constexpr std::size_t kBytes = kMeta + sizeof(int) * (4 * kBq + 4);
-  static_assert(kThreads % kChunks == 0 && kBk % kKeyStep == 0);
+  static_assert(kThreads % kKvChunks == 0 && kBk % kKeyStep == 0);
+  static_assert(kK8 % 16 == 0 && kV8 % 16 == 0, "cp.async writes 16-byte pieces");
 };
 
-template <int kMaxHd>
+template <int kMaxHd, bool kFp8>
 __device__ __forceinline__ void fetch_cells(const AttentionParams& p, const std::int32_t* table,
                                             int tile_begin, int end, int key0,
-                                            int (&cells)[PrefillV2Layout<kMaxHd>::kCopies]) {
-  using L = PrefillV2Layout<kMaxHd>;
+                                            int (&cells)[PrefillV2Layout<kMaxHd, kFp8>::kCopies]) {
+  using L = PrefillV2Layout<kMaxHd, kFp8>;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int kpos = tile_begin + key0 + i * L::kKeyStep;
@@ -53,12 +69,16 @@ __device__ __forceinline__ void fetch_cells(const AttentionParams& p, const std:
   }
 }
 
-template <int kMaxHd>
-__device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head, bf16* k_stage,
-                                           bf16* v_stage, int* flags, int key0, int chunk,
-                                           const int (&cells)[PrefillV2Layout<kMaxHd>::kCopies]) {
-  using L = PrefillV2Layout<kMaxHd>;
-  const int dim = chunk * 8;
+// KvT: the pools' element (bf16, or fp8_e4m3 for FP8 pools).
+template <int kMaxHd, typename KvT>
+__device__ __forceinline__ void issue_tile(
+    const AttentionParams& p, int kv_head, KvT* k_stage, KvT* v_stage, int* flags, int key0,
+    int chunk, const int (&cells)[PrefillV2Layout<kMaxHd, sizeof(KvT) == 1>::kCopies]) {
+  constexpr bool kFp8 = sizeof(KvT) == 1;
+  using L = PrefillV2Layout<kMaxHd, kFp8>;
+  // Stage rows: padded bf16 rows, or unpadded rows of codes.
+  constexpr int kStageLd = kFp8 ? kMaxHd : L::kLd;
+  const int dim = chunk * L::kKvElems;
   const bool dim_ok = dim < p.head_dim;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
@@ -69,16 +89,22 @@ __device__ __forceinline__ void issue_tile(const AttentionParams& p, int kv_head
     const std::int64_t offset =
         fill ? (static_cast<std::int64_t>(cells[i]) * p.num_kv_heads + kv_head) * p.head_dim + dim
              : 0;
-    cp_async16(k_stage + key * L::kLd + dim, p.k_pool + offset, fill);
-    cp_async16(v_stage + key * L::kLd + dim, p.v_pool + offset, fill);
+    // The pools are read from the params at each copy, as before FP8 pools came.
+    cp_async16(k_stage + key * kStageLd + dim, static_cast<const KvT*>(p.k_pool) + offset, fill);
+    cp_async16(v_stage + key * kStageLd + dim, static_cast<const KvT*>(p.v_pool) + offset, fill);
     if (chunk == 0) flags[key] = ok ? 1 : 0;
   }
 }
 
-template <int kMaxHd>
-__global__ void __launch_bounds__(kThreads)
+// FP8 pools at 64-wide heads: held to four blocks an SM (128 registers), as
+// many as their shared memory and the bf16 kernel's registers allow; unbounded
+// the widening took 134 registers and three blocks. (0: no bound, the bf16
+// kernels' attribute as before.)
+template <int kMaxHd, bool kFp8 = false>
+__global__ void __launch_bounds__(kThreads, kFp8&& kMaxHd <= 64 ? 4 : 0)
     attention_prefill_v2_kernel(const __grid_constant__ AttentionParams p) {
-  using L = PrefillV2Layout<kMaxHd>;
+  using L = PrefillV2Layout<kMaxHd, kFp8>;
+  using KvT = std::conditional_t<kFp8, fp8_e4m3, bf16>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + L::kQ);
   bf16* k_s = reinterpret_cast<bf16*>(smem + L::kK);
@@ -141,10 +167,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[n][c] = 0.0f;
   }
-  const int chunk = tid % L::kChunks;
-  const int key0 = tid / L::kChunks;
-  auto k_stage = [&](int stage) { return k_s + stage * kBk * L::kLd; };
-  auto v_stage = [&](int stage) { return v_s + stage * kBk * L::kLd; };
+  const int chunk = tid % L::kKvChunks;
+  const int key0 = tid / L::kKvChunks;
+  // The cp.async stages: bf16 tiles, or with FP8 pools their codes.
+  auto k_stage = [&](int stage) {
+    if constexpr (kFp8) {
+      return reinterpret_cast<fp8_e4m3*>(smem + L::kK8) + stage * L::kStageBytes;
+    } else {
+      return k_s + stage * kBk * L::kLd;
+    }
+  };
+  auto v_stage = [&](int stage) {
+    if constexpr (kFp8) {
+      return reinterpret_cast<fp8_e4m3*>(smem + L::kV8) + stage * L::kStageBytes;
+    } else {
+      return v_s + stage * kBk * L::kLd;
+    }
+  };
 
   // At 128-wide heads a warp's Q fragments stay in registers (32 of them)
   // instead of being read from shared memory again for every tile: 218
@@ -232,34 +271,49 @@ __global__ void __launch_bounds__(kThreads)
       return all;
     };
     int cells[L::kCopies];
-    fetch_cells<kMaxHd>(p, table, seg_lo, end, key0, cells);
-    issue_tile<kMaxHd>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
+    fetch_cells<kMaxHd, kFp8>(p, table, seg_lo, end, key0, cells);
+    issue_tile<kMaxHd, KvT>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
     bool issued_all_keys = all_keys(cells);
     cp_async_commit();
-    if (tiles > 1) fetch_cells<kMaxHd>(p, table, seg_lo + kBk, end, key0, cells);
+    if (tiles > 1) fetch_cells<kMaxHd, kFp8>(p, table, seg_lo + kBk, end, key0, cells);
     for (int tile = 0; tile < tiles; ++tile) {
       bool next_all_keys = true;
       if (tile + 1 < tiles) {
         const int stage = (tile + 1) % kStages;
-        issue_tile<kMaxHd>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kBk, key0,
-                           chunk, cells);
+        issue_tile<kMaxHd, KvT>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kBk,
+                                key0, chunk, cells);
         next_all_keys = all_keys(cells);
       }
       cp_async_commit();
       if (tile + 2 < tiles) {
-        fetch_cells<kMaxHd>(p, table, seg_lo + (tile + 2) * kBk, end, key0, cells);
+        fetch_cells<kMaxHd, kFp8>(p, table, seg_lo + (tile + 2) * kBk, end, key0, cells);
       }
       cp_async_wait<1>();
       // This tile is visible to every warp, and whether all its keys have cells.
       const bool tile_full = __syncthreads_and(issued_all_keys) != 0;
       issued_all_keys = next_all_keys;
+      if constexpr (kFp8) {
+        // The block widens the stage into the bf16 tiles; the last tile's
+        // readers were done at the barrier that ended its iteration.
+        const int stage = tile % kStages;
+        decode_e4m3_rows<kMaxHd, kBk, kThreads>(k_stage(stage), k_s, L::kLd, tid);
+        decode_e4m3_rows<kMaxHd, kBk, kThreads>(v_stage(stage), v_s, L::kLd, tid);
+        __syncthreads();
+      }
 
       const int tile_begin = seg_lo + tile * kBk;
       // Warp-uniform: skip a tile none of this warp's rows can see.
       if (warp_hi >= tile_begin && warp_lo < tile_begin + kBk) {
         const int stage = tile % kStages;
-        const bf16* ks = k_stage(stage);
-        const bf16* vs = v_stage(stage);
+        const bf16* ks;
+        const bf16* vs;
+        if constexpr (kFp8) {
+          ks = k_s;
+          vs = v_s;
+        } else {
+          ks = k_stage(stage);
+          vs = v_stage(stage);
+        }
         const int* flags = flags_s + stage * kBk;
 
         // S = Q K^T: s[n] holds keys 8n..8n+7 of the tile.
@@ -405,21 +459,27 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim) {
+std::size_t attention_prefill_v2_smem_bytes(std::int32_t head_dim, KvDtype kv_dtype) {
+  const bool fp8 = kv_dtype == KvDtype::kFp8;
   switch (head_dim_bucket(head_dim)) {
-    case 64: return PrefillV2Layout<64>::kBytes;
-    case 128: return PrefillV2Layout<128>::kBytes;
-    case 256: return PrefillV2Layout<256>::kBytes;
+    case 64: return fp8 ? PrefillV2Layout<64, true>::kBytes : PrefillV2Layout<64>::kBytes;
+    case 128: return fp8 ? PrefillV2Layout<128, true>::kBytes : PrefillV2Layout<128>::kBytes;
+    case 256: return fp8 ? PrefillV2Layout<256, true>::kBytes : PrefillV2Layout<256>::kBytes;
     default: return 0;
   }
 }
 
 void launch_attention_prefill_v2(const AttentionParams& params, cudaStream_t stream) {
   const bool dispatched = dispatch_head_dim(params.head_dim, [&]<int kMaxHd>() {
+    const dim3 grid(params.num_heads, ceil_div(params.num_tokens, kBq));
+    if (params.kv_dtype == KvDtype::kFp8) {
+      launch(attention_prefill_v2_kernel<kMaxHd, true>,
+             LaunchConfig{grid, dim3(kThreads), PrefillV2Layout<kMaxHd, true>::kBytes, stream},
+             params);
+      return;
+    }
     launch(attention_prefill_v2_kernel<kMaxHd>,
-           LaunchConfig{dim3(params.num_heads, ceil_div(params.num_tokens, kBq)), dim3(kThreads),
-                        PrefillV2Layout<kMaxHd>::kBytes, stream},
-           params);
+           LaunchConfig{grid, dim3(kThreads), PrefillV2Layout<kMaxHd>::kBytes, stream}, params);
   });
   if (!dispatched) {
     cuda_failed(cudaErrorInvalidValue, "launch_attention_prefill_v2: unvalidated head_dim");

@@ -16,6 +16,7 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/argmax_order.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
 
 namespace cellm::cuda::gemv_detail {
@@ -138,13 +139,22 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
   const int dim = rows.col0 % hd;
   const std::int32_t cell = rp.cells[r];
   const bool cell_ok = cell >= 0 && cell < rp.max_cells;
+  // FP8 pools get the E4M3 codes of the bf16 values (kv_fp8.cuh): x0 and x1
+  // are bf16 already, y0 and y1 are made so below.
+  const bool fp8 = rp.kv_dtype == KvDtype::kFp8;
   if (head >= rp.num_heads + rp.num_kv_heads) {
     if (!cell_ok) return;
-    bf16* dst = rp.v_pool +
-                (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads -
-                 rp.num_kv_heads) *
-                    hd +
-                dim;
+    const std::int64_t at = (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head -
+                             rp.num_heads - rp.num_kv_heads) *
+                                hd +
+                            dim;
+    if (fp8) {
+      // dim is even: the pair is one aligned 2-byte store.
+      *reinterpret_cast<std::uint16_t*>(static_cast<fp8_e4m3*>(rp.v_pool) + at) =
+          encode_e4m3x2(x0, x1);
+      return;
+    }
+    bf16* dst = static_cast<bf16*>(rp.v_pool) + at;
     dst[0] = __float2bfloat16_rn(x0);
     dst[1] = __float2bfloat16_rn(x1);
     return;
@@ -162,8 +172,15 @@ __device__ __forceinline__ void store_rope(const GemvParams& p, int r, const Uni
     return;
   }
   if (!cell_ok) return;
-  bf16* dst = rp.k_pool +
-              (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads) * hd + dim;
+  const std::int64_t at =
+      (static_cast<std::int64_t>(cell) * rp.num_kv_heads + head - rp.num_heads) * hd + dim;
+  if (fp8) {
+    fp8_e4m3* dst = static_cast<fp8_e4m3*>(rp.k_pool) + at;
+    dst[0] = encode_e4m3(__bfloat162float(y0));
+    dst[half] = encode_e4m3(__bfloat162float(y1));
+    return;
+  }
+  bf16* dst = static_cast<bf16*>(rp.k_pool) + at;
   dst[0] = y0;
   dst[half] = y1;
 }

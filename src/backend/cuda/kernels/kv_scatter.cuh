@@ -1,5 +1,6 @@
-// KV scatter: writes this step's K and V rows into their cells of the bf16
-// pools [max_cells, kv_heads, head_dim] and, when `cell_table` is given, the
+// KV scatter: writes this step's K and V rows into their cells of the pools
+// [max_cells, kv_heads, head_dim] (bf16, or E4M3 codes of the bf16 rows as
+// kv_fp8.cuh encodes them, per `kv_dtype`) and, when `cell_table` is given, the
 // tokens' entries of their sequences' cell tables (table[slot][position] =
 // cell), so a captured forward keeps the tables current for any mix of
 // sessions. Padding rows carry cell 0 (the scratch cell) and slot -1: their
@@ -25,8 +26,8 @@ namespace cellm::cuda {
 struct KvScatterParams {
   const bf16* k = nullptr;                  // [num_tokens, k_stride], kv heads first
   const bf16* v = nullptr;                  // [num_tokens, v_stride], kv heads first
-  bf16* k_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim]
-  bf16* v_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim]
+  void* k_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim] of kv_dtype
+  void* v_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim] of kv_dtype
   const std::int32_t* cells = nullptr;      // [num_tokens]
   const std::int32_t* seq_slots = nullptr;  // [num_tokens]; < 0 = padding (needed with cell_table)
   const std::int32_t* positions = nullptr;  // [num_tokens] (needed with cell_table)
@@ -39,6 +40,7 @@ struct KvScatterParams {
   std::int32_t max_cells = 0;
   std::int32_t max_seqs = 0;
   std::int32_t table_stride = 0;  // max positions per sequence
+  KvDtype kv_dtype = KvDtype::kBF16;
 
   Status validate() const;
 };

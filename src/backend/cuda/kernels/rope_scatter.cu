@@ -1,4 +1,5 @@
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 #include "backend/cuda/kernels/kv_write.cuh"
 #include "backend/cuda/kernels/rope_scatter.cuh"
 #include "backend/cuda/launch.h"
@@ -28,9 +29,18 @@ __host__ __device__ inline ItemCounts item_counts(const RopeScatterParams& p) {
   return c;
 }
 
+// Eight values rounded to bf16 at `dst`, as E4M3 codes of those where the pool is FP8.
+__device__ __forceinline__ void store8_to(bf16* dst, const float (&in)[8]) {
+  store8(dst, in);
+}
+__device__ __forceinline__ void store8_to(fp8_e4m3* dst, const float (&in)[8]) {
+  store8_e4m3(dst, in);
+}
+
 // Rotates pairs (i0 + e, i0 + e + half), e < 8, of `src` into `dst`.
-__device__ __forceinline__ void rotate8(const bf16* src, bf16* dst, int i0, int half,
-                                        float position, const float* inv_freq) {
+template <typename T>
+__device__ __forceinline__ void rotate8(const bf16* src, T* dst, int i0, int half, float position,
+                                        const float* inv_freq) {
   float x1[8];
   float x2[8];
   load8(src + i0, x1);
@@ -41,10 +51,20 @@ __device__ __forceinline__ void rotate8(const bf16* src, bf16* dst, int i0, int 
   for (int e = 0; e < 8; ++e) {
     rope_rotate(x1[e], x2[e], position, inv_freq[i0 + e], &y1[e], &y2[e]);
   }
-  store8(dst + i0, y1);
-  store8(dst + i0 + half, y2);
+  store8_to(dst + i0, y1);
+  store8_to(dst + i0 + half, y2);
 }
 
+// Eight bf16 of `src` copied to `dst` (bytes), or encoded there as E4M3.
+__device__ __forceinline__ void copy8_to(const bf16* src, bf16* dst) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
+__device__ __forceinline__ void copy8_to(const bf16* src, fp8_e4m3* dst) {
+  *reinterpret_cast<uint2*>(dst) = encode_e4m3x8(*reinterpret_cast<const uint4*>(src));
+}
+
+// KvT: the pools' element (bf16, or fp8_e4m3 for FP8 pools).
+template <typename KvT>
 __global__ void __launch_bounds__(kThreads)
     rope_scatter_kernel(const __grid_constant__ RopeScatterParams p) {
   griddep_enter();
@@ -72,12 +92,12 @@ __global__ void __launch_bounds__(kThreads)
     const int head = k_item / c.k_per_head;
     const int piece = k_item % c.k_per_head;
     const bf16* src = p.k + token * p.k_stride + static_cast<std::int64_t>(head) * p.head_dim;
-    bf16* dst = p.k_pool + (row + head) * p.head_dim;
+    KvT* dst = static_cast<KvT*>(p.k_pool) + (row + head) * p.head_dim;
     if (piece < c.half8) {
       rotate8(src, dst, piece * 8, half, position, p.inv_freq);
     } else {
       const int dim = p.rotary_dim + (piece - c.half8) * 8;
-      *reinterpret_cast<uint4*>(dst + dim) = *reinterpret_cast<const uint4*>(src + dim);
+      copy8_to(src + dim, dst + dim);
     }
     return;
   }
@@ -85,19 +105,20 @@ __global__ void __launch_bounds__(kThreads)
   const int head = v_item / c.hd8;
   const int dim = (v_item % c.hd8) * 8;
   const bf16* src = p.v + token * p.v_stride + static_cast<std::int64_t>(head) * p.head_dim + dim;
-  *reinterpret_cast<uint4*>(p.v_pool + (row + head) * p.head_dim + dim) =
-      *reinterpret_cast<const uint4*>(src);
+  copy8_to(src, static_cast<KvT*>(p.v_pool) + (row + head) * p.head_dim + dim);
 }
 
 }  // namespace
 
 void launch_rope_scatter(const RopeScatterParams& params, cudaStream_t stream) {
   const ItemCounts c = item_counts(params);
-  launch(
-      rope_scatter_kernel,
-      LaunchConfig{dim3(params.num_tokens, ceil_div(c.total, kThreads)), dim3(kThreads), 0, stream,
-                   params.pdl},
-      params);
+  const LaunchConfig config{dim3(params.num_tokens, ceil_div(c.total, kThreads)), dim3(kThreads), 0,
+                            stream, params.pdl};
+  if (params.kv_dtype == KvDtype::kFp8) {
+    launch(rope_scatter_kernel<fp8_e4m3>, config, params);
+  } else {
+    launch(rope_scatter_kernel<bf16>, config, params);
+  }
 }
 
 }  // namespace cellm::cuda

@@ -1,7 +1,8 @@
 // Fused rotary embedding + KV scatter: one launch instead of rope then
 // kv_scatter. q is rotated in place (Hugging Face rotate_half layout, as
 // rope.cuh); k is rotated on its way into its cell of k_pool and v is copied
-// into v_pool, with the same cell/table rules as kv_scatter.cuh (padding rows
+// into v_pool (FP8 pools: both as E4M3 codes of the bf16 values a bf16 pool
+// would get, kv_fp8.cuh), with the same cell/table rules as kv_scatter.cuh (padding rows
 // write the scratch cell, cells outside the pool are skipped, the table entry
 // is written when `cell_table` is given). The k rows of the activation buffer
 // are left unrotated: attention reads K from the pool only.
@@ -28,8 +29,8 @@ struct RopeScatterParams {
   bf16* q = nullptr;                        // [num_tokens, q_stride], heads first; rotated in place
   const bf16* k = nullptr;                  // [num_tokens, k_stride], kv heads first
   const bf16* v = nullptr;                  // [num_tokens, v_stride], kv heads first
-  bf16* k_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim]
-  bf16* v_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim]
+  void* k_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim] of kv_dtype
+  void* v_pool = nullptr;                   // [max_cells, num_kv_heads, head_dim] of kv_dtype
   const std::int32_t* cells = nullptr;      // [num_tokens]
   const std::int32_t* seq_slots = nullptr;  // [num_tokens]; < 0 = padding
   const std::int32_t* positions = nullptr;  // [num_tokens]
@@ -46,6 +47,7 @@ struct RopeScatterParams {
   std::int32_t max_cells = 0;
   std::int32_t max_seqs = 0;
   std::int32_t table_stride = 0;
+  KvDtype kv_dtype = KvDtype::kBF16;
 
   // Programmatic dependent launch (launch.h): the kernel waits on the previous one itself.
   bool pdl = false;
