@@ -83,8 +83,8 @@ Result<CpuChoice> cpu_choice(const CudaExecutorConfig& config) {
   return c;
 }
 
-// Builds the program on `backend`; on CPU the fast program unless the
-// reference is asked for (it reads the GGUF blocks through model.gguf).
+}  // namespace
+
 Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& backend,
                                                         const model::LoadedModel& model,
                                                         const CudaExecutorConfig& config,
@@ -108,6 +108,8 @@ Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& bac
   }
   return backend.load(model.spec, model.weights, model.gguf.get(), options);
 }
+
+namespace {
 
 // The program's options: the config's, with the engine options that the
 // program takes at creation (kv_dtype is the config's field: the CPU's f32

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/backend_select.h"
 #include "app/sizing.h"
 #include "cellm/status.h"
 #include "core/dtype.h"
@@ -61,6 +62,16 @@ struct LoadedExecutor {
   std::unique_ptr<executor::CudaExecutor> executor;
   std::string backend;  // "cpu" or "cuda"
 };
+
+// The program create_executor builds on `backend` with `options`: on the CPU
+// the fast program (the GGUF blocks, int8 SIMD kernels, config.cpu_threads)
+// unless config.cpu_program asks for the reference; elsewhere backend.load.
+// What `cellm bench serve` builds in-process too, so it measures the
+// program `cellm serve` runs.
+Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& backend,
+                                                        const model::LoadedModel& model,
+                                                        const CudaExecutorConfig& config,
+                                                        const program::ProgramOptions& options);
 
 // Loads the model, builds its program on the chosen backend and the executor
 // over it. Methods load (and graphs are captured) in executor->initialize().

@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "app/backend_select.h"
+#include "app/executor_factory.h"
 #include "bench/bench_serve.h"
 #include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
@@ -120,8 +121,11 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     popts.max_step = std::min<std::int32_t>(popts.max_step, popts.kv_cells - 1);
   }
   if (is_path) {
-    CELLM_ASSIGN_OR_RETURN(a.program,
-                           backend.load(a.spec, a.model.weights, a.model.gguf.get(), popts));
+    // The program `cellm serve` builds (on the CPU the fast program over the
+    // GGUF blocks; backend.load alone would give the reference program).
+    app::CudaExecutorConfig config;
+    config.backend = o.backend;
+    CELLM_ASSIGN_OR_RETURN(a.program, app::build_program(backend, a.model, config, popts));
   } else {
     CELLM_ASSIGN_OR_RETURN(a.program, random_program(a.spec, o.seed, popts, backend.name));
   }

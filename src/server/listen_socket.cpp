@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +14,8 @@ namespace cellm::server {
 void set_listen_socket_options(int fd) {
   const int yes = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  // Accepted connections inherit it (Linux).
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
 }
 
 Status diagnose_listen_failure(std::string_view host, int port) {

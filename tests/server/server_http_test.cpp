@@ -3,7 +3,12 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "server/listen_socket.h"
 #include "server_harness.h"
 
 namespace cellm::server::testing {
@@ -457,3 +462,35 @@ TEST(ServerHttpTest, MetricsCountRequestsTokensAndPrefixHits) {
 
 }  // namespace
 }  // namespace cellm::server::testing
+
+// The listening socket's options reach the connections it accepts: TCP_NODELAY
+// above all, without which each streamed event after the first waited for the
+// client's delayed acknowledgement (listen_socket.h).
+TEST(ListenSocketTest, AcceptedConnectionsSendSmallWritesAtOnce) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  cellm::server::set_listen_socket_options(listener);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  const auto option = [](int fd, int level, int name) {
+    int value = 0;
+    socklen_t size = sizeof(value);
+    EXPECT_EQ(::getsockopt(fd, level, name, &value, &size), 0);
+    return value;
+  };
+  EXPECT_NE(option(accepted, IPPROTO_TCP, TCP_NODELAY), 0) << "Nagle's algorithm is on";
+  EXPECT_NE(option(listener, SOL_SOCKET, SO_REUSEADDR), 0);
+  EXPECT_EQ(option(listener, SOL_SOCKET, SO_REUSEPORT), 0) << "a second server could share it";
+  ::close(accepted);
+  ::close(client);
+  ::close(listener);
+}
