@@ -12,9 +12,8 @@ replays overwrite its capture's slots, so the report holds the last replay).
 Eager launches take a new slot each time: the argmax after the previous
 replay follows it by less than --split-us and opens the run, so the span is
 one step period and the embedding's gap is the host's share of it. A greedy
-one-token step launches no argmax (its lm_head GEMV takes it,
-CELLM_HEAD_ARGMAX), so its run starts at the embedding: trace with
-CELLM_HEAD_ARGMAX=0 to see the host's share.
+one-token step launches no argmax (its lm_head GEMV takes it), so its run
+starts at the embedding: trace a sampled step to see the host's share.
 Launches with the same label (each layer's q/k/v GEMV, say) are averaged:
 
   dur     first wait return -> last block exit (us)

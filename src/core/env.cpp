@@ -23,9 +23,6 @@ constexpr KnobInfo kKnobs[] = {
      "qkv,o,gate_up,down",
      "CUDA: which projections of a one-row step run on tensor cores where their walk is short "
      "(live experiment)"},
-    {"CELLM_HEAD_ARGMAX", "0 or 1", "1",
-     "CUDA: a greedy one-row captured step takes its argmax in the lm_head GEMV; 0 launches "
-     "the argmax kernel (scripts/gpu-trace shows its gap)"},
     {"CELLM_THREADS", "an integer from 1 to 4096", "every core",
      "CPU: the fast program's threads when --threads is not given"},
 };
@@ -44,12 +41,6 @@ Status bad_value(const char* name, const std::string& value) {
     }
   }
   return invalid_argument("{}='{}' is not a valid value", name, value);
-}
-
-Result<bool> parse_flag(const char* name, const std::string& value) {
-  if (value == "1") return true;
-  if (value == "0") return false;
-  return bad_value(name, value);
 }
 
 Result<std::int32_t> parse_int(const char* name, const std::string& value, std::int32_t lo,
@@ -111,9 +102,6 @@ Result<Knobs> parse_knobs(const EnvLookup& lookup) {
   }
   if (auto v = lookup("CELLM_GEMV_MMA")) {
     CELLM_ASSIGN_OR_RETURN(k.kernels.gemv_mma, parse_projections("CELLM_GEMV_MMA", *v));
-  }
-  if (auto v = lookup("CELLM_HEAD_ARGMAX")) {
-    CELLM_ASSIGN_OR_RETURN(k.kernels.head_argmax, parse_flag("CELLM_HEAD_ARGMAX", *v));
   }
   return k;
 }

@@ -56,9 +56,6 @@ struct KernelKnobs {
   std::int32_t gemv_max_rows = 1;
   // CELLM_GEMV_MMA: kGemvMmaProjections bits that run on tensor cores.
   std::uint32_t gemv_mma = kGemvMmaDefault;
-  // CELLM_HEAD_ARGMAX: a greedy one-row captured step takes its argmax in
-  // the lm_head GEMV (off: the argmax kernel runs, e.g. to trace its gap).
-  bool head_argmax = true;
 
   friend bool operator==(const KernelKnobs&, const KernelKnobs&) = default;
 };

@@ -61,7 +61,6 @@ TEST(EnvKnobsTest, UnsetMeansTheDefaults) {
   EXPECT_EQ(k->kernels, KernelKnobs{});
   EXPECT_EQ(k->kernels.gemv_max_rows, 1);
   EXPECT_EQ(k->kernels.gemv_mma, kGemvMmaDefault);
-  EXPECT_TRUE(k->kernels.head_argmax);
   EXPECT_TRUE(env.check().is_ok());
 }
 
@@ -70,8 +69,7 @@ TEST(EnvKnobsTest, GoodValuesParse) {
   env.values = {{"CELLM_MODEL", "models/x.gguf"},
                 {"CELLM_COMMIT", "abc123+dirty"},
                 {"CELLM_GEMV_MAX_ROWS", "8"},
-                {"CELLM_GEMV_MMA", "down,lm_head"},
-                {"CELLM_HEAD_ARGMAX", "0"}};
+                {"CELLM_GEMV_MMA", "down,lm_head"}};
   ASSERT_TRUE(env.check().is_ok()) << env.check().to_string();
   auto k = parse_knobs(env.lookup());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
@@ -79,7 +77,6 @@ TEST(EnvKnobsTest, GoodValuesParse) {
   EXPECT_EQ(k->commit, "abc123+dirty");
   EXPECT_EQ(k->kernels.gemv_max_rows, 8);
   EXPECT_EQ(k->kernels.gemv_mma, (1u << 3) | (1u << 4));  // kGemvMmaProjections order
-  EXPECT_FALSE(k->kernels.head_argmax);
 
   for (const auto& [value, bits] : std::map<std::string, std::uint32_t>{
            {"0", 0u}, {"1", kGemvMmaAll}, {"qkv", 1u}, {"o,qkv", 3u}, {"gate_up", 4u}}) {
@@ -88,11 +85,10 @@ TEST(EnvKnobsTest, GoodValuesParse) {
     ASSERT_TRUE(mma.ok()) << value << ": " << mma.status().to_string();
     EXPECT_EQ(mma->kernels.gemv_mma, bits) << value;
   }
-  env.values = {{"CELLM_GEMV_MAX_ROWS", "1"}, {"CELLM_HEAD_ARGMAX", "1"}};
+  env.values = {{"CELLM_GEMV_MAX_ROWS", "1"}};
   auto low = parse_knobs(env.lookup());
   ASSERT_TRUE(low.ok());
   EXPECT_EQ(low->kernels.gemv_max_rows, 1);
-  EXPECT_TRUE(low->kernels.head_argmax);
 }
 
 TEST(EnvKnobsTest, AnEmptyValueIsUnset) {
@@ -106,8 +102,7 @@ TEST(EnvKnobsTest, BadValuesNameTheVariableTheValueAndWhatIsAccepted) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"CELLM_GEMV_MAX_ROWS", "0"},  {"CELLM_GEMV_MAX_ROWS", "9"},  {"CELLM_GEMV_MAX_ROWS", "2x"},
       {"CELLM_GEMV_MAX_ROWS", "-1"}, {"CELLM_GEMV_MMA", "qkv,mlp"}, {"CELLM_GEMV_MMA", "qkv,"},
-      {"CELLM_GEMV_MMA", "2"},       {"CELLM_HEAD_ARGMAX", "on"},   {"CELLM_HEAD_ARGMAX", "yes"},
-      {"CELLM_HEAD_ARGMAX", "2"},
+      {"CELLM_GEMV_MMA", "2"},
   };
   for (const auto& [name, value] : bad) {
     FakeEnv env;
@@ -127,13 +122,12 @@ TEST(EnvKnobsTest, BadValuesNameTheVariableTheValueAndWhatIsAccepted) {
   EXPECT_TRUE(contains(env.check(), "from 1 to 8")) << env.check().to_string();
   env.values = {{"CELLM_GEMV_MMA", "mlp"}};
   EXPECT_TRUE(contains(env.check(), "qkv, o, gate_up, down, lm_head")) << env.check().to_string();
-  env.values = {{"CELLM_HEAD_ARGMAX", "true"}};
-  EXPECT_TRUE(contains(env.check(), "0 or 1")) << env.check().to_string();
 }
 
 TEST(EnvKnobsTest, AnUnknownCellmNameIsAnError) {
-  // A removed knob, and a misspelt live one.
-  for (const char* name : {"CELLM_DECODE_STREAM", "CELLM_GEMV_MAX_ROW", "CELLM_PDL"}) {
+  // Removed knobs, and a misspelt live one.
+  for (const char* name :
+       {"CELLM_DECODE_STREAM", "CELLM_GEMV_MAX_ROW", "CELLM_PDL", "CELLM_HEAD_ARGMAX"}) {
     FakeEnv env;
     env.values = {{name, "1"}};
     const Status s = env.check();
@@ -156,7 +150,7 @@ TEST(EnvKnobsTest, TestAndScriptVariablesAndOtherNamesPass) {
                 {"CELLMDEV_MEMCHECK", "1"},
                 {"HOME", "/root"},
                 {"XCELLM_FOO", "1"},
-                {"CELLM_HEAD_ARGMAX", "1"}};
+                {"CELLM_GEMV_MMA", "1"}};
   EXPECT_TRUE(env.check().is_ok()) << env.check().to_string();
   // The old names of the tools' variables are now unknown knobs: a script
   // that still sets one stops `cellm` instead of being silently ignored.

@@ -120,7 +120,7 @@ TEST_F(GpuSamplerTest, DeviceSamplerDrawsWhatTheHostAlgorithmDraws) {
 }
 
 // A greedy one-token step on a captured graph takes its token from the
-// lm_head GEMV (KernelChoice::head_argmax) instead of launching the argmax:
+// lm_head GEMV (CudaForward::takes_argmax) instead of launching the argmax:
 // the same token the host's argmax picks from the same logits, step after
 // step (the GEMV's counter is reused), and a two-row step still launches it.
 TEST_F(GpuSamplerTest, OneTokenGraphStepsTakeTheArgmaxFromTheLmHead) {

@@ -277,7 +277,7 @@ bool CudaForward::fused_step(const ForwardShape& shape) const {
 bool CudaForward::takes_argmax(const ForwardShape& shape) const {
   // A soft cap rewrites the logits after the lm_head: its rounding can tie
   // values the lm_head told apart, so the argmax must see the capped ones.
-  return shape.argmax_to != nullptr && shape.kernels.head_argmax && shape.rows == 1 &&
+  return shape.argmax_to != nullptr && shape.rows == 1 &&
          fused_step(shape) && !spec_.final_logit_softcap;
 }
 

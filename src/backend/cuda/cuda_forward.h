@@ -93,8 +93,9 @@ class CudaForward {
   // Enqueues the forward. No allocation, no synchronisation: capturable.
   Status enqueue(const ForwardShape& shape, cudaStream_t stream);
   // Whether enqueue(shape) writes the argmax of its logits row to
-  // shape.argmax_to: one selected row, the lm_head on the GEMV
-  // (KernelChoice::head_argmax), and logits that nothing changes after it.
+  // shape.argmax_to: one selected row, the lm_head on the GEMV, and logits
+  // that nothing changes after it (a greedy one-token step then launches no
+  // argmax kernel).
   bool takes_argmax(const ForwardShape& shape) const;
   // How enqueue(shape) cuts its keys for the split-KV kernel.
   DecodeSplit decode_split(const ForwardShape& shape) const;

@@ -86,7 +86,7 @@ struct CudaProgramKnobs {
 const CudaProgramKnobs* cuda_program_knobs(program::Program& program);
 
 // How the program's `sample_argmax` calls were answered: by the argmax the
-// step's lm_head GEMV wrote with the logits (KernelChoice::head_argmax), or
+// step's lm_head GEMV wrote with the logits (CudaForward::takes_argmax), or
 // by launching the argmax kernel; and how many single-step graphs it
 // captured (one per static width and split-KV split count, ForwardShape::
 // key_span).

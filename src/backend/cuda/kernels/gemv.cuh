@@ -58,7 +58,7 @@ enum class GemvEpilogue : std::int32_t {
 };
 
 // The argmax of a one-row product's stored f32 outputs (the lm_head of a
-// greedy one-token step, KernelChoice::head_argmax): each block merges the
+// greedy one-token step, CudaForward::takes_argmax): each block merges the
 // best (value, column) pairs its warps stored into partials[blockIdx.x], and
 // the last block to count itself in merges the partials and writes the
 // column into *out. Same order as the device argmax (argmax_order.cuh:

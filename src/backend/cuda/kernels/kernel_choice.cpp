@@ -28,8 +28,8 @@ std::string describe_mma(std::uint32_t bits) {
 static_assert(valid_attention_cluster(kDecodeCluster) && kDecodeCluster <= kAttentionMaxCluster);
 
 std::string describe(const KernelChoice& choice) {
-  return fmt::format("gemv_max_rows={} mma={} head_argmax={}", choice.gemv_max_rows,
-                     describe_mma(choice.gemv_mma), choice.head_argmax ? 1 : 0);
+  return fmt::format("gemv_max_rows={} mma={}", choice.gemv_max_rows,
+                     describe_mma(choice.gemv_mma));
 }
 
 }  // namespace cellm::cuda

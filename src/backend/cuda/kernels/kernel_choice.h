@@ -27,8 +27,7 @@
 
 namespace cellm::cuda {
 
-// The choices still open to experiment (core/env.h: gemv_max_rows, gemv_mma,
-// head_argmax).
+// The choices still open to experiment (core/env.h: gemv_max_rows, gemv_mma).
 using KernelChoice = KernelKnobs;
 
 // KernelChoice::gemv_mma: the projections of a GEMV step (up to
@@ -54,7 +53,7 @@ inline constexpr std::int32_t kDecodeSplitTarget = 2;
 // shared memory.
 inline constexpr std::int32_t kDecodeCluster = 8;
 
-// "gemv_max_rows=1 mma=qkv,o,gate_up,down head_argmax=1", for logs and
+// "gemv_max_rows=1 mma=qkv,o,gate_up,down", for logs and
 // benchmark labels.
 std::string describe(const KernelChoice& choice);
 
