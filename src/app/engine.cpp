@@ -6,6 +6,7 @@
 #include "app/draft_factory.h"
 #include "app/executor_factory.h"
 #include "app/model_text.h"
+#include "app/step_budget.h"
 #include "cellm/decode_first_scheduler.h"
 #include "chat/chat_template.h"
 #include "core/log.h"
@@ -168,21 +169,17 @@ Result<std::unique_ptr<Engine>> Engine::load(const EngineOptions& options,
   const std::size_t decodes = options.max_decode_sequences > 0
                                   ? static_cast<std::size_t>(options.max_decode_sequences)
                                   : static_cast<std::size_t>(impl->sizing.sessions);
-  constexpr std::size_t kDefaultChunk = 256;
-  const std::size_t chunk = std::min<std::size_t>(
-      options.prefill_chunk > 0 ? static_cast<std::size_t>(options.prefill_chunk) : kDefaultChunk,
-      preferred);
-  std::size_t batch = options.max_batch_tokens > 0
-                          ? static_cast<std::size_t>(options.max_batch_tokens)
-                          : decodes + 2 * chunk;
-  batch = std::max(batch, decodes + chunk);
-  auto scheduler = DecodeFirstScheduler::create(batch, decodes, chunk);
+  CELLM_ASSIGN_OR_RETURN(const StepBudget budget,
+                         step_budget(options.prefill_chunk, options.max_batch_tokens,
+                                     static_cast<std::int64_t>(decodes),
+                                     static_cast<std::int64_t>(preferred)));
+  auto scheduler = make_scheduler(budget);
   if (!scheduler) {
-    return invalid_argument("no valid scheduler for batch {} tokens, {} decodes, chunk {}", batch,
-                            decodes, chunk);
+    return invalid_argument("no valid scheduler for batch {} tokens, {} decodes, chunk {}",
+                            budget.batch, budget.decodes, budget.chunk);
   }
-  impl->prefill_chunk = static_cast<std::int32_t>(chunk);
-  impl->max_batch_tokens = static_cast<std::int32_t>(batch);
+  impl->prefill_chunk = static_cast<std::int32_t>(budget.chunk);
+  impl->max_batch_tokens = static_cast<std::int32_t>(budget.batch);
   report(progress, "initializing", 0.9);
   RunnerOptions runner_options;
   runner_options.prefix_cache_entries = options.prefix_cache_entries;

@@ -45,7 +45,9 @@ struct EngineOptions {
   std::int32_t max_sessions = 0;
   std::int32_t max_session_tokens = 0;     // 0: the model's context (as memory allows)
   std::int32_t prefix_cache_entries = 16;  // 0 disables automatic prefix caching
-  std::int32_t max_batch_tokens = 0;       // 0: decodes plus two prefill chunks
+  // Tokens a step holds; 0: decodes plus two prefill chunks. A value with no
+  // room for a chunk beside the decodes is refused (app/step_budget.h).
+  std::int32_t max_batch_tokens = 0;
   // Prompt tokens a session prefills per engine step (0: 256), capped by the
   // executor's widest step. Larger chunks raise throughput under load at the
   // cost of inter-token latency for the sessions decoding beside them.

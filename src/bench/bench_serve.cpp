@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "app/step_budget.h"
+
 namespace cellm::bench {
 namespace {
 
@@ -60,8 +62,10 @@ Status validate(const ServeBenchOptions& o) {
     return invalid_argument("--max-concurrency must be 0 (no limit) or positive, got {}",
                             o.max_concurrency);
   }
-  if (o.prefill_chunk <= 0) {
-    return invalid_argument("--prefill-chunk must be at least 1 token, got {}", o.prefill_chunk);
+  if (o.prefill_chunk < 0) {
+    return invalid_argument("--prefill-chunk must be 0 (cellm serve's default, {}) or a number "
+                            "of tokens, got {}",
+                            app::kDefaultPrefillChunk, o.prefill_chunk);
   }
   if (o.max_batch_tokens < 0) {
     return invalid_argument("--max-batch-tokens must be 0 (derived) or positive, got {}",
@@ -105,12 +109,13 @@ Status validate(const ServeBenchOptions& o) {
         "lower --max-concurrency or the lengths",
         need.sessions, need.session_tokens, need.cells);
   }
-  if (o.max_batch_tokens > 0 &&
-      o.max_batch_tokens < static_cast<std::int64_t>(need.sessions) + o.prefill_chunk) {
-    return invalid_argument(
-        "--max-batch-tokens {} leaves no room for a prefill chunk of {} beside {} decodes; give "
-        "at least {} (or 0 to derive it)",
-        o.max_batch_tokens, o.prefill_chunk, need.sessions, need.sessions + o.prefill_chunk);
+  // The budget cellm serve would take for these sessions (the executor's
+  // widest step can only shrink the chunk, never make it refuse).
+  const Result<app::StepBudget> budget =
+      app::step_budget(o.prefill_chunk, o.max_batch_tokens, need.sessions);
+  if (!budget.ok()) {
+    return invalid_argument("--prefill-chunk {} and --max-batch-tokens {}: {}", o.prefill_chunk,
+                            o.max_batch_tokens, budget.status().message());
   }
   return Status::ok();
 }
@@ -152,6 +157,10 @@ std::vector<RequestSpec> make_requests(const ServeBenchOptions& o, std::int32_t 
     for (int i = 0; i < n; ++i) r.prompt.push_back(token(rng));
   }
   return requests;
+}
+
+int effective_prefill_chunk(const ServeBenchOptions& o) {
+  return o.prefill_chunk > 0 ? o.prefill_chunk : static_cast<int>(app::kDefaultPrefillChunk);
 }
 
 PoolNeed pool_need(const ServeBenchOptions& o) {
@@ -294,7 +303,7 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
                    {"reuse_prefix", o.reuse_prefix},
                    {"request_rate", rate_text(o.request_rate)},
                    {"max_concurrency", o.max_concurrency},
-                   {"prefill_chunk", o.prefill_chunk},
+                   {"prefill_chunk", effective_prefill_chunk(o)},
                    {"max_batch_tokens", o.max_batch_tokens},
                    {"temperature", o.temperature},
                    {"top_p", o.top_p},

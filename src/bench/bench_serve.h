@@ -41,7 +41,7 @@ struct ServeBenchOptions {
   // 9,044-9,344 output tok/s against 8,546 at 512, for a longer ITL tail
   // (p99 125-129 ms against 60 ms) as the prefill rides along fewer, wider
   // steps.
-  int prefill_chunk = 2048;
+  int prefill_chunk = 0;     // prompt tokens a session prefills per step; 0: cellm serve's default
   int max_batch_tokens = 0;  // tokens per engine step; 0: decodes + 2 chunks
   int warmup_requests = 1;   // untimed requests of the same shape before the run
   float temperature = 0.0f;  // 0: greedy
@@ -88,6 +88,9 @@ struct PoolNeed {
   std::int64_t cells = 0;
 };
 PoolNeed pool_need(const ServeBenchOptions& options);
+// The prefill chunk a run asks for: --prefill-chunk, or cellm serve's default
+// when it is 0 (the executor's widest step may still cap it).
+int effective_prefill_chunk(const ServeBenchOptions& options);
 // OutOfResources naming the options to lower when `need` does not fit a pool
 // of `pool_cells` (scratch included) or the model's context.
 Status check_pool(const ServeBenchOptions& options, const PoolNeed& need, std::int64_t pool_cells,

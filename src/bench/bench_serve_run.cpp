@@ -20,6 +20,7 @@
 
 #include "app/backend_select.h"
 #include "app/executor_factory.h"
+#include "app/step_budget.h"
 #include "bench/bench_serve.h"
 #include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
@@ -82,11 +83,10 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   popts.keep_quantized = o.keep_quantized || o.quantize == model::Quantize::kFp8;
   // One forward per engine step: the widest method covers the scheduler's
   // step (the decodes plus two prefill chunks unless --max-batch-tokens says).
-  const std::int64_t step_tokens = o.max_batch_tokens > 0
-                                       ? o.max_batch_tokens
-                                       : std::int64_t{need.sessions} + 2 * o.prefill_chunk;
-  popts.max_step = static_cast<std::int32_t>(
-      std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
+  CELLM_ASSIGN_OR_RETURN(const app::StepBudget budget,
+                         app::step_budget(o.prefill_chunk, o.max_batch_tokens, need.sessions));
+  popts.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(budget.batch), popts.max_step, kMaxForwardTokens));
   // A path loads its weights; a shape name gets random ones (on the GPU, or
   // on the CPU with --backend cpu, where small shapes run in reasonable time).
   CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));
@@ -381,17 +381,18 @@ Result<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o, std::FILE* 
   const PoolNeed need = pool_need(o);
   CELLM_ASSIGN_OR_RETURN(Assembly a, assemble(o, need));
 
-  const std::size_t chunk = std::min<std::size_t>(static_cast<std::size_t>(o.prefill_chunk),
-                                                  a.executor->preferred_batch_tokens());
-  const auto decodes = static_cast<std::size_t>(need.sessions);
-  const std::size_t batch =
-      o.max_batch_tokens > 0 ? static_cast<std::size_t>(o.max_batch_tokens) : decodes + 2 * chunk;
-  auto scheduler = DecodeFirstScheduler::create(batch, decodes, chunk);
+  // The budget cellm serve's Engine takes (app/step_budget.h).
+  CELLM_ASSIGN_OR_RETURN(
+      const app::StepBudget budget,
+      app::step_budget(o.prefill_chunk, o.max_batch_tokens, need.sessions,
+                       static_cast<std::int64_t>(a.executor->preferred_batch_tokens())));
+  const std::size_t chunk = budget.chunk;
+  const std::size_t batch = budget.batch;
+  auto scheduler = app::make_scheduler(budget);
   if (!scheduler) {
-    return invalid_argument(
-        "--max-batch-tokens {} cannot hold {} decodes beside a prefill chunk of {}: give at "
-        "least {}",
-        batch, decodes, chunk, decodes + chunk);
+    return invalid_argument("no scheduler holds {} decodes beside a prefill chunk of {} in {} "
+                            "tokens a step",
+                            budget.decodes, chunk, batch);
   }
   const std::string header = fmt::format(
       "{} on {} ({}): {} requests, {} in / {} out, prefix {}, rate {} req/s, concurrency {}; "

@@ -276,7 +276,7 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
   j["response_format"] = o.json_schema.empty() ? "text" : "json_schema";
   if (!o.json_schema.empty()) j["json_schema_file"] = o.json_schema_file;
   if (r.target == "in-process") {
-    j["prefill_chunk"] = l.prefill_chunk;
+    j["prefill_chunk"] = effective_prefill_chunk(l);
     j["max_batch_tokens"] = l.max_batch_tokens;
     j["prefix_cache_entries"] = o.prefix_cache_entries;
   }

@@ -10,6 +10,7 @@
 
 #include "app/backend_select.h"
 #include "app/engine.h"
+#include "app/step_budget.h"
 #include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
 #include "core/log.h"
@@ -136,11 +137,10 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.speculate = o.speculate;
   eo.speculate_tokens = o.speculate_tokens;
   eo.draft_model = o.draft_model;
-  const std::int64_t step_tokens = l.max_batch_tokens > 0
-                                       ? l.max_batch_tokens
-                                       : std::int64_t{need.sessions} + 2 * l.prefill_chunk;
-  eo.program.max_step = static_cast<std::int32_t>(
-      std::clamp<std::int64_t>(step_tokens, eo.program.max_step, kMaxForwardTokens));
+  CELLM_ASSIGN_OR_RETURN(const app::StepBudget wide,
+                         app::step_budget(l.prefill_chunk, l.max_batch_tokens, need.sessions));
+  eo.program.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(wide.batch), eo.program.max_step, kMaxForwardTokens));
   CELLM_ASSIGN_OR_RETURN(s.engine, app::Engine::load(eo));
   // A dataset's need is a loose bound (a byte a token): the server itself
   // refuses a request longer than the context it holds.
@@ -169,10 +169,10 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   program::ProgramOptions popts;
   popts.kv_memory_fraction = l.gpu_memory_fraction;
   popts.keep_quantized = l.keep_quantized || l.quantize == model::Quantize::kFp8;
-  const std::int64_t step_tokens =
-      l.max_batch_tokens > 0 ? l.max_batch_tokens : std::int64_t{cap} + 2 * l.prefill_chunk;
-  popts.max_step = static_cast<std::int32_t>(
-      std::clamp<std::int64_t>(step_tokens, popts.max_step, kMaxForwardTokens));
+  CELLM_ASSIGN_OR_RETURN(const app::StepBudget wide,
+                         app::step_budget(l.prefill_chunk, l.max_batch_tokens, cap));
+  popts.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(wide.batch), popts.max_step, kMaxForwardTokens));
   // Cache entries keep finished prompts' cells; snapshots of running ones share theirs.
   const std::int64_t cells = need.cells + std::int64_t{entries} * need.session_tokens;
   if (!backend.sizes_pool_from_memory) {
@@ -201,15 +201,15 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   }
   CELLM_ASSIGN_OR_RETURN(s.executor,
                          executor::CudaExecutor::create(s.program, sessions, need.session_tokens));
-  const std::size_t chunk = std::min<std::size_t>(static_cast<std::size_t>(l.prefill_chunk),
-                                                  s.executor->preferred_batch_tokens());
-  const auto decodes = static_cast<std::size_t>(cap);
-  const std::size_t batch =
-      l.max_batch_tokens > 0 ? static_cast<std::size_t>(l.max_batch_tokens) : decodes + 2 * chunk;
-  auto scheduler = DecodeFirstScheduler::create(batch, decodes, chunk);
+  // The budget cellm serve's Engine takes (app/step_budget.h).
+  CELLM_ASSIGN_OR_RETURN(
+      const app::StepBudget budget,
+      app::step_budget(l.prefill_chunk, l.max_batch_tokens, cap,
+                       static_cast<std::int64_t>(s.executor->preferred_batch_tokens())));
+  auto scheduler = app::make_scheduler(budget);
   if (!scheduler) {
-    return invalid_argument("--max-batch-tokens {} cannot hold {} decodes beside a chunk of {}",
-                            batch, decodes, chunk);
+    return invalid_argument("no scheduler holds {} decodes beside a chunk of {} in {} tokens",
+                            budget.decodes, budget.chunk, budget.batch);
   }
   s.runner = std::make_unique<Runner>(*s.executor, std::move(scheduler), RunnerOptions{entries});
   if (!s.runner->open_session_async().get()) {  // waits for initialize()

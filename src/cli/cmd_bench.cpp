@@ -110,7 +110,9 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
       ->add_option("--max-concurrency", o.max_concurrency,
                    "requests in flight at once (0: no limit); sizes the KV pool")
       ->capture_default_str();
-  serve->add_option("--prefill-chunk", o.prefill_chunk, "scheduler prefill chunk in tokens")
+  serve
+      ->add_option("--prefill-chunk", o.prefill_chunk,
+                   "prompt tokens a session prefills per step (0: cellm serve's default, 256)")
       ->capture_default_str();
   serve
       ->add_option("--max-batch-tokens", o.max_batch_tokens,

@@ -199,12 +199,18 @@ TEST(BenchServeOptionsTest, RefusalsNameTheOption) {
       {"--request-rate", [](ServeBenchOptions& o) { o.request_rate = 0; }},
       {"--request-rate", [](ServeBenchOptions& o) { o.request_rate = std::nan(""); }},
       {"--max-concurrency", [](ServeBenchOptions& o) { o.max_concurrency = -1; }},
-      {"--prefill-chunk", [](ServeBenchOptions& o) { o.prefill_chunk = 0; }},
+      {"--prefill-chunk", [](ServeBenchOptions& o) { o.prefill_chunk = -1; }},
       {"--max-batch-tokens", [](ServeBenchOptions& o) { o.max_batch_tokens = -1; }},
       {"--max-batch-tokens",
        [](ServeBenchOptions& o) {
          o.max_concurrency = 64;
-         o.max_batch_tokens = 64 + o.prefill_chunk - 1;
+         o.max_batch_tokens = 64 + effective_prefill_chunk(o) - 1;
+       }},
+      {"--max-batch-tokens",
+       [](ServeBenchOptions& o) {
+         o.max_concurrency = 64;
+         o.prefill_chunk = 1000;
+         o.max_batch_tokens = 64 + 999;
        }},
       {"--warmup", [](ServeBenchOptions& o) { o.warmup_requests = -1; }},
       {"--progress", [](ServeBenchOptions& o) { o.progress_s = -1; }},
@@ -238,7 +244,10 @@ TEST(BenchServeOptionsTest, AcceptsFiniteRatesAndTheExactBatchMinimum) {
   ServeBenchOptions o;
   o.request_rate = 0.5;
   o.max_concurrency = 64;
-  o.max_batch_tokens = 64 + o.prefill_chunk;
+  o.max_batch_tokens = 64 + effective_prefill_chunk(o);
+  EXPECT_TRUE(validate(o).is_ok());
+  o.prefill_chunk = 1000;
+  o.max_batch_tokens = 64 + 1000;
   EXPECT_TRUE(validate(o).is_ok());
   o.temperature = 0.8f;
   o.top_p = 0.95f;
