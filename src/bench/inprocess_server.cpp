@@ -10,6 +10,7 @@
 
 #include "app/backend_select.h"
 #include "app/engine.h"
+#include "app/executor_factory.h"
 #include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
 #include "core/log.h"
@@ -132,6 +133,7 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
   eo.program.keep_quantized = l.keep_quantized;
   eo.quantize = l.quantize;
+  eo.kv_dtype = l.kv_dtype;  // as `cellm serve --kv-dtype`
   // As `cellm serve --speculate ... --draft-model ... --speculate-tokens ...`.
   eo.speculate = o.speculate;
   eo.speculate_tokens = o.speculate_tokens;
@@ -160,6 +162,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
                   InProcessServer::Impl& s) {
   const ServeBenchOptions& l = o.load;
   CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(l.backend));
+  CELLM_RETURN_IF_ERROR(app::check_kv_dtype(l.kv_dtype, backend));
   s.backend = backend.name;
   const int cap = concurrency_of(l);
   const int entries = o.prefix_cache_entries;
@@ -169,6 +172,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   program::ProgramOptions popts;
   popts.kv_memory_fraction = l.gpu_memory_fraction;
   popts.keep_quantized = l.keep_quantized || l.quantize == model::Quantize::kFp8;
+  popts.kv_dtype = app::program_kv_dtype(l.kv_dtype);
   const std::int64_t step_tokens =
       l.max_batch_tokens > 0 ? l.max_batch_tokens : std::int64_t{cap} + 2 * l.prefill_chunk;
   popts.max_step = static_cast<std::int32_t>(
