@@ -36,21 +36,6 @@ Status check_config(const CudaExecutorConfig& config) {
   return Status::ok();
 }
 
-// config.kv_dtype on the chosen backend: the CPU programs keep f32 K/V
-// (bf16, the default, and f32 both mean that there); the CUDA program keeps
-// bf16 or FP8 E4M3 pools.
-Status check_kv_dtype(const CudaExecutorConfig& config, const BackendChoice& backend) {
-  if (backend.name == "cpu" && config.kv_dtype == DType::kF8E4M3) {
-    return not_supported(
-        "--kv-dtype fp8: the CPU program keeps K/V in f32; FP8 K/V are for the CUDA backend "
-        "(--backend cuda)");
-  }
-  if (backend.name != "cpu" && config.kv_dtype == DType::kF32) {
-    return not_supported("--kv-dtype f32: the CUDA program keeps K/V in bf16 or fp8");
-  }
-  return Status::ok();
-}
-
 // The CPU program the config asks for ("fast" or "reference"), its
 // environment fallbacks resolved; unknown values are errors.
 struct CpuChoice {
@@ -85,6 +70,24 @@ Result<CpuChoice> cpu_choice(const CudaExecutorConfig& config) {
 
 }  // namespace
 
+// The CPU programs keep f32 K/V (bf16, the default, and f32 both mean that
+// there); the CUDA program keeps bf16 or FP8 E4M3 pools.
+Status check_kv_dtype(DType kv_dtype, const BackendChoice& backend) {
+  if (backend.name == "cpu" && kv_dtype == DType::kF8E4M3) {
+    return not_supported(
+        "--kv-dtype fp8: the CPU program keeps K/V in f32; FP8 K/V are for the CUDA backend "
+        "(--backend cuda)");
+  }
+  if (backend.name != "cpu" && kv_dtype == DType::kF32) {
+    return not_supported("--kv-dtype f32: the CUDA program keeps K/V in bf16 or fp8");
+  }
+  return Status::ok();
+}
+
+DType program_kv_dtype(DType kv_dtype) {
+  return kv_dtype == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16;
+}
+
 Result<std::shared_ptr<program::Program>> build_program(const BackendChoice& backend,
                                                         const model::LoadedModel& model,
                                                         const CudaExecutorConfig& config,
@@ -117,7 +120,7 @@ namespace {
 program::ProgramOptions program_options(const CudaExecutorConfig& config) {
   program::ProgramOptions options = config.program;
   options.cuda_graphs = config.options.cuda_graph_for_static_methods;
-  options.kv_dtype = config.kv_dtype == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16;
+  options.kv_dtype = program_kv_dtype(config.kv_dtype);
   return options;
 }
 
@@ -167,7 +170,7 @@ Result<LoadedExecutor> create_executor(model::LoadedModel model, const CudaExecu
   CELLM_RETURN_IF_ERROR(cpu_choice(config));
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
-  CELLM_RETURN_IF_ERROR(check_kv_dtype(config, backend));
+  CELLM_RETURN_IF_ERROR(check_kv_dtype(config.kv_dtype, backend));
   out.backend = backend.name;
   out.model = std::move(model);
   program::ProgramOptions options = program_options(config);
@@ -197,7 +200,7 @@ Result<SizedExecutor> create_sized_executor(model::LoadedModel model,
   SizedExecutor sized;
   LoadedExecutor out;
   CELLM_ASSIGN_OR_RETURN(BackendChoice backend, choose_backend(config.backend));
-  CELLM_RETURN_IF_ERROR(check_kv_dtype(config, backend));
+  CELLM_RETURN_IF_ERROR(check_kv_dtype(config.kv_dtype, backend));
   out.backend = backend.name;
   out.model = std::move(model);
   program::ProgramOptions options = program_options(config);

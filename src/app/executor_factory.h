@@ -63,6 +63,14 @@ struct LoadedExecutor {
   std::string backend;  // "cpu" or "cuda"
 };
 
+// `--kv-dtype` on `backend`: fp8 is refused on the CPU (its programs keep
+// f32 K/V) and f32 on CUDA, in messages that name the flag. create_executor
+// checks it; `cellm bench serve` too, before building a program of its own.
+Status check_kv_dtype(DType kv_dtype, const BackendChoice& backend);
+// ProgramOptions::kv_dtype for a `--kv-dtype`: fp8 stays, the rest is bf16
+// (the CPU's f32 is the CUDA program's default there, which it never reaches).
+DType program_kv_dtype(DType kv_dtype);
+
 // The program create_executor builds on `backend` with `options`: on the CPU
 // the fast program (the GGUF blocks, int8 SIMD kernels, config.cpu_threads)
 // unless config.cpu_program asks for the reference; elsewhere backend.load.

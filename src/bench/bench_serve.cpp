@@ -254,6 +254,7 @@ std::string format_report(const ServeBenchOptions& o, const ServeBenchReport& r)
   row("request rate / max concurrency",
       fmt::format("{} req/s / {}", rate_text(o.request_rate),
                   o.max_concurrency > 0 ? std::to_string(o.max_concurrency) : "unlimited"));
+  row("K/V dtype", std::string(dtype_name(o.kv_dtype)));
   row("duration", fmt::format("{:.2f} s", r.duration_s));
   row("input / output tokens", fmt::format("{} / {}", r.input_tokens, r.output_tokens));
   row("tokens prefilled", fmt::format("{}", r.prefilled_tokens));
@@ -295,6 +296,7 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
                    {"commit", commit},
                    {"model", o.model},
                    {"backend", r.backend},
+                   {"kv_dtype", dtype_name(o.kv_dtype)},  // as asked: the CPU's K/V are f32
                    {"requests", o.requests},
                    {"input_len", o.input_len},
                    {"output_len", o.output_len},

@@ -18,6 +18,7 @@
 #include "cellm/metrics.h"
 #include "cellm/status.h"
 #include "cellm/types.h"
+#include "core/dtype.h"
 #include "model/quantize.h"
 
 namespace cellm::bench {
@@ -54,6 +55,9 @@ struct ServeBenchOptions {
   std::string json_path;             // a JSON line is appended here when set
   // model::LoadOptions::quantize (`--quantize fp8`); model paths only.
   model::Quantize quantize = model::Quantize::kNone;
+  // `--kv-dtype`, as `cellm serve` takes it (app::check_kv_dtype): bf16, or
+  // fp8 on CUDA; the CPU keeps f32 K/V whatever is asked, and refuses fp8.
+  DType kv_dtype = DType::kBF16;
 };
 
 // Checks every option alone and together; the message names the option and

@@ -90,6 +90,8 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   // A path loads its weights; a shape name gets random ones (on the GPU, or
   // on the CPU with --backend cpu, where small shapes run in reasonable time).
   CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));
+  CELLM_RETURN_IF_ERROR(app::check_kv_dtype(o.kv_dtype, backend));
+  popts.kv_dtype = app::program_kv_dtype(o.kv_dtype);
   const bool is_path = std::filesystem::exists(o.model);
   if (is_path) {
     model::LoadOptions load;
@@ -125,6 +127,7 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
     // GGUF blocks; backend.load alone would give the reference program).
     app::CudaExecutorConfig config;
     config.backend = o.backend;
+    config.kv_dtype = o.kv_dtype;
     CELLM_ASSIGN_OR_RETURN(a.program, app::build_program(backend, a.model, config, popts));
   } else {
     CELLM_ASSIGN_OR_RETURN(a.program, random_program(a.spec, o.seed, popts, backend.name));

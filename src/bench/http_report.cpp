@@ -166,6 +166,7 @@ std::string format_http_report(const HttpBenchOptions& o, const HttpBenchReport&
             o.prompt_format == PromptFormat::kText ? ", text prompts" : ", token-id prompts"));
   }
   if (r.target == "in-process") {
+    row("K/V dtype", std::string(dtype_name(o.load.kv_dtype)));
     row("speculative decoding",
         o.speculate == "off" ? std::string("off")
                              : fmt::format("{}{}, up to {} drafts a step", o.speculate,
@@ -259,6 +260,7 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
   // settings are unknown here (its counters below still say whether it
   // speculated).
   if (r.target == "in-process") {
+    j["kv_dtype"] = dtype_name(l.kv_dtype);
     j["speculate"] = o.speculate;
     j["speculate_tokens"] =
         o.speculate == "off" ? nlohmann::json(nullptr) : nlohmann::json(o.speculate_tokens);

@@ -10,6 +10,7 @@
 
 #include "app/backend_select.h"
 #include "app/engine.h"
+#include "app/executor_factory.h"
 #include "app/step_budget.h"
 #include "bench/random_model.h"
 #include "cellm/decode_first_scheduler.h"
@@ -133,6 +134,7 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.program.kv_memory_fraction = l.gpu_memory_fraction;
   eo.program.keep_quantized = l.keep_quantized;
   eo.quantize = l.quantize;
+  eo.kv_dtype = l.kv_dtype;  // as `cellm serve --kv-dtype`
   // As `cellm serve --speculate ... --draft-model ... --speculate-tokens ...`.
   eo.speculate = o.speculate;
   eo.speculate_tokens = o.speculate_tokens;
@@ -160,6 +162,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
                   InProcessServer::Impl& s) {
   const ServeBenchOptions& l = o.load;
   CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(l.backend));
+  CELLM_RETURN_IF_ERROR(app::check_kv_dtype(l.kv_dtype, backend));
   s.backend = backend.name;
   const int cap = concurrency_of(l);
   const int entries = o.prefix_cache_entries;
@@ -169,6 +172,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   program::ProgramOptions popts;
   popts.kv_memory_fraction = l.gpu_memory_fraction;
   popts.keep_quantized = l.keep_quantized || l.quantize == model::Quantize::kFp8;
+  popts.kv_dtype = app::program_kv_dtype(l.kv_dtype);
   CELLM_ASSIGN_OR_RETURN(const app::StepBudget wide,
                          app::step_budget(l.prefill_chunk, l.max_batch_tokens, cap));
   popts.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(

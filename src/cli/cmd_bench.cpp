@@ -86,6 +86,7 @@ CLI::App* add_serve(CLI::App* bench, bench::ServeBenchOptions& o, HttpFlags& h) 
   serve->add_option("--backend", o.backend, "auto, cpu or cuda")->capture_default_str();
   serve->add_flag("--keep-quantized", o.keep_quantized, kKeepQuantizedHelp);
   add_quantize_option(*serve, o.quantize);
+  add_kv_dtype_option(*serve, o.kv_dtype);
   serve->add_option("--requests,--num-prompts", o.requests, "requests to send")
       ->capture_default_str();
   serve
@@ -219,6 +220,12 @@ int run_serve(const bench::ServeBenchOptions& o, const HttpFlags& h, CLI::App* s
     std::fprintf(stderr,
                  "cellm bench serve: give --http (cellm's server in-process) or --url, "
                  "not both\n");
+    return 1;
+  }
+  if (!h.url.empty() && serve->count("--kv-dtype") > 0) {
+    std::fprintf(stderr,
+                 "cellm bench serve: --kv-dtype sets the K/V of cellm's own server (--http) or "
+                 "of the in-process run; a --url server keeps its own\n");
     return 1;
   }
   bench::HttpBenchOptions ho;

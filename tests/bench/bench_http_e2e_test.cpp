@@ -3,7 +3,8 @@
 // the same load beside it), and on a random-weight shape, which has no
 // tokenizer and is served with numeric token text; a --dataset load with and
 // without prompt lookup, and one against a fake URL. The JSON line's figures
-// must agree with the load asked for and with each other.
+// must agree with the load asked for and with each other; --kv-dtype reaches
+// the server and the in-process run, and fp8 is refused on the CPU.
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -91,9 +92,10 @@ TEST(BenchHttpE2eTest, SmolLM2OverHttpBesideTheInProcessFigure) {
       run_json("bench_http_smollm2",
                "--http --model " + smollm2().string() +
                    " --backend cpu --num-prompts 8 --random-input-len 16 --random-output-len 8"
-                   " --max-concurrency 4 --warmup 1",
+                   " --max-concurrency 4 --warmup 1 --kv-dtype bf16",
                &out);
   check_figures(j, 8, 16, 8);
+  EXPECT_EQ(j["kv_dtype"], "bf16");
   EXPECT_EQ(j["target"], "in-process");
   EXPECT_EQ(j["backend"], "cpu");
   EXPECT_EQ(j["prompt_format"], "ids");
@@ -104,6 +106,7 @@ TEST(BenchHttpE2eTest, SmolLM2OverHttpBesideTheInProcessFigure) {
   EXPECT_EQ(in["bench"], "serve");
   EXPECT_EQ(in["completed"], 8);
   EXPECT_EQ(in["output_tokens"], 64);
+  EXPECT_EQ(in["kv_dtype"], "bf16");  // the in-process run got the flag too
   ASSERT_TRUE(j.contains("http_over_inprocess"));
   EXPECT_NEAR(j["http_over_inprocess"].get<double>(),
               j["output_tokens_per_s"].get<double>() / in["output_tokens_per_s"].get<double>(),
@@ -170,6 +173,31 @@ TEST(BenchHttpE2eTest, TextPromptsToAModelWithoutTokenizerFailAtWarmUpSayingWhy)
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("warm-up request 0 failed"), std::string::npos) << out;
   EXPECT_NE(out.find("no tokenizer"), std::string::npos) << out;
+}
+
+// The server is assembled as `cellm serve --kv-dtype fp8` would be, on either
+// form of model, so the CPU refuses it; a --url server keeps its own K/V.
+TEST(BenchHttpE2eTest, KvDtypeFp8OnTheCpuIsRefusedOnEveryRouteSayingWhy) {
+  ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
+  for (const std::string& model : {smollm2().string(), std::string("smollm2-135m")}) {
+    int rc = -1;
+    const std::string out =
+        run_command(std::string(CELLMDEV_BINARY) + " bench serve --http --model " + model +
+                        " --backend cpu --num-prompts 1 --input-len 4"
+                        " --output-len 2 --kv-dtype fp8"
+                        " --progress-bar off 2>&1",
+                    &rc);
+    EXPECT_NE(rc, 0) << model << ": " << out;
+    EXPECT_NE(out.find("--kv-dtype fp8: the CPU program keeps K/V in f32"), std::string::npos)
+        << model << ": " << out;
+  }
+  int rc = -1;
+  const std::string out = run_command(std::string(CELLMDEV_BINARY) +
+                                          " bench serve --url http://127.0.0.1:9 --kv-dtype fp8"
+                                          " 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("a --url server keeps its own"), std::string::npos) << out;
 }
 
 TEST(BenchHttpE2eTest, UrlDrivesAnyOpenAiEndpointAndReadsItsUsage) {

@@ -1,6 +1,7 @@
 // `cellm bench serve` on the real SmolLM2-135M-Instruct on the CPU, through
 // the library and through the binary: the counts it reports agree with the
-// load it was asked for and with the runner's own counters.
+// load it was asked for and with the runner's own counters; --kv-dtype is
+// recorded, and fp8 (CUDA's) is refused on the CPU before anything runs.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -136,6 +137,22 @@ TEST_F(BenchServeE2eTest, RequestLongerThanTheContextIsRefusedAndWritesNothing) 
   EXPECT_FALSE(std::getline(json, line)) << "a refused run wrote " << line;
 }
 
+TEST_F(BenchServeE2eTest, KvDtypeFp8IsRefusedOnTheCpuSayingWhyAndWritesNothing) {
+  ServeBenchOptions o = small();
+  o.kv_dtype = DType::kF8E4M3;
+  o.json_path = ::testing::TempDir() + "/bench_serve_refused_fp8.jsonl";
+  std::remove(o.json_path.c_str());
+  const auto r = run(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotSupported);
+  const std::string message(r.status().message());
+  EXPECT_NE(message.find("--kv-dtype fp8"), std::string::npos) << message;
+  EXPECT_NE(message.find("--backend cuda"), std::string::npos) << message;
+  std::ifstream json(o.json_path);
+  std::string line;
+  EXPECT_FALSE(std::getline(json, line)) << "a refused run wrote " << line;
+}
+
 std::string run_command(const std::string& cmd, int* rc) {
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -151,15 +168,17 @@ TEST(BenchServeCliE2eTest, BinaryPrintsTheTableAndAppendsAJsonLine) {
   ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
   const std::string json = ::testing::TempDir() + "/bench_serve_cli.jsonl";
   std::remove(json.c_str());
-  const std::string cmd = std::string(CELLMDEV_BINARY) + " bench serve --model " + smollm2().string() +
+  const std::string cmd = std::string(CELLMDEV_BINARY) + " bench serve --model " +
+                          smollm2().string() +
                           " --backend cpu --requests 8 --input-len 16 --output-len 8"
-                          " --max-concurrency 4 --json " +
+                          " --max-concurrency 4 --kv-dtype bf16 --json " +
                           json + " 2>&1";
   int rc = -1;
   const std::string out = run_command(cmd, &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("| requests completed / failed | 8 / 0 |"), std::string::npos) << out;
   EXPECT_NE(out.find("| TTFT |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| K/V dtype | bf16 |"), std::string::npos) << out;
   std::ifstream in(json);
   std::string line;
   ASSERT_TRUE(std::getline(in, line)) << "no JSON line in " << json;
@@ -171,9 +190,33 @@ TEST(BenchServeCliE2eTest, BinaryPrintsTheTableAndAppendsAJsonLine) {
   EXPECT_EQ(j["output_tokens"], 64);
   EXPECT_EQ(j["input_tokens"], 128);
   EXPECT_EQ(j["max_concurrency"], 4);
+  EXPECT_EQ(j["kv_dtype"], "bf16");
   EXPECT_TRUE(j.contains("itl_ms_p99"));
   EXPECT_TRUE(j.contains("commit"));
   EXPECT_FALSE(std::getline(in, line)) << "one run, one line";
+}
+
+TEST(BenchServeCliE2eTest, KvDtypeFp8OnTheCpuExitsWithTheRefusal) {
+  ASSERT_TRUE(std::filesystem::exists(smollm2())) << "run scripts/fetch-model smollm2";
+  int rc = -1;
+  const std::string out =
+      run_command(std::string(CELLMDEV_BINARY) + " bench serve --model " + smollm2().string() +
+                      " --backend cpu --requests 1 --input-len 4"
+                      " --output-len 2 --kv-dtype fp8 2>&1",
+                  &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("cellm bench serve:"), std::string::npos) << out;
+  EXPECT_NE(out.find("--kv-dtype fp8: the CPU program keeps K/V in f32"), std::string::npos) << out;
+  // Refused before the run: no table.
+  EXPECT_EQ(out.find("| requests completed"), std::string::npos) << out;
+}
+
+TEST(BenchServeCliE2eTest, BadKvDtypeIsACommandLineError) {
+  int rc = -1;
+  const std::string out =
+      run_command(std::string(CELLMDEV_BINARY) + " bench serve --kv-dtype int4 2>&1", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("unknown KV dtype 'int4'"), std::string::npos) << out;
 }
 
 TEST(BenchServeCliE2eTest, BadRateIsACommandLineError) {

@@ -304,9 +304,14 @@ TEST(BenchServeReportTest, JsonCarriesConfigFiguresAndOnlyMeasuredLatencies) {
   EXPECT_EQ(j["output_tokens"], 24);
   EXPECT_DOUBLE_EQ(j["ttft_ms_p50"].get<double>(), 2.0);
   EXPECT_FALSE(j.contains("itl_ms_p50"));  // nothing measured, nothing written
+  EXPECT_EQ(j["kv_dtype"], "bf16");        // the default, written all the same
   const std::string table = format_report(o, r);
   EXPECT_NE(table.find("| TTFT | 2.00 | 2.00 |"), std::string::npos) << table;
   EXPECT_NE(table.find("| ITL | -- |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| K/V dtype | bf16 |"), std::string::npos) << table;
+  o.kv_dtype = DType::kF8E4M3;
+  EXPECT_EQ(report_json(o, r, "abc123")["kv_dtype"], "fp8");
+  EXPECT_NE(format_report(o, r).find("| K/V dtype | fp8 |"), std::string::npos);
 }
 
 TEST(BenchServeReportTest, ProgressLineCountsAndMeanStepsByKind) {

@@ -216,6 +216,9 @@ TEST(BenchHttpJsonTest, CarriesOptionsFiguresQuantilesAndTheRatio) {
   EXPECT_EQ(j["request_rate"], "inf");
   EXPECT_DOUBLE_EQ(j["http_over_inprocess"].get<double>(), 0.9);
   EXPECT_EQ(j["inprocess"]["bench"], "serve");
+  // The in-process server's K/V, at the top and in the Runner figure's line.
+  EXPECT_EQ(j["kv_dtype"], "bf16");
+  EXPECT_EQ(j["inprocess"]["kv_dtype"], "bf16");
   EXPECT_DOUBLE_EQ(j["ttft_ms_p50"].get<double>(), 2.0);
   EXPECT_EQ(j["ttft_ms_quantiles"].size(), 101u);
   EXPECT_FALSE(j.contains("itl_ms_p50"));  // nothing measured, nothing made up
@@ -228,6 +231,11 @@ TEST(BenchHttpJsonTest, CarriesOptionsFiguresQuantilesAndTheRatio) {
   const nlohmann::json c = http_report_json(o, r, "x");
   EXPECT_EQ(c["response_format"], "json_schema");
   EXPECT_EQ(c["json_schema_file"], "bench/schemas/person.json");
+  o.load.kv_dtype = DType::kF8E4M3;
+  EXPECT_EQ(http_report_json(o, r, "x")["kv_dtype"], "fp8");
+  // A --url server's K/V are its own business: not recorded as ours.
+  r.target = "http://127.0.0.1:8000";
+  EXPECT_FALSE(http_report_json(o, r, "x").contains("kv_dtype"));
 }
 
 TEST(BenchHttpOptionsTest, RefusalsNameTheOption) {

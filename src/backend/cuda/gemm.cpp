@@ -34,18 +34,9 @@ struct PlanKeyHash {
   }
 };
 
-using lt::DescPtr;
-using lt::LayoutPtr;
 using lt::lt_status;
+using lt::Plan;
 using lt::PrefPtr;
-
-struct Plan {
-  DescPtr desc;
-  LayoutPtr a_layout;  // the weight, as cuBLASLt's A (column-major k x n, transposed)
-  LayoutPtr b_layout;  // the activations, as cuBLASLt's B (column-major k x m)
-  LayoutPtr c_layout;  // the output, column-major n x m
-  cublasLtMatmulAlgo_t algo{};
-};
 
 constexpr int kTimedRuns = 5;  // per candidate; the fastest counts
 // Another candidate replaces the heuristic's first only when this much
@@ -74,10 +65,7 @@ bool capturing(cudaStream_t stream) {
 
 }  // namespace
 
-struct GemmRunner::Impl {
-  lt::HandlePtr handle;
-  std::size_t workspace_bytes = 0;
-  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+struct GemmRunner::Impl : lt::RunnerState<PlanKey, PlanKeyHash> {
   // Written between an autotune's timed runs so each starts with a cold L2, as
   // a decode step's weights do. Allocated by the first autotune (at warm-up).
   std::unique_ptr<void, decltype(&cudaFree)> flush{nullptr, &cudaFree};
@@ -166,44 +154,8 @@ struct GemmRunner::Impl {
     if (auto it = plans.find(key); it != plans.end()) {
       return &it->second;
     }
-    Plan plan;
-    cublasLtMatmulDesc_t desc = nullptr;
-    CELLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                                    "cublasLtMatmulDescCreate"));
-    plan.desc.reset(desc);
-    const cublasOperation_t trans_a = CUBLAS_OP_T;
-    const cublasOperation_t trans_b = CUBLAS_OP_N;
-    CELLM_RETURN_IF_ERROR(
-        lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                                 sizeof(trans_a)),
-                  "set TRANSA"));
-    CELLM_RETURN_IF_ERROR(
-        lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                                 sizeof(trans_b)),
-                  "set TRANSB"));
-    if (args.bias != nullptr) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = CUDA_R_16BF;
-      CELLM_RETURN_IF_ERROR(
-          lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                                   sizeof(epilogue)),
-                    "set EPILOGUE"));
-      CELLM_RETURN_IF_ERROR(
-          lt_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                   &bias_type, sizeof(bias_type)),
-                    "set BIAS_DATA_TYPE"));
-    }
-    const cudaDataType_t out_type = args.out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
-    cublasLtMatrixLayout_t layout = nullptr;
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, args.k, args.n, args.ldb), "A layout"));
-    plan.a_layout.reset(layout);
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, args.k, args.m, args.lda), "B layout"));
-    plan.b_layout.reset(layout);
-    CELLM_RETURN_IF_ERROR(lt_status(
-        cublasLtMatrixLayoutCreate(&layout, out_type, args.n, args.m, args.ldc), "C layout"));
-    plan.c_layout.reset(layout);
+    CELLM_ASSIGN_OR_RETURN(Plan plan, lt::start_plan(CUDA_R_16BF, args));
+    cublasLtMatmulDesc_t desc = plan.desc.get();
 
     CELLM_ASSIGN_OR_RETURN(PrefPtr pref, lt::make_preference(workspace_bytes));
     cublasLtMatmulHeuristicResult_t results[kMaxAutotuneCandidates] = {};
@@ -262,11 +214,8 @@ Status GemmArgs::validate() const {
 }
 
 Result<GemmRunner> GemmRunner::create(std::size_t workspace_bytes) {
-  cublasLtHandle_t raw = nullptr;
-  CELLM_RETURN_IF_ERROR(lt_status(cublasLtCreate(&raw), "cublasLtCreate"));
   auto impl = std::make_unique<Impl>();
-  impl->handle.reset(raw);
-  impl->workspace_bytes = workspace_bytes;
+  CELLM_RETURN_IF_ERROR(impl->start(workspace_bytes));
   return GemmRunner(std::move(impl));
 }
 
@@ -284,10 +233,7 @@ std::size_t GemmRunner::cached_plans() const {
 
 Status GemmRunner::run(const GemmArgs& args, void* workspace, cudaStream_t stream) {
   CELLM_RETURN_IF_ERROR(args.validate());
-  if (workspace == nullptr && impl_->workspace_bytes > 0) {
-    return invalid_argument("cuda gemm: a workspace of {} bytes is required",
-                            impl_->workspace_bytes);
-  }
+  CELLM_RETURN_IF_ERROR(impl_->check_workspace(workspace, "cuda gemm"));
   CELLM_ASSIGN_OR_RETURN(const Plan* plan, impl_->plan_for(args, workspace, stream));
   CELLM_RETURN_IF_ERROR(impl_->set_bias(*plan, args));
   return lt_status(impl_->matmul(*plan, plan->algo, args, workspace, stream), "cublasLtMatmul");

@@ -37,18 +37,9 @@ struct PlanKeyHash {
   }
 };
 
-// cuBLASLt is column-major: as in gemm.cpp, the weight [n, k] row-major is
-// its A (k x n column-major, transposed), the activations [m, k] its B (k x m,
-// not transposed) and out[m, n] row-major its D (n x m). That "TN" form is
-// also the only one FP8 operands take. cuBLASLt's M is therefore our n: its
-// A scales are the weight's row scales, its B scales the activations'.
-struct Plan {
-  lt::DescPtr desc;
-  lt::LayoutPtr a_layout;
-  lt::LayoutPtr b_layout;
-  lt::LayoutPtr c_layout;
-  cublasLtMatmulAlgo_t algo{};
-};
+// The plans are lt::Plan's TN form, in which cuBLASLt's M is our n: its A
+// scales are the weight's row scales, its B scales the activations'.
+using lt::Plan;
 
 // The self-check's product: small, but past one tile in every dimension.
 constexpr std::int64_t kCheckM = 24, kCheckN = 80, kCheckK = 256;
@@ -69,10 +60,7 @@ float bf16_bits_to_float(std::uint16_t bits) {
 
 }  // namespace
 
-struct Fp8GemmRunner::Impl {
-  lt::HandlePtr handle;
-  std::size_t workspace_bytes = 0;
-  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+struct Fp8GemmRunner::Impl : lt::RunnerState<PlanKey, PlanKeyHash> {
   // Shapes cuBLASLt has no algorithm for, so later calls fail at once
   // (capture included) instead of asking its heuristic again.
   std::unordered_set<PlanKey, PlanKeyHash> unsupported;
@@ -86,13 +74,8 @@ struct Fp8GemmRunner::Impl {
       return not_supported("cuda fp8 gemm: no cuBLASLt FP8 algorithm for m={} n={} k={}", args.m,
                            args.n, args.k);
     }
-    Plan plan;
-    cublasLtMatmulDesc_t desc = nullptr;
-    CELLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                                    "cublasLtMatmulDescCreate"));
-    plan.desc.reset(desc);
-    CELLM_RETURN_IF_ERROR(set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "set TRANSA"));
-    CELLM_RETURN_IF_ERROR(set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "set TRANSB"));
+    CELLM_ASSIGN_OR_RETURN(Plan plan, lt::start_plan(CUDA_R_8F_E4M3, args));
+    cublasLtMatmulDesc_t desc = plan.desc.get();
     // One float per row of each operand, multiplied into the float sums
     // before the bias and the output conversion.
     const std::int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
@@ -103,22 +86,9 @@ struct Fp8GemmRunner::Impl {
     const std::int8_t fast_accum = args.fast_accum ? 1 : 0;
     CELLM_RETURN_IF_ERROR(
         set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum, "set FAST_ACCUM"));
-    if (args.bias != nullptr) {
-      CELLM_RETURN_IF_ERROR(
-          set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "set EPILOGUE"));
-      CELLM_RETURN_IF_ERROR(
-          set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF, "set BIAS_DATA_TYPE"));
-    }
     // The scale pointers are set per run (they differ per projection); the
     // heuristic needs them set to something of the right kind.
     CELLM_RETURN_IF_ERROR(set_scales(plan, args));
-    const cudaDataType_t out_type = args.out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
-    CELLM_ASSIGN_OR_RETURN(plan.a_layout,
-                           lt::make_layout(CUDA_R_8F_E4M3, args.k, args.n, args.ldb, "A layout"));
-    CELLM_ASSIGN_OR_RETURN(plan.b_layout,
-                           lt::make_layout(CUDA_R_8F_E4M3, args.k, args.m, args.lda, "B layout"));
-    CELLM_ASSIGN_OR_RETURN(plan.c_layout,
-                           lt::make_layout(out_type, args.n, args.m, args.ldc, "C layout"));
     CELLM_ASSIGN_OR_RETURN(lt::PrefPtr pref, lt::make_preference(workspace_bytes));
     cublasLtMatmulHeuristicResult_t result = {};
     int count = 0;
@@ -209,11 +179,8 @@ Status Fp8GemmArgs::validate() const {
 }
 
 Result<Fp8GemmRunner> Fp8GemmRunner::create(std::size_t workspace_bytes) {
-  cublasLtHandle_t raw = nullptr;
-  CELLM_RETURN_IF_ERROR(lt_status(cublasLtCreate(&raw), "cublasLtCreate"));
   auto impl = std::make_unique<Impl>();
-  impl->handle.reset(raw);
-  impl->workspace_bytes = workspace_bytes;
+  CELLM_RETURN_IF_ERROR(impl->start(workspace_bytes));
   return Fp8GemmRunner(std::move(impl));
 }
 
@@ -231,10 +198,7 @@ std::size_t Fp8GemmRunner::cached_plans() const {
 
 Status Fp8GemmRunner::run(const Fp8GemmArgs& args, void* workspace, cudaStream_t stream) {
   CELLM_RETURN_IF_ERROR(args.validate());
-  if (workspace == nullptr && impl_->workspace_bytes > 0) {
-    return invalid_argument("cuda fp8 gemm: a workspace of {} bytes is required",
-                            impl_->workspace_bytes);
-  }
+  CELLM_RETURN_IF_ERROR(impl_->check_workspace(workspace, "cuda fp8 gemm"));
   return impl_->run(args, workspace, stream);
 }
 

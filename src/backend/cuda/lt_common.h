@@ -1,7 +1,8 @@
 // What the cuBLASLt runners (gemm.cpp: bf16, gemm_fp8.cpp: FP8) share: RAII
-// owners of cuBLASLt's descriptors, the status translation and the
-// preference every plan asks the heuristic with. Internal to
-// src/backend/cuda's .cpp files (it includes cublasLt.h).
+// owners of cuBLASLt's descriptors, the status translation, the plan both
+// cache per shape and how it starts, the preference every plan asks the
+// heuristic with, and the handle, workspace and plan cache their Impl hold.
+// Internal to src/backend/cuda's .cpp files (it includes cublasLt.h).
 //
 // Thread-safety: pure functions and owners with no shared state.
 #pragma once
@@ -9,11 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "cellm/status.h"
+#include "core/dtype.h"
 
 namespace cellm::cuda::lt {
 
@@ -86,5 +89,70 @@ inline Result<PrefPtr> make_preference(std::size_t workspace_bytes) {
   }
   return pref;
 }
+
+// A cached plan. cuBLASLt is column-major: the weight [n, k] row-major is
+// its A (k x n column-major, transposed), the activations [m, k] its B (k x m,
+// not transposed) and out[m, n] row-major its D (n x m). That "TN" form is
+// also the only one FP8 operands take.
+struct Plan {
+  DescPtr desc;
+  LayoutPtr a_layout;  // the weight
+  LayoutPtr b_layout;  // the activations
+  LayoutPtr c_layout;  // the output
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// What a plan for out[m, n] = act[m, k] . weight[n, k]^T starts as in both
+// runners, for their args (GemmArgs, Fp8GemmArgs: m, n, k, lda, ldb, ldc,
+// out_dtype, bias): f32 compute and scaling, the TN form, the bias epilogue
+// (a bf16 bias) when there is a bias, and the layouts of operands of `in`
+// and of the output (f32 or bf16). Each runner adds its own attributes and
+// asks for the algorithm.
+template <typename Args>
+Result<Plan> start_plan(cudaDataType_t in, const Args& args) {
+  Plan plan;
+  cublasLtMatmulDesc_t desc = nullptr;
+  CELLM_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                                  "cublasLtMatmulDescCreate"));
+  plan.desc.reset(desc);
+  CELLM_RETURN_IF_ERROR(set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "set TRANSA"));
+  CELLM_RETURN_IF_ERROR(set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "set TRANSB"));
+  if (args.bias != nullptr) {
+    CELLM_RETURN_IF_ERROR(
+        set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "set EPILOGUE"));
+    CELLM_RETURN_IF_ERROR(
+        set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF, "set BIAS_DATA_TYPE"));
+  }
+  const cudaDataType_t out = args.out_dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  CELLM_ASSIGN_OR_RETURN(plan.a_layout, make_layout(in, args.k, args.n, args.ldb, "A layout"));
+  CELLM_ASSIGN_OR_RETURN(plan.b_layout, make_layout(in, args.k, args.m, args.lda, "B layout"));
+  CELLM_ASSIGN_OR_RETURN(plan.c_layout, make_layout(out, args.n, args.m, args.ldc, "C layout"));
+  return plan;
+}
+
+// The state both runners' Impl hold: the handle, the size of every
+// workspace run() is given, and the plans cached per Key.
+template <typename Key, typename Hash>
+struct RunnerState {
+  HandlePtr handle;
+  std::size_t workspace_bytes = 0;
+  std::unordered_map<Key, Plan, Hash> plans;
+
+  Status start(std::size_t workspace) {
+    cublasLtHandle_t raw = nullptr;
+    CELLM_RETURN_IF_ERROR(lt_status(cublasLtCreate(&raw), "cublasLtCreate"));
+    handle.reset(raw);
+    workspace_bytes = workspace;
+    return Status::ok();
+  }
+
+  // run()'s workspace: required when create() was given a size.
+  Status check_workspace(const void* workspace, const char* who) const {
+    if (workspace == nullptr && workspace_bytes > 0) {
+      return invalid_argument("{}: a workspace of {} bytes is required", who, workspace_bytes);
+    }
+    return Status::ok();
+  }
+};
 
 }  // namespace cellm::cuda::lt

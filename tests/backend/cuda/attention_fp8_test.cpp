@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "cellm/status.h"
+#include "decode_cases.h"
 #include "decode_reference.h"
 #include "gpu_test_util.h"
 #include "kv_fp8_pools.h"
@@ -27,15 +27,15 @@
 namespace cellm::cuda {
 namespace {
 
+using testing::as_double;
 using testing::DecodeCase;
 using testing::DecodeDevice;
 using testing::DecodeScenario;
 using testing::DeviceArray;
+using testing::kAttentionNmse;
 using testing::nmse;
 using testing::to_float;
 
-// The bf16 kernels' tolerance against float64 (bf16 probabilities inside).
-constexpr double kAttentionNmse = 2e-4;
 // FP8 against bf16 launches over the same decoded values: identical tiles and
 // sums, so anything above rounding noise is a wrong tile.
 constexpr double kSameTilesNmse = 1e-6;
@@ -44,10 +44,6 @@ constexpr double kSameTilesNmse = 1e-6;
 // these scenarios' distributions (K, V uniform in [-1, 1], q in [-3, 3]) gave
 // an NMSE of 0.5e-3 to 1.2e-3 for head dims 16 to 256 and 1 to 8192 keys.
 constexpr double kFp8Nmse = 5e-3;
-
-std::vector<double> as_double(const std::vector<float>& values) {
-  return {values.begin(), values.end()};
-}
 
 // A scenario and its FP8 form: the codes of its pools, and the scenario
 // again over the decoded values (what the FP8 kernels must attend).
@@ -120,14 +116,7 @@ void expect_fp8_outputs(const DecodeCase& c, const Fp8Scenario& f, float scale, 
       << what << ": against the float64 reference over the decoded values";
   EXPECT_LT(nmse(o.fp8, testing::decode_reference(c, f.bf16, scale)), kFp8Nmse)
       << what << ": against the float64 reference over the bf16 pools";
-  // Rows with nothing to attend are exactly zero.
-  const std::size_t row = static_cast<std::size_t>(c.heads) * c.head_dim;
-  for (std::size_t t = 0; t < f.bf16.slots.size(); ++t) {
-    if (f.bf16.slots[t] >= 0 && f.bf16.positions[t] >= 0) continue;
-    for (std::size_t i = 0; i < row; ++i) {
-      ASSERT_EQ(o.fp8[t * row + i], 0.0f) << what << " token " << t << " element " << i;
-    }
-  }
+  testing::expect_empty_rows_zero(c, f.bf16, o.fp8, what);
 }
 
 float scale_of(const DecodeCase& c) {
@@ -177,30 +166,15 @@ TEST_P(AttentionFp8Test, PrefillAttendsTheDecodedValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionFp8Test,
-                         ::testing::Values(
-                             // Llama-3.2-1B heads at batch 64, contexts up to 600.
-                             DecodeCase{32, 8, 64, 64, 1, 600, 0, 0.0f, 0, 256, 41},
-                             // Llama-3.1-8B heads, batch 1, context 8192.
-                             DecodeCase{32, 8, 128, 1, 8192, 8192, 0, 0.0f, 0, 256, 42},
-                             // Group 4 at head dim 128, contexts 1..2048, the awkward rows.
-                             DecodeCase{8, 2, 128, 6, 1, 2048, 0, 0.0f, 0, 256, 43},
-                             // Gemma head dim, group 8, window and soft cap.
-                             DecodeCase{8, 1, 256, 5, 1, 2000, 512, 50.0f, 0, 256, 44},
-                             // MHA with many short splits.
-                             DecodeCase{8, 8, 128, 16, 1, 100, 0, 0.0f, 16, 16, 45},
-                             // Two head groups of 16.
-                             DecodeCase{32, 1, 64, 4, 1, 700, 0, 0.0f, 8, 64, 46},
-                             // The fixtures' head dim 16.
-                             DecodeCase{4, 2, 16, 4, 1, 40, 0, 0.0f, 1, 256, 47},
-                             // Head dim 48: the 64 bucket with its last 16 columns unused.
-                             DecodeCase{8, 2, 48, 5, 1, 300, 0, 0.0f, 4, 64, 48}),
-                         [](const auto& info) {
-                           const DecodeCase& c = info.param;
-                           return fmt::format("h{}_kv{}_hd{}_b{}_len{}to{}_win{}{}_split{}",
-                                              c.heads, c.kv_heads, c.head_dim, c.batch, c.min_len,
-                                              c.max_len, c.window, c.softcap > 0 ? "_softcap" : "",
-                                              c.splits);
-                         });
+                         ::testing::ValuesIn(testing::model_decode_cases(
+                             41,
+                             {
+                                 // Group 4 at head dim 128, contexts 1..2048, the awkward rows.
+                                 DecodeCase{8, 2, 128, 6, 1, 2048, 0, 0.0f, 0, 256, 47},
+                                 // Head dim 48: the 64 bucket with its last 16 columns unused.
+                                 DecodeCase{8, 2, 48, 5, 1, 300, 0, 0.0f, 4, 64, 48},
+                             })),
+                         [](const auto& info) { return testing::decode_case_name(info.param); });
 
 // The FP8 layouts never ask for more shared memory than the bf16 ones they
 // replace (half-size stages and one widened tile against full stages), and

@@ -20,37 +20,22 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/resources.h"
 #include "cellm/status.h"
+#include "decode_cases.h"
 #include "decode_reference.h"
 #include "gpu_test_util.h"
 
 namespace cellm::cuda {
 namespace {
 
+using testing::as_double;
 using testing::DecodeCase;
 using testing::DecodeDevice;
 using testing::DecodeScenario;
 using testing::DeviceArray;
+using testing::expect_empty_rows_zero;
+using testing::kAttentionNmse;
 using testing::nmse;
 using testing::to_float;
-
-// bf16 probabilities inside the kernels cost ~2^-9 relative per weight.
-constexpr double kAttentionNmse = 2e-4;
-
-std::vector<double> as_double(const std::vector<float>& values) {
-  return {values.begin(), values.end()};
-}
-
-// Rows the reference leaves at zero (nothing to attend) must be exactly zero.
-void expect_empty_rows_zero(const DecodeCase& c, const DecodeScenario& s,
-                            const std::vector<float>& got, const char* which) {
-  const std::size_t row = static_cast<std::size_t>(c.heads) * c.head_dim;
-  for (std::size_t t = 0; t < s.slots.size(); ++t) {
-    if (s.slots[t] >= 0 && s.positions[t] >= 0) continue;
-    for (std::size_t i = 0; i < row; ++i) {
-      ASSERT_EQ(got[t * row + i], 0.0f) << which << " token " << t << " element " << i;
-    }
-  }
-}
 
 // One v2 launch into a poisoned output, and what it wrote.
 std::vector<bf16> launch_and_read(DecodeDevice& d, const AttentionParams& p) {
@@ -258,40 +243,26 @@ TEST(DecodeV2Test, ShortHistoriesMergeInTheClusterWithoutTheCounter) {
   EXPECT_EQ(d.counters.download(), sentinel);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, DecodeV2Test,
-    ::testing::Values(
-        // Llama-3.2-1B heads at batch 64, contexts up to 600, heuristic splits.
-        DecodeCase{32, 8, 64, 64, 1, 600, 0, 0.0f, 0, 256, 11},
-        // Llama-3.1-8B heads, batch 1, context 8192.
-        DecodeCase{32, 8, 128, 1, 8192, 8192, 0, 0.0f, 0, 256, 12},
-        // Group 4 at head dim 128, contexts 1..8192.
-        DecodeCase{8, 2, 128, 5, 1, 8192, 0, 0.0f, 0, 256, 13},
-        // Gemma head dim, group 8, window and soft cap.
-        DecodeCase{8, 1, 256, 5, 1, 2000, 512, 50.0f, 0, 256, 14},
-        // MHA (group 1) with many short splits.
-        DecodeCase{8, 8, 128, 16, 1, 100, 0, 0.0f, 16, 16, 15},
-        // Group 16 (one full block) and 32 (two head groups).
-        DecodeCase{16, 1, 64, 4, 1, 700, 0, 0.0f, 8, 64, 16},
-        DecodeCase{32, 1, 64, 4, 1, 700, 0, 0.0f, 8, 64, 17},
-        // Generic head dim in the 128 bucket, group 2, soft cap.
-        DecodeCase{8, 4, 80, 6, 1, 300, 0, 30.0f, 4, 64, 18},
-        // Batch 256, short contexts.
-        DecodeCase{8, 2, 128, 256, 1, 130, 0, 0.0f, 0, 256, 19},
-        // The most splits with a window, one key minimum.
-        DecodeCase{8, 2, 64, 7, 1, 3000, 100, 0.0f, 64, 1, 20},
-        // Long history, small window, splits left unused past the window.
-        DecodeCase{8, 2, 128, 4, 5000, 8192, 64, 0.0f, 32, 256, 21},
-        // The fixtures' head dim 16, contexts 1..40, one split.
-        DecodeCase{4, 2, 16, 4, 1, 40, 0, 0.0f, 1, 256, 22},
-        // Context 1 only.
-        DecodeCase{8, 2, 64, 4, 1, 1, 0, 0.0f, 4, 256, 23}),
-    [](const auto& info) {
-      const DecodeCase& c = info.param;
-      return fmt::format("h{}_kv{}_hd{}_b{}_len{}to{}_win{}{}_split{}_min{}", c.heads, c.kv_heads,
-                         c.head_dim, c.batch, c.min_len, c.max_len, c.window,
-                         c.softcap > 0 ? "_softcap" : "", c.splits, c.split_min_keys);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeV2Test,
+                         ::testing::ValuesIn(testing::model_decode_cases(
+                             11,
+                             {
+                                 // Group 4 at head dim 128, contexts 1..8192.
+                                 DecodeCase{8, 2, 128, 5, 1, 8192, 0, 0.0f, 0, 256, 13},
+                                 // Group 16 (one full block).
+                                 DecodeCase{16, 1, 64, 4, 1, 700, 0, 0.0f, 8, 64, 16},
+                                 // Generic head dim in the 128 bucket, group 2, soft cap.
+                                 DecodeCase{8, 4, 80, 6, 1, 300, 0, 30.0f, 4, 64, 18},
+                                 // Batch 256, short contexts.
+                                 DecodeCase{8, 2, 128, 256, 1, 130, 0, 0.0f, 0, 256, 19},
+                                 // The most splits with a window, one key minimum.
+                                 DecodeCase{8, 2, 64, 7, 1, 3000, 100, 0.0f, 64, 1, 20},
+                                 // Long history, small window, splits left unused past the window.
+                                 DecodeCase{8, 2, 128, 4, 5000, 8192, 64, 0.0f, 32, 256, 21},
+                                 // Context 1 only.
+                                 DecodeCase{8, 2, 64, 4, 1, 1, 0, 0.0f, 4, 256, 23},
+                             })),
+                         [](const auto& info) { return testing::decode_case_name(info.param); });
 
 TEST(DecodeV2Test, RepeatedLaunchesAreBitwiseEqual) {
   CELLM_REQUIRE_GPU();

@@ -120,6 +120,57 @@ Rows make_rows(int tokens, std::mt19937& rng) {
 
 constexpr int kTableStride = 4096;
 
+// What a writer runs against, twice: the rows on the device, an empty cell
+// table and poisoned pools for the bf16 run (table16, pools.k16 and v16)
+// and for the FP8 run (table8, pools.k8 and v8).
+struct Targets {
+  int tokens;
+  int max_cells;
+  DeviceArray<std::int32_t> cells, slots, positions, table16, table8;
+  Pools pools;
+  // `row` elements a cell in each pool (kv heads x head dim).
+  Targets(const Rows& r, std::int64_t row)
+      : tokens(static_cast<int>(r.cells.size())),
+        max_cells(r.max_cells),
+        cells(r.cells),
+        slots(r.slots),
+        positions(r.positions),
+        table16(std::vector<std::int32_t>(r.cells.size() * kTableStride, -1)),
+        table8(std::vector<std::int32_t>(r.cells.size() * kTableStride, -1)),
+        pools(static_cast<std::size_t>(r.max_cells) * static_cast<std::size_t>(row)) {}
+
+  // The fields every writer's params (KvScatterParams, RopeScatterParams)
+  // take from the rows and the shape.
+  template <class Params>
+  void bind_rows(Params& p, int kv_heads, int head_dim) const {
+    p.cells = cells.data();
+    p.seq_slots = slots.data();
+    p.positions = positions.data();
+    p.num_tokens = tokens;
+    p.num_kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.max_cells = max_cells;
+    p.max_seqs = tokens;
+    p.table_stride = kTableStride;
+  }
+
+  // The FP8 run stored the codes of what the bf16 run stored, and nothing
+  // else, through the same table entries.
+  void expect_same_writes(const std::string& what) const {
+    pools.expect_codes(what);
+    EXPECT_EQ(table8.download(), table16.download()) << what;
+  }
+};
+
+// RoPE's inverse frequencies of `rotary_dim` dimensions at `base`.
+std::vector<float> inverse_frequencies(int rotary_dim, double base) {
+  std::vector<float> out;
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    out.push_back(static_cast<float>(std::pow(base, -2.0 * i / static_cast<double>(rotary_dim))));
+  }
+  return out;
+}
+
 struct ScatterCase {
   int kv_heads;
   int head_dim;
@@ -138,39 +189,27 @@ TEST_P(KvScatterFp8Test, WritesTheCodesOfTheBf16Rows) {
   const auto kv =
       inputs_with_edges(static_cast<std::size_t>(c.tokens * stride), rng, -6.0f, 6.0f, true);
   const DeviceArray<bf16> dkv(kv);
-  const DeviceArray<std::int32_t> cells(r.cells), slots(r.slots), positions(r.positions);
-  const std::vector<std::int32_t> table0(static_cast<std::size_t>(c.tokens) * kTableStride, -1);
-  DeviceArray<std::int32_t> table16(table0), table8(table0);
-  Pools pools(static_cast<std::size_t>(r.max_cells) * row);
+  Targets t(r, row);
 
   KvScatterParams p;
+  t.bind_rows(p, c.kv_heads, c.head_dim);
   p.k = dkv.data();
   p.v = dkv.data() + row;
-  p.cells = cells.data();
-  p.seq_slots = slots.data();
-  p.positions = positions.data();
   p.k_stride = stride;
   p.v_stride = stride;
-  p.num_tokens = c.tokens;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.max_cells = r.max_cells;
-  p.max_seqs = c.tokens;
-  p.table_stride = kTableStride;
-  p.k_pool = pools.k16.data();
-  p.v_pool = pools.v16.data();
-  p.cell_table = table16.data();
+  p.k_pool = t.pools.k16.data();
+  p.v_pool = t.pools.v16.data();
+  p.cell_table = t.table16.data();
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_kv_scatter(p, nullptr);
-  p.k_pool = pools.k8.data();
-  p.v_pool = pools.v8.data();
-  p.cell_table = table8.data();
+  p.k_pool = t.pools.k8.data();
+  p.v_pool = t.pools.v8.data();
+  p.cell_table = t.table8.data();
   p.kv_dtype = KvDtype::kFp8;
   ASSERT_TRUE(p.validate().is_ok()) << p.validate().to_string();
   launch_kv_scatter(p, nullptr);
 
-  pools.expect_codes("kv_scatter");
-  EXPECT_EQ(table8.download(), table16.download());
+  t.expect_same_writes("kv_scatter");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KvScatterFp8Test,
@@ -199,33 +238,17 @@ TEST_P(RopeScatterFp8Test, WritesTheCodesOfTheBf16Rows) {
   const Rows r = make_rows(c.tokens, rng);
   const std::int64_t stride = static_cast<std::int64_t>(c.heads + 2 * c.kv_heads) * c.head_dim;
   const auto qkv = inputs_with_edges(static_cast<std::size_t>(c.tokens * stride), rng, -6.0f, 6.0f);
-  std::vector<float> inv_freq;
-  for (int i = 0; i < c.rotary_dim / 2; ++i) {
-    inv_freq.push_back(
-        std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rotary_dim)));
-  }
-  const DeviceArray<float> freq(inv_freq);
-  const DeviceArray<std::int32_t> cells(r.cells), slots(r.slots), positions(r.positions);
-  const std::vector<std::int32_t> table0(static_cast<std::size_t>(c.tokens) * kTableStride, -1);
-  DeviceArray<std::int32_t> table16(table0), table8(table0);
+  const DeviceArray<float> freq(inverse_frequencies(c.rotary_dim, 10000.0));
   DeviceArray<bf16> qkv16(qkv), qkv8(qkv);
   const std::int64_t row = static_cast<std::int64_t>(c.kv_heads) * c.head_dim;
-  Pools pools(static_cast<std::size_t>(r.max_cells) * row);
+  Targets t(r, row);
 
   RopeScatterParams p;
-  p.cells = cells.data();
-  p.seq_slots = slots.data();
-  p.positions = positions.data();
+  t.bind_rows(p, c.kv_heads, c.head_dim);
   p.inv_freq = freq.data();
   p.q_stride = p.k_stride = p.v_stride = stride;
-  p.num_tokens = c.tokens;
   p.num_heads = c.heads;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
   p.rotary_dim = c.rotary_dim;
-  p.max_cells = r.max_cells;
-  p.max_seqs = c.tokens;
-  p.table_stride = kTableStride;
   const auto bind = [&](RopeScatterParams q, DeviceArray<bf16>& x, void* k_pool, void* v_pool,
                         DeviceArray<std::int32_t>& table, KvDtype dtype) {
     q.q = x.data();
@@ -238,16 +261,15 @@ TEST_P(RopeScatterFp8Test, WritesTheCodesOfTheBf16Rows) {
     return q;
   };
   const RopeScatterParams p16 =
-      bind(p, qkv16, pools.k16.data(), pools.v16.data(), table16, KvDtype::kBF16);
+      bind(p, qkv16, t.pools.k16.data(), t.pools.v16.data(), t.table16, KvDtype::kBF16);
   const RopeScatterParams p8 =
-      bind(p, qkv8, pools.k8.data(), pools.v8.data(), table8, KvDtype::kFp8);
+      bind(p, qkv8, t.pools.k8.data(), t.pools.v8.data(), t.table8, KvDtype::kFp8);
   ASSERT_TRUE(p16.validate().is_ok()) << p16.validate().to_string();
   ASSERT_TRUE(p8.validate().is_ok()) << p8.validate().to_string();
   launch_rope_scatter(p16, nullptr);
   launch_rope_scatter(p8, nullptr);
 
-  pools.expect_codes("rope_scatter");
-  EXPECT_EQ(table8.download(), table16.download());
+  t.expect_same_writes("rope_scatter");
   // q is rotated in place the same way whatever the pools hold.
   const auto q16 = qkv16.download();
   const auto q8 = qkv8.download();
@@ -292,39 +314,24 @@ TEST_P(GemvRopeFp8Test, WritesTheCodesOfTheBf16Rows) {
   const auto w = random_bf16(static_cast<std::size_t>(n) * c.k, rng, -1.0f, 1.0f);
   // Edge values in the bias: some k and v pass 448 and saturate.
   const auto bias = inputs_with_edges(static_cast<std::size_t>(n), rng, -0.5f, 0.5f);
-  std::vector<float> inv_freq;
-  for (int i = 0; i < hd / 2; ++i) {
-    inv_freq.push_back(static_cast<float>(std::pow(500000.0, -2.0 * i / static_cast<double>(hd))));
-  }
   std::mt19937 cell_rng(3);
   const Rows r = make_rows(c.m, cell_rng);
   const DeviceArray<bf16> da(a), dw(w), dbias(bias);
-  const DeviceArray<float> freq(inv_freq);
-  const DeviceArray<std::int32_t> cells(r.cells), slots(r.slots), positions(r.positions);
-  const std::vector<std::int32_t> table0(static_cast<std::size_t>(c.m) * kTableStride, -1);
-  DeviceArray<std::int32_t> table16(table0), table8(table0);
+  const DeviceArray<float> freq(inverse_frequencies(hd, 500000.0));
   const std::size_t out_count = static_cast<std::size_t>(c.m) * n;
   DeviceArray<bf16> out16(out_count), out8(out_count);
-  Pools pools(static_cast<std::size_t>(r.max_cells) * c.kv_heads * hd);
+  Targets t(r, static_cast<std::int64_t>(c.kv_heads) * hd);
 
   GemvParams g = gemv_dense(da.data(), dw.data(), nullptr, c.m, n, c.k);
   g.bias = dbias.data();
   g.tensor_cores = c.tensor_cores;
   g.epilogue = GemvEpilogue::kRopeScatter;
   RopeScatterParams rs;
-  rs.cells = cells.data();
-  rs.seq_slots = slots.data();
-  rs.positions = positions.data();
+  t.bind_rows(rs, c.kv_heads, hd);
   rs.inv_freq = freq.data();
   rs.q_stride = rs.k_stride = rs.v_stride = n;
-  rs.num_tokens = c.m;
   rs.num_heads = c.heads;
-  rs.num_kv_heads = c.kv_heads;
-  rs.head_dim = hd;
   rs.rotary_dim = hd;
-  rs.max_cells = r.max_cells;
-  rs.max_seqs = c.m;
-  rs.table_stride = kTableStride;
   const auto run = [&](DeviceArray<bf16>& out, void* k_pool, void* v_pool,
                        DeviceArray<std::int32_t>& table, KvDtype dtype) {
     GemvParams x = g;
@@ -341,11 +348,10 @@ TEST_P(GemvRopeFp8Test, WritesTheCodesOfTheBf16Rows) {
     ASSERT_EQ(gemv_uses_tensor_cores(x), c.tensor_cores);
     launch_gemv(x, nullptr);
   };
-  run(out16, pools.k16.data(), pools.v16.data(), table16, KvDtype::kBF16);
-  run(out8, pools.k8.data(), pools.v8.data(), table8, KvDtype::kFp8);
+  run(out16, t.pools.k16.data(), t.pools.v16.data(), t.table16, KvDtype::kBF16);
+  run(out8, t.pools.k8.data(), t.pools.v8.data(), t.table8, KvDtype::kFp8);
 
-  pools.expect_codes(c.tensor_cores ? "gemv rope (tensor cores)" : "gemv rope");
-  EXPECT_EQ(table8.download(), table16.download());
+  t.expect_same_writes(c.tensor_cores ? "gemv rope (tensor cores)" : "gemv rope");
   // The q rows (the product's first heads) are the same bits either way.
   const auto q16 = out16.download();
   const auto q8 = out8.download();

@@ -147,23 +147,10 @@ __global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ?
   const int chunk = tid % L::kKvChunks;
   const int key0 = tid / L::kKvChunks;
   // The cp.async stages: bf16 tiles, or with FP8 pools their codes.
-  auto k_stage = [&](int stage) {
-    if constexpr (kFp8) {
-      return reinterpret_cast<fp8_e4m3*>(smem + L::kK8) + stage * L::kStageBytes;
-    } else {
-      return k_s + stage * kTileKeys * L::kLdKv;
-    }
-  };
-  auto v_stage = [&](int stage) {
-    if constexpr (kFp8) {
-      return reinterpret_cast<fp8_e4m3*>(smem + L::kV8) + stage * L::kStageBytes;
-    } else {
-      return v_s + stage * kTileKeys * L::kLdKv;
-    }
-  };
+  const KvStages<L, kFp8, kTileKeys, L::kLdKv> stages{smem};
   auto issue = [&]<TileKeys kKeys>(int tile) {
     const int stage = tile % L::kStages;
-    issue_tile<kMaxHd, kKeys, kPacked, KvT>(p, kv_head, k_stage(stage), v_stage(stage),
+    issue_tile<kMaxHd, kKeys, kPacked, KvT>(p, kv_head, stages.k(stage), stages.v(stage),
                                             flags_s + stage * kTileKeys, key0, chunk, windows_s,
                                             tile, begin + tile * kTileKeys, settled, end);
   };
@@ -310,14 +297,14 @@ __global__ void __launch_bounds__(kThreads, (kMaxHd <= 64 ? 5 : (kMaxHd <= 128 ?
       // (its reads of the previous tile's rows were before the block's).
       ks = k_s + warp * 16 * L::kLdKv;
       vs = v_s + warp * 16 * L::kLdKv;
-      decode_e4m3_rows<kMaxHd, 16, 32>(k_stage(stage) + warp * 16 * kMaxHd,
+      decode_e4m3_rows<kMaxHd, 16, 32>(stages.k(stage) + warp * 16 * kMaxHd,
                                        k_s + warp * 16 * L::kLdKv, L::kLdKv, lane);
-      decode_e4m3_rows<kMaxHd, 16, 32>(v_stage(stage) + warp * 16 * kMaxHd,
+      decode_e4m3_rows<kMaxHd, 16, 32>(stages.v(stage) + warp * 16 * kMaxHd,
                                        v_s + warp * 16 * L::kLdKv, L::kLdKv, lane);
       __syncwarp();
     } else {
-      ks = k_stage(stage) + warp * 16 * L::kLdKv;
-      vs = v_stage(stage) + warp * 16 * L::kLdKv;
+      ks = stages.k(stage) + warp * 16 * L::kLdKv;
+      vs = stages.v(stage) + warp * 16 * L::kLdKv;
     }
     const int* flags = flags_s + stage * kTileKeys + warp * 16;
 

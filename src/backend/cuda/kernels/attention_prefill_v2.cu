@@ -170,20 +170,7 @@ __global__ void __launch_bounds__(kThreads, kFp8&& kMaxHd <= 64 ? 4 : 0)
   const int chunk = tid % L::kKvChunks;
   const int key0 = tid / L::kKvChunks;
   // The cp.async stages: bf16 tiles, or with FP8 pools their codes.
-  auto k_stage = [&](int stage) {
-    if constexpr (kFp8) {
-      return reinterpret_cast<fp8_e4m3*>(smem + L::kK8) + stage * L::kStageBytes;
-    } else {
-      return k_s + stage * kBk * L::kLd;
-    }
-  };
-  auto v_stage = [&](int stage) {
-    if constexpr (kFp8) {
-      return reinterpret_cast<fp8_e4m3*>(smem + L::kV8) + stage * L::kStageBytes;
-    } else {
-      return v_s + stage * kBk * L::kLd;
-    }
-  };
+  const KvStages<L, kFp8, kBk, L::kLd> stages{smem};
 
   // At 128-wide heads a warp's Q fragments stay in registers (32 of them)
   // instead of being read from shared memory again for every tile: 218
@@ -272,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, kFp8&& kMaxHd <= 64 ? 4 : 0)
     };
     int cells[L::kCopies];
     fetch_cells<kMaxHd, kFp8>(p, table, seg_lo, end, key0, cells);
-    issue_tile<kMaxHd, KvT>(p, kv_head, k_stage(0), v_stage(0), flags_s, key0, chunk, cells);
+    issue_tile<kMaxHd, KvT>(p, kv_head, stages.k(0), stages.v(0), flags_s, key0, chunk, cells);
     bool issued_all_keys = all_keys(cells);
     cp_async_commit();
     if (tiles > 1) fetch_cells<kMaxHd, kFp8>(p, table, seg_lo + kBk, end, key0, cells);
@@ -280,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, kFp8&& kMaxHd <= 64 ? 4 : 0)
       bool next_all_keys = true;
       if (tile + 1 < tiles) {
         const int stage = (tile + 1) % kStages;
-        issue_tile<kMaxHd, KvT>(p, kv_head, k_stage(stage), v_stage(stage), flags_s + stage * kBk,
+        issue_tile<kMaxHd, KvT>(p, kv_head, stages.k(stage), stages.v(stage), flags_s + stage * kBk,
                                 key0, chunk, cells);
         next_all_keys = all_keys(cells);
       }
@@ -296,8 +283,8 @@ __global__ void __launch_bounds__(kThreads, kFp8&& kMaxHd <= 64 ? 4 : 0)
         // The block widens the stage into the bf16 tiles; the last tile's
         // readers were done at the barrier that ended its iteration.
         const int stage = tile % kStages;
-        decode_e4m3_rows<kMaxHd, kBk, kThreads>(k_stage(stage), k_s, L::kLd, tid);
-        decode_e4m3_rows<kMaxHd, kBk, kThreads>(v_stage(stage), v_s, L::kLd, tid);
+        decode_e4m3_rows<kMaxHd, kBk, kThreads>(stages.k(stage), k_s, L::kLd, tid);
+        decode_e4m3_rows<kMaxHd, kBk, kThreads>(stages.v(stage), v_s, L::kLd, tid);
         __syncthreads();
       }
 
@@ -311,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, kFp8&& kMaxHd <= 64 ? 4 : 0)
           ks = k_s;
           vs = v_s;
         } else {
-          ks = k_stage(stage);
-          vs = v_stage(stage);
+          ks = stages.k(stage);
+          vs = stages.v(stage);
         }
         const int* flags = flags_s + stage * kBk;
 

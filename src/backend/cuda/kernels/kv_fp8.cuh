@@ -10,9 +10,13 @@
 // value is a bf16 value): E4M3 pairs to f16 pairs (exact), then through
 // float to bf16 (exact).
 //
+// Also where the attention kernels' cp.async stages of K and V lie
+// (KvStages): bf16 tiles, or with FP8 pools their codes.
+//
 // Thread-safety: device code; each call touches only what it names.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -93,5 +97,33 @@ __device__ __forceinline__ void decode_e4m3_rows(const fp8_e4m3* src, bf16* dst,
     *reinterpret_cast<uint4*>(dst + row * ld + col) = decode_e4m3x8(codes);
   }
 }
+
+// The cp.async stages of an attention kernel's K and V tiles in its dynamic
+// shared memory `smem`, as its Layout places them: with bf16 pools stage s
+// is the s-th bf16 tile of kTileKeys rows of kLd elements from Layout::kK
+// (kV); with FP8 pools (kFp8) it is the s-th Layout::kStageBytes of E4M3
+// codes from Layout::kK8 (kV8), which the kernel widens into the bf16 tile
+// at kK (kV) for its mma. Decode and prefill attention differ only in
+// Layout, tile keys and row. In this form both kernels' bf16 code and the
+// FP8 prefill's are what their inline lambdas compiled to (sm_90 cubins
+// compared); the FP8 decode kernels differ (address arithmetic hoisted out
+// of the widening loop; equal or fewer registers). Passing `smem` to static
+// functions instead cost the bf16 prefill kernels two registers.
+template <class Layout, bool kFp8, int kTileKeys, int kLd>
+struct KvStages {
+  unsigned char* smem;
+
+  __device__ __forceinline__ auto k(int stage) const { return at(Layout::kK, Layout::kK8, stage); }
+  __device__ __forceinline__ auto v(int stage) const { return at(Layout::kV, Layout::kV8, stage); }
+
+ private:
+  __device__ __forceinline__ auto at(std::size_t tiles, std::size_t codes, int stage) const {
+    if constexpr (kFp8) {
+      return reinterpret_cast<fp8_e4m3*>(smem + codes) + stage * Layout::kStageBytes;
+    } else {
+      return reinterpret_cast<bf16*>(smem + tiles) + stage * kTileKeys * kLd;
+    }
+  }
+};
 
 }  // namespace cellm::cuda
