@@ -21,6 +21,9 @@
 #           wheel, scripts/gpu-prebuilt installs the carried one) of the 1B
 #           and 8B shapes in Q4_K_M kept in blocks: decode at batch 1 and 512
 #           keys; 8B with --quantize fp8: decode at batch 1, prefill of 512.
+#   fp8serve  8B with --quantize fp8 served over HTTP: 1000 x 512 in / 256 out
+#           at concurrency 256, and TensorRT-LLM's published shape (1000 in /
+#           1000 out); both again with --kv-dtype fp8.
 #   spec    a verification step's cost (bench/verify_cost.sh, 1B and 8B) and
 #           text editing at batch 1 on models/gemma-3-270m-q4_k_m.gguf
 #           (bench/speculation_text_edit.sh).
@@ -30,7 +33,7 @@
 #           between the CPU and the GPU.
 # Environment: ROUNDS (spec's text-editing rounds, default 2).
 set -uo pipefail
-usage="usage: bench/targets.sh CELLM OUT SECTION... (serve kv quant spec real)"
+usage="usage: bench/targets.sh CELLM OUT SECTION... (serve kv quant fp8serve spec real)"
 CELLM=${1:?$usage}
 OUTD=${2:?$usage}
 shift 2
@@ -80,6 +83,17 @@ section_quant() {
     --context 512 --prompt 512 --sampling greedy --json "$J"
 }
 
+section_fp8serve() {
+  for kv in bf16 fp8; do
+    step "fp8serve-512-$kv" 420 "$CELLM" bench serve --http --model llama-3.1-8b --quantize fp8 \
+      --kv-dtype "$kv" --requests 1000 --input-len 512 --output-len 256 --max-concurrency 256 \
+      --progress 0 --json "$J"
+    step "fp8serve-1000-$kv" 560 "$CELLM" bench serve --http --model llama-3.1-8b --quantize fp8 \
+      --kv-dtype "$kv" --requests 1000 --input-len 1000 --output-len 1000 \
+      --max-concurrency 256 --progress 0 --json "$J"
+  done
+}
+
 section_spec() {
   step verify 400 "$ROOT/bench/verify_cost.sh" "$CELLM" "$J" llama-3.2-1b llama-3.1-8b
   local g=$ROOT/models/gemma-3-270m-q4_k_m.gguf
@@ -121,7 +135,7 @@ section_real() {
 
 for s in "$@"; do
   case $s in
-    serve | kv | quant | spec | real) echo "== $s"; "section_$s" ;;
+    serve | kv | quant | fp8serve | spec | real) echo "== $s"; "section_$s" ;;
     *) echo "targets.sh: unknown section '$s' ($usage)" >&2; exit 2 ;;
   esac
 done

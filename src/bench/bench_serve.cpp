@@ -297,6 +297,8 @@ nlohmann::json report_json(const ServeBenchOptions& o, const ServeBenchReport& r
                    {"model", o.model},
                    {"backend", r.backend},
                    {"kv_dtype", dtype_name(o.kv_dtype)},  // as asked: the CPU's K/V are f32
+                   {"quantize", model::quantize_name(o.quantize)},
+                   {"keep_quantized", o.keep_quantized || o.quantize == model::Quantize::kFp8},
                    {"requests", o.requests},
                    {"input_len", o.input_len},
                    {"output_len", o.output_len},

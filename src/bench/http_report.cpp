@@ -261,6 +261,8 @@ nlohmann::json http_report_json(const HttpBenchOptions& o, const HttpBenchReport
   // speculated).
   if (r.target == "in-process") {
     j["kv_dtype"] = dtype_name(l.kv_dtype);
+    j["quantize"] = model::quantize_name(l.quantize);
+    j["keep_quantized"] = l.keep_quantized || l.quantize == model::Quantize::kFp8;
     j["speculate"] = o.speculate;
     j["speculate_tokens"] =
         o.speculate == "off" ? nlohmann::json(nullptr) : nlohmann::json(o.speculate_tokens);

@@ -309,8 +309,13 @@ TEST(BenchServeReportTest, JsonCarriesConfigFiguresAndOnlyMeasuredLatencies) {
   EXPECT_NE(table.find("| TTFT | 2.00 | 2.00 |"), std::string::npos) << table;
   EXPECT_NE(table.find("| ITL | -- |"), std::string::npos) << table;
   EXPECT_NE(table.find("| K/V dtype | bf16 |"), std::string::npos) << table;
+  EXPECT_EQ(j["quantize"], "none");
+  EXPECT_EQ(j["keep_quantized"], false);
   o.kv_dtype = DType::kF8E4M3;
-  EXPECT_EQ(report_json(o, r, "abc123")["kv_dtype"], "fp8");
+  o.keep_quantized = true;
+  const nlohmann::json kept = report_json(o, r, "abc123");
+  EXPECT_EQ(kept["kv_dtype"], "fp8");
+  EXPECT_EQ(kept["keep_quantized"], true);
   EXPECT_NE(format_report(o, r).find("| K/V dtype | fp8 |"), std::string::npos);
 }
 

@@ -231,8 +231,14 @@ TEST(BenchHttpJsonTest, CarriesOptionsFiguresQuantilesAndTheRatio) {
   const nlohmann::json c = http_report_json(o, r, "x");
   EXPECT_EQ(c["response_format"], "json_schema");
   EXPECT_EQ(c["json_schema_file"], "bench/schemas/person.json");
+  EXPECT_EQ(c["quantize"], "none");
+  EXPECT_EQ(c["keep_quantized"], false);
   o.load.kv_dtype = DType::kF8E4M3;
-  EXPECT_EQ(http_report_json(o, r, "x")["kv_dtype"], "fp8");
+  o.load.quantize = model::Quantize::kFp8;
+  const nlohmann::json f = http_report_json(o, r, "x");
+  EXPECT_EQ(f["kv_dtype"], "fp8");
+  EXPECT_EQ(f["quantize"], "fp8");
+  EXPECT_EQ(f["keep_quantized"], true);  // --quantize fp8 keeps the codes
   // A --url server's K/V are its own business: not recorded as ours.
   r.target = "http://127.0.0.1:8000";
   EXPECT_FALSE(http_report_json(o, r, "x").contains("kv_dtype"));
