@@ -4,13 +4,14 @@
 // rows. `bytes` is the quantized weights a launch
 // reads, so `bytes_per_second` sets it against the copy roofline; the bf16
 // GEMV of the same shape (BM_DecodeGemm, gemv:2) is the time to beat.
-// Run: backend_cuda_bench --benchmark_filter=QGemv --benchmark_counters_tabular=true
+// Run: backend_cuda_bench --benchmark_filter='BM_QGemv/' --benchmark_counters_tabular=true
 #include <cstdint>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include "backend/cuda/kernels/qgemv.cuh"
+#include "backend/cuda/kernels/qgemv_mma.cuh"
 #include "backend_cuda_bench_util.h"
 #include "cellm/status.h"
 #include "core/check.h"
@@ -18,12 +19,10 @@
 namespace cellm::cuda::bench {
 namespace {
 
-void BM_QGemv(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  const auto type = static_cast<QuantType>(state.range(0));
-  const auto m = static_cast<std::int32_t>(state.range(1));
-  const auto n = static_cast<std::int32_t>(state.range(2));
-  const auto k = static_cast<std::int32_t>(state.range(3));
+// One launch shape of `type` weights on CUDA cores (launch_qgemv) or tensor
+// cores (launch_qgemv_mma), timed over copies of the weights too large for L2.
+void time_qgemv(benchmark::State& state, QuantType type, std::int32_t m, std::int32_t n,
+                std::int32_t k, bool mma) {
   const std::int64_t row_bytes =
       static_cast<std::int64_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
   const std::size_t weight_bytes = static_cast<std::size_t>(n) * row_bytes;
@@ -48,15 +47,26 @@ void BM_QGemv(benchmark::State& state) {
   // FP8 rows: one scale a row (per-channel checkpoints, `--quantize fp8`).
   auto scales = filled<float>(static_cast<std::size_t>(n), 0x3c);
   if (type == QuantType::kF8_E4M3) p.scales = {scales.data(), k, 1};
-  const Status valid = p.validate();
+  const Status valid = mma ? validate_qgemv_mma(p) : p.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
     return;
   }
   time_launches(state, static_cast<double>(weight_bytes), [&](int i) {
     p.w = weights[static_cast<std::size_t>(i % copies)].data();
-    launch_qgemv(p, nullptr);
+    if (mma) {
+      launch_qgemv_mma(p, nullptr);
+    } else {
+      launch_qgemv(p, nullptr);
+    }
   });
+}
+
+void BM_QGemv(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  time_qgemv(state, static_cast<QuantType>(state.range(0)),
+             static_cast<std::int32_t>(state.range(1)), static_cast<std::int32_t>(state.range(2)),
+             static_cast<std::int32_t>(state.range(3)), false);
 }
 
 void qgemv_args(benchmark::internal::Benchmark* b) {
@@ -76,6 +86,31 @@ void qgemv_args(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_QGemv)->Apply(qgemv_args)->UseManualTime();
+
+// The tensor-core kernel (mma:1) against the CUDA-core kernels (mma:0) in
+// Llama-3.1-8B's o/q, gate (or up), down and lm_head shapes, for the types
+// of a Q4_K_M file (Q4_K, Q6_K as the upload repacks it) and FP8, at 1, 2,
+// 4 and 8 rows: the rows the mma kernel takes for the price of one.
+// Run: backend_cuda_bench --benchmark_filter=BM_QGemvMma --benchmark_counters_tabular=true
+void BM_QGemvMma(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  time_qgemv(state, static_cast<QuantType>(state.range(0)),
+             static_cast<std::int32_t>(state.range(1)), static_cast<std::int32_t>(state.range(2)),
+             static_cast<std::int32_t>(state.range(3)), state.range(4) != 0);
+}
+
+void qgemv_mma_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "m", "n", "k", "mma"});
+  const int shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  for (const int type : {12, 1014, 1000}) {
+    for (const auto& s : shapes) {
+      for (const int m : {1, 2, 4, 8}) {
+        for (const int mma : {0, 1}) b->Args({type, m, s[0], s[1], mma});
+      }
+    }
+  }
+}
+BENCHMARK(BM_QGemvMma)->Apply(qgemv_mma_args)->UseManualTime();
 
 }  // namespace
 }  // namespace cellm::cuda::bench

@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/gemv_mma.cuh"
 #include "backend/cuda/kernels/qgemv.cuh"
+#include "backend/cuda/kernels/qgemv_mma.cuh"
 #include "backend/cuda/kernels/rms_norm.cuh"
 #include "backend/cuda/kernels/soft_cap.cuh"
 #include "backend/cuda/launch.h"
@@ -225,7 +226,11 @@ Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, cons
       p.scales = part.scales;
       p.pdl = true;
       CELLM_RETURN_IF_ERROR(p.validate());
-      launch_qgemv(p, stream);
+      if (qgemv_on_tensor_cores(p)) {
+        launch_qgemv_mma(p, stream);
+      } else {
+        launch_qgemv(p, stream);
+      }
     }
     return Status::ok();
   }
