@@ -94,8 +94,8 @@ void replay(QuantType type, int k) {
         Src::load(ra, rows.data() + g * ldw_bytes, grp, t, blocks);
         Src::load(rb, rows.data() + (g + 8) * ldw_bytes, grp, t, blocks);
         float wa[8], wb[8];
-        Src::decode(ra, s, t, wa);
-        Src::decode(rb, s, t, wb);
+        Src::decode(ra, Src::prepare(ra, t), s, t, wa);
+        Src::decode(rb, Src::prepare(rb, t), s, t, wb);
         const bool live = Src::live(grp, s, t, blocks);
         if constexpr (qblocks::scaled_v<D>) {
           const int at = live ? Src::pos(grp, s, t, 0) : 0;

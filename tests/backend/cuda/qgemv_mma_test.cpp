@@ -8,8 +8,9 @@
 // every run. Shapes: k at the type's minimum (one group: warps store their
 // own sums), k ending inside a 256-weight group (the 32-weight types), n not
 // a multiple of 16, rows padded by 4 bytes (the generic decoder) and by 16
-// (Q4_K, FP8, Q6_K_R8: the 16-byte sources), and Llama 3 8B-like shapes
-// that split k over a cluster and give a warp several tiles. Refusals and
+// (Q4_K, FP8, Q6_K_R8: the 16-byte sources), FP8 scales per row, per 128
+// and per 32 columns, and Llama 3 8B-like shapes that split k over a
+// cluster and give a warp several tiles. Refusals and
 // the forward's choice run without a GPU.
 #include "backend/cuda/kernels/qgemv_mma.cuh"
 
@@ -45,13 +46,15 @@ struct MmaCase {
   int m, n, k;
   bool f32_out;
   bool bias;
-  int pad;  // bytes past each weight row (16: the 16-byte sources where rows allow)
+  int pad;             // bytes past each weight row (16: the 16-byte sources where rows allow)
+  int scale_cols = 0;  // FP8: columns a scale (0: per row at odd m, else 32)
 };
 
 std::string case_name(const ::testing::TestParamInfo<MmaCase>& info) {
   const MmaCase& c = info.param;
-  return fmt::format("{}_m{}_n{}_k{}_{}{}_pad{}", type_name(c.type), c.m, c.n, c.k,
-                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "", c.pad);
+  return fmt::format("{}_m{}_n{}_k{}_{}{}_pad{}{}", type_name(c.type), c.m, c.n, c.k,
+                     c.f32_out ? "f32" : "bf16", c.bias ? "_bias" : "", c.pad,
+                     c.scale_cols != 0 ? fmt::format("_scales{}", c.scale_cols) : "");
 }
 
 // One case's inputs on both sides and its launch parameters.
@@ -68,7 +71,8 @@ class QGemvMmaTest : public ::testing::TestWithParam<MmaCase> {
     lda_ = c_.k + 8;  // a column slice of a wider buffer
     ldc_ = c_.n + 3;  // the columns past n must stay untouched
     w_ = random_rows(file_type(c_.type), c_.n, c_.k, ldw_bytes_, rng);
-    scales_ = random_scales(c_.n, c_.k, c_.m % 2 == 1 ? c_.k : 32, rng);
+    scales_ = random_scales(c_.n, c_.k,
+                            c_.scale_cols != 0 ? c_.scale_cols : (c_.m % 2 == 1 ? c_.k : 32), rng);
     a_ = random_bf16(static_cast<std::size_t>(c_.m) * lda_, rng);
     bias_ = random_bf16(static_cast<std::size_t>(c_.n), rng, -4.0f, 4.0f);
     dscales_.assign(scales_.values);
@@ -241,6 +245,13 @@ std::vector<MmaCase> cases() {
     out.push_back({t, 5, 4096, 4096, true, false, 16});
   }
   out.push_back({QuantType::kQ6_K_R8, 2, 1000, 14336, true, false, 16});
+  // FP8 scales read once a group (per-row and 128-column runs, both
+  // sources) and a step at a time (128-column runs, generic source).
+  for (int m : {2, 5}) {
+    out.push_back({QuantType::kF8_E4M3, m, 100, 1024, true, false, 4, 1024});
+    out.push_back({QuantType::kF8_E4M3, m, 64, 1024, false, true, 16, 128});
+    out.push_back({QuantType::kF8_E4M3, m, 64, 1024, true, false, 4, 128});
+  }
   // Partial sums with two tiles a warp; warps storing their own sums of
   // several tiles (one group, more tiles than warps).
   out.push_back({QuantType::kQ4_K, 2, 8192, 4096, true, false, 16});

@@ -36,7 +36,6 @@
 
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/kernels/ptx_utils.cuh"
-#include "backend/cuda/kernels/qgemv_common.cuh"
 #include "backend/cuda/kernels/qgemv_mma.cuh"
 #include "backend/cuda/kernels/qgemv_mma_src.cuh"
 #include "backend/cuda/launch.h"
@@ -107,6 +106,12 @@ Plan plan_for(const QGemvParams& p) {
       static_cast<std::size_t>(p.m) * plan.pitch * sizeof(bf16) +
       (plan.direct ? 0 : static_cast<std::size_t>(plan.rounds) * kWarps * kTileOut * sizeof(float));
   return plan;
+}
+
+// The scale of weight (r, col) of rows whose blocks hold none (FP8): the
+// factor qgemv_detail::apply_row_scale multiplies in.
+__device__ __forceinline__ float row_scale(const RowScales& s, std::int64_t r, int col) {
+  return __ldg(s.scales + r * s.ld + col / s.cols);
 }
 
 __device__ __forceinline__ void store_out(const QGemvParams& p, int r, int col, float sum) {
@@ -227,17 +232,42 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const int tile = first + i * stride;
     const int ra = row_of(tile, g);
     const int rb = row_of(tile, g + 8);
+    const auto prep_a = Src::prepare(u.a, t);
+    const auto prep_b = Src::prepare(u.b, t);
+    // FP8's scales, one a row and run of scales.cols columns: read once a
+    // group where all the lane's steps lie in one run (the source's
+    // kScaleSpan divides the run: per-row and 128-column scales), else a
+    // step at a time. Dead steps read the row's first (none past k).
+    [[maybe_unused]] bool one_scale = false;
+    [[maybe_unused]] float group_sa = 1.0f, group_sb = 1.0f;
+    if constexpr (scaled_v<D>) {
+      one_scale = p.scales.cols % Src::kScaleSpan == 0;
+      if (one_scale) {
+        const int at = Src::live(grp, 0, t, blocks) ? Src::pos(grp, 0, t, 0) : 0;
+        group_sa = row_scale(p.scales, ra, at);
+        group_sb = row_scale(p.scales, rb, at);
+      }
+    }
 #pragma unroll
     for (int s = 0; s < kStepsPerGroup; ++s) {
       const bool live = Src::live(grp, s, t, blocks);
       float wa[8];
       float wb[8];
-      Src::decode(u.a, s, t, wa);
-      Src::decode(u.b, s, t, wb);
-      // FP8's scales (dead steps read the row's first: no scale past k).
-      const int at = live ? Src::pos(grp, s, t, 0) : 0;
-      qgemv_detail::apply_row_scale<D>(p.scales, ra, at, wa);
-      qgemv_detail::apply_row_scale<D>(p.scales, rb, at, wb);
+      Src::decode(u.a, prep_a, s, t, wa);
+      Src::decode(u.b, prep_b, s, t, wb);
+      if constexpr (scaled_v<D>) {
+        float sa = group_sa, sb = group_sb;
+        if (!one_scale) {
+          const int at = live ? Src::pos(grp, s, t, 0) : 0;
+          sa = row_scale(p.scales, ra, at);
+          sb = row_scale(p.scales, rb, at);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          wa[e] *= sa;
+          wb[e] *= sb;
+        }
+      }
       unsigned a1[4];
       unsigned a2[4];
       a_words(wa, wb, live, a1, a2);

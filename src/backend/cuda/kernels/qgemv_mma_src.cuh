@@ -18,8 +18,11 @@
 // A source: Dec (the decoder: runs, run length, kScaled), Raw (a lane's bits
 // of one row for one group), load(raw, row, grp, t, blocks), live(grp, s,
 // t, blocks) (false: the step's weights lie past k; its A words are zeroed),
-// decode(raw, s, t, w) and pos(grp, s, t, run); kPrefetch: Raw is small
-// enough to load the next group while this one is multiplied.
+// prepare(raw, t) (what the lane's steps of a group share: the K-quants'
+// scales), decode(raw, prep, s, t, w) and pos(grp, s, t, run); kPrefetch: Raw is small
+// enough to load the next group while this one is multiplied; kScaleSpan
+// (FP8 sources): an aligned run of columns holding all of a lane's steps
+// of a group.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +82,7 @@ template <class D>
 struct GenericSrc {
   using Dec = D;
   static constexpr bool kPrefetch = false;
+  static constexpr int kScaleSpan = 256;  // a lane's steps cover the whole group
   struct Raw {
     typename D::Raw r[kStepsPerGroup];
   };
@@ -87,12 +91,14 @@ struct GenericSrc {
     return D::valid(grp, dlane(s, t), blocks);
   }
   CELLM_QB_FN static void load(Raw& raw, const std::uint8_t* row, int grp, int t, int blocks) {
-CELLM_QMMA_UNROLL
+    CELLM_QMMA_UNROLL
     for (int s = 0; s < kStepsPerGroup; ++s) {
       if (live(grp, s, t, blocks)) D::load(raw.r[s], row, grp, dlane(s, t));
     }
   }
-  CELLM_QB_FN static void decode(const Raw& raw, int s, int t, float (&w)[8]) {
+  struct Prep {};
+  CELLM_QB_FN static Prep prepare(const Raw&, int) { return {}; }
+  CELLM_QB_FN static void decode(const Raw& raw, const Prep&, int s, int t, float (&w)[8]) {
     D::decode(raw.r[s], dlane(s, t), w);
   }
   CELLM_QB_FN static int pos(int grp, int s, int t, int run) {
@@ -117,11 +123,16 @@ struct Q4kWideSrc {
     raw.q[0] = ld_u4(b + 16 + 32 * t);
     raw.q[1] = ld_u4(b + 32 + 32 * t);
   }
-  CELLM_QB_FN static void decode(const Raw& raw, int s, int t, float (&w)[8]) {
+  // Every step's decoder lane 8t + s takes sub-blocks 2t, 2t + 1: their
+  // scales once a group.
+  using Prep = Q4_K::Scales;
+  CELLM_QB_FN static Prep prepare(const Raw& raw, int t) {
+    return Q4_K::scales(KHead{raw.head.x, raw.head.y, raw.head.z, raw.head.w}, dlane(0, t));
+  }
+  CELLM_QB_FN static void decode(const Raw& raw, const Prep& prep, int s, int /*t*/,
+                                 float (&w)[8]) {
     // Decoder lane L reads quant word L of the block (bytes 16 + 4L..).
-    const Q4_K::Raw r{KHead{raw.head.x, raw.head.y, raw.head.z, raw.head.w},
-                      word_of(raw.q[s / 4], s % 4)};
-    Q4_K::decode(r, dlane(s, t), w);
+    Q4_K::decode_quants(word_of(raw.q[s / 4], s % 4), prep, w);
   }
   CELLM_QB_FN static int pos(int grp, int s, int t, int run) {
     return Q4_K::pos(grp, dlane(s, t), run);
@@ -135,6 +146,7 @@ struct Q4kWideSrc {
 struct Fp8WideSrc {
   using Dec = F8_E4M3;
   static constexpr bool kPrefetch = true;
+  static constexpr int kScaleSpan = 64;  // lane t's steps: columns 64t..64t + 63
   struct Raw {
     uint4 q[4];
   };
@@ -144,12 +156,14 @@ struct Fp8WideSrc {
   }
   CELLM_QB_FN static void load(Raw& raw, const std::uint8_t* row, int grp, int t, int blocks) {
     const std::uint8_t* b = row + static_cast<std::int64_t>(grp) * 256 + 64 * t;
-CELLM_QMMA_UNROLL
+    CELLM_QMMA_UNROLL
     for (int j = 0; j < 4; ++j) {
       raw.q[j] = live(grp, 2 * j, t, blocks) ? ld_u4(b + 16 * j) : make_uint4(0, 0, 0, 0);
     }
   }
-  CELLM_QB_FN static void decode(const Raw& raw, int s, int t, float (&w)[8]) {
+  struct Prep {};
+  CELLM_QB_FN static Prep prepare(const Raw&, int) { return {}; }
+  CELLM_QB_FN static void decode(const Raw& raw, const Prep&, int s, int t, float (&w)[8]) {
     const F8_E4M3::Raw r{
         {word_of(raw.q[s / 2], 2 * (s % 2)), word_of(raw.q[s / 2], 2 * (s % 2) + 1)}};
     F8_E4M3::decode(r, dlane(s, t), w);
@@ -182,17 +196,24 @@ struct Q6r8WideSrc {
     raw.sc = ld_u2(group + Q6R8::scales(j) + 8 * h);
     raw.d = ld16(group + Q6R8::d(j));
   }
-  CELLM_QB_FN static void decode(const Raw& raw, int s, int t, float (&w)[8]) {
-    // Q6_K's lane reads 2 bytes of each field at l (bytes 2s, 2s + 1 of the
-    // loads) and the half's scales as two 4-byte words.
-    Q6_K::Raw r;
-    r.qla = half_of(raw.qla, s);
-    r.qlb = half_of(raw.qlb, s);
-    r.qh = half_of(raw.qh, s);
+  // Every step's decoder lane 8t + s reads scale bytes t % 2 of the half's
+  // four pairs: their d * scale once a group.
+  using Prep = Q6_K::Scales;
+  CELLM_QB_FN static Prep prepare(const Raw& raw, int t) {
+    Q6_K::Raw r{};
     r.sc01 = raw.sc.x;
     r.sc23 = raw.sc.y;
     r.d = raw.d;
-    Q6_K::decode(r, dlane(s, t), w);
+    return Q6_K::scales(r, dlane(0, t));
+  }
+  CELLM_QB_FN static void decode(const Raw& raw, const Prep& prep, int s, int /*t*/,
+                                 float (&w)[8]) {
+    // Q6_K's lane reads 2 bytes of each field at l: bytes 2s, 2s + 1 of the loads.
+    Q6_K::Raw r{};
+    r.qla = half_of(raw.qla, s);
+    r.qlb = half_of(raw.qlb, s);
+    r.qh = half_of(raw.qh, s);
+    Q6_K::decode_quants(r, prep, w);
   }
   CELLM_QB_FN static int pos(int grp, int s, int t, int run) {
     return Q6_K::pos(grp, dlane(s, t), run);

@@ -306,15 +306,28 @@ struct Q4_K {
     load_head(r.h, b);
     r.q = ld32(b + 16 + 4 * lane);
   }
-  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+  // What a lane's 8 weights share: d * scale and dmin * min of sub-blocks
+  // 2c and 2c + 1 (c = lane / 8). Split from decode() so that a kernel whose
+  // lane decodes several words of one super-block works them out once.
+  struct Scales {
     float d0, m0, d1, m1;
-    scale_min(r.h, 2 * (lane / 8), d0, m0);
-    scale_min(r.h, 2 * (lane / 8) + 1, d1, m1);
+  };
+  CELLM_QB_FN static Scales scales(const KHead& h, int lane) {
+    Scales s;
+    scale_min(h, 2 * (lane / 8), s.d0, s.m0);
+    scale_min(h, 2 * (lane / 8) + 1, s.d1, s.m1);
+    return s;
+  }
+  // The 8 weights of quant word q (low nibbles: sub-block 2c, high: 2c + 1).
+  CELLM_QB_FN static void decode_quants(std::uint32_t q4, const Scales& s, float (&w)[8]) {
     for (int t = 0; t < 4; ++t) {
-      const std::uint32_t q = byte_of(r.q, t);
-      w[t] = d0 * small_uf(q & 0xfu) - m0;
-      w[4 + t] = d1 * small_uf(q >> 4) - m1;
+      const std::uint32_t q = byte_of(q4, t);
+      w[t] = s.d0 * small_uf(q & 0xfu) - s.m0;
+      w[4 + t] = s.d1 * small_uf(q >> 4) - s.m1;
     }
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    decode_quants(r.q, scales(r.h, lane), w);
   }
 };
 
@@ -383,15 +396,29 @@ struct Q6_K {
     r.sc23 = ld16(s + 4) | (ld16(s + 6) << 16);
     r.d = ld16(d);
   }
-  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+  // d * scale of the lane's four runs (from r.sc01, r.sc23 and r.d only).
+  // Split from decode() so that a kernel whose lane decodes several pairs
+  // of one half-block works them out once.
+  struct Scales {
+    float ds[4];
+  };
+  CELLM_QB_FN static Scales scales(const Raw& r, int lane) {
     const float d = half_bits(r.d);
     const int is = (2 * (lane % 16)) / 16;
-    float ds[4];
+    Scales out;
     for (int t = 0; t < 4; ++t) {
       const std::uint32_t word = t < 2 ? r.sc01 : r.sc23;
       const std::uint32_t s = (word >> (16 * (t & 1) + 8 * is)) & 0xffu;
-      ds[t] = d * small_if(static_cast<std::int8_t>(s));
+      out.ds[t] = d * small_if(static_cast<std::int8_t>(s));
     }
+    return out;
+  }
+  CELLM_QB_FN static void decode(const Raw& r, int lane, float (&w)[8]) {
+    decode_quants(r, scales(r, lane), w);
+  }
+  // The 8 weights of the lane's two positions (r.qla, r.qlb, r.qh).
+  CELLM_QB_FN static void decode_quants(const Raw& r, const Scales& sc, float (&w)[8]) {
+    const float(&ds)[4] = sc.ds;
     for (int e = 0; e < 2; ++e) {
       const std::uint32_t a = byte_of(r.qla, e), b = byte_of(r.qlb, e), h = byte_of(r.qh, e);
       const int q0 = static_cast<int>((a & 0xfu) | ((h & 3u) << 4)) - 32;
