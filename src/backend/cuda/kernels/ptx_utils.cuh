@@ -33,6 +33,18 @@ __device__ __forceinline__ void cp_async16_ca(void* dst, const void* src) {
                : "memory");
 }
 
+// Copies kBytes (4, 8 or 16; both addresses aligned to it) through L1 when
+// `fill`, else writes kBytes zero bytes (src is not read, but must still be
+// a valid address).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_ca_zfill(void* dst, const void* src, bool fill) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  const unsigned bytes = fill ? static_cast<unsigned>(kBytes) : 0u;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_address(dst)), "l"(src),
+               "n"(kBytes), "r"(bytes)
+               : "memory");
+}
+
 // Asks L2 for the 128-byte line holding `ptr`; nothing comes back to the thread.
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));

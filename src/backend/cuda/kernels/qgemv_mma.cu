@@ -17,7 +17,9 @@
 // source's positions pos(run) + i, in decode order w[0..7]): the first mma
 // takes w[0..3] (tile k 2t, 2t + 1 <- w[0], w[1]; 2t + 8, 2t + 9 <- w[2],
 // w[3]), the second w[4..7]; lane (g, t) reads B column g at the same
-// positions, so each C element sums weight x input over the same k.
+// positions, so each C element sums weight x input over the same k. The
+// inputs are staged in shared memory in that order (for_each_b_run), so a
+// lane's B words of a step are one conflict-free 16-byte load.
 //
 // Work. The n rows are tiles of 16; k is cut into groups of 256. A launch
 // splits k in `slices` (a cluster of that many blocks, one slice each: the
@@ -51,9 +53,12 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = 16;                 // A rows of the mma
 constexpr int kTileOut = kTileRows * 8;       // a tile's sums: 16 weight rows x 8 B columns
 constexpr int kGroupK = 32 * kStepsPerGroup;  // 256
-constexpr int kPad = 8;                       // bf16 past each staged row (spreads banks)
-constexpr int kMaxSlices = 8;                 // the portable cluster size
-constexpr int kMaxRounds = 8;                 // tiles a warp walks when sums are partial
+// bf16 past each staged row: rows g and g + 1 start 64 bytes apart (mod
+// 128), so the 16-byte B loads of a quarter warp (rows g, g + 1, quads
+// 0..3) hit eight distinct 16-byte bank groups.
+constexpr int kPad = 32;
+constexpr int kMaxSlices = 8;  // the portable cluster size
+constexpr int kMaxRounds = 8;  // tiles a warp walks when sums are partial
 // A block stages at most this much input (eight rows of its slice of k).
 constexpr std::int64_t kMaxStageBytes = 96 * 1024;
 // The launch aims for this many warps an SM, two blocks of kWarps.
@@ -137,11 +142,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int z = static_cast<int>(blockIdx.z);
   const int groups = (p.k + kGroupK - 1) / kGroupK;
   const int blocks = p.k / D::kBlockElems;
-  // The block's slice of k (groups bg0..bg1), staged from column c0; this
-  // warp's share of it.
+  // The block's slice of k (groups bg0..bg1, staged); this warp's share of it.
   const int bg0 = groups * z / slices;
   const int bg1 = groups * (z + 1) / slices;
-  const int c0 = bg0 * kGroupK;
   const int share = warp % kk;
   const int wg0 = bg0 + (bg1 - bg0) * share / kk;
   const int ng = bg0 + (bg1 - bg0) * (share + 1) / kk - wg0;
@@ -185,14 +188,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   griddep_wait();
   griddep_launch_dependents();
   {
-    // The slice's columns of every row; past k, zeros (the last group of a
-    // 32-weight type may end early: its dead steps multiply zeros).
-    const int chunks = (bg1 - bg0) * kGroupK / 8;
+    // The slice's columns of every row in step order (for_each_b_run): row
+    // r's words of group bg0 + j, step s, quad t at 16-byte word (8j + s) *
+    // 4 + t; past k, zeros (the last group of a 32-weight type may end
+    // early: its dead steps multiply zeros).
+    constexpr int kRunBytes = 2 * D::kRunLen;
+    const int words = (bg1 - bg0) * kStepsPerGroup * 4;
     for (int r = 0; r < p.m; ++r) {
       const bf16* row = p.a + static_cast<std::int64_t>(r) * p.lda;
-      for (int c = static_cast<int>(threadIdx.x); c < chunks; c += kThreads) {
-        const int col = c0 + 8 * c;
-        cp_async16(x_s + r * pitch + 8 * c, col < p.k ? row + col : row, col < p.k);
+      auto* dst = reinterpret_cast<unsigned*>(x_s + r * pitch);
+      for (int u = static_cast<int>(threadIdx.x); u < words; u += kThreads) {
+        const int grp = bg0 + u / (4 * kStepsPerGroup);
+        for_each_b_run<Src>(grp, (u / 4) % kStepsPerGroup, u % 4, [&](int word, int at) {
+          cp_async_ca_zfill<kRunBytes>(dst + 4 * u + word, row + (at < p.k ? at : 0), at < p.k);
+        });
       }
     }
     cp_async_commit();
@@ -202,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
   // B column g is input row g: lanes of rows past m feed zeros.
   const bool has_row = g < p.m;
-  const bf16* const x_row = x_s + (has_row ? g : 0) * pitch;
+  const uint4* const x_row = reinterpret_cast<const uint4*>(x_s + (has_row ? g : 0) * pitch);
   float acc[2][4] = {};
 
   const auto finish = [&](int i, int tile) {
@@ -271,10 +280,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       unsigned a1[4];
       unsigned a2[4];
       a_words(wa, wb, live, a1, a2);
-      unsigned b[4] = {0, 0, 0, 0};
-      if (has_row) b_words<Src>(x_row, grp, s, t, c0, b);
-      mma_bf16_16816(acc[0], a1, b[0], b[1]);
-      mma_bf16_16816(acc[1], a2, b[2], b[3]);
+      const uint4 b =
+          has_row ? x_row[((grp - bg0) * kStepsPerGroup + s) * 4 + t] : make_uint4(0, 0, 0, 0);
+      mma_bf16_16816(acc[0], a1, b.x, b.y);
+      mma_bf16_16816(acc[1], a2, b.z, b.w);
     }
     if (j - i * ng == ng - 1) finish(i, tile);
   };

@@ -243,39 +243,31 @@ CELLM_QB_FN void a_words(const float (&wa)[8], const float (&wb)[8], bool live, 
   a2[3] = live ? bf16_pair(wb[6], wb[7]) : 0u;
 }
 
-// kN consecutive 32-bit words of bf16 pairs at x (4 kN-byte aligned).
-template <int kN>
-CELLM_QB_FN void ld_pairs(const bf16* x, unsigned* out) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (kN == 4) {
-    const uint4 v = *reinterpret_cast<const uint4*>(x);
-    out[0] = v.x;
-    out[1] = v.y;
-    out[2] = v.z;
-    out[3] = v.w;
-  } else if constexpr (kN == 2) {
-    const uint2 v = *reinterpret_cast<const uint2*>(x);
-    out[0] = v.x;
-    out[1] = v.y;
-  } else {
-    out[0] = *reinterpret_cast<const unsigned*>(x);
-  }
-#else
-  std::memcpy(out, x, 4 * kN);
-#endif
-}
-
-// One step's B words for the input row staged at x (its columns counted
-// from c0): word i holds x at the positions of w[2i], w[2i + 1] (b0, b1 of
-// the first mma: words 0, 1; of the second: 2, 3), so the tile's k order is
-// the A words'.
-template <class Src>
-CELLM_QB_FN void b_words(const bf16* x, int grp, int s, int t, int c0, unsigned (&b)[4]) {
+// One step's B words for lane quad t: word i holds the inputs at the
+// positions of w[2i], w[2i + 1] (b0, b1 of the first mma: words 0, 1; of the
+// second: 2, 3), so that the tile's k order is the A words'. They come in
+// the decoder's runs: f(word, at) for each run, whose kRunLen / 2 words from
+// `word` hold the inputs at at, at + 1, ... The kernel stages every step's
+// words in this order (one 16-byte load a step for a lane).
+template <class Src, class F>
+CELLM_QB_FN void for_each_b_run(int grp, int s, int t, F&& f) {
   constexpr int kLen = Src::Dec::kRunLen;
   static_assert(kLen == 2 || kLen == 4 || kLen == 8, "runs of 2, 4 or 8 weights");
-  for (int run = 0; run < 8 / kLen; ++run) {
-    ld_pairs<kLen / 2>(x + Src::pos(grp, s, t, run) - c0, b + run * (kLen / 2));
-  }
+  for (int run = 0; run < 8 / kLen; ++run) f(run * (kLen / 2), Src::pos(grp, s, t, run));
+}
+
+// The words for_each_b_run names, read on the host from an input row of k
+// columns (zeros past k, as the kernel stages them): the replay test's B.
+template <class Src>
+inline void host_b_words(const bf16* row, int k, int grp, int s, int t, unsigned (&b)[4]) {
+  constexpr int kLen = Src::Dec::kRunLen;
+  for_each_b_run<Src>(grp, s, t, [&](int word, int at) {
+    if (at < k) {
+      std::memcpy(b + word, row + at, 2 * kLen);
+    } else {
+      std::memset(b + word, 0, 2 * kLen);
+    }
+  });
 }
 
 }  // namespace cellm::cuda::qgemv_mma_detail
