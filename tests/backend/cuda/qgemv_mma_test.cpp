@@ -1,17 +1,17 @@
-// The tensor-core quantized GEMV (qgemv_mma.cuh) for every block type at
-// 1, 2, 3, 5 and 8 rows: against a float64 product over the weights
+// The tensor-core quantized GEMV (qgemv_mma.cuh) for every block type at 1,
+// 2, 3, 5 and 8 rows: against a float64 product over the weights
 // launch_dequantize writes (the bf16 values the kernel must multiply: tight),
-// and over the host's run of the same block decoders (quant_blocks.h,
-// rounded to bf16: a reference that does not go through the GPU); row r of
-// an m-row call against a one-row call on row r, bit for bit; bias, float
-// and bf16 output, stores inside [m, n] of a wider output, the same bits on
-// every run. Shapes: k at the type's minimum (one group: warps store their
-// own sums), k ending inside a 256-weight group (the 32-weight types), n not
-// a multiple of 16, rows padded by 4 bytes (the generic decoder) and by 16
-// (Q4_K, FP8, Q6_K_R8: the 16-byte sources), FP8 scales per row, per 128
-// and per 32 columns, and Llama 3 8B-like shapes that split k over a
-// cluster and give a warp several tiles. Refusals and
-// the forward's choice run without a GPU.
+// and over the host's run of the same block decoders (quant_blocks.h, rounded
+// to bf16: a reference that does not go through the GPU); row r of an m-row
+// call against a one-row call on row r, bit for bit; bias, float and bf16
+// output, stores inside [m, n] of a wider output, the same bits on every run,
+// launches with and without PDL. Shapes: k at the type's minimum (one group:
+// warps store their own sums), k ending inside a 256-weight group (the
+// 32-weight types), n not a multiple of 16, rows padded by 4 bytes (the
+// generic decoder) and by 16 (Q4_K, FP8, Q6_K_R8: the 16-byte sources), FP8
+// scales per row, per 128 and per 32 columns, and Llama 3 8B-like shapes that
+// split k over a cluster and give a warp several tiles. Refusals and the
+// forward's choice run without a GPU.
 #include "backend/cuda/kernels/qgemv_mma.cuh"
 
 #include <bit>
@@ -92,6 +92,9 @@ class QGemvMmaTest : public ::testing::TestWithParam<MmaCase> {
     p_.ldw_bytes = ldw_bytes_;
     p_.ldc = ldc_;
     if (c_.type == QuantType::kF8_E4M3) p_.scales = {dscales_.data(), scales_.cols, scales_.ld};
+    // The forward launches with PDL (and clusters where k is split): all
+    // but the 3-row cases do too.
+    p_.pdl = c_.m != 3;
   }
 
   // The kernel's [rows, ldc] output of `p` as raw bits (bf16 widened), from
