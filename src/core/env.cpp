@@ -19,10 +19,10 @@ constexpr KnobInfo kKnobs[] = {
     {"CELLM_GEMV_MAX_ROWS", "an integer from 1 to 8", "1",
      "CUDA: steps of at most this many rows run their projections on the fused GEMV instead of "
      "cuBLASLt (live experiment: the many-row GEMV)"},
-    {"CELLM_GEMV_MMA", "0 (none), 1 (all) or a comma list of qkv, o, gate_up, down, lm_head",
+    {"CELLM_GEMV_MMA", "0 (none), 1 (all) or a comma list of qkv, o, gate_up, down, lm_head, quant",
      "qkv,o,gate_up,down",
-     "CUDA: which projections of a one-row step run on tensor cores where their walk is short "
-     "(live experiment)"},
+     "CUDA: which projections of a one-row step run on tensor cores where their walk is short, "
+     "and (quant) whether 2..8-row steps over quantized weights do (live experiment)"},
     {"CELLM_THREADS", "an integer from 1 to 4096", "every core",
      "CPU: the fast program's threads when --threads is not given"},
 };

@@ -42,9 +42,13 @@ std::span<const KnobInfo> known_knobs();
 
 // Projections of a GEMV step (up to gemv_max_rows rows) that may run on
 // tensor cores (CELLM_GEMV_MMA; backend/cuda/kernels/kernel_choice.h's
-// GemvMma bits, in this order: qkv, o, gate_up, down, lm_head).
-inline constexpr const char* kGemvMmaProjections[] = {"qkv", "o", "gate_up", "down", "lm_head"};
-inline constexpr std::uint32_t kGemvMmaAll = (1u << 5) - 1;
+// GemvMma bits, in this order: qkv, o, gate_up, down, lm_head), and "quant":
+// steps of 2..8 rows over weights kept quantized on the tensor-core GEMV of
+// kernels/qgemv_mma.cuh instead of the CUDA-core one (a live experiment: off
+// until its GPU tests and benchmark have run).
+inline constexpr const char* kGemvMmaProjections[] = {"qkv",  "o",       "gate_up",
+                                                      "down", "lm_head", "quant"};
+inline constexpr std::uint32_t kGemvMmaAll = (1u << 6) - 1;
 // qkv, o, gate_up and down: the measured default (bench/results, sessions 19-21).
 inline constexpr std::uint32_t kGemvMmaDefault = 0b01111;
 

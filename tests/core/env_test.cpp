@@ -79,7 +79,7 @@ TEST(EnvKnobsTest, GoodValuesParse) {
   EXPECT_EQ(k->kernels.gemv_mma, (1u << 3) | (1u << 4));  // kGemvMmaProjections order
 
   for (const auto& [value, bits] : std::map<std::string, std::uint32_t>{
-           {"0", 0u}, {"1", kGemvMmaAll}, {"qkv", 1u}, {"o,qkv", 3u}, {"gate_up", 4u}}) {
+           {"0", 0u}, {"1", kGemvMmaAll}, {"qkv", 1u}, {"o,qkv", 3u}, {"gate_up", 4u}, {"quant,qkv", 33u}}) {
     env.values = {{"CELLM_GEMV_MMA", value}};
     auto mma = parse_knobs(env.lookup());
     ASSERT_TRUE(mma.ok()) << value << ": " << mma.status().to_string();
@@ -121,7 +121,7 @@ TEST(EnvKnobsTest, BadValuesNameTheVariableTheValueAndWhatIsAccepted) {
   env.values = {{"CELLM_GEMV_MAX_ROWS", "9"}};
   EXPECT_TRUE(contains(env.check(), "from 1 to 8")) << env.check().to_string();
   env.values = {{"CELLM_GEMV_MMA", "mlp"}};
-  EXPECT_TRUE(contains(env.check(), "qkv, o, gate_up, down, lm_head")) << env.check().to_string();
+  EXPECT_TRUE(contains(env.check(), "qkv, o, gate_up, down, lm_head, quant")) << env.check().to_string();
 }
 
 TEST(EnvKnobsTest, AnUnknownCellmNameIsAnError) {

@@ -226,7 +226,7 @@ Status CudaForward::project(const bf16* a, std::int64_t lda, const bf16* w, cons
       p.scales = part.scales;
       p.pdl = true;
       CELLM_RETURN_IF_ERROR(p.validate());
-      if (qgemv_on_tensor_cores(p)) {
+      if ((active_.gemv_mma & kMmaQuant) != 0 && qgemv_on_tensor_cores(p)) {
         launch_qgemv_mma(p, stream);
       } else {
         launch_qgemv(p, stream);

@@ -39,10 +39,11 @@ enum GemvMma : std::uint32_t {
   kMmaGateUp = 1u << 2,
   kMmaDown = 1u << 3,
   kMmaHead = 1u << 4,
+  kMmaQuant = 1u << 5,  // quantized projections of 2..8-row steps (qgemv_mma)
   kMmaAll = kGemvMmaAll,
 };
 static_assert(kGemvMmaDefault == (kMmaQkv | kMmaO | kMmaGateUp | kMmaDown));
-static_assert(std::size(kGemvMmaProjections) == 5 && kMmaAll == (1u << 5) - 1);
+static_assert(std::size(kGemvMmaProjections) == 6 && kMmaAll == (1u << 6) - 1);
 
 // Split-KV decode attention: the fewest keys a used split takes, and how
 // many blocks per SM the split count aims for.
