@@ -23,10 +23,7 @@ class EbnfParser {
   explicit EbnfParser(std::string_view source) : s_(source, /*shorthands=*/false) {}
 
   Result<EbnfGrammar> parse() {
-    if (s_.source().size() > kMaxPatternSourceBytes) {
-      return invalid_argument("the grammar is {} bytes; at most {} are supported",
-                              s_.source().size(), kMaxPatternSourceBytes);
-    }
+    CELLM_RETURN_IF_ERROR(s_.check_size("grammar"));
     space();
     while (!s_.at_end()) {
       if (!rule()) return s_.error();
@@ -117,23 +114,7 @@ class EbnfParser {
   }
 
   bool alternatives(int depth, Pattern* out) {
-    if (depth > kMaxPatternNesting) {
-      return s_.fail(s_.pos(), fmt::format("groups nest deeper than {}", kMaxPatternNesting));
-    }
-    out->kind = Pattern::Kind::kAlt;
-    out->offset = s_.pos();
-    while (true) {
-      Pattern seq;
-      if (!sequence(depth, &seq)) return false;
-      out->children.push_back(std::move(seq));
-      if (s_.at_end() || s_.peek() != '|') break;
-      s_.skip();
-    }
-    if (out->children.size() == 1) {
-      Pattern only = std::move(out->children[0]);
-      *out = std::move(only);
-    }
-    return true;
+    return s_.alternatives(depth, out, [&](Pattern* seq) { return sequence(depth, seq); });
   }
 
   bool sequence(int depth, Pattern* out) {
@@ -226,30 +207,10 @@ class EbnfParser {
   }
 
   bool quantifier(Pattern* p) {
-    std::uint32_t min = 0;
-    std::uint32_t max = 0;
-    switch (s_.peek()) {
-      case '*': min = 0, max = kUnbounded, s_.skip(); break;
-      case '+': min = 1, max = kUnbounded, s_.skip(); break;
-      case '?': min = 0, max = 1, s_.skip(); break;
-      case '{':
-        if (!s_.bound(&min, &max)) return false;
-        break;
-      default: return true;
-    }
-    space();
-    if (!s_.at_end() &&
-        (s_.peek() == '*' || s_.peek() == '+' || s_.peek() == '?' || s_.peek() == '{')) {
-      return s_.fail(s_.pos(), "a quantifier cannot follow another; group first, e.g. (x*)+");
-    }
-    Pattern body = std::move(*p);
-    *p = Pattern{};
-    p->kind = Pattern::Kind::kRepeat;
-    p->offset = body.offset;
-    p->min = min;
-    p->max = max;
-    p->children.push_back(std::move(body));
-    return true;
+    // Spaces and comments may follow a quantifier (sequence() skips those
+    // before it), also ahead of a second one.
+    auto spaces = [&] { space(); };
+    return s_.quantifier(p, spaces, "(x*)+");
   }
 
   PatternScanner s_;

@@ -1,6 +1,7 @@
 #include "grammar/pattern_scan.h"
 
 #include <cctype>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -178,6 +179,63 @@ bool PatternScanner::bound(std::uint32_t* min, std::uint32_t* max) {
                                   "minimum",
                                   *min, *max));
   }
+  return true;
+}
+
+Status PatternScanner::check_size(std::string_view form) const {
+  if (src_.size() > kMaxPatternSourceBytes) {
+    return invalid_argument("the {} is {} bytes; at most {} are supported", form, src_.size(),
+                            kMaxPatternSourceBytes);
+  }
+  return Status::ok();
+}
+
+bool PatternScanner::alternatives(int depth, Pattern* out,
+                                  const std::function<bool(Pattern*)>& sequence) {
+  if (depth > kMaxPatternNesting) {
+    return fail(pos_, fmt::format("groups nest deeper than {}", kMaxPatternNesting));
+  }
+  out->kind = Pattern::Kind::kAlt;
+  out->offset = pos_;
+  while (true) {
+    Pattern seq;
+    if (!sequence(&seq)) return false;
+    out->children.push_back(std::move(seq));
+    if (at_end() || peek() != '|') break;
+    skip();
+  }
+  if (out->children.size() == 1) {
+    Pattern only = std::move(out->children[0]);
+    *out = std::move(only);
+  }
+  return true;
+}
+
+bool PatternScanner::quantifier(Pattern* item, const std::function<void()>& after,
+                                std::string_view example) {
+  std::uint32_t min = 0;
+  std::uint32_t max = 0;
+  switch (peek()) {
+    case '*': min = 0, max = kUnbounded, skip(); break;
+    case '+': min = 1, max = kUnbounded, skip(); break;
+    case '?': min = 0, max = 1, skip(); break;
+    case '{':
+      if (!bound(&min, &max)) return false;
+      break;
+    default: return true;
+  }
+  after();
+  if (!at_end() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{')) {
+    return fail(pos_,
+                fmt::format("a quantifier cannot follow another; group first, e.g. {}", example));
+  }
+  Pattern body = std::move(*item);
+  *item = Pattern{};
+  item->kind = Pattern::Kind::kRepeat;
+  item->offset = body.offset;
+  item->min = min;
+  item->max = max;
+  item->children.push_back(std::move(body));
   return true;
 }
 

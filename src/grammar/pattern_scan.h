@@ -1,12 +1,15 @@
-// PatternScanner: the lexical pieces the EBNF and regex parsers share: a
-// cursor over the UTF-8 source, backslash escapes, bracketed character
-// classes, {m,n} bounds, and errors that say where ("line L, column C") and
-// what was wrong. Parsers stop at the first error (the first fail() wins).
+// PatternScanner: the pieces the EBNF and regex parsers share: a cursor
+// over the UTF-8 source, backslash escapes, bracketed character classes,
+// {m,n} bounds, the '|' alternation and the quantifiers that wrap an item
+// (each form supplying its own sequences and what may follow a quantifier),
+// and errors that say where ("line L, column C") and what was wrong. Parsers
+// stop at the first error (the first fail() wins).
 //
 // Thread-safety: a scanner belongs to one parse (one thread).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +48,20 @@ class PatternScanner {
   bool char_class(std::vector<CodeRange>* ranges);
   // A {m}, {m,}, {,n} or {m,n} bound at the cursor ('{'); max may be kUnbounded.
   bool bound(std::uint32_t* min, std::uint32_t* max);
+
+  // InvalidArgument when the source is longer than kMaxPatternSourceBytes;
+  // `form` names it ("grammar", "regex").
+  Status check_size(std::string_view form) const;
+  // Sequences separated by '|' from the cursor, each read by `sequence`,
+  // into *out: a kAlt of them, or the only one itself. Refuses nesting
+  // deeper than kMaxPatternNesting.
+  bool alternatives(int depth, Pattern* out, const std::function<bool(Pattern*)>& sequence);
+  // A quantifier at the cursor (*, +, ? or a bound) wraps *item in a
+  // kRepeat; with none, *item stays as it is. `after` runs once past the
+  // quantifier (what the form allows there: the EBNF's spaces, the regex's
+  // lazy '?'); another quantifier then is refused, `example` showing how to
+  // group.
+  bool quantifier(Pattern* item, const std::function<void()>& after, std::string_view example);
 
  private:
   bool hex(int digits, std::size_t at, char32_t* cp);

@@ -12,10 +12,7 @@ class RegexParser {
   explicit RegexParser(std::string_view source) : s_(source, /*shorthands=*/true) {}
 
   Result<Pattern> parse() {
-    if (s_.source().size() > kMaxPatternSourceBytes) {
-      return invalid_argument("the regex is {} bytes; at most {} are supported", s_.source().size(),
-                              kMaxPatternSourceBytes);
-    }
+    CELLM_RETURN_IF_ERROR(s_.check_size("regex"));
     Pattern p;
     if (!alternation(0, &p)) return s_.error();
     if (!s_.at_end()) {
@@ -28,23 +25,7 @@ class RegexParser {
 
  private:
   bool alternation(int depth, Pattern* out) {
-    if (depth > kMaxPatternNesting) {
-      return s_.fail(s_.pos(), fmt::format("groups nest deeper than {}", kMaxPatternNesting));
-    }
-    out->kind = Pattern::Kind::kAlt;
-    out->offset = s_.pos();
-    while (true) {
-      Pattern seq;
-      if (!sequence(depth, &seq)) return false;
-      out->children.push_back(std::move(seq));
-      if (s_.peek() != '|' || s_.at_end()) break;
-      s_.skip();
-    }
-    if (out->children.size() == 1) {
-      Pattern only = std::move(out->children[0]);
-      *out = std::move(only);
-    }
-    return true;
+    return s_.alternatives(depth, out, [&](Pattern* seq) { return sequence(depth, seq); });
   }
 
   bool sequence(int depth, Pattern* out) {
@@ -138,30 +119,11 @@ class RegexParser {
   }
 
   bool quantifier(Pattern* p) {
-    std::uint32_t min = 0;
-    std::uint32_t max = 0;
-    switch (s_.peek()) {
-      case '*': min = 0, max = kUnbounded, s_.skip(); break;
-      case '+': min = 1, max = kUnbounded, s_.skip(); break;
-      case '?': min = 0, max = 1, s_.skip(); break;
-      case '{':
-        if (!s_.bound(&min, &max)) return false;
-        break;
-      default: return true;
-    }
-    if (s_.peek() == '?') s_.skip();  // lazy: the same language
-    if (!s_.at_end() &&
-        (s_.peek() == '*' || s_.peek() == '+' || s_.peek() == '?' || s_.peek() == '{')) {
-      return s_.fail(s_.pos(), "a quantifier cannot follow another; group first, e.g. (a*)+");
-    }
-    Pattern body = std::move(*p);
-    *p = Pattern{};
-    p->kind = Pattern::Kind::kRepeat;
-    p->offset = body.offset;
-    p->min = min;
-    p->max = max;
-    p->children.push_back(std::move(body));
-    return true;
+    // A lazy quantifier (x*?) matches the same language as the greedy one.
+    auto lazy = [&] {
+      if (s_.peek() == '?') s_.skip();
+    };
+    return s_.quantifier(p, lazy, "(a*)+");
   }
 
   PatternScanner s_;

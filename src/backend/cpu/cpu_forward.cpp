@@ -1,13 +1,12 @@
 #include "backend/cpu/cpu_forward.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include <cblas.h>
 
+#include "backend/cpu/forward_common.h"
 #include "backend/cpu/ops.h"
 #include "core/check.h"
 
@@ -30,16 +29,6 @@ void linear(const float* x, std::int64_t rows, const Tensor& w, const Tensor& bi
       }
     }
   }
-}
-
-void grow(std::vector<float>& buffer, std::int64_t n) {
-  if (static_cast<std::int64_t>(buffer.size()) < n) {
-    buffer.resize(static_cast<std::size_t>(n));
-  }
-}
-
-const float* f32(const Tensor& t) {
-  return t.data_as<float>();
 }
 
 }  // namespace
@@ -126,152 +115,48 @@ std::size_t KvStore::bytes() const {
 CpuForward::CpuForward(model::ModelSpec spec, model::Weights weights, DType rope_table_dtype)
     : spec_(std::move(spec)), weights_(std::move(weights)) {
   CELLM_CHECK(check_spec(spec_).is_ok(), "CpuForward built from an unchecked spec");
-  for (const model::LayerSpec& layer : spec_.layers) {
-    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, rope_table_dtype));
-  }
-  attention_scale_ = spec_.attention_scale > 0.0f
-                         ? spec_.attention_scale
-                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.head_dim)));
-}
-
-void store_step_kv(KvStore& kv, std::int32_t layer, const StepRows& rows, const float* k,
-                   const float* v, std::int64_t kv_dim) {
-  float* k_pool = kv.k(layer);
-  float* v_pool = kv.v(layer);
-  for (std::size_t r = 0; r < rows.write_cells.size(); ++r) {
-    const std::int64_t cell = rows.write_cells[r];
-    const auto row = static_cast<std::int64_t>(r);
-    std::memcpy(k_pool + cell * kv_dim, k + row * kv_dim, sizeof(float) * kv_dim);
-    std::memcpy(v_pool + cell * kv_dim, v + row * kv_dim, sizeof(float) * kv_dim);
-  }
-}
-
-void visible_cells(const StepRows& rows, std::int32_t window,
-                   std::vector<std::span<const std::int32_t>>& cells) {
-  cells.resize(rows.history.size());
-  for (std::size_t r = 0; r < rows.history.size(); ++r) {
-    std::span<const std::int32_t> all = rows.history[r];
-    if (window > 0 && all.size() > static_cast<std::size_t>(window)) {
-      all = all.last(static_cast<std::size_t>(window));
-    }
-    cells[r] = all;
-  }
+  inv_freq_ = rope_tables(spec_, rope_table_dtype);
+  attention_scale_ = attention_scale(spec_);
 }
 
 void CpuForward::attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv) {
   const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const model::LayerSpec& ls = spec_.layers[static_cast<std::size_t>(layer)];
   const auto t = static_cast<std::int64_t>(rows.tokens.size());
-  const std::int64_t d = spec_.hidden_size;
-  const std::int64_t hd = spec_.head_dim;
-  const std::int64_t kv_dim = spec_.num_kv_heads * hd;
 
-  rms_norm(x_.data(), f32(w.attn_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
-  linear(h_.data(), t, w.q_proj, w.q_bias, q_.data());
-  linear(h_.data(), t, w.k_proj, w.k_bias, k_.data());
-  linear(h_.data(), t, w.v_proj, w.v_bias, v_.data());
-  if (spec_.qk_norm) {
-    rms_norm(q_.data(), f32(w.q_norm), t * spec_.num_heads, hd, spec_.norm_eps,
-             spec_.norm_weight_offset, q_.data());
-    rms_norm(k_.data(), f32(w.k_norm), t * spec_.num_kv_heads, hd, spec_.norm_eps,
-             spec_.norm_weight_offset, k_.data());
-  }
-  const std::vector<float>& inv = inv_freq_[static_cast<std::size_t>(layer)];
-  apply_rope(q_.data(), t, spec_.num_heads, hd, inv, rows.positions.data());
-  apply_rope(k_.data(), t, spec_.num_kv_heads, hd, inv, rows.positions.data());
+  norm_block_input(spec_, w.attn_norm, t, b_);
+  linear(b_.h.data(), t, w.q_proj, w.q_bias, b_.q.data());
+  linear(b_.h.data(), t, w.k_proj, w.k_bias, b_.k.data());
+  linear(b_.h.data(), t, w.v_proj, w.v_bias, b_.v.data());
+  const AttentionParams params =
+      prepare_attention(spec_, w, inv_freq_[static_cast<std::size_t>(layer)], ls.window,
+                        attention_scale_, layer, rows, kv, b_);
+  attend_cells(b_.q.data(), kv.k(layer), kv.v(layer), b_.row_cells, params, b_.attn.data());
 
-  store_step_kv(kv, layer, rows, k_.data(), v_.data(), kv_dim);
-  const float* k_pool = kv.k(layer);
-  const float* v_pool = kv.v(layer);
-  visible_cells(rows, ls.window, row_cells_);
-  AttentionParams params;
-  params.heads = spec_.num_heads;
-  params.kv_heads = spec_.num_kv_heads;
-  params.head_dim = spec_.head_dim;
-  params.scale = attention_scale_;
-  params.softcap = spec_.attn_logit_softcap;
-  attend_cells(q_.data(), k_pool, v_pool, row_cells_, params, attn_.data());
-
-  linear(attn_.data(), t, w.o_proj, Tensor(), o_.data());
-  add_block_output(w.post_attn_norm, t);
+  linear(b_.attn.data(), t, w.o_proj, Tensor(), b_.o.data());
+  add_block_output(spec_, w.post_attn_norm, t, b_);
 }
 
 void CpuForward::mlp_block(std::int32_t layer, std::int64_t t) {
   const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
-  const std::int64_t d = spec_.hidden_size;
-  const std::int64_t ff = spec_.intermediate_size;
-  rms_norm(x_.data(), f32(w.mlp_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
-  linear(h_.data(), t, w.gate_proj, Tensor(), gate_.data());
-  linear(h_.data(), t, w.up_proj, Tensor(), up_.data());
-  gated_activation(gate_.data(), up_.data(), t * ff, spec_.activation);
-  linear(gate_.data(), t, w.down_proj, Tensor(), o_.data());
-  add_block_output(w.post_mlp_norm, t);
-}
-
-void CpuForward::add_block_output(const Tensor& post_norm, std::int64_t t) {
-  const std::int64_t d = spec_.hidden_size;
-  if (spec_.sandwich_norms) {
-    rms_norm(o_.data(), f32(post_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, o_.data());
-  }
-  for (std::int64_t i = 0; i < t * d; ++i) {
-    x_[static_cast<std::size_t>(i)] += o_[static_cast<std::size_t>(i)];
-  }
+  norm_block_input(spec_, w.mlp_norm, t, b_);
+  linear(b_.h.data(), t, w.gate_proj, Tensor(), b_.gate.data());
+  linear(b_.h.data(), t, w.up_proj, Tensor(), b_.up.data());
+  gated_activation(b_.gate.data(), b_.up.data(), t * spec_.intermediate_size, spec_.activation);
+  linear(b_.gate.data(), t, w.down_proj, Tensor(), b_.o.data());
+  add_block_output(spec_, w.post_mlp_norm, t, b_);
 }
 
 void CpuForward::run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
                      float* logits, float* taps) {
-  const auto t = static_cast<std::int64_t>(rows.tokens.size());
-  const std::int64_t d = spec_.hidden_size;
-  const std::int64_t hd = spec_.head_dim;
-  CELLM_CHECK(t > 0 && rows.positions.size() == rows.tokens.size() &&
-                  rows.write_cells.size() == rows.tokens.size() &&
-                  rows.history.size() == rows.tokens.size(),
-              "step rows disagree in length");
-  grow(x_, t * d);
-  grow(h_, t * d);
-  grow(o_, t * d);
-  grow(q_, t * spec_.num_heads * hd);
-  grow(attn_, t * spec_.num_heads * hd);
-  grow(k_, t * spec_.num_kv_heads * hd);
-  grow(v_, t * spec_.num_kv_heads * hd);
-  grow(gate_, t * spec_.intermediate_size);
-  grow(up_, t * spec_.intermediate_size);
-
-  const float* embed = f32(weights_.embed_tokens);
-  for (std::int64_t r = 0; r < t; ++r) {
-    const float* src = embed + rows.tokens[static_cast<std::size_t>(r)] * d;
-    float* dst = x_.data() + r * d;
-    for (std::int64_t i = 0; i < d; ++i) {
-      dst[i] = src[i] * spec_.embedding_scale;
-    }
-  }
+  const std::int64_t t = begin_step(spec_, weights_.embed_tokens, rows, b_);
   for (std::int32_t layer = 0; layer < spec_.num_layers; ++layer) {
     attention_block(layer, rows, kv);
     mlp_block(layer, t);
   }
-
-  // Final norm: of every row when taps are wanted, else of the selected rows only.
-  const auto r_count = static_cast<std::int64_t>(selector.size());
-  grow(h_, std::max(t, r_count) * d);
-  if (taps != nullptr) {
-    rms_norm(x_.data(), f32(weights_.final_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset,
-             taps);
-    for (std::int64_t i = 0; i < r_count; ++i) {
-      std::memcpy(h_.data() + i * d, taps + selector[static_cast<std::size_t>(i)] * d,
-                  sizeof(float) * d);
-    }
-  } else {
-    for (std::int64_t i = 0; i < r_count; ++i) {
-      std::memcpy(h_.data() + i * d, x_.data() + selector[static_cast<std::size_t>(i)] * d,
-                  sizeof(float) * d);
-    }
-    rms_norm(h_.data(), f32(weights_.final_norm), r_count, d, spec_.norm_eps,
-             spec_.norm_weight_offset, h_.data());
-  }
-  linear(h_.data(), r_count, weights_.lm_head, Tensor(), logits);
-  if (spec_.final_logit_softcap) {
-    soft_cap(logits, r_count * spec_.vocab_size, *spec_.final_logit_softcap);
-  }
+  const std::int64_t r_count = final_norm_rows(spec_, weights_.final_norm, t, selector, taps, b_);
+  linear(b_.h.data(), r_count, weights_.lm_head, Tensor(), logits);
+  cap_logits(spec_, logits, r_count);
 }
 
 }  // namespace cellm::cpu

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/forward_common.h"
 #include "cellm/status.h"
 #include "model/model_spec.h"
 #include "model/weights.h"
@@ -62,16 +63,6 @@ struct StepRows {
   std::vector<std::span<const std::int32_t>> history;
 };
 
-// The attention steps both forwards share. store_step_kv writes the step's
-// K/V rows into their cells of `layer` before anyone attends, so a row sees
-// the earlier rows of its own sequence in the same step. visible_cells gives
-// each row the cells it attends: its history, cut to the layer's window
-// (0: all of it).
-void store_step_kv(KvStore& kv, std::int32_t layer, const StepRows& rows, const float* k,
-                   const float* v, std::int64_t kv_dim);
-void visible_cells(const StepRows& rows, std::int32_t window,
-                   std::vector<std::span<const std::int32_t>>& cells);
-
 // What CpuProgram runs a step through: the float32 reference (CpuForward)
 // or the fast program's forward (fast_forward.h). Same contract as
 // CpuForward::run below.
@@ -102,9 +93,6 @@ class CpuForward final : public ForwardPass {
  private:
   void attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv);
   void mlp_block(std::int32_t layer, std::int64_t t);
-  // Adds the block output in o_ to the residual stream x_, through
-  // `post_norm` first when the model sandwiches its blocks (gemma3).
-  void add_block_output(const Tensor& post_norm, std::int64_t t);
 
   model::ModelSpec spec_;
   model::Weights weights_;
@@ -112,8 +100,7 @@ class CpuForward final : public ForwardPass {
   float attention_scale_;
 
   // Scratch, grown on demand.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
-  std::vector<std::span<const std::int32_t>> row_cells_;
+  StepBuffers b_;
 };
 
 }  // namespace cellm::cpu

@@ -3,8 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <initializer_list>
 #include <map>
 #include <thread>
@@ -17,8 +15,8 @@
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/fast_attention.h"
 #include "backend/cpu/fast_math.h"
+#include "backend/cpu/forward_common.h"
 #include "backend/cpu/ops.h"
-#include "core/check.h"
 #include "model/gguf_model.h"
 
 namespace cellm::cpu {
@@ -28,14 +26,6 @@ namespace {
 // step's rows, ~20 us of work) a step's attention stays on the calling
 // thread: waking the pool costs about as much.
 constexpr std::int64_t kParallelAttentionProducts = 64 * 1024;
-
-void grow(std::vector<float>& buffer, std::int64_t n) {
-  if (static_cast<std::int64_t>(buffer.size()) < n) buffer.resize(static_cast<std::size_t>(n));
-}
-
-const float* f32(const Tensor& t) {
-  return t.data_as<float>();
-}
 
 void add_bias(float* y, std::int64_t rows, std::int64_t out, const Tensor& bias) {
   if (bias.data() == nullptr) return;
@@ -64,12 +54,8 @@ FastForward::FastForward(model::ModelSpec spec, model::Weights weights, DType ro
       options_(options),
       pool_(std::make_unique<ThreadPool>(options.threads)),
       attn_scratch_(static_cast<std::size_t>(std::max(1, options.threads))) {
-  for (const model::LayerSpec& layer : spec_.layers) {
-    inv_freq_.push_back(rope_inv_freq(layer.rope, spec_.head_dim, rope_table_dtype));
-  }
-  attention_scale_ = spec_.attention_scale > 0.0f
-                         ? spec_.attention_scale
-                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec_.head_dim)));
+  inv_freq_ = rope_tables(spec_, rope_table_dtype);
+  attention_scale_ = attention_scale(spec_);
   layers_.resize(weights_.layers.size());
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     const model::LayerWeights& w = weights_.layers[i];
@@ -216,34 +202,17 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
   const LayerLinears& lin = layers_[static_cast<std::size_t>(layer)];
   const model::LayerSpec& ls = spec_.layers[static_cast<std::size_t>(layer)];
   const auto t = static_cast<std::int64_t>(rows.tokens.size());
-  const std::int64_t d = spec_.hidden_size;
   const std::int64_t hd = spec_.head_dim;
-  const std::int64_t kv_dim = spec_.num_kv_heads * hd;
 
-  rms_norm(x_.data(), f32(w.attn_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
-  begin_input(h_.data(), t, d);
-  linear_group({{&lin.q, q_.data()}, {&lin.k, k_.data()}, {&lin.v, v_.data()}},
+  norm_block_input(spec_, w.attn_norm, t, b_);
+  begin_input(b_.h.data(), t, spec_.hidden_size);
+  linear_group({{&lin.q, b_.q.data()}, {&lin.k, b_.k.data()}, {&lin.v, b_.v.data()}},
                {&w.q_bias, &w.k_bias, &w.v_bias});
-  if (spec_.qk_norm) {
-    rms_norm(q_.data(), f32(w.q_norm), t * spec_.num_heads, hd, spec_.norm_eps,
-             spec_.norm_weight_offset, q_.data());
-    rms_norm(k_.data(), f32(w.k_norm), t * spec_.num_kv_heads, hd, spec_.norm_eps,
-             spec_.norm_weight_offset, k_.data());
-  }
-  const std::vector<float>& inv = inv_freq_[static_cast<std::size_t>(layer)];
-  apply_rope(q_.data(), t, spec_.num_heads, hd, inv, rows.positions.data());
-  apply_rope(k_.data(), t, spec_.num_kv_heads, hd, inv, rows.positions.data());
-
-  store_step_kv(kv, layer, rows, k_.data(), v_.data(), kv_dim);
+  const AttentionParams params =
+      prepare_attention(spec_, w, inv_freq_[static_cast<std::size_t>(layer)], ls.window,
+                        attention_scale_, layer, rows, kv, b_);
   const float* k_pool = kv.k(layer);
   const float* v_pool = kv.v(layer);
-  visible_cells(rows, ls.window, row_cells_);
-  AttentionParams params;
-  params.heads = spec_.num_heads;
-  params.kv_heads = spec_.num_kv_heads;
-  params.head_dim = spec_.head_dim;
-  params.scale = attention_scale_;
-  params.softcap = spec_.attn_logit_softcap;
   // Units of a row's heads spread over the pool (each thread's attention
   // runs alone: its OpenMP team is one thread, see ThreadPool::worker and
   // run()). A unit is a whole KV group, whose heads share each key's loads,
@@ -259,15 +228,15 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
     for (std::int64_t u = id; u < t * row_units; u += n) {
       const std::int64_t r = u / row_units;
       const auto h0 = static_cast<std::int32_t>((u % row_units) * unit_heads);
-      attend_heads_fast(q_.data() + r * q_row, k_pool, v_pool,
-                        row_cells_[static_cast<std::size_t>(r)], params, options_.isa, h0,
-                        h0 + static_cast<std::int32_t>(unit_heads), attn_.data() + r * q_row,
+      attend_heads_fast(b_.q.data() + r * q_row, k_pool, v_pool,
+                        b_.row_cells[static_cast<std::size_t>(r)], params, options_.isa, h0,
+                        h0 + static_cast<std::int32_t>(unit_heads), b_.attn.data() + r * q_row,
                         scratch);
     }
   };
   // A small step runs here: waking a thread would cost more than it saves.
   std::int64_t products = 0;
-  for (const auto& cells : row_cells_) products += static_cast<std::int64_t>(cells.size());
+  for (const auto& cells : b_.row_cells) products += static_cast<std::int64_t>(cells.size());
   products *= spec_.num_heads * hd;
   if (threads == 1 || products < kParallelAttentionProducts) {
     attend(0, 1);
@@ -275,24 +244,23 @@ void FastForward::attention_block(std::int32_t layer, const StepRows& rows, KvSt
     pool_->run(attend);
   }
 
-  begin_input(attn_.data(), t, spec_.num_heads * hd);
-  linear(lin.o, Tensor(), o_.data());
-  add_block_output(w.post_attn_norm, t);
+  begin_input(b_.attn.data(), t, spec_.num_heads * hd);
+  linear(lin.o, Tensor(), b_.o.data());
+  add_block_output(spec_, w.post_attn_norm, t, b_);
 }
 
 void FastForward::mlp_block(std::int32_t layer, std::int64_t t) {
   const model::LayerWeights& w = weights_.layers[static_cast<std::size_t>(layer)];
   const LayerLinears& lin = layers_[static_cast<std::size_t>(layer)];
-  const std::int64_t d = spec_.hidden_size;
   const std::int64_t ff = spec_.intermediate_size;
-  rms_norm(x_.data(), f32(w.mlp_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, h_.data());
-  begin_input(h_.data(), t, d);
+  norm_block_input(spec_, w.mlp_norm, t, b_);
+  begin_input(b_.h.data(), t, spec_.hidden_size);
   const Tensor none;
-  linear_group({{&lin.gate, gate_.data()}, {&lin.up, up_.data()}}, {&none, &none});
+  linear_group({{&lin.gate, b_.gate.data()}, {&lin.up, b_.up.data()}}, {&none, &none});
   // Whole rows to each thread (one row of a decode runs here).
   auto activate = [&](int id, int n) {
     for (std::int64_t r = id; r < t; r += n) {
-      gated_activation_fast(gate_.data() + r * ff, up_.data() + r * ff, ff, spec_.activation,
+      gated_activation_fast(b_.gate.data() + r * ff, b_.up.data() + r * ff, ff, spec_.activation,
                             options_.isa);
     }
   };
@@ -301,19 +269,9 @@ void FastForward::mlp_block(std::int32_t layer, std::int64_t t) {
   } else {
     pool_->run(activate);
   }
-  begin_input(gate_.data(), t, ff);
-  linear(lin.down, Tensor(), o_.data());
-  add_block_output(w.post_mlp_norm, t);
-}
-
-void FastForward::add_block_output(const Tensor& post_norm, std::int64_t t) {
-  const std::int64_t d = spec_.hidden_size;
-  if (spec_.sandwich_norms) {
-    rms_norm(o_.data(), f32(post_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset, o_.data());
-  }
-  for (std::int64_t i = 0; i < t * d; ++i) {
-    x_[static_cast<std::size_t>(i)] += o_[static_cast<std::size_t>(i)];
-  }
+  begin_input(b_.gate.data(), t, ff);
+  linear(lin.down, Tensor(), b_.o.data());
+  add_block_output(spec_, w.post_mlp_norm, t, b_);
 }
 
 void FastForward::run(const StepRows& rows, std::span<const std::int64_t> selector, KvStore& kv,
@@ -328,57 +286,16 @@ void FastForward::run(const StepRows& rows, std::span<const std::int64_t> select
 
 void FastForward::run_layers(const StepRows& rows, std::span<const std::int64_t> selector,
                              KvStore& kv, float* logits, float* taps) {
-  const auto t = static_cast<std::int64_t>(rows.tokens.size());
-  const std::int64_t d = spec_.hidden_size;
-  const std::int64_t hd = spec_.head_dim;
-  CELLM_CHECK(t > 0 && rows.positions.size() == rows.tokens.size() &&
-                  rows.write_cells.size() == rows.tokens.size() &&
-                  rows.history.size() == rows.tokens.size(),
-              "step rows disagree in length");
-  grow(x_, t * d);
-  grow(h_, t * d);
-  grow(o_, t * d);
-  grow(q_, t * spec_.num_heads * hd);
-  grow(attn_, t * spec_.num_heads * hd);
-  grow(k_, t * spec_.num_kv_heads * hd);
-  grow(v_, t * spec_.num_kv_heads * hd);
-  grow(gate_, t * spec_.intermediate_size);
-  grow(up_, t * spec_.intermediate_size);
-
-  const float* embed = f32(weights_.embed_tokens);
-  for (std::int64_t r = 0; r < t; ++r) {
-    const float* src = embed + rows.tokens[static_cast<std::size_t>(r)] * d;
-    float* dst = x_.data() + r * d;
-    for (std::int64_t i = 0; i < d; ++i) dst[i] = src[i] * spec_.embedding_scale;
-  }
+  const std::int64_t t = begin_step(spec_, weights_.embed_tokens, rows, b_);
   for (std::int32_t layer = 0; layer < spec_.num_layers; ++layer) {
     attention_block(layer, rows, kv);
     mlp_block(layer, t);
   }
-
-  const auto r_count = static_cast<std::int64_t>(selector.size());
-  grow(h_, std::max(t, r_count) * d);
-  if (taps != nullptr) {
-    rms_norm(x_.data(), f32(weights_.final_norm), t, d, spec_.norm_eps, spec_.norm_weight_offset,
-             taps);
-    for (std::int64_t i = 0; i < r_count; ++i) {
-      std::memcpy(h_.data() + i * d, taps + selector[static_cast<std::size_t>(i)] * d,
-                  sizeof(float) * d);
-    }
-  } else {
-    for (std::int64_t i = 0; i < r_count; ++i) {
-      std::memcpy(h_.data() + i * d, x_.data() + selector[static_cast<std::size_t>(i)] * d,
-                  sizeof(float) * d);
-    }
-    rms_norm(h_.data(), f32(weights_.final_norm), r_count, d, spec_.norm_eps,
-             spec_.norm_weight_offset, h_.data());
-  }
+  const std::int64_t r_count = final_norm_rows(spec_, weights_.final_norm, t, selector, taps, b_);
   if (r_count > 0) {
-    begin_input(h_.data(), r_count, d);
+    begin_input(b_.h.data(), r_count, spec_.hidden_size);
     linear(lm_head_, Tensor(), logits);
-    if (spec_.final_logit_softcap) {
-      soft_cap(logits, r_count * spec_.vocab_size, *spec_.final_logit_softcap);
-    }
+    cap_logits(spec_, logits, r_count);
   }
 }
 

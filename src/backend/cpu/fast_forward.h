@@ -6,7 +6,10 @@
 // f16, bf16, or a type without a kernel) goes through BLAS on its float32
 // copy, as in the reference. Norms, RoPE, activations and attention over the
 // cell cache are the reference's ops (ops.h) on the reference's KvStore, except
-// attention, which runs in float32 vectors (fast_attention.h).
+// attention, which runs in float32 vectors (fast_attention.h). The steps
+// around the products and attention (embedding, norms, RoPE, K/V placement,
+// residual adds, final norm) are the reference's own code, shared through
+// forward_common.h.
 //
 // Thread-safety: not thread-safe (scratch buffers); one caller at a time.
 // run() spreads its work over the forward's own ThreadPool of `threads`.
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_forward.h"
+#include "backend/cpu/forward_common.h"
 #include "backend/cpu/qmatrix.h"
 #include "backend/cpu/thread_pool.h"
 #include "cellm/status.h"
@@ -95,7 +99,6 @@ class FastForward final : public ForwardPass {
                   float* logits, float* taps);
   void attention_block(std::int32_t layer, const StepRows& rows, KvStore& kv);
   void mlp_block(std::int32_t layer, std::int64_t t);
-  void add_block_output(const Tensor& post_norm, std::int64_t t);
 
   model::ModelSpec spec_;
   model::Weights weights_;
@@ -108,8 +111,8 @@ class FastForward final : public ForwardPass {
   std::unique_ptr<ThreadPool> pool_;
   Input input_;
   std::array<QuantActs, 2> acts_;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
-  std::vector<std::span<const std::int32_t>> row_cells_;
+  // Scratch, grown on demand.
+  StepBuffers b_;
   std::vector<std::vector<float>> attn_scratch_;  // one per pool thread
 };
 
