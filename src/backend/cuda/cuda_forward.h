@@ -196,8 +196,8 @@ class CudaForward {
               cudaStream_t stream);
   // One projection of the unfused path: gemm() over the bf16 matrix `w`, or,
   // where it is kept in blocks (`q`), the quantized GEMV for up to
-  // kQGemvMaxRows rows (on tensor cores where qgemv_on_tensor_cores says
-  // so: qgemv_mma.cuh) and, wider, its blocks dequantized into
+  // kQGemvMaxRows rows (on tensor cores where KernelChoice::gemv_mma has
+  // kMmaQuant and qgemv_on_tensor_cores says so: qgemv_mma.cuh) and, wider, its blocks dequantized into
   // quant_scratch_ chunk by chunk, each chunk one cuBLASLt GEMM.
   Status project(const bf16* a, std::int64_t lda, const bf16* w, const DeviceQuant& q,
                  std::int64_t n, std::int64_t k, void* out, DType out_dtype, std::int32_t m,

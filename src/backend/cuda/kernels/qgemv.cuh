@@ -16,7 +16,7 @@
 // loaded before any is multiplied, to keep enough bytes in flight.
 // Sums are reduced in a fixed order: the same inputs give the same bits.
 // qgemv_mma.cuh multiplies the same params on tensor cores (the forward's
-// steps of 2..8 rows: qgemv_on_tensor_cores).
+// steps of 2..8 rows when CELLM_GEMV_MMA has "quant": qgemv_on_tensor_cores).
 //
 // Thread-safety: launch_qgemv is reentrant; params are plain values.
 #pragma once

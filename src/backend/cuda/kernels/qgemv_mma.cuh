@@ -43,10 +43,11 @@ Status validate_qgemv_mma(const QGemvParams& params);
 // Runs a call validate_qgemv_mma accepts.
 void launch_qgemv_mma(const QGemvParams& params, cudaStream_t stream);
 
-// The forward's choice between the two kernels, in one place: tensor cores
-// for 2..8 rows (where each further row costs the CUDA-core kernels nearly a
-// pass), the CUDA-core kernels for one row until the GPU says the mma kernel
-// is as fast there.
+// Which kernel a call may take, in one place: tensor cores for 2..8 rows
+// (where each further row costs the CUDA-core kernels nearly a pass), the
+// CUDA-core kernels for one row until the GPU says the mma kernel is as fast
+// there. The forward asks only when CELLM_GEMV_MMA has "quant" (a live
+// experiment until the kernel's GPU tests and benchmark have run).
 bool qgemv_on_tensor_cores(const QGemvParams& params);
 
 }  // namespace cellm::cuda
