@@ -1,0 +1,272 @@
+// The int8 quantized GEMV (qgemv_dp4a.cuh): the activation quantization,
+// the GEMV kernel over every type of qgemv_dp4a_blocks.h and the launches.
+//
+// Tiling. A warp owns two weight rows (each activation load then serves two
+// rows' dot products) and walks them in iterations of 32 units, one a lane
+// (a unit is 32 weights of the 32-weight types, 64 of the K-quants: 1024 or
+// 2048 weights an iteration). Each lane loads two iterations of both rows
+// before it multiplies any (about 200 to 700 bytes a lane in flight); the
+// activations, read by every warp, come from L1/L2. Narrow projections
+// split k over up to four warps of a block (split-K), which add their sums
+// in shared memory in a fixed order, until the grid holds about 32 warps
+// per SM: n = 640 at k = 4096 runs 320 row pairs x 2 = 640 warps.
+#include <type_traits>
+
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/qgemv_dp4a.cuh"
+#include "backend/cuda/kernels/qgemv_dp4a_blocks.h"
+#include "backend/cuda/launch.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 2;
+constexpr int kInFlight = 2;  // iterations loaded before the first is multiplied
+constexpr int kQuantThreads = 256;
+
+// ---- activation quantization ---------------------------------------------
+// A thread takes 8 consecutive values (one 16-byte load), four threads a
+// 32-block: the block's largest magnitude and its sum of codes are exact
+// (max, integer adds) whatever order the shuffles take.
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_q8_kernel(const __grid_constant__ QuantizeQ8Params p) {
+  // The GEMV after this kernel may start streaming its weights now; it
+  // waits for this grid's end before it reads the codes.
+  griddep_launch_dependents();
+  griddep_wait();
+  const int per_row = p.k / 8;
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x;
+  // Threads past the end take part in the shuffles with zeros (whole
+  // four-thread groups, as k / 8 is a multiple of 4).
+  const bool live = t < static_cast<std::int64_t>(p.m) * per_row;
+  const int row = live ? static_cast<int>(t / per_row) : 0;
+  const int c8 = live ? static_cast<int>(t % per_row) : 0;
+  float x[8] = {};
+  if (live) load8(p.a + static_cast<std::int64_t>(row) * p.lda + 8 * c8, x);
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float d = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  std::uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = __float2int_rn(__fmul_rn(x[i], inv));
+    sum += q;
+    packed[i / 4] |= (static_cast<std::uint32_t>(q) & 0xffu) << (8 * (i % 4));
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (!live) return;
+  *reinterpret_cast<uint2*>(p.out.q + row * p.out.ldq + 8 * c8) = make_uint2(packed[0], packed[1]);
+  if (c8 % 4 == 0) {
+    const std::int64_t at = row * p.out.lds + c8 / 4;
+    p.out.d[at] = d;
+    p.out.s[at] = __fmul_rn(d, static_cast<float>(sum));
+  }
+}
+
+// ---- the GEMV ------------------------------------------------------------
+struct GemvArgs {
+  QGemvParams p;
+  Q8Rows x;
+  int split;  // warps sharing a row pair (1, 2 or 4)
+};
+
+// Each warp's sums: reduced across the warp (a fixed butterfly), added over
+// the split's warps in shared memory (slice order), biased and stored.
+template <int kM>
+__device__ __forceinline__ void store_rows(const GemvArgs& g, const float (&acc)[kRowsPerWarp][kM],
+                                           int warp, int lane, int slice, int row0) {
+  __shared__ float partial[kWarps][kRowsPerWarp][kM];
+  const QGemvParams& p = g.p;
+  float total[kRowsPerWarp][kM];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      total[i][m] = warp_sum(acc[i][m]);
+      if (lane == 0) partial[warp][i][m] = total[i][m];
+    }
+  }
+  if (g.split > 1) __syncthreads();  // the block's warps all take the same split
+  if (row0 >= p.n || slice != 0 || lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    if (row0 + i >= p.n) break;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (m >= p.m) break;
+      float sum = total[i][m];
+      for (int s = 1; s < g.split; ++s) sum += partial[warp + s][i][m];
+      if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
+      const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
+      if (p.out_f32) {
+        static_cast<float*>(p.out)[at] = sum;
+      } else {
+        static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
+      }
+    }
+  }
+}
+
+template <class T, int A, int kM>
+__global__ void __launch_bounds__(kThreads) qgemv_dp4a_kernel(const __grid_constant__ GemvArgs g) {
+  const QGemvParams& p = g.p;
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const int split = g.split, slice = warp % split;
+  const int row0 = (static_cast<int>(blockIdx.x) * (kWarps / split) + warp / split) * kRowsPerWarp;
+  const bool active = row0 < p.n;
+  // A missing second row reads the first again; nothing is stored for it.
+  const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
+  const std::uint8_t* rows[kRowsPerWarp] = {
+      w_bytes + (active ? row0 : 0) * p.ldw_bytes,
+      w_bytes + (row0 + 1 < p.n ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes};
+  const int units = active ? p.k / T::kUnit : 0;
+  const int iters = (units + 31) / 32;
+
+  float acc[kRowsPerWarp][kM] = {};
+  bool waited = false;
+  for (int i0 = slice; i0 < iters; i0 += split * kInFlight) {
+    typename T::Raw raw[kInFlight][kRowsPerWarp];
+    bool live[kInFlight];
+#pragma unroll
+    for (int f = 0; f < kInFlight; ++f) {
+      const int it = i0 + f * split;
+      const int u = it * 32 + lane;
+      live[f] = it < iters && u < units;
+      if (live[f]) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) T::template load<A>(raw[f][r], rows[r], u);
+      }
+    }
+    // The weights are constant: only the activations wait for the kernel before.
+    if (!waited) griddep_enter();
+    waited = true;
+#pragma unroll
+    for (int f = 0; f < kInFlight; ++f) {
+      if (!live[f]) continue;
+      const int u = (i0 + f * split) * 32 + lane;
+      typename T::Scales sc[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) sc[r] = T::prep(raw[f][r], u);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (m >= p.m) break;
+        const dp4a::ActRow x{g.x.q + m * g.x.ldq, g.x.d + m * g.x.lds, g.x.s + m * g.x.lds};
+        typename T::Act a;
+        T::load_act(a, x, u);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[r][m] = T::dot(raw[f][r], sc[r], a, acc[r][m]);
+      }
+    }
+  }
+  if (!waited) griddep_enter();
+  store_rows<kM>(g, acc, warp, lane, slice, row0);
+}
+
+// The largest alignment (16, 4 or 2 bytes) that the rows' start and stride
+// share, capped by what the type's field offsets keep.
+int row_alignment(const QGemvParams& p, int max_align) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p.w) | static_cast<std::uintptr_t>(p.ldw_bytes);
+  for (const int a : {16, 4}) {
+    if (a <= max_align && at % static_cast<std::uintptr_t>(a) == 0) return a;
+  }
+  return 2;
+}
+
+// Row pairs per split: doubled while the grid holds fewer than 32 warps per
+// SM and every slice still gets an iteration.
+int split_for(int pairs, int iters) {
+  const int target = multiprocessor_count() * 32;
+  int split = 1;
+  while (split < kWarps && pairs * split < target && iters >= 2 * split) split *= 2;
+  return split;
+}
+
+template <class T, int A>
+void launch_rows(const GemvArgs& g, const LaunchConfig& config) {
+  if (g.p.m <= 1) {
+    launch(qgemv_dp4a_kernel<T, A, 1>, config, g);
+  } else if (g.p.m <= 2) {
+    launch(qgemv_dp4a_kernel<T, A, 2>, config, g);
+  } else if (g.p.m <= 4) {
+    launch(qgemv_dp4a_kernel<T, A, 4>, config, g);
+  } else {
+    launch(qgemv_dp4a_kernel<T, A, 8>, config, g);
+  }
+}
+
+template <class T>
+void launch_type(const QGemvParams& p, const Q8Rows& x, bool pdl, cudaStream_t stream) {
+  const int pairs = (p.n + kRowsPerWarp - 1) / kRowsPerWarp;
+  const int iters = (p.k / T::kUnit + 31) / 32;
+  GemvArgs g{p, x, split_for(pairs, iters)};
+  LaunchConfig config;
+  const int per_block = kWarps / g.split;
+  config.grid = dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+  config.block = dim3(kThreads);
+  config.stream = stream;
+  config.pdl = pdl;
+  const int align = row_alignment(p, T::kMaxAlign);
+  if constexpr (T::kMaxAlign >= 16) {
+    if (align == 16) return launch_rows<T, 16>(g, config);
+  }
+  if constexpr (T::kMaxAlign >= 4) {
+    if (align == 4) return launch_rows<T, 4>(g, config);
+  }
+  // Q4_K and Q5_K rows are 4-byte aligned (validate_qgemv_dp4a).
+  if constexpr (!std::is_same_v<T, dp4a::Q4_K> && !std::is_same_v<T, dp4a::Q5_K>) {
+    launch_rows<T, 2>(g, config);
+  }
+}
+
+void launch_gemv(const QGemvParams& p, const Q8Rows& x, bool pdl, cudaStream_t stream) {
+  switch (p.type) {
+    case QuantType::kQ4_0: launch_type<dp4a::Q4_0>(p, x, pdl, stream); break;
+    case QuantType::kQ4_1: launch_type<dp4a::Q4_1>(p, x, pdl, stream); break;
+    case QuantType::kQ8_0: launch_type<dp4a::Q8_0>(p, x, pdl, stream); break;
+    case QuantType::kQ4_K: launch_type<dp4a::Q4_K>(p, x, pdl, stream); break;
+    case QuantType::kQ5_K: launch_type<dp4a::Q5_K>(p, x, pdl, stream); break;
+    case QuantType::kQ6_K: launch_type<dp4a::Q6_K>(p, x, pdl, stream); break;
+    case QuantType::kQ6_K_R8: launch_type<dp4a::Q6_K_R8>(p, x, pdl, stream); break;
+    default: break;  // validate_qgemv_dp4a refuses the rest
+  }
+}
+
+}  // namespace
+
+void launch_quantize_q8(const QuantizeQ8Params& p, cudaStream_t stream) {
+  LaunchConfig config;
+  const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
+  config.grid = dim3(ceil_div(threads, kQuantThreads));
+  config.block = dim3(kQuantThreads);
+  config.stream = stream;
+  config.pdl = p.pdl;
+  launch(quantize_q8_kernel, config, p);
+}
+
+void launch_qgemv_dp4a(const QGemvParams& p, const Q8Rows& act, cudaStream_t stream) {
+  QuantizeQ8Params q;
+  q.a = p.a;
+  q.lda = p.lda;
+  q.m = p.m;
+  q.k = p.k;
+  q.out = act;
+  q.pdl = p.pdl;
+  launch_quantize_q8(q, stream);
+  // Always PDL: the kernel before it is the quantization, whose end the
+  // GEMV waits for (and that waited for everything before it).
+  launch_gemv(p, act, true, stream);
+}
+
+void launch_qgemv_dp4a_quantized(const QGemvParams& p, const Q8Rows& act, cudaStream_t stream) {
+  launch_gemv(p, act, p.pdl, stream);
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,166 @@
+// The quantized GEMV tests' weight rows (qgemv_test.cpp, qgemv_dp4a_test.cpp):
+// random blocks of each GGUF type with finite scales, FP8 rows' scales, the
+// rows as the kernels get them (Q6_K_R8 repacked) and the CPU reference
+// dequantizer's reading of a row, and the int8 activation rows of the
+// int8 GEMV (qgemv_dp4a.cuh) as the host computes them.
+//
+// Thread-safety: test-only helpers; call from the test thread.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cuda/kernels/qgemv.cuh"
+#include "backend/cuda/kernels/quant_blocks_q6r8.h"
+#include "cellm/status.h"
+#include "format/fp8.h"
+#include "format/ggml_types.h"
+
+namespace cellm::cuda::qtest {
+
+// Where a block keeps its f16 scales (the rest is quants: any bytes are valid).
+inline std::vector<int> half_fields(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_1: return {0, 2};    // d, m
+    case QuantType::kQ2_K: return {80, 82};  // d, dmin after the scales and quants
+    case QuantType::kQ3_K: return {108};     // d last
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K: return {0, 2};  // d, dmin
+    case QuantType::kQ6_K: return {208};   // d after ql, qh and the scales
+    case QuantType::kF8_E4M3: return {};   // scales beside the rows
+    default: return {0};                   // d first
+  }
+}
+
+// n rows of random blocks, ldw_bytes apart, with f16 scales of 2^-7..2^-3
+// (either sign, except Q4_K's d and dmin, which its quantizer keeps >= 0).
+inline std::vector<std::uint8_t> random_rows(QuantType type, int n, int k, std::int64_t ldw_bytes,
+                                             std::mt19937& rng) {
+  const int block_bytes = quant_block_bytes(type);
+  const int blocks = k / quant_block_elems(type);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(n * ldw_bytes));
+  std::uniform_int_distribution<int> byte(0, 255), exponent(8, 12), mantissa(0, 1023), sign(0, 1);
+  for (auto& b : out) b = static_cast<std::uint8_t>(byte(rng));
+  if (type == QuantType::kF8_E4M3) {
+    for (auto& b : out) b = (b & 0x7f) == 0x7f ? 0 : b;  // no NaN codes
+  }
+  for (int r = 0; r < n; ++r) {
+    for (int b = 0; b < blocks; ++b) {
+      std::uint8_t* block = out.data() + r * ldw_bytes + static_cast<std::int64_t>(b) * block_bytes;
+      for (int at : half_fields(type)) {
+        const bool negative =
+            type != QuantType::kQ4_K && type != QuantType::kQ5_K && sign(rng) == 1;
+        const auto bits = static_cast<std::uint16_t>((negative ? 0x8000 : 0) |
+                                                     (exponent(rng) << 10) | mantissa(rng));
+        std::memcpy(block + at, &bits, 2);
+      }
+    }
+  }
+  return out;
+}
+
+// FP8 rows' scales: one per row and `cols` columns, random in 2^-10..2^-5.
+struct Fp8Scales {
+  std::vector<float> values;
+  int cols = 0;
+  std::int64_t ld = 0;
+};
+inline Fp8Scales random_scales(int n, int k, int cols, std::mt19937& rng) {
+  Fp8Scales s;
+  s.cols = cols;
+  s.ld = (k + cols - 1) / cols + 1;  // padded, as a part's slice of a wider grid is
+  std::uniform_real_distribution<float> exponent(-10.0f, -5.0f);
+  s.values.resize(static_cast<std::size_t>(n * s.ld));
+  for (float& v : s.values) v = std::exp2(exponent(rng));
+  return s;
+}
+
+inline std::string type_name(QuantType type) {
+  switch (type) {
+    case QuantType::kF8_E4M3: return "F8_E4M3";
+    case QuantType::kQ6_K_R8: return "Q6_K_R8";
+    default: return std::string(format::ggml_type_name(static_cast<format::GgmlType>(type)));
+  }
+}
+
+// The type of the file's rows a case starts from (Q6_K_R8: Q6_K).
+inline QuantType file_type(QuantType type) {
+  return type == QuantType::kQ6_K_R8 ? QuantType::kQ6_K : type;
+}
+
+// The file's rows as the kernels get them: Q6_K_R8 repacked (the stride's
+// padding copied), the others as they are.
+inline std::vector<std::uint8_t> device_rows(QuantType type, const std::vector<std::uint8_t>& rows,
+                                             int n, int k, std::int64_t ldw_bytes) {
+  if (type != QuantType::kQ6_K_R8) return rows;
+  std::vector<std::uint8_t> out = rows;
+  qblocks::repack_q6k_r8_rows(rows.data(), out.data(), n, ldw_bytes, k);
+  return out;
+}
+
+// Row r of the weights as the CPU's reference dequantizer reads it (FP8:
+// format's decoding table times the row's scales).
+inline std::vector<float> dequantized_row(QuantType type, const std::vector<std::uint8_t>& rows,
+                                          int r, int k, std::int64_t ldw_bytes,
+                                          const Fp8Scales& scales) {
+  if (type == QuantType::kF8_E4M3) {
+    std::vector<float> out(static_cast<std::size_t>(k));
+    for (int c = 0; c < k; ++c) {
+      out[static_cast<std::size_t>(c)] =
+          format::e4m3_to_f32(rows[static_cast<std::size_t>(r * ldw_bytes + c)]) *
+          scales.values[static_cast<std::size_t>(r * scales.ld + c / scales.cols)];
+    }
+    return out;
+  }
+  const std::size_t bytes =
+      static_cast<std::size_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
+  std::vector<float> out(static_cast<std::size_t>(k));
+  const Status s = format::dequantize_f32(
+      static_cast<format::GgmlType>(type),
+      std::span<const std::uint8_t>(rows.data() + r * ldw_bytes, bytes), out);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return out;
+}
+
+// The activation quantization as the kernel defines it: per 32-block,
+// d = max|x| / 127, code = rint(x * (127 / max)), s = d * sum(codes).
+struct HostQ8 {
+  std::vector<std::int8_t> q;  // [m, k]
+  std::vector<float> d, s;     // [m, k / 32]
+};
+inline HostQ8 quantize_host(const std::vector<float>& a, int m, int k, int lda) {
+  HostQ8 out;
+  out.q.resize(static_cast<std::size_t>(m) * k);
+  out.d.resize(static_cast<std::size_t>(m) * (k / 32));
+  out.s.resize(out.d.size());
+  for (int r = 0; r < m; ++r) {
+    for (int b = 0; b < k / 32; ++b) {
+      const float* x = a.data() + static_cast<std::size_t>(r) * lda + 32 * b;
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float d = amax / 127.0f;
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = static_cast<int>(std::nearbyint(x[i] * inv));
+        sum += q;
+        out.q[static_cast<std::size_t>(r) * k + 32 * b + i] = static_cast<std::int8_t>(q);
+      }
+      const std::size_t at = static_cast<std::size_t>(r) * (k / 32) + b;
+      out.d[at] = d;
+      out.s[at] = d * static_cast<float>(sum);
+    }
+  }
+  return out;
+}
+
+}  // namespace cellm::cuda::qtest
