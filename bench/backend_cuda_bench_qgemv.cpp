@@ -5,6 +5,8 @@
 // reads, so `bytes_per_second` sets it against the copy roofline; the bf16
 // GEMV of the same shape (BM_DecodeGemm, gemv:2) is the time to beat.
 // Run: backend_cuda_bench --benchmark_filter=QGemv --benchmark_counters_tabular=true
+#include "backend_cuda_bench_qgemv.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -20,41 +22,18 @@ namespace {
 
 void BM_QGemv(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const auto type = static_cast<QuantType>(state.range(0));
-  const auto m = static_cast<std::int32_t>(state.range(1));
-  const auto n = static_cast<std::int32_t>(state.range(2));
-  const auto k = static_cast<std::int32_t>(state.range(3));
-  const std::int64_t row_bytes =
-      static_cast<std::int64_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
-  const std::size_t weight_bytes = static_cast<std::size_t>(n) * row_bytes;
-  const int copies = copies_for(weight_bytes);
-  // 0x3c bytes: every f16 scale is ~1.06 and every quant a valid code.
-  std::vector<DeviceBuffer<std::uint8_t>> weights;
-  for (int i = 0; i < copies; ++i) weights.push_back(filled<std::uint8_t>(weight_bytes, 0x3c));
-  auto a = filled<bf16>(static_cast<std::size_t>(m) * k, 0x3c);
-  auto out = filled<bf16>(static_cast<std::size_t>(m) * n, 0);
-  QGemvParams p;
-  p.a = a.data();
-  p.w = weights[0].data();
-  p.type = type;
-  p.out = out.data();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.lda = k;
-  p.ldw_bytes = row_bytes;
-  p.ldc = n;
-  p.pdl = true;
+  QGemvProblem q = qgemv_problem(state);
+  QGemvParams& p = q.p;
   // FP8 rows: one scale a row (per-channel checkpoints, `--quantize fp8`).
-  auto scales = filled<float>(static_cast<std::size_t>(n), 0x3c);
-  if (type == QuantType::kF8_E4M3) p.scales = {scales.data(), k, 1};
+  auto scales = filled<float>(static_cast<std::size_t>(p.n), 0x3c);
+  if (p.type == QuantType::kF8_E4M3) p.scales = {scales.data(), p.k, 1};
   const Status valid = p.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
     return;
   }
-  time_launches(state, static_cast<double>(weight_bytes), [&](int i) {
-    p.w = weights[static_cast<std::size_t>(i % copies)].data();
+  time_launches(state, static_cast<double>(q.weight_bytes), [&](int i) {
+    p.w = q.weights_at(i);
     launch_qgemv(p, nullptr);
   });
 }

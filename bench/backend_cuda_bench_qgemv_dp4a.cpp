@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include "backend/cuda/kernels/qgemv_dp4a.cuh"
+#include "backend_cuda_bench_qgemv.h"
 #include "backend_cuda_bench_util.h"
 #include "cellm/status.h"
 #include "core/check.h"
@@ -23,40 +24,17 @@ namespace {
 // copies of the weights to keep a cycle out of L2.
 void run_qgemv(benchmark::State& state, bool int8) {
   if (!have_gpu(state)) return;
-  const auto type = static_cast<QuantType>(state.range(0));
-  const auto m = static_cast<std::int32_t>(state.range(1));
-  const auto n = static_cast<std::int32_t>(state.range(2));
-  const auto k = static_cast<std::int32_t>(state.range(3));
-  const std::int64_t row_bytes =
-      static_cast<std::int64_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
-  const std::size_t weight_bytes = static_cast<std::size_t>(n) * row_bytes;
-  const int copies = copies_for(weight_bytes);
-  // 0x3c bytes: every f16 scale is ~1.06 and every quant a valid code.
-  std::vector<DeviceBuffer<std::uint8_t>> weights;
-  for (int i = 0; i < copies; ++i) weights.push_back(filled<std::uint8_t>(weight_bytes, 0x3c));
-  auto a = filled<bf16>(static_cast<std::size_t>(m) * k, 0x3c);
-  auto out = filled<bf16>(static_cast<std::size_t>(m) * n, 0);
-  auto scratch = filled<std::uint8_t>(q8_rows_bytes(m, k), 0);
-  const Q8Rows act = q8_rows_in(scratch.data(), m, k);
-  QGemvParams p;
-  p.a = a.data();
-  p.w = weights[0].data();
-  p.type = type;
-  p.out = out.data();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.lda = k;
-  p.ldw_bytes = row_bytes;
-  p.ldc = n;
-  p.pdl = true;
+  QGemvProblem q = qgemv_problem(state);
+  QGemvParams& p = q.p;
+  auto scratch = filled<std::uint8_t>(q8_rows_bytes(p.m, p.k), 0);
+  const Q8Rows act = q8_rows_in(scratch.data(), p.m, p.k);
   const Status valid = int8 ? validate_qgemv_dp4a(p, act) : p.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
     return;
   }
-  time_launches(state, static_cast<double>(weight_bytes), [&](int i) {
-    p.w = weights[static_cast<std::size_t>(i % copies)].data();
+  time_launches(state, static_cast<double>(q.weight_bytes), [&](int i) {
+    p.w = q.weights_at(i);
     if (int8) {
       launch_qgemv_dp4a(p, act, nullptr);
     } else {

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/cuda/kernels/qgemv_dp4a_blocks_q6.h"
 #include "gpu_test_util.h"
 #include "qgemv_test_blocks.h"
 

@@ -178,17 +178,7 @@ TEST_P(QGemvDp4aTest, MatchesTheIntegerAndTheFloatProducts) {
       ref_float[static_cast<std::size_t>(row) * c.n + col] = sf + b;
     }
   }
-  std::vector<float> inside(ref_int.size());
-  for (int row = 0; row < c.m; ++row) {
-    for (int col = 0; col < pr.ldc; ++col) {
-      const float v = got[static_cast<std::size_t>(row) * pr.ldc + col];
-      if (col < c.n) {
-        inside[static_cast<std::size_t>(row) * c.n + col] = v;
-      } else {
-        EXPECT_TRUE(std::isnan(v)) << "store outside [m, n] at row " << row << " col " << col;
-      }
-    }
-  }
+  const std::vector<float> inside = qtest::inside_columns(got, c.m, c.n, pr.ldc);
   // The same integer math: float rounding of the scale products and the
   // order of the float sums only (bf16 out: its rounding).
   EXPECT_LT(nmse(inside, ref_int), c.f32_out ? 1e-9 : kBf16Nmse);
@@ -257,18 +247,7 @@ TEST(QGemvDp4aValidateTest, RefusesWhatTheKernelsCannotRun) {
   alignas(16) static std::uint8_t w[8192];
   alignas(16) static float out[64];
   alignas(16) static std::uint8_t scratch[4096];
-  QGemvParams p;
-  p.a = a;
-  p.w = w;
-  p.out = out;
-  p.out_f32 = true;
-  p.type = QuantType::kQ4_K;
-  p.m = 2;
-  p.n = 4;
-  p.k = 256;
-  p.lda = 256;
-  p.ldw_bytes = 144;
-  p.ldc = 4;
+  const QGemvParams p = qtest::q4k_params(a, w, out, 2);
   ASSERT_LE(q8_rows_bytes(2, 256), sizeof(scratch));
   const Q8Rows act = q8_rows_in(scratch, 2, 256);
   EXPECT_TRUE(validate_qgemv_dp4a(p, act).is_ok()) << validate_qgemv_dp4a(p, act).to_string();

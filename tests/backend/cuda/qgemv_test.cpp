@@ -122,17 +122,7 @@ TEST_P(QGemvTest, MatchesTheReferenceDequantizersProduct) {
       ref[static_cast<std::size_t>(row) * c.n + col] = sum;
     }
   }
-  std::vector<float> inside(ref.size());
-  for (int row = 0; row < c.m; ++row) {
-    for (int col = 0; col < ldc; ++col) {
-      const float v = got[static_cast<std::size_t>(row) * ldc + col];
-      if (col < c.n) {
-        inside[static_cast<std::size_t>(row) * c.n + col] = v;
-      } else {
-        EXPECT_TRUE(std::isnan(v)) << "store outside [m, n] at row " << row << " col " << col;
-      }
-    }
-  }
+  const std::vector<float> inside = qtest::inside_columns(got, c.m, c.n, ldc);
   // Float sums in another order than the float64 reference (and the scale
   // products fused): far below bf16's rounding when the output is float.
   EXPECT_LT(nmse(inside, ref), c.f32_out ? 1e-9 : kBf16Nmse);
@@ -263,18 +253,7 @@ TEST(QGemvValidateTest, RefusesShapesTheKernelCannotRun) {
   alignas(16) static bf16 a[4096];
   alignas(16) static std::uint8_t w[8192];
   alignas(16) static float out[64];
-  QGemvParams p;
-  p.a = a;
-  p.w = w;
-  p.out = out;
-  p.out_f32 = true;
-  p.type = QuantType::kQ4_K;
-  p.m = 1;
-  p.n = 4;
-  p.k = 256;
-  p.lda = 256;
-  p.ldw_bytes = 144;
-  p.ldc = 4;
+  const QGemvParams p = qtest::q4k_params(a, w, out, 1);
   EXPECT_TRUE(p.validate().is_ok()) << p.validate().to_string();
 
   QGemvParams bad = p;

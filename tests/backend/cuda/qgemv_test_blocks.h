@@ -1,8 +1,10 @@
-// The quantized GEMV tests' weight rows (qgemv_test.cpp, qgemv_dp4a_test.cpp):
-// random blocks of each GGUF type with finite scales, FP8 rows' scales, the
-// rows as the kernels get them (Q6_K_R8 repacked) and the CPU reference
-// dequantizer's reading of a row, and the int8 activation rows of the
-// int8 GEMV (qgemv_dp4a.cuh) as the host computes them.
+// The quantized GEMV tests' helpers (qgemv_test.cpp, qgemv_dp4a_test.cpp,
+// qgemv_dp4a_blocks_test.cpp): random blocks of each GGUF type with finite
+// scales, FP8 rows' scales, the rows as the kernels get them (Q6_K_R8
+// repacked), the CPU reference dequantizer's reading of a row, the part of
+// an output inside [m, n], a valid problem for the validate() tests, and
+// the int8 activation rows of the int8 GEMV (qgemv_dp4a.cuh) as the host
+// computes them.
 //
 // Thread-safety: test-only helpers; call from the test thread.
 #pragma once
@@ -129,6 +131,43 @@ inline std::vector<float> dequantized_row(QuantType type, const std::vector<std:
       std::span<const std::uint8_t>(rows.data() + r * ldw_bytes, bytes), out);
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   return out;
+}
+
+// The [m, n] corner of an [m, ldc] output read back as floats; the columns
+// past n, poisoned before the launch, must still be NaN (nothing stored
+// outside [m, n]).
+inline std::vector<float> inside_columns(const std::vector<float>& got, int m, int n, int ldc) {
+  std::vector<float> inside(static_cast<std::size_t>(m) * n);
+  for (int row = 0; row < m; ++row) {
+    for (int col = 0; col < ldc; ++col) {
+      const float v = got[static_cast<std::size_t>(row) * ldc + col];
+      if (col < n) {
+        inside[static_cast<std::size_t>(row) * n + col] = v;
+      } else {
+        EXPECT_TRUE(std::isnan(v)) << "store outside [m, n] at row " << row << " col " << col;
+      }
+    }
+  }
+  return inside;
+}
+
+// A valid problem for the validate() tests to spoil one field at a time: m
+// rows of Q4_K weights, n = 4, k = 256, over host arrays (a of 256 columns,
+// w of 4 x 144 bytes, float out of 4 columns).
+inline QGemvParams q4k_params(const bf16* a, const void* w, float* out, int m) {
+  QGemvParams p;
+  p.a = a;
+  p.w = w;
+  p.out = out;
+  p.out_f32 = true;
+  p.type = QuantType::kQ4_K;
+  p.m = m;
+  p.n = 4;
+  p.k = 256;
+  p.lda = 256;
+  p.ldw_bytes = 144;
+  p.ldc = 4;
+  return p;
 }
 
 // The activation quantization as the kernel defines it: per 32-block,

@@ -8,21 +8,24 @@
 // before it multiplies any (about 200 to 700 bytes a lane in flight); the
 // activations, read by every warp, come from L1/L2. Narrow projections
 // split k over up to four warps of a block (split-K), which add their sums
-// in shared memory in a fixed order, until the grid holds about 32 warps
-// per SM: n = 640 at k = 4096 runs 320 row pairs x 2 = 640 warps.
+// in shared memory in a fixed order, until the grid holds about 8 warps per
+// SM (dp4a_split): Q4_K at n = 640, k = 14336 runs 320 row pairs x 2 = 640
+// warps.
 #include <type_traits>
 
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/kernels/qgemv_common.cuh"
 #include "backend/cuda/kernels/qgemv_dp4a.cuh"
 #include "backend/cuda/kernels/qgemv_dp4a_blocks.h"
+#include "backend/cuda/kernels/qgemv_dp4a_blocks_q6.h"
 #include "backend/cuda/launch.h"
 
 namespace cellm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerWarp = 2;
+using qgemv_detail::kRowsPerWarp;
+using qgemv_detail::kThreads;
+using qgemv_detail::kWarps;
 constexpr int kInFlight = 2;  // iterations loaded before the first is multiplied
 constexpr int kQuantThreads = 256;
 
@@ -72,67 +75,25 @@ __global__ void __launch_bounds__(kQuantThreads)
 }
 
 // ---- the GEMV ------------------------------------------------------------
+// The warps' row pairs, the split-K slices and the stores (a fixed
+// butterfly across the warp, then the slices in order in shared memory) are
+// the generic kernel's (qgemv_common.cuh).
 struct GemvArgs {
   QGemvParams p;
   Q8Rows x;
-  int split;  // warps sharing a row pair (1, 2 or 4)
 };
 
-// Each warp's sums: reduced across the warp (a fixed butterfly), added over
-// the split's warps in shared memory (slice order), biased and stored.
-template <int kM>
-__device__ __forceinline__ void store_rows(const GemvArgs& g, const float (&acc)[kRowsPerWarp][kM],
-                                           int warp, int lane, int slice, int row0) {
-  __shared__ float partial[kWarps][kRowsPerWarp][kM];
-  const QGemvParams& p = g.p;
-  float total[kRowsPerWarp][kM];
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      total[i][m] = warp_sum(acc[i][m]);
-      if (lane == 0) partial[warp][i][m] = total[i][m];
-    }
-  }
-  if (g.split > 1) __syncthreads();  // the block's warps all take the same split
-  if (row0 >= p.n || slice != 0 || lane != 0) return;
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    if (row0 + i >= p.n) break;
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-      if (m >= p.m) break;
-      float sum = total[i][m];
-      for (int s = 1; s < g.split; ++s) sum += partial[warp + s][i][m];
-      if (p.bias != nullptr) sum += __bfloat162float(p.bias[row0 + i]);
-      const std::int64_t at = static_cast<std::int64_t>(m) * p.ldc + row0 + i;
-      if (p.out_f32) {
-        static_cast<float*>(p.out)[at] = sum;
-      } else {
-        static_cast<bf16*>(p.out)[at] = __float2bfloat16(sum);
-      }
-    }
-  }
-}
-
-template <class T, int A, int kM>
+template <class T, int A, int kM, int split>
 __global__ void __launch_bounds__(kThreads) qgemv_dp4a_kernel(const __grid_constant__ GemvArgs g) {
   const QGemvParams& p = g.p;
-  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
-  const int split = g.split, slice = warp % split;
-  const int row0 = (static_cast<int>(blockIdx.x) * (kWarps / split) + warp / split) * kRowsPerWarp;
-  const bool active = row0 < p.n;
-  // A missing second row reads the first again; nothing is stored for it.
-  const auto* w_bytes = static_cast<const std::uint8_t*>(p.w);
-  const std::uint8_t* rows[kRowsPerWarp] = {
-      w_bytes + (active ? row0 : 0) * p.ldw_bytes,
-      w_bytes + (row0 + 1 < p.n ? row0 + 1 : (active ? row0 : 0)) * p.ldw_bytes};
-  const int units = active ? p.k / T::kUnit : 0;
+  const qgemv_detail::WarpRows<split> wr(p);
+  const int lane = wr.lane;
+  const int units = wr.active ? p.k / T::kUnit : 0;
   const int iters = (units + 31) / 32;
 
   float acc[kRowsPerWarp][kM] = {};
   bool waited = false;
-  for (int i0 = slice; i0 < iters; i0 += split * kInFlight) {
+  for (int i0 = wr.slice; i0 < iters; i0 += split * kInFlight) {
     typename T::Raw raw[kInFlight][kRowsPerWarp];
     bool live[kInFlight];
 #pragma unroll
@@ -142,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_dp4a_kernel(const __grid_const
       live[f] = it < iters && u < units;
       if (live[f]) {
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) T::template load<A>(raw[f][r], rows[r], u);
+        for (int r = 0; r < kRowsPerWarp; ++r) T::template load<A>(raw[f][r], wr.rows[r], u);
       }
     }
     // The weights are constant: only the activations wait for the kernel before.
@@ -167,7 +128,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_dp4a_kernel(const __grid_const
     }
   }
   if (!waited) griddep_enter();
-  store_rows<kM>(g, acc, warp, lane, slice, row0);
+  qgemv_detail::store_sums<kM, split>(p, acc, wr.warp, lane, wr.slice, wr.row0, wr.active,
+                                      wr.second);
 }
 
 // The largest alignment (16, 4 or 2 bytes) that the rows' start and stride
@@ -180,49 +142,60 @@ int row_alignment(const QGemvParams& p, int max_align) {
   return 2;
 }
 
-// Row pairs per split: doubled while the grid holds fewer than 32 warps per
-// SM and every slice still gets an iteration.
-int split_for(int pairs, int iters) {
-  const int target = multiprocessor_count() * 32;
+// Row pairs per split: doubled while the grid holds fewer than 8 warps per
+// SM and every slice still gets an iteration. Why 8, not the 32 of
+// qgemv_common.cuh: a warp here keeps 4.5 to 7.5 KB of weights in flight
+// (two iterations of two rows), so 4 to 8 warps an SM already cover the
+// memory latency, and more splitting only adds waves: n = 4096 at k = 4096
+// (Q4_K) runs as 512 blocks of 4 warps, within one wave at 4 blocks an SM
+// (116 registers at one row: 528 resident), where split 2 would make 1024
+// blocks in two waves. A guess until measured (bench: BM_QGemvDp4a).
+int dp4a_split(int pairs, int iters) {
+  const int target = multiprocessor_count() * 8;
   int split = 1;
   while (split < kWarps && pairs * split < target && iters >= 2 * split) split *= 2;
   return split;
 }
 
-template <class T, int A>
+template <class T, int A, int split>
 void launch_rows(const GemvArgs& g, const LaunchConfig& config) {
   if (g.p.m <= 1) {
-    launch(qgemv_dp4a_kernel<T, A, 1>, config, g);
+    launch(qgemv_dp4a_kernel<T, A, 1, split>, config, g);
   } else if (g.p.m <= 2) {
-    launch(qgemv_dp4a_kernel<T, A, 2>, config, g);
+    launch(qgemv_dp4a_kernel<T, A, 2, split>, config, g);
   } else if (g.p.m <= 4) {
-    launch(qgemv_dp4a_kernel<T, A, 4>, config, g);
+    launch(qgemv_dp4a_kernel<T, A, 4, split>, config, g);
   } else {
-    launch(qgemv_dp4a_kernel<T, A, 8>, config, g);
+    launch(qgemv_dp4a_kernel<T, A, 8, split>, config, g);
   }
+}
+
+template <class T, int A>
+void launch_split(const GemvArgs& g, const LaunchConfig& config, int split) {
+  qgemv_detail::with_split(split,
+                           [&](auto s) { launch_rows<T, A, decltype(s)::value>(g, config); });
 }
 
 template <class T>
 void launch_type(const QGemvParams& p, const Q8Rows& x, bool pdl, cudaStream_t stream) {
   const int pairs = (p.n + kRowsPerWarp - 1) / kRowsPerWarp;
-  const int iters = (p.k / T::kUnit + 31) / 32;
-  GemvArgs g{p, x, split_for(pairs, iters)};
+  const int split = dp4a_split(pairs, (p.k / T::kUnit + 31) / 32);
+  const GemvArgs g{p, x};
   LaunchConfig config;
-  const int per_block = kWarps / g.split;
-  config.grid = dim3(static_cast<unsigned>((pairs + per_block - 1) / per_block));
+  config.grid = qgemv_detail::grid_for(pairs, split);
   config.block = dim3(kThreads);
   config.stream = stream;
   config.pdl = pdl;
   const int align = row_alignment(p, T::kMaxAlign);
   if constexpr (T::kMaxAlign >= 16) {
-    if (align == 16) return launch_rows<T, 16>(g, config);
+    if (align == 16) return launch_split<T, 16>(g, config, split);
   }
   if constexpr (T::kMaxAlign >= 4) {
-    if (align == 4) return launch_rows<T, 4>(g, config);
+    if (align == 4) return launch_split<T, 4>(g, config, split);
   }
   // Q4_K and Q5_K rows are 4-byte aligned (validate_qgemv_dp4a).
   if constexpr (!std::is_same_v<T, dp4a::Q4_K> && !std::is_same_v<T, dp4a::Q5_K>) {
-    launch_rows<T, 2>(g, config);
+    launch_split<T, 2>(g, config, split);
   }
 }
 

@@ -1,8 +1,9 @@
-// The int8 GEMV's view of each GGUF block type (qgemv_dp4a.cu): how a lane
-// loads one unit of a weight row (32 weights of the 32-weight types, 64 of
-// the 256-weight ones), the row's float scales of that unit (prep), the
-// activations of the same positions (Act) and the unit's integer dot
-// products with __dp4a, the float scale math once per sub-block (dot).
+// The int8 GEMV's view of each GGUF block type (qgemv_dp4a.cu; Q6_K and
+// Q6_K_R8 in qgemv_dp4a_blocks_q6.h): how a lane loads one unit of a weight
+// row (32 weights of the 32-weight types, 64 of the 256-weight ones), the
+// row's float scales of that unit (prep), the activations of the same
+// positions (Act) and the unit's integer dot products with __dp4a, the
+// float scale math once per sub-block (dot).
 // Bit layouts as kernels/quant_blocks.h documents them (its helpers are
 // reused: scale_min, half_bits, Q6R8Wide::quants).
 //
@@ -94,7 +95,7 @@ CELLM_QB_FN std::uint32_t funnel(std::uint32_t lo, std::uint32_t hi, std::uint32
 // A product that is never fused into a neighbouring add.
 CELLM_QB_FN float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return mul_rn(a, b);
+  return __fmul_rn(a, b);
 #else
   return a * b;
 #endif
@@ -173,19 +174,25 @@ CELLM_QB_FN std::uint32_t small_q(const SmallRaw<kBytes>& r, int i) {
   return funnel(r.w[i], r.w[i + 1], r.shift);
 }
 
-// Q4_0: weight = d (q - 8), nibble j low = weight j, high = weight j + 16.
-// sum(w x) = d (da sum(q c) - 8 s).
-struct Q4_0 {
+// What Q4_0 and Q8_0 share: the loads above, d as the unit's scale and the
+// 32-block's activations.
+template <int kBytes>
+struct SmallBlock {
   static constexpr int kUnit = 32, kMaxAlign = 4;
-  using Raw = SmallRaw<18>;
+  using Raw = SmallRaw<kBytes>;
   using Scales = float;
   using Act = Act32;
   template <int A>
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int u) {
-    load_small<18, A>(r, row, u);
+    load_small<kBytes, A>(r, row, u);
   }
   CELLM_QB_FN static Scales prep(const Raw& r, int /*u*/) { return small_d(r); }
   CELLM_QB_FN static void load_act(Act& a, const ActRow& x, int u) { load_act32(a, x, u); }
+};
+
+// Q4_0: weight = d (q - 8), nibble j low = weight j, high = weight j + 16.
+// sum(w x) = d (da sum(q c) - 8 s).
+struct Q4_0 : SmallBlock<18> {
   CELLM_QB_FN static float dot(const Raw& r, Scales d, const Act& a, float acc) {
     int sum = 0;
     CELLM_DP4A_UNROLL
@@ -199,17 +206,7 @@ struct Q4_0 {
 };
 
 // Q8_0: weight = d q (int8).
-struct Q8_0 {
-  static constexpr int kUnit = 32, kMaxAlign = 4;
-  using Raw = SmallRaw<34>;
-  using Scales = float;
-  using Act = Act32;
-  template <int A>
-  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int u) {
-    load_small<34, A>(r, row, u);
-  }
-  CELLM_QB_FN static Scales prep(const Raw& r, int /*u*/) { return small_d(r); }
-  CELLM_QB_FN static void load_act(Act& a, const ActRow& x, int u) { load_act32(a, x, u); }
+struct Q8_0 : SmallBlock<34> {
   CELLM_QB_FN static float dot(const Raw& r, Scales d, const Act& a, float acc) {
     int sum = 0;
     CELLM_DP4A_UNROLL
@@ -285,13 +282,23 @@ CELLM_QB_FN float k_dot(const KScales& sc, int sum0, int sum1, const Act64& a, f
   return fmaf(-sc.dm1, a.s.y, acc);
 }
 
-struct Q4_K {
+// What Q4_K and Q5_K share: the unit, the scales of its two sub-blocks
+// (from the 16-byte head every Raw starts with) and the activations.
+struct KBlock {
   static constexpr int kUnit = 64, kMaxAlign = 16;
+  using Scales = KScales;
+  using Act = Act64;
+  template <class Raw>
+  CELLM_QB_FN static Scales prep(const Raw& r, int u) {
+    return k_scales(r.head, u);
+  }
+  CELLM_QB_FN static void load_act(Act& a, const ActRow& x, int u) { load_act64(a, x, u); }
+};
+
+struct Q4_K : KBlock {
   struct Raw {
     uint4 head, q0, q1;
   };
-  using Scales = KScales;
-  using Act = Act64;
   template <int A>
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int u) {
     const std::uint8_t* b = row + static_cast<std::int64_t>(u >> 2) * 144;
@@ -299,8 +306,6 @@ struct Q4_K {
     r.q0 = ld128<A>(b + 16 + 32 * (u & 3));
     r.q1 = ld128<A>(b + 32 + 32 * (u & 3));
   }
-  CELLM_QB_FN static Scales prep(const Raw& r, int u) { return k_scales(r.head, u); }
-  CELLM_QB_FN static void load_act(Act& a, const ActRow& x, int u) { load_act64(a, x, u); }
   CELLM_QB_FN static float dot(const Raw& r, const Scales& sc, const Act& a, float acc) {
     int sum0 = 0, sum1 = 0;
     CELLM_DP4A_UNROLL
@@ -315,14 +320,11 @@ struct Q4_K {
 
 // Q5_K: Q4_K's head and nibbles (quants at 48) plus qh[32] at 16: bit j of
 // qh[l] is the fifth bit of weight l of sub-block j.
-struct Q5_K {
-  static constexpr int kUnit = 64, kMaxAlign = 16;
+struct Q5_K : KBlock {
   struct Raw {
     uint4 head, h0, h1, q0, q1;
     int c;
   };
-  using Scales = KScales;
-  using Act = Act64;
   template <int A>
   CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int u) {
     const std::uint8_t* b = row + static_cast<std::int64_t>(u >> 2) * 176;
@@ -333,8 +335,6 @@ struct Q5_K {
     r.q1 = ld128<A>(b + 64 + 32 * (u & 3));
     r.c = u & 3;
   }
-  CELLM_QB_FN static Scales prep(const Raw& r, int u) { return k_scales(r.head, u); }
-  CELLM_QB_FN static void load_act(Act& a, const ActRow& x, int u) { load_act64(a, x, u); }
   CELLM_QB_FN static float dot(const Raw& r, const Scales& sc, const Act& a, float acc) {
     int sum0 = 0, sum1 = 0;
     const int lo_bit = 2 * r.c;
@@ -349,105 +349,6 @@ struct Q5_K {
       sum1 = dot4(q1, a.at(1, i), sum1);
     }
     return k_dot(sc, sum0, sum1, a, acc);
-  }
-};
-
-// ---- Q6_K and Q6_K_R8 ---------------------------------------------------------
-// A unit is a quarter of a super-block sb (u = 4 sb + 2 h + e): half h,
-// positions l0 = 16 e .. l0 + 15 of it, in four runs s of 16 weights at
-// 128 h + 32 s + l0 (Q6R8Wide's lane map, quant_blocks_q6r8.h), run s with
-// scale byte 2 s + e of the half's eight and the activations' 32-block
-// 8 sb + 4 h + s (its half e). weight = d sc (q - 32): q - 32 is formed in
-// each byte as (q + 0x60) ^ 0x80 (q < 64: no carry between bytes), and
-// sum(w x) = d sc da sum((q - 32) c) per run.
-struct Q6Raw {
-  uint4 a, b, h;  // ql[64h + l0..], ql[64h + 32 + l0..], qh[32h + l0..]
-  uint2 sc;       // the half's eight scales
-  std::uint32_t d;
-  int e;
-};
-struct Q6Act {
-  uint4 c[4];  // run s's 16 codes
-  float4 d;    // the four blocks' scales
-};
-struct Q6Base {
-  static constexpr int kUnit = 64;
-  using Raw = Q6Raw;
-  struct Scales {
-    float ds[4];
-  };
-  using Act = Q6Act;
-  CELLM_QB_FN static Scales prep(const Raw& r, int /*u*/) {
-    const float d = half_bits(r.d);
-    Scales s;
-    CELLM_DP4A_UNROLL
-    for (int run = 0; run < 4; ++run) {
-      const int i = 2 * run + r.e;
-      const std::uint32_t w = i < 4 ? r.sc.x : r.sc.y;
-      s.ds[run] = mul_rn(d, small_if(static_cast<std::int8_t>(qblocks::byte_of(w, i % 4))));
-    }
-    return s;
-  }
-  CELLM_QB_FN static void load_act(Act& a, const ActRow& x, int u) {
-    const int sb = u >> 2, h = (u >> 1) & 1, l0 = 16 * (u & 1);
-    CELLM_DP4A_UNROLL
-    for (int run = 0; run < 4; ++run) a.c[run] = act16(x, 256 * sb + 128 * h + 32 * run + l0);
-    a.d = ldg<float4>(x.d + 8 * sb + 4 * h);
-  }
-  CELLM_QB_FN static float dot(const Raw& r, const Scales& sc, const Act& a, float acc) {
-    const float da[4] = {a.d.x, a.d.y, a.d.z, a.d.w};
-    CELLM_DP4A_UNROLL
-    for (int run = 0; run < 4; ++run) {
-      int sum = 0;
-      CELLM_DP4A_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const std::uint32_t q =
-            qblocks::Q6R8Wide::quants(word(r.a, i), word(r.b, i), word(r.h, i), run);
-        sum = dot4((q + 0x60606060u) ^ 0x80808080u, word(a.c[run], i), sum);
-      }
-      acc = fmaf(sc.ds[run], mul_rn(da[run], small_if(sum)), acc);
-    }
-    return acc;
-  }
-  // The unit's fields of a block whose ql, qh, scales and d start at the
-  // given places (Q6_K's block, or a block of a Q6_K_R8 group).
-  template <int A>
-  CELLM_QB_FN static void load_fields(Raw& r, const std::uint8_t* ql, const std::uint8_t* qh,
-                                      const std::uint8_t* sc, const std::uint8_t* d, int u) {
-    const int h = (u >> 1) & 1, l0 = 16 * (u & 1);
-    r.a = ld128<A>(ql + 64 * h + l0);
-    r.b = ld128<A>(ql + 64 * h + 32 + l0);
-    r.h = ld128<A>(qh + 32 * h + l0);
-    if constexpr (A >= 8) {
-      r.sc = ldg<uint2>(sc + 8 * h);
-    } else {
-      r.sc = make_uint2(ldw<A>(sc + 8 * h), ldw<A>(sc + 8 * h + 4));
-    }
-    r.d = ld16(d);
-    r.e = u & 1;
-  }
-};
-
-// Q6_K {ql[128], qh[64], sc[16], f16 d} in 210-byte blocks: 2-byte loads.
-struct Q6_K : Q6Base {
-  static constexpr int kMaxAlign = 2;
-  template <int A>
-  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int u) {
-    const std::uint8_t* b = row + static_cast<std::int64_t>(u >> 2) * 210;
-    load_fields<A>(r, b, b + 128, b + 192, b + 208, u);
-  }
-};
-
-// Q6_K_R8: groups of eight blocks, each field on a 16-byte boundary of the
-// group (quant_blocks_q6r8.h).
-struct Q6_K_R8 : Q6Base {
-  static constexpr int kMaxAlign = 16;
-  template <int A>
-  CELLM_QB_FN static void load(Raw& r, const std::uint8_t* row, int u) {
-    using qblocks::Q6R8;
-    const int sb = u >> 2, j = sb % Q6R8::kBlocks;
-    const std::uint8_t* g = row + static_cast<std::int64_t>(sb / Q6R8::kBlocks) * Q6R8::kBytes;
-    load_fields<A>(r, g + Q6R8::ql(j), g + Q6R8::qh(j), g + Q6R8::scales(j), g + Q6R8::d(j), u);
   }
 };
 
