@@ -268,12 +268,22 @@ CELLM_QB_FN void load_act64(Act64& a, const ActRow& x, int u) {
 struct KScales {
   float ds0, dm0, ds1, dm1;
 };
+// Sub-blocks 2c and 2c + 1's d * scale and dmin * min (qblocks::scale_min's
+// values), both pairs at once: their 6-bit scales and mins are bytes 2c,
+// 2c + 1 of the scale words (c < 2), or the low and high nibbles of bytes
+// 2c - 4, 2c - 3 of the third word topped by bits 6-7 of the first two words'
+// bytes (c >= 2): a shift picks the byte pair, masks assemble both values in
+// one word, a select per lane picks the case (c is the lane's, so the warp
+// does not branch).
 CELLM_QB_FN KScales k_scales(const uint4& head, int u) {
-  const qblocks::KHead h{head.x, head.y, head.z, head.w};
-  KScales s;
-  qblocks::scale_min(h, 2 * (u & 3), s.ds0, s.dm0);
-  qblocks::scale_min(h, 2 * (u & 3) + 1, s.ds1, s.dm1);
-  return s;
+  const int c = u & 3;
+  const int at = 16 * (c & 1);
+  const std::uint32_t s0 = head.y >> at, s1 = head.z >> at, s2 = head.w >> at;
+  const std::uint32_t sc = c < 2 ? s0 & 0x3f3fu : (s2 & 0x0f0fu) | ((s0 >> 2) & 0x3030u);
+  const std::uint32_t mn = c < 2 ? s1 & 0x3f3fu : ((s2 >> 4) & 0x0f0fu) | ((s1 >> 2) & 0x3030u);
+  const float d = half_bits(head.x), dmin = half_bits(head.x >> 16);
+  return {mul_rn(d, qblocks::small_uf(sc & 0xffu)), mul_rn(dmin, qblocks::small_uf(mn & 0xffu)),
+          mul_rn(d, qblocks::small_uf(sc >> 8)), mul_rn(dmin, qblocks::small_uf(mn >> 8))};
 }
 CELLM_QB_FN float k_dot(const KScales& sc, int sum0, int sum1, const Act64& a, float acc) {
   acc = fmaf(sc.ds0, mul_rn(a.d.x, small_if(sum0)), acc);
