@@ -231,11 +231,14 @@ std::vector<Case> cases() {
       out.push_back({t, m, 64, k_odd, m % 2 == 0, m == 5, 0});
       out.push_back({t, m, 21, k_odd, true, m == 2, k_quant ? 16 : 2});
     }
-    // Split-K (narrow n over long k: two and four warps a row pair) and
-    // 8B's o projection.
+    // Split-K: narrow n over long k (two warps a row pair for the K-quants
+    // at k = 14336, four for the 32-weight types; four for every type at
+    // k = 32768), and wider n at k = 4096 (two); 8B's o projection.
     out.push_back({t, 1, 6, 14336, true, true, 0});
+    out.push_back({t, 3, 5, 32768, true, false, 0});
     out.push_back({t, 8, 640, 4096, true, false, 0});
     out.push_back({t, 1, 1024, 4096, false, true, 0});
+    out.push_back({t, 1, 4096, 4096, true, false, 0});
   }
   return out;
 }

@@ -5,7 +5,7 @@
 // rows' dot products) and walks them in iterations of 32 units, one a lane
 // (a unit is 32 weights of the 32-weight types, 64 of the K-quants: 1024 or
 // 2048 weights an iteration). Each lane loads two iterations of both rows
-// before it multiplies any (about 200 to 700 bytes a lane in flight); the
+// before it multiplies any (144 to 320 bytes a lane in flight); the
 // activations, read by every warp, come from L1/L2. Narrow projections
 // split k over up to four warps of a block (split-K), which add their sums
 // in shared memory in a fixed order, until the grid holds about 8 warps per
@@ -144,11 +144,11 @@ int row_alignment(const QGemvParams& p, int max_align) {
 
 // Row pairs per split: doubled while the grid holds fewer than 8 warps per
 // SM and every slice still gets an iteration. Why 8, not the 32 of
-// qgemv_common.cuh: a warp here keeps 4.5 to 7.5 KB of weights in flight
+// qgemv_common.cuh: a warp here keeps 4.5 to 10 KB of weights in flight
 // (two iterations of two rows), so 4 to 8 warps an SM already cover the
 // memory latency, and more splitting only adds waves: n = 4096 at k = 4096
 // (Q4_K) runs as 512 blocks of 4 warps, within one wave at 4 blocks an SM
-// (116 registers at one row: 528 resident), where split 2 would make 1024
+// (105 registers at one row: 528 resident), where split 2 would make 1024
 // blocks in two waves. A guess until measured (bench: BM_QGemvDp4a).
 int dp4a_split(int pairs, int iters) {
   const int target = multiprocessor_count() * 8;
