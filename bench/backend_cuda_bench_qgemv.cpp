@@ -12,6 +12,7 @@
 
 #include "backend/cuda/kernels/qgemv.cuh"
 #include "backend/cuda/kernels/qgemv_mma.cuh"
+#include "backend_cuda_bench_qgemv.h"
 #include "backend_cuda_bench_util.h"
 #include "cellm/status.h"
 #include "core/check.h"
@@ -19,41 +20,22 @@
 namespace cellm::cuda::bench {
 namespace {
 
-// One launch shape of `type` weights on CUDA cores (launch_qgemv) or tensor
-// cores (launch_qgemv_mma), timed over copies of the weights too large for L2.
-void time_qgemv(benchmark::State& state, QuantType type, std::int32_t m, std::int32_t n,
-                std::int32_t k, bool mma) {
-  const std::int64_t row_bytes =
-      static_cast<std::int64_t>(k / quant_block_elems(type)) * quant_block_bytes(type);
-  const std::size_t weight_bytes = static_cast<std::size_t>(n) * row_bytes;
-  const int copies = copies_for(weight_bytes);
-  // 0x3c bytes: every f16 scale is ~1.06 and every quant a valid code.
-  std::vector<DeviceBuffer<std::uint8_t>> weights;
-  for (int i = 0; i < copies; ++i) weights.push_back(filled<std::uint8_t>(weight_bytes, 0x3c));
-  auto a = filled<bf16>(static_cast<std::size_t>(m) * k, 0x3c);
-  auto out = filled<bf16>(static_cast<std::size_t>(m) * n, 0);
-  QGemvParams p;
-  p.a = a.data();
-  p.w = weights[0].data();
-  p.type = type;
-  p.out = out.data();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.lda = k;
-  p.ldw_bytes = row_bytes;
-  p.ldc = n;
-  p.pdl = true;
+// One launch shape (state.range(0..3): type, m, n, k) on CUDA cores
+// (launch_qgemv) or tensor cores (launch_qgemv_mma), timed over copies of
+// the weights too large for L2.
+void time_qgemv(benchmark::State& state, bool mma) {
+  QGemvProblem q = qgemv_problem(state);
+  QGemvParams& p = q.p;
   // FP8 rows: one scale a row (per-channel checkpoints, `--quantize fp8`).
-  auto scales = filled<float>(static_cast<std::size_t>(n), 0x3c);
-  if (type == QuantType::kF8_E4M3) p.scales = {scales.data(), k, 1};
+  auto scales = filled<float>(static_cast<std::size_t>(p.n), 0x3c);
+  if (p.type == QuantType::kF8_E4M3) p.scales = {scales.data(), p.k, 1};
   const Status valid = mma ? validate_qgemv_mma(p) : p.validate();
   if (!valid.is_ok()) {
     state.SkipWithError(valid.to_string().c_str());
     return;
   }
-  time_launches(state, static_cast<double>(weight_bytes), [&](int i) {
-    p.w = weights[static_cast<std::size_t>(i % copies)].data();
+  time_launches(state, static_cast<double>(q.weight_bytes), [&](int i) {
+    p.w = q.weights_at(i);
     if (mma) {
       launch_qgemv_mma(p, nullptr);
     } else {
@@ -64,9 +46,7 @@ void time_qgemv(benchmark::State& state, QuantType type, std::int32_t m, std::in
 
 void BM_QGemv(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  time_qgemv(state, static_cast<QuantType>(state.range(0)),
-             static_cast<std::int32_t>(state.range(1)), static_cast<std::int32_t>(state.range(2)),
-             static_cast<std::int32_t>(state.range(3)), false);
+  time_qgemv(state, false);
 }
 
 void qgemv_args(benchmark::internal::Benchmark* b) {
@@ -94,9 +74,7 @@ BENCHMARK(BM_QGemv)->Apply(qgemv_args)->UseManualTime();
 // Run: backend_cuda_bench --benchmark_filter=BM_QGemvMma --benchmark_counters_tabular=true
 void BM_QGemvMma(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  time_qgemv(state, static_cast<QuantType>(state.range(0)),
-             static_cast<std::int32_t>(state.range(1)), static_cast<std::int32_t>(state.range(2)),
-             static_cast<std::int32_t>(state.range(3)), state.range(4) != 0);
+  time_qgemv(state, state.range(4) != 0);
 }
 
 void qgemv_mma_args(benchmark::internal::Benchmark* b) {

@@ -1,12 +1,15 @@
 // Builders shared by the quantized GEMV tests (qgemv_test.cpp: the
-// CUDA-core kernels, qgemv_mma_test.cpp: the tensor-core one): random GGUF
-// blocks with sane f16 scales, FP8 scales, the layout the upload gives the
-// kernels (Q6_K_R8 repacked), the CPU reference dequantizer's rows and the
-// host's run of the kernels' own block decoders.
+// CUDA-core kernels, qgemv_mma_test.cpp: the tensor-core one,
+// qgemv_dp4a*_test.cpp: the int8 one): random GGUF blocks with sane f16
+// scales, FP8 scales, the layout the upload gives the kernels (Q6_K_R8
+// repacked), the CPU reference dequantizer's rows, the host's run of the
+// kernels' own block decoders, the part of an output inside [m, n], and the
+// int8 activation rows of the int8 GEMV as the host computes them.
 //
 // Thread-safety: test-only helpers; call from the test thread.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -206,6 +209,56 @@ inline QGemvParams valid_small_call(int m) {
   p.ldw_bytes = 144;
   p.ldc = 4;
   return p;
+}
+
+// The [m, n] corner of an [m, ldc] output read back as floats; the columns
+// past n, poisoned before the launch, must still be NaN (nothing stored
+// outside [m, n]).
+inline std::vector<float> inside_columns(const std::vector<float>& got, int m, int n, int ldc) {
+  std::vector<float> inside(static_cast<std::size_t>(m) * n);
+  for (int row = 0; row < m; ++row) {
+    for (int col = 0; col < ldc; ++col) {
+      const float v = got[static_cast<std::size_t>(row) * ldc + col];
+      if (col < n) {
+        inside[static_cast<std::size_t>(row) * n + col] = v;
+      } else {
+        EXPECT_TRUE(std::isnan(v)) << "store outside [m, n] at row " << row << " col " << col;
+      }
+    }
+  }
+  return inside;
+}
+
+// The activation quantization as the kernel defines it: per 32-block,
+// d = max|x| / 127, code = rint(x * (127 / max)), s = d * sum(codes).
+struct HostQ8 {
+  std::vector<std::int8_t> q;  // [m, k]
+  std::vector<float> d, s;     // [m, k / 32]
+};
+inline HostQ8 quantize_host(const std::vector<float>& a, int m, int k, int lda) {
+  HostQ8 out;
+  out.q.resize(static_cast<std::size_t>(m) * k);
+  out.d.resize(static_cast<std::size_t>(m) * (k / 32));
+  out.s.resize(out.d.size());
+  for (int r = 0; r < m; ++r) {
+    for (int b = 0; b < k / 32; ++b) {
+      const float* x = a.data() + static_cast<std::size_t>(r) * lda + 32 * b;
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float d = amax / 127.0f;
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = static_cast<int>(std::nearbyint(x[i] * inv));
+        sum += q;
+        out.q[static_cast<std::size_t>(r) * k + 32 * b + i] = static_cast<std::int8_t>(q);
+      }
+      const std::size_t at = static_cast<std::size_t>(r) * (k / 32) + b;
+      out.d[at] = d;
+      out.s[at] = d * static_cast<float>(sum);
+    }
+  }
+  return out;
 }
 
 }  // namespace cellm::cuda::qgemv_test
