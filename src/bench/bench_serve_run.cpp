@@ -40,10 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The widest forward bench serve asks a program for (its activations, logits
-// included, are sized for it); wider scheduler steps run as several forwards.
-constexpr std::int64_t kMaxForwardTokens = 8192;
-
 double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -81,12 +77,8 @@ Result<Assembly> assemble(const ServeBenchOptions& o, const PoolNeed& need) {
   program::ProgramOptions popts;
   popts.kv_memory_fraction = o.gpu_memory_fraction;
   popts.keep_quantized = o.keep_quantized || o.quantize == model::Quantize::kFp8;
-  // One forward per engine step: the widest method covers the scheduler's
-  // step (the decodes plus two prefill chunks unless --max-batch-tokens says).
-  CELLM_ASSIGN_OR_RETURN(const app::StepBudget budget,
-                         app::step_budget(o.prefill_chunk, o.max_batch_tokens, need.sessions));
-  popts.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(
-      static_cast<std::int64_t>(budget.batch), popts.max_step, kMaxForwardTokens));
+  // The program's widest forward stays the one `cellm serve` builds: a
+  // step wider than it runs as several forwards there, and so here.
   // A path loads its weights; a shape name gets random ones (on the GPU, or
   // on the CPU with --backend cpu, where small shapes run in reasonable time).
   CELLM_ASSIGN_OR_RETURN(app::BackendChoice backend, app::choose_backend(o.backend));

@@ -27,9 +27,6 @@
 namespace cellm::bench {
 namespace {
 
-// The widest forward asked of a program (as the in-process mode does).
-constexpr std::int64_t kMaxForwardTokens = 8192;
-
 // Token ids as text: " 17 4052 9".
 class NumericStream final : public server::TokenTextStream {
  public:
@@ -139,10 +136,6 @@ Status load_path(const HttpBenchOptions& o, const PoolNeed& need, InProcessServe
   eo.speculate = o.speculate;
   eo.speculate_tokens = o.speculate_tokens;
   eo.draft_model = o.draft_model;
-  CELLM_ASSIGN_OR_RETURN(const app::StepBudget wide,
-                         app::step_budget(l.prefill_chunk, l.max_batch_tokens, need.sessions));
-  eo.program.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(
-      static_cast<std::int64_t>(wide.batch), eo.program.max_step, kMaxForwardTokens));
   CELLM_ASSIGN_OR_RETURN(s.engine, app::Engine::load(eo));
   // A dataset's need is a loose bound (a byte a token): the server itself
   // refuses a request longer than the context it holds.
@@ -173,10 +166,7 @@ Status load_shape(const HttpBenchOptions& o, const model::ModelSpec& spec, const
   popts.kv_memory_fraction = l.gpu_memory_fraction;
   popts.keep_quantized = l.keep_quantized || l.quantize == model::Quantize::kFp8;
   popts.kv_dtype = app::program_kv_dtype(l.kv_dtype);
-  CELLM_ASSIGN_OR_RETURN(const app::StepBudget wide,
-                         app::step_budget(l.prefill_chunk, l.max_batch_tokens, cap));
-  popts.max_step = static_cast<std::int32_t>(std::clamp<std::int64_t>(
-      static_cast<std::int64_t>(wide.batch), popts.max_step, kMaxForwardTokens));
+  // The widest forward `cellm serve` builds (a wider step runs as several).
   // Cache entries keep finished prompts' cells; snapshots of running ones share theirs.
   const std::int64_t cells = need.cells + std::int64_t{entries} * need.session_tokens;
   if (!backend.sizes_pool_from_memory) {
