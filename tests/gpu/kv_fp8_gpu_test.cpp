@@ -6,10 +6,16 @@
 // by position; the pool sized from memory holding twice the cells; head dims
 // the FP8 kernels cannot copy refused at load.
 //
-// Tolerances (chosen from E4M3's precision, not yet measured on these
-// fixtures): K and V carry a relative error up to 2^-4 (3 mantissa bits), an
-// attention output NMSE near 1e-3 for random K/V (tests/backend/cuda/
-// attention_fp8_test.cpp), a few percent of relative error in the logits.
+// Tolerances, from a CPU model of the same storage (session 34): the float32
+// reference program on these fixtures, its K and V rounded to E4M3 (scale 1,
+// saturated at 448, ties to even) as they were stored, against the unrounded
+// program. The fixtures' K/V reach |6.5| with under 1% of values below E4M3's
+// normal range, so the error is the 3-bit mantissa's: per position the
+// logits moved by up to 0.274 of their norm (phi3; llama 0.180, llama_long
+// 0.219, mistral 0.187, qwen2 0.176, qwen3 0.099, gemma3 0.012), by 0.007
+// (gemma3) to 0.084 (llama) on average over a fixture, and no greedy token
+// changed (no argmax flip at any margin). The bounds below leave room for
+// the bf16 rounding both GPU runs add.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,8 +41,8 @@ using cellm::testing::GoldenCase;
 // FP8 pools against bf16 pools, per position and over a fixture's run
 // (||fp8 - bf16|| / ||bf16|| of a logits row), and the bf16 top-two margin
 // past which the greedy token must not change.
-constexpr double kMaxRelativeError = 0.15;
-constexpr double kMeanRelativeError = 0.06;
+constexpr double kMaxRelativeError = 0.35;
+constexpr double kMeanRelativeError = 0.12;
 constexpr float kArgmaxMargin = 0.5f;
 
 program::ProgramOptions fixture_options(DType kv_dtype) {
