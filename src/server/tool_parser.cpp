@@ -196,9 +196,11 @@ void ToolCallParser::process(bool final, ToolParse* out) {
         // The marker itself may begin with the bare start ("[TOOL_CALLS]").
         const std::string_view rest = std::string_view(buf_).substr(first);
         if (!final && rest.size() < m.start.size() && m.start.starts_with(rest)) return;
+        // Decided before the erase below moves the bytes under `rest`.
+        const bool marked = rest.starts_with(m.start);
         pending_ws_ += buf_.substr(0, first);
         buf_.erase(0, first);
-        enter_block(rest.starts_with(m.start) ? m.start.size() : 0);
+        enter_block(marked ? m.start.size() : 0);
         continue;
       }
     }

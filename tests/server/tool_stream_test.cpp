@@ -353,6 +353,24 @@ TEST(ToolStreamTest, StartedCallsThatBreakStayAsStreamedAndEndTheReply) {
   }
 }
 
+// A reply that opens like a bare JSON call after leading whitespace, breaks
+// off, then tags a real call. Found by fuzzing: with the whitespace as long
+// as the broken text, the whole-reply feed read the marker test through a
+// view the whitespace's removal had shifted, so it took the tag for the
+// block's opening and released the real call as text, while split feeds
+// streamed it.
+TEST(ToolStreamTest, ABrokenBareCallAfterWhitespaceDoesNotHideATaggedCall) {
+  const std::string output =
+      "       {\"q\":x <|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}";
+  const Streamed whole = stream(ToolFormat::kLlama3, {output});
+  ASSERT_EQ(whole.calls.size(), 1u) << whole.content;
+  EXPECT_EQ(whole.calls[0].name, "add");
+  EXPECT_EQ(whole.calls[0].arguments(), "{\"a\": 1}");
+  EXPECT_EQ(whole.complete, std::vector<bool>{true});
+  EXPECT_EQ(whole.content, "       {\"q\":x");
+  check_stable(ToolFormat::kLlama3, output, whole);
+}
+
 TEST(ToolStreamTest, AllCallsCompleteNeedsACall) {
   ToolCallParser parser(ToolFormat::kHermes);
   (void)parser.push("Just text.");
